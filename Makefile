@@ -1,0 +1,87 @@
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+export PYTHONPATH := shared:.
+export SAM_CLI_TELEMETRY := 0
+export POWERTOOLS_TRACE_DISABLED := true
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SAM_VENV := .venv-sam
+FN ?= ScanGpuWasteFunction
+EVENT ?= events/scheduled_scan.json
+
+.PHONY: help install prometheus fmt lint test test-unit test-integration test-aws demo bench scorecard coverage build invoke deploy clean check validate
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): shared/requirements.txt requirements-dev.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip >/dev/null
+	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install runtime + dev dependencies (and the gpuwaste command)
+
+prometheus: ## install Debian's prometheus/promtool when missing (tests need a real Prometheus)
+	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
+	  echo "installing prometheus (Debian package)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -q >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus >/dev/null; \
+	fi
+	@prometheus --version 2>&1 | head -1
+
+fmt: install ## format and autofix
+	$(BIN)/ruff format shared functions tests bench
+	$(BIN)/ruff check --fix shared functions tests bench
+
+lint: install ## ruff, import boundaries, template lint
+	$(BIN)/ruff check shared functions
+	$(BIN)/lint-imports
+	$(BIN)/cfn-lint template.yaml
+
+validate: install ## cfn-lint + sam validate (sam in its own venv, offline)
+	$(BIN)/cfn-lint template.yaml
+	@test -x $(SAM_VENV)/bin/sam || ($(PYTHON) -m venv $(SAM_VENV) && $(SAM_VENV)/bin/pip install -q aws-sam-cli)
+	$(SAM_VENV)/bin/sam validate -t template.yaml --region us-east-1
+
+test: install prometheus ## the README's test command: install what is needed, then run every test (unit + real servers)
+	$(BIN)/python -m pytest -q tests
+
+test-unit: install ## unit tests only (no servers)
+	$(BIN)/python -m pytest -q tests/unit
+
+test-integration: install prometheus ## integration tests against real local servers
+	$(BIN)/python -m pytest -q tests/integration
+
+test-aws: install ## tests against a deployed stack (needs AWS_SAM_STACK_NAME)
+	$(BIN)/python -m pytest -q -m aws tests/aws
+
+demo: install ## run the whole local pipeline on the bundled demo fleet
+	$(BIN)/gpuwaste demo
+
+bench: install prometheus ## benchmarks: fleet scale, floor and naive comparisons (prints numbers)
+	$(BIN)/python bench/run.py
+
+coverage: install ## unit tests with coverage
+	$(BIN)/pip install -q pytest-cov
+	$(BIN)/python -m pytest -q tests/unit --cov=shared/gpuwaste --cov=functions
+
+build: ## sam build
+	$(SAM_VENV)/bin/sam build
+
+invoke: ## sam local invoke $(FN) -e $(EVENT) (needs Docker)
+	$(SAM_VENV)/bin/sam local invoke $(FN) -e $(EVENT)
+
+deploy: ## sam build && sam deploy --guided
+	$(SAM_VENV)/bin/sam build && $(SAM_VENV)/bin/sam deploy --guided
+
+clean: ## remove build output and caches
+	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache build dist shared/*.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+check: lint test ## what CI runs

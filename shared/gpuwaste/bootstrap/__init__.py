@@ -1,0 +1,1 @@
+"""Bootstrap: composition roots — one per Lambda function and one for the local command."""

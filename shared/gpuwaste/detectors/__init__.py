@@ -1,0 +1,17 @@
+"""Detectors: pure functions from a joined scan context to findings; importing this package registers them all."""
+
+from __future__ import annotations
+
+from gpuwaste.detectors import allocation, capacity, data_quality  # noqa: F401  (registration)
+from gpuwaste.detectors.context import ScanContext, build_context
+from gpuwaste.detectors.registry import REGISTRY, DetectionResult, NoVerdict, run_detectors
+from gpuwaste.detectors.settings import DetectorSettings
+
+__all__ = ["REGISTRY", "DetectionResult", "DetectorSettings", "NoVerdict", "ScanContext", "build_context", "run_detectors", "detect"]
+
+
+def detect(cluster, telemetry, settings: DetectorSettings | None = None) -> DetectionResult:  # type: ignore[no-untyped-def]
+    """Join cluster state and telemetry, then run the enabled detectors."""
+    settings = settings or DetectorSettings()
+    ctx = build_context(cluster, telemetry, settings.common)
+    return run_detectors(ctx, settings.by_name(), settings.enabled)

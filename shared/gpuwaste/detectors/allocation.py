@@ -1,0 +1,190 @@
+"""Detectors: idle and under-used GPU allocations (a running pod holds GPUs that do little or no work)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from gpuwaste.detectors.context import ActivityReading, Allocation, ScanContext
+from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.models.cluster import PodPhase
+from gpuwaste.models.findings import Confidence, Evidence, Finding, IdleMode, WasteKind
+from gpuwaste.models.telemetry import Signal
+
+_ACTIVITY = tuple(s.value for s in (Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL))
+_OPTIONAL = (Signal.FB_USED.value, Signal.POWER_USAGE.value)
+BATCH_KINDS = frozenset({"Job", "CronJob", "PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "JobSet", "RayJob", "Workflow"})
+INFERENCE_KINDS = frozenset({"InferenceService", "ServingRuntime", "LeaderWorkerSet", "RayService"})
+INFERENCE_IMAGES = ("vllm", "text-generation-inference", "tritonserver", "sglang", "tensorrt-llm", "kserve")
+NOTEBOOK_KINDS = frozenset({"Notebook", "StatefulSet"})
+
+
+class IdleSettings(BaseModel):
+    """Idle allocation: activity stays under `max_activity_ratio` over the window.
+
+    Attributes:
+        max_activity_ratio: ratio 0–1 (0.05 = 5 %) that the chosen statistic and every
+            10-minute average must stay under.
+        statistic: which window statistic is compared ("p95" tolerates a few stray samples).
+        held_memory_mib: framebuffer use (MiB) above which an idle GPU counts as "idle-held".
+    """
+
+    max_activity_ratio: float = Field(0.05, ge=0, le=1)
+    statistic: Literal["p95", "max", "avg"] = "p95"
+    held_memory_mib: float = Field(1024, ge=0)
+
+
+class UnderusedSettings(BaseModel):
+    """Under-used allocation: every 10-minute average of SM activity stays under `max_avg_10m_ratio`.
+
+    Attributes:
+        max_avg_10m_ratio: ratio 0–1 (0.20 = 20 %); compared with the highest 10-minute average.
+    """
+
+    max_avg_10m_ratio: float = Field(0.20, ge=0, le=1)
+
+
+def _too_young(ctx: ScanContext, alloc: Allocation) -> bool:
+    started = alloc.pod.started_at or alloc.pod.created_at
+    return started is not None and (ctx.eval_time - started).total_seconds() < ctx.common.pod_grace_s
+
+
+def _readable(ctx: ScanContext, alloc: Allocation, name: str) -> ActivityReading | NoVerdict | None:
+    """The allocation's activity, a NoVerdict, or None (data quality reports the gap)."""
+    if alloc.pod.phase is not PodPhase.RUNNING or not alloc.devices:
+        return None
+    subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
+    if _too_young(ctx, alloc):
+        return NoVerdict(name, subject, f"pod younger than {ctx.common.pod_grace_s}s")
+    problems = {p for d in alloc.devices if (p := ctx.device_problem(d))}
+    if problems:
+        return NoVerdict(name, subject, "untrusted telemetry: " + ", ".join(sorted(problems)))
+    act = ctx.activity(alloc.devices, alloc.pod)
+    if act is None:
+        return NoVerdict(name, subject, "no activity signal on its GPUs")
+    if act.coverage < ctx.common.min_coverage:
+        return NoVerdict(name, subject, f"coverage {act.coverage:.0%} < {ctx.common.min_coverage:.0%}")
+    return act
+
+
+def idle_mode(ctx: ScanContext, alloc: Allocation) -> IdleMode:
+    """Class an idle allocation: batch (Job-like owner), inference (serving stack), else idle-held."""
+    pod = alloc.pod
+    if pod.workload.kind in BATCH_KINDS or any(r.kind == "Job" for r in pod.owner_refs):
+        return IdleMode.BATCH
+    images = " ".join(pod.container_images).lower()
+    has_inference_metrics = any(
+        p.namespace == pod.namespace and p.pod == pod.name and any(k.startswith(("vllm:", "tgi_", "nv_inference")) for k in p.signals)
+        for p in ctx.telemetry.pods
+    )
+    if pod.workload.kind in INFERENCE_KINDS or has_inference_metrics or any(i in images for i in INFERENCE_IMAGES):
+        return IdleMode.INFERENCE
+    return IdleMode.IDLE_HELD
+
+
+def _supporting(ctx: ScanContext, alloc: Allocation) -> list[Evidence]:
+    out = []
+    for sig in (Signal.FB_USED, Signal.POWER_USAGE, Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE):
+        ev = ctx.signal_evidence(alloc.devices, sig, alloc.pod)
+        if ev is not None:
+            out.append(ev)
+    return out
+
+
+def _confidence(act: ActivityReading) -> Confidence:
+    if act.signal is Signal.GPU_UTIL:
+        return Confidence.MEDIUM if act.coverage >= 0.95 else Confidence.LOW
+    return Confidence.HIGH if act.coverage >= 0.95 else Confidence.MEDIUM
+
+
+def is_idle(act: ActivityReading, settings: IdleSettings) -> bool:
+    """True when the reading meets the idle criterion of `settings`."""
+    value = {"p95": act.p95, "max": act.max, "avg": act.avg}[settings.statistic]
+    sustained = act.max_avg_10m is None or act.max_avg_10m < settings.max_activity_ratio
+    return value < settings.max_activity_ratio and sustained
+
+
+@detector("idle_allocation", settings=IdleSettings, needs_any=_ACTIVITY, optional=_OPTIONAL)
+def detect_idle_allocation(ctx: ScanContext, settings: IdleSettings) -> DetectorOutput:
+    """Flag running pods whose GPUs stayed under the idle activity threshold for the whole window."""
+    for alloc in ctx.allocations:
+        act = _readable(ctx, alloc, "idle_allocation")
+        if act is None or isinstance(act, NoVerdict):
+            if act is not None:
+                yield act
+            continue
+        if not is_idle(act, settings):
+            continue
+        mode = idle_mode(ctx, alloc)
+        support = _supporting(ctx, alloc)
+        fb = next((e for e in support if e.signal == Signal.FB_USED.value), None)
+        if mode is IdleMode.IDLE_HELD and fb is not None and (fb.avg or 0) < settings.held_memory_mib:
+            note = "no framebuffer memory held either: the GPU is allocated but unused"
+        else:
+            note = ""
+        gpus = len(alloc.devices)
+        pct = settings.max_activity_ratio * 100
+        yield Finding(
+            kind=WasteKind.IDLE,
+            detector="idle_allocation",
+            subject=ctx.subject_for(alloc),
+            title=f"{gpus} GPU(s) held by {alloc.pod.namespace}/{alloc.pod.name} idle for {ctx.window_s // 60} min",
+            recommendation=_idle_advice(mode),
+            evidence=(act.evidence(ctx.window_s, threshold=settings.max_activity_ratio,
+                                   comparison=f"{settings.statistic} < {settings.max_activity_ratio} and every 10-min avg < {settings.max_activity_ratio} ({pct:g} %)"),
+                      *support),
+            confidence=_confidence(act),
+            idle_mode=mode,
+            observed_at=ctx.eval_time,
+            window_s=ctx.window_s,
+            wasted_gpu_share=alloc.share,
+            details={"activity_signal": act.signal.value, "attribution": alloc.attribution.value, "note": note},
+        )
+
+
+def _idle_advice(mode: IdleMode) -> str:
+    if mode is IdleMode.BATCH:
+        return "The job holds its GPUs without computing: end it when the run is over, or let it release GPUs between runs."
+    if mode is IdleMode.INFERENCE:
+        return "The model is loaded but serves no traffic: scale the deployment to zero or share the GPU (MIG/time-slicing)."
+    return "The pod holds the GPU without using it: stop it, scale it to zero, or move the work to a shared GPU."
+
+
+@detector(
+    "underused_allocation",
+    settings=UnderusedSettings,
+    needs_any=_ACTIVITY,
+    optional=_OPTIONAL,
+    superseded_by=("idle_allocation", "stalled", "power_anomaly", "cpu_bound", "wrong_hardware", "inference_idle"),
+)
+def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -> DetectorOutput:
+    """Flag running pods whose every 10-minute average activity stayed under 20 % (not idle)."""
+    for alloc in ctx.allocations:
+        act = _readable(ctx, alloc, "underused_allocation")
+        if act is None or isinstance(act, NoVerdict):
+            if act is not None:
+                yield act
+            continue
+        peak = act.max_avg_10m if act.max_avg_10m is not None else act.avg
+        if peak >= settings.max_avg_10m_ratio:
+            continue
+        used = Decimal(str(round(act.avg, 4)))
+        wasted = (alloc.share * (Decimal(1) - used)).quantize(Decimal("0.0001"))
+        yield Finding(
+            kind=WasteKind.UNDERUSED,
+            detector="underused_allocation",
+            subject=ctx.subject_for(alloc),
+            title=f"{len(alloc.devices)} GPU(s) of {alloc.pod.namespace}/{alloc.pod.name} at {act.avg:.0%} activity",
+            recommendation="Pack more work onto fewer GPUs, batch requests, or move to a smaller GPU or MIG slice.",
+            evidence=(act.evidence(ctx.window_s, threshold=settings.max_avg_10m_ratio,
+                                   comparison=f"highest 10-min avg < {settings.max_avg_10m_ratio} ({settings.max_avg_10m_ratio * 100:g} %)"),
+                      *_supporting(ctx, alloc)),
+            confidence=_confidence(act),
+            observed_at=ctx.eval_time,
+            window_s=ctx.window_s,
+            wasted_gpu_share=wasted,
+            details={"activity_signal": act.signal.value, "activity_avg_ratio": round(act.avg, 6),
+                     "attribution": alloc.attribution.value},
+        )

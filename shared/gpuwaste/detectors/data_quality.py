@@ -1,0 +1,141 @@
+"""Detectors: data quality — missing, stale, partial or contradictory telemetry, reported as such, never as idle."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from pydantic import BaseModel, Field
+
+from gpuwaste.detectors.context import Allocation, ScanContext
+from gpuwaste.detectors.registry import DetectorOutput, detector
+from gpuwaste.models.cluster import PodPhase
+from gpuwaste.models.findings import Attribution, Confidence, Evidence, Finding, Subject, WasteKind
+from gpuwaste.models.telemetry import GpuTelemetry, Signal
+
+KNOWN_GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
+class DataQualitySettings(BaseModel):
+    """Data-quality checks.
+
+    Attributes:
+        stale_min_samples: samples a window needs before "no value changed" means a frozen exporter.
+        report_single_instant: report recordings with one sample per series.
+    """
+
+    stale_min_samples: int = Field(20, ge=2)
+    report_single_instant: bool = True
+
+
+def _dq(ctx: ScanContext, subject: Subject, check: str, title: str, advice: str, scope: str, *,
+        evidence: tuple[Evidence, ...] = (), confidence: Confidence = Confidence.HIGH,
+        details: dict[str, str | float | int | bool | None] | None = None) -> Finding:
+    return Finding(
+        kind=WasteKind.DATA_QUALITY,
+        detector="data_quality",
+        subject=subject,
+        title=title,
+        recommendation=advice,
+        evidence=evidence,
+        confidence=confidence,
+        observed_at=ctx.eval_time,
+        window_s=ctx.window_s,
+        wasted_gpu_share=Decimal(0),
+        scope_key=f"{check}:{scope}",
+        details={"check": check, **(details or {})},
+    )
+
+
+@detector("data_quality", settings=DataQualitySettings)
+def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> DetectorOutput:
+    """Report telemetry the other detectors could not judge, and why."""
+    cluster = ctx.cluster.cluster
+    if ctx.telemetry.single_instant and settings.report_single_instant and ctx.telemetry.gpus:
+        yield _dq(ctx, Subject(cluster=cluster, attribution=Attribution.NODE), "single_sample",
+                  f"The telemetry holds one sample per series ({len(ctx.telemetry.gpus)} device(s)): no verdict on sustained use",
+                  "Record a window (gpuwaste record, or a Prometheus with history) to judge idleness.", "all",
+                  confidence=Confidence.HIGH)
+    for alloc in ctx.allocations:
+        yield from _allocation_checks(ctx, alloc, settings)
+    for inv in ctx.nodes.values():
+        node = inv.node
+        subject = Subject(cluster=cluster, node=inv.name, workload_kind="Node", workload_name=inv.name,
+                          instance_type=node.instance_type if node else None, attribution=Attribution.NODE)
+        expected = inv.expected_gpus()
+        seen = len(inv.physical_uuids)
+        if expected and seen < expected:
+            yield _dq(ctx, subject.model_copy(update={"gpu_share": Decimal(expected - seen)}), "unmonitored_gpus",
+                      f"Node {inv.name} has {expected} GPU(s) but DCGM reports {seen}",
+                      "The missing GPUs are billed but unmonitored (broken GPU, crashed exporter): check nvidia-smi and the dcgm-exporter pod on the node.",
+                      inv.name, details={"expected_gpus": expected, "observed_gpus": seen})
+        if inv.ambiguous_pods:
+            pods = ", ".join(f"{p.namespace}/{p.name}" for p in inv.ambiguous_pods)
+            yield _dq(ctx, subject, "attribution_missing",
+                      f"dcgm-exporter pod mapping is not working on node {inv.name}: {len(inv.unattributed_devices)} GPU(s) carry no pod labels",
+                      "Enable the exporter's Kubernetes mapping (DCGM_EXPORTER_KUBERNETES=true, pod-resources mounted; on GKE set DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE=device-name).",
+                      inv.name, details={"candidate_pods": pods})
+        if inv.devices and node is not None and not any(
+            r.startswith(KNOWN_GPU_RESOURCE_PREFIXES) for r in {**node.allocatable_gpu, **node.capacity_gpu}
+        ):
+            yield _dq(ctx, subject, "unknown_gpu_resource",
+                      f"Node {inv.name} has {seen} GPU(s) in DCGM but advertises no known GPU resource",
+                      "Add the device plugin's resource name to gpu_resource_names in the configuration.",
+                      inv.name, details={"resources": ",".join(sorted(node.allocatable_gpu)) or "none"})
+        for dev in inv.devices:
+            yield from _device_checks(ctx, dev, subject, settings)
+    for dev in ctx.unmapped_devices:
+        yield _dq(ctx, Subject(cluster=cluster, gpus=(), attribution=Attribution.UNKNOWN), "unmapped_device",
+                  f"GPU {dev.device} (Hostname {dev.hostname!r}) matches no node",
+                  "Set NODE_NAME in dcgm-exporter (Helm chart does) or relabel the node name onto DCGM series.",
+                  str(dev.device), confidence=Confidence.MEDIUM)
+    for dev, ns, pod, reason in ctx.stray_labels:
+        yield _dq(ctx, Subject(cluster=cluster, namespace=ns, pod=pod, attribution=Attribution.LABELS), "stale_pod_label",
+                  f"GPU {dev.device} is labelled with {ns}/{pod}, but {reason}",
+                  "Trusting the cluster: the GPU's time after the pod ended counts as the node's.",
+                  f"{dev.device}:{ns}/{pod}", confidence=Confidence.MEDIUM)
+
+
+def _allocation_checks(ctx: ScanContext, alloc: Allocation, settings: DataQualitySettings) -> DetectorOutput:
+    if alloc.pod.phase is not PodPhase.RUNNING or not alloc.devices:
+        return
+    subject = ctx.subject_for(alloc)
+    name = f"{alloc.pod.namespace}/{alloc.pod.name}"
+    missing = [d for d in alloc.devices if ctx.activity_signal(d) is None]
+    if missing:
+        mig = any(d.device.gpu_i_id for d in missing)
+        yield _dq(ctx, subject, "no_activity_signal",
+                  f"No activity signal for {len(missing)} GPU(s) of {name}: activity unknown, not idle",
+                  ("MIG instances need DCGM_FI_PROF_GR_ENGINE_ACTIVE (GPU_UTIL is whole-GPU and reads 0 under MIG)."
+                   if mig else "Enable DCGM_FI_PROF_GR_ENGINE_ACTIVE or DCGM_FI_DEV_GPU_UTIL in the dcgm-exporter counters CSV."),
+                  name, details={"devices": ",".join(str(d.device) for d in missing)})
+        return
+    act = ctx.activity(alloc.devices, alloc.pod)
+    started = alloc.pod.started_at or alloc.pod.created_at
+    young = started is not None and (ctx.eval_time - started).total_seconds() < ctx.common.pod_grace_s
+    if act is not None and act.coverage < ctx.common.min_coverage and not young and not ctx.telemetry.single_instant:
+        yield _dq(ctx, subject, "partial_coverage",
+                  f"Telemetry covers {act.coverage:.0%} of the window for {name}: no verdict",
+                  "Gaps mean the exporter or scrape failed; missing samples are unknown, never idle. Check the dcgm-exporter pod and the scrape target.",
+                  name, evidence=(act.evidence(ctx.window_s, threshold=ctx.common.min_coverage, comparison="coverage ≥ min_coverage"),),
+                  details={"coverage": round(act.coverage, 4)})
+
+
+def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settings: DataQualitySettings) -> DetectorOutput:
+    problem = ctx.device_problem(dev, settings.stale_min_samples)
+    if problem not in ("stale_series", "frozen_exporter"):
+        return
+    holder = next((a for a in ctx.allocations if dev in a.devices), None)
+    if holder is not None:
+        subject = ctx.subject_for(holder)
+    where = f"{holder.pod.namespace}/{holder.pod.name} on {subject.node}" if holder else f"{subject.node}"
+    if problem == "stale_series":
+        yield _dq(ctx, subject, "stale_series",
+                  f"GPU {dev.device} ({where}) stopped reporting before the end of the window: state unknown",
+                  "The exporter or its scrape stopped: restart the dcgm-exporter pod; until then the GPU's state is unknown.",
+                  str(dev.device))
+    else:
+        energy = dev.merged(Signal.TOTAL_ENERGY)
+        yield _dq(ctx, subject, "frozen_exporter",
+                  f"Every value of GPU {dev.device} ({where}), energy counter included, stayed bit-identical for the window",
+                  "dcgm-exporter is serving stale values (hung host engine): restart it; the GPU's real state is unknown, not idle.",
+                  str(dev.device), details={"samples": energy.count if energy else 0})

@@ -1,0 +1,112 @@
+"""Detectors: the registry — each detector is a pure function registered by name with its signals and settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from gpuwaste.detectors.context import ScanContext
+from gpuwaste.models.findings import Finding
+
+
+@dataclass(frozen=True)
+class NoVerdict:
+    """A detector looked at a subject and declined to judge it (not enough data, too young...)."""
+
+    detector: str
+    subject: str
+    reason: str
+
+
+DetectorOutput = Iterable[Finding | NoVerdict]
+DetectorFn = Callable[[ScanContext, Any], DetectorOutput]
+
+
+@dataclass(frozen=True)
+class DetectorSpec:
+    """A registered detector.
+
+    Attributes:
+        name: the waste kind it reports (also its settings key).
+        needs: metric names it reads; any one of `needs_any` suffices.
+        optional: metric names that sharpen its verdict when present.
+        superseded_by: detectors whose finding on the same subject replaces this one's
+            (an idle pod is not also reported as under-used).
+    """
+
+    name: str
+    fn: DetectorFn
+    settings_model: type[BaseModel]
+    needs_any: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+    superseded_by: tuple[str, ...] = ()
+    description: str = ""
+
+
+REGISTRY: dict[str, DetectorSpec] = {}
+
+
+def detector(
+    name: str,
+    *,
+    settings: type[BaseModel],
+    needs_any: tuple[str, ...] = (),
+    optional: tuple[str, ...] = (),
+    superseded_by: tuple[str, ...] = (),
+    description: str = "",
+) -> Callable[[DetectorFn], DetectorFn]:
+    """Register `fn` as detector `name` (decorator)."""
+
+    def wrap(fn: DetectorFn) -> DetectorFn:
+        REGISTRY[name] = DetectorSpec(name, fn, settings, needs_any, optional, superseded_by, description or (fn.__doc__ or "").strip().split("\n")[0])
+        return fn
+
+    return wrap
+
+
+@dataclass(frozen=True)
+class DetectionResult:
+    """Findings of one scan and the subjects that got no verdict."""
+
+    findings: tuple[Finding, ...]
+    no_verdict: tuple[NoVerdict, ...]
+
+
+def run_detectors(ctx: ScanContext, settings_by_name: dict[str, BaseModel], enabled: Iterable[str] | None = None) -> DetectionResult:
+    """Run the enabled detectors over one scan context and resolve supersession.
+
+    Raises:
+        KeyError: if `enabled` names a detector that is not registered.
+    """
+    names = list(enabled) if enabled is not None else list(REGISTRY)
+    findings: list[Finding] = []
+    skipped: list[NoVerdict] = []
+    for name in names:
+        spec = REGISTRY[name]
+        for item in spec.fn(ctx, settings_by_name.get(name) or spec.settings_model()):
+            if isinstance(item, NoVerdict):
+                skipped.append(item)
+            else:
+                findings.append(item)
+    return DetectionResult(tuple(_supersede(findings)), tuple(skipped))
+
+
+def _subject_key(f: Finding) -> tuple[str | None, str | None, str | None]:
+    s = f.subject
+    return (s.namespace, s.pod, s.node if s.pod is None else None)
+
+
+def _supersede(findings: list[Finding]) -> list[Finding]:
+    present: dict[tuple[str | None, str | None, str | None], set[str]] = {}
+    for f in findings:
+        present.setdefault(_subject_key(f), set()).add(f.detector)
+    out = []
+    for f in findings:
+        spec = REGISTRY.get(f.detector)
+        if spec and set(spec.superseded_by) & present.get(_subject_key(f), set()):
+            continue
+        out.append(f)
+    return out

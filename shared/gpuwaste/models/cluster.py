@@ -1,0 +1,181 @@
+"""Models: Kubernetes cluster state as the scan needs it (pods holding GPUs, nodes, owners).
+
+Built from the Kubernetes API or from a recorded `kubectl get pods,nodes -A -o json` List; never holds
+SDK types.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+
+from pydantic import Field
+
+from gpuwaste.models.base import Frozen
+
+
+class PodPhase(StrEnum):
+    """Pod `status.phase` values."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+class OwnerRef(Frozen):
+    """One `metadata.ownerReferences[]` entry."""
+
+    api_version: str = ""
+    kind: str
+    name: str
+    uid: str = ""
+    controller: bool = False
+
+
+class Workload(Frozen):
+    """The top controller that owns a pod (Deployment, CronJob, StatefulSet, custom resource...).
+
+    Attributes:
+        kind: controller kind; "Pod" for a bare pod.
+        resolution: "api" when every hop was read from the cluster, "inferred" when a hop was
+            derived from naming conventions (ReplicaSet `<deployment>-<pod-template-hash>`, Job
+            `<cronjob>-<scheduled minute>`), "first-hop" when only the pod's own owner is known.
+        exists: False when an owner in the chain is known to be gone (orphan), None when unknown.
+    """
+
+    kind: str
+    name: str
+    namespace: str
+    api_version: str = ""
+    resolution: str = "api"
+    exists: bool | None = None
+    chain: tuple[str, ...] = ()
+
+
+class Pod(Frozen):
+    """A pod that requests at least one GPU resource.
+
+    Attributes:
+        gpu_requests: effective request per GPU resource name (limits first, else requests;
+            max(largest init container, sum of app containers)), as integers.
+    """
+
+    namespace: str
+    name: str
+    uid: str = ""
+    phase: PodPhase = PodPhase.UNKNOWN
+    node_name: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    owner_refs: tuple[OwnerRef, ...] = ()
+    workload: Workload
+    gpu_requests: dict[str, int] = Field(default_factory=dict)
+    containers: tuple[str, ...] = ()
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    deletion_requested: bool = False
+    pod_ip: str | None = None
+    host_ip: str | None = None
+    container_images: tuple[str, ...] = ()
+    container_args: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(namespace, name)."""
+        return (self.namespace, self.name)
+
+    @property
+    def holds_gpus(self) -> bool:
+        """True when the pod holds its GPUs now: scheduled and not terminal (field guide B11)."""
+        if not self.node_name or not self.gpu_requests:
+            return False
+        return self.phase in (PodPhase.RUNNING, PodPhase.PENDING, PodPhase.UNKNOWN)
+
+
+class Node(Frozen):
+    """A node that carries GPUs (by resource, GFD label, or DCGM series).
+
+    Attributes:
+        capacity_type: "on-demand", "spot" or None when unknown.
+        gpu_memory_mib: GFD `nvidia.com/gpu.memory` (MiB); under MIG single it is the slice's memory.
+        gpu_replicas: GFD `nvidia.com/gpu.replicas` (time-slicing replicas per GPU), 1 when absent.
+        allocatable_gpu: allocatable count per GPU resource name.
+    """
+
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    instance_type: str | None = None
+    capacity_type: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    provider_id: str | None = None
+    internal_ips: tuple[str, ...] = ()
+    gpu_product: str | None = None
+    gpu_count_label: int | None = None
+    gpu_memory_mib: int | None = None
+    gpu_replicas: int = 1
+    mig_strategy: str | None = None
+    capacity_gpu: dict[str, int] = Field(default_factory=dict)
+    allocatable_gpu: dict[str, int] = Field(default_factory=dict)
+    created_at: datetime | None = None
+    unschedulable: bool = False
+
+    @property
+    def hostname_label(self) -> str | None:
+        """`kubernetes.io/hostname`, which may differ from the node name."""
+        return self.labels.get("kubernetes.io/hostname")
+
+
+class ClusterState(Frozen):
+    """A read of the cluster at one time.
+
+    Attributes:
+        pods: pods that request GPU resources (any phase), plus GPU exporter pods (see `exporter_pods`).
+        exporter_pods: dcgm-exporter pods (name → node), used to resolve `Hostname` = pod name (B03).
+        workloads_known: "Kind/namespace/name" of controllers the source listed, to tell orphans.
+        owner_kinds_listed: controller kinds the source listed completely (existence is only
+            judged for these).
+    """
+
+    cluster: str
+    observed_at: datetime
+    pods: tuple[Pod, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    exporter_pods: dict[str, str] = Field(default_factory=dict)
+    exporter_pod_ips: dict[str, str] = Field(default_factory=dict)
+    namespace_labels: dict[str, dict[str, str]] = Field(default_factory=dict)
+    namespace_annotations: dict[str, dict[str, str]] = Field(default_factory=dict)
+    workloads_known: frozenset[str] = frozenset()
+    owner_kinds_listed: frozenset[str] = frozenset()
+    source: str = ""
+
+
+def gpu_share_for_request(resource: str, count: int, node: Node | None) -> Decimal:
+    """Physical-GPU equivalents held by `count` units of GPU `resource` on `node`.
+
+    MIG mixed (`nvidia.com/mig-3g.40gb`) and MIG single (`nvidia.com/gpu` on a node whose GFD
+    product ends in `-MIG-<N>g.<M>gb`) units are N/7 of a GPU (field guide B07/B08). Time-sliced
+    units are 1/replicas of a GPU. Anything else counts as one GPU per unit.
+    """
+    fraction = Decimal(1)
+    slices = _mig_slices(resource)
+    if slices is None and node is not None and node.gpu_product and "-MIG-" in node.gpu_product.upper():
+        slices = _mig_slices(node.gpu_product.upper().split("-MIG-", 1)[1].lower())
+    if slices is not None:
+        fraction = Decimal(slices) / Decimal(7)
+    elif node is not None and node.gpu_replicas > 1:
+        fraction = Decimal(1) / Decimal(node.gpu_replicas)
+    return fraction * count
+
+
+def _mig_slices(text: str) -> int | None:
+    name = text.rsplit("/", 1)[-1]
+    name = name.removeprefix("mig-")
+    head, sep, _ = name.partition("g.")
+    if sep and head.isdigit():
+        return int(head)
+    return None

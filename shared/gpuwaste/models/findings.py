@@ -1,0 +1,194 @@
+"""Models: waste findings, their evidence, and their price.
+
+A finding's identity (fingerprint) is cluster + namespace + workload + kind (+ node for node-level
+kinds), so the same waste seen in later scans updates one lifecycle record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+
+from pydantic import Field, computed_field
+
+from gpuwaste.models.base import Frozen
+
+
+class WasteKind(StrEnum):
+    """What kind of waste a finding reports."""
+
+    IDLE = "idle_allocation"
+    UNDERUSED = "underused_allocation"
+    UNALLOCATED = "unallocated_capacity"
+    DATA_QUALITY = "data_quality"
+    POWER_ANOMALY = "power_anomaly"
+    LOW_MEMORY_BANDWIDTH = "low_memory_bandwidth"
+    STALLED = "stalled"
+    WRONG_HARDWARE = "wrong_hardware"
+    CPU_BOUND = "cpu_bound"
+    KV_CACHE_PRESSURE = "kv_cache_pressure"
+    INFERENCE_IDLE = "inference_idle"
+    ORPHANED = "orphaned"
+
+    @property
+    def is_waste(self) -> bool:
+        """False for data-quality findings, which report missing knowledge, not money."""
+        return self is not WasteKind.DATA_QUALITY
+
+
+class Confidence(StrEnum):
+    """How strongly the evidence supports the finding."""
+
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+class IdleMode(StrEnum):
+    """Why an idle GPU is idle (practitioner taxonomy: rack2cloud; NVIDIA waste table)."""
+
+    BATCH = "batch_idle"
+    INFERENCE = "inference_idle"
+    PROVISIONING = "provisioning_idle"
+    IDLE_HELD = "idle_held"
+
+
+class Attribution(StrEnum):
+    """How the GPUs of a finding were tied to their workload."""
+
+    LABELS = "labels"  # dcgm-exporter pod/exported_pod labels
+    ELIMINATION = "elimination"  # the only GPU pod on the node, counts match (field guide B01)
+    UNKNOWN = "unknown"  # node-level only
+    NODE = "node"  # the finding is about the node itself (unallocated capacity)
+
+
+class Evidence(Frozen):
+    """One signal's numbers behind a finding.
+
+    Attributes:
+        signal: DCGM field or metric name (e.g. DCGM_FI_PROF_SM_ACTIVE).
+        unit: unit of avg/p95/max/threshold: "ratio" (0–1), "percent", "MiB", "W", "mJ", "count".
+        coverage: share 0–1 of the window with samples.
+        threshold: the value compared against, in `unit`; `comparison` says how ("avg < 0.05").
+    """
+
+    signal: str
+    unit: str
+    window_s: int
+    avg: float | None = None
+    p95: float | None = None
+    max: float | None = None
+    min: float | None = None
+    max_avg_10m: float | None = None
+    samples: int = 0
+    coverage: float = Field(0.0, ge=0.0, le=1.0)
+    threshold: float | None = None
+    comparison: str = ""
+    note: str = ""
+
+
+class GpuRef(Frozen):
+    """A device named in a finding."""
+
+    uuid: str
+    gpu_i_id: str | None = None
+    mig_profile: str | None = None
+    model_name: str | None = None
+
+
+class Subject(Frozen):
+    """Who and what a finding is about, with everything pricing needs (pricing runs without cluster access).
+
+    Attributes:
+        gpu_share: physical-GPU equivalents held (MIG slice = N/7, time-slice replica = 1/replicas).
+        physical_gpus_on_node: distinct DCGM UUIDs seen on the node.
+    """
+
+    cluster: str
+    namespace: str | None = None
+    workload_kind: str | None = None
+    workload_name: str | None = None
+    pod: str | None = None
+    node: str | None = None
+    gpus: tuple[GpuRef, ...] = ()
+    gpu_model: str | None = None
+    gpu_share: Decimal = Decimal(0)
+    instance_type: str | None = None
+    capacity_type: str | None = None
+    physical_gpus_on_node: int | None = None
+    attribution: Attribution = Attribution.LABELS
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class Cost(Frozen):
+    """The price of a finding.
+
+    Attributes:
+        usd_per_gpu_hour: USD per physical GPU-hour from the price book (None when unpriced).
+        wasted_gpu_share: physical-GPU equivalents wasted.
+        usd_per_day: USD/day = usd_per_gpu_hour × wasted_gpu_share × 24 (None when unpriced, never 0 by default).
+        formula: the formula with its numbers, for a reader to check.
+        source, effective_date: where the price comes from and the date it was published.
+    """
+
+    priced: bool
+    usd_per_gpu_hour: Decimal | None = None
+    wasted_gpu_share: Decimal
+    usd_per_day: Decimal | None = None
+    formula: str
+    basis: str = ""
+    source: str = ""
+    effective_date: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+class Finding(Frozen):
+    """One piece of waste (or one data-quality problem) seen by one detector in one scan.
+
+    Attributes:
+        wasted_gpu_share: physical-GPU equivalents wasted (what the price is multiplied by).
+        observed_at: the scan's evaluation time (UTC). window_s: the window the evidence covers.
+        scope_key: extra identity for node- or device-level findings (node name, device, sub-kind).
+    """
+
+    kind: WasteKind
+    detector: str
+    subject: Subject
+    title: str
+    recommendation: str
+    evidence: tuple[Evidence, ...] = ()
+    confidence: Confidence = Confidence.MEDIUM
+    idle_mode: IdleMode | None = None
+    observed_at: datetime
+    window_s: int
+    wasted_gpu_share: Decimal = Decimal(0)
+    scope_key: str = ""
+    cost: Cost | None = None
+    details: dict[str, str | float | int | bool | None] = Field(default_factory=dict)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of cluster, namespace, workload, kind and scope key, joined by an explicit separator."""
+        s = self.subject
+        parts = (
+            self.kind.value,
+            s.cluster,
+            s.namespace or "-",
+            s.workload_kind or "-",
+            s.workload_name or "-",
+            self.scope_key or "-",
+        )
+        return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+    @property
+    def usd_per_day(self) -> Decimal | None:
+        """USD/day when priced."""
+        return self.cost.usd_per_day if self.cost and self.cost.priced else None
+
+    def with_cost(self, cost: Cost) -> Finding:
+        """Return a copy carrying `cost`."""
+        return self.model_copy(update={"cost": cost})

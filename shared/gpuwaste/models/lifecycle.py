@@ -1,0 +1,60 @@
+"""Models: the finding lifecycle record kept in the store (DynamoDB item / SQLite row)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+
+from pydantic import Field
+
+from gpuwaste.models.base import Frozen
+
+
+class FindingState(StrEnum):
+    """Lifecycle state of a finding."""
+
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+class FindingRecord(Frozen):
+    """One finding's history across scans.
+
+    Attributes:
+        usd_per_day: the latest priced cost (USD/day); `peak_usd_per_day` the highest seen.
+        cumulative_usd: USD accumulated since first seen (usd_per_day × elapsed days, summed per scan).
+        missed_scans: consecutive scans of the cluster that did not see it.
+        saved_usd_per_day: on resolution, the USD/day no longer wasted.
+        alerted_usd_per_day: the cost when the owner was last told (for "worse by a share").
+        version: optimistic-concurrency counter for conditional writes.
+        expires_at: epoch seconds for the store's TTL.
+    """
+
+    fingerprint: str
+    cluster: str
+    namespace: str | None = None
+    workload: str | None = None
+    kind: str
+    detector: str
+    state: FindingState = FindingState.OPEN
+    first_seen: datetime
+    last_seen: datetime
+    last_scan_id: str = ""
+    usd_per_day: Decimal | None = None
+    peak_usd_per_day: Decimal | None = None
+    alerted_usd_per_day: Decimal | None = None
+    cumulative_usd: Decimal = Decimal(0)
+    last_alert_at: datetime | None = None
+    missed_scans: int = Field(0, ge=0)
+    resolved_at: datetime | None = None
+    saved_usd_per_day: Decimal | None = None
+    slack_channel: str | None = None
+    slack_ts: str | None = None
+    ticket_key: str | None = None
+    snoozed_until: datetime | None = None
+    acknowledged: str | None = None
+    team: str | None = None
+    finding_json: str = ""
+    version: int = Field(0, ge=0)
+    expires_at: int = 0

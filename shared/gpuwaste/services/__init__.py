@@ -1,0 +1,1 @@
+"""Services: the use cases (scan, price, dedupe, notify, ticket, summarize) over ports."""

@@ -1,0 +1,246 @@
+"""Settings: the one validated configuration document (clusters, labels, thresholds, pricing, routing).
+
+Loaded from YAML/JSON (a file, an SSM parameter or an S3 object — the bootstrap fetches the text) and
+validated once; errors name the field path and what is allowed. `gpuwaste config-schema` prints the
+JSON Schema exported from these models. Secrets are held as `SecretStr` or referenced by Secrets
+Manager ARN, never logged.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from gpuwaste.detectors.settings import DetectorSettings
+from gpuwaste.errors import ConfigError
+from gpuwaste.pricing.catalog import PriceOverrides
+
+DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
+
+
+class TelemetryLabels(BaseModel):
+    """Label names of the dcgm-exporter series (they vary with exporter flags and scrape config).
+
+    Attributes:
+        pod_label: "auto" (use `exported_pod` when present, else `pod`), "pod" or "exported_pod".
+        hostname_labels: tried in order; the exporter renamed `Hostname` to `hostname` in 2026 (B03).
+        exporter_pod_pattern: regex for the exporter's own pod name, never a workload (B02).
+    """
+
+    pod_label: str = Field("auto", pattern=r"^(auto|pod|exported_pod|pod_name)$")
+    uuid_labels: tuple[str, ...] = ("UUID", "uuid")
+    hostname_labels: tuple[str, ...] = ("Hostname", "hostname")
+    gpu_instance_labels: tuple[str, ...] = ("GPU_I_ID", "gpu_i_id")
+    mig_profile_labels: tuple[str, ...] = ("GPU_I_PROFILE", "gpu_i_profile")
+    model_labels: tuple[str, ...] = ("modelName", "modelname")
+    exporter_pod_pattern: str = r"dcgm-exporter"
+
+
+
+
+class ClusterReadSettings(BaseModel):
+    """What counts as a GPU and as a GPU exporter when reading the cluster.
+
+    Attributes:
+        gpu_resource_names: resource names (glob patterns) that are GPUs (field guide B20).
+        exporter_pod_pattern: regex matching dcgm-exporter pod names (resolves `Hostname` = pod name, B03).
+        capacity_type_labels: node labels giving on-demand/spot, tried in order.
+    """
+
+    gpu_resource_names: tuple[str, ...] = DEFAULT_GPU_RESOURCES
+    exporter_pod_pattern: str = r"dcgm-exporter"
+    capacity_type_labels: tuple[str, ...] = (
+        "karpenter.sh/capacity-type",
+        "eks.amazonaws.com/capacityType",
+        "node.kubernetes.io/capacity-type",
+        "cloud.google.com/gke-spot",
+        "cloud.google.com/gke-preemptible",
+        "kubernetes.azure.com/scalesetpriority",
+    )
+    namespace: str | None = Field(None, description="only read this namespace's pods (None: all)")
+
+
+class PrometheusAuth(BaseModel):
+    """How to authenticate to Prometheus.
+
+    Attributes:
+        kind: "none", "bearer", "basic", or "sigv4" (Amazon Managed Service for Prometheus; signed
+            with the caller's IAM credentials, service "aps").
+        bearer_token / password: the secret itself (local use); in Lambda use the `*_secret_arn`
+            fields, which the bootstrap resolves from Secrets Manager.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["none", "bearer", "basic", "sigv4"] = "none"
+    bearer_token: SecretStr | None = None
+    bearer_token_secret_arn: str | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    password_secret_arn: str | None = None
+    sigv4_region: str | None = None
+    sigv4_service: str = "aps"
+
+    @model_validator(mode="after")
+    def _complete(self) -> PrometheusAuth:
+        if self.kind == "bearer" and not (self.bearer_token or self.bearer_token_secret_arn):
+            raise ValueError("kind 'bearer' needs bearer_token or bearer_token_secret_arn")
+        if self.kind == "basic" and not (self.username and (self.password or self.password_secret_arn)):
+            raise ValueError("kind 'basic' needs username and password (or password_secret_arn)")
+        return self
+
+
+class PrometheusSettings(BaseModel):
+    """Where and how to query Prometheus.
+
+    Attributes:
+        url: base URL (e.g. https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-…/ for AMP).
+        timeout_s: per-request timeout (seconds). max_retries: bounded retries on timeouts and 5xx.
+        max_series: refuse a result larger than this (a fleet-sized guard against a runaway query).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^https?://")
+    auth: PrometheusAuth = Field(default_factory=PrometheusAuth)
+    timeout_s: float = Field(30.0, gt=0, le=300)
+    max_retries: int = Field(2, ge=0, le=10)
+    verify_tls: bool = True
+    headers: dict[str, str] = Field(default_factory=dict)
+    max_series: int = Field(500_000, gt=0)
+    concurrency: int = Field(4, ge=1, le=16)
+
+
+class KubernetesSettings(BaseModel):
+    """How to reach the Kubernetes API.
+
+    Attributes:
+        mode: "kubeconfig" (a file and context), "in-cluster" (service account), or "eks" (a bearer
+            token generated from the caller's IAM credentials for `eks_cluster_name`).
+        server / ca_data: the API endpoint and base64 CA for "eks" mode (from `aws eks describe-cluster`).
+        page_size: items per list call (`limit`); lists continue until done.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["kubeconfig", "in-cluster", "eks"] = "kubeconfig"
+    kubeconfig: str | None = None
+    context: str | None = None
+    eks_cluster_name: str | None = None
+    eks_region: str | None = None
+    server: str | None = None
+    ca_data: str | None = None
+    verify_tls: bool = True
+    page_size: int = Field(500, ge=1, le=5000)
+    timeout_s: float = Field(30.0, gt=0, le=300)
+
+    @model_validator(mode="after")
+    def _eks_complete(self) -> KubernetesSettings:
+        if self.mode == "eks" and not (self.eks_cluster_name and self.server):
+            raise ValueError("mode 'eks' needs eks_cluster_name and server")
+        return self
+
+
+class ClusterConfig(BaseModel):
+    """One cluster to scan."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    prometheus: PrometheusSettings | None = None
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    labels: TelemetryLabels = Field(default_factory=TelemetryLabels)
+    read: ClusterReadSettings = Field(default_factory=ClusterReadSettings)
+
+
+class ScanSettings(BaseModel):
+    """The scan window.
+
+    Attributes:
+        window_s: look-back of each scan (seconds); 3600 by default.
+        scrape_interval_s: expected seconds between DCGM samples (dcgm-exporter collects every 30 s).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    window_s: int = Field(3600, ge=600, le=7 * 86400)
+    scrape_interval_s: float = Field(30.0, gt=0, le=600)
+
+
+class GpuWasteConfig(BaseModel):
+    """The whole configuration document."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    clusters: list[ClusterConfig] = Field(default_factory=list)
+    scan: ScanSettings = Field(default_factory=ScanSettings)
+    detectors: DetectorSettings = Field(default_factory=DetectorSettings)
+    pricing: PriceOverrides = Field(default_factory=PriceOverrides)
+    extra: dict[str, Any] = Field(default_factory=dict, description="free-form settings of later stages")
+
+    def cluster(self, name: str) -> ClusterConfig:
+        """The named cluster.
+
+        Raises:
+            ConfigError: when no cluster has that name.
+        """
+        for c in self.clusters:
+            if c.name == name:
+                return c
+        known = ", ".join(c.name for c in self.clusters) or "none"
+        raise ConfigError(f"clusters: no cluster named {name!r} (configured: {known})")
+
+
+def format_validation_error(exc: ValidationError, *, source: str = "config") -> str:
+    """One line per problem: `field.path: message (got: value)`."""
+    lines = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "(root)"
+        got = err.get("input")
+        shown = "" if isinstance(got, dict | list) else f" (got: {got!r})"
+        lines.append(f"{source}: {path}: {err['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def parse_config(text: str, *, source: str = "config") -> GpuWasteConfig:
+    """Validate a YAML or JSON configuration document.
+
+    Raises:
+        ConfigError: naming each bad field path and what is allowed.
+    """
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML/JSON: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the document must be a mapping, got {type(data).__name__}")
+    try:
+        return GpuWasteConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source=source)) from exc
+
+
+def load_config(path: Path | None) -> GpuWasteConfig:
+    """Read and validate the configuration file (defaults when `path` is None).
+
+    Raises:
+        ConfigError: when the file cannot be read or is invalid.
+    """
+    if path is None:
+        return GpuWasteConfig()
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read configuration: {exc.strerror}") from exc
+    return parse_config(text, source=str(path))
+
+
+def config_json_schema() -> str:
+    """The JSON Schema of the configuration document, as JSON text."""
+    return json.dumps(GpuWasteConfig.model_json_schema(), indent=2, sort_keys=True)

@@ -1,0 +1,1 @@
+"""Adapters out: terminal rendering, Slack, Jira."""

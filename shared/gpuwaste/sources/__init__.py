@@ -1,0 +1,1 @@
+"""Adapters in: Prometheus, Kubernetes, and recordings (exposition files + kubectl JSON)."""

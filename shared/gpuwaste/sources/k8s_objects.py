@@ -1,0 +1,331 @@
+"""Adapter helper: Kubernetes JSON objects (API responses or `kubectl get -o json`) → cluster-state models.
+
+Used by the live Kubernetes adapter and by recordings, so both produce the same `ClusterState`.
+Malformed or partial objects raise `InputFormatError` naming the object and field.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from gpuwaste.errors import InputFormatError
+from gpuwaste.settings import DEFAULT_GPU_RESOURCES, ClusterReadSettings
+from gpuwaste.models.cluster import ClusterState, Node, OwnerRef, Pod, PodPhase, Workload
+
+_HASH_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<hash>[a-z0-9]{5,10})$")
+_CRON_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<minutes>\d{8,10})$")
+_EXPORTER_RE = re.compile(r"dcgm-exporter")
+
+
+def is_gpu_resource(name: str, patterns: Iterable[str]) -> bool:
+    """True when a resource name matches one of the GPU resource patterns."""
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _ts(value: Any, where: str) -> datetime | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InputFormatError(f"{where}: not an RFC 3339 time: {value!r}") from exc
+
+
+def _int_quantity(value: Any, where: str) -> int:
+    try:
+        text = str(value).strip()
+        if text.endswith("k"):
+            return int(text[:-1]) * 1000
+        return int(float(text))
+    except (TypeError, ValueError) as exc:
+        raise InputFormatError(f"{where}: GPU quantity must be an integer, got {value!r}") from exc
+
+
+def _gpu_requests(spec: Mapping[str, Any], patterns: tuple[str, ...], where: str) -> dict[str, int]:
+    def per_container(c: Mapping[str, Any], idx: str) -> dict[str, int]:
+        res = c.get("resources") or {}
+        limits = res.get("limits") or {}
+        requests = res.get("requests") or {}
+        out: dict[str, int] = {}
+        for name in {*limits, *requests}:
+            if is_gpu_resource(name, patterns):
+                raw = limits.get(name, requests.get(name))
+                out[name] = _int_quantity(raw, f"{where}.{idx}.resources[{name!r}]")
+        return out
+
+    app: dict[str, int] = {}
+    for i, c in enumerate(spec.get("containers") or []):
+        for k, v in per_container(c, f"spec.containers[{i}]").items():
+            app[k] = app.get(k, 0) + v
+    init_max: dict[str, int] = {}
+    for i, c in enumerate(spec.get("initContainers") or []):
+        for k, v in per_container(c, f"spec.initContainers[{i}]").items():
+            init_max[k] = max(init_max.get(k, 0), v)
+    eff = {k: max(app.get(k, 0), init_max.get(k, 0)) for k in {*app, *init_max}}
+    return {k: v for k, v in eff.items() if v > 0}
+
+
+def _meta(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise InputFormatError(f"{kind} object without metadata.name")
+    return meta
+
+
+def pod_from_dict(obj: Mapping[str, Any], patterns: tuple[str, ...] = DEFAULT_GPU_RESOURCES) -> Pod:
+    """Build a `Pod` from a Kubernetes Pod JSON object (workload = first hop; see `resolve_owners`).
+
+    Raises:
+        InputFormatError: when metadata.name is missing or a GPU quantity or time is malformed.
+    """
+    meta = _meta(obj, "Pod")
+    ns = meta.get("namespace") or "default"
+    name = str(meta["name"])
+    where = f"Pod {ns}/{name}"
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    phase_raw = status.get("phase") or "Unknown"
+    try:
+        phase = PodPhase(phase_raw)
+    except ValueError as exc:
+        raise InputFormatError(f"{where}: unknown status.phase {phase_raw!r}") from exc
+    owners = tuple(
+        OwnerRef(
+            api_version=str(o.get("apiVersion", "")),
+            kind=str(o.get("kind", "")),
+            name=str(o.get("name", "")),
+            uid=str(o.get("uid", "")),
+            controller=bool(o.get("controller", False)),
+        )
+        for o in meta.get("ownerReferences") or []
+        if isinstance(o, Mapping) and o.get("kind") and o.get("name")
+    )
+    ctrl = next((o for o in owners if o.controller), owners[0] if owners else None)
+    workload = (
+        Workload(kind=ctrl.kind, name=ctrl.name, namespace=ns, api_version=ctrl.api_version, resolution="first-hop", chain=(f"{ctrl.kind}/{ctrl.name}",))
+        if ctrl
+        else Workload(kind="Pod", name=name, namespace=ns, resolution="api", exists=True)
+    )
+    finished: datetime | None = None
+    for cs in status.get("containerStatuses") or []:
+        term = ((cs or {}).get("state") or {}).get("terminated") or {}
+        t = _ts(term.get("finishedAt"), f"{where}.status.containerStatuses.state.terminated.finishedAt")
+        if t is not None and (finished is None or t > finished):
+            finished = t
+    containers = spec.get("containers") or []
+    return Pod(
+        namespace=ns,
+        name=name,
+        uid=str(meta.get("uid", "")),
+        phase=phase,
+        node_name=spec.get("nodeName") or None,
+        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        owner_refs=owners,
+        workload=workload,
+        gpu_requests=_gpu_requests(spec, patterns, where),
+        containers=tuple(str(c.get("name", "")) for c in containers),
+        container_images=tuple(str(c.get("image", "")) for c in containers),
+        container_args=tuple(" ".join(map(str, (c.get("command") or []) + (c.get("args") or []))) for c in containers),
+        created_at=_ts(meta.get("creationTimestamp"), f"{where}.metadata.creationTimestamp"),
+        started_at=_ts(status.get("startTime"), f"{where}.status.startTime"),
+        finished_at=finished,
+        deletion_requested=bool(meta.get("deletionTimestamp")),
+        pod_ip=status.get("podIP") or None,
+        host_ip=status.get("hostIP") or None,
+    )
+
+
+def _label_int(labels: Mapping[str, str], key: str) -> int | None:
+    v = labels.get(key)
+    try:
+        return int(v) if v not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def node_from_dict(obj: Mapping[str, Any], settings: ClusterReadSettings | None = None) -> Node:
+    """Build a `Node` from a Kubernetes Node JSON object.
+
+    Raises:
+        InputFormatError: when metadata.name is missing or a GPU capacity is malformed.
+    """
+    settings = settings or ClusterReadSettings()
+    meta = _meta(obj, "Node")
+    name = str(meta["name"])
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+
+    def gpu_map(section: str) -> dict[str, int]:
+        raw = status.get(section) or {}
+        return {
+            k: _int_quantity(v, f"Node {name}.status.{section}[{k!r}]")
+            for k, v in raw.items()
+            if is_gpu_resource(k, settings.gpu_resource_names) or k.startswith(("nvidia.com/", "k8s.amazonaws.com/vgpu"))
+        }
+
+    capacity_type = None
+    for key in settings.capacity_type_labels:
+        v = labels.get(key)
+        if v:
+            low = v.lower()
+            capacity_type = "spot" if low in ("spot", "true", "preemptible") else "on-demand" if low in ("on_demand", "on-demand", "ondemand", "regular") else low
+            break
+    ips = tuple(a.get("address", "") for a in status.get("addresses") or [] if a.get("type") == "InternalIP")
+    return Node(
+        name=name,
+        labels=labels,
+        instance_type=labels.get("node.kubernetes.io/instance-type") or labels.get("beta.kubernetes.io/instance-type") or labels.get("nvidia.com/gpu.machine"),
+        capacity_type=capacity_type,
+        region=labels.get("topology.kubernetes.io/region"),
+        zone=labels.get("topology.kubernetes.io/zone"),
+        provider_id=spec.get("providerID") or None,
+        internal_ips=ips,
+        gpu_product=labels.get("nvidia.com/gpu.product") or labels.get("cloud.google.com/gke-accelerator"),
+        gpu_count_label=_label_int(labels, "nvidia.com/gpu.count"),
+        gpu_memory_mib=_label_int(labels, "nvidia.com/gpu.memory"),
+        gpu_replicas=_label_int(labels, "nvidia.com/gpu.replicas") or 1,
+        mig_strategy=labels.get("nvidia.com/mig.strategy"),
+        capacity_gpu=gpu_map("capacity"),
+        allocatable_gpu=gpu_map("allocatable"),
+        created_at=_ts(meta.get("creationTimestamp"), f"Node {name}.metadata.creationTimestamp"),
+        unschedulable=bool(spec.get("unschedulable", False)),
+    )
+
+
+def resolve_owners(pod: Pod, controllers: Mapping[str, Mapping[str, Any]], listed_kinds: frozenset[str]) -> Workload:
+    """Walk the pod's owner chain to its top controller.
+
+    `controllers` maps "Kind/namespace/name" → object (ReplicaSets, Jobs, ... that were listed). When
+    a hop is missing from a listed kind, the owner is gone (orphan); when the kind was not listed, the
+    hop is inferred from naming conventions (ReplicaSet `<deployment>-<hash>`, Job `<cronjob>-<minutes>`).
+    """
+    w = pod.workload
+    if w.kind == "Pod":
+        return w
+    chain = [f"{w.kind}/{w.name}"]
+    kind, name, api = w.kind, w.name, w.api_version
+    resolution = "api"
+    exists: bool | None = None
+    for _ in range(8):
+        key = f"{kind}/{pod.namespace}/{name}"
+        obj = controllers.get(key)
+        if obj is None:
+            if kind in listed_kinds:
+                exists = False
+                break
+            inferred = _infer_parent(kind, name, pod)
+            if inferred is None:
+                resolution = "api" if resolution == "api" and kind not in ("ReplicaSet", "Job") else resolution
+                break
+            kind, name = inferred
+            api = ""
+            resolution = "inferred"
+            chain.append(f"{kind}/{name}")
+            continue
+        exists = True
+        owners = [o for o in (obj.get("metadata") or {}).get("ownerReferences") or [] if o.get("kind") and o.get("name")]
+        ctrl = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
+        if ctrl is None:
+            break
+        kind, name, api = str(ctrl["kind"]), str(ctrl["name"]), str(ctrl.get("apiVersion", ""))
+        chain.append(f"{kind}/{name}")
+        exists = None
+    else:
+        resolution = "first-hop"
+    if exists is None and kind in listed_kinds:
+        exists = f"{kind}/{pod.namespace}/{name}" in controllers
+    return Workload(kind=kind, name=name, namespace=pod.namespace, api_version=api, resolution=resolution, exists=exists, chain=tuple(chain))
+
+
+def _infer_parent(kind: str, name: str, pod: Pod) -> tuple[str, str] | None:
+    if kind == "ReplicaSet":
+        h = pod.labels.get("pod-template-hash")
+        if h and name.endswith(f"-{h}"):
+            return ("Deployment", name[: -len(h) - 1])
+        m = _HASH_SUFFIX.match(name)
+        return ("Deployment", m.group("base")) if m else None
+    if kind == "Job":
+        m = _CRON_SUFFIX.match(name)
+        return ("CronJob", m.group("base")) if m else None
+    return None
+
+
+CONTROLLER_KINDS = ("ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")
+
+
+def cluster_state_from_objects(
+    items: Iterable[Mapping[str, Any]],
+    *,
+    cluster: str,
+    observed_at: datetime,
+    settings: ClusterReadSettings | None = None,
+    listed_kinds: Iterable[str] | None = None,
+    source: str = "",
+) -> ClusterState:
+    """Build `ClusterState` from a mixed list of Pod, Node, Namespace and controller objects.
+
+    Args:
+        listed_kinds: controller kinds that were listed completely (so a missing owner of that
+            kind means it is gone); defaults to the kinds present in `items`.
+
+    Raises:
+        InputFormatError: on an object without `kind`, or a malformed Pod/Node.
+    """
+    settings = settings or ClusterReadSettings()
+    exporter_re = re.compile(settings.exporter_pod_pattern)
+    pods: list[Pod] = []
+    nodes: list[Node] = []
+    controllers: dict[str, Mapping[str, Any]] = {}
+    ns_labels: dict[str, dict[str, str]] = {}
+    ns_annotations: dict[str, dict[str, str]] = {}
+    exporters: dict[str, str] = {}
+    exporter_ips: dict[str, str] = {}
+    kinds_seen: set[str] = set()
+    for i, obj in enumerate(items):
+        if not isinstance(obj, Mapping):
+            raise InputFormatError(f"items[{i}] is not an object")
+        kind = obj.get("kind")
+        if not kind:
+            raise InputFormatError(f"items[{i}] has no kind (expected the output of kubectl get -o json)")
+        kinds_seen.add(str(kind))
+        if kind == "Pod":
+            pod = pod_from_dict(obj, settings.gpu_resource_names)
+            if exporter_re.search(pod.name) and pod.node_name:
+                exporters[pod.name] = pod.node_name
+                if pod.pod_ip:
+                    exporter_ips[pod.pod_ip] = pod.node_name
+            if pod.gpu_requests:
+                pods.append(pod)
+        elif kind == "Node":
+            nodes.append(node_from_dict(obj, settings))
+        elif kind == "Namespace":
+            meta = _meta(obj, "Namespace")
+            ns_labels[str(meta["name"])] = dict(meta.get("labels") or {})
+            ns_annotations[str(meta["name"])] = dict(meta.get("annotations") or {})
+        elif kind in CONTROLLER_KINDS or "ownerReferences" in (obj.get("metadata") or {}) or obj.get("apiVersion", "").count("/"):
+            meta = _meta(obj, str(kind))
+            controllers[f"{kind}/{meta.get('namespace') or 'default'}/{meta['name']}"] = obj
+    listed = frozenset(listed_kinds) if listed_kinds is not None else frozenset(k for k in kinds_seen if k not in ("Pod", "Node", "Namespace"))
+    resolved = [p.model_copy(update={"workload": resolve_owners(p, controllers, listed)}) for p in pods]
+    gpu_nodes = [n for n in nodes if n.capacity_gpu or n.allocatable_gpu or n.gpu_product or n.name in {p.node_name for p in pods} or n.name in exporters.values()]
+    return ClusterState(
+        cluster=cluster,
+        observed_at=observed_at,
+        pods=tuple(resolved),
+        nodes=tuple(gpu_nodes),
+        exporter_pods=exporters,
+        exporter_pod_ips=exporter_ips,
+        namespace_labels=ns_labels,
+        namespace_annotations=ns_annotations,
+        workloads_known=frozenset(controllers),
+        owner_kinds_listed=listed,
+        source=source,
+    )
