@@ -285,6 +285,24 @@ def main(
                         format="%(levelname)s %(name)s %(message)s")
 
 
+COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay")
+
+
+def _load_commands() -> None:
+    """Import the subcommand modules present in `gpuwaste.commands` (each registers itself)."""
+    import importlib
+
+    for name in COMMAND_MODULES:
+        try:
+            importlib.import_module(f"gpuwaste.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"gpuwaste.commands.{name}":
+                raise
+
+
+_load_commands()
+
+
 def run() -> None:
     """Console-script entry point."""
     app()

@@ -1,0 +1,1 @@
+"""Command-line subcommands beyond scan/demo; each module registers itself on `gpuwaste.cli.app`."""
