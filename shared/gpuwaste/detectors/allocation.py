@@ -75,10 +75,7 @@ def idle_mode(ctx: ScanContext, alloc: Allocation) -> IdleMode:
     if pod.workload.kind in BATCH_KINDS or any(r.kind == "Job" for r in pod.owner_refs):
         return IdleMode.BATCH
     images = " ".join(pod.container_images).lower()
-    has_inference_metrics = any(
-        p.namespace == pod.namespace and p.pod == pod.name and any(k.startswith(("vllm:", "tgi_", "nv_inference")) for k in p.signals)
-        for p in ctx.telemetry.pods
-    )
+    has_inference_metrics = any(k.startswith(("vllm:", "tgi_", "nv_inference")) for k in ctx.pod_signals(pod.namespace, pod.name))
     if pod.workload.kind in INFERENCE_KINDS or has_inference_metrics or any(i in images for i in INFERENCE_IMAGES):
         return IdleMode.INFERENCE
     return IdleMode.IDLE_HELD

@@ -152,6 +152,22 @@ class ScanContext:
     unmapped_devices: list[GpuTelemetry]
     stray_labels: list[tuple[GpuTelemetry, str, str, str]]
 
+    def pod_signals(self, namespace: str, pod: str) -> dict[str, WindowStats]:
+        """Pod-level signals (CPU, inference server) of one pod; empty when none were scraped."""
+        index = self.__dict__.get("_pod_index")
+        if index is None:
+            index = {(p.namespace, p.pod): p.signals for p in self.telemetry.pods}
+            self.__dict__["_pod_index"] = index
+        return index.get((namespace, pod), {})
+
+    def holder_of(self, device: GpuTelemetry) -> Allocation | None:
+        """The allocation that holds a device, or None."""
+        index = self.__dict__.get("_holder_index")
+        if index is None:
+            index = {id(d): a for a in self.allocations for d in a.devices}
+            self.__dict__["_holder_index"] = index
+        return index.get(id(device))
+
     @property
     def eval_time(self) -> datetime:
         """The scan's evaluation time (UTC)."""
@@ -177,13 +193,19 @@ class ScanContext:
         SM_ACTIVE, then GR_ENGINE_ACTIVE, then GPU_UTIL — except on MIG instances, where GPU_UTIL
         is a whole-GPU value that reads 0, so only the PROF ratios count.
         """
+        cache: dict[int, Signal | None] = self.__dict__.setdefault("_signal_cache", {})
+        if id(device) in cache:
+            return cache[id(device)]
+        found: Signal | None = None
         for sig in ACTIVITY_SIGNALS:
             if sig is Signal.GPU_UTIL and device.device.gpu_i_id is not None:
                 continue
             stats = device.merged(sig)
             if stats is not None and stats.count > 0:
-                return sig
-        return None
+                found = sig
+                break
+        cache[id(device)] = found
+        return found
 
     def expected_samples(self, pod: Pod | None = None) -> float:
         """Samples expected in the window, shortened to the pod's lifetime when it started inside it."""
@@ -210,6 +232,13 @@ class ScanContext:
         """
         if not devices:
             return None
+        cache: dict[tuple[object, ...], ActivityReading | None] = self.__dict__.setdefault("_activity_cache", {})
+        key = (tuple(id(d) for d in devices), pod.key if pod is not None else None)
+        if key not in cache:
+            cache[key] = self._activity(devices, pod)
+        return cache[key]
+
+    def _activity(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None) -> ActivityReading | None:
         readings: list[tuple[Signal, WindowStats]] = []
         for dev in devices:
             sig = self.activity_signal(dev)
@@ -371,6 +400,9 @@ def build_context(cluster: ClusterState, telemetry: TelemetryWindow, common: Com
             by_hostname.setdefault(ip, n.name)
     pods_by_key = {p.key: p for p in cluster.pods}
     holding = [p for p in cluster.pods if p.holds_gpus]
+    holding_by_node: dict[str, list[Pod]] = defaultdict(list)
+    for p in holding:
+        holding_by_node[p.node_name or ""].append(p)
 
     inventories: dict[str, NodeInventory] = {}
 
@@ -416,7 +448,8 @@ def build_context(cluster: ClusterState, telemetry: TelemetryWindow, common: Com
     allocations: list[Allocation] = []
     for node_name, node_inv in inventories.items():
         node = node_inv.node
-        node_pods = [p for p in holding if p.node_name == node_name]
+        node_pods = holding_by_node.get(node_name, [])
+        first_alloc = len(allocations)
         unlabelled = [d for d in node_inv.devices if id(d) not in device_owner]
         uncovered = [p for p in node_pods if p.key not in pods_devices]
         for pod in node_pods:
@@ -436,7 +469,7 @@ def build_context(cluster: ClusterState, telemetry: TelemetryWindow, common: Com
             if uncovered and unlabelled:
                 node_inv.ambiguous_pods.extend(uncovered)
                 node_inv.unattributed_devices.extend(unlabelled)
-        node_inv.allocations = [a for a in allocations if a.pod.node_name == node_name]
+        node_inv.allocations = allocations[first_alloc:]
         node_inv.unheld_devices = [] if node_inv.ambiguous_pods else list(unlabelled)
     for pod in holding:
         if pod.node_name and pod.node_name not in inventories:

@@ -124,7 +124,7 @@ def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settin
     problem = ctx.device_problem(dev, settings.stale_min_samples)
     if problem not in ("stale_series", "frozen_exporter"):
         return
-    holder = next((a for a in ctx.allocations if dev in a.devices), None)
+    holder = ctx.holder_of(dev)
     if holder is not None:
         subject = ctx.subject_for(holder)
     where = f"{holder.pod.namespace}/{holder.pod.name} on {subject.node}" if holder else f"{subject.node}"
