@@ -93,7 +93,7 @@ class FakeHttpServer:
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         httpd.daemon_threads = True
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name=f"{self.server_name}-server", daemon=True)
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=f"{self.server_name}-server", daemon=True)
         self._thread.start()
         return self
 
@@ -146,6 +146,7 @@ def _make_handler(app: FakeHttpServer) -> type[BaseHTTPRequestHandler]:
     """Build a request-handler class bound to ``app``."""
 
     class _Handler(BaseHTTPRequestHandler):
+        disable_nagle_algorithm = True
         protocol_version = "HTTP/1.1"
         timeout = 10  # seconds; closes idle keep-alive connections so their threads and sockets go away
         server_version = f"{app.server_name}/1.0"

@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from gpuwaste.errors import InputFormatError
-from gpuwaste.settings import DEFAULT_GPU_RESOURCES, ClusterReadSettings
 from gpuwaste.models.cluster import ClusterState, Node, OwnerRef, Pod, PodPhase, Workload
+from gpuwaste.settings import DEFAULT_GPU_RESOURCES, ClusterReadSettings
 
 _HASH_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<hash>[a-z0-9]{5,10})$")
 _CRON_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<minutes>\d{8,10})$")
@@ -176,6 +176,9 @@ def node_from_dict(obj: Mapping[str, Any], settings: ClusterReadSettings | None 
         v = labels.get(key)
         if v:
             low = v.lower()
+            if low == "false":  # e.g. GKE `gke-spot: "false"`: not spot, but a later label may still say preemptible
+                capacity_type = "on-demand"
+                continue
             capacity_type = "spot" if low in ("spot", "true", "preemptible") else "on-demand" if low in ("on_demand", "on-demand", "ondemand", "regular") else low
             break
     ips = tuple(a.get("address", "") for a in status.get("addresses") or [] if a.get("type") == "InternalIP")

@@ -19,10 +19,11 @@ from pydantic import BaseModel, Field
 
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState
-from gpuwaste.models.telemetry import PodTelemetry, TelemetryWindow, WindowStats
-from gpuwaste.sources.dcgm import TelemetryLabels, build_gpu_telemetry
+from gpuwaste.models.telemetry import TelemetryWindow
+from gpuwaste.sources.dcgm import TelemetryLabels
 from gpuwaste.sources.exposition import ParsedExposition, parse_exposition
 from gpuwaste.sources.k8s_objects import ClusterReadSettings, cluster_state_from_objects
+from gpuwaste.sources.metrics_plan import SeriesSummary, assemble, spec_for, summarise_samples
 from gpuwaste.sources.window import window_stats
 
 TELEMETRY_NAMES = ("telemetry.om", "telemetry.om.gz", "telemetry.prom", "telemetry.prom.gz", "telemetry.txt", "metrics.prom", "metrics.om")
@@ -92,7 +93,9 @@ class RecordingTelemetrySource:
     Args:
         path: a recording directory or a telemetry file.
         fmt: "auto" detects OpenMetrics by its `# EOF` line; "text" means millisecond timestamps.
-        default_time: timestamp given to samples without one (a bare /metrics scrape).
+        default_time: timestamp given to samples without one (a bare /metrics scrape). When None:
+            the metadata `eval_time`, else the scan's evaluation time when `telemetry(at=…)` is the
+            first read, else the file's modification time (whole seconds).
     """
 
     def __init__(
@@ -130,7 +133,21 @@ class RecordingTelemetrySource:
             return found
         return self.path
 
-    def parsed(self) -> ParsedExposition:
+    def _default_time(self, at: datetime | None = None) -> datetime:
+        """The time given to samples without a timestamp (see the class docstring)."""
+        if self.default_time is not None:
+            return self.default_time
+        if self.meta.eval_time is not None:
+            return self.meta.eval_time.astimezone(UTC)
+        if at is not None:
+            return at
+        try:
+            mtime = int(self.telemetry_file.stat().st_mtime)
+        except OSError:
+            mtime = 0
+        return datetime.fromtimestamp(mtime, tz=UTC)
+
+    def parsed(self, at: datetime | None = None) -> ParsedExposition:
         """The parsed exposition (parsed once).
 
         Raises:
@@ -149,7 +166,8 @@ class RecordingTelemetrySource:
                     data = gzip.decompress(data)
                 except (OSError, EOFError) as exc:
                     raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
-            default_ms = int(self.default_time.timestamp() * 1000) if self.default_time else None
+            self.default_time = self._default_time(at)
+            default_ms = int(self.default_time.timestamp() * 1000)
             self._parsed = parse_exposition(data, fmt=self.fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_wanted)
         return self._parsed
 
@@ -166,40 +184,36 @@ class RecordingTelemetrySource:
 
     def telemetry(self, *, at: datetime, window: timedelta) -> TelemetryWindow:
         """Summarise the recorded series over `[at − window, at]`."""
-        parsed = self.parsed()
+        parsed = self.parsed(at)
         eval_ms = int(at.timestamp() * 1000)
         window_ms = int(window.total_seconds() * 1000)
         recent_ms = min(600_000, window_ms)
-        rows: list[tuple[str, dict[str, str], WindowStats]] = []
-        pods: dict[tuple[str, str], dict[str, WindowStats]] = {}
-        present: set[str] = set()
-        single = True
+        summaries: list[SeriesSummary] = []
+        other_present: set[str] = set()
         for s in parsed.series.values():
-            stats = window_stats(s.timestamps_ms, s.values, eval_ms=eval_ms, window_ms=window_ms, recent_ms=recent_ms)
-            if stats is None:
+            spec = spec_for(s.name)
+            if spec is None:
+                # DCGM fields outside the plan: reported as present (honest inventory), not summarised
+                if s.name.startswith(("DCGM_", "dcgm_fi_")) and window_stats(
+                    s.timestamps_ms, s.values, eval_ms=eval_ms, window_ms=window_ms, recent_ms=recent_ms
+                ) is not None:
+                    other_present.add(_canonical(s.name))
                 continue
-            if stats.count > 1:
-                single = False
-            name = _canonical(s.name)
-            present.add(name)
-            if _is_pod_metric(name):
-                ns, pod = s.labels.get("namespace"), s.labels.get("pod")
-                if ns and pod:
-                    sig = pods.setdefault((ns, pod), {})
-                    sig[name] = stats if name not in sig else sig[name].merge(stats)
-                continue
-            rows.append((name, s.labels, stats))
+            one = summarise_samples(spec, s.labels, s.timestamps_ms, s.values, eval_ms=eval_ms, window_ms=window_ms, recent_ms=recent_ms)
+            if one is not None:
+                summaries.append(one)
+        parts = assemble(summaries, self.labels)
         return TelemetryWindow(
             cluster=self.cluster,
             eval_time=at,
             window_s=int(window.total_seconds()),
             recent_s=recent_ms // 1000,
             scrape_interval_s=self.scrape_interval_s,
-            gpus=tuple(build_gpu_telemetry(rows, self.labels)),
-            pods=tuple(PodTelemetry(namespace=ns, pod=p, signals=sig) for (ns, p), sig in sorted(pods.items())),
-            metrics_present=frozenset(present),
+            gpus=parts.gpus,
+            pods=parts.pods,
+            metrics_present=parts.metrics_present | other_present,
             source=f"recording {self.telemetry_file}",
-            single_instant=single and bool(rows),
+            single_instant=parts.single_instant,
         )
 
 

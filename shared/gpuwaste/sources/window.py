@@ -85,3 +85,49 @@ def _max_step_avg(ts: Sequence[int], vals: Sequence[float], eval_ms: int, window
             best = avg if best is None else max(best, avg)
         t += step_ms
     return best
+
+
+def counter_rate(timestamps_ms: Sequence[int], values: Sequence[float], *, eval_ms: int, window_ms: int) -> float | None:
+    """PromQL `rate(x[window])` evaluated at `eval_ms`: Prometheus 2.x `extrapolatedRate`, per second.
+
+    Counter resets add the value before the reset; the increase is extrapolated to the window edges when
+    the first/last sample lies within 1.1 average sample intervals of them (else by half an interval),
+    and never extrapolated below a zero counter value. The arithmetic follows Prometheus' order of
+    operations so both paths give the same float.
+
+    Returns:
+        The per-second rate, or None when the window holds fewer than 2 samples (PromQL drops the series).
+    """
+    lo = bisect.bisect_left(timestamps_ms, eval_ms - window_ms)
+    hi = bisect.bisect_right(timestamps_ms, eval_ms)
+    if hi - lo < 2:
+        return None
+    ts = timestamps_ms[lo:hi]
+    vals = values[lo:hi]
+    result = vals[-1] - vals[0]
+    prev = vals[0]
+    for v in vals[1:]:
+        if v < prev:
+            result += prev
+        prev = v
+    range_start = eval_ms - window_ms
+    duration_to_start = (ts[0] - range_start) / 1000
+    duration_to_end = (eval_ms - ts[-1]) / 1000
+    sampled = (ts[-1] - ts[0]) / 1000
+    avg_between = sampled / (len(vals) - 1)
+    if result > 0 and vals[0] >= 0:
+        duration_to_zero = sampled * (vals[0] / result)
+        if duration_to_zero < duration_to_start:
+            duration_to_start = duration_to_zero
+    threshold = avg_between * 1.1
+    interval = sampled
+    interval += duration_to_start if duration_to_start < threshold else avg_between / 2
+    interval += duration_to_end if duration_to_end < threshold else avg_between / 2
+    factor = interval / sampled
+    factor /= window_ms / 1000
+    return result * factor
+
+
+def counter_resets(values: Sequence[float]) -> int:
+    """PromQL `resets(…)` on already-selected values: how often a value is lower than the one before."""
+    return sum(1 for a, b in zip(values, values[1:], strict=False) if b < a)

@@ -1,0 +1,123 @@
+"""`gpuwaste record`: write a recording (telemetry + cluster state + metadata) from a live Prometheus and cluster.
+
+The recording has the layout `fleet.generator.write_recording` produces and `gpuwaste scan --recording`
+reads: `telemetry.om.gz` (OpenMetrics, second timestamps), `cluster.json` (a `kubectl get … -o json`
+List) and `recording.json` (cluster, evaluation time, window, scrape interval). The telemetry holds the
+raw samples of every metric of the scan plan over `[at − window − 10 min, at]` (the extra 10 minutes
+make the first 10-minute average of the window complete), fetched with instant queries of range
+vectors at explicit evaluation times, in chunks.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpuwaste.cli import _progress, app, err, fail, parse_duration, parse_time
+from gpuwaste.errors import GpuWasteError, PermanentError, SourceAuthError, SourceUnavailableError
+from gpuwaste.settings import ClusterConfig, KubernetesSettings, PrometheusSettings, load_config
+from gpuwaste.sources.exposition import write_openmetrics
+from gpuwaste.sources.metrics_plan import PLAN
+from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+
+AVG_LOOKBACK_S = 600
+
+
+def _cluster_objects(cluster_json: Path | None, cc: ClusterConfig, progress: Any) -> dict[str, Any]:
+    """The cluster List: from a file, or read live with the Kubernetes adapter."""
+    if cluster_json is not None:
+        try:
+            doc = json.loads(cluster_json.read_bytes())
+        except (OSError, json.JSONDecodeError) as exc:
+            fail(f"{cluster_json}: cannot read a kubectl JSON List: {exc}")
+        if isinstance(doc, list):
+            doc = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": doc}
+        if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+            fail(f"{cluster_json}: expected a Kubernetes List (kubectl get pods,nodes -A -o json)")
+        return doc
+    try:
+        from gpuwaste.sources.kubernetes import KubernetesPodSource
+    except ModuleNotFoundError:
+        fail("the Kubernetes adapter is not installed; pass --cluster-json FILE (kubectl get pods,nodes -A -o json)")
+    source = KubernetesPodSource.from_settings(cc.kubernetes, cluster=cc.name, read=cc.read, progress=progress)
+    kube_list = getattr(source, "kube_list", None)
+    if kube_list is None:
+        fail("this build cannot capture cluster objects live; pass --cluster-json FILE (kubectl get pods,nodes -A -o json)")
+    doc = kube_list()
+    return doc if isinstance(doc, dict) else {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": list(doc)}
+
+
+@app.command()
+def record(
+    out_dir: Annotated[Path, typer.Argument(help="Directory to write the recording into (created; must be empty or absent unless --force).")],
+    prometheus: Annotated[str | None, typer.Option("--prometheus", "-p", help="Prometheus base URL.", envvar="GPUWASTE_PROMETHEUS_URL")] = None,
+    at: Annotated[str | None, typer.Option("--at", help="End of the recorded window (RFC 3339 or unix seconds). Default: now.")] = None,
+    window: Annotated[str, typer.Option("--window", "-w", help="Window the recording must let a scan cover, e.g. 1h.")] = "1h",
+    step: Annotated[str, typer.Option("--step", help="Scrape interval of the series (recording.json scrape_interval_s).")] = "30s",
+    cluster_json: Annotated[Path | None, typer.Option("--cluster-json", help="Use this kubectl get pods,nodes -A -o json List instead of reading the cluster.")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file (default ~/.kube/config).", envvar="KUBECONFIG")] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (auth, labels); see `gpuwaste config-schema`.")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster name (from --config, or a label for the recording).")] = None,
+    chunk: Annotated[str, typer.Option("--chunk", help="Fetch samples in chunks of this length.")] = "1h",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing recording in OUT_DIR.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
+) -> None:
+    """Record telemetry and cluster state from a live Prometheus and cluster into a replayable directory."""
+    try:
+        cfg = load_config(config)
+        cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "recording"))
+    except GpuWasteError as exc:
+        fail(str(exc))
+    if prometheus:
+        cc.prometheus = PrometheusSettings(url=prometheus) if cc.prometheus is None else cc.prometheus.model_copy(update={"url": prometheus})
+    if cc.prometheus is None:
+        fail("a Prometheus URL is required: --prometheus URL (or clusters[].prometheus.url in --config)")
+    if kubeconfig or context:
+        cc.kubernetes = KubernetesSettings(mode="kubeconfig", kubeconfig=str(kubeconfig) if kubeconfig else None, context=context)
+    window_s = parse_duration(window)
+    step_s = parse_duration(step)
+    chunk_s = parse_duration(chunk)
+    when = parse_time(at) or datetime.now(tz=UTC).replace(microsecond=0)
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        fail(f"{out_dir}: not empty; choose another directory or pass --force")
+    progress = _progress(quiet)
+    try:
+        source = PrometheusGpuMetricsSource.from_settings(cc.prometheus, cluster=cc.name, labels=cc.labels, scrape_interval_s=step_s)
+        progress(f"fetching {len(PLAN)} metrics over {window_s + AVG_LOOKBACK_S} s ending {when.isoformat()}")
+        series = source.raw_series(at=when, range_s=window_s + AVG_LOOKBACK_S, chunk_s=chunk_s, progress=progress)
+        progress("reading cluster state")
+        kube = _cluster_objects(cluster_json, cc, progress)
+    except SourceUnavailableError as exc:
+        fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
+    except (SourceAuthError, PermanentError) as exc:
+        fail(str(exc))
+    buf = io.StringIO()
+    types = {name: spec.kind for spec in PLAN for name in spec.names}
+    write_openmetrics(series, buf, types=types)
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "telemetry.om.gz").write_bytes(gzip.compress(buf.getvalue().encode(), compresslevel=6, mtime=0))
+    (tmp / "cluster.json").write_text(json.dumps(kube, indent=1, sort_keys=True) + "\n")
+    meta = {
+        "cluster": cc.name,
+        "eval_time": when.isoformat(),
+        "window_s": window_s,
+        "scrape_interval_s": step_s,
+        "format": "openmetrics",
+        "generator": {"tool": "gpuwaste record", "prometheus": source.url, "chunk_s": chunk_s},
+    }
+    (tmp / "recording.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+    samples = sum(len(s.values) for s in series)
+    err.print(f"wrote {out_dir}: {len(series)} series, {samples} samples, {len(kube.get('items', []))} cluster objects", highlight=False)

@@ -1,0 +1,555 @@
+"""Integration: the Prometheus adapter against a real Prometheus backfilled with the same recordings the offline path reads.
+
+Parity: for each generated fleet, scanning the backfilled Prometheus (PrometheusGpuMetricsSource) and
+scanning the recording (RecordingTelemetrySource) at the same evaluation time and window give the same
+telemetry window and the same findings. Also: explicit evaluation time, constant query count, error
+translation and auth headers (against a tiny local HTTP server).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from gpuwaste.errors import PermanentError, SourceAuthError, SourceUnavailableError
+from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
+from gpuwaste.models.findings import WasteKind
+from gpuwaste.models.telemetry import GpuTelemetry, TelemetryWindow, WindowStats
+from gpuwaste.pricing.catalog import PriceBook
+from gpuwaste.services.scan import ScanReport, ScanService
+from gpuwaste.settings import PrometheusAuth, PrometheusSettings
+from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
+from gpuwaste.sources.metrics_plan import PLAN
+from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
+from tests.servers.ports import free_port
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from tests.servers.prometheus import PrometheusFactory
+
+pytestmark = pytest.mark.integration
+
+REL = 1e-9
+HOSTILE = 'a"b\\c\n{}=~'
+
+
+# -- scenario construction ---------------------------------------------------------------------------------
+def _exporter_restart(series: list[RecordedSeries], uuid: str, split_ms: int) -> list[RecordedSeries]:
+    """B12: the exporter of one GPU restarts mid-window and comes back with a new `instance` label."""
+    out: list[RecordedSeries] = []
+    for s in series:
+        if s.labels.get("UUID") != uuid:
+            out.append(s)
+            continue
+        before = [(t, v) for t, v in zip(s.timestamps_ms, s.values, strict=True) if t < split_ms]
+        after = [(t, v) for t, v in zip(s.timestamps_ms, s.values, strict=True) if t >= split_ms]
+        for part, inst in ((before, "10.244.1.7:9400"), (after, "10.244.1.9:9400")):
+            if part:
+                out.append(RecordedSeries(s.name, {**s.labels, "instance": inst}, [t for t, _ in part], [v for _, v in part]))
+    return out
+
+
+def _rename(series: list[RecordedSeries], uuid: str, old: str, new: str) -> list[RecordedSeries]:
+    """An exporter emitting an alias name (1.x compatibility, Azure lower-casing) for one GPU."""
+    return [RecordedSeries(new, s.labels, s.timestamps_ms, s.values) if s.name == old and s.labels.get("UUID") == uuid else s for s in series]
+
+
+def _pod_series(ns: str, pod: str, t_end_ms: int, history_s: int) -> list[RecordedSeries]:
+    """cAdvisor CPU counters (with a reset and the pod/pause cgroups), TGI gauges, Triton counters."""
+    ts = list(range(t_end_ms - history_s * 1000 + 30_000, t_end_ms + 1, 30_000))
+    base = {"namespace": ns, "pod": pod}
+    out = []
+    for container, per_step in (("server", 24.5), ("sidecar", 0.75), ("", 26.0), ("POD", 0.01)):
+        vals = [per_step * (i + 1) for i in range(len(ts))]
+        out.append(RecordedSeries("container_cpu_usage_seconds_total", {**base, "container": container, "cpu": "total"}, list(ts), vals))
+    throttled, acc = [], 0.0
+    for i in range(len(ts)):
+        acc = 0.0 if i == len(ts) // 2 else acc + (i % 7)  # a counter reset (container restart) mid-window
+        throttled.append(acc)
+    out.append(RecordedSeries("container_cpu_cfs_throttled_periods_total", {**base, "container": "server"}, list(ts), throttled))
+    out.append(RecordedSeries("container_cpu_cfs_periods_total", {**base, "container": "server"}, list(ts), [300.0 * (i + 1) for i in range(len(ts))]))
+    out.append(RecordedSeries("tgi_queue_size", dict(base), list(ts), [float(i % 5) for i in range(len(ts))]))
+    out.append(RecordedSeries("tgi_batch_current_size", dict(base), list(ts), [float((i * 3) % 8) for i in range(len(ts))]))
+    out.append(RecordedSeries("nv_inference_request_success", {**base, "model": "resnet", "version": "1"}, list(ts), [10.0 * i for i in range(len(ts))]))
+    out.append(RecordedSeries("nv_inference_queue_duration_us", {**base, "model": "resnet", "version": "1"}, list(ts), [1234.5 * i for i in range(len(ts))]))
+    out.append(RecordedSeries("vllm:prompt_tokens_total", dict(base), [ts[-1]], [42.0]))  # one sample: present, no rate
+    return out
+
+
+@dataclass
+class Scenario:
+    """A recording directory (uncompressed OpenMetrics) and how to scan it."""
+
+    name: str
+    path: Path
+    spec: FleetSpec
+
+    @property
+    def telemetry_file(self) -> Path:
+        return self.path / "telemetry.om"
+
+
+def _write(name: str, root: Path, spec: FleetSpec, transform: Callable[[Any, list[RecordedSeries]], list[RecordedSeries]] | None = None) -> Scenario:
+    fleet = generate_fleet(spec)
+    path = root / name
+    write_recording(fleet, path, compress=False)
+    if transform is not None:
+        series = transform(fleet, list(fleet.iter_series()))
+        types = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter"}
+        with (path / "telemetry.om").open("w") as f:
+            write_openmetrics(series, f, types=types)
+    return Scenario(name, path, spec)
+
+
+def _b12_aliases_pods(fleet: Any, series: list[RecordedSeries]) -> list[RecordedSeries]:
+    t_end_ms = int(fleet.spec.eval_time.timestamp() * 1000)
+    plain = [g for g in fleet.gpus if g.mig is None]
+    series = _exporter_restart(series, plain[0].uuid, t_end_ms - 1_800_000)
+    series = _rename(series, plain[1].uuid, "DCGM_FI_DEV_GPU_UTIL", "dcgm_gpu_utilization")
+    series = _rename(series, plain[2].uuid, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "dcgm_fi_prof_gr_engine_active")
+    owner = next(g.owner for g in plain if g.owner)
+    return series + _pod_series(owner[0], owner[1], t_end_ms, fleet.spec.history_s)
+
+
+WEIGHTS = {"busy": 0.3, "idle": 0.2, "underused": 0.15, "bursty": 0.1, "gap": 0.1, "frozen": 0.05, "free": 0.1}
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
+    """The parity scenarios, written once per module."""
+    root = tmp_path_factory.mktemp("parity")
+    return {
+        s.name: s
+        for s in (
+            _write("demo", root, FleetSpec()),
+            _write("random-exported", root, FleetSpec(layout="random", nodes=6, seed=11, label_style="exported", cluster="rx", weights=WEIGHTS)),
+            _write("random-pod", root, FleetSpec(layout="random", nodes=3, seed=5, label_style="pod", cluster="rp", weights=WEIGHTS,
+                                                 instance_types=("g5.12xlarge", "g6.xlarge"))),
+            _write("b12-aliases-pods", root, FleetSpec(layout="random", nodes=2, seed=3, label_style="pod", cluster="b12",
+                                                       instance_types=("g5.12xlarge",)), _b12_aliases_pods),
+        )
+    }
+
+
+def _sources(sc: Scenario, prom_url: str) -> tuple[RecordingTelemetrySource, PrometheusGpuMetricsSource]:
+    rec = RecordingTelemetrySource(sc.path)
+    prom = PrometheusGpuMetricsSource.from_settings(
+        PrometheusSettings(url=prom_url), cluster=rec.cluster, scrape_interval_s=rec.scrape_interval_s
+    )
+    return rec, prom
+
+
+def _scan(sc: Scenario, telemetry: Any, at: Any) -> ScanReport:
+    rec = RecordingTelemetrySource(sc.path)
+    service = ScanService(
+        cluster_source=RecordingClusterSource(sc.path),
+        telemetry_source=telemetry,
+        window=timedelta(seconds=rec.meta.window_s or 3600),
+        price_book=PriceBook.bundled(),
+    )
+    return service.scan(at=at, scan_id="parity")
+
+
+# -- comparison helpers --------------------------------------------------------------------------------------
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=REL, abs_tol=1e-12)
+
+
+def _same_stats(a: WindowStats, b: WindowStats) -> bool:
+    exact = (a.count, a.recent_count, a.changes, a.series) == (b.count, b.recent_count, b.changes, b.series)
+    return exact and all(_close(getattr(a, f), getattr(b, f)) for f in ("total", "max", "min", "p95", "max_avg_10m"))
+
+
+def _same_signals(a: dict[str, WindowStats], b: dict[str, WindowStats]) -> list[str]:
+    if a.keys() != b.keys():
+        return [f"signals differ: {sorted(a.keys() ^ b.keys())}"]
+    return [f"{k}: {a[k]} != {b[k]}" for k in a if not _same_stats(a[k], b[k])]
+
+
+def _gpu_diffs(a: GpuTelemetry, b: GpuTelemetry) -> list[str]:
+    out = []
+    for f in ("device", "gpu_index", "model_name", "mig_profile", "hostname", "instances", "is_mig_parent"):
+        if getattr(a, f) != getattr(b, f):
+            out.append(f"{a.device} {f}: {getattr(a, f)} != {getattr(b, f)}")
+    ga = {(g.label_family, g.namespace, g.pod, g.container): g.signals for g in a.groups}
+    gb = {(g.label_family, g.namespace, g.pod, g.container): g.signals for g in b.groups}
+    if ga.keys() != gb.keys():
+        out.append(f"{a.device} groups: {sorted(map(str, ga))} != {sorted(map(str, gb))}")
+    else:
+        out.extend(f"{a.device} {k}: {d}" for k in ga for d in _same_signals(ga[k], gb[k]))
+    out.extend(f"{a.device} parent: {d}" for d in _same_signals(a.parent_signals, b.parent_signals))
+    return out
+
+
+def window_diffs(a: TelemetryWindow, b: TelemetryWindow) -> list[str]:
+    """Differences between two telemetry windows (floats within REL, counts exact)."""
+    out = []
+    if len(a.gpus) != len(b.gpus):
+        return [f"gpus: {len(a.gpus)} != {len(b.gpus)}"]
+    for ga, gb in zip(a.gpus, b.gpus, strict=True):
+        out.extend(_gpu_diffs(ga, gb))
+    pa = {(p.namespace, p.pod): p.signals for p in a.pods}
+    pb = {(p.namespace, p.pod): p.signals for p in b.pods}
+    if pa.keys() != pb.keys():
+        out.append(f"pods: {sorted(pa)} != {sorted(pb)}")
+    else:
+        out.extend(f"pod {k}: {d}" for k in pa for d in _same_signals(pa[k], pb[k]))
+    for f in ("metrics_present", "window_s", "recent_s", "single_instant", "eval_time"):
+        if getattr(a, f) != getattr(b, f):
+            out.append(f"{f}: {getattr(a, f)} != {getattr(b, f)}")
+    return out
+
+
+def _deep_diffs(a: Any, b: Any, path: str = "") -> Iterator[str]:
+    if isinstance(a, float) and isinstance(b, float):
+        if not _close(a, b):
+            yield f"{path}: {a!r} != {b!r}"
+    elif isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            yield f"{path}: keys {sorted(a.keys() ^ b.keys())}"
+        for k in a.keys() & b.keys():
+            yield from _deep_diffs(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        if len(a) != len(b):
+            yield f"{path}: length {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
+            yield from _deep_diffs(x, y, f"{path}[{i}]")
+    elif a != b:
+        yield f"{path}: {a!r} != {b!r}"
+
+
+def finding_diffs(a: ScanReport, b: ScanReport) -> list[str]:
+    """Differences between two scans' findings and no-verdicts (evidence floats within REL, the rest exact)."""
+    fa = sorted((f.model_dump(mode="python") for f in a.findings), key=lambda d: str(sorted(d["subject"].items())) + d["kind"] + str(d.get("scope_key")))
+    fb = sorted((f.model_dump(mode="python") for f in b.findings), key=lambda d: str(sorted(d["subject"].items())) + d["kind"] + str(d.get("scope_key")))
+    out = list(_deep_diffs(fa, fb, "findings"))
+    na = sorted((n.detector, n.subject, n.reason) for n in a.no_verdict)
+    nb = sorted((n.detector, n.subject, n.reason) for n in b.no_verdict)
+    if na != nb:
+        out.append(f"no_verdict: {na} != {nb}")
+    return out
+
+
+# -- parity ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["demo", "random-exported", "random-pod", "b12-aliases-pods"])
+def test_prometheus_source_window_and_findings_match_the_recording(
+    name: str, scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN a generated fleet written as a recording and backfilled into a real Prometheus
+    sc = scenarios[name]
+    server = prometheus_factory(sc.telemetry_file)
+    rec, prom = _sources(sc, server.url)
+    at = rec.end_time()
+    window = timedelta(seconds=rec.meta.window_s or 3600)
+    # WHEN both adapters summarise the same window and the scan runs over each
+    tw_rec = rec.telemetry(at=at, window=window)
+    tw_prom = prom.telemetry(at=at, window=window)
+    rep_rec = _scan(sc, rec, at)
+    rep_prom = _scan(sc, prom, at)
+    # THEN the windows and the findings are the same (evidence floats within 1e-9 relative, counts exact)
+    assert tw_rec.gpus and tw_prom.query_count == len(PLAN)
+    assert window_diffs(tw_rec, tw_prom) == []
+    assert rep_rec.findings, "the scenario must produce findings to compare"
+    assert finding_diffs(rep_rec, rep_prom) == []
+    assert [(f.kind, f.subject.namespace, f.subject.pod, f.subject.node, f.wasted_gpu_share) for f in rep_rec.findings] == [
+        (f.kind, f.subject.namespace, f.subject.pod, f.subject.node, f.wasted_gpu_share) for f in rep_prom.findings
+    ]
+
+
+def test_prometheus_source_b12_scenario_merges_restart_aliases_and_pod_rates(
+    scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN the exporter-restart / alias / pod-metrics scenario in Prometheus
+    sc = scenarios["b12-aliases-pods"]
+    rec, prom = _sources(sc, prometheus_factory(sc.telemetry_file).url)
+    # WHEN the window is read from Prometheus
+    tw = prom.telemetry(at=rec.end_time(), window=timedelta(seconds=rec.meta.window_s or 3600))
+    # THEN the restarted GPU has both instances merged into one device, aliases land on canonical names,
+    # and the pod holds CPU rates from its two containers only, throttling with its reset, gauges and Triton
+    restarted = [g for g in tw.gpus if len(g.instances) == 2]
+    assert len(restarted) == 1
+    assert restarted[0].merged("DCGM_FI_DEV_GPU_UTIL").series == 2  # type: ignore[union-attr]
+    assert "dcgm_gpu_utilization" not in tw.metrics_present and "DCGM_FI_DEV_GPU_UTIL" in tw.metrics_present
+    (pod,) = tw.pods
+    cpu = pod.signals["container_cpu_usage_seconds_total:rate"]
+    assert cpu.series == 2 and cpu.max == pytest.approx((24.5 + 0.75) / 30, rel=1e-9)
+    assert pod.signals["container_cpu_cfs_throttled_periods_total:rate"].changes == 1
+    assert {"tgi_queue_size", "tgi_batch_current_size", "nv_inference_request_success:rate", "nv_inference_queue_duration_us:rate"} <= pod.signals.keys()
+    assert "vllm:prompt_tokens_total:rate" not in pod.signals and "vllm:prompt_tokens_total" in tw.metrics_present
+
+
+def test_prometheus_source_query_count_is_constant_in_fleet_size(
+    scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN two fleets of different sizes in Prometheus
+    counts = {}
+    gpus = {}
+    for name in ("random-exported", "random-pod"):
+        sc = scenarios[name]
+        rec, prom = _sources(sc, prometheus_factory(sc.telemetry_file).url)
+        # WHEN each is read
+        tw = prom.telemetry(at=rec.end_time(), window=timedelta(hours=1))
+        counts[name], gpus[name] = tw.query_count, len(tw.gpus)
+    # THEN the fleets differ in size but the query count is the same fixed number
+    assert gpus["random-exported"] > gpus["random-pod"]
+    assert counts["random-exported"] == counts["random-pod"] == len(PLAN) == 26
+
+
+def test_prometheus_source_uses_the_explicit_evaluation_time(
+    scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN a Prometheus whose data is from 2024
+    sc = scenarios["demo"]
+    rec, prom = _sources(sc, prometheus_factory(sc.telemetry_file).url)
+    at_2024 = rec.end_time()
+    assert at_2024.year == 2024
+    # WHEN it is scanned at the 2024 time and 30 days later, when it holds no data
+    in_data = _scan(sc, prom, at_2024)
+    empty_window = prom.telemetry(at=at_2024 + timedelta(days=30), window=timedelta(hours=1))
+    later = _scan(sc, prom, at_2024 + timedelta(days=30))
+    # THEN the 2024 scan finds idle GPUs; the later window is empty and nothing is called idle or under-used
+    assert any(f.kind is WasteKind.IDLE for f in in_data.findings)
+    assert empty_window.gpus == () and empty_window.pods == () and empty_window.metrics_present == frozenset()
+    assert empty_window.query_count == len(PLAN)
+    assert not [f for f in later.findings if f.kind in (WasteKind.IDLE, WasteKind.UNDERUSED)]
+
+
+def test_prometheus_source_hostile_matcher_values_parse_in_real_prometheus(
+    scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN a matcher value with a quote, a backslash, a newline and PromQL syntax
+    sc = scenarios["demo"]
+    url = prometheus_factory(sc.telemetry_file).url
+    prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url), cluster="x", matchers={"cluster": HOSTILE})
+    # WHEN every query of the plan is sent to a real Prometheus
+    tw = prom.telemetry(at=RecordingTelemetrySource(sc.path).end_time(), window=timedelta(hours=1))
+    # THEN Prometheus accepts them all (no PermanentError) and matches nothing
+    assert tw.query_count == len(PLAN) and tw.gpus == ()
+
+
+def test_prometheus_source_probe_counts_series_per_metric(
+    scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN the demo fleet in Prometheus
+    sc = scenarios["demo"]
+    rec, prom = _sources(sc, prometheus_factory(sc.telemetry_file).url)
+    # WHEN doctor-style probes ask for series counts at the recording's end
+    counts = prom.probe(["DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "no_such_metric"], at=rec.end_time())
+    # THEN present metrics have series and an absent one has 0
+    assert counts["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] > 0 and counts["DCGM_FI_DEV_GPU_UTIL"] > 0
+    assert counts["no_such_metric"] == 0
+
+
+# -- errors and auth against a tiny local HTTP server ----------------------------------------------------
+EMPTY = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _FakePrometheus
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        srv = self.server
+        srv.requests.append({"path": self.path, "headers": dict(self.headers.items()), "query": parse_qs(urlsplit(self.path).query)})
+        if srv.hold is not None:
+            srv.hold.wait(10)
+            return
+        self.send_response(srv.status)
+        self.send_header("Content-Type", "application/json")
+        body = srv.body
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: Any) -> None:
+        return
+
+
+class _FakePrometheus(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.status = 200
+        self.body = EMPTY
+        self.hold: threading.Event | None = None
+        self.requests: list[dict[str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def fake_prom() -> Iterator[_FakePrometheus]:
+    """A local HTTP server answering like (or unlike) Prometheus, recording every request."""
+    server = _FakePrometheus()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield server
+    if server.hold is not None:
+        server.hold.set()
+    server.shutdown()
+    server.server_close()
+
+
+def _source(url: str, **settings: Any) -> PrometheusGpuMetricsSource:
+    return PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url, **settings), cluster="c", backoff_s=0.0)
+
+
+AT = FleetSpec().eval_time
+
+
+def test_prometheus_source_5xx_is_retried_then_source_unavailable(fake_prom: _FakePrometheus) -> None:
+    # GIVEN a Prometheus answering 503
+    fake_prom.status, fake_prom.body = 503, b"overloaded"
+    source = _source(fake_prom.url, max_retries=2, concurrency=1)
+    # WHEN a probe query runs
+    with pytest.raises(SourceUnavailableError, match="HTTP 503") as info:
+        source.probe(["DCGM_FI_DEV_GPU_UTIL"], at=AT)
+    # THEN it was tried 1 + max_retries times and the message names the URL
+    assert len(fake_prom.requests) == 3
+    assert fake_prom.url in str(info.value)
+
+
+def test_prometheus_source_timeout_is_source_unavailable(fake_prom: _FakePrometheus) -> None:
+    # GIVEN a Prometheus that never answers
+    fake_prom.hold = threading.Event()
+    source = _source(fake_prom.url, timeout_s=0.2, max_retries=0)
+    # WHEN a query runs / THEN the timeout becomes SourceUnavailableError naming the timeout
+    with pytest.raises(SourceUnavailableError, match="did not answer"):
+        source.probe(["DCGM_FI_DEV_GPU_UTIL"], at=AT)
+
+
+def test_prometheus_source_connection_refused_hides_credentials() -> None:
+    # GIVEN a URL with user-info on a port where nothing listens
+    url = f"http://admin:s3cret@127.0.0.1:{free_port()}"
+    source = _source(url, max_retries=1)
+    # WHEN a query runs
+    with pytest.raises(SourceUnavailableError, match="cannot connect") as info:
+        source.probe(["DCGM_FI_DEV_GPU_UTIL"], at=AT)
+    # THEN the message names the URL without the credentials
+    assert "s3cret" not in str(info.value) and "admin" not in str(info.value)
+    assert "127.0.0.1" in str(info.value)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_prometheus_source_rejected_credentials_are_source_auth_error(fake_prom: _FakePrometheus, status: int) -> None:
+    # GIVEN a Prometheus rejecting the credentials
+    fake_prom.status, fake_prom.body = status, b"unauthorized"
+    source = _source(fake_prom.url, max_retries=2)
+    # WHEN a query runs / THEN SourceAuthError, without retrying
+    with pytest.raises(SourceAuthError, match=f"HTTP {status}"):
+        source.probe(["DCGM_FI_DEV_GPU_UTIL"], at=AT)
+    assert len(fake_prom.requests) == 1
+
+
+def test_prometheus_source_bad_query_is_permanent_error_with_the_reason(fake_prom: _FakePrometheus) -> None:
+    # GIVEN a Prometheus refusing a query with its JSON error
+    fake_prom.status = 400
+    fake_prom.body = json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error at char 7"}).encode()
+    source = _source(fake_prom.url)
+    # WHEN a query runs / THEN PermanentError (not retried) carrying Prometheus' reason
+    with pytest.raises(PermanentError, match="parse error at char 7"):
+        source.probe(["DCGM_FI_DEV_GPU_UTIL"], at=AT)
+    assert len(fake_prom.requests) == 1
+
+
+def test_prometheus_source_non_prometheus_answer_is_permanent_error(fake_prom: _FakePrometheus) -> None:
+    # GIVEN a URL answering 200 with an HTML page (e.g. a UI instead of the API)
+    fake_prom.body = b"<html>Grafana</html>"
+    source = _source(fake_prom.url)
+    # WHEN a query runs / THEN PermanentError saying the URL is not a Prometheus API, not retried
+    with pytest.raises(PermanentError, match="did not answer like a Prometheus HTTP API"):
+        source.probe(["DCGM_FI_DEV_GPU_UTIL"], at=AT)
+    assert len(fake_prom.requests) == 1
+
+
+def test_prometheus_source_refuses_a_result_larger_than_max_series(fake_prom: _FakePrometheus) -> None:
+    # GIVEN a Prometheus returning 3 series for a metric
+    result = [{"metric": {"UUID": f"GPU-{i}", "gpuwaste_stat": "count"}, "value": [0, "1"]} for i in range(3)]
+    fake_prom.body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+    source = _source(fake_prom.url, max_series=2)
+    # WHEN the window is read / THEN PermanentError naming the guard
+    with pytest.raises(PermanentError, match="max_series=2"):
+        source.telemetry(at=AT, window=timedelta(hours=1))
+
+
+def test_prometheus_source_sends_the_explicit_time_and_bearer_token(fake_prom: _FakePrometheus) -> None:
+    # GIVEN bearer auth
+    source = _source(fake_prom.url, auth=PrometheusAuth(kind="bearer", bearer_token="tok-123"))
+    # WHEN the whole window is read at a fixed time
+    tw = source.telemetry(at=AT, window=timedelta(hours=1))
+    # THEN every request carries the token and the evaluation time (never the wall clock)
+    assert len(fake_prom.requests) == tw.query_count == len(PLAN)
+    assert {r["headers"]["Authorization"] for r in fake_prom.requests} == {"Bearer tok-123"}
+    assert {r["query"]["time"][0] for r in fake_prom.requests} == {f"{AT.timestamp():.3f}"}
+
+
+def test_prometheus_source_sends_basic_auth(fake_prom: _FakePrometheus) -> None:
+    # GIVEN basic auth
+    source = _source(fake_prom.url, auth=PrometheusAuth(kind="basic", username="reader", password="pw:1"))
+    # WHEN a query runs
+    source.probe(["DCGM_FI_DEV_GPU_UTIL"], at=AT)
+    # THEN the Authorization header is Basic base64(user:password)
+    assert fake_prom.requests[0]["headers"]["Authorization"] == "Basic " + base64.b64encode(b"reader:pw:1").decode()
+
+
+def test_prometheus_source_signs_requests_with_sigv4_for_amp(fake_prom: _FakePrometheus, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # GIVEN dummy AWS credentials in the environment and SigV4 auth for region eu-west-1
+    for name in ("AWS_PROFILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-example")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "session-example")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    source = _source(fake_prom.url, auth=PrometheusAuth(kind="sigv4", sigv4_region="eu-west-1"))
+    # WHEN a query runs
+    source.probe(["DCGM_FI_DEV_GPU_UTIL"], at=AT)
+    # THEN the request carries a SigV4 signature for the aps service in that region
+    headers = fake_prom.requests[0]["headers"]
+    auth = headers["Authorization"]
+    assert auth.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+    assert "/eu-west-1/aps/aws4_request" in auth and "SignedHeaders=" in auth and "Signature=" in auth
+    assert len(headers["X-Amz-Date"]) == 16 and headers["X-Amz-Date"].endswith("Z")
+    assert headers["X-Amz-Security-Token"] == "session-example"
+    assert "secret-example" not in json.dumps(headers)
+
+
+def test_prometheus_source_unresolved_secret_is_config_error() -> None:
+    # GIVEN bearer auth referenced only by a Secrets Manager ARN (not resolved by a bootstrap)
+    settings = PrometheusSettings(url="http://127.0.0.1:1", auth=PrometheusAuth(kind="bearer", bearer_token_secret_arn="arn:aws:secretsmanager:x"))
+    # WHEN the source is built / THEN a ConfigError says what is missing (no I/O happened)
+    from gpuwaste.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="bearer_token"):
+        PrometheusGpuMetricsSource.from_settings(settings, cluster="c")
+
+
+@pytest.mark.parametrize("shift_s", [433.5, 1800.0])
+def test_prometheus_source_matches_the_recording_at_an_off_grid_time_and_shorter_window(
+    shift_s: float, scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN the demo fleet, evaluated earlier than its end at a time not on the sample or 10-minute grid
+    sc = scenarios["demo"]
+    rec, prom = _sources(sc, prometheus_factory(sc.telemetry_file).url)
+    at = rec.end_time() - timedelta(seconds=shift_s)
+    window = timedelta(minutes=45)
+    # WHEN both adapters summarise that window
+    tw_rec, tw_prom = rec.telemetry(at=at, window=window), prom.telemetry(at=at, window=window)
+    # THEN range boundaries, subquery steps and the recent tail agree
+    assert tw_rec.gpus and window_diffs(tw_rec, tw_prom) == []

@@ -1,0 +1,200 @@
+"""Unit tests: the PromQL plan (sources/promql.py), the metrics plan and the counter-rate mirror (sources/window.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuwaste.models.telemetry import Signal
+from gpuwaste.sources.metrics_plan import (
+    GPU_METRICS,
+    PLAN,
+    POD_METRICS,
+    SeriesSummary,
+    assemble,
+    spec_for,
+    summarise_samples,
+)
+from gpuwaste.sources.promql import (
+    RATE_BRANCHES,
+    STAT_LABEL,
+    STATS_BRANCHES,
+    escape_label_value,
+    metric_query,
+    raw_samples_query,
+    scan_queries,
+    selector,
+)
+from gpuwaste.sources.window import counter_rate, counter_resets
+
+HOSTILE = 'a"b\\c\n{}=~'
+
+
+def test_escape_label_value_escapes_backslash_quote_and_newline() -> None:
+    # GIVEN a configured value holding a quote, a backslash, a newline and PromQL syntax
+    # WHEN it is escaped
+    escaped = escape_label_value(HOSTILE)
+    # THEN backslash, quote and newline are escaped and nothing else changes
+    assert escaped == 'a\\"b\\\\c\\n{}=~'
+    assert "\n" not in escaped
+
+
+def test_selector_puts_hostile_matcher_values_inside_one_quoted_string() -> None:
+    # GIVEN a matcher value that would close the string and inject a matcher if not escaped
+    # WHEN a selector is built
+    sel = selector(["DCGM_FI_DEV_GPU_UTIL"], {"cluster": HOSTILE})
+    # THEN the value is escaped in place and the selector has exactly one matcher
+    assert sel == 'DCGM_FI_DEV_GPU_UTIL{cluster="a\\"b\\\\c\\n{}=~"}'
+
+
+def test_selector_with_aliases_uses_a_name_regex() -> None:
+    # GIVEN a metric with aliases (1.x compatibility name, lower-case spelling)
+    spec = spec_for("DCGM_FI_DEV_GPU_UTIL")
+    assert spec is not None
+    # WHEN its selector is built
+    sel = selector(spec.names)
+    # THEN every name is an alternative of one anchored __name__ regex
+    assert sel.startswith('{__name__=~"DCGM_FI_DEV_GPU_UTIL|')
+    assert "dcgm_gpu_utilization" in sel and "dcgm_fi_dev_gpu_util" in sel
+
+
+def test_selector_rejects_an_invalid_label_name() -> None:
+    # GIVEN a label name that is not a Prometheus label name
+    # WHEN / THEN building a selector fails instead of emitting broken PromQL
+    with pytest.raises(ValueError, match="invalid label name"):
+        selector(["x"], {'bad"name': "v"})
+
+
+def test_scan_queries_count_is_one_per_plan_metric_whatever_the_matchers() -> None:
+    # GIVEN the bundled plan
+    # WHEN the per-scan query plan is built with and without matchers, for two windows
+    plans = [scan_queries(window_s=w, matchers=m) for w in (3600, 4200) for m in (None, {"cluster": "a"})]
+    # THEN every plan has the same fixed number of queries: 12 GPU + 14 pod metrics = 26
+    assert {len(p) for p in plans} == {len(PLAN)} == {26}
+    assert len(GPU_METRICS) == 12 and len(POD_METRICS) == 14
+
+
+def test_stats_query_tags_every_statistic_with_the_stat_label() -> None:
+    # GIVEN a gauge metric
+    spec = spec_for("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    assert spec is not None
+    # WHEN its query is built for a 70-minute window
+    q = metric_query(spec, window_s=4200)
+    sel = selector(spec.names)
+    # THEN it has one label_replace branch per statistic, joined by `or`, with the window and 10-min subquery
+    assert q.count("label_replace(") == len(STATS_BRANCHES) == 8
+    assert q.count(" or ") == 7
+    for stat in STATS_BRANCHES:
+        assert f'"{STAT_LABEL}", "{stat}", "", ""' in q
+    assert f"quantile_over_time(0.95, {sel}[4200s])" in q
+    assert f"max_over_time(avg_over_time({sel}[600s])[4200s:600s])" in q
+    assert f"count_over_time({sel}[600s])" in q
+
+
+def test_counter_query_asks_for_rate_count_resets_and_recent() -> None:
+    # GIVEN a pod counter
+    spec = spec_for("vllm:generation_tokens_total")
+    assert spec is not None and spec.summary == "rate"
+    # WHEN its query is built
+    q = metric_query(spec, window_s=3600)
+    # THEN it holds exactly the rate branches
+    assert q.count("label_replace(") == len(RATE_BRANCHES) == 4
+    assert "rate(vllm:generation_tokens_total[3600s])" in q
+    assert "resets(vllm:generation_tokens_total[3600s])" in q
+
+
+def test_recent_range_never_exceeds_the_window() -> None:
+    # GIVEN a window shorter than the 10-minute staleness tail
+    spec = spec_for("DCGM_FI_DEV_FB_USED")
+    assert spec is not None
+    # WHEN the query is built
+    q = metric_query(spec, window_s=300)
+    sel = selector(spec.names)
+    # THEN the recent count uses the window itself; 600 s appears only inside the 10-minute average
+    assert f"count_over_time({sel}[300s])" in q
+    assert q.count("[600s]") == 1
+
+
+def test_raw_samples_query_is_a_range_selector() -> None:
+    # GIVEN a metric with aliases
+    spec = spec_for("DCGM_FI_DEV_POWER_USAGE")
+    assert spec is not None
+    # WHEN the raw-sample query for `record` is built
+    q = raw_samples_query(spec, range_s=4200)
+    # THEN it selects every name over the range, with no function (raw samples keep __name__)
+    assert q.endswith("}[4200s]") and "DCGM_FI_DEV_BOARD_POWER_WATTS" in q and "(" not in q.split("{")[0]
+
+
+def test_spec_for_maps_aliases_to_the_canonical_field() -> None:
+    # GIVEN names used by dcgm-exporter 1.x, Azure lower-casing and DCGM 4.6
+    # WHEN they are looked up
+    names = {n: spec_for(n) for n in ("dcgm_gpu_utilization", "dcgm_fi_prof_sm_active", "DCGM_FI_DEV_GPU_UTIL_RATIO",
+                                       "DCGM_FI_DEV_BOARD_POWER_WATTS", "dcgm_total_energy_consumption", "node_cpu_seconds_total")}
+    # THEN each maps to its canonical Signal (and an unknown name to None)
+    assert names["dcgm_gpu_utilization"].name == Signal.GPU_UTIL.value  # type: ignore[union-attr]
+    assert names["dcgm_fi_prof_sm_active"].name == Signal.SM_ACTIVE.value  # type: ignore[union-attr]
+    assert names["DCGM_FI_DEV_GPU_UTIL_RATIO"].name == Signal.GPU_UTIL.value  # type: ignore[union-attr]
+    assert names["DCGM_FI_DEV_BOARD_POWER_WATTS"].name == Signal.POWER_USAGE.value  # type: ignore[union-attr]
+    assert names["dcgm_total_energy_consumption"].kind == "counter"  # type: ignore[union-attr]
+    assert names["node_cpu_seconds_total"] is None
+
+
+def _ts(*seconds: int) -> list[int]:
+    return [s * 1000 for s in seconds]
+
+
+def test_counter_rate_extrapolates_to_the_window_start_like_prometheus() -> None:
+    # GIVEN a counter sampled every 60 s from 60 s to 600 s, +6 per sample, window [0, 600]
+    ts = _ts(*range(60, 601, 60))
+    vals = [100.0 + 6 * i for i in range(1, 11)]
+    # WHEN its rate is taken at 600 s over 600 s
+    rate = counter_rate(ts, vals, eval_ms=600_000, window_ms=600_000)
+    # THEN the 54 increase over 540 s is extrapolated by the 60 s to the start: 54 × 600/540 / 600
+    assert rate == pytest.approx(0.1, rel=1e-12)
+
+
+def test_counter_rate_adds_the_value_before_a_reset() -> None:
+    # GIVEN a counter that resets from 130 to 5 mid-window
+    ts = _ts(*range(60, 601, 60))
+    vals = [106.0, 112.0, 118.0, 124.0, 130.0, 5.0, 11.0, 17.0, 23.0, 29.0]
+    # WHEN its rate is taken
+    rate = counter_rate(ts, vals, eval_ms=600_000, window_ms=600_000)
+    # THEN the increase is 29 − 106 + 130 = 53, extrapolated as above; one reset is counted
+    assert rate == pytest.approx(53 / 540, rel=1e-12)
+    assert counter_resets(vals) == 1
+
+
+def test_counter_rate_does_not_extrapolate_below_zero_or_past_a_gap() -> None:
+    # GIVEN a young counter (10 at 300 s, +6 per minute) in a 600 s window: its zero point is 100 s before
+    # the first sample, which is more than 1.1 intervals from the window start
+    ts = _ts(300, 360, 420, 480, 540, 600)
+    vals = [10.0, 16.0, 22.0, 28.0, 34.0, 40.0]
+    # WHEN its rate is taken
+    rate = counter_rate(ts, vals, eval_ms=600_000, window_ms=600_000)
+    # THEN only half an interval is added at the start: 30 × 330/300 / 600
+    assert rate == pytest.approx(30 * 330 / 300 / 600, rel=1e-12)
+    # AND a single sample has no rate
+    assert counter_rate(_ts(600), [1.0], eval_ms=600_000, window_ms=600_000) is None
+
+
+def test_assemble_sums_container_rates_per_pod_and_skips_pod_cgroup_series() -> None:
+    # GIVEN cAdvisor CPU counters of two containers, the pod cgroup (container="") and the pause container
+    spec = spec_for("container_cpu_usage_seconds_total")
+    assert spec is not None
+    ts = _ts(*range(60, 601, 60))
+
+    def one(container: str, per_min: float) -> SeriesSummary:
+        vals = [per_min * i for i in range(1, 11)]
+        labels = {"namespace": "ns", "pod": "p", "container": container}
+        s = summarise_samples(spec, labels, ts, vals, eval_ms=600_000, window_ms=600_000, recent_ms=600_000)
+        assert s is not None
+        return s
+
+    summaries = [one("a", 60.0), one("b", 30.0), one("", 90.0), one("POD", 1.0)]
+    # WHEN they are assembled
+    parts = assemble(summaries)
+    # THEN the pod holds one rate: 1.0 + 0.5 cores (extrapolated to the window start), from two series
+    (pod,) = parts.pods
+    stats = pod.signals["container_cpu_usage_seconds_total:rate"]
+    assert stats.max == pytest.approx(1.5, rel=1e-12) and stats.total == stats.max
+    assert stats.series == 2 and stats.count == 20
+    assert parts.metrics_present == frozenset({"container_cpu_usage_seconds_total"})
