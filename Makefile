@@ -67,6 +67,9 @@ demo: install ## run the whole local pipeline on the bundled demo fleet
 bench: install prometheus ## benchmarks: fleet scale, floor and naive comparisons (prints numbers)
 	$(BIN)/python bench/run.py
 
+scorecard: install ## detector scorecard: precision/recall per waste kind on the generated scenarios
+	$(BIN)/python bench/scorecard.py
+
 coverage: install ## unit tests with coverage
 	$(BIN)/pip install -q pytest-cov
 	$(BIN)/python -m pytest -q tests/unit --cov=shared/gpuwaste --cov=functions

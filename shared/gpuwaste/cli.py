@@ -123,8 +123,10 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         sys.stdout.write(terminal.to_csv(findings))
         return
     inv = report.inventory
+    when = (f"one scrape dated {report.eval_time:%Y-%m-%d %H:%M:%SZ}" if inv.single_instant
+            else f"window {report.window_s // 60} min ending {report.eval_time:%Y-%m-%d %H:%M:%SZ}")
     out.print(
-        f"[bold]{report.cluster}[/]: window {report.window_s // 60} min ending {report.eval_time:%Y-%m-%d %H:%M:%SZ} · "
+        f"[bold]{report.cluster}[/]: {when} · "
         f"{inv.physical_gpus} GPUs ({inv.mig_instances} MIG instances) on {inv.nodes} nodes · "
         f"{inv.pods_holding_gpus} pods hold GPUs · models: {', '.join(f'{k}×{v}' for k, v in sorted(inv.models.items()))}",
         highlight=False,
@@ -134,9 +136,19 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         + " · attribution: " + (", ".join(f"{k}×{v}" for k, v in sorted(inv.attribution.items())) or "none"),
         highlight=False, style="dim",
     )
+    if inv.metrics_present:
+        dcgm = [m.removeprefix("DCGM_FI_") for m in inv.metrics_present if m.startswith("DCGM_FI_")]
+        other = [m for m in inv.metrics_present if not m.startswith("DCGM_FI_")]
+        out.print(f"signals present ({len(inv.metrics_present)}): " + ", ".join(dcgm + other), highlight=False, style="dim")
     if inv.single_instant:
-        out.print("[yellow]The telemetry holds ONE sample per series: it shows what is there, not sustained use.[/]")
-    terminal.print_findings(out, findings)
+        out.print("[yellow]The telemetry holds ONE sample per series: it shows what is there, not sustained use; "
+                  "no idle or under-used verdict is possible from one sample.[/]")
+    if inv.single_instant and not any(f.kind.is_waste for f in findings):
+        dq = terminal.data_quality_table(findings)
+        if dq is not None:
+            out.print(dq)
+    else:
+        terminal.print_findings(out, findings)
     if report.no_verdict and not quiet:
         reasons: dict[str, int] = {}
         for nv in report.no_verdict:
@@ -226,13 +238,21 @@ def demo(
     output: Annotated[Output, typer.Option("--output", "-o", help="table, json or csv.")] = Output.table,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
-    """Scan the bundled demo fleet (no setup) and check the findings against its ground truth."""
+    """Run the whole local pipeline on the bundled demo fleet (no setup): scan → price → dedupe → alerts,
+    with a temporary SQLite store, and check the findings against the fleet's ground truth."""
+    import tempfile
+
+    from gpuwaste.commands.run import run_local_chain
+
     path = local.demo_recording()
     cfg = GpuWasteConfig()
     sources = local.recording_sources(path, cfg)
     assert sources.recording is not None
-    service = local.scan_service(sources, cfg, window_s=sources.recording.meta.window_s, progress=_progress(quiet or output is not Output.table))
-    report = _run_scan(service, sources.recording.end_time(), output, 0.0, quiet)
+    with tempfile.TemporaryDirectory(prefix="gpuwaste-demo-") as tmp:
+        chain = run_local_chain(sources, cfg, cluster=sources.recording.cluster, times=[sources.recording.end_time()],
+                                window_s=sources.recording.meta.window_s, state=Path(tmp) / "state.db", output=output,
+                                quiet=quiet, slack=True)
+    report = chain.reports[-1]
     if output is Output.table:
         from gpuwaste.fleet.truth import compare
 

@@ -9,7 +9,8 @@ from typing import Protocol
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
-from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted
+from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
+from gpuwaste.models.notices import DailySummary, Notice, PostedMessage, TicketDraft
 from gpuwaste.models.telemetry import TelemetryWindow
 
 
@@ -53,6 +54,14 @@ class FindingQueue(Protocol):
         ...
 
 
+class ScanRequestQueue(Protocol):
+    """Puts one scan request per cluster on the scan queue (dispatch_scans → scan_gpu_waste)."""
+
+    def send_scan_requests(self, messages: Sequence[ScanRequest]) -> None:
+        """Send requests in batches; raises RetryableError when the queue cannot take them."""
+        ...
+
+
 class AlertQueue(Protocol):
     """Puts lifecycle decisions on the alerts queue."""
 
@@ -69,11 +78,21 @@ class FindingStore(Protocol):
         ...
 
     def put_new(self, record: FindingRecord) -> bool:
-        """Create a record; False when one already exists (a duplicate delivery)."""
+        """Create a record; False when one already exists (a duplicate delivery).
+
+        Raises:
+            StoreError: throttling or a transient failure (retryable).
+        """
         ...
 
     def update(self, record: FindingRecord, *, expected_version: int) -> bool:
-        """Replace a record if its version is still `expected_version`; False on a conflict."""
+        """Replace a record if the stored version is still `expected_version`; False on a conflict.
+
+        The caller sets `record.version` (normally `expected_version + 1`).
+
+        Raises:
+            StoreError: throttling or a transient failure (retryable).
+        """
         ...
 
     def open_for_cluster(self, cluster: str) -> list[FindingRecord]:
@@ -81,7 +100,80 @@ class FindingStore(Protocol):
         ...
 
     def history(self, *, since: datetime, until: datetime) -> list[FindingRecord]:
-        """Records seen or resolved in [since, until] (for the daily summary)."""
+        """Records whose latest activity (`activity_at`: last seen or resolved) is in [since, until].
+
+        For the daily summary, run with `until` = now: an open finding seen in the last scan is included.
+        """
+        ...
+
+
+class Notifier(Protocol):
+    """Tells owners in chat (Slack, or the terminal locally); renders notices its own way."""
+
+    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None) -> list[PostedMessage]:
+        """Post a notice to `channel` (default: its route's), split over several messages when it is too long.
+
+        A routed channel that does not exist falls back to the default channel, and the message says so.
+
+        Raises:
+            DeliveryError: rate-limited after retries, 5xx, timeout (retry through the queue).
+            PermanentDeliveryError: bad token, bad payload, no channel at all.
+        """
+        ...
+
+    def update(self, notice: Notice, *, channel: str, ts: str) -> PostedMessage:
+        """Replace the message `ts` in `channel` with `notice` (only its first part when it is long).
+
+        Raises:
+            DeliveryError: as for `post`.
+            PermanentDeliveryError: as for `post`, and when the message no longer exists.
+        """
+        ...
+
+    def reply(self, *, channel: str, thread_ts: str, text: str) -> PostedMessage:
+        """Post a short plain reply in a thread (acknowledgements from buttons)."""
+        ...
+
+    def user_id(self, email: str) -> str | None:
+        """The chat user id of an e-mail address, None when unknown."""
+        ...
+
+    def post_summary(
+        self, summary: DailySummary, *, channel: str, chart_png: bytes | None, note: str | None = None
+    ) -> PostedMessage:
+        """Post the daily summary, with the chart image when given (`note` says why it is missing)."""
+        ...
+
+
+class TicketSink(Protocol):
+    """An issue tracker (Jira Cloud)."""
+
+    def find_open(self, label: str) -> str | None:
+        """Key of an unresolved ticket carrying `label`, or None.
+
+        Raises:
+            DeliveryError: 429/5xx/timeouts. PermanentDeliveryError: 4xx (410 for retired endpoints).
+        """
+        ...
+
+    def create(self, draft: TicketDraft) -> str:
+        """Open a ticket; returns its key (e.g. `MLOPS-12`). Raises as `find_open`."""
+        ...
+
+    def comment(self, key: str, paragraphs: Sequence[str]) -> None:
+        """Add a comment to `key`. Raises as `find_open`."""
+        ...
+
+    def transition(self, key: str, transition: str) -> None:
+        """Apply the transition named or numbered `transition` to `key`. Raises as `find_open`."""
+        ...
+
+
+class ChartRenderer(Protocol):
+    """Draws the summary chart (PNG)."""
+
+    def waste_by_team_and_kind(self, summary: DailySummary) -> bytes | None:
+        """Stacked bars of USD wasted per team by kind; None when no plotting library is installed."""
         ...
 
 
@@ -93,4 +185,7 @@ class Clock(Protocol):
         ...
 
 
-__all__ = ["AlertQueue", "Clock", "ClusterStateSource", "Finding", "FindingQueue", "FindingStore", "GpuTelemetrySource"]
+__all__ = [
+    "AlertQueue", "Clock", "ClusterStateSource", "Finding", "FindingQueue", "FindingStore", "GpuTelemetrySource",
+    "ScanRequestQueue",
+]

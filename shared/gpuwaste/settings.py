@@ -9,6 +9,8 @@ Manager ARN, never logged.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -113,6 +115,10 @@ class PrometheusSettings(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     max_series: int = Field(500_000, gt=0)
     concurrency: int = Field(4, ge=1, le=16)
+    matchers: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra label matchers added to every query, e.g. {cluster: prod-a} for a Prometheus shared by clusters",
+    )
 
 
 class KubernetesSettings(BaseModel):
@@ -155,6 +161,9 @@ class ClusterConfig(BaseModel):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     labels: TelemetryLabels = Field(default_factory=TelemetryLabels)
     read: ClusterReadSettings = Field(default_factory=ClusterReadSettings)
+    recording: str | None = Field(
+        None, description="scan this recording directory instead of live sources (offline runs, tests, the demo)"
+    )
 
 
 class ScanSettings(BaseModel):
@@ -171,6 +180,151 @@ class ScanSettings(BaseModel):
     scrape_interval_s: float = Field(30.0, gt=0, le=600)
 
 
+class LifecycleSettings(BaseModel):
+    """When the finding lifecycle (dedupe) tells an owner, opens a ticket, and calls waste resolved.
+
+    Attributes:
+        worse_share: re-alert an open finding when its USD/day rose by at least this share (0.25 = 25 %)
+            over the cost last alerted.
+        reminder_after: re-alert an open, unacknowledged finding when the last alert is this old.
+        ticket_after: request a ticket (once) for a finding open this long...
+        ticket_usd_per_day: ...or costing at least this much USD/day.
+        resolve_after_missed_scans: consecutive scans of its cluster without the finding → resolved.
+        retention_days: records expire (store TTL) this many days after their last change.
+        min_usd_per_day: findings priced below this USD/day are tracked but never alerted.
+        alert_data_quality: also alert data-quality findings (default: tracked only).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    worse_share: Decimal = Field(Decimal("0.25"), gt=0, le=100)
+    reminder_after: timedelta = Field(timedelta(hours=24), gt=timedelta(0))
+    ticket_after: timedelta = Field(timedelta(days=3), gt=timedelta(0))
+    ticket_usd_per_day: Decimal = Field(Decimal(100), ge=0)
+    resolve_after_missed_scans: int = Field(3, ge=1, le=1000)
+    retention_days: int = Field(30, ge=1, le=3650)
+    min_usd_per_day: Decimal = Field(Decimal(0), ge=0)
+    alert_data_quality: bool = False
+
+
+class RouteTarget(BaseModel):
+    """Where one namespace's or team's findings go (every field optional; unset fields fall through).
+
+    Attributes:
+        team: the owning team's name (used for the team map and the summary).
+        slack_channel: channel name (`#ml-train`) or id (`C0123…`).
+        slack_user_email: an owner to mention (looked up with `users.lookupByEmail`).
+        jira_project: Jira project key for tickets (e.g. `MLOPS`).
+        jira_labels / jira_components: added to tickets of this route.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    team: str | None = None
+    slack_channel: str | None = None
+    slack_user_email: str | None = None
+    jira_project: str | None = Field(None, pattern=r"^[A-Z][A-Z0-9_]{1,9}$")
+    jira_labels: tuple[str, ...] = ()
+    jira_components: tuple[str, ...] = ()
+
+
+class RoutingKeys(BaseModel):
+    """Annotation/label keys read on workloads (pods) and namespaces, workload first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    team: str = "gpuwaste.io/team"
+    slack_channel: str = "gpuwaste.io/slack-channel"
+    slack_user: str = "gpuwaste.io/slack-user"
+    jira_project: str = "gpuwaste.io/jira-project"
+    snooze_until: str = "gpuwaste.io/snooze-until"
+
+
+class LinkTemplates(BaseModel):
+    """URL templates for links on alerts; placeholders {cluster} {namespace} {workload} {pod} {node} {kind}.
+
+    Values are URL-quoted before substitution. Unset templates add no link.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    prometheus: str | None = Field(None, pattern=r"^https?://")
+    grafana: str | None = Field(None, pattern=r"^https?://")
+
+
+class SlackSettings(BaseModel):
+    """Slack Web API access (bot token) and interactivity (signing secret).
+
+    Attributes:
+        bot_token / signing_secret: the secrets themselves (local use); in Lambda set the `*_secret_arn`
+            fields instead (Secrets Manager; the secret holds `{"bot_token": …, "signing_secret": …}`).
+        base_url: Web API base URL (tests point it at a local server).
+        timeout_s: per-request timeout (seconds).
+        rate_limit_retries / server_error_retries: in-process retries (429 honours `Retry-After`) before a
+            delivery fails and is retried through the queue.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    bot_token: SecretStr | None = None
+    signing_secret: SecretStr | None = None
+    secret_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
+    base_url: str = Field("https://slack.com/api/", pattern=r"^https?://")
+    timeout_s: float = Field(10.0, gt=0, le=60)
+    rate_limit_retries: int = Field(3, ge=0, le=10)
+    server_error_retries: int = Field(1, ge=0, le=5)
+    request_max_age_s: int = Field(300, ge=30, le=900)
+
+
+class JiraSettings(BaseModel):
+    """Jira Cloud REST v3 access and ticket shape.
+
+    Attributes:
+        base_url: the site, e.g. https://example.atlassian.net (None: tickets are off).
+        api_token / api_token_secret_arn: the Atlassian API token (Basic auth with `email`).
+        default_project: project key when routing names none (None: no ticket without a routed project).
+        resolve_transition: transition id or name applied when a finding resolves (None: comment only).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = Field(None, pattern=r"^https?://")
+    email: str | None = None
+    api_token: SecretStr | None = None
+    api_token_secret_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
+    default_project: str | None = Field(None, pattern=r"^[A-Z][A-Z0-9_]{1,9}$")
+    issue_type: str = "Task"
+    labels: tuple[str, ...] = ("gpuwaste",)
+    components: tuple[str, ...] = ()
+    resolve_transition: str | None = None
+    timeout_s: float = Field(15.0, gt=0, le=60)
+
+
+class DeliverySettings(BaseModel):
+    """How owners hear about findings: routing, Slack, Jira, the daily summary.
+
+    Attributes:
+        default_channel: the channel used when nothing routes a finding elsewhere.
+        namespaces / teams: namespace → route and team → route maps (the config fallback after annotations).
+        digest_threshold: this many NEW findings for one route in one scan (or more) become one digest.
+        summary_channel: where the daily summary goes (None: the default channel).
+        summary_top: how many top offenders the summary lists.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    default_channel: str = Field("#gpu-waste", min_length=1)
+    namespaces: dict[str, RouteTarget] = Field(default_factory=dict)
+    teams: dict[str, RouteTarget] = Field(default_factory=dict)
+    keys: RoutingKeys = Field(default_factory=RoutingKeys)
+    links: LinkTemplates = Field(default_factory=LinkTemplates)
+    slack: SlackSettings = Field(default_factory=SlackSettings)
+    jira: JiraSettings = Field(default_factory=JiraSettings)
+    digest_threshold: int = Field(2, ge=1, le=1000)
+    summary_channel: str | None = None
+    summary_top: int = Field(10, ge=1, le=50)
+
+
 class GpuWasteConfig(BaseModel):
     """The whole configuration document."""
 
@@ -180,6 +334,8 @@ class GpuWasteConfig(BaseModel):
     scan: ScanSettings = Field(default_factory=ScanSettings)
     detectors: DetectorSettings = Field(default_factory=DetectorSettings)
     pricing: PriceOverrides = Field(default_factory=PriceOverrides)
+    lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
+    delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     extra: dict[str, Any] = Field(default_factory=dict, description="free-form settings of later stages")
 
     def cluster(self, name: str) -> ClusterConfig:

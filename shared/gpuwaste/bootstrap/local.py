@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 from gpuwaste.errors import ConfigError
-from gpuwaste.ports import ClusterStateSource, GpuTelemetrySource
+from gpuwaste.models.findings import Finding
+from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted, ScanRequest
+from gpuwaste.ports import ClusterStateSource, FindingStore, GpuTelemetrySource
 from gpuwaste.pricing.catalog import PriceBook
-from gpuwaste.services.scan import ScanService
+from gpuwaste.services.scan import ScanReport, ScanService
 from gpuwaste.settings import ClusterConfig, GpuWasteConfig
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
 
@@ -65,7 +67,8 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig) -> Sources:
     if cluster.prometheus is None:
         raise ConfigError(f"clusters.{cluster.name}.prometheus: a Prometheus URL is required (or pass --prometheus URL)")
     tel = PrometheusGpuMetricsSource.from_settings(cluster.prometheus, cluster=cluster.name, labels=cluster.labels,
-                                                   scrape_interval_s=config.scan.scrape_interval_s)
+                                                   scrape_interval_s=config.scan.scrape_interval_s,
+                                                   matchers=cluster.prometheus.matchers or None)
     cl = KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
     return Sources(cluster=cl, telemetry=tel)
 
@@ -81,3 +84,133 @@ def scan_service(sources: Sources, config: GpuWasteConfig, *, window_s: int | No
         price_book=price_book(config) if priced else None,
         progress=progress,
     )
+
+
+# -- the whole chain in one process (gpuwaste run / gpuwaste demo) -----------------------------------------
+DEFAULT_STATE = Path(".gpuwaste/state.db")
+
+
+@dataclass
+class ChainResult:
+    """What a local chain run did.
+
+    Attributes:
+        reports: one scan report per scan, in order.
+        alerts: every alert the lifecycle decided (AlertsQueue), in order.
+        tickets: ticket requests (TicketsQueue).
+        dead_letters: (body, reason) of messages a stage could not parse (never expected locally).
+    """
+
+    reports: list[ScanReport]
+    alerts: list[AlertMessage]
+    tickets: list[AlertMessage]
+    dead_letters: list[tuple[str, str]]
+
+    @property
+    def new_alerts(self) -> int:
+        """Alerts with action NEW."""
+        return sum(1 for a in self.alerts if a.action is AlertAction.NEW)
+
+
+def run_chain(
+    sources: Sources,
+    config: GpuWasteConfig,
+    *,
+    store: FindingStore | None = None,
+    state_path: Path | str = DEFAULT_STATE,
+    cluster: str,
+    times: Sequence[datetime],
+    window_s: int | None = None,
+    on_alert: Callable[[AlertMessage], None] | None = None,
+    on_scan: Callable[[ScanReport], None] | None = None,
+    deliver: Callable[[Sequence[AlertMessage], FindingStore, datetime], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ChainResult:
+    """dispatch → scan → price → dedupe → alerts in one process: in-memory queues carrying the same JSON
+    envelopes as SQS, the SQLite store (or `store`), and the same services as the Lambda functions.
+
+    One scan per entry of `times` (evaluation times, oldest first). Scan ids are derived from cluster and
+    time, so running the chain again on the same input finds every scan already applied: no new alerts.
+    `deliver(alerts, store, scan_time)` plays notify_slack after each scan (the store is still open, so the
+    notifier can record its message references).
+
+    Raises:
+        SourceUnavailableError, SourceAuthError, InputFormatError: from the sources.
+        StoreError: the SQLite file cannot be used.
+    """
+    from pydantic import TypeAdapter, ValidationError
+
+    from gpuwaste.bootstrap.pipeline import SystemClock
+    from gpuwaste.queue.memory import MemoryQueue
+    from gpuwaste.services.dispatch import DispatchService
+    from gpuwaste.services.lifecycle import LifecycleService
+    from gpuwaste.services.price import PriceService
+    from gpuwaste.store.sqlite import SqliteFindingStore
+
+    stage = TypeAdapter(FindingMessage | ScanCompleted)
+    requests_q, findings_q, priced_q = MemoryQueue("scan-requests"), MemoryQueue("findings"), MemoryQueue("priced")
+    alerts_q, tickets_q = MemoryQueue("alerts"), MemoryQueue("tickets")
+    owned = store is None
+    the_store = store if store is not None else SqliteFindingStore(state_path)
+    dispatch = DispatchService(clusters=[cluster], queue=requests_q)
+    scanner = ScanService(
+        cluster_source=sources.cluster,
+        telemetry_source=sources.telemetry,
+        settings=config.detectors,
+        window=timedelta(seconds=window_s or config.scan.window_s),
+        queue=findings_q,
+        progress=progress,
+    )
+    pricer = PriceService(price_book=price_book(config), queue=priced_q)
+    lifecycle = LifecycleService(store=the_store, alerts=alerts_q, tickets=tickets_q, settings=config.lifecycle,
+                                 clock=SystemClock())
+    result = ChainResult(reports=[], alerts=[], tickets=[], dead_letters=[])
+    try:
+        for at in times:
+            dispatch.dispatch(at)
+            reports: dict[str, ScanReport] = {}
+            for body in requests_q.drain():
+                request = ScanRequest.model_validate_json(body)
+                report = scanner.scan(at=request.scheduled_time, scan_id=request.scan_id)
+                reports[report.scan_id] = report
+            priced: dict[str, list[Finding]] = {}
+            for body in findings_q.drain():
+                try:
+                    message = stage.validate_json(body)
+                except ValidationError as exc:
+                    result.dead_letters.append((body, str(exc)))
+                    continue
+                if isinstance(message, ScanCompleted):
+                    pricer.forward_completed(message)
+                else:
+                    priced.setdefault(message.scan_id, []).append(pricer.price_and_forward(message).finding)
+            for scan_id, report in reports.items():
+                # the report shows what the chain priced (the scan itself leaves pricing to its own stage)
+                report.findings = sorted(priced.get(scan_id, []), key=lambda f: (
+                    -(f.usd_per_day or 0), f.kind.value, f.subject.namespace or "", f.subject.pod or f.subject.node or ""))
+                result.reports.append(report)
+                if on_scan is not None:
+                    on_scan(report)
+            for body in priced_q.drain():
+                message = stage.validate_json(body)
+                if isinstance(message, ScanCompleted):
+                    lifecycle.handle_scan_completed(message)
+                else:
+                    lifecycle.handle_finding(message)
+            told = [AlertMessage.model_validate_json(body) for body in alerts_q.drain()]
+            result.alerts += told
+            if on_alert is not None:
+                for alert in told:
+                    on_alert(alert)
+            if deliver is not None and told:
+                deliver(told, the_store, at)
+            result.tickets += [AlertMessage.model_validate_json(b) for b in tickets_q.drain()]
+    finally:
+        if owned and isinstance(the_store, SqliteFindingStore):
+            the_store.close()
+    return result
+
+
+def replay_times(end: datetime, *, scans: int, interval: timedelta) -> list[datetime]:
+    """`scans` evaluation times `interval` apart, the last at `end` (successive scans over one recording)."""
+    return [end - interval * (scans - 1 - i) for i in range(scans)]

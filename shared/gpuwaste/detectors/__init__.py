@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from gpuwaste.detectors import allocation, capacity, data_quality  # noqa: F401  (registration)
+from gpuwaste.detectors import (  # noqa: F401  (registration)
+    allocation,
+    capacity,
+    data_quality,
+    efficiency,
+    hardware,
+    inference,
+    orphaned,
+    stalled,
+    starvation,
+)
 from gpuwaste.detectors.context import ScanContext, build_context
 from gpuwaste.detectors.registry import REGISTRY, DetectionResult, NoVerdict, run_detectors
 from gpuwaste.detectors.settings import DetectorSettings
@@ -10,8 +20,8 @@ from gpuwaste.detectors.settings import DetectorSettings
 __all__ = ["REGISTRY", "DetectionResult", "DetectorSettings", "NoVerdict", "ScanContext", "build_context", "run_detectors", "detect"]
 
 
-def detect(cluster, telemetry, settings: DetectorSettings | None = None) -> DetectionResult:  # type: ignore[no-untyped-def]
-    """Join cluster state and telemetry, then run the enabled detectors."""
+def detect(cluster, telemetry, settings: DetectorSettings | None = None, *, power_limits_w: dict[str, float] | None = None) -> DetectionResult:  # type: ignore[no-untyped-def]
+    """Join cluster state and telemetry, then run the enabled detectors (power limits: model name → W)."""
     settings = settings or DetectorSettings()
-    ctx = build_context(cluster, telemetry, settings.common)
+    ctx = build_context(cluster, telemetry, settings.common, power_limits_w=power_limits_w)
     return run_detectors(ctx, settings.by_name(), settings.enabled)

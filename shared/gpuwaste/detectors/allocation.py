@@ -103,7 +103,7 @@ def is_idle(act: ActivityReading, settings: IdleSettings) -> bool:
     return value < settings.max_activity_ratio and sustained
 
 
-@detector("idle_allocation", settings=IdleSettings, needs_any=_ACTIVITY, optional=_OPTIONAL)
+@detector("idle_allocation", settings=IdleSettings, needs_any=_ACTIVITY, optional=_OPTIONAL, superseded_by=("orphaned", "stalled"))
 def detect_idle_allocation(ctx: ScanContext, settings: IdleSettings) -> DetectorOutput:
     """Flag running pods whose GPUs stayed under the idle activity threshold for the whole window."""
     for alloc in ctx.allocations:
@@ -154,7 +154,7 @@ def _idle_advice(mode: IdleMode) -> str:
     settings=UnderusedSettings,
     needs_any=_ACTIVITY,
     optional=_OPTIONAL,
-    superseded_by=("idle_allocation", "stalled", "power_anomaly", "cpu_bound", "wrong_hardware", "inference_idle"),
+    superseded_by=("idle_allocation", "stalled", "power_anomaly", "cpu_bound", "wrong_hardware", "inference_idle", "orphaned"),
 )
 def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -> DetectorOutput:
     """Flag running pods whose every 10-minute average activity stayed under 20 % (not idle)."""

@@ -29,12 +29,16 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
     """Flag nodes whose physical GPUs exceed what scheduled, non-terminal pods request."""
     for inv in ctx.nodes.values():
         node = inv.node
-        if node is not None and node.created_at is not None:
-            if (ctx.eval_time - node.created_at).total_seconds() < ctx.common.node_grace_s:
-                yield NoVerdict("unallocated_capacity", inv.name, "node younger than grace period")
-                continue
+        if node is not None and node.created_at is not None and (ctx.eval_time - node.created_at).total_seconds() < ctx.common.node_grace_s:
+            yield NoVerdict("unallocated_capacity", inv.name, "node younger than grace period")
+            continue
         capacity = inv.capacity_gpus()
         if capacity == 0:
+            continue
+        if node is not None and inv.devices and not _known_gpu_resource(node.allocatable_gpu, node.capacity_gpu):
+            # B20: the device plugin advertises a resource we do not know, so requests are unknown;
+            # data quality warns (unknown_gpu_resource) instead of a made-up free share.
+            yield NoVerdict("unallocated_capacity", inv.name, "node advertises no known GPU resource")
             continue
         free = Decimal(capacity) - inv.requested_share
         if free < settings.min_free_gpus:
@@ -71,8 +75,15 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
             window_s=ctx.window_s,
             wasted_gpu_share=free,
             scope_key=inv.name,
-            details={"used_outside_kubernetes": busy, "unheld_devices": len(devices)},
+            details={"used_outside_kubernetes": busy, "unheld_devices": len(devices),
+                     **({"stranded_by_fragmentation": True} if ctx.stranded_by_fragmentation(free) else {})},
         )
+
+
+def _known_gpu_resource(*resources: dict[str, int]) -> bool:
+    from gpuwaste.detectors.data_quality import KNOWN_GPU_RESOURCE_PREFIXES
+
+    return any(r.startswith(KNOWN_GPU_RESOURCE_PREFIXES) for res in resources for r in res)
 
 
 def _fmt(value: Decimal) -> str:

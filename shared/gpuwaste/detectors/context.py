@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from pydantic import BaseModel, Field
 
-from gpuwaste.models.cluster import ClusterState, Node, Pod, gpu_share_for_request
+from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, gpu_share_for_request
 from gpuwaste.models.findings import Attribution, Evidence, GpuRef, Subject
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, GpuTelemetry, Signal, TelemetryWindow, WindowStats
 
@@ -142,6 +142,8 @@ class ScanContext:
         nodes: node name → inventory.
         unmapped_devices: devices whose node could not be resolved.
         stray_labels: (device, namespace, pod, reason) for DCGM pod labels that contradict the cluster.
+        power_limits_w: GPU model name as the telemetry spells it → bundled board power limit (W), filled
+            by the scan service from the pricing catalog; used when DCGM exports no power-limit field.
     """
 
     cluster: ClusterState
@@ -151,6 +153,7 @@ class ScanContext:
     nodes: dict[str, NodeInventory]
     unmapped_devices: list[GpuTelemetry]
     stray_labels: list[tuple[GpuTelemetry, str, str, str]]
+    power_limits_w: dict[str, float] = field(default_factory=dict)
 
     def pod_signals(self, namespace: str, pod: str) -> dict[str, WindowStats]:
         """Pod-level signals (CPU, inference server) of one pod; empty when none were scraped."""
@@ -159,6 +162,19 @@ class ScanContext:
             index = {(p.namespace, p.pod): p.signals for p in self.telemetry.pods}
             self.__dict__["_pod_index"] = index
         return index.get((namespace, pod), {})
+
+    def unscheduled_gpu_requests(self) -> list[Decimal]:
+        """Physical-GPU shares requested by Pending pods that no node took yet (smallest first)."""
+        return sorted(
+            sum((gpu_share_for_request(r, c, None) for r, c in p.gpu_requests.items()), Decimal(0))
+            for p in self.cluster.pods
+            if p.phase is PodPhase.PENDING and not p.node_name and p.gpu_requests
+        )
+
+    def stranded_by_fragmentation(self, free: Decimal) -> bool:
+        """True when GPU work waits unscheduled while `free` GPUs on a node are too few for the smallest request."""
+        waiting = self.unscheduled_gpu_requests()
+        return bool(waiting) and free < waiting[0]
 
     def holder_of(self, device: GpuTelemetry) -> Allocation | None:
         """The allocation that holds a device, or None."""
@@ -337,6 +353,8 @@ class ScanContext:
             attribution=alloc.attribution,
             labels=dict(alloc.pod.labels),
             annotations=dict(alloc.pod.annotations),
+            namespace_labels=dict(self.cluster.namespace_labels.get(alloc.pod.namespace, {})),
+            namespace_annotations=dict(self.cluster.namespace_annotations.get(alloc.pod.namespace, {})),
         )
 
     def node_subject(self, inv: NodeInventory, devices: list[GpuTelemetry], share: Decimal) -> Subject:
@@ -378,7 +396,13 @@ def _model_of(devices: tuple[GpuTelemetry, ...], node: Node | None) -> str | Non
 # --- the join ------------------------------------------------------------------------------------
 
 
-def build_context(cluster: ClusterState, telemetry: TelemetryWindow, common: CommonSettings | None = None) -> ScanContext:
+def build_context(
+    cluster: ClusterState,
+    telemetry: TelemetryWindow,
+    common: CommonSettings | None = None,
+    *,
+    power_limits_w: dict[str, float] | None = None,
+) -> ScanContext:
     """Join telemetry devices to nodes and pods.
 
     Node of a device, in order (B03): `Hostname` equal to a node name or its `kubernetes.io/hostname`
@@ -453,19 +477,23 @@ def build_context(cluster: ClusterState, telemetry: TelemetryWindow, common: Com
         unlabelled = [d for d in node_inv.devices if id(d) not in device_owner]
         uncovered = [p for p in node_pods if p.key not in pods_devices]
         for pod in node_pods:
-            share = _pod_share(pod, node)
+            share = _pod_share(pod, node, len(node_inv.physical_uuids))
             devs = pods_devices.get(pod.key)
             if devs:
                 allocations.append(Allocation(pod, node, share, tuple(devs), Attribution.LABELS, True))
-        if len(uncovered) == 1 and unlabelled and _fits(uncovered[0], unlabelled, node):
+        expected = node_inv.expected_gpus()
+        # B01 + B23: elimination is safe only when every GPU the node should have is seen in DCGM;
+        # otherwise the pod may hold the unmonitored GPU and the seen one be free.
+        fully_seen = expected is None or len(node_inv.physical_uuids) >= expected
+        if len(uncovered) == 1 and unlabelled and fully_seen and _fits(uncovered[0], unlabelled, node):
             pod = uncovered[0]
             allocations.append(
-                Allocation(pod, node, _pod_share(pod, node), tuple(unlabelled), Attribution.ELIMINATION, False)
+                Allocation(pod, node, _pod_share(pod, node, len(node_inv.physical_uuids)), tuple(unlabelled), Attribution.ELIMINATION, False)
             )
             unlabelled = []
         else:
             for pod in uncovered:
-                allocations.append(Allocation(pod, node, _pod_share(pod, node), (), Attribution.UNKNOWN, False))
+                allocations.append(Allocation(pod, node, _pod_share(pod, node, len(node_inv.physical_uuids)), (), Attribution.UNKNOWN, False))
             if uncovered and unlabelled:
                 node_inv.ambiguous_pods.extend(uncovered)
                 node_inv.unattributed_devices.extend(unlabelled)
@@ -477,11 +505,23 @@ def build_context(cluster: ClusterState, telemetry: TelemetryWindow, common: Com
             a = Allocation(pod, node_inv.node, _pod_share(pod, node_inv.node), (), Attribution.UNKNOWN, False)
             allocations.append(a)
             node_inv.allocations.append(a)
-    return ScanContext(cluster, telemetry, common, allocations, inventories, unmapped, stray)
+    return ScanContext(cluster, telemetry, common, allocations, inventories, unmapped, stray, dict(power_limits_w or {}))
 
 
-def _pod_share(pod: Pod, node: Node | None) -> Decimal:
-    return sum((gpu_share_for_request(r, c, node) for r, c in pod.gpu_requests.items()), Decimal(0))
+def _pod_share(pod: Pod, node: Node | None, physical: int = 0) -> Decimal:
+    """Physical-GPU equivalents a pod requests on `node` (`physical`: DCGM UUIDs seen there, 0 when unknown).
+
+    A configured non-NVIDIA resource (e.g. `k8s.amazonaws.com/vgpu`, 40 allocatable on 4 GPUs) is worth
+    physical ÷ allocatable GPUs per unit (B20), not one GPU per unit.
+    """
+    total = Decimal(0)
+    for r, c in pod.gpu_requests.items():
+        alloc = node.allocatable_gpu.get(r) if node is not None else None
+        if not r.startswith("nvidia.com/") and alloc and physical and alloc > physical:
+            total += Decimal(c) * Decimal(physical) / Decimal(alloc)
+        else:
+            total += gpu_share_for_request(r, c, node)
+    return total
 
 
 def _fits(pod: Pod, devices: list[GpuTelemetry], node: Node | None) -> bool:

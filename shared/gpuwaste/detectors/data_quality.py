@@ -51,8 +51,10 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
     """Report telemetry the other detectors could not judge, and why."""
     cluster = ctx.cluster.cluster
     if ctx.telemetry.single_instant and settings.report_single_instant and ctx.telemetry.gpus:
+        physical = len({g.device.uuid for g in ctx.telemetry.gpus})
+        mig = sum(1 for g in ctx.telemetry.gpus if g.device.gpu_i_id is not None)
         yield _dq(ctx, Subject(cluster=cluster, attribution=Attribution.NODE), "single_sample",
-                  f"The telemetry holds one sample per series ({len(ctx.telemetry.gpus)} device(s)): no verdict on sustained use",
+                  f"The telemetry holds one sample per series ({physical} GPU(s), {mig} MIG instance(s)): no verdict on sustained use",
                   "Record a window (gpuwaste record, or a Prometheus with history) to judge idleness.", "all",
                   confidence=Confidence.HIGH)
     for alloc in ctx.allocations:

@@ -8,6 +8,12 @@ from gpuwaste.detectors.allocation import IdleSettings, UnderusedSettings
 from gpuwaste.detectors.capacity import UnallocatedSettings
 from gpuwaste.detectors.context import CommonSettings
 from gpuwaste.detectors.data_quality import DataQualitySettings
+from gpuwaste.detectors.efficiency import LowBandwidthSettings, PowerAnomalySettings
+from gpuwaste.detectors.hardware import WrongHardwareSettings
+from gpuwaste.detectors.inference import InferenceIdleSettings, KvCachePressureSettings
+from gpuwaste.detectors.orphaned import OrphanedSettings
+from gpuwaste.detectors.stalled import StalledSettings
+from gpuwaste.detectors.starvation import CpuBoundSettings
 
 
 class DetectorSettings(BaseModel):
@@ -25,6 +31,14 @@ class DetectorSettings(BaseModel):
     underused_allocation: UnderusedSettings = Field(default_factory=UnderusedSettings)
     unallocated_capacity: UnallocatedSettings = Field(default_factory=UnallocatedSettings)
     data_quality: DataQualitySettings = Field(default_factory=DataQualitySettings)
+    power_anomaly: PowerAnomalySettings = Field(default_factory=PowerAnomalySettings)
+    low_memory_bandwidth: LowBandwidthSettings = Field(default_factory=LowBandwidthSettings)
+    stalled: StalledSettings = Field(default_factory=StalledSettings)
+    wrong_hardware: WrongHardwareSettings = Field(default_factory=WrongHardwareSettings)
+    cpu_bound: CpuBoundSettings = Field(default_factory=CpuBoundSettings)
+    kv_cache_pressure: KvCachePressureSettings = Field(default_factory=KvCachePressureSettings)
+    inference_idle: InferenceIdleSettings = Field(default_factory=InferenceIdleSettings)
+    orphaned: OrphanedSettings = Field(default_factory=OrphanedSettings)
 
     def by_name(self) -> dict[str, BaseModel]:
         """Detector name → its settings model."""

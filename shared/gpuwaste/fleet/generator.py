@@ -52,20 +52,37 @@ SCENARIOS = {
     "frozen": "data_quality:frozen_exporter",
 }
 
+#: Catalogue scenarios of the "scorecard" layout → the kind expected (None: a look-alike that must not be flagged).
+CATALOGUE_SCENARIOS: dict[str, str | None] = {
+    "power_hog": "power_anomaly",  # SM ~10 %, DRAM 75 %, power 88 % of the limit: memory-bound, not idle
+    "low_bandwidth": "low_memory_bandwidth",  # SM ~35 %, DRAM ~12 %: neither compute- nor memory-bound
+    "stalled": "stalled",  # GPU_UTIL 100 %, GR_ENGINE 0.97, tensor/DRAM 0, power 17 % of the limit (B14)
+    "oversized": "wrong_hardware",  # 20 % of the framebuffer, ~10 % activity for the whole look-back
+    "cpu_starved": "cpu_bound",  # spiky GPU activity, CFS throttles 60 % of periods
+    "kv_pressure": "kv_cache_pressure",  # busy vLLM, KV cache 96 %, requests waiting, preemptions
+    "serving_idle": "inference_idle",  # vLLM, no requests, flat token counters, GPU ~8 % (warm-up probes)
+    "data_stall": None,  # busy with a 4-minute data-loading stall (CPU briefly busy): must not be flagged
+    "serving_ok": None,  # vLLM with steady traffic and KV cache at 50 %: must not be flagged
+    "power_moderate": "underused_allocation",  # SM ~10 % at 70 % of the power limit: under-used, not a power anomaly
+    "throttle_mild": None,  # spiky GPU with CFS throttling at 15 %: under the CPU-bound threshold
+}
+
 
 class FleetSpec(BaseModel):
     """What to generate.
 
     Attributes:
-        layout: "demo" (a hand-designed fleet that shows every finding kind of the main job) or
-            "random" (`nodes` nodes drawn from `instance_types` with the scenario mix `weights`).
+        layout: "demo" (a hand-designed fleet that shows every finding kind of the main job),
+            "random" (`nodes` nodes drawn from `instance_types` with the scenario mix `weights`), or
+            "scorecard" (every waste kind of the catalogue several times, plus look-alikes that must not
+            be flagged; `nodes` is the number of repetitions).
         history_s: seconds of history before `eval_time` (window + 10 min so the first 10-minute
             average is complete). step_s: seconds between samples (dcgm-exporter collects every 30 s).
         label_style: "pod" (honorLabels: true), "exported" (Helm default), or "mixed".
         metrics: "full" (activity, tensor, DRAM, FB, power, energy) or "lean" (activity, FB, power).
     """
 
-    layout: str = Field("demo", pattern="^(demo|random)$")
+    layout: str = Field("demo", pattern="^(demo|random|scorecard)$")
     cluster: str = "demo"
     seed: int = 7
     nodes: int = Field(6, ge=1)
@@ -219,18 +236,23 @@ class _Builder:
 
     def pod(self, ns: str, name: str, node: str, gpus: list[_Gpu], *, owner: str = "Deployment", workload: str | None = None,
             resource: str = "nvidia.com/gpu", scenario: str = "busy", started_ago_s: float = 86400, phase: str = "Running",
-            image: str = "ghcr.io/example/trainer:1.4", team: str = "ml-platform", expect: str | None = "auto") -> None:
+            image: str = "ghcr.io/example/trainer:1.4", team: str = "ml-platform", expect: str | None = "auto",
+            owner_gone: bool = False, annotations: dict[str, str] | None = None, finished_ago_s: float | None = None,
+            args: list[str] | None = None) -> None:
         self.namespace(ns, team)
         workload = workload or name.rsplit("-", 2)[0]
         meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": _uid(ns, name), "labels": {"app": workload},
                                 "creationTimestamp": _iso(self.t_eval - started_ago_s - 30)}
+        if annotations:
+            meta["annotations"] = dict(annotations)
         if owner == "Deployment":
             h = hashlib.sha256(workload.encode()).hexdigest()[:10]
             rs = f"{workload}-{h}"
             meta["labels"]["pod-template-hash"] = h
             meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": _uid(rs), "controller": True}]
             self._controller("ReplicaSet", ns, rs, ("Deployment", workload))
-            self._controller("Deployment", ns, workload, None)
+            if not owner_gone:
+                self._controller("Deployment", ns, workload, None)
         elif owner == "CronJob":
             job = f"{workload}-{28711440 + len(self.objects)}"
             meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": _uid(job), "controller": True}]
@@ -251,9 +273,19 @@ class _Builder:
         }
         if phase in ("Succeeded", "Failed"):
             pod["status"]["containerStatuses"] = [{"name": container, "state": {"terminated": {"exitCode": 0, "finishedAt": _iso(self.t_eval - 2400)}}}]
+        if args:
+            pod["spec"]["containers"][0]["args"] = list(args)
+        if finished_ago_s is not None:  # main container done, a sidecar keeps the pod Running
+            pod["spec"]["containers"].append({"name": "log-shipper", "image": "fluent/fluent-bit:3.0"})
+            pod["status"]["containerStatuses"] = [
+                {"name": container, "state": {"terminated": {"exitCode": 0, "finishedAt": _iso(self.t_eval - finished_ago_s)}}},
+                {"name": "log-shipper", "state": {"running": {"startedAt": _iso(self.t_eval - started_ago_s)}}},
+            ]
         self.objects.append(pod)
         for g in gpus:
-            if phase in ("Succeeded", "Failed"):
+            if phase == "Pending":
+                g.scenario = "free"  # bound to the node, no container runs: no workload labels on the GPU
+            elif phase in ("Succeeded", "Failed"):
                 g.stale_owner = (ns, name, container)
                 g.scenario = "free_idle"
             else:
@@ -330,6 +362,62 @@ class _Builder:
         self.pod("vision", "ocr-warmup-2", g[0].node, g[2:3], workload="ocr-warmup", scenario="idle", started_ago_s=300, team="vision")
         self.free_truth(g[0].node, 1, 4)
 
+    def scorecard(self) -> None:
+        """Every catalogue kind, `spec.nodes` times over, on varied label styles and signal sets, plus look-alikes."""
+        self.pod_metrics: list[tuple[str, str, str, str]] = []  # (namespace, pod, container, profile)
+        for r in range(self.spec.nodes):
+            style = "exported" if r % 2 else "pod"
+            sigs = "sm" if r % 2 == 0 else "prof"
+            team = ("research", "vision", "search")[r % 3]
+            # A100 node: efficiency kinds and their look-alikes
+            g = self.node(f"sc-a100-{r:02d}", "p4d.24xlarge", label_style=style, signal_set=sigs)
+            node = g[0].node
+            self._sc(team, f"kernel-bench-{r}-a1b-x0", node, g[0:1], "power_hog", "power_anomaly")
+            self._sc(team, f"feature-etl-{r}-a1b-x1", node, g[1:2], "low_bandwidth", "low_memory_bandwidth")
+            self._sc(team, f"pretrain-{r}-worker-0", node, g[2:4], "stalled", "stalled", owner="PyTorchJob", workload=f"pretrain-{r}")
+            self._sc(team, f"tiny-classifier-{r}-a1b-x4", node, g[4:5], "oversized", "wrong_hardware")
+            self._sc(team, f"video-decode-{r}-a1b-x5", node, g[5:6], "cpu_starved", "cpu_bound", cpu="starved")
+            self._sc(team, f"resnet-train-{r}-a1b-x6", node, g[6:7], "data_stall", None, cpu="stall")
+            self._sc(team, f"bert-train-{r}-a1b-x7", node, g[7:8], "checkpoint_pause" if r % 2 else "busy", None)
+            # H100 node: serving and orphans
+            g = self.node(f"sc-h100-{r:02d}", "p5.48xlarge", label_style=style, signal_set="sm")
+            node = g[0].node
+            vllm = "vllm/vllm-openai:v0.8.5"
+            self._sc("inference", f"chat-serve-{r}-b2c-y0", node, g[0:1], "kv_pressure", "kv_cache_pressure", image=vllm, serving="pressure")
+            self._sc("inference", f"rerank-serve-{r}-b2c-y1", node, g[1:2], "serving_idle", "inference_idle", image=vllm, serving="idle")
+            self._sc("inference", f"embed-serve-{r}-b2c-y2", node, g[2:3], "serving_ok", None, image=vllm, serving="ok")
+            self._sc("inference", f"summarize-serve-{r}-b2c-y3", node, g[3:4], "bursty", None, image=vllm, serving="bursty")
+            self._sc(team, f"legacy-api-{r}-b2c-y4", node, g[4:5], "busy", "orphaned", owner_gone=True)
+            self._sc(team, f"nightly-train-{r}-2871{r:04d}-y5", node, g[5:6], "idle", "orphaned", owner="CronJob",
+                     workload=f"nightly-train-{r}", finished_ago_s=2400)
+            self._sc("research", f"notebook-{r}-0", node, g[6:7], "idle", "orphaned", owner="StatefulSet", workload=f"notebook-{r}",
+                     annotations={"notebooks.kubeflow.org/last-activity": _iso(self.t_eval - 3 * 86400)})
+            self.pod(team, f"stuck-init-{r}-b2c-y7", node, g[7:8], workload=f"stuck-init-{r}", phase="Pending", started_ago_s=3600, team=team)
+            self.truth.append(TruthItem(kind="orphaned", namespace=team, pod=f"stuck-init-{r}-b2c-y7", node=node,
+                                        workload=f"stuck-init-{r}", gpus=1.0, scenario="pending"))
+            # A10G node: the main job's kinds, an old bare pod, one free GPU
+            g = self.node(f"sc-a10g-{r:02d}", "g5.12xlarge", label_style=style, signal_set=sigs, hostname_key="hostname")
+            node = g[0].node
+            self._sc(team, f"eval-{r}-c3d-z0", node, g[0:1], "idle", "idle_allocation")
+            self._sc(team, f"embedder-{r}-c3d-z1", node, g[1:2], "underused", "underused_allocation")
+            self._sc(team, f"scratch-{r}", node, g[2:3], "busy", "orphaned", owner="Pod", workload=f"scratch-{r}", started_ago_s=5 * 86400)
+            self.free_truth(node, 1, 4)
+            # L40S node: near-threshold look-alikes and a second wrong-hardware case
+            g = self.node(f"sc-l40s-{r:02d}", "g6e.12xlarge", label_style=style, signal_set=sigs)
+            node = g[0].node
+            self._sc(team, f"sparse-attn-{r}-d4e-w0", node, g[0:1], "power_moderate", "underused_allocation")
+            self._sc(team, f"audio-prep-{r}-d4e-w1", node, g[1:2], "throttle_mild", None, cpu="mild")
+            self._sc(team, f"small-llm-{r}-d4e-w2", node, g[2:3], "oversized", "wrong_hardware")
+            self._sc(team, f"vit-train-{r}-d4e-w3", node, g[3:4], "busy", None)
+
+    def _sc(self, ns: str, name: str, node: str, gpus: list[_Gpu], scenario: str, expect: str | None, *,
+            cpu: str = "ok", serving: str | None = None, **kw: Any) -> None:
+        self.pod(ns, name, node, gpus, scenario=scenario, expect=expect, team=ns, **kw)
+        container = (kw.get("workload") or name.rsplit("-", 2)[0]).split("-")[0][:20] or "main"
+        self.pod_metrics.append((ns, name, container, f"cpu:{cpu}"))
+        if serving:
+            self.pod_metrics.append((ns, name, container, f"serving:{serving}"))
+
     def random(self) -> None:
         spec = self.spec
         names = list(spec.weights)
@@ -363,11 +451,15 @@ def generate_fleet(spec: FleetSpec | None = None) -> Fleet:
     b = _Builder(spec)
     if spec.layout == "demo":
         b.demo()
+    elif spec.layout == "scorecard":
+        b.scorecard()
     else:
         b.random()
     fleet = Fleet(spec, b.gpus, b.objects, b.truth)
     if spec.inference_metrics:
         fleet.extra_series.extend(_vllm_series(fleet))
+    if spec.layout == "scorecard":
+        fleet.extra_series.extend(_pod_series(fleet, b.pod_metrics))
     return fleet
 
 
@@ -385,7 +477,28 @@ def _activity(g: _Gpu, rng: random.Random, t: float, t0: float) -> float:
         return min(0.99, max(0.0, rng.gauss(0.85, 0.05))) if phase < 300 else max(0.0, rng.gauss(0.04, 0.01))
     if s == "checkpoint_pause":
         return 0.01 if 1200 <= (t - t0) < 1560 else min(0.99, max(0.2, rng.gauss(0.7, 0.08)))
+    if s in _CATALOGUE_ACTIVITY:
+        return _CATALOGUE_ACTIVITY[s](rng, t - t0)
     return min(0.99, max(0.25, rng.gauss(0.72, 0.1)))  # busy / gap
+
+
+def _clip(lo: float, hi: float, v: float) -> float:
+    return min(hi, max(lo, v))
+
+
+_CATALOGUE_ACTIVITY = {
+    "power_hog": lambda rng, dt: _clip(0.06, 0.14, rng.gauss(0.10, 0.015)),
+    "low_bandwidth": lambda rng, dt: _clip(0.28, 0.42, rng.gauss(0.35, 0.03)),
+    "stalled": lambda rng, dt: _clip(0.95, 0.99, rng.gauss(0.97, 0.005)),
+    "oversized": lambda rng, dt: _clip(0.04, 0.16, rng.gauss(0.10, 0.02)),
+    "cpu_starved": lambda rng, dt: _clip(0.5, 0.8, rng.gauss(0.65, 0.05)) if dt % 120 < 60 else _clip(0.0, 0.06, rng.gauss(0.02, 0.01)),
+    "kv_pressure": lambda rng, dt: _clip(0.6, 0.95, rng.gauss(0.8, 0.05)),
+    "serving_idle": lambda rng, dt: _clip(0.06, 0.10, rng.gauss(0.08, 0.008)),
+    "data_stall": lambda rng, dt: 0.02 if 1800 <= dt < 2040 else _clip(0.25, 0.99, rng.gauss(0.72, 0.1)),
+    "serving_ok": lambda rng, dt: _clip(0.3, 0.9, rng.gauss(0.6, 0.08)),
+    "power_moderate": lambda rng, dt: _clip(0.06, 0.14, rng.gauss(0.10, 0.015)),
+    "throttle_mild": lambda rng, dt: _clip(0.5, 0.8, rng.gauss(0.65, 0.05)) if dt % 120 < 60 else _clip(0.0, 0.06, rng.gauss(0.02, 0.01)),
+}
 
 
 def _labels(g: _Gpu, pod: tuple[str, str, str] | None) -> dict[str, str]:
@@ -403,6 +516,17 @@ def _labels(g: _Gpu, pod: tuple[str, str, str] | None) -> dict[str, str]:
         ns, p, c = pod if pod else ("", "", "")
         labels.update({"container": c, "namespace": ns, "pod": p})
     return labels
+
+
+#: Per-scenario signal shapes of the catalogue scenarios (activity x → value); absent keys keep the defaults
+#: (tensor 0.6·x, DRAM 0.5·x, SM 0.93·x, power 9 % + 80 %·x of the limit, framebuffer 82 %).
+_SHAPES: dict[str, dict[str, Any]] = {
+    "power_hog": {"tensor": lambda x: 0.02, "dram": lambda x: 0.75 + (x - 0.1) * 0.2, "power": lambda x: 0.88 + (x - 0.1) * 0.1},
+    "low_bandwidth": {"tensor": lambda x: x * 0.5, "dram": lambda x: 0.12 + (x - 0.35) * 0.1},
+    "stalled": {"sm": lambda x: 0.14, "tensor": lambda x: 0.0, "dram": lambda x: 0.0, "power": lambda x: 0.17},
+    "oversized": {"fb": 0.20},
+    "power_moderate": {"dram": lambda x: 0.6, "power": lambda x: 0.70},
+}
 
 
 def _telemetry(fleet: Fleet) -> Iterator[RecordedSeries]:
@@ -445,22 +569,29 @@ def _telemetry(fleet: Fleet) -> Iterator[RecordedSeries]:
         a = [act[k] for k in keep]
         if g.scenario == "frozen":
             a = [0.0 for _ in keep]
+        shape = _SHAPES.get(g.scenario, {})
         if g.signal_set in ("prof", "sm"):
             yield from series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", [round(x, 6) for x in a])
         if g.signal_set == "sm":
-            yield from series("DCGM_FI_PROF_SM_ACTIVE", [round(x * 0.93, 6) for x in a])
+            sm_f = shape.get("sm")
+            yield from series("DCGM_FI_PROF_SM_ACTIVE", [round(sm_f(x) if sm_f else x * 0.93, 6) for x in a])
         if g.mig is None:
             util = [float(min(100, round(x * 130))) if x > 0.01 else 0.0 for x in a]
             yield from series("DCGM_FI_DEV_GPU_UTIL", util)
         held = g.owner is not None or g.stale_owner is not None
-        fb_used = g.fb_total * (0.82 if held else 0.0) + (0 if g.scenario != "busy" else 512)
+        fb_used = g.fb_total * (shape.get("fb", 0.82) if held else 0.0) + (0 if g.scenario != "busy" else 512)
         if spec.metrics == "full" and g.signal_set != "util":
-            yield from series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", [round(x * 0.6, 6) for x in a])
-            yield from series("DCGM_FI_PROF_DRAM_ACTIVE", [round(x * 0.5, 6) for x in a])
+            tensor_f, dram_f = shape.get("tensor"), shape.get("dram")
+            yield from series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", [round(tensor_f(x) if tensor_f else x * 0.6, 6) for x in a])
+            yield from series("DCGM_FI_PROF_DRAM_ACTIVE", [round(dram_f(x) if dram_f else x * 0.5, 6) for x in a])
         yield from series("DCGM_FI_DEV_FB_USED", [float(int(fb_used)) for _ in a])
         if g.mig is None or g.mig[0] == "7":
             idle_w = g.power_limit * 0.09
-            power = [round(idle_w + x * g.power_limit * 0.8, 3) if g.scenario != "frozen" else round(idle_w, 3) for x in a]
+            power_f = shape.get("power")
+            if power_f is not None:
+                power = [round(power_f(x) * g.power_limit, 3) for x in a]
+            else:
+                power = [round(idle_w + x * g.power_limit * 0.8, 3) if g.scenario != "frozen" else round(idle_w, 3) for x in a]
             pl = _labels(g, None) if g.mig else None
             if g.mig:
                 assert pl is not None
@@ -504,6 +635,73 @@ def _vllm_series(fleet: Fleet) -> list[RecordedSeries]:
         out.append(RecordedSeries("vllm:num_requests_waiting", dict(labels), list(ts), [0.0] * len(ts)))
         out.append(RecordedSeries("vllm:kv_cache_usage_perc", dict(labels), list(ts), [0.02 if scen == "idle" else 0.3] * len(ts)))
         out.append(RecordedSeries("vllm:generation_tokens_total", dict(labels), list(ts), tokens))
+    return out
+
+
+def _pod_series(fleet: Fleet, specs: list[tuple[str, str, str, str]]) -> list[RecordedSeries]:
+    """cAdvisor CPU counters and vLLM serving series for the scorecard pods (deterministic shapes)."""
+    spec = fleet.spec
+    t_end = spec.eval_time.timestamp()
+    t0 = t_end - spec.history_s
+    steps = int(spec.history_s // spec.step_s)
+    times = [t0 + (k + 1) * spec.step_s for k in range(steps)]
+    ts = [int(t * 1000) for t in times]
+    out: list[RecordedSeries] = []
+
+    def counter(name: str, labels: dict[str, str], per_s: list[float], start: float) -> None:
+        acc, vals = start, []
+        for r in per_s:
+            acc += r * spec.step_s
+            vals.append(round(acc, 3))
+        out.append(RecordedSeries(name, dict(labels), list(ts), vals))
+
+    for i, (ns, pod, container, profile) in enumerate(specs):
+        kind, _, variant = profile.partition(":")
+        if kind == "cpu":
+            labels = {"namespace": ns, "pod": pod, "container": container, "id": f"/kubepods/pod{i}/{container}",
+                      "image": "ghcr.io/example/trainer:1.4", "name": f"k8s_{container}_{pod}"}
+            dt = [t - t0 for t in times]
+            if variant == "starved":
+                throttled = [6.0 for _ in dt]
+                usage = [7.95 for _ in dt]
+            elif variant == "mild":
+                throttled = [1.5 for _ in dt]
+                usage = [5.5 for _ in dt]
+            elif variant == "stall":
+                throttled = [6.0 if 1800 <= d < 2040 else 0.2 for d in dt]
+                usage = [7.9 if 1800 <= d < 2040 else 3.1 for d in dt]
+            else:
+                throttled = [0.2 for _ in dt]
+                usage = [2.4 for _ in dt]
+            counter("container_cpu_usage_seconds_total", labels, usage, 1.0e5 + i)
+            counter("container_cpu_cfs_periods_total", labels, [10.0 for _ in dt], 5.0e6 + i)
+            counter("container_cpu_cfs_throttled_periods_total", labels, throttled, 1.0e4 + i)
+            continue
+        r = int(pod.split("-")[2]) if pod.split("-")[2].isdigit() else 0
+        kv_name = "vllm:gpu_cache_usage_perc" if r % 2 else "vllm:kv_cache_usage_perc"  # old and new names (B16)
+        labels = {"namespace": ns, "pod": pod, "model_name": "meta-llama/Llama-3.1-8B-Instruct", "engine": "0"}
+        dt = [t - t0 for t in times]
+        if variant == "pressure":
+            running = [24.0 for _ in dt]
+            waiting = [float(3 + (k % 5)) for k in range(len(dt))]
+            kv = [0.96 for _ in dt]
+            gen, preempt = [900.0 for _ in dt], [0.05 for _ in dt]
+        elif variant == "idle":
+            running, waiting, kv = [0.0] * len(dt), [0.0] * len(dt), [0.0] * len(dt)
+            gen, preempt = [0.0] * len(dt), [0.0] * len(dt)
+        elif variant == "bursty":
+            running = [6.0 if d % 900 < 300 else 0.0 for d in dt]
+            waiting, kv = [0.0] * len(dt), [0.3 if d % 900 < 300 else 0.05 for d in dt]
+            gen, preempt = [240.0 if d % 900 < 300 else 0.0 for d in dt], [0.0] * len(dt)
+        else:
+            running, waiting, kv = [8.0] * len(dt), [0.0] * len(dt), [0.5] * len(dt)
+            gen, preempt = [320.0] * len(dt), [0.0] * len(dt)
+        out.append(RecordedSeries("vllm:num_requests_running", dict(labels), list(ts), running))
+        out.append(RecordedSeries("vllm:num_requests_waiting", dict(labels), list(ts), waiting))
+        out.append(RecordedSeries(kv_name, dict(labels), list(ts), kv))
+        counter("vllm:generation_tokens_total", labels, gen, 1.8234561e07)
+        counter("vllm:prompt_tokens_total", labels, [g * 3 for g in gen], 5.0e07)
+        counter("vllm:num_preemptions_total", labels, preempt, 12.0)
     return out
 
 

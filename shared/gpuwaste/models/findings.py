@@ -102,6 +102,8 @@ class Subject(Frozen):
     """Who and what a finding is about, with everything pricing needs (pricing runs without cluster access).
 
     Attributes:
+        labels, annotations: the pod's (or node's); namespace_labels, namespace_annotations: its namespace's
+            (owner routing reads both, workload first).
         gpu_share: physical-GPU equivalents held (MIG slice = N/7, time-slice replica = 1/replicas).
         physical_gpus_on_node: distinct DCGM UUIDs seen on the node.
     """
@@ -121,6 +123,8 @@ class Subject(Frozen):
     attribution: Attribution = Attribution.LABELS
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    namespace_labels: dict[str, str] = Field(default_factory=dict)
+    namespace_annotations: dict[str, str] = Field(default_factory=dict)
 
 
 class Cost(Frozen):

@@ -27,6 +27,12 @@ class FindingRecord(Frozen):
         missed_scans: consecutive scans of the cluster that did not see it.
         saved_usd_per_day: on resolution, the USD/day no longer wasted.
         alerted_usd_per_day: the cost when the owner was last told (for "worse by a share").
+        ticket_requested_at: when a ticket was requested (requested once per open period).
+        last_checked_scan_id: the last ScanCompleted applied (a redelivered completion is a no-op).
+        outbox_json: messages decided but not yet confirmed sent (JSON list); flushed on redelivery.
+        activity_at: the latest of last_seen and resolved_at (the daily-summary index sorts on its day).
+        delivery_keys: idempotency keys (`fingerprint:action:scan_id:sink`) of deliveries already made, newest
+            last, at most 20 (a redelivered alert is not posted twice).
         version: optimistic-concurrency counter for conditional writes.
         expires_at: epoch seconds for the store's TTL.
     """
@@ -56,5 +62,10 @@ class FindingRecord(Frozen):
     acknowledged: str | None = None
     team: str | None = None
     finding_json: str = ""
+    ticket_requested_at: datetime | None = None
+    last_checked_scan_id: str = ""
+    outbox_json: str = ""
+    activity_at: datetime | None = None
+    delivery_keys: tuple[str, ...] = ()
     version: int = Field(0, ge=0)
     expires_at: int = 0

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gpuwaste.models.base import Frozen
 from gpuwaste.models.findings import Finding
+
+
+class _CarriesFinding(Frozen):
+    """Envelope base: accepts its own JSON back (drops `finding.fingerprint`, which is computed, not input)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_computed_fingerprint(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("finding"), dict) and "fingerprint" in data["finding"]:
+            data = {**data, "finding": {k: v for k, v in data["finding"].items() if k != "fingerprint"}}
+        return data
 
 
 class ScanRequest(Frozen):
@@ -21,7 +32,7 @@ class ScanRequest(Frozen):
     scan_id: str = Field(min_length=1)
 
 
-class FindingMessage(Frozen):
+class FindingMessage(_CarriesFinding):
     """scan → price (unpriced) and price → dedupe (priced): one finding.
 
     Attributes:
@@ -56,8 +67,14 @@ class AlertAction(StrEnum):
     RESOLVED = "resolved"
 
 
-class AlertMessage(Frozen):
-    """dedupe → notify/ticket: something the owner must hear about."""
+class AlertMessage(_CarriesFinding):
+    """dedupe → notify (AlertsQueue) / create_tickets (TicketsQueue, action ESCALATE): something to tell.
+
+    Attributes:
+        cumulative_usd / saved_usd_per_day: decimal strings (USD; USD/day).
+        scan_id: the scan that caused the decision (with `fingerprint` and `action`, an idempotency key).
+        reason: why, for people ("cost up 40 %", "open 3 days", "not seen for 3 scans").
+    """
 
     schema_version: Literal[1] = 1
     action: AlertAction
@@ -69,3 +86,6 @@ class AlertMessage(Frozen):
     slack_channel: str | None = None
     ticket_key: str | None = None
     saved_usd_per_day: str | None = None
+    scan_id: str = ""
+    reason: str | None = None
+

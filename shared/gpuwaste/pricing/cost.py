@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
 
-from gpuwaste.models.findings import Cost, Finding
+from gpuwaste.models.findings import Cost, Finding, WasteKind
 from gpuwaste.pricing.catalog import GpuHourRate, PriceBook, Unpriced
+from gpuwaste.pricing.hardware_fit import price_wrong_hardware
 
 HOURS_PER_DAY = Decimal(24)
 CENT = Decimal("0.01")
@@ -65,4 +66,9 @@ def price_finding(finding: Finding, book: PriceBook) -> Finding:
         return finding.with_cost(
             Cost(priced=False, wasted_gpu_share=Decimal(0), formula="not priced: data-quality finding")
         )
+    if finding.kind is WasteKind.WRONG_HARDWARE:
+        s = finding.subject
+        rate = book.gpu_hour_rate(instance_type=s.instance_type, capacity_type=s.capacity_type, gpu_model=s.gpu_model,
+                                  physical_gpus=s.physical_gpus_on_node)
+        return price_wrong_hardware(finding, book, rate if isinstance(rate, GpuHourRate) else None)
     return finding.with_cost(cost_of(finding, book))

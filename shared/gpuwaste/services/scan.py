@@ -18,6 +18,7 @@ from gpuwaste.models.telemetry import ACTIVITY_SIGNALS
 from gpuwaste.ports import ClusterStateSource, FindingQueue, GpuTelemetrySource
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
+from gpuwaste.pricing.power import power_limits_w
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +136,8 @@ class ScanService:
         t2 = time.perf_counter()
         timings["telemetry"] = t2 - t1
         self._progress("detecting")
-        ctx = build_context(cluster, telemetry, self.settings.common)
+        ctx = build_context(cluster, telemetry, self.settings.common,
+                            power_limits_w=power_limits_w(g.model_name for g in telemetry.gpus))
         result = run_detectors(ctx, self.settings.by_name(), self.settings.enabled)
         findings = list(result.findings)
         t3 = time.perf_counter()

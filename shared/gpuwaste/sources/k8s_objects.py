@@ -299,23 +299,27 @@ def cluster_state_from_objects(
         if not kind:
             raise InputFormatError(f"items[{i}] has no kind (expected the output of kubectl get -o json)")
         kinds_seen.add(str(kind))
-        if kind == "Pod":
-            pod = pod_from_dict(obj, settings.gpu_resource_names)
-            if exporter_re.search(pod.name) and pod.node_name:
-                exporters[pod.name] = pod.node_name
-                if pod.pod_ip:
-                    exporter_ips[pod.pod_ip] = pod.node_name
-            if pod.gpu_requests:
-                pods.append(pod)
-        elif kind == "Node":
-            nodes.append(node_from_dict(obj, settings))
-        elif kind == "Namespace":
-            meta = _meta(obj, "Namespace")
-            ns_labels[str(meta["name"])] = dict(meta.get("labels") or {})
-            ns_annotations[str(meta["name"])] = dict(meta.get("annotations") or {})
-        elif kind in CONTROLLER_KINDS or "ownerReferences" in (obj.get("metadata") or {}) or obj.get("apiVersion", "").count("/"):
-            meta = _meta(obj, str(kind))
-            controllers[f"{kind}/{meta.get('namespace') or 'default'}/{meta['name']}"] = obj
+        try:
+            if kind == "Pod":
+                pod = pod_from_dict(obj, settings.gpu_resource_names)
+                if exporter_re.search(pod.name) and pod.node_name:
+                    exporters[pod.name] = pod.node_name
+                    if pod.pod_ip:
+                        exporter_ips[pod.pod_ip] = pod.node_name
+                if pod.gpu_requests:
+                    pods.append(pod)
+            elif kind == "Node":
+                nodes.append(node_from_dict(obj, settings))
+            elif kind == "Namespace":
+                meta = _meta(obj, "Namespace")
+                ns_labels[str(meta["name"])] = dict(meta.get("labels") or {})
+                ns_annotations[str(meta["name"])] = dict(meta.get("annotations") or {})
+            elif kind in CONTROLLER_KINDS or "ownerReferences" in (obj.get("metadata") or {}) or str(obj.get("apiVersion", "")).count("/"):
+                meta = _meta(obj, str(kind))
+                controllers[f"{kind}/{meta.get('namespace') or 'default'}/{meta['name']}"] = obj
+        except (AttributeError, TypeError, ValueError) as exc:  # a field of the wrong JSON type (list for a map, ...)
+            name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), Mapping) else None
+            raise InputFormatError(f"items[{i}] ({kind} {name or '?'}): malformed object, a field has the wrong type: {exc}") from exc
     listed = frozenset(listed_kinds) if listed_kinds is not None else frozenset(k for k in kinds_seen if k not in ("Pod", "Node", "Namespace"))
     resolved = [p.model_copy(update={"workload": resolve_owners(p, controllers, listed)}) for p in pods]
     gpu_nodes = [n for n in nodes if n.capacity_gpu or n.allocatable_gpu or n.gpu_product or n.name in {p.node_name for p in pods} or n.name in exporters.values()]

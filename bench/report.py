@@ -1,0 +1,232 @@
+"""Benchmark helper: render the benchmark report (`bench/RESULTS.md`) from the numbers of one run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _f(v: Any, d: int = 2) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:,.{d}f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def _targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None, str]]:
+    """(target, goal, measured, met, what stands in the way) rows."""
+    t = report["targets"]
+    sizes = report.get("sizes", [])
+    big = max(sizes, key=lambda s: s["gpus"]) if sizes else {}
+    near_1k = min(sizes, key=lambda s: abs(s["pods"] - 1000)) if sizes else {}
+    chain = report.get("chain", {})
+    local, aws, slack = chain.get("local", {}), chain.get("aws", {}), chain.get("slack", {})
+    rows: list[tuple[str, str, str, bool | None, str]] = []
+    if big:
+        split = big.get("split_s", {})
+        per_query = sorted(big.get("per_query", []), key=lambda q: -q["wall_s"])[:3]
+        heavy = ", ".join(f"{q['query']} {q['wall_s']:.1f} s / {q['bytes'] / 1e6:.0f} MB" for q in per_query)
+        rows.append((f"scan of {big['gpus']:,} GPUs end to end", f"≤ {t['scan_s_10k']} s", f"{big['ours_s']:.1f} s",
+                     big["ours_s"] <= t["scan_s_10k"],
+                     f"the floor alone (same PromQL, plain HTTP, JSON merely parsed) takes {big['floor_s']:.1f} s: Prometheus evaluates "
+                     f"{big['prom_eval_s']:.1f} s of CPU for the plan and returns {big.get('floor_bytes', 0) / 1e6:,.0f} MB of JSON "
+                     f"({big['queries']} queries, each returning every window statistic as its own series with the full dcgm-exporter label set); "
+                     f"our own work on top is {split.get('our_work', 0):.1f} s (cluster state {big['ours_timings_s'].get('cluster_state', 0):.1f} s, "
+                     f"detection {big['ours_timings_s'].get('detect', 0):.1f} s, parsing and merging the results). Heaviest queries: {heavy}."))
+        rows.append((f"scan ÷ floor at {big['gpus']:,} GPUs", f"≤ {t['ours_over_floor']}×", f"{big['scan_over_floor']:.2f}× "
+                     f"(telemetry only {big['ours_over_floor']:.2f}×)", big["scan_over_floor"] <= t["ours_over_floor"],
+                     "cluster state and detection come on top of the telemetry the floor fetches"))
+        rows.append((f"peak memory at {big['gpus']:,} GPUs", f"≤ {t['peak_mb']} MB", f"{big['peak_rss_mb']:.0f} MB",
+                     big["peak_rss_mb"] <= t["peak_mb"],
+                     f"{big['rss_before_scan_mb']:.0f} MB before the scan (interpreter + imports); the rest is the decoded JSON of "
+                     f"{big.get('floor_bytes', 0) / 1e6:,.0f} MB of results and the per-series models built from it"))
+    if sizes:
+        q = [s["queries"] for s in sizes]
+        rows.append(("PromQL queries per scan, constant in fleet size", f"≤ {t['queries']}", " / ".join(str(x) for x in q),
+                     max(q) <= t["queries"] and len(set(q)) == 1, ""))
+    if near_1k:
+        rows.append((f"naive ÷ ours with 2 ms latency at {near_1k['pods']:,} pods ({near_1k['gpus']:,} GPUs)", f"≥ {t['naive_over_ours_2ms']}×",
+                     f"{near_1k['naive_over_ours_2ms']:.2f}×", near_1k["naive_over_ours_2ms"] >= t["naive_over_ours_2ms"],
+                     f"per-pod instant queries are cheap for Prometheus ({near_1k['naive_queries']:,} queries, {near_1k['naive_loopback_s']:.2f} s on loopback "
+                     f"with 4 connections); ours fetches every statistic of every series in {near_1k['ours_2ms_s']:.2f} s. The naive strategy "
+                     f"still misses {near_1k['naive_unseen_gpus']:,} GPUs that no pod holds"))
+    if local and "error" not in local:
+        tl = local["timings_s"]
+        rows.append((f"{local['findings']:,} findings through the local chain", f"≤ {t['chain_s_10k']} s", f"{tl['total']:.1f} s",
+                     tl["total"] <= t["chain_s_10k"],
+                     f"dedupe {tl['dedupe']:.1f} s and notify {tl['notify']:.1f} s are SQLite writes: every conditional write is its own "
+                     "committed transaction (synced to disk), 3 per new finding (create, clear the outbox, record the delivery key)"))
+    if aws and "error" not in aws:
+        steady = aws.get("steady", {}).get("sqs_calls_per_finding")
+        rows.append(("SQS calls per finding (made by our code)", f"≤ {t['sqs_per_finding']}", f"{aws['sqs_calls_per_finding']:.2f} new, "
+                     f"{_f(steady)} seen again (+ {aws['sqs_esm_calls_per_finding']:.2f} by the event source mappings)",
+                     max(aws["sqs_calls_per_finding"], steady or 0) <= t["sqs_per_finding"],
+                     "price_findings and dedupe_findings send each record's output on its own (`price_and_forward`, `handle_finding` → one "
+                     "SendMessageBatch of 1 message per finding); batching a record batch's outputs into one SendMessageBatch of 10 "
+                     "would give about 0.1 per stage"))
+    if slack and "error" not in slack:
+        rows.append((f"Slack messages per scan, {slack['findings']:,} findings over {slack['owners']} owners", f"≤ {slack['target_max']}",
+                     str(slack["messages"]), slack["messages"] <= slack["target_max"],
+                     f"a digest is split when it is long ({slack['max_messages_per_channel']} messages in the busiest channel)"))
+    return rows
+
+
+def render(report: dict[str, Any], table: str) -> str:
+    """The Markdown report."""
+    m = report["machine"]
+    sizes = report.get("sizes", [])
+    lines = [
+        "# Benchmark results (issue 7)",
+        "",
+        f"Measured {report['started']} on {m['nproc']} cores ({m['cpu']}), {m['memory_gib']} GiB memory, {m['os']}, Python {m['python']}, "
+        f"{m['prometheus']}. Prometheus, the fake kube-apiserver, the scan and the reference strategies share the machine.",
+        "",
+        f"Command: `make bench` (= `.venv/bin/python {report['command']}`); total {report['total_s'] / 60:.1f} min.",
+        "",
+        "Fleet: `FleetSpec(layout=\"random\", metrics=\"" + (sizes[0]["metrics"] if sizes else "full") + f"\")`, {report['history_s'] // 60} min of history "
+        f"(a {report['window_s'] // 60} min window + 10 min) at a {report['step_s']} s step, every DCGM field of the generator (activity, SM, "
+        "tensor, DRAM, framebuffer, power, energy; `metrics=\"full\"`) plus vLLM series; written as OpenMetrics family by family in a streaming way "
+        "(`bench/fleet_om.py`), backfilled with promtool into one data dir per size, the `.om` file deleted right after. The cluster objects "
+        "are served by the fake kube-apiserver (`tests/servers/kube_api.py`, list/pagination wire format).",
+        "",
+        "## Scan, floor and naive, side by side",
+        "",
+        table,
+        "",
+        "Columns: **scan s** — one full scan (cluster state + telemetry + detection + pricing) through `bootstrap.local.live_sources`, "
+        f"wall time, best of {len(sizes[0].get('ours_runs_s', [])) if sizes else 0} warm runs (a first, cold run through the counting proxy is not counted); "
+        "**telemetry s** — its telemetry part; **CPU s** — the scan process's CPU time during the scan (`time.process_time`); "
+        "**peak MB** — the scan process's peak RSS (`VmHWM` of the child process, which includes the interpreter and imports; "
+        "`ru_maxrss` of a child would also count the forked copy of the benchmark process); "
+        "**PromQL queries** and **MB received** — counted at a local counting proxy (`bench/latency_proxy.py`, no delay; bytes as sent on the wire, "
+        "gzip when the client asks for it); **Prom eval s** — the sum of `data.stats.timings.evalTotalTime` over the plan with `stats=all`; "
+        f"**floor s** — the exact requests the scan sent, replayed with plain `http.client`, {report['concurrency']} connections, JSON merely parsed; "
+        "**naive** — one `avg_over_time(<signal>{pod=…,namespace=…}[1h]) or …{exported_pod=…}` instant query per GPU pod and per signal "
+        f"({', '.join(report['naive_signals'])}), {report['concurrency']} connections, on loopback and through the proxy adding 2 ms per request; "
+        "the “+2 ms” ratio divides by our scan through the same proxy. "
+        "* = measured on the first 1,000 pods and extrapolated linearly to all pods. "
+        "**GPUs naive cannot see** — GPUs no pod holds (per-pod queries never ask for them).",
+        "",
+        "### Details per size",
+        "",
+        "| | " + " | ".join(f"{s['gpus']:,} GPUs" for s in sizes) + " |",
+        "|---|" + "---:|" * len(sizes),
+    ]
+    detail_rows = [
+        ("nodes", lambda s: _f(s["nodes"])),
+        ("series / samples", lambda s: f"{s['series']:,} / {s['samples']:,}"),
+        ("OpenMetrics MB (write s)", lambda s: f"{s['om_mb']:,.0f} ({s['write_om_s']:.1f})"),
+        ("promtool backfill s (peak MB)", lambda s: f"{s['backfill_s']:.1f} ({s['backfill_rss_mb']:,.0f})"),
+        ("TSDB MB", lambda s: f"{s['tsdb_mb']:.1f}"),
+        ("Prometheus peak RSS MB", lambda s: f"{s['prometheus_peak_rss_mb']:,.0f}"),
+        ("findings by kind", lambda s: ", ".join(f"{k} {v}" for k, v in sorted(s["findings_by_kind"].items()))),
+        ("waste reported USD/day", lambda s: f"{s['usd_per_day']:,.0f}"),
+        ("GPUs seen by the scan", lambda s: _f(s["scan_gpus_seen"])),
+        ("scan runs s (cold first)", lambda s: ", ".join(f"{x:.2f}" for x in [s["ours_cold_s"], *s["ours_runs_s"]])),
+        ("floor runs s", lambda s: ", ".join(f"{x:.2f}" for x in s["floor_runs_s"])),
+        ("scan parts s: cluster / telemetry / detect / price",
+         lambda s: " / ".join(f"{s['ours_timings_s'].get(k, 0):.2f}" for k in ("cluster_state", "telemetry", "detect", "price"))),
+        ("split s: Prometheus eval / transfer + JSON / our work",
+         lambda s: " / ".join(f"{s['split_s'][k]:.2f}" for k in ("prometheus_eval", "transfer_and_json", "our_work"))),
+        ("floor bytes (uncompressed JSON) MB", lambda s: f"{s.get('floor_bytes', 0) / 1e6:,.1f}"),
+        ("kube-apiserver requests per scan", lambda s: _f(s["kube_requests_per_scan"])),
+        ("memory before the scan MB", lambda s: f"{s['rss_before_scan_mb']:.0f}"),
+        ("naive queries (all pods)", lambda s: _f(s["naive_queries"])),
+        ("our scan through the 2 ms proxy s", lambda s: f"{s['ours_2ms_s']:.2f}"),
+    ]
+    for title, fn in detail_rows:
+        try:
+            cells = [fn(s) for s in sizes]
+        except (KeyError, TypeError):
+            continue
+        lines.append(f"| {title} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "The split: Prometheus evaluation = summed `evalTotalTime` ÷ connections (capped at the floor); transfer + JSON = the rest of the floor "
+        "(Prometheus encoding the results, the bytes, `json.loads`); our work = scan wall time − floor (cluster state, building the telemetry "
+        "models, detection, pricing).",
+    ]
+    if sizes:
+        big = max(sizes, key=lambda s: s["gpus"])
+        pq = sorted(big.get("per_query", []), key=lambda q: -q["wall_s"])
+        if pq:
+            lines += ["", f"### Query plan at {big['gpus']:,} GPUs (one request at a time, `stats=all`)", "",
+                      "| metric | eval s | wall s | MB | result series |", "|---|---:|---:|---:|---:|"]
+            lines += [f"| {q['query']} | {q['eval_s']:.2f} | {q['wall_s']:.2f} | {q['bytes'] / 1e6:.1f} | {q['series']:,} |" for q in pq]
+    lines += ["", "## Targets", "", "| target | goal | measured | met | what stands in the way |", "|---|---|---|---|---|"]
+    for name, goal, measured, met, why in _targets(report):
+        lines.append(f"| {name} | {goal} | {measured} | {'yes' if met else 'no' if met is not None else 'n/a'} | {'' if met else why} |")
+    chain = report.get("chain", {})
+    lines += ["", "## After the scan: local chain, AWS calls, Slack", ""]
+    local = chain.get("local", {})
+    if "error" in local or not local:
+        lines.append(f"- Local chain: not measured ({local.get('error', 'missing')}).")
+    else:
+        t = local["timings_s"]
+        lines.append(f"- **Local chain** (memory queues carrying JSON, SQLite file store, Slack notifier posting to the Slack fake): "
+                     f"{local['findings']:,} new findings in {t['total']:.1f} s = {local['findings_per_s']:,.0f} findings/s "
+                     f"(price {t['price']:.2f} s, dedupe {t['dedupe']:.2f} s, notify {t['notify']:.2f} s); {local['slack_posts']} Slack messages.")
+    aws = chain.get("aws", {})
+    if "error" in aws or not aws:
+        lines.append(f"- AWS calls: not measured ({aws.get('error', 'missing')}).")
+    else:
+        calls = ", ".join(f"{k} {v}" for k, v in aws["calls"].items())
+        lines.append(f"- **AWS calls** on moto's server, one scan of {aws['findings']} new findings through SQS (standard) and DynamoDB: {calls}. "
+                     f"Per finding: SQS {aws['sqs_calls_per_finding']:.2f} made by our code + {aws['sqs_esm_calls_per_finding']:.2f} made by the "
+                     f"Lambda event source mappings (receive 10 + delete batch, played here by a loop); DynamoDB {aws['dynamodb_calls_per_finding']:.2f} "
+                     f"({aws['dynamodb_reads_per_finding']:.2f} reads, {aws['dynamodb_writes_per_finding']:.2f} writes; items ≈ {aws.get('item_kb', 0):.1f} KB). "
+                     "Counted with a botocore `before-call` event hook.")
+        st = aws.get("steady")
+        if st:
+            lines.append(f"- **The next scan** (the same {aws['findings']} findings seen again, nothing to tell): "
+                         + ", ".join(f"{k} {v}" for k, v in st["calls"].items())
+                         + f" → per finding SQS {st['sqs_calls_per_finding']:.2f} by us + {st['sqs_esm_calls_per_finding']:.2f} by the event source "
+                         f"mappings, DynamoDB {st['dynamodb_calls_per_finding']:.2f}. This is what every scan repeats for every open finding; "
+                         "the projection uses it.")
+    slack = chain.get("slack", {})
+    if "error" in slack or not slack:
+        lines.append(f"- Slack: not measured ({slack.get('error', 'missing')}).")
+    else:
+        lines.append(f"- **Slack**: {slack['findings']:,} new findings over {slack['owners']} owners (one channel each) in one scan → "
+                     f"{slack['messages']} `chat.postMessage` calls in {slack['channels']} channels (at most {slack['max_messages_per_channel']} per channel).")
+    p = report.get("projection", {})
+    if p and "error" not in p:
+        s, c, inv = p["scan"], p["cost_usd_per_month"], p["invocations_per_month"]
+        lines += [
+            "", f"## Projection: {p['clusters']} clusters × {p['gpus_per_cluster']:,} GPUs, a scan every {p['scan_period_s'] // 60} min", "",
+            f"From the {p['measured_at_gpus']:,}-GPU scan of this run (×{p['scale_from_measured']:.2f} to {p['gpus_per_cluster']:,} GPUs) and the moto run.",
+            "",
+            f"- **Lambda**: {inv['scan_gpu_waste']:,.0f} scan invocations/month of ~{s['duration_s']:.0f} s "
+            f"(peak concurrency {s['concurrency_peak']} when every cluster's scan fires at once, {s['concurrency_avg']:.1f} on average; "
+            f"default account limit {p['lambda_concurrency_limit']:,}); price {inv['price_findings']:,.0f} and dedupe {inv['dedupe_findings']:,.0f} "
+            f"invocations/month (SQS batches of 10), notify ≈ {inv['notify_slack']:,.0f}.",
+            f"- **Findings**: {p['findings_per_scan']:,.0f} per scan → {p['findings_per_month'] / 1e6:,.1f} M finding messages/month "
+            f"(every open finding is re-sent every scan, to keep its last-seen time and cumulative cost).",
+            f"- **SQS** (standard queues, no per-queue API rate limit; 120,000 in-flight messages per queue): {p['sqs_requests_per_month'] / 1e6:,.1f} M "
+            f"requests/month = {p['sqs_requests_per_s_avg']:,.0f} requests/s on average; a burst of {p['sqs_burst_messages']:,.0f} messages when "
+            f"all scans finish together stays under the in-flight limit.",
+            f"- **DynamoDB** (on-demand; default table limit {p['dynamodb_limit_per_s']:,} RRU/WRU per second): {p['dynamodb_wru_per_s_avg']:,.0f} WRU/s and "
+            f"{p['dynamodb_rru_per_s_avg']:,.0f} RRU/s on average; {p['dynamodb_wru_burst_per_s']:,.0f} WRU/s if one burst is written within a minute "
+            "(the event source mappings spread it; cap their maximum concurrency to stay under the table limit).",
+            f"- **Monthly AWS cost of gpuwaste** ({p['prices']['as_of']}: Lambda ${p['prices']['lambda_usd_per_gb_s']}/GB-s + "
+            f"${p['prices']['lambda_usd_per_million_requests']}/M requests, SQS ${p['prices']['sqs_standard_usd_per_million_requests']}/M requests, "
+            f"DynamoDB ${p['prices']['dynamodb_usd_per_million_wru']}/M WRU and ${p['prices']['dynamodb_usd_per_million_rru']}/M RRU; free tiers ignored): "
+            f"**${p['total_usd_per_month']:,.0f}** — Lambda ${c['lambda_compute']:,.0f} compute + ${c['lambda_requests']:,.0f} requests, "
+            f"SQS ${c['sqs']:,.0f}, DynamoDB ${c['dynamodb_writes']:,.0f} writes + ${c['dynamodb_reads']:,.0f} reads; "
+            f"against **${p['waste_reported_usd_per_month']:,.0f}/month** of waste reported "
+            f"({(p['cost_over_waste'] or 0) * 100:.3f} %).",
+            "",
+            "### Lambda memory and timeout",
+            "",
+            "| function | memory | timeout | why |", "|---|---:|---:|---|",
+            f"| scan_gpu_waste | {s['memory_mb']} MB | {s['timeout_s']} s | peak RSS {s['peak_rss_mb']:,.0f} MB at {p['gpus_per_cluster']:,} GPUs × 1.5 headroom; "
+            f"timeout ≈ 10 × the measured {s['duration_s']:.0f} s, below the {p['scan_period_s'] // 60}-min schedule; more memory also buys CPU "
+            "(1 vCPU at 1,769 MB), which the JSON decoding uses |",
+            f"| price_findings | {p['stage_memory_mb']['price_findings']} MB | 30 s | a batch of 10 findings is milliseconds of CPU |",
+            f"| dedupe_findings | {p['stage_memory_mb']['dedupe_findings']} MB | 30 s | 10 findings × ~4 DynamoDB calls |",
+            f"| notify_slack | {p['stage_memory_mb']['notify_slack']} MB | 60 s | Slack round trips and 429 retries (Retry-After) |",
+        ]
+    lines += ["", "Raw numbers: run `bench/run.py --json results.json`.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,435 @@
+"""Fleet-scale benchmark (`make bench`): 100, 1,000 and 10,000 GPUs, each side by side with the floor and a naive strategy.
+
+For each size it generates a random fleet with the fleet generator (DCGM series over 1 h + 10 min at a 30 s
+step), writes it as OpenMetrics in a streaming way, backfills a real Prometheus with promtool (one data dir
+per size; the `.om` file is deleted right after), serves the cluster objects from the fake kube-apiserver,
+and measures:
+
+* **ours**: one full scan (cluster state, telemetry, detection, pricing) through the product's own
+  composition root (`bootstrap.local.live_sources`), run in a child process so that its wall time, CPU
+  time and peak RSS (`ru_maxrss` from `os.wait4`) are its own; queries and bytes are counted at a local
+  counting proxy, which also records the exact requests;
+* **floor**: the same requests replayed with plain `http.client`, 4 connections, JSON merely parsed, and
+  once more with `stats=all` to sum Prometheus's own `evalTotalTime`;
+* **naive**: one query per pod and per signal (see `bench/strategies.py`), on loopback and through
+  `bench/latency_proxy.py` adding 2 ms per request (ours is re-run through the same proxy for that ratio).
+
+Then the local chain (price → dedupe → notify, embedded store), SQS/DynamoDB calls per finding on moto,
+Slack messages per scan, and a projection past one machine (`bench/chain.py`, `bench/projection.py`).
+
+Run: `make bench`, or `PYTHONPATH=shared:. .venv/bin/python bench/run.py [--sizes 100,1000,10000] [--quick]`.
+Prints a table and writes `bench/RESULTS.md` (and `--json` when given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT / "shared", ROOT):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from bench.fleet_om import write_openmetrics_streaming  # noqa: E402
+from bench.latency_proxy import LatencyProxy  # noqa: E402
+from bench.strategies import NAIVE_SIGNALS, issue, naive_plan  # noqa: E402
+from gpuwaste.fleet.generator import BASE_TS, INSTANCES, Fleet, FleetSpec, generate_fleet  # noqa: E402
+from tests.servers.kube_api import FakeKubeApi, write_kubeconfig  # noqa: E402
+from tests.servers.ports import free_port  # noqa: E402
+
+WINDOW_S = 3600
+HISTORY_S = WINDOW_S + 600
+STEP_S = 30
+EVAL_TS = BASE_TS + 4800
+CONCURRENCY = 4
+PROXY_DELAY_S = 0.002
+PLURALS = {"Pod": "pods", "Node": "nodes", "Namespace": "namespaces", "ReplicaSet": "replicasets", "Deployment": "deployments",
+           "StatefulSet": "statefulsets", "DaemonSet": "daemonsets", "Job": "jobs", "CronJob": "cronjobs"}
+TARGETS = {"scan_s_10k": 4.0, "ours_over_floor": 1.5, "peak_mb": 512, "queries": 30, "naive_over_ours_2ms": 10.0,
+           "chain_s_10k": 20.0, "sqs_per_finding": 0.2}
+
+
+def log(msg: str) -> None:
+    """Progress on stderr (the table goes to stdout)."""
+    sys.stderr.write(f"[bench {time.strftime('%H:%M:%S')}] {msg}\n")
+    sys.stderr.flush()
+
+
+# -- fleet ---------------------------------------------------------------------------------------------
+
+
+def nodes_for(gpus: int, spec: FleetSpec) -> int:
+    """Smallest node count whose instance-type cycle holds at least `gpus` GPUs."""
+    total, n = 0, 0
+    while total < gpus:
+        total += INSTANCES[spec.instance_types[n % len(spec.instance_types)]][0]
+        n += 1
+    return max(n, 1)
+
+
+def make_fleet(gpus: int, metrics: str) -> Fleet:
+    """A random-layout fleet of about `gpus` GPUs with a 1 h + 10 min history at 30 s."""
+    base = FleetSpec(layout="random", cluster=f"bench-{gpus}", metrics=metrics, step_s=STEP_S, history_s=HISTORY_S,
+                     eval_time=datetime.fromtimestamp(EVAL_TS, tz=UTC))
+    return generate_fleet(base.model_copy(update={"nodes": nodes_for(gpus, base)}))
+
+
+def kube_objects(fleet: Fleet) -> dict[str, list[dict[str, Any]]]:
+    """Fleet objects grouped by the fake apiserver's resource plurals."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for obj in fleet.objects:
+        plural = PLURALS.get(obj.get("kind", ""))
+        if plural:
+            out.setdefault(plural, []).append(obj)
+    return out
+
+
+def gpu_pods(fleet: Fleet) -> list[tuple[str, str]]:
+    """(namespace, pod) of every running pod holding a GPU, sorted."""
+    return sorted({g.owner[:2] for g in fleet.gpus if g.owner is not None})
+
+
+# -- processes -----------------------------------------------------------------------------------------
+
+
+def run_child(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 900) -> tuple[int, str, str, float, float, float]:
+    """Run a child; return (rc, stdout, stderr, wall s, cpu s user+sys, peak RSS MB) from its own rusage."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=ROOT)
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.01)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        return (proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"), wall,
+                usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+
+
+def backfill(om: Path, data_dir: Path) -> dict[str, float]:
+    """promtool backfill; returns its wall time and peak RSS.
+
+    Raises:
+        RuntimeError: promtool failed.
+    """
+    base = ["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q"]
+    rc, out, err, wall, cpu, rss = run_child([*base, "--max-block-duration=24h", str(om), str(data_dir)])
+    if rc != 0 and "max-block-duration" in err:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        rc, out, err, wall, cpu, rss = run_child([*base, str(om), str(data_dir)])
+    if rc != 0:
+        raise RuntimeError(f"promtool failed rc={rc}: {err[-2000:] or out[-2000:]}")
+    return {"backfill_s": wall, "backfill_cpu_s": cpu, "backfill_rss_mb": rss}
+
+
+@contextlib.contextmanager
+def prometheus(data_dir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], float]]:
+    """Start Prometheus on the backfilled data dir; yield (url, process, seconds to ready)."""
+    workdir = data_dir.parent
+    (workdir / "prom.yml").write_text("global: {}\n")
+    port = free_port()
+    log_path = workdir / "prometheus.log"
+    t0 = time.perf_counter()
+    with log_path.open("wb") as logf:
+        proc = subprocess.Popen(
+            ["prometheus", f"--config.file={workdir / 'prom.yml'}", f"--storage.tsdb.path={data_dir}",
+             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y", "--log.level=warn",
+             "--query.lookback-delta=5m", "--query.max-samples=200000000", "--query.timeout=5m"],
+            stdout=logf, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"prometheus exited: {log_path.read_text(errors='replace')[-2000:]}")
+            try:
+                with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("prometheus not ready after 120 s")
+            time.sleep(0.02)
+        yield url, proc, time.perf_counter() - t0
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def vm_hwm_mb(pid: int) -> float:
+    """Peak RSS of a running process (VmHWM), MB; 0 when unknown."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def scan_child(prom_url: str, kubeconfig: Path, cluster: str) -> dict[str, Any]:
+    """One scan in a child process (`bench/scan_once.py`).
+
+    Raises:
+        RuntimeError: the scan failed.
+    """
+    args = {"prometheus": prom_url, "kubeconfig": str(kubeconfig), "cluster": cluster, "window_s": WINDOW_S, "step_s": STEP_S,
+            "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(), "concurrency": CONCURRENCY}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    rc, out, err, wall, cpu, rss = run_child([sys.executable, "-m", "bench.scan_once", json.dumps(args)], env=env)
+    if rc != 0:
+        raise RuntimeError(f"scan failed rc={rc}:\n{err[-4000:]}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result.update(process_wall_s=wall, process_cpu_s=cpu, process_maxrss_mb=rss)
+    return result
+
+
+# -- one size ------------------------------------------------------------------------------------------
+
+
+def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, workroot: Path) -> dict[str, Any]:
+    """Measure everything for one fleet size; returns the row of the report."""
+    row: dict[str, Any] = {"target_gpus": gpus, "metrics": metrics}
+    t = time.perf_counter()
+    fleet = make_fleet(gpus, metrics)
+    pods = gpu_pods(fleet)
+    row.update(gpus=len({g.uuid for g in fleet.gpus}), nodes=fleet.spec.nodes, pods=len(pods),
+               unheld_gpus=sum(1 for g in fleet.gpus if g.owner is None), generate_objects_s=time.perf_counter() - t)
+    workdir = workroot / f"gpus-{gpus}"
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    om = workdir / "fleet.om"
+    t = time.perf_counter()
+    stats = write_openmetrics_streaming(fleet.iter_series(), om)
+    row.update(series=stats.series, samples=stats.samples, om_mb=stats.bytes / 1e6, write_om_s=time.perf_counter() - t)
+    log(f"{gpus} GPUs: {stats.series} series, {stats.samples} samples, {stats.bytes / 1e6:.0f} MB OpenMetrics in {row['write_om_s']:.1f} s")
+    data_dir = workdir / "data"
+    row.update(backfill(om, data_dir))
+    om.unlink()
+    row["tsdb_mb"] = sum(f.stat().st_size for f in data_dir.rglob("*") if f.is_file()) / 1e6
+    log(f"{gpus} GPUs: backfilled in {row['backfill_s']:.1f} s (promtool peak {row['backfill_rss_mb']:.0f} MB), TSDB {row['tsdb_mb']:.1f} MB")
+
+    objects = kube_objects(fleet)
+    kube = FakeKubeApi(pods=objects.pop("pods", []), nodes=objects.pop("nodes", []), others=objects).start()
+    # the fake writes headers and body separately on a keep-alive connection: without TCP_NODELAY every
+    # request waits ~40 ms for the delayed ACK, a cost of the test server that no real apiserver has
+    kube._httpd.RequestHandlerClass.disable_nagle_algorithm = True  # type: ignore[union-attr]
+    kubeconfig = write_kubeconfig(workdir / "kubeconfig", kube.url)
+    try:
+        with prometheus(data_dir) as (prom_url, prom_proc, ready_s), LatencyProxy(prom_url) as counter, \
+                LatencyProxy(prom_url, delay_s=PROXY_DELAY_S) as slow:
+            row["prometheus_ready_s"] = ready_s
+            # 1. ours through the counting proxy: queries, bytes, the exact plan (also warms Prometheus up)
+            counted = scan_child(counter.url, kubeconfig, fleet.spec.cluster)
+            plan = [(q.path, list(q.params)) for q in counter.queries]
+            row.update(queries=counter.requests, query_count_reported=counted["query_count"], bytes_received=counter.bytes_out,
+                       findings=counted["findings"], findings_by_kind=counted["findings_by_kind"], scan_gpus_seen=counted["physical_gpus"],
+                       usd_per_day=counted["usd_per_day"], ours_cold_s=counted["wall_s"])
+            kube_requests_before = len(kube.requests)
+            # 2. floor and ours, alternating; keep the best of each
+            ours_runs, floor_runs = [], []
+            for _ in range(repeats):
+                floor_runs.append(issue(prom_url, plan, concurrency=CONCURRENCY))
+                ours_runs.append(scan_child(prom_url, kubeconfig, fleet.spec.cluster))
+            row["kube_requests_per_scan"] = (len(kube.requests) - kube_requests_before) // max(repeats, 1)
+            best = min(ours_runs, key=lambda r: r["wall_s"])
+            floor = min(floor_runs, key=lambda r: r.wall_s)
+            row.update(ours_s=best["wall_s"], ours_cpu_s=best["cpu_s"], ours_timings_s=best["timings_s"],
+                       peak_rss_mb=max(r["peak_rss_mb"] for r in ours_runs), rss_before_scan_mb=best["rss_before_scan_mb"],
+                       ours_runs_s=[r["wall_s"] for r in ours_runs], floor_s=floor.wall_s, floor_cpu_s=floor.cpu_s,
+                       floor_runs_s=[r.wall_s for r in floor_runs])
+            telemetry_s = best["timings_s"].get("telemetry", 0.0)
+            row["ours_telemetry_s"] = telemetry_s
+            row["ours_over_floor"] = telemetry_s / floor.wall_s if floor.wall_s else None
+            row["scan_over_floor"] = best["wall_s"] / floor.wall_s if floor.wall_s else None
+            # 3. Prometheus's own evaluation time for the plan (stats=all), sequentially summed
+            evaluated = issue(prom_url, plan, concurrency=1, stats=True)
+            row["prom_eval_s"] = evaluated.eval_s
+            row["floor_bytes"] = floor.bytes
+            row["per_query"] = [{**q, "query": _short(q["query"])} for q in evaluated.per_request]
+            row["prom_eval_sequential_wall_s"] = evaluated.wall_s
+            # split of our telemetry wall time: Prometheus evaluation (spread over the connections), transfer+parse at the floor, our own work
+            prom_share = min(evaluated.eval_s / CONCURRENCY, floor.wall_s)
+            row["split_s"] = {"prometheus_eval": prom_share, "transfer_and_json": max(floor.wall_s - prom_share, 0.0),
+                              "our_work": max(best["wall_s"] - floor.wall_s, 0.0)}
+            # 4. naive, on loopback and through the 2 ms proxy
+            sample = pods[:naive_max_pods]
+            nplan = naive_plan(sample, at=EVAL_TS, window_s=WINDOW_S)
+            scale = len(pods) / len(sample) if sample else 1.0
+            naive_lo = issue(prom_url, nplan, concurrency=CONCURRENCY, collect_uuids=True)
+            naive_slow = issue(slow.url, nplan, concurrency=CONCURRENCY)
+            ours_slow = scan_child(slow.url, kubeconfig, fleet.spec.cluster)
+            row.update(naive_pods_measured=len(sample), naive_queries=len(naive_plan(pods, at=EVAL_TS, window_s=WINDOW_S)),
+                       naive_extrapolated=scale != 1.0, naive_loopback_s=naive_lo.wall_s * scale, naive_2ms_s=naive_slow.wall_s * scale,
+                       ours_2ms_s=ours_slow["wall_s"], naive_bytes=int(naive_lo.bytes * scale))
+            row["naive_over_ours_loopback"] = row["naive_loopback_s"] / best["wall_s"]
+            row["naive_over_ours_2ms"] = row["naive_2ms_s"] / ours_slow["wall_s"]
+            row["naive_unseen_gpus"] = row["unheld_gpus"]
+            if scale == 1.0:
+                row["naive_gpus_seen"] = len(naive_lo.uuids)
+                row["naive_unseen_gpus"] = row["gpus"] - len(naive_lo.uuids)
+            row["prometheus_peak_rss_mb"] = vm_hwm_mb(prom_proc.pid)
+    finally:
+        kube.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    log(f"{gpus} GPUs: ours {row['ours_s']:.2f} s, floor {row['floor_s']:.2f} s, naive(2ms) {row['naive_2ms_s']:.2f} s, "
+        f"{row['queries']} queries, peak {row['peak_rss_mb']:.0f} MB")
+    return row
+
+
+def _short(query: str) -> str:
+    """The metric a plan query reads (its first name or `__name__` alternative), for the per-query table."""
+    import re
+
+    m = re.search(r'__name__=~"([A-Za-z0-9_:]+)', query) or re.search(r"\(([A-Za-z_:][A-Za-z0-9_:]*)[\[{]", query)
+    return m.group(1) if m else query[:60]
+
+
+# -- report --------------------------------------------------------------------------------------------
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    """Table cell text."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+COLUMNS = [
+    ("GPUs", "gpus", 0), ("pods", "pods", 0), ("findings", "findings", 0), ("PromQL queries", "queries", 0),
+    ("MB received", "mb_received", 1), ("scan s", "ours_s", 2), ("telemetry s", "ours_telemetry_s", 2), ("CPU s", "ours_cpu_s", 2),
+    ("peak MB", "peak_rss_mb", 0), ("Prom eval s", "prom_eval_s", 2), ("floor s", "floor_s", 2),
+    ("telemetry ÷ floor", "ours_over_floor", 2), ("scan ÷ floor", "scan_over_floor", 2),
+    ("naive s (loopback)", "naive_loopback_s", 2), ("naive ÷ ours (loopback)", "naive_over_ours_loopback", 1),
+    ("naive s (+2 ms)", "naive_2ms_s", 2), ("naive ÷ ours (+2 ms)", "naive_over_ours_2ms", 1),
+    ("GPUs naive cannot see", "naive_unseen_gpus", 0),
+]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """A Markdown table: one column per size, one line per measure."""
+    for r in rows:
+        r.setdefault("mb_received", r.get("bytes_received", 0) / 1e6)
+    head = "| measure | " + " | ".join(f"{r['gpus']:,} GPUs" for r in rows) + " |"
+    sep = "|---|" + "---:|" * len(rows)
+    lines = [head, sep]
+    for title, key, digits in COLUMNS:
+        cells = []
+        for r in rows:
+            v = r.get(key)
+            cell = fmt(float(v) if isinstance(v, float) else v, digits) if not isinstance(v, float) or digits else f"{v:,.0f}"
+            if key.startswith("naive") and key != "naive_unseen_gpus" and r.get("naive_extrapolated"):
+                cell += "*"
+            cells.append(cell)
+        lines.append(f"| {title} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory, OS, Python, Prometheus version."""
+    mem_kb = 0
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    try:
+        prom = subprocess.run(["prometheus", "--version"], capture_output=True, text=True, check=False).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        prom = "unknown"
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {"nproc": os.cpu_count(), "memory_gib": round(mem_kb / 1024 / 1024, 1), "cpu": cpu, "os": platform.platform(),
+            "python": platform.python_version(), "prometheus": prom}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `make bench`."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,10000", help="comma-separated GPU counts")
+    parser.add_argument("--metrics", choices=("full", "lean"), default="full", help="fleet generator metric set")
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs of ours and of the floor per size (best kept)")
+    parser.add_argument("--naive-max-pods", type=int, default=1000, help="naive strategy: pods measured (time extrapolated beyond)")
+    parser.add_argument("--chain-findings", type=int, default=10_000, help="findings through the local chain")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 repeat, small chain/moto/Slack cases")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "RESULTS.md", help="Markdown report to write")
+    parser.add_argument("--json", type=Path, default=None, help="also write the raw numbers as JSON here")
+    parser.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats = 1
+        args.chain_findings = min(args.chain_findings, 100)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    started = datetime.now(tz=UTC)
+    t_all = time.perf_counter()
+    workroot = args.workdir or Path(tempfile.mkdtemp(prefix="gpuwaste-bench-"))
+    workroot.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"machine": machine(), "started": started.isoformat(timespec="seconds"),
+                              "command": " ".join(["bench/run.py", *(argv if argv is not None else sys.argv[1:])]),
+                              "window_s": WINDOW_S, "history_s": HISTORY_S, "step_s": STEP_S, "concurrency": CONCURRENCY,
+                              "naive_signals": list(NAIVE_SIGNALS), "sizes": [], "targets": TARGETS}
+    try:
+        for gpus in sizes:
+            report["sizes"].append(bench_size(gpus, metrics=args.metrics, repeats=args.repeats, naive_max_pods=args.naive_max_pods,
+                                              workroot=workroot))
+        from bench import chain, projection
+
+        log("local chain, moto, Slack")
+        report["chain"] = chain.run_all(findings=args.chain_findings, quick=args.quick, workdir=workroot)
+        report["projection"] = projection.project(report)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workroot, ignore_errors=True)
+    report["total_s"] = time.perf_counter() - t_all
+    text = table(report["sizes"])
+    sys.stdout.write(text + "\n")
+    from bench import chain as chain_mod
+    from bench import projection as projection_mod
+    from bench.report import render
+
+    sys.stdout.write(chain_mod.summary_lines(report["chain"]) + "\n")
+    sys.stdout.write(projection_mod.summary_lines(report["projection"]) + "\n")
+    args.results.write_text(render(report, text))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    log(f"done in {report['total_s']:.0f} s; wrote {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""dedupe_findings: priced queue → finding lifecycle (DynamoDB, conditional writes) → alerts / tickets queues."""
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.utilities.batch import process_partial_response
+from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
+from aws_lambda_powertools.utilities.parser.types import Json
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from gpuwaste.bootstrap import dedupe as bootstrap
+from gpuwaste.models.messages import FindingMessage, ScanCompleted
+
+logger = Logger()
+copy_config_to_registered_loggers(source_logger=logger, include={"gpuwaste"})  # shared/ logs as JSON too
+
+
+class PricedRecord(SqsRecordModel):
+    body: Json[FindingMessage | ScanCompleted]
+
+
+processor = bootstrap.DeadLetterBatchProcessor(model=PricedRecord)  # poison messages → DLQ with the reason
+
+
+def record_handler(record: PricedRecord) -> None:
+    if isinstance(record.body, ScanCompleted):
+        bootstrap.lifecycle_service().handle_scan_completed(record.body)
+    else:
+        bootstrap.lifecycle_service().handle_finding(record.body)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def lambda_handler(event: dict, context: LambdaContext) -> dict:
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

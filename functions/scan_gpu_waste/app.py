@@ -1,0 +1,40 @@
+"""scan_gpu_waste: ScanRequest (SQS) or a schedule tick → findings queue; evaluated at the requested time."""
+
+from datetime import datetime
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.utilities.batch import process_partial_response
+from aws_lambda_powertools.utilities.parser import BaseModel, parse
+from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
+from aws_lambda_powertools.utilities.parser.types import Json
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from gpuwaste.bootstrap import scan as bootstrap
+from gpuwaste.models.messages import ScanRequest
+
+logger = Logger()
+copy_config_to_registered_loggers(source_logger=logger, include={"gpuwaste"})  # shared/ logs as JSON too
+
+
+class ScanRequestRecord(SqsRecordModel):
+    body: Json[ScanRequest]
+
+
+class ScheduledEvent(BaseModel):
+    time: datetime
+
+
+processor = bootstrap.DeadLetterBatchProcessor(model=ScanRequestRecord)  # poison messages → DLQ with the reason
+
+
+def record_handler(record: ScanRequestRecord) -> None:
+    bootstrap.scan(record.body)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def lambda_handler(event: dict, context: LambdaContext) -> dict:
+    if "Records" in event:
+        return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    reports = bootstrap.scan_all(parse(event=event, model=ScheduledEvent).time)  # the schedule's time, not the clock
+    return {"scans": [{"cluster": r.cluster, "scan_id": r.scan_id, "findings": len(r.findings)} for r in reports]}

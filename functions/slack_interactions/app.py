@@ -1,0 +1,19 @@
+"""slack_interactions: Lambda Function URL for Slack buttons (signature verified) → finding lifecycle."""
+
+import base64
+import json
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from gpuwaste.bootstrap import interactions as bootstrap
+
+logger = Logger()
+
+
+@logger.inject_lambda_context(clear_state=True)
+def lambda_handler(event: dict, context: LambdaContext) -> dict:
+    body = event.get("body") or ""
+    raw = base64.b64decode(body) if event.get("isBase64Encoded") else body.encode()  # the signature covers raw bytes
+    reply = bootstrap.interaction_service().handle(headers=event.get("headers") or {}, body=raw)
+    return {"statusCode": reply.status, "headers": {"Content-Type": "application/json"}, "body": json.dumps(reply.body)}

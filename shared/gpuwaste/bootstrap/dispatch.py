@@ -1,0 +1,22 @@
+"""Bootstrap: composition root of dispatch_scans (schedule → one ScanRequest per configured cluster)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from gpuwaste.bootstrap import pipeline
+from gpuwaste.services.dispatch import DispatchService
+
+
+@cache
+def dispatch_service() -> DispatchService:
+    """The dispatch service for this container (config and queue resolved on first use).
+
+    Raises:
+        ConfigError: no configuration, or SCAN_REQUESTS_QUEUE_URL is not set.
+    """
+    cfg = pipeline.config()
+    return DispatchService(clusters=[c.name for c in cfg.clusters], queue=pipeline.queue("scan_requests_queue_url"))
+
+
+__all__ = ["dispatch_service"]

@@ -1,0 +1,154 @@
+"""Bootstrap: what every Lambda composition root shares — env settings, the config document, AWS clients.
+
+Nothing here runs at import time: each function's root calls these from its `functools.cache`d
+factory on the first invoke (a bad config fails that invoke loudly, naming the field). The config
+document comes from an SSM parameter (`CONFIG_PARAMETER_NAME`, via Powertools parameters with
+`max_age`), an S3 object (`CONFIG_S3_URI`) or, for local runs and tests, a file (`CONFIG_FILE`).
+Warm containers keep the services they built; a changed config is picked up by new containers.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import boto3
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpuwaste.errors import ConfigError
+from gpuwaste.queue.sqs import SqsQueue
+from gpuwaste.settings import GpuWasteConfig, parse_config
+
+BOTO_CONFIG = BotoConfig(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"})
+
+
+class ConfigSourceSettings(BaseSettings):
+    """Where the configuration document is (env vars, set by template.yaml).
+
+    Attributes:
+        config_parameter_name: SSM parameter holding the YAML/JSON document (CONFIG_PARAMETER_NAME).
+        config_s3_uri: s3://bucket/key of the document (CONFIG_S3_URI), when not in SSM.
+        config_file: a local file (CONFIG_FILE), for local runs and tests.
+        config_max_age_s: how long Powertools caches the SSM value (CONFIG_MAX_AGE_S).
+    """
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    config_parameter_name: str | None = None
+    config_s3_uri: str | None = None
+    config_file: str | None = None
+    config_max_age_s: int = Field(300, ge=0)
+
+
+class QueueUrls(BaseSettings):
+    """The pipeline's queue URLs and table (env vars named as in template.yaml); each root reads what it needs."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    scan_requests_queue_url: str | None = None
+    findings_queue_url: str | None = None
+    priced_queue_url: str | None = None
+    alerts_queue_url: str | None = None
+    tickets_queue_url: str | None = None
+    findings_table_name: str | None = None
+
+    def require(self, name: str) -> str:
+        """The named setting.
+
+        Raises:
+            ConfigError: when its env var (upper case) is not set.
+        """
+        value = getattr(self, name)
+        if not value:
+            raise ConfigError(f"environment: {name.upper()} is not set (template.yaml sets it for this function)")
+        return str(value)
+
+
+class SystemClock:
+    """`ports.Clock` over the system time (UTC)."""
+
+    def now(self) -> datetime:
+        """The current time, tz-aware UTC."""
+        return datetime.now(tz=UTC)
+
+
+def read_config_text(source: ConfigSourceSettings) -> tuple[str, str]:
+    """(document text, where it came from).
+
+    Raises:
+        ConfigError: no source is set, or it cannot be read.
+    """
+    if source.config_file:
+        try:
+            return Path(source.config_file).read_text(), source.config_file
+        except OSError as exc:
+            raise ConfigError(f"{source.config_file}: cannot read configuration: {exc.strerror}") from exc
+    if source.config_parameter_name:
+        from aws_lambda_powertools.utilities import parameters
+
+        try:
+            value = parameters.get_parameter(source.config_parameter_name, max_age=source.config_max_age_s)
+        except parameters.exceptions.GetParameterError as exc:
+            raise ConfigError(f"ssm:{source.config_parameter_name}: cannot read configuration: {exc}") from exc
+        return str(value), f"ssm:{source.config_parameter_name}"
+    if source.config_s3_uri:
+        uri = urlparse(source.config_s3_uri)
+        if uri.scheme != "s3" or not uri.netloc or not uri.path.strip("/"):
+            raise ConfigError(f"CONFIG_S3_URI: expected s3://bucket/key, got {source.config_s3_uri!r}")
+        try:
+            body = client("s3").get_object(Bucket=uri.netloc, Key=uri.path.lstrip("/"))["Body"].read()
+        except (ClientError, BotoCoreError) as exc:
+            raise ConfigError(f"{source.config_s3_uri}: cannot read configuration: {exc}") from exc
+        return body.decode(), source.config_s3_uri
+    raise ConfigError("environment: set CONFIG_PARAMETER_NAME (SSM), CONFIG_S3_URI or CONFIG_FILE to the configuration document")
+
+
+@cache
+def config() -> GpuWasteConfig:
+    """The validated configuration document (once per container).
+
+    Raises:
+        ConfigError: it cannot be read or is invalid (names the field path).
+    """
+    text, where = read_config_text(ConfigSourceSettings())
+    return parse_config(text, source=where)
+
+
+@cache
+def env() -> QueueUrls:
+    """Queue URLs and table name from the environment (once per container)."""
+    return QueueUrls()
+
+
+@cache
+def client(service: str) -> Any:
+    """A boto3 client with explicit timeouts and bounded retries (honours AWS_ENDPOINT_URL)."""
+    return boto3.client(service, config=BOTO_CONFIG)  # type: ignore[call-overload]
+
+
+def queue(env_name: str) -> SqsQueue:
+    """The SQS queue whose URL is in the named setting (e.g. "findings_queue_url").
+
+    Raises:
+        ConfigError: the env var is not set.
+    """
+    return SqsQueue(client=client("sqs"), queue_url=env().require(env_name))
+
+
+def reset() -> None:
+    """Forget cached config, env, clients and Powertools parameter caches (tests; never needed in Lambda)."""
+    from aws_lambda_powertools.utilities import parameters
+
+    parameters.clear_caches()
+    config.cache_clear()
+    env.cache_clear()
+    client.cache_clear()
+
+
+__all__ = ["ConfigSourceSettings", "QueueUrls", "SystemClock", "client", "config", "env", "queue", "read_config_text", "reset"]

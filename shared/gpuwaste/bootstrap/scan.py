@@ -1,0 +1,90 @@
+"""Bootstrap: composition root of scan_gpu_waste (scan request or schedule → findings queue).
+
+A cluster is scanned from its live Prometheus + Kubernetes API, or from `recording` when the config
+names one (offline runs, tests). Prometheus secrets given by ARN are fetched from Secrets Manager
+(Powertools parameters, cached `max_age`) and held as SecretStr, never logged.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from functools import cache
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from gpuwaste.bootstrap import local, pipeline
+from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor
+from gpuwaste.models.messages import ScanRequest
+from gpuwaste.services.dispatch import scan_id_for
+from gpuwaste.services.scan import ScanReport, ScanService
+from gpuwaste.settings import ClusterConfig
+
+SECRET_MAX_AGE_S = 300
+
+
+def _secret(arn: str) -> SecretStr:
+    from aws_lambda_powertools.utilities import parameters
+
+    return SecretStr(str(parameters.get_secret(arn, max_age=SECRET_MAX_AGE_S)))
+
+
+def _with_secrets(cluster: ClusterConfig) -> ClusterConfig:
+    prom = cluster.prometheus
+    if prom is None:
+        return cluster
+    auth = prom.auth
+    update: dict[str, SecretStr] = {}
+    if auth.bearer_token_secret_arn and auth.bearer_token is None:
+        update["bearer_token"] = _secret(auth.bearer_token_secret_arn)
+    if auth.password_secret_arn and auth.password is None:
+        update["password"] = _secret(auth.password_secret_arn)
+    if not update:
+        return cluster
+    return cluster.model_copy(update={"prometheus": prom.model_copy(update={"auth": auth.model_copy(update=update)})})
+
+
+@cache
+def scan_service(cluster_name: str) -> ScanService:
+    """The scan service of one configured cluster, sending to FINDINGS_QUEUE_URL (unpriced: pricing is its own stage).
+
+    Raises:
+        ConfigError: unknown cluster, missing Prometheus URL, or FINDINGS_QUEUE_URL not set.
+    """
+    cfg = pipeline.config()
+    cluster = cfg.cluster(cluster_name)
+    window_s = cfg.scan.window_s
+    if cluster.recording:
+        only = cfg.model_copy(update={"clusters": [cluster]})  # the recording is read with this cluster's labels
+        sources = local.recording_sources(Path(cluster.recording), only, cluster_name=cluster.name)
+        if sources.recording is not None and sources.recording.meta.window_s:
+            window_s = sources.recording.meta.window_s
+    else:
+        sources = local.live_sources(_with_secrets(cluster), cfg)
+    return ScanService(
+        cluster_source=sources.cluster,
+        telemetry_source=sources.telemetry,
+        settings=cfg.detectors,
+        window=timedelta(seconds=window_s),
+        queue=pipeline.queue("findings_queue_url"),
+    )
+
+
+def scan(request: ScanRequest) -> ScanReport:
+    """Scan the requested cluster at the request's scheduled time.
+
+    Raises:
+        ConfigError, SourceUnavailableError, SourceAuthError, InputFormatError, RetryableError: from the scan.
+    """
+    return scan_service(request.cluster).scan(at=request.scheduled_time, scan_id=request.scan_id)
+
+
+def scan_all(scheduled_time: datetime) -> list[ScanReport]:
+    """Scan every configured cluster at `scheduled_time` (a schedule invoking the scan directly)."""
+    return [
+        scan(ScanRequest(cluster=c.name, scheduled_time=scheduled_time, scan_id=scan_id_for(c.name, scheduled_time)))
+        for c in pipeline.config().clusters
+    ]
+
+
+__all__ = ["DeadLetterBatchProcessor", "scan", "scan_all", "scan_service"]

@@ -1,0 +1,37 @@
+"""Bootstrap: composition root of send_daily_summary, and the `gpuwaste summary` command's service."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from gpuwaste.bootstrap import delivery, pipeline
+from gpuwaste.errors import ConfigError
+from gpuwaste.services.summary import SummaryService
+from gpuwaste.settings import GpuWasteConfig
+from gpuwaste.sinks.chart import MatplotlibChartRenderer
+from gpuwaste.store.sqlite import SqliteFindingStore
+
+
+@cache
+def summary_service() -> SummaryService:
+    """SummaryService over the DynamoDB lifecycle store, posting to Slack with the chart (when matplotlib is there).
+
+    Raises:
+        ConfigError: no configuration, no Slack token, or FINDINGS_TABLE_NAME not set.
+    """
+    settings = pipeline.config().delivery
+    return SummaryService(store=delivery.lambda_store(), settings=settings, now=pipeline.SystemClock().now,
+                          notifier=delivery.slack_notifier(settings), chart=MatplotlibChartRenderer())
+
+
+def local_summary_service(config: GpuWasteConfig, state: Path) -> SummaryService:
+    """SummaryService over a local SQLite state file (`gpuwaste run --state`).
+
+    Raises:
+        ConfigError: the file does not exist.
+    """
+    if not state.exists():
+        raise ConfigError(f"{state}: no such state file (create it with `gpuwaste run --state {state}`)")
+    return SummaryService(store=SqliteFindingStore(state), settings=config.delivery, now=pipeline.SystemClock().now,
+                          chart=MatplotlibChartRenderer())

@@ -1,0 +1,112 @@
+"""`gpuwaste explain FINGERPRINT --recording DIR`: show one finding's evidence, thresholds, formula and numbers.
+
+The text (`explain_text`) is built by a pure function from the finding and its detector's settings, so
+tests check the output without a terminal.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import BaseModel
+
+from gpuwaste.bootstrap import local
+from gpuwaste.cli import _config, app, fail, out, parse_duration, parse_time
+from gpuwaste.errors import InputFormatError
+from gpuwaste.models.findings import Evidence, Finding
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.6g}"
+
+
+def _evidence_line(e: Evidence) -> str:
+    parts = [f"{e.signal} [{e.unit}]", f"avg {_num(e.avg)}", f"p95 {_num(e.p95)}", f"max {_num(e.max)}",
+             f"min {_num(e.min)}", f"max 10-min avg {_num(e.max_avg_10m)}", f"{e.samples} samples",
+             f"coverage {e.coverage:.0%}"]
+    if e.threshold is not None or e.comparison:
+        parts.append(f"rule: {e.comparison or ''} (threshold {_num(e.threshold)})".replace("rule:  ", "rule: "))
+    if e.note:
+        parts.append(f"note: {e.note}")
+    return " · ".join(parts)
+
+
+def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
+    """Plain text: what was found, on whom, with which evidence, thresholds, formula and money."""
+    s = finding.subject
+    who = f"{s.namespace}/{s.pod}" if s.pod else f"node {s.node}"
+    lines = [
+        f"{finding.title}",
+        f"kind: {finding.kind.value} (detector {finding.detector}) · confidence: {finding.confidence.value}"
+        + (f" · idle mode: {finding.idle_mode.value}" if finding.idle_mode else ""),
+        f"fingerprint: {finding.fingerprint}",
+        f"subject: {who} · workload {s.workload_kind}/{s.workload_name} · node {s.node} · {s.instance_type or 'unknown instance'} "
+        f"({s.capacity_type or 'capacity type unknown'}) · {s.gpu_model or 'unknown GPU'} · {s.gpu_share} GPU(s) held · "
+        f"attribution {s.attribution.value}",
+        f"window: {finding.window_s} s ending {finding.observed_at.isoformat()}",
+        "evidence:",
+        *(f"  - {_evidence_line(e)}" for e in finding.evidence),
+    ]
+    if settings is not None:
+        lines.append("thresholds (detector settings): " + ", ".join(f"{k}={v}" for k, v in settings.model_dump().items()))
+    formula = finding.details.get("formula")
+    if formula:
+        lines.append(f"waste formula: {formula} → {finding.wasted_gpu_share} GPU(s) wasted")
+    other = {k: v for k, v in finding.details.items() if k != "formula"}
+    if other:
+        lines.append("details: " + ", ".join(f"{k}={v}" for k, v in other.items()))
+    if finding.cost is not None:
+        c = finding.cost
+        lines.append(f"cost: {c.formula}")
+        if c.basis:
+            lines.append(f"price basis: {c.basis}")
+        if c.source:
+            lines.append(f"price source: {c.source} (effective {c.effective_date or 'undated'})")
+        lines.extend(f"warning: {w}" for w in c.warnings)
+    lines.append(f"recommendation: {finding.recommendation}")
+    return "\n".join(lines)
+
+
+def find(findings: list[Finding], prefix: str) -> list[Finding]:
+    """Findings whose fingerprint starts with `prefix` (case-insensitive)."""
+    p = prefix.strip().lower()
+    return [f for f in findings if f.fingerprint.startswith(p)]
+
+
+@app.command()
+def explain(
+    fingerprint: Annotated[str, typer.Argument(help="Fingerprint (or its first characters) from `gpuwaste scan -o json`.")],
+    recording: Annotated[Path, typer.Option("--recording", "-r", help="The recording the finding came from.")],
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (thresholds).")] = None,
+    at: Annotated[str | None, typer.Option("--at", help="Evaluation time (default: the recording's end).")] = None,
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window (default: the recording's).")] = None,
+) -> None:
+    """Explain one finding: its evidence, thresholds, formula and numbers."""
+    cfg = _config(config)
+    if not recording.exists():
+        fail(f"{recording}: no such file or directory")
+    try:
+        sources = local.recording_sources(recording, cfg)
+        assert sources.recording is not None
+        when = parse_time(at) or sources.recording.end_time()
+        window_s = parse_duration(window) if window else (sources.recording.meta.window_s or cfg.scan.window_s)
+        report = local.scan_service(sources, cfg, window_s=window_s).scan(at=when)
+    except InputFormatError as exc:
+        fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
+    matches = find(report.findings, fingerprint)
+    if not matches:
+        known = "\n".join(f"  {f.fingerprint[:12]}  {f.kind.value:22} {f.subject.namespace or ''}/{f.subject.pod or f.subject.node or ''}"
+                          for f in report.findings)
+        fail(f"no finding with fingerprint {fingerprint!r} in this scan; the scan found:\n{known}")
+    if len(matches) > 1:
+        fail(f"{fingerprint!r} matches {len(matches)} findings; give more characters")
+    finding = matches[0]
+    settings = cfg.detectors.by_name().get(finding.detector)
+    out.print(explain_text(finding, settings), highlight=False, soft_wrap=True, markup=False)
+    sys.stdout.flush()
+
+
+__all__ = ["explain", "explain_text", "find"]

@@ -1,0 +1,137 @@
+"""`gpuwaste run`: the whole pipeline in one process — dispatch → scan → price → dedupe → alerts.
+
+The same services as the Lambda functions, with an in-process queue (JSON envelopes, as on SQS) and
+the SQLite lifecycle store, so a second run on the same input tells nobody anything new.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuwaste.bootstrap import local
+from gpuwaste.cli import Output, _config, _progress, app, fail, out, parse_duration, parse_time, render
+from gpuwaste.errors import GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
+from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.settings import ClusterConfig, PrometheusSettings
+
+ACTION_STYLE = {
+    AlertAction.NEW: "bold red", AlertAction.WORSE: "red", AlertAction.REMINDER: "yellow",
+    AlertAction.ESCALATE: "magenta", AlertAction.RESOLVED: "green",
+}
+
+
+def alert_line(alert: AlertMessage) -> str:
+    """One line per alert: action, owner/workload, kind, USD/day, why."""
+    f = alert.finding
+    s = f.subject
+    who = f"{s.namespace}/{s.workload_name}" if s.namespace else f"node {s.node or s.workload_name or '-'}"
+    usd = f.usd_per_day
+    cost = "unpriced" if usd is None else f"${usd:,.2f}/day"
+    extra = f" · saved ${alert.saved_usd_per_day}/day" if alert.saved_usd_per_day else ""
+    return f"[{alert.action.value.upper()}] {who} · {f.kind.value} · {cost}{extra} · {alert.reason or ''}".rstrip(" ·")
+
+
+def print_alert(alert: AlertMessage) -> None:
+    """Print one alert line (the local stand-in for the Slack message)."""
+    out.print(alert_line(alert), style=ACTION_STYLE.get(alert.action, ""), highlight=False, soft_wrap=True)
+
+
+def _slack_preview(cfg):  # type: ignore[no-untyped-def]
+    """notify_slack's local twin: the Slack messages printed (or posted, with a bot token in the config)."""
+    from gpuwaste.bootstrap import notify
+    from gpuwaste.sinks.terminal_notify import TerminalNotifier
+
+    def deliver(alerts, store, at):  # type: ignore[no-untyped-def]
+        # ages and "since" read from the scan's time, so a replayed recording reads as it happened
+        printer = TerminalNotifier(out, now=at) if cfg.delivery.slack.bot_token is None else None
+        notify.local_notify_service(cfg, store, notifier=printer, console=out, now=lambda: at).deliver(alerts)
+
+    return deliver
+
+
+def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[datetime], window_s: int | None,  # type: ignore[no-untyped-def]
+                    state: Path, output: Output, quiet: bool, slack: bool = False) -> local.ChainResult:
+    """Run the chain and print each scan and the alerts; exits non-zero with a clear message on failure."""
+    def on_scan(report):  # type: ignore[no-untyped-def]
+        if output is Output.table and not quiet:
+            render(report, output, quiet=quiet)
+
+    deliver = _slack_preview(cfg) if output is Output.table and slack else None
+    try:
+        result = local.run_chain(sources, cfg, state_path=state, cluster=cluster, times=times, window_s=window_s,
+                                 on_scan=on_scan, deliver=deliver, progress=_progress(quiet or output is not Output.table))
+    except InputFormatError as exc:
+        fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
+    except SourceUnavailableError as exc:
+        fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
+    except PermanentError as exc:
+        fail(str(exc))
+    if output is not Output.table:
+        render(result.reports[-1], output, quiet=True)
+        return result
+    out.print(f"[bold]alerts[/] ({len(result.alerts)}; {result.new_alerts} new) — state {state}", highlight=False)
+    for alert in sorted(result.alerts, key=lambda a: (list(AlertAction).index(a.action), -(a.finding.usd_per_day or 0))):
+        print_alert(alert)
+    if not result.alerts:
+        out.print("no new alerts: every finding is already known to the store (run again later, or use --state)",
+                  style="dim", highlight=False)
+    for ticket in result.tickets:
+        out.print(f"ticket requested: {alert_line(ticket)}", style="magenta", highlight=False, soft_wrap=True)
+    return result
+
+
+@app.command("run")
+def run_cmd(
+    recording: Annotated[Path | None, typer.Option("--recording", "-r", help="Run over a recording directory (else live sources).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (YAML/JSON).")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster name (from --config).")] = None,
+    prometheus: Annotated[str | None, typer.Option("--prometheus", "-p", help="Prometheus base URL (live).", envvar="GPUWASTE_PROMETHEUS_URL")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig (live).", envvar="KUBECONFIG")] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
+    state: Annotated[Path, typer.Option("--state", help="SQLite lifecycle store (kept between runs).")] = local.DEFAULT_STATE,
+    scans: Annotated[int, typer.Option("--scans", min=1, max=1000, help="Successive scans, --interval apart, the last at --at.")] = 1,
+    interval: Annotated[str, typer.Option("--interval", help="Time between successive scans, e.g. 10m.")] = "10m",
+    at: Annotated[str | None, typer.Option("--at", help="Time of the last scan (RFC 3339 / unix s). Default: recording end, or now.")] = None,
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window per scan, e.g. 1h.")] = None,
+    output: Annotated[Output, typer.Option("--output", "-o", help="table (scans + alerts), json or csv (last scan).")] = Output.table,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the alerts.")] = False,
+    slack: Annotated[bool, typer.Option("--slack/--no-slack", help="Show each alert as the Slack message notify_slack sends (posted when delivery.slack has a bot token).")] = True,
+) -> None:
+    """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
+    cfg = _config(config)
+    step = timedelta(seconds=parse_duration(interval))
+    window_s = parse_duration(window) if window else None
+    when = parse_time(at)
+    try:
+        if recording is not None:
+            if not recording.exists():
+                fail(f"{recording}: no such file or directory")
+            sources = local.recording_sources(recording, cfg, cluster_name=cluster)
+            assert sources.recording is not None
+            when = when or sources.recording.end_time()
+            window_s = window_s or sources.recording.meta.window_s or cfg.scan.window_s
+            name = sources.recording.cluster
+        else:
+            if prometheus is None and not cfg.clusters:
+                fail("nothing to run on: pass --recording DIR, or --prometheus URL (with a kubeconfig), or --config FILE. "
+                     "Try `gpuwaste demo`.")
+            cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "cluster"))
+            if prometheus:
+                cc.prometheus = PrometheusSettings(url=prometheus)
+            if kubeconfig or context:
+                cc.kubernetes.kubeconfig = str(kubeconfig) if kubeconfig else cc.kubernetes.kubeconfig
+                cc.kubernetes.context = context or cc.kubernetes.context
+            sources = local.live_sources(cc, cfg)
+            when = when or datetime.now(tz=UTC).replace(microsecond=0)
+            name = cc.name
+    except InputFormatError as exc:
+        fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
+    except GpuWasteError as exc:
+        fail(str(exc))
+    times = local.replay_times(when, scans=scans, interval=step)
+    run_local_chain(sources, cfg, cluster=name, times=times, window_s=window_s, state=state, output=output, quiet=quiet,
+                    slack=slack)

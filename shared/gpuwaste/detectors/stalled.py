@@ -1,0 +1,122 @@
+"""Detectors: stalled GPUs — utilisation looks busy while no real work happens (e.g. a hung NCCL collective, B14)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from gpuwaste.detectors.context import Allocation, ScanContext
+from gpuwaste.detectors.readings import physical_power, readable
+from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.models.findings import Confidence, Evidence, Finding, WasteKind
+from gpuwaste.models.telemetry import Signal
+
+
+class StalledSettings(BaseModel):
+    """Stalled: busy-looking utilisation, near-zero tensor and DRAM work, near-idle power, for long enough.
+
+    Attributes:
+        min_busy_ratio: window average of GPU_UTIL (÷ 100) or GR_ENGINE_ACTIVE (0–1) on every GPU at or above this.
+        max_work_ratio: every 10-minute average of tensor and DRAM activity (0–1) at or under this ("≈ 0").
+        max_power_ratio: every 10-minute average power ÷ enforced limit (0–1) at or under this (near idle).
+        min_duration_s: the window (seconds) must be at least this long: shorter stalls get no verdict.
+    """
+
+    min_busy_ratio: float = Field(0.80, gt=0, le=1)
+    max_work_ratio: float = Field(0.02, ge=0, le=1)
+    max_power_ratio: float = Field(0.35, gt=0, le=1)
+    min_duration_s: int = Field(1800, ge=60)
+
+
+def _busy(ctx: ScanContext, alloc: Allocation) -> tuple[Signal, float, Evidence] | None:
+    """The lowest busy reading over the pod's GPUs: GPU_UTIL (not on MIG, B05) else GR_ENGINE_ACTIVE."""
+    readings: list[tuple[Signal, float]] = []
+    for dev in alloc.devices:
+        chosen = None
+        for sig in (Signal.GPU_UTIL, Signal.GR_ENGINE_ACTIVE):
+            if sig is Signal.GPU_UTIL and dev.device.gpu_i_id is not None:
+                continue
+            st = ctx.device_stats(dev, sig, alloc.pod if (alloc.pod.namespace, alloc.pod.name) in dev.workloads else None)
+            if st is not None and st.count:
+                chosen = (sig, sig.to_ratio(st.avg))
+                break
+        if chosen is None:
+            return None
+        readings.append(chosen)
+    sig, low = min(readings, key=lambda r: r[1])
+    ev = ctx.signal_evidence(alloc.devices, sig, alloc.pod)
+    assert ev is not None
+    return sig, low, ev
+
+
+@detector(
+    "stalled",
+    settings=StalledSettings,
+    needs_any=(Signal.GPU_UTIL.value, Signal.GR_ENGINE_ACTIVE.value),
+    optional=(Signal.TENSOR_ACTIVE.value, Signal.DRAM_ACTIVE.value, Signal.POWER_USAGE.value, Signal.POWER_LIMIT.value,
+              Signal.SM_ACTIVE.value),
+)
+def detect_stalled(ctx: ScanContext, settings: StalledSettings) -> DetectorOutput:
+    """Flag pods whose every GPU shows high utilisation but ≈ 0 tensor/DRAM work and near-idle power (B14, B15).
+
+    Needs a busy signal (GPU_UTIL or GR_ENGINE_ACTIVE), at least one of tensor or DRAM activity, and power
+    with a limit: power is corroboration only (B21), never the sole criterion. The stalled GPU-hours are
+    priced as waste in full.
+    """
+    for alloc in ctx.allocations:
+        r = readable(ctx, alloc, "stalled")
+        if r is None or isinstance(r, NoVerdict):
+            if r is not None:
+                yield r
+            continue
+        subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
+        busy = _busy(ctx, alloc)
+        if busy is None:
+            continue
+        sig, low, busy_ev = busy
+        if low < settings.min_busy_ratio:
+            continue
+        work = [e for e in (ctx.signal_evidence(alloc.devices, s, alloc.pod) for s in (Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE)) if e is not None]
+        if not work:
+            yield NoVerdict("stalled", subject, "busy utilisation but no tensor/DRAM activity fields to tell work from a stall")
+            continue
+        if any((e.max_avg_10m if e.max_avg_10m is not None else e.max or 0.0) > settings.max_work_ratio for e in work):
+            continue
+        power = physical_power(ctx, alloc.devices)
+        if power is None:
+            yield NoVerdict("stalled", subject, "no power reading or power limit to corroborate a stall (B21)")
+            continue
+        if power.max_avg_10m_ratio > settings.max_power_ratio:
+            continue
+        if ctx.window_s < settings.min_duration_s:
+            yield NoVerdict("stalled", subject, f"window {ctx.window_s}s shorter than min_duration_s {settings.min_duration_s}s")
+            continue
+        sm = ctx.signal_evidence(alloc.devices, Signal.SM_ACTIVE, alloc.pod)
+        conf = Confidence.HIGH if len(work) == 2 and power.limit_source != "bundled catalog" else Confidence.MEDIUM
+        hours = ctx.window_s / 3600
+        yield Finding(
+            kind=WasteKind.STALLED,
+            detector="stalled",
+            subject=ctx.subject_for(alloc),
+            title=(f"{len(alloc.devices)} GPU(s) of {subject} look {low:.0%} busy but do no work "
+                   f"(tensor/DRAM ≈ 0, power {power.avg_ratio:.0%} of limit) for {hours:.1f} h"),
+            recommendation=("The job looks busy but is stuck (typically a hung NCCL collective or a dead rank): check its logs, "
+                            "restart it, and set NCCL timeouts (TORCH_NCCL_BLOCKING_WAIT / NCCL_TIMEOUT) so a stall fails fast."),
+            evidence=(busy_ev.model_copy(update={"threshold": settings.min_busy_ratio,
+                                                 "comparison": f"avg ≥ {settings.min_busy_ratio:g} on every GPU",
+                                                 "note": "GPU_UTIL is percent" if sig is Signal.GPU_UTIL else ""}),
+                      *(e.model_copy(update={"threshold": settings.max_work_ratio,
+                                             "comparison": f"every 10-min avg ≤ {settings.max_work_ratio:g}"}) for e in work),
+                      power.evidence.model_copy(update={"threshold": round(settings.max_power_ratio * power.limit_w, 3),
+                                                        "comparison": f"every 10-min avg ≤ {settings.max_power_ratio:g} × limit {power.limit_w:g} W"}),
+                      *((sm,) if sm is not None else ())),
+            confidence=conf,
+            observed_at=ctx.eval_time,
+            window_s=ctx.window_s,
+            wasted_gpu_share=alloc.share,
+            details={"busy_signal": sig.value, "busy_ratio": round(low, 4), "power_ratio": round(power.avg_ratio, 4),
+                     "power_limit_source": power.limit_source, "stalled_hours": round(hours, 3),
+                     "formula": "wasted GPUs = all GPUs held (stalled hours are never productive)"},
+        )
+
+
+__all__ = ["StalledSettings", "detect_stalled"]

@@ -1,0 +1,188 @@
+"""Models: what owners are told (alerts, digests, updates, the daily summary), independent of Slack or Jira.
+
+Services build these; sinks render them (Block Kit, ADF, terminal text). Money is Decimal USD, times UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+
+from pydantic import Field
+
+from gpuwaste.models.base import Frozen
+from gpuwaste.models.findings import Finding
+
+
+class Route(Frozen):
+    """Where a finding's owner hears about it, and why there.
+
+    Attributes:
+        channel: Slack channel name (`#ml-train`) or id.
+        source: how the channel was chosen, stated on every message ("namespace annotation gpuwaste.io/slack-channel").
+        user_email: an owner to mention, when known.
+        jira_project: the owner's Jira project key, when known.
+    """
+
+    channel: str
+    source: str
+    team: str | None = None
+    user_email: str | None = None
+    jira_project: str | None = None
+    jira_labels: tuple[str, ...] = ()
+    jira_components: tuple[str, ...] = ()
+
+
+class NoticeKind(StrEnum):
+    """The shape of a Slack message."""
+
+    ALERT = "alert"  # one new finding, top-level message
+    DIGEST = "digest"  # several new findings of one owner from one scan, one top-level message
+    UPDATE = "update"  # worse / reminder: a reply in the original's thread
+    RESOLVED = "resolved"  # the original message edited to say it is resolved
+
+
+class NoticeItem(Frozen):
+    """One finding inside a notice.
+
+    Attributes:
+        cumulative_usd: USD wasted since first seen. saved_usd_per_day: USD/day no longer wasted (resolved).
+        links: (label, URL) pairs from the configured templates.
+    """
+
+    fingerprint: str
+    finding: Finding
+    first_seen: datetime
+    cumulative_usd: Decimal = Decimal(0)
+    links: tuple[tuple[str, str], ...] = ()
+    resolved: bool = False
+    resolved_at: datetime | None = None
+    saved_usd_per_day: Decimal | None = None
+    ticket_key: str | None = None
+
+
+class Notice(Frozen):
+    """A message for one owner.
+
+    Attributes:
+        reason: why now (for updates: "cost up 40 %", "reminder: open 2 days").
+        mention: a Slack user id to mention (resolved from the route's e-mail), or None.
+        interactive: add the snooze / expected / ticket buttons.
+    """
+
+    kind: NoticeKind
+    route: Route
+    items: tuple[NoticeItem, ...] = Field(min_length=1)
+    scan_id: str = ""
+    reason: str | None = None
+    mention: str | None = None
+    interactive: bool = True
+
+
+class PostedMessage(Frozen):
+    """A message Slack accepted.
+
+    Attributes:
+        channel: the channel id Slack answered with. ts: the message timestamp (its id).
+        fingerprints: the findings the message carries (a long digest is split over several messages).
+        fell_back_from: the routed channel when it did not exist and the default channel was used.
+    """
+
+    channel: str
+    ts: str
+    fingerprints: tuple[str, ...] = ()
+    fell_back_from: str | None = None
+
+
+class TicketDraft(Frozen):
+    """A ticket to open in the owner's project (the Jira sink renders it as ADF).
+
+    Attributes:
+        dedupe_label: the `gpuwaste-<fingerprint[:16]>` label used to find an existing ticket.
+        facts: (name, value) pairs shown as a list. paragraphs: free text, in order.
+    """
+
+    project: str
+    summary: str = Field(min_length=1, max_length=255)
+    issue_type: str = "Task"
+    dedupe_label: str
+    labels: tuple[str, ...] = ()
+    components: tuple[str, ...] = ()
+    paragraphs: tuple[str, ...] = ()
+    facts: tuple[tuple[str, str], ...] = ()
+    links: tuple[tuple[str, str], ...] = ()
+
+
+class GroupTotal(Frozen):
+    """Waste of one group (team, namespace, kind or cluster) in the summary period and the one before.
+
+    Attributes:
+        wasted_usd: USD wasted in the period. previous_usd: USD wasted in the period before.
+    """
+
+    name: str
+    wasted_usd: Decimal
+    previous_usd: Decimal = Decimal(0)
+    findings: int = 0
+
+
+class Offender(Frozen):
+    """One of the costliest findings of the period."""
+
+    fingerprint: str
+    cluster: str
+    namespace: str | None
+    workload: str | None
+    kind: str
+    team: str
+    wasted_usd: Decimal
+    usd_per_day: Decimal | None
+    cumulative_usd: Decimal
+    open: bool
+
+
+class DailySummary(Frozen):
+    """The fleet's waste over one period (normally a day) compared with the period before.
+
+    Every USD figure is computed from the lifecycle records: a record wastes `usd_per_day` from
+    `first_seen` to `last_seen`; the part inside the period counts (USD = USD/day × overlapping days).
+
+    Attributes:
+        wasted_usd / previous_usd: USD wasted in the period and in the one before (trend).
+        open_usd_per_day: USD/day of the findings still open at the end of the period.
+        saved_usd_per_day: USD/day no longer wasted thanks to findings resolved in the period.
+        realised_savings_usd: USD not spent inside the period thanks to resolutions (saved/day × days since).
+        by_kind_and_team: (team, kind) → USD wasted in the period, for the stacked chart.
+        unpriced: findings of the period without a price (not in the totals).
+    """
+
+    since: datetime
+    until: datetime
+    wasted_usd: Decimal
+    previous_usd: Decimal
+    open_usd_per_day: Decimal
+    open_findings: int
+    opened: int
+    resolved: int
+    saved_usd_per_day: Decimal
+    realised_savings_usd: Decimal
+    by_team: tuple[GroupTotal, ...] = ()
+    by_namespace: tuple[GroupTotal, ...] = ()
+    by_kind: tuple[GroupTotal, ...] = ()
+    by_cluster: tuple[GroupTotal, ...] = ()
+    top: tuple[Offender, ...] = ()
+    by_kind_and_team: tuple[tuple[str, str, Decimal], ...] = ()
+    unpriced: int = 0
+
+    @property
+    def trend_usd(self) -> Decimal:
+        """USD wasted in the period minus the period before (negative: better)."""
+        return self.wasted_usd - self.previous_usd
+
+    @property
+    def trend_share(self) -> Decimal | None:
+        """Relative change against the period before (0.25 = +25 %); None when the period before was 0."""
+        if self.previous_usd == 0:
+            return None
+        return (self.wasted_usd - self.previous_usd) / self.previous_usd

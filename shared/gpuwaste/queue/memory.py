@@ -1,0 +1,54 @@
+"""Adapter: an in-process FIFO queue holding JSON message bodies (the local chain's SQS stand-in)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
+
+
+class MemoryQueue:
+    """Implements every queue port (`FindingQueue`, `AlertQueue`, `ScanRequestQueue`) in memory.
+
+    Bodies are stored as the same JSON an SQS message would carry, so consumers parse them exactly
+    as the Lambda handlers do.
+    """
+
+    def __init__(self, name: str = "queue") -> None:
+        self.name = name
+        self._bodies: deque[str] = deque()
+
+    def send(self, messages: Sequence[BaseModel]) -> None:
+        """Append the messages' JSON bodies."""
+        self._bodies.extend(m.model_dump_json() for m in messages)
+
+    def send_findings(self, messages: Sequence[FindingMessage]) -> None:
+        """`FindingQueue.send_findings`."""
+        self.send(messages)
+
+    def send_scan_completed(self, message: ScanCompleted) -> None:
+        """`FindingQueue.send_scan_completed`."""
+        self.send([message])
+
+    def send_alerts(self, messages: Sequence[AlertMessage]) -> None:
+        """`AlertQueue.send_alerts`."""
+        self.send(messages)
+
+    def send_scan_requests(self, messages: Sequence[ScanRequest]) -> None:
+        """`ScanRequestQueue.send_scan_requests`."""
+        self.send(messages)
+
+    def drain(self) -> list[str]:
+        """Remove and return every body, oldest first."""
+        out = list(self._bodies)
+        self._bodies.clear()
+        return out
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+
+__all__ = ["MemoryQueue"]

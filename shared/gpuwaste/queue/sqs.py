@@ -1,0 +1,119 @@
+"""Adapter: an SQS queue carrying the pipeline's JSON envelopes (batched 10 per call).
+
+`send_message_batch` may accept some entries and fail others; only the failed entries are retried
+(a bounded number of times), and a `RetryableError` is raised if some still fail, so the calling
+Lambda record fails and SQS redelivers it. Entries SQS rejects as the sender's fault (too large,
+invalid) raise `PermanentError` at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import BaseModel
+
+from gpuwaste.errors import GpuWasteError, PermanentError, RetryableError
+from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+MAX_BATCH_ENTRIES = 10
+MAX_BATCH_BYTES = 240 * 1024  # under SQS's 256 KiB per batch, with room for attributes
+_RETRYABLE = frozenset({"ThrottlingException", "RequestThrottled", "ServiceUnavailable", "InternalError",
+                        "KmsThrottled", "KMS.ThrottlingException"})
+
+
+class SqsQueue:
+    """Implements every queue port over one SQS queue URL.
+
+    Args:
+        client: a boto3 SQS client (built by the bootstrap).
+        queue_url: the queue (template output, passed in an env var).
+        max_attempts: sends of a batch's failed entries before giving up (≥ 1).
+    """
+
+    def __init__(self, *, client: SQSClient, queue_url: str, max_attempts: int = 3) -> None:
+        self.client = client
+        self.queue_url = queue_url
+        self.max_attempts = max(1, max_attempts)
+
+    def send(self, messages: Sequence[BaseModel]) -> None:
+        """Send the messages' JSON bodies in batches of up to 10.
+
+        Raises:
+            RetryableError: some entries still failed after `max_attempts` (or SQS was unreachable).
+            PermanentError: SQS rejected an entry as invalid (the sender's fault).
+        """
+        bodies = [m.model_dump_json() for m in messages]
+        for batch in _batches(bodies):
+            self._send_batch(batch)
+
+    def _send_batch(self, bodies: list[str]) -> None:
+        pending = {str(i): body for i, body in enumerate(bodies)}
+        last_error = ""
+        for _attempt in range(self.max_attempts):
+            entries = [{"Id": i, "MessageBody": b} for i, b in pending.items()]
+            try:
+                resp = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)  # type: ignore[arg-type]
+            except (ClientError, BotoCoreError) as exc:
+                raise _translate(exc) from exc
+            failed = resp.get("Failed", [])
+            for f in failed:
+                if f.get("SenderFault"):
+                    raise PermanentError(f"sqs {self.queue_url}: entry rejected: {f.get('Code')}: {f.get('Message', '')}")
+            pending = {f["Id"]: pending[f["Id"]] for f in failed}
+            if not pending:
+                return
+            last_error = "; ".join(f"{f.get('Code')}: {f.get('Message', '')}" for f in failed)
+        raise RetryableError(f"sqs {self.queue_url}: {len(pending)} of {len(bodies)} messages not sent: {last_error}")
+
+    def send_findings(self, messages: Sequence[FindingMessage]) -> None:
+        """`FindingQueue.send_findings`."""
+        self.send(messages)
+
+    def send_scan_completed(self, message: ScanCompleted) -> None:
+        """`FindingQueue.send_scan_completed`."""
+        self.send([message])
+
+    def send_alerts(self, messages: Sequence[AlertMessage]) -> None:
+        """`AlertQueue.send_alerts`."""
+        self.send(messages)
+
+    def send_scan_requests(self, messages: Sequence[ScanRequest]) -> None:
+        """`ScanRequestQueue.send_scan_requests`."""
+        self.send(messages)
+
+
+def _batches(bodies: list[str]) -> list[list[str]]:
+    out: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for body in bodies:
+        n = len(body.encode())
+        if current and (len(current) == MAX_BATCH_ENTRIES or size + n > MAX_BATCH_BYTES):
+            out.append(current)
+            current, size = [], 0
+        current.append(body)
+        size += n
+    if current:
+        out.append(current)
+    return out
+
+
+def _translate(exc: ClientError | BotoCoreError) -> GpuWasteError:
+    """SDK error → RetryableError (throttling, 5xx, connection) or PermanentError (missing queue, access)."""
+    if isinstance(exc, BotoCoreError):
+        return RetryableError(f"sqs: {type(exc).__name__}: {exc}")
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    if code in _RETRYABLE or status >= 500:
+        return RetryableError(f"sqs: {code or status}: {exc}")
+    return PermanentError(f"sqs: {code or status}: {exc}")
+
+
+
+
+__all__ = ["MAX_BATCH_ENTRIES", "SqsQueue"]

@@ -1,0 +1,314 @@
+"""Service: the finding lifecycle (dedupe) — decide what an owner must hear, with conditional writes.
+
+Rules (design §5; thresholds in `LifecycleSettings`):
+
+* New fingerprint → record it, alert NEW.
+* Still open → silent, unless its USD/day rose by `worse_share` over the cost last alerted (WORSE) or
+  the last alert is `reminder_after` old (REMINDER). Cumulative USD accrues per scan:
+  usd_per_day × days since it was last seen.
+* Open for `ticket_after`, or costing ≥ `ticket_usd_per_day` → one ticket request (ESCALATE) on the
+  tickets queue per open period.
+* Snoozed (until `snoozed_until`) → silent, tickets included; acknowledged → no reminders and no
+  ticket until resolved (a WORSE alert still goes out: the owner has not seen that cost).
+* A cluster's `ScanCompleted` without an open fingerprint counts a missed scan; after
+  `resolve_after_missed_scans` → RESOLVED with `saved_usd_per_day`, and (when the owner was alerted)
+  an alert that carries the original Slack message reference so it can be edited.
+* A resolved fingerprint seen again is reopened as NEW.
+
+The lifecycle's "now" is the scan's evaluation time (the finding's `observed_at`, the completion's
+`scheduled_time`), never the wall clock, so replays and redeliveries decide the same way. The injected
+clock only sets the store TTL (`expires_at`), which must count from real time.
+
+Exactly-once telling under at-least-once delivery: every decision is one conditional write
+(`put_new`, or `update` on the version read) that also stores the messages to send in the record's
+outbox; then the messages are sent and the outbox cleared with another conditional write. A
+redelivered message finds its scan already applied (`last_scan_id` / `last_checked_scan_id`) and only
+re-sends a non-empty outbox (left by a crash or failed send between write and send); a newer decision
+carries such unsent messages along. A lost race re-reads and decides again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from gpuwaste.errors import StoreError
+from gpuwaste.models.findings import Finding
+from gpuwaste.models.lifecycle import FindingRecord, FindingState
+from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted
+from gpuwaste.ports import AlertQueue, Clock, FindingStore
+from gpuwaste.settings import LifecycleSettings
+
+logger = logging.getLogger(__name__)
+
+DAY = Decimal(86400)
+CENT = Decimal("0.01")
+MAX_ATTEMPTS = 5
+
+
+@dataclass
+class Outcome:
+    """What handling one message did (for logs, tests and the local chain's summary)."""
+
+    alerts: list[AlertMessage] = field(default_factory=list)
+    tickets: list[AlertMessage] = field(default_factory=list)
+    duplicate: bool = False
+    stale: bool = False
+
+
+class LifecycleService:
+    """Apply findings and scan completions to the store and send what must be told.
+
+    Args:
+        store: the lifecycle store (conditional writes).
+        alerts: the alerts queue (notify_slack).
+        tickets: the tickets queue (create_tickets); None drops ticket requests (a local run without Jira).
+        settings: thresholds.
+        clock: real time, for the store TTL only.
+    """
+
+    def __init__(self, *, store: FindingStore, alerts: AlertQueue, tickets: AlertQueue | None,
+                 settings: LifecycleSettings, clock: Clock) -> None:
+        self.store = store
+        self.alerts = alerts
+        self.tickets = tickets
+        self.settings = settings
+        self.clock = clock
+
+    # -- findings ------------------------------------------------------------------------------------
+    def handle_finding(self, message: FindingMessage) -> Outcome:
+        """Apply one priced finding seen by scan `message.scan_id`.
+
+        Raises:
+            StoreError: the store failed, or kept conflicting (retryable: the record fails and SQS redelivers).
+            RetryableError: a queue could not take the messages (the outbox keeps them for the redelivery).
+        """
+        finding = message.finding
+        for _ in range(MAX_ATTEMPTS):
+            current = self.store.get(finding.fingerprint)
+            if current is None:
+                record, out = self._first_sight(finding, message.scan_id)
+                if self.store.put_new(record):
+                    return self._flush(record, out)
+                continue
+            if current.last_scan_id == message.scan_id or finding.observed_at < current.last_seen:
+                # already applied (redelivery) or older than what we know (out of order): only finish sending
+                return self._resend(current, stale=current.last_scan_id != message.scan_id)
+            record, out = self._seen_again(current, finding, message.scan_id)
+            if self.store.update(record, expected_version=current.version):
+                return self._flush(record, out)
+        raise StoreError(f"finding {finding.fingerprint}: conflicting writes, gave up after {MAX_ATTEMPTS} attempts")
+
+    def _first_sight(self, finding: Finding, scan_id: str) -> tuple[FindingRecord, Outcome]:
+        at = finding.observed_at
+        usd = finding.usd_per_day
+        record = FindingRecord(
+            fingerprint=finding.fingerprint,
+            cluster=finding.subject.cluster,
+            namespace=finding.subject.namespace,
+            workload=finding.subject.workload_name,
+            kind=finding.kind.value,
+            detector=finding.detector,
+            first_seen=at,
+            last_seen=at,
+            last_scan_id=scan_id,
+            usd_per_day=usd,
+            peak_usd_per_day=usd,
+            team=_team(finding),
+            finding_json=finding.model_dump_json(exclude={"fingerprint"}),
+            activity_at=at,
+            version=1,
+            expires_at=self._expiry(),
+        )
+        out = Outcome()
+        if self._alertable(finding):
+            out.alerts.append(self._alert(record, finding, AlertAction.NEW, scan_id, "new waste"))
+            record = record.model_copy(update={"alerted_usd_per_day": usd, "last_alert_at": at})
+        record, ticket = self._maybe_ticket(record, finding, scan_id)
+        if ticket is not None:
+            out.tickets.append(ticket)
+        return _with_outbox(record, out), out
+
+    def _seen_again(self, current: FindingRecord, finding: Finding, scan_id: str) -> tuple[FindingRecord, Outcome]:
+        record, out = self._decide_seen_again(current, finding, scan_id)
+        return _carry_unsent(current, record, out)
+
+    def _decide_seen_again(self, current: FindingRecord, finding: Finding, scan_id: str) -> tuple[FindingRecord, Outcome]:
+        if current.state is FindingState.RESOLVED:
+            record, out = self._first_sight(finding, scan_id)
+            return record.model_copy(update={"version": current.version + 1}), out
+        at = finding.observed_at
+        usd = finding.usd_per_day
+        elapsed_days = Decimal((at - current.last_seen).total_seconds()) / DAY
+        accrued = ((usd or Decimal(0)) * elapsed_days).quantize(CENT)
+        peak = max((v for v in (current.peak_usd_per_day, usd) if v is not None), default=None)
+        record = current.model_copy(update={
+            "last_seen": at, "last_scan_id": scan_id, "usd_per_day": usd, "peak_usd_per_day": peak,
+            "cumulative_usd": current.cumulative_usd + accrued, "missed_scans": 0,
+            "finding_json": finding.model_dump_json(exclude={"fingerprint"}), "team": _team(finding) or current.team,
+            "activity_at": at, "version": current.version + 1, "expires_at": self._expiry(),
+        })
+        out = Outcome()
+        snoozed = current.snoozed_until is not None and at < current.snoozed_until
+        if not snoozed and self._alertable(finding):
+            action, reason = self._repeat_alert(current, usd, at)
+            if action is not None:
+                out.alerts.append(self._alert(record, finding, action, scan_id, reason))
+                record = record.model_copy(update={"alerted_usd_per_day": usd, "last_alert_at": at})
+        if not snoozed and not current.acknowledged:
+            record, ticket = self._maybe_ticket(record, finding, scan_id)
+            if ticket is not None:
+                out.tickets.append(ticket)
+        return _with_outbox(record, out), out
+
+    def _repeat_alert(self, current: FindingRecord, usd: Decimal | None, at: datetime) -> tuple[AlertAction | None, str]:
+        base = current.alerted_usd_per_day
+        if usd is not None and base is not None and base > 0 and usd >= base * (1 + self.settings.worse_share):
+            return AlertAction.WORSE, f"cost up {((usd / base - 1) * 100).quantize(Decimal(1))} % since the last alert"
+        if usd is not None and base is None and current.last_alert_at is None:
+            return AlertAction.NEW, "now priced"
+        if current.acknowledged:
+            return None, ""
+        if current.last_alert_at is not None and at - current.last_alert_at >= self.settings.reminder_after:
+            return AlertAction.REMINDER, f"still open since {current.first_seen:%Y-%m-%d %H:%M}Z"
+        return None, ""
+
+    def _maybe_ticket(self, record: FindingRecord, finding: Finding, scan_id: str) -> tuple[FindingRecord, AlertMessage | None]:
+        if record.ticket_requested_at is not None or record.ticket_key or not finding.kind.is_waste:
+            return record, None
+        at = finding.observed_at
+        age = at - record.first_seen
+        usd = record.usd_per_day
+        if age >= self.settings.ticket_after:
+            reason = f"open {_age_text(age)}"
+        elif usd is not None and usd >= self.settings.ticket_usd_per_day:
+            reason = f"cost ${usd}/day ≥ ${self.settings.ticket_usd_per_day}/day"
+        else:
+            return record, None
+        record = record.model_copy(update={"ticket_requested_at": at})
+        return record, self._alert(record, finding, AlertAction.ESCALATE, scan_id, reason)
+
+    # -- scan completions ----------------------------------------------------------------------------
+    def handle_scan_completed(self, message: ScanCompleted) -> Outcome:
+        """Count a missed scan for each open finding of the cluster the scan did not see; resolve after N.
+
+        Raises:
+            StoreError, RetryableError: as `handle_finding`.
+        """
+        seen = set(message.fingerprints)
+        total = Outcome()
+        for candidate in self.store.open_for_cluster(message.cluster):
+            if candidate.fingerprint in seen:
+                continue
+            outcome = self._miss(candidate.fingerprint, message)
+            total.alerts += outcome.alerts
+            total.duplicate = total.duplicate or outcome.duplicate
+        return total
+
+    def _miss(self, fingerprint: str, message: ScanCompleted) -> Outcome:
+        at = message.scheduled_time
+        for _ in range(MAX_ATTEMPTS):
+            current = self.store.get(fingerprint)
+            if current is None or current.state is not FindingState.OPEN:
+                return Outcome()
+            if current.last_checked_scan_id == message.scan_id or current.last_scan_id == message.scan_id:
+                return self._resend(current, stale=False)
+            if current.last_seen >= at:
+                return Outcome(stale=True)  # seen by this scan or a later one
+            missed = current.missed_scans + 1
+            update: dict[str, object] = {"missed_scans": missed, "last_checked_scan_id": message.scan_id,
+                                         "version": current.version + 1, "expires_at": self._expiry()}
+            out = Outcome()
+            if missed >= self.settings.resolve_after_missed_scans:
+                update |= {"state": FindingState.RESOLVED, "resolved_at": at, "saved_usd_per_day": current.usd_per_day,
+                           "activity_at": at}
+                record = current.model_copy(update=update)
+                if current.last_alert_at is not None:  # only owners who were told hear that it is over
+                    finding = Finding.model_validate_json(current.finding_json)
+                    out.alerts.append(self._alert(record, finding, AlertAction.RESOLVED, message.scan_id,
+                                                  f"not seen for {missed} scans"))
+            else:
+                record = current.model_copy(update=update)
+            record, out = _carry_unsent(current, _with_outbox(record, out), out)
+            if self.store.update(record, expected_version=current.version):
+                return self._flush(record, out)
+        raise StoreError(f"finding {fingerprint}: conflicting writes, gave up after {MAX_ATTEMPTS} attempts")
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _alertable(self, finding: Finding) -> bool:
+        if not finding.kind.is_waste:
+            return self.settings.alert_data_quality
+        usd = finding.usd_per_day
+        return usd is None or usd >= self.settings.min_usd_per_day
+
+    def _alert(self, record: FindingRecord, finding: Finding, action: AlertAction, scan_id: str, reason: str) -> AlertMessage:
+        return AlertMessage(
+            action=action, fingerprint=record.fingerprint, finding=finding, first_seen=record.first_seen,
+            cumulative_usd=str(record.cumulative_usd), slack_ts=record.slack_ts, slack_channel=record.slack_channel,
+            ticket_key=record.ticket_key,
+            saved_usd_per_day=None if record.saved_usd_per_day is None else str(record.saved_usd_per_day),
+            scan_id=scan_id, reason=reason,
+        )
+
+    def _expiry(self) -> int:
+        return int((self.clock.now() + timedelta(days=self.settings.retention_days)).timestamp())
+
+    def _flush(self, record: FindingRecord, out: Outcome) -> Outcome:
+        if out.alerts:
+            self.alerts.send_alerts(out.alerts)
+        if out.tickets and self.tickets is not None:
+            self.tickets.send_alerts(out.tickets)
+        if record.outbox_json:
+            # a lost race here only means someone else moved the record on; the messages are sent
+            self.store.update(record.model_copy(update={"outbox_json": "", "version": record.version + 1}),
+                              expected_version=record.version)
+        if out.alerts or out.tickets:
+            logger.info("lifecycle decided", extra={"fingerprint": record.fingerprint,
+                                                    "actions": [a.action.value for a in out.alerts + out.tickets]})
+        return out
+
+    def _resend(self, current: FindingRecord, *, stale: bool) -> Outcome:
+        if not current.outbox_json:
+            return Outcome(duplicate=not stale, stale=stale)
+        pending = [AlertMessage.model_validate(m) for m in json.loads(current.outbox_json)]
+        out = Outcome(alerts=[m for m in pending if m.action is not AlertAction.ESCALATE],
+                      tickets=[m for m in pending if m.action is AlertAction.ESCALATE], duplicate=True)
+        logger.warning("lifecycle resending unsent messages", extra={"fingerprint": current.fingerprint, "count": len(pending)})
+        return self._flush(current, out)
+
+
+def _carry_unsent(current: FindingRecord, record: FindingRecord, out: Outcome) -> tuple[FindingRecord, Outcome]:
+    """Keep messages a failed send left in `current`'s outbox: they go out with this decision's messages."""
+    if not current.outbox_json:
+        return record, out
+    pending = [AlertMessage.model_validate(m) for m in json.loads(current.outbox_json)]
+    out.alerts[:0] = [m for m in pending if m.action is not AlertAction.ESCALATE]
+    out.tickets[:0] = [m for m in pending if m.action is AlertAction.ESCALATE]
+    return _with_outbox(record, out), out
+
+
+def _with_outbox(record: FindingRecord, out: Outcome) -> FindingRecord:
+    pending = out.alerts + out.tickets
+    body = json.dumps([json.loads(m.model_dump_json()) for m in pending]) if pending else ""
+    return record.model_copy(update={"outbox_json": body})
+
+
+def _team(finding: Finding) -> str | None:
+    s = finding.subject
+    for key in ("gpuwaste.io/team", "team"):
+        if key in s.annotations:
+            return s.annotations[key]
+        if key in s.labels:
+            return s.labels[key]
+    return None
+
+
+def _age_text(age: timedelta) -> str:
+    days = age.total_seconds() / 86400
+    return f"{days:.1f} days" if days >= 1 else f"{age.total_seconds() / 3600:.1f} h"
+
+
+__all__ = ["LifecycleService", "Outcome"]

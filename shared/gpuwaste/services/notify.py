@@ -1,0 +1,352 @@
+"""Service: lifecycle alerts → owner notices (alert, digest, thread update, resolved edit), delivered once.
+
+Idempotency: every delivery has a key `fingerprint:action:scan_id:slack`. The key (and, for a new alert,
+the posted channel + ts) is written to the finding's lifecycle record right after Slack accepts the message
+and before the queue message is acknowledged; a redelivered alert whose key is recorded is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuwaste.errors import StoreError
+from gpuwaste.models.findings import Finding
+from gpuwaste.models.lifecycle import FindingRecord, FindingState
+from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, PostedMessage, Route
+from gpuwaste.ports import FindingStore, Notifier
+from gpuwaste.services.routing import links_for, route_for, snoozed_until
+from gpuwaste.settings import DeliverySettings
+
+logger = logging.getLogger(__name__)
+
+MAX_DELIVERY_KEYS = 20
+_STORE_ATTEMPTS = 5
+EXPECTED = "expected"
+
+
+def delivery_key(alert: AlertMessage, sink: str) -> str:
+    """The idempotency key of one delivery: fingerprint, action, scan id and sink."""
+    return f"{alert.fingerprint}:{alert.action.value}:{alert.scan_id or '-'}:{sink}"
+
+
+def decimal_or_zero(text: str | None) -> Decimal:
+    """A decimal string from a message as Decimal (0 when empty or unreadable)."""
+    try:
+        return Decimal(text) if text else Decimal(0)
+    except InvalidOperation:
+        return Decimal(0)
+
+
+def finding_from_record(record: FindingRecord) -> Finding | None:
+    """The finding stored in a lifecycle record (`finding_json`), None when absent or unreadable."""
+    if not record.finding_json:
+        return None
+    try:
+        data: dict[str, Any] = json.loads(record.finding_json)
+        data.pop("fingerprint", None)
+        return Finding.model_validate(data)
+    except (ValueError, ValidationError):
+        logger.warning("stored finding unreadable", extra={"fingerprint": record.fingerprint})
+        return None
+
+
+def record_delivery(
+    store: FindingStore | None, fingerprint: str, key: str, changes: dict[str, Any] | None = None
+) -> None:
+    """Add `key` (and `changes`) to the record with a conditional write, re-reading on version conflicts.
+
+    Raises:
+        StoreError: the record kept changing under us (retry through the queue).
+    """
+    if store is None:
+        return
+    for _ in range(_STORE_ATTEMPTS):
+        record = store.get(fingerprint)
+        if record is None or key in record.delivery_keys:
+            return
+        update = dict(changes or {})
+        update["delivery_keys"] = (*record.delivery_keys, key)[-MAX_DELIVERY_KEYS:]
+        update["version"] = record.version + 1
+        if store.update(record.model_copy(update=update), expected_version=record.version):
+            return
+    raise StoreError(f"finding {fingerprint[:16]}: lifecycle record kept changing; delivery key not recorded")
+
+
+@dataclass
+class DeliveryReport:
+    """What one `deliver` call did.
+
+    Attributes:
+        posted: messages posted or edited. skipped: alerts already delivered, snoozed or not for Slack.
+        failed: (alert, error) for alerts whose delivery failed (their queue messages must come back).
+    """
+
+    posted: list[PostedMessage] = field(default_factory=list)
+    skipped: list[AlertMessage] = field(default_factory=list)
+    failed: list[tuple[AlertMessage, Exception]] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+
+
+@dataclass
+class _Group:
+    alerts: list[AlertMessage]
+    done: bool = False
+    error: Exception | None = None
+
+
+class DeliveryPlan:
+    """A batch of alerts grouped for delivery (digests), delivered group by group on demand.
+
+    `deliver(alert)` delivers the alert's whole group the first time any member is asked for and
+    re-raises the group's error for every member, so a queue batch processor reports each failed record.
+    """
+
+    def __init__(self, service: NotifyService, groups: list[list[AlertMessage]]) -> None:
+        self._service = service
+        self._groups = [_Group(g) for g in groups]
+        self._index = {self._key(a): grp for grp in self._groups for a in grp.alerts}
+        self.report = DeliveryReport()
+
+    @staticmethod
+    def _key(alert: AlertMessage) -> tuple[str, str, str]:
+        return (alert.fingerprint, alert.action.value, alert.scan_id)
+
+    def deliver(self, alert: AlertMessage) -> None:
+        """Deliver the group holding `alert` (once).
+
+        Raises:
+            DeliveryError / PermanentDeliveryError / StoreError: the group's delivery failed.
+        """
+        group = self._index.get(self._key(alert))
+        if group is None:
+            group = _Group([alert])
+            self._index[self._key(alert)] = group
+        if not group.done:
+            group.done = True
+            try:
+                self._service.deliver_group(group.alerts, self.report)
+            except Exception as exc:  # every member of the group re-raises it below
+                group.error = exc
+                self.report.failed.extend((a, exc) for a in group.alerts)
+        if group.error is not None:
+            raise group.error
+
+    def deliver_all(self) -> DeliveryReport:
+        """Deliver every group; failures are collected in the report, not raised."""
+        for group in self._groups:
+            for alert in group.alerts:
+                try:
+                    self.deliver(alert)
+                except Exception:  # recorded in report.failed by deliver()
+                    logger.warning("delivery failed", extra={"fingerprint": alert.fingerprint[:16]})
+                break
+        return self.report
+
+
+class NotifyService:
+    """Turns lifecycle alerts into Slack notices for their owners.
+
+    Args:
+        notifier: the chat port (Slack, terminal).
+        store: the lifecycle store (idempotency keys, message refs); None disables both (dry runs).
+        settings: routing, links and digest threshold.
+        now: the clock (UTC).
+    """
+
+    def __init__(
+        self,
+        *,
+        notifier: Notifier,
+        store: FindingStore | None,
+        settings: DeliverySettings,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.notifier = notifier
+        self.store = store
+        self.settings = settings
+        self.now = now
+
+    # -- planning ----------------------------------------------------------------------------------------
+    def plan(self, alerts: Sequence[AlertMessage]) -> DeliveryPlan:
+        """Group alerts: NEW alerts of one owner (channel + team) and one scan become one digest at `digest_threshold` or more."""
+        groups: list[list[AlertMessage]] = []
+        new_by_route: dict[tuple[str, str, str], list[AlertMessage]] = {}
+        for alert in alerts:
+            if alert.action is AlertAction.NEW:
+                route = route_for(alert.finding, self.settings)
+                new_by_route.setdefault((route.channel, route.team or "", alert.scan_id), []).append(alert)
+            else:
+                groups.append([alert])
+        for members in new_by_route.values():
+            if len(members) >= self.settings.digest_threshold:
+                groups.append(members)
+            else:
+                groups.extend([m] for m in members)
+        return DeliveryPlan(self, groups)
+
+    def plan_bodies(self, bodies: Iterable[str]) -> DeliveryPlan:
+        """`plan` over raw queue bodies; unreadable bodies are left out (the batch processor fails them)."""
+        alerts = []
+        for body in bodies:
+            try:
+                alerts.append(AlertMessage.model_validate_json(body))
+            except ValidationError:
+                continue
+        return self.plan(alerts)
+
+    def deliver(self, alerts: Sequence[AlertMessage]) -> DeliveryReport:
+        """Plan and deliver a batch (the local chain); failures are in the report."""
+        return self.plan(alerts).deliver_all()
+
+    # -- delivery ----------------------------------------------------------------------------------------
+    def _record(self, fingerprint: str) -> FindingRecord | None:
+        return self.store.get(fingerprint) if self.store is not None else None
+
+    def _silenced(self, alert: AlertMessage, record: FindingRecord | None, now: datetime) -> bool:
+        if alert.action in (AlertAction.RESOLVED, AlertAction.ESCALATE):
+            return False
+        if record is not None:
+            if record.acknowledged and record.acknowledged.startswith(EXPECTED):
+                return True
+            if record.snoozed_until is not None and record.snoozed_until > now:
+                return True
+        return snoozed_until(alert.finding, self.settings, now=now) is not None
+
+    def _item(self, alert: AlertMessage, record: FindingRecord | None) -> NoticeItem:
+        resolved = alert.action is AlertAction.RESOLVED
+        return NoticeItem(
+            fingerprint=alert.fingerprint,
+            finding=alert.finding,
+            first_seen=alert.first_seen,
+            cumulative_usd=decimal_or_zero(alert.cumulative_usd),
+            links=links_for(alert.finding, self.settings),
+            resolved=resolved,
+            resolved_at=(record.resolved_at if record and record.resolved_at else self.now()) if resolved else None,
+            saved_usd_per_day=decimal_or_zero(alert.saved_usd_per_day) if alert.saved_usd_per_day else None,
+            ticket_key=alert.ticket_key or (record.ticket_key if record else None),
+        )
+
+    def _mention(self, route: Route) -> str | None:
+        return self.notifier.user_id(route.user_email) if route.user_email else None
+
+    def deliver_group(self, alerts: Sequence[AlertMessage], report: DeliveryReport) -> None:
+        """Deliver one planned group (one digest, or one alert).
+
+        Raises:
+            DeliveryError: Slack failed transiently (the alerts must be retried through the queue).
+            PermanentDeliveryError: Slack refused (bad token or payload).
+            StoreError: the delivery could not be recorded (retrying is safe: Slack is not called twice
+                for keys already recorded).
+        """
+        now = self.now()
+        pending: list[tuple[AlertMessage, FindingRecord | None]] = []
+        for alert in alerts:
+            record = self._record(alert.fingerprint)
+            if record is not None and delivery_key(alert, "slack") in record.delivery_keys:
+                report.skipped.append(alert)
+                continue
+            if alert.action is AlertAction.ESCALATE or self._silenced(alert, record, now):
+                report.skipped.append(alert)
+                continue
+            pending.append((alert, record))
+        if not pending:
+            return
+        first, first_record = pending[0]
+        route = route_for(first.finding, self.settings)
+        mention = self._mention(route)
+        if first.action is AlertAction.NEW:
+            kind = NoticeKind.DIGEST if len(pending) > 1 else NoticeKind.ALERT
+            notice = Notice(kind=kind, route=route, items=tuple(self._item(a, r) for a, r in pending),
+                            scan_id=first.scan_id, reason=first.reason, mention=mention)
+            self._post_new(notice, pending, report, now)
+        elif first.action in (AlertAction.WORSE, AlertAction.REMINDER):
+            self._post_update(first, first_record, route, mention, report, now)
+        else:
+            self._resolve(first, first_record, route, report)
+
+    def _post_new(
+        self, notice: Notice, pending: list[tuple[AlertMessage, FindingRecord | None]], report: DeliveryReport,
+        now: datetime,
+    ) -> None:
+        posted = self.notifier.post(notice)
+        report.notices.append(notice)
+        report.posted.extend(posted)
+        by_fp = {a.fingerprint: a for a, _ in pending}
+        for message in posted:
+            for fp in message.fingerprints:
+                changes = {"slack_channel": message.channel, "slack_ts": message.ts, "last_alert_at": now}
+                record_delivery(self.store, fp, delivery_key(by_fp[fp], "slack"), changes)
+
+    def _post_update(
+        self, alert: AlertMessage, record: FindingRecord | None, route: Route, mention: str | None,
+        report: DeliveryReport, now: datetime,
+    ) -> None:
+        channel = (record.slack_channel if record else None) or alert.slack_channel
+        ts = (record.slack_ts if record else None) or alert.slack_ts
+        default_reason = "Worse" if alert.action is AlertAction.WORSE else "Reminder"
+        item = self._item(alert, record)
+        if channel and ts:
+            notice = Notice(kind=NoticeKind.UPDATE, route=route, items=(item,), scan_id=alert.scan_id,
+                            reason=alert.reason or default_reason, mention=mention)
+            posted = self.notifier.post(notice, channel=channel, thread_ts=ts)
+            changes: dict[str, Any] = {"last_alert_at": now}
+        else:  # the original was never posted (or was lost): post a full alert and remember it
+            notice = Notice(kind=NoticeKind.ALERT, route=route, items=(item,), scan_id=alert.scan_id,
+                            reason=alert.reason or default_reason, mention=mention)
+            posted = self.notifier.post(notice)
+            changes = {"last_alert_at": now, "slack_channel": posted[0].channel, "slack_ts": posted[0].ts}
+        report.notices.append(notice)
+        report.posted.extend(posted)
+        record_delivery(self.store, alert.fingerprint, delivery_key(alert, "slack"), changes)
+
+    def _siblings(self, record: FindingRecord) -> list[FindingRecord]:
+        """Records carried by the same Slack message (a digest), this one included."""
+        if self.store is None or not record.slack_ts:
+            return [record]
+        since = record.first_seen - timedelta(days=1)
+        found = [
+            r for r in self.store.history(since=since, until=self.now())
+            if r.slack_ts == record.slack_ts and r.slack_channel == record.slack_channel
+        ]
+        if all(r.fingerprint != record.fingerprint for r in found):
+            found.append(record)
+        return sorted(found, key=lambda r: r.fingerprint)
+
+    def _resolve(self, alert: AlertMessage, record: FindingRecord | None, route: Route, report: DeliveryReport) -> None:
+        channel = (record.slack_channel if record else None) or alert.slack_channel
+        ts = (record.slack_ts if record else None) or alert.slack_ts
+        item = self._item(alert, record)
+        if not (channel and ts):
+            notice = Notice(kind=NoticeKind.RESOLVED, route=route, items=(item,), scan_id=alert.scan_id,
+                            interactive=False)
+            posted = self.notifier.post(notice)
+        else:
+            items = [item]
+            if record is not None:
+                for sib in self._siblings(record):
+                    if sib.fingerprint == alert.fingerprint:
+                        continue
+                    finding = finding_from_record(sib)
+                    if finding is None:
+                        continue
+                    items.append(NoticeItem(
+                        fingerprint=sib.fingerprint, finding=finding, first_seen=sib.first_seen,
+                        cumulative_usd=sib.cumulative_usd, links=links_for(finding, self.settings),
+                        resolved=sib.state is FindingState.RESOLVED, resolved_at=sib.resolved_at,
+                        saved_usd_per_day=sib.saved_usd_per_day, ticket_key=sib.ticket_key,
+                    ))
+            kind = NoticeKind.DIGEST if len(items) > 1 else NoticeKind.RESOLVED
+            notice = Notice(kind=kind, route=route, items=tuple(items), scan_id=alert.scan_id)
+            posted = [self.notifier.update(notice, channel=channel, ts=ts)]
+        report.notices.append(notice)
+        report.posted.extend(posted)
+        record_delivery(self.store, alert.fingerprint, delivery_key(alert, "slack"))

@@ -1,0 +1,157 @@
+"""Adapter: ticket drafts → Jira Cloud REST v3 (Basic auth e-mail:API token, ADF descriptions).
+
+Dedupe search uses `POST /rest/api/3/search/jql` (the old `/search` endpoints answer 410 since CHANGE-2046).
+429/5xx/timeouts raise DeliveryError (retry through the queue); other 4xx raise PermanentDeliveryError
+with Jira's own error text (401/403: credentials; 410: a retired endpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import requests
+
+from gpuwaste.errors import DeliveryError, PermanentDeliveryError
+from gpuwaste.models.notices import TicketDraft
+from gpuwaste.settings import JiraSettings
+
+logger = logging.getLogger(__name__)
+
+
+def _text(text: str, *, strong: bool = False, href: str | None = None) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": "text", "text": text}
+    marks: list[dict[str, Any]] = []
+    if strong:
+        marks.append({"type": "strong"})
+    if href:
+        marks.append({"type": "link", "attrs": {"href": href}})
+    if marks:
+        node["marks"] = marks
+    return node
+
+
+def _paragraph(*nodes: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "paragraph", "content": list(nodes)}
+
+
+def adf_document(paragraphs: Sequence[str], facts: Sequence[tuple[str, str]] = (),
+                 links: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+    """An Atlassian Document Format doc: paragraphs, then a bullet list of `name: value` facts, then links."""
+    content: list[dict[str, Any]] = [_paragraph(_text(p)) for p in paragraphs if p]
+    if facts:
+        content.append({
+            "type": "bulletList",
+            "content": [
+                {"type": "listItem", "content": [_paragraph(_text(f"{name}: ", strong=True), _text(value or "-"))]}
+                for name, value in facts
+            ],
+        })
+    if links:
+        nodes: list[dict[str, Any]] = []
+        for n, (label, url) in enumerate(links):
+            if n:
+                nodes.append(_text(" · "))
+            nodes.append(_text(label, href=url))
+        content.append(_paragraph(*nodes))
+    if not content:
+        content.append(_paragraph(_text("-")))
+    return {"type": "doc", "version": 1, "content": content}
+
+
+class JiraTicketSink:
+    """TicketSink over Jira Cloud REST v3.
+
+    Args:
+        base_url: the site (https://example.atlassian.net). session: a requests session with Basic auth set.
+    """
+
+    def __init__(self, base_url: str, session: requests.Session, *, timeout_s: float = 15.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.session = session
+        self.timeout_s = timeout_s
+
+    @classmethod
+    def from_settings(cls, settings: JiraSettings, *, api_token: str) -> JiraTicketSink:
+        """A sink with Basic auth (`email`, API token) and JSON headers.
+
+        Raises:
+            PermanentDeliveryError: base URL or e-mail missing.
+        """
+        if not settings.base_url or not settings.email:
+            raise PermanentDeliveryError("jira: delivery.jira.base_url and delivery.jira.email are required")
+        session = requests.Session()
+        session.auth = (settings.email, api_token)
+        session.headers.update({"Accept": "application/json", "Content-Type": "application/json"})
+        return cls(settings.base_url, session, timeout_s=settings.timeout_s)
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        url = f"{self.base_url}/rest/api/3/{path.lstrip('/')}"
+        try:
+            response = self.session.request(method, url, json=body, timeout=self.timeout_s)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise DeliveryError(f"jira {method} {path}: {type(exc).__name__}") from exc
+        status = response.status_code
+        if status == 429 or status >= 500:
+            retry = response.headers.get("Retry-After")
+            hint = f", Retry-After {retry}s" if retry else ""
+            raise DeliveryError(f"jira {method} {path}: HTTP {status}{hint} (will retry via the queue)")
+        if status >= 400:
+            raise PermanentDeliveryError(f"jira {method} {path}: HTTP {status}: {_error_text(response)}")
+        if status == 204 or not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise DeliveryError(f"jira {method} {path}: HTTP {status} with a body that is not JSON") from exc
+
+    def find_open(self, label: str) -> str | None:
+        """See `gpuwaste.ports.TicketSink.find_open` (JQL: the label, status category not Done)."""
+        jql = f'labels = "{label}" AND statusCategory != Done ORDER BY created DESC'
+        data = self._request("POST", "search/jql", {"jql": jql, "fields": ["key", "status"], "maxResults": 1})
+        issues = (data or {}).get("issues") or []
+        return str(issues[0]["key"]) if issues else None
+
+    def create(self, draft: TicketDraft) -> str:
+        """See `gpuwaste.ports.TicketSink.create`."""
+        fields: dict[str, Any] = {
+            "project": {"key": draft.project},
+            "summary": draft.summary,
+            "issuetype": {"name": draft.issue_type},
+            "labels": [label.replace(" ", "-") for label in draft.labels],
+            "description": adf_document(draft.paragraphs, draft.facts, draft.links),
+        }
+        if draft.components:
+            fields["components"] = [{"name": c} for c in draft.components]
+        data = self._request("POST", "issue", {"fields": fields})
+        return str(data["key"])
+
+    def comment(self, key: str, paragraphs: Sequence[str]) -> None:
+        """See `gpuwaste.ports.TicketSink.comment`."""
+        self._request("POST", f"issue/{key}/comment", {"body": adf_document(paragraphs)})
+
+    def transition(self, key: str, transition: str) -> None:
+        """See `gpuwaste.ports.TicketSink.transition` (by id, else by transition or target status name).
+
+        Raises:
+            PermanentDeliveryError: no such transition on the issue.
+        """
+        data = self._request("GET", f"issue/{key}/transitions")
+        wanted = transition.strip().lower()
+        for t in (data or {}).get("transitions", []):
+            names = {str(t.get("id")), str(t.get("name", "")).lower(), str(t.get("to", {}).get("name", "")).lower()}
+            if wanted in names:
+                self._request("POST", f"issue/{key}/transitions", {"transition": {"id": str(t["id"])}})
+                return
+        raise PermanentDeliveryError(f"jira: issue {key} has no transition {transition!r}")
+
+
+def _error_text(response: requests.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:300]
+    messages = list(data.get("errorMessages") or [])
+    messages += [f"{k}: {v}" for k, v in (data.get("errors") or {}).items()]
+    return "; ".join(messages)[:500] or response.reason

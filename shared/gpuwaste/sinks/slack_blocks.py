@@ -1,0 +1,418 @@
+"""Adapter (pure): notices and summaries → Slack Block Kit payloads, escaped and split within Slack's limits.
+
+Limits (Slack docs, enforced by tests/servers/slack_api.py): 50 blocks per message, section text 3000
+characters, section fields 10 × 2000, header 150 characters of plain_text, top-level text 40000.
+Names that come from the cluster are escaped for mrkdwn (`&`, `<`, `>`), so `<!channel>`, `<@U123>` or
+`<http://x|y>` in a pod name can neither ping nor link.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from gpuwaste.models.findings import Evidence, Finding
+from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
+
+MAX_BLOCKS = 50
+MAX_SECTION_TEXT = 3000
+MAX_FIELD_TEXT = 2000
+MAX_HEADER_TEXT = 150
+MAX_TEXT = 40000
+MAX_CONTEXT_TEXT = 2000
+#: Items of a digest per message: header + intro + items + footer stay within 50 blocks.
+DIGEST_ITEMS_PER_MESSAGE = 45
+
+ACTION_SNOOZE_1D = "snooze_1d"
+ACTION_SNOOZE_7D = "snooze_7d"
+ACTION_EXPECTED = "expected"
+ACTION_TICKET = "ticket"
+ACTION_PREFIX = "gpuwaste_"
+_ACTIONS = (
+    (ACTION_SNOOZE_1D, "Snooze 1 day"),
+    (ACTION_SNOOZE_7D, "Snooze 7 days"),
+    (ACTION_EXPECTED, "Expected"),
+    (ACTION_TICKET, "Create ticket"),
+)
+CENT = Decimal("0.01")
+
+
+@dataclass
+class SlackPayload:
+    """One `chat.postMessage` / `chat.update` body (without channel/ts) and the findings it carries."""
+
+    text: str
+    blocks: list[dict[str, Any]]
+    fingerprints: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `WebClient.chat_postMessage` / `chat_update`."""
+        return {"text": self.text, "blocks": self.blocks, **self.extra}
+
+
+# -- text helpers (also used by the terminal notifier) -----------------------------------------------------
+def escape(text: str) -> str:
+    """Escape mrkdwn control characters: `&` → `&amp;`, `<` → `&lt;`, `>` → `&gt;` (Slack's rule)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def truncate(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, ending with "…" when cut."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def usd(value: Decimal | None) -> str:
+    """USD with cents and thousands separators ("$1,234.50"), "unpriced" for None."""
+    return "unpriced" if value is None else f"${value.quantize(CENT):,}"
+
+
+def when(value: datetime) -> str:
+    """A UTC time as "2026-11-28 10:00 UTC"."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def age(since: datetime, now: datetime) -> str:
+    """A short age ("2d 4h", "35m")."""
+    seconds = max(0, int((now - since).total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {rest // 60}m"
+    return f"{rest // 60}m"
+
+
+def kind_label(finding: Finding) -> str:
+    """The waste kind in words ("idle allocation")."""
+    return finding.kind.value.replace("_", " ")
+
+
+def workload_text(finding: Finding) -> str:
+    """Kind/namespace/name of the workload, or the node (plain text, unescaped)."""
+    s = finding.subject
+    if s.workload_kind == "Node" or (not s.workload_name and s.node):
+        return f"Node/{s.node or s.workload_name}"
+    name = f"{s.namespace}/{s.workload_name}" if s.namespace else (s.workload_name or "-")
+    return f"{s.workload_kind or 'Pod'}/{name}"
+
+
+def where_text(finding: Finding) -> str:
+    """Cluster, namespace, workload, pod, node and instance in one line (plain text, unescaped)."""
+    s = finding.subject
+    parts = [f"cluster {s.cluster}"]
+    if s.namespace:
+        parts.append(f"namespace {s.namespace}")
+    if s.workload_name and s.workload_kind != "Node":
+        parts.append(f"{s.workload_kind or 'workload'} {s.workload_name}")
+    if s.pod and s.pod != s.workload_name:
+        parts.append(f"pod {s.pod}")
+    if s.node:
+        node = f"node {s.node}"
+        extra = ", ".join(x for x in (s.instance_type, s.capacity_type) if x)
+        parts.append(f"{node} ({extra})" if extra else node)
+    return " · ".join(parts)
+
+
+def _num(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "ratio":
+        return f"{value:.1%}"
+    if unit == "percent":
+        return f"{value:.1f}%"
+    return f"{value:,.4g} {unit}"
+
+
+def evidence_line(e: Evidence) -> str:
+    """One evidence signal: avg/p95/max over the window, coverage and threshold (plain text)."""
+    name = e.signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "")
+    span = f"{e.window_s // 3600} h" if e.window_s % 3600 == 0 else f"{round(e.window_s / 60)} min"
+    stats = ", ".join(f"{label} {_num(v, e.unit)}" for label, v in (("avg", e.avg), ("p95", e.p95), ("max", e.max))
+                      if v is not None)
+    text = f"{name}: {stats or 'no samples'} over {span}"
+    if e.samples:
+        text += f", coverage {e.coverage:.0%}"
+    if e.comparison:
+        text += f" (flagged when {e.comparison})"
+    if e.note:
+        text += f" — {e.note}"
+    return text
+
+
+def formula_text(finding: Finding, *, with_source: bool = True) -> str:
+    """USD/day with its formula (and the price's source and date), or why it is unpriced (plain text)."""
+    cost = finding.cost
+    if cost is None:
+        return "unpriced (no price yet)"
+    if not cost.priced:
+        return cost.formula if cost.formula.startswith("unpriced") else f"unpriced: {cost.formula}"
+    src = ", ".join(x for x in (cost.source, cost.effective_date) if x)
+    return f"{cost.formula}" + (f" (price: {src})" if src and with_source else "")
+
+
+def per_day(value: Decimal | None) -> str:
+    """"$12.50/day", or "unpriced"."""
+    return "unpriced" if value is None else f"{usd(value)}/day"
+
+
+# -- blocks ----------------------------------------------------------------------------------------------
+def _header(text: str) -> dict[str, Any]:
+    return {"type": "header", "text": {"type": "plain_text", "text": truncate(text, MAX_HEADER_TEXT), "emoji": True}}
+
+
+def _section(text: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, MAX_SECTION_TEXT)}, **extra}
+
+
+def _fields(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    return {
+        "type": "section",
+        "fields": [{"type": "mrkdwn", "text": truncate(f"*{k}*\n{v}", MAX_FIELD_TEXT)} for k, v in pairs[:10]],
+    }
+
+
+def _context(*texts: str) -> dict[str, Any]:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": truncate(t, MAX_CONTEXT_TEXT)} for t in texts]}
+
+
+def _links(item: NoticeItem) -> str:
+    return " · ".join(f"<{escape(url)}|{escape(label)}>" for label, url in item.links)
+
+
+def _route_line(notice: Notice, fell_back_from: str | None) -> str:
+    r = notice.route
+    text = f"Routed to {escape(r.channel)} by {escape(r.source)}"
+    if r.team:
+        text += f" · team {escape(r.team)}"
+    if fell_back_from:
+        text += f" · :warning: {escape(fell_back_from)} was not found (channel_not_found), posted to the default channel"
+    return text
+
+
+def _buttons(fingerprint: str) -> dict[str, Any]:
+    elements = []
+    for action, label in _ACTIONS:
+        button: dict[str, Any] = {
+            "type": "button",
+            "action_id": f"{ACTION_PREFIX}{action}",
+            "text": {"type": "plain_text", "text": label},
+            "value": f"{action}|{fingerprint}",
+        }
+        if action == ACTION_EXPECTED:
+            button["confirm"] = {
+                "title": {"type": "plain_text", "text": "Mark as expected?"},
+                "text": {"type": "plain_text", "text": "gpuwaste will stop alerting on this finding."},
+                "confirm": {"type": "plain_text", "text": "Expected"},
+                "deny": {"type": "plain_text", "text": "Cancel"},
+            }
+        elements.append(button)
+    return {"type": "actions", "block_id": f"gpuwaste_actions_{fingerprint[:16]}", "elements": elements}
+
+
+def _overflow(fingerprint: str) -> dict[str, Any]:
+    return {
+        "type": "overflow",
+        "action_id": f"{ACTION_PREFIX}menu_{fingerprint[:16]}",
+        "options": [
+            {"text": {"type": "plain_text", "text": label}, "value": f"{action}|{fingerprint}"}
+            for action, label in _ACTIONS
+        ],
+    }
+
+
+def _resolved_line(item: NoticeItem) -> str:
+    at = f" {when(item.resolved_at)}" if item.resolved_at else ""
+    saved = f"; saves {usd(item.saved_usd_per_day)}/day" if item.saved_usd_per_day is not None else ""
+    return f":white_check_mark: *Resolved*{at}{saved} (wasted {usd(item.cumulative_usd)} while open)"
+
+
+def _alert_blocks(notice: Notice, item: NoticeItem, now: datetime, fell_back_from: str | None) -> list[dict[str, Any]]:
+    f = item.finding
+    prefix = "Resolved: " if item.resolved else "GPU waste: "
+    blocks: list[dict[str, Any]] = [_header(prefix + f.title)]
+    if item.resolved:
+        blocks.append(_section(_resolved_line(item)))
+    mention = f"<@{notice.mention}> " if notice.mention else ""
+    what = f"{mention}*What:* {escape(kind_label(f))} — confidence {f.confidence.value}"
+    if f.idle_mode:
+        what += f" ({escape(f.idle_mode.value.replace('_', ' '))})"
+    lines = [
+        what,
+        f"*Where:* {escape(where_text(f))}",
+        f"*Whose:* {escape(notice.route.team or 'unassigned')}",
+        f"*Since:* {when(item.first_seen)} ({age(item.first_seen, now)})",
+    ]
+    blocks.append(_section("\n".join(lines)))
+    gpus = f"{f.wasted_gpu_share.normalize():f} × {f.subject.gpu_model or 'GPU'}"
+    blocks.append(
+        _fields(
+            [
+                ("USD/day", usd(f.usd_per_day)),
+                ("Cumulative so far", usd(item.cumulative_usd)),
+                ("GPUs wasted", escape(gpus)),
+                ("Ticket", escape(item.ticket_key) if item.ticket_key else "none"),
+            ]
+        )
+    )
+    blocks.append(_section(f"*Cost:* {escape(formula_text(f))}"))
+    if f.evidence:
+        ev = "\n".join(f"• {escape(evidence_line(e))}" for e in f.evidence[:5])
+        blocks.append(_section(f"*Evidence*\n{ev}"))
+    blocks.append(_section(f"*Recommendation*\n{escape(f.recommendation)}"))
+    context = [_route_line(notice, fell_back_from), f"finding `{item.fingerprint[:16]}`"]
+    if item.links:
+        context.insert(0, _links(item))
+    blocks.append(_context(*context))
+    if notice.interactive and not item.resolved:
+        blocks.append(_buttons(item.fingerprint))
+    return blocks
+
+
+def _digest_item(index: int, item: NoticeItem, now: datetime, interactive: bool) -> dict[str, Any]:
+    f = item.finding
+    head = f"*{index}. {escape(workload_text(f))}* — {escape(kind_label(f))} · *{per_day(f.usd_per_day)}*"
+    lines = [
+        head,
+        f"since {when(item.first_seen)} ({age(item.first_seen, now)}) · cumulative {usd(item.cumulative_usd)}"
+        f" · {escape(f.subject.cluster)}",
+        f"{escape(formula_text(f, with_source=False))}",
+    ]
+    if f.evidence:
+        lines.append(escape(evidence_line(f.evidence[0])))
+    lines.append(f"→ {escape(truncate(f.recommendation, 400))}")
+    if item.links:
+        lines.append(_links(item))
+    if item.resolved:
+        lines.insert(1, _resolved_line(item))
+    extra = {"accessory": _overflow(item.fingerprint)} if interactive and not item.resolved else {}
+    return _section("\n".join(lines), **extra)
+
+
+def _fallback_text(notice: Notice) -> str:
+    items = notice.items
+    total = sum((i.finding.usd_per_day or Decimal(0) for i in items), Decimal(0))
+    if len(items) == 1:
+        f = items[0].finding
+        state = "Resolved" if items[0].resolved else "GPU waste"
+        return escape(truncate(f"{state}: {f.title} — {per_day(f.usd_per_day)}", 3000))
+    return escape(f"GPU waste: {len(items)} findings for {notice.route.team or notice.route.channel} — {usd(total)}/day")
+
+
+def render_notice(notice: Notice, *, now: datetime, fell_back_from: str | None = None) -> list[SlackPayload]:
+    """Block Kit payloads for `notice`, split so each respects Slack's limits.
+
+    ALERT/RESOLVED of one item: one message. DIGEST (or a RESOLVED digest): a header, an intro, one section
+    per finding (with an overflow menu of actions) and a footer; more than `DIGEST_ITEMS_PER_MESSAGE`
+    findings continue in further messages ("part 2/3"). UPDATE: a short thread reply.
+    """
+    text = _fallback_text(notice)
+    if notice.kind is NoticeKind.UPDATE:
+        return [_update_payload(notice, now, fell_back_from)]
+    if len(notice.items) == 1 and notice.kind is not NoticeKind.DIGEST:
+        item = notice.items[0]
+        return [SlackPayload(text=text, blocks=_alert_blocks(notice, item, now, fell_back_from), fingerprints=(item.fingerprint,))]
+    items = sorted(notice.items, key=lambda i: (-(i.finding.usd_per_day or Decimal(-1)), i.fingerprint))
+    chunks = [items[k : k + DIGEST_ITEMS_PER_MESSAGE] for k in range(0, len(items), DIGEST_ITEMS_PER_MESSAGE)]
+    total = sum((i.finding.usd_per_day or Decimal(0) for i in items if not i.resolved), Decimal(0))
+    resolved = sum(1 for i in items if i.resolved)
+    owner = notice.route.team or notice.route.channel
+    clusters = sorted({i.finding.subject.cluster for i in items})
+    payloads: list[SlackPayload] = []
+    for n, chunk in enumerate(chunks, start=1):
+        part = f" (part {n}/{len(chunks)})" if len(chunks) > 1 else ""
+        title = f"GPU waste: {len(items)} findings for {owner} — {usd(total)}/day{part}"
+        blocks: list[dict[str, Any]] = [_header(title)]
+        if n == 1:
+            mention = f"<@{notice.mention}> " if notice.mention else ""
+            intro = (
+                f"{mention}*{len(items)}* findings in {escape(', '.join(clusters))}"
+                + (f" ({resolved} resolved since)" if resolved else "")
+                + f", costing *{usd(total)}/day* together. Sorted by USD/day; "
+                "each line gives the cost formula, the main evidence and what to do."
+            )
+            blocks.append(_section(intro))
+        offset = (n - 1) * DIGEST_ITEMS_PER_MESSAGE
+        blocks.extend(_digest_item(offset + k + 1, item, now, notice.interactive) for k, item in enumerate(chunk))
+        footer = [_route_line(notice, fell_back_from)]
+        if notice.scan_id:
+            footer.append(f"scan `{escape(notice.scan_id)}`")
+        blocks.append(_context(*footer))
+        payloads.append(SlackPayload(text=text + part, blocks=blocks, fingerprints=tuple(i.fingerprint for i in chunk)))
+    return payloads
+
+
+def _update_payload(notice: Notice, now: datetime, fell_back_from: str | None) -> SlackPayload:
+    item = notice.items[0]
+    f = item.finding
+    mention = f"<@{notice.mention}> " if notice.mention else ""
+    reason = escape(notice.reason or "update")
+    lines = [
+        f"{mention}*{reason}* — {escape(workload_text(f))}: *{per_day(f.usd_per_day)}*, cumulative {usd(item.cumulative_usd)}"
+        f", open since {when(item.first_seen)} ({age(item.first_seen, now)})",
+        escape(formula_text(f)),
+    ]
+    if f.evidence:
+        lines.append(escape(evidence_line(f.evidence[0])))
+    blocks = [_section("\n".join(lines)), _context(_route_line(notice, fell_back_from))]
+    if notice.interactive:
+        blocks.append(_buttons(item.fingerprint))
+    text = escape(truncate(f"{notice.reason or 'Update'}: {f.title} — {per_day(f.usd_per_day)}", 3000))
+    return SlackPayload(text=text, blocks=blocks, fingerprints=(item.fingerprint,))
+
+
+# -- daily summary -----------------------------------------------------------------------------------------
+def _trend(current: Decimal, previous: Decimal) -> str:
+    delta = current - previous
+    if previous == 0:
+        return "new" if current else "±0"
+    share = delta / previous
+    arrow = ":arrow_up:" if delta > 0 else (":arrow_down:" if delta < 0 else ":left_right_arrow:")
+    return f"{arrow} {'+' if delta >= 0 else '-'}{usd(abs(delta))} ({share:+.0%})"
+
+
+def _group_lines(groups: tuple[GroupTotal, ...], limit: int) -> str:
+    lines = [
+        f"• {escape(g.name)}: *{usd(g.wasted_usd)}* ({_trend(g.wasted_usd, g.previous_usd)}, {g.findings} findings)"
+        for g in groups[:limit]
+    ]
+    if len(groups) > limit:
+        lines.append(f"… and {len(groups) - limit} more")
+    return "\n".join(lines) or "none"
+
+
+def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> SlackPayload:
+    """The daily summary as one message (at most 12 blocks; every text within limits)."""
+    period = f"{when(summary.since)} → {when(summary.until)}"
+    head = (
+        f"*Wasted:* *{usd(summary.wasted_usd)}* ({_trend(summary.wasted_usd, summary.previous_usd)} vs the period before)\n"
+        f"*Open now:* {summary.open_findings} findings at {usd(summary.open_usd_per_day)}/day\n"
+        f"*Opened:* {summary.opened} · *Resolved:* {summary.resolved} · *Savings:* {usd(summary.saved_usd_per_day)}/day"
+        f" from resolutions, {usd(summary.realised_savings_usd)} realised in the period"
+    )
+    if summary.unpriced:
+        head += f"\n_{summary.unpriced} findings are unpriced and not in the totals._"
+    top = [
+        f"{n}. {escape(o.workload or '-')} ({escape(o.namespace or o.cluster)}, {escape(o.kind.replace('_', ' '))},"
+        f" team {escape(o.team)}): *{usd(o.wasted_usd)}* · {per_day(o.usd_per_day)}"
+        + ("" if o.open else " · resolved")
+        for n, o in enumerate(summary.top, start=1)
+    ]
+    blocks: list[dict[str, Any]] = [
+        _header(f"GPU waste summary {summary.since.astimezone(UTC):%Y-%m-%d}"),
+        _context(period),
+        _section(head),
+        {"type": "divider"},
+        _section(f"*By team*\n{_group_lines(summary.by_team, 10)}"),
+        _section(f"*By kind*\n{_group_lines(summary.by_kind, 10)}"),
+        _section(f"*By cluster*\n{_group_lines(summary.by_cluster, 10)}"),
+        _section(f"*By namespace*\n{_group_lines(summary.by_namespace, 10)}"),
+        _section("*Top offenders*\n" + ("\n".join(top) or "none")),
+    ]
+    if chart_note:
+        blocks.append(_context(escape(chart_note)))
+    text = f"GPU waste summary: {usd(summary.wasted_usd)} wasted, {usd(summary.open_usd_per_day)}/day open"
+    return SlackPayload(text=text, blocks=blocks)

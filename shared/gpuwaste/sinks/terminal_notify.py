@@ -1,0 +1,93 @@
+"""Adapter: a Notifier that prints the Slack messages it would send (the local chain, `make demo`)."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape as rich_escape
+from rich.panel import Panel
+
+from gpuwaste.models.notices import DailySummary, Notice, PostedMessage
+from gpuwaste.sinks.slack_blocks import render_notice, render_summary
+
+
+def _unescape(text: str) -> str:
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def blocks_to_text(blocks: list[dict[str, Any]]) -> str:
+    """Block Kit blocks as readable plain text (headers, sections, fields, context, buttons)."""
+    lines: list[str] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "header":
+            lines.append(f"== {block['text']['text']} ==")
+        elif kind == "section":
+            if block.get("text"):
+                lines.append(_unescape(block["text"]["text"]))
+            for f in block.get("fields") or []:
+                lines.append("  " + _unescape(f["text"]).replace("\n", ": "))
+            if block.get("accessory", {}).get("type") == "overflow":
+                lines.append("  [… snooze 1d | snooze 7d | expected | create ticket]")
+        elif kind == "context":
+            lines.append("  " + " | ".join(_unescape(e.get("text", "")) for e in block.get("elements", [])))
+        elif kind == "actions":
+            lines.append("  " + " ".join(f"[{e['text']['text']}]" for e in block.get("elements", [])))
+        elif kind == "divider":
+            lines.append("-" * 40)
+    return "\n".join(lines)
+
+
+class TerminalNotifier:
+    """Prints each message as Slack would show it, with its channel; keeps what it printed in `sent`."""
+
+    def __init__(self, console: Console | None = None, *, now: datetime | None = None) -> None:
+        self.console = console or Console()
+        self._now = now
+        self._ts = itertools.count(1)
+        self.sent: list[tuple[str, str, str]] = []  # (channel, ts, text)
+
+    def _emit(self, channel: str, title: str, text: str, thread_ts: str | None = None) -> PostedMessage:
+        ts = f"{next(self._ts)}.000000"
+        where = f"{channel} (thread {thread_ts})" if thread_ts else channel
+        self.console.print(Panel(rich_escape(text), title=rich_escape(f"{title} → {where}"), expand=False))
+        self.sent.append((channel, ts, text))
+        return PostedMessage(channel=channel, ts=ts)
+
+    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None) -> list[PostedMessage]:
+        """Print the notice (each part of a long digest separately)."""
+        now = self._now or datetime.now(UTC)
+        target = channel or notice.route.channel
+        out = []
+        for payload in render_notice(notice, now=now):
+            posted = self._emit(target, f"slack {notice.kind.value}", blocks_to_text(payload.blocks), thread_ts)
+            out.append(posted.model_copy(update={"fingerprints": payload.fingerprints}))
+        return out
+
+    def update(self, notice: Notice, *, channel: str, ts: str) -> PostedMessage:
+        """Print the edited message."""
+        now = self._now or datetime.now(UTC)
+        payload = render_notice(notice, now=now)[0]
+        self._emit(channel, f"slack edit of {ts}", blocks_to_text(payload.blocks))
+        return PostedMessage(channel=channel, ts=ts, fingerprints=payload.fingerprints)
+
+    def reply(self, *, channel: str, thread_ts: str, text: str) -> PostedMessage:
+        """Print a thread reply."""
+        return self._emit(channel, "slack reply", text, thread_ts)
+
+    def user_id(self, email: str) -> str | None:
+        """No directory locally: nobody is mentioned."""
+        return None
+
+    def post_summary(
+        self, summary: DailySummary, *, channel: str, chart_png: bytes | None, note: str | None = None
+    ) -> PostedMessage:
+        """Print the summary message (the chart is only mentioned)."""
+        payload = render_summary(summary, chart_note=note)
+        text = blocks_to_text(payload.blocks)
+        if chart_png is not None:
+            text += f"\n[chart: {len(chart_png)} bytes PNG]"
+        return self._emit(channel, "slack summary", text)

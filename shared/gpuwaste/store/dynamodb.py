@@ -1,0 +1,205 @@
+"""Adapter: the finding lifecycle store in DynamoDB (the pipeline's FindingsTable).
+
+Items are keyed by `fingerprint`. Every write is conditional: `put_new` on
+`attribute_not_exists(fingerprint)`, `update` on `version = :expected`; a failed condition
+(`ConditionalCheckFailedException`) is a normal outcome returned as False, never raised. Throttling,
+transaction conflicts and connection failures become `StoreError` (retryable) through `_translate`.
+
+Two global secondary indexes serve the queries (they must match template.yaml's FindingsTable):
+`ByClusterState` (`cluster_state` = "<cluster>#<state>", sort `last_seen`) for open findings of a
+cluster, and `ByActivityDay` (`activity_day` = "YYYY-MM-DD", sort `activity_ts`: the record's latest activity) for the daily summary.
+Money is stored as DynamoDB numbers from `Decimal` (boto3 rejects float); times as UTC ISO 8601 strings
+with a fixed format so they sort as text; `expires_at` (epoch seconds) is the table's TTL attribute.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gpuwaste.errors import GpuWasteError, PermanentError, StoreError
+from gpuwaste.models.lifecycle import FindingRecord, FindingState
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+BY_CLUSTER_STATE = "ByClusterState"
+BY_ACTIVITY_DAY = "ByActivityDay"
+_RETRYABLE = frozenset({
+    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+    "TransactionConflictException", "TransactionInProgressException", "InternalServerError",
+    "ServiceUnavailable", "LimitExceededException",
+})
+_INT_FIELDS = ("version", "missed_scans", "expires_at")
+_INDEX_ONLY = ("cluster_state", "activity_day", "activity_ts")  # derived on write, never part of the record
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def _time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime(_TIME_FORMAT)
+
+
+def _activity(record: FindingRecord) -> datetime:
+    return record.activity_at or max(t for t in (record.last_seen, record.resolved_at) if t is not None)
+
+
+def to_item(record: FindingRecord) -> dict[str, Any]:
+    """A record as a DynamoDB item in the low-level wire format ({"S": ...}, {"N": ...})."""
+    item: dict[str, Any] = {}
+    for name, value in record.model_dump(mode="python").items():
+        if value is None or value == "":
+            continue
+        item[name] = _attr(value)
+    activity = _activity(record)
+    item["cluster_state"] = {"S": f"{record.cluster}#{record.state.value}"}
+    item["activity_ts"] = {"S": _time(activity)}
+    item["activity_day"] = {"S": activity.astimezone(UTC).date().isoformat()}
+    return item
+
+
+def _attr(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, Enum):
+        return {"S": str(value.value)}
+    if isinstance(value, int | Decimal):
+        return {"N": str(value)}
+    if isinstance(value, datetime):
+        return {"S": _time(value)}
+    if isinstance(value, str):
+        return {"S": value}
+    if isinstance(value, list | tuple):
+        return {"L": [_attr(v) for v in value]}
+    raise TypeError(f"cannot store {type(value).__name__} in DynamoDB")
+
+
+def from_item(item: dict[str, Any]) -> FindingRecord:
+    """A DynamoDB item (wire format) back to a record.
+
+    Raises:
+        PermanentError: the item does not hold a valid record.
+    """
+    data: dict[str, Any] = {}
+    for name, attr in item.items():
+        if name in _INDEX_ONLY:
+            continue
+        data[name] = _value(name, attr)
+    try:
+        return FindingRecord.model_validate(data)
+    except ValueError as exc:
+        raise PermanentError(f"dynamodb store: item {item.get('fingerprint')} is not a finding record: {exc}") from exc
+
+
+def _value(name: str, attr: dict[str, Any]) -> Any:
+    ((kind, raw),) = attr.items()
+    if kind == "N":
+        return int(raw) if name in _INT_FIELDS else Decimal(raw)
+    if kind == "BOOL":
+        return bool(raw)
+    if kind == "L":
+        return [_value(name, v) for v in raw]
+    return raw
+
+
+class DynamoDbFindingStore:
+    """`ports.FindingStore` over the FindingsTable.
+
+    Args:
+        client: a boto3 DynamoDB client (the bootstrap builds it; constructors do no I/O).
+        table_name: the table (template output FindingsTableName).
+    """
+
+    def __init__(self, *, client: DynamoDBClient, table_name: str) -> None:
+        self.client = client
+        self.table_name = table_name
+
+    def get(self, fingerprint: str) -> FindingRecord | None:
+        """The record (strongly consistent read), or None."""
+        try:
+            resp = self.client.get_item(TableName=self.table_name, Key={"fingerprint": {"S": fingerprint}},
+                                        ConsistentRead=True)
+        except (ClientError, BotoCoreError) as exc:
+            raise _translate(exc) from exc
+        item = resp.get("Item")
+        return from_item(item) if item else None
+
+    def put_new(self, record: FindingRecord) -> bool:
+        """Create the record; False when the fingerprint exists."""
+        return self._conditional_put(record, "attribute_not_exists(fingerprint)", {})
+
+    def update(self, record: FindingRecord, *, expected_version: int) -> bool:
+        """Replace the record if the stored version is `expected_version`; False on a conflict."""
+        return self._conditional_put(record, "version = :expected", {":expected": {"N": str(expected_version)}})
+
+    def _conditional_put(self, record: FindingRecord, condition: str, values: dict[str, Any]) -> bool:
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "Item": to_item(record), "ConditionExpression": condition}
+        if values:
+            kwargs["ExpressionAttributeValues"] = values
+        try:
+            self.client.put_item(**kwargs)
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise _translate(exc) from exc
+        except BotoCoreError as exc:
+            raise _translate(exc) from exc
+        return True
+
+    def open_for_cluster(self, cluster: str) -> list[FindingRecord]:
+        """Open records of a cluster (index ByClusterState), by fingerprint."""
+        items = self._query(
+            IndexName=BY_CLUSTER_STATE,
+            KeyConditionExpression="cluster_state = :cs",
+            ExpressionAttributeValues={":cs": {"S": f"{cluster}#{FindingState.OPEN.value}"}},
+        )
+        return sorted((from_item(i) for i in items), key=lambda r: r.fingerprint)
+
+    def history(self, *, since: datetime, until: datetime) -> list[FindingRecord]:
+        """Records whose latest activity is in [since, until] (index ByActivityDay, one query per day)."""
+        out: list[FindingRecord] = []
+        day = since.astimezone(UTC).date()
+        last = until.astimezone(UTC).date()
+        while day <= last:
+            items = self._query(
+                IndexName=BY_ACTIVITY_DAY,
+                KeyConditionExpression="activity_day = :d AND activity_ts BETWEEN :s AND :u",
+                ExpressionAttributeValues={":d": {"S": day.isoformat()}, ":s": {"S": _time(since)}, ":u": {"S": _time(until)}},
+            )
+            out.extend(from_item(i) for i in items)
+            day += timedelta(days=1)
+        return out
+
+    def _query(self, **kwargs: Any) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        start: dict[str, Any] | None = None
+        try:
+            while True:
+                page = self.client.query(TableName=self.table_name, **kwargs, **({"ExclusiveStartKey": start} if start else {}))
+                items.extend(page.get("Items", []))
+                start = page.get("LastEvaluatedKey")
+                if not start:
+                    return items
+        except (ClientError, BotoCoreError) as exc:
+            raise _translate(exc) from exc
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _translate(exc: ClientError | BotoCoreError) -> GpuWasteError:
+    """SDK error → StoreError (retryable: throttling, conflicts, 5xx, connection) or PermanentError."""
+    if isinstance(exc, BotoCoreError):
+        return StoreError(f"dynamodb store: {type(exc).__name__}: {exc}")
+    code = _code(exc)
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    if code in _RETRYABLE or status >= 500:
+        return StoreError(f"dynamodb store: {code or status}: {exc}")
+    return PermanentError(f"dynamodb store: {code or status}: {exc}")
+
+
+__all__ = ["BY_ACTIVITY_DAY", "BY_CLUSTER_STATE", "DynamoDbFindingStore", "from_item", "to_item"]

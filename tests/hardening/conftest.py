@@ -1,0 +1,97 @@
+"""Hardening suite fixtures: the session's figures collector, printed at the end of the run.
+
+Every test of this folder adds what it did to the :class:`Figures` of the session (``figures`` fixture):
+faults injected, bad inputs tried, and the invariant's counts (findings produced, delivered, dead-lettered,
+lost, duplicates). ``pytest_terminal_summary`` prints them, so CI logs carry the figures issue 6 asks for.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.hardening.harness import AuditedSlack
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.hardening.harness import InvariantReport
+
+
+@dataclass
+class Figures:
+    """What the hardening suite did, summed over the session."""
+
+    faults: Counter[str] = field(default_factory=Counter)
+    bad_inputs: Counter[str] = field(default_factory=Counter)
+    hostile_names: int = 0
+    produced: int = 0
+    delivered: int = 0
+    dead_lettered: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    scans: int = 0
+
+    def fault(self, dependency: str, count: int = 1) -> None:
+        """Count `count` injected faults against `dependency` (e.g. "slack 429")."""
+        self.faults[dependency] += count
+
+    def bad_input(self, category: str, count: int = 1) -> None:
+        """Count `count` bad inputs of `category` tried."""
+        self.bad_inputs[category] += count
+
+    def add(self, report: InvariantReport) -> None:
+        """Add one invariant check's counts."""
+        self.produced += report.produced
+        self.delivered += report.delivered
+        self.dead_lettered += report.dead_lettered
+        self.lost += len(report.lost)
+        self.duplicates += len(report.duplicates)
+
+    def lines(self) -> list[str]:
+        """The figures as printable lines."""
+        faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items()))
+        inputs = ", ".join(f"{k} {v}" for k, v in sorted(self.bad_inputs.items()))
+        return [
+            f"faults injected: {sum(self.faults.values())} ({faults or '-'})",
+            f"bad inputs tried: {sum(self.bad_inputs.values())} ({inputs or '-'})",
+            f"hostile names tried: {self.hostile_names}",
+            f"scans run: {self.scans}",
+            f"alerts produced: {self.produced} / delivered: {self.delivered} / dead-lettered: {self.dead_lettered}"
+            f" / lost: {self.lost} / duplicates: {self.duplicates}",
+        ]
+
+
+_FIGURES = Figures()
+
+
+@pytest.fixture(scope="session")
+def figures() -> Figures:
+    """The session's figures collector."""
+    return _FIGURES
+
+
+@pytest.fixture(scope="session")
+def audited_slack_server() -> Iterator[AuditedSlack]:
+    """A fake Slack that also records which calls it accepted (for the delivery invariant)."""
+    with AuditedSlack() as server:
+        yield server
+
+
+@pytest.fixture
+def audited_slack(audited_slack_server: AuditedSlack) -> AuditedSlack:
+    """The audited fake Slack, reset."""
+    audited_slack_server.reset()
+    return audited_slack_server
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the hardening figures when any hardening test ran."""
+    if not (_FIGURES.faults or _FIGURES.bad_inputs or _FIGURES.produced or _FIGURES.scans or _FIGURES.hostile_names):
+        return
+    terminalreporter.section("gpuwaste hardening figures")
+    for line in _FIGURES.lines():
+        terminalreporter.write_line(line)

@@ -1,0 +1,561 @@
+"""Hardening harness: an at-least-once queue with a dead-letter queue, the delivery chain over the fakes,
+and the one invariant every fault test checks.
+
+The local chain (`gpuwaste run`) uses `MemoryQueue`, which has no redelivery and no DLQ. This harness
+plays SQS's contract instead: a message whose handler raises a retryable error comes back (up to
+``max_receive`` receives, as the template's ``maxReceiveCount``), a permanent failure goes to the DLQ at
+once with its reason (as ``bootstrap.batch.DeadLetterBatchProcessor`` does, using its own
+``is_permanent``/``reason_of``), and duplicates can be injected (SQS may deliver a message twice).
+The stages call the same services as the Lambda functions: price → lifecycle → notify (Slack) / tickets
+(Jira).
+
+Invariant (:func:`check_invariant`): every alert the lifecycle produced is either delivered exactly once
+— its idempotency key is in the lifecycle record *and* the fake Slack accepted exactly the posts that
+key explains — or sits in a dead-letter queue with a non-empty reason. Never both, never neither.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+
+from gpuwaste.bootstrap.batch import is_permanent, reason_of
+from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted, ScanRequest
+from gpuwaste.ports import FindingStore
+from gpuwaste.services.lifecycle import LifecycleService
+from gpuwaste.services.notify import NotifyService, delivery_key
+from gpuwaste.services.price import PriceService
+from gpuwaste.services.tickets import TicketService, dedupe_label
+from gpuwaste.sinks.slack import SlackNotifier
+from tests.servers import FakeHttpServer, HttpRequest, HttpResponse
+from tests.servers.jira_api import FakeJira
+from tests.servers.slack_api import FakeSlack
+
+STAGE_ADAPTER: TypeAdapter[FindingMessage | ScanCompleted] = TypeAdapter(FindingMessage | ScanCompleted)
+
+
+# -- Slack that remembers what it accepted -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Accepted:
+    """A Slack Web API call the fake answered with ``ok: true``."""
+
+    method: str
+    params: dict[str, Any]
+    response: dict[str, Any]
+
+    @property
+    def top_level(self) -> bool:
+        """A new top-level message (not a thread reply, not an edit)."""
+        return self.method == "chat.postMessage" and not self.params.get("thread_ts")
+
+    def mentions(self, fingerprint: str) -> bool:
+        """The call's blocks/text carry the finding's full fingerprint (button / overflow values)."""
+        return fingerprint in json.dumps(self.params.get("blocks") or []) + str(self.params.get("text") or "")
+
+
+class AuditedSlack(FakeSlack):
+    """FakeSlack that also keeps every accepted call (``FakeSlack.calls`` holds refused ones too)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.accepted: list[Accepted] = []
+        self.missing_all_but: str | None = None
+
+    def reset(self) -> None:
+        """Forget accepted calls and `missing_all_but` too."""
+        super().reset()
+        with self._lock:
+            self.accepted = []
+            self.missing_all_but = None
+
+    def _channel_or_error(self, params: Any, key: str = "channel") -> Any:
+        """With `missing_all_but` set, every channel but that one (by name or id) is `channel_not_found`."""
+        keep = self.missing_all_but
+        channel = str(params.get(key) or "")
+        if keep and channel:
+            name = keep.removeprefix("#")
+            if channel.removeprefix("#") != name and channel != self._state.channel_ids.get(name):
+                return {"ok": False, "error": "channel_not_found"}
+        return super()._channel_or_error(params, key)
+
+    def handle(self, request: HttpRequest) -> HttpResponse:
+        response = super().handle(request)
+        body = response.body if isinstance(response.body, dict) else {}
+        if response.status == 200 and body.get("ok") and request.path.startswith("/api/"):
+            params = self.calls[-1].body if self.calls else {}
+            with self._lock:
+                self.accepted.append(Accepted(request.path.removeprefix("/api/").strip("/"), params, body))
+        return response
+
+    def top_level_posts(self, fingerprint: str) -> int:
+        """Accepted top-level posts that carry `fingerprint`."""
+        return sum(1 for a in self.accepted if a.top_level and a.mentions(fingerprint))
+
+
+# -- an at-least-once queue with a DLQ ---------------------------------------------------------------------
+@dataclass
+class DeadLetter:
+    """A message in a dead-letter queue, with why it is there."""
+
+    queue: str
+    body: str
+    error_type: str
+    reason: str
+    receives: int
+
+
+@dataclass
+class _Entry:
+    body: str
+    receives: int = 0
+
+
+class SimQueue:
+    """An SQS stand-in with SQS's delivery contract (implements every queue port).
+
+    Args:
+        name: queue name (in dead-letter entries).
+        dlq: where failed messages go.
+        max_receive: receives before a retryable failure is dead-lettered (the redrive ``maxReceiveCount``).
+        duplicate: probability that a processed message is delivered once more (at-least-once).
+        rng: the seeded source of duplicates.
+    """
+
+    def __init__(self, name: str, dlq: list[DeadLetter], *, max_receive: int = 5, duplicate: float = 0.0,
+                 rng: random.Random | None = None) -> None:
+        self.name = name
+        self.dlq = dlq
+        self.max_receive = max_receive
+        self.duplicate = duplicate
+        self.rng = rng or random.Random(0)
+        self.sent: list[str] = []
+        self.duplicates_injected = 0
+        self._entries: list[_Entry] = []
+
+    # queue ports
+    def send(self, messages: Sequence[BaseModel]) -> None:
+        """Enqueue the messages' JSON bodies."""
+        for m in messages:
+            body = m.model_dump_json()
+            self.sent.append(body)
+            self._entries.append(_Entry(body))
+
+    def send_raw(self, body: str) -> None:
+        """Enqueue a body as given (bad-input tests)."""
+        self.sent.append(body)
+        self._entries.append(_Entry(body))
+
+    send_findings = send_alerts = send_scan_requests = send
+
+    def send_scan_completed(self, message: ScanCompleted) -> None:
+        """`FindingQueue.send_scan_completed`."""
+        self.send([message])
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def pump(self, handle_batch: Callable[[list[str]], list[Exception | None]], *, batch_size: int = 10) -> int:
+        """Deliver until the queue is empty: batches of `batch_size`, failures redelivered or dead-lettered.
+
+        `handle_batch` returns one outcome per body (None: success), as a partial batch response.
+        Returns how many deliveries were made.
+        """
+        deliveries = 0
+        while self._entries:
+            batch, self._entries = self._entries[:batch_size], self._entries[batch_size:]
+            for entry in batch:
+                entry.receives += 1
+            outcomes = handle_batch([e.body for e in batch])
+            deliveries += len(batch)
+            for entry, exc in zip(batch, outcomes, strict=True):
+                if exc is None:
+                    if self.duplicate and self.rng.random() < self.duplicate:
+                        self.duplicates_injected += 1
+                        self._entries.append(_Entry(entry.body, entry.receives))
+                    continue
+                if is_permanent(exc):
+                    self.dlq.append(DeadLetter(self.name, entry.body, type(exc).__name__, reason_of(exc), entry.receives))
+                elif entry.receives >= self.max_receive:
+                    reason = f"maxReceiveCount {self.max_receive} exceeded; last error: {reason_of(exc)}"
+                    self.dlq.append(DeadLetter(self.name, entry.body, type(exc).__name__, reason, entry.receives))
+                else:
+                    self._entries.append(entry)
+        return deliveries
+
+
+def per_record(handler: Callable[[str], Any]) -> Callable[[list[str]], list[Exception | None]]:
+    """A batch handler that runs `handler` per body and reports each record's exception (or None)."""
+    def run(bodies: list[str]) -> list[Exception | None]:
+        out: list[Exception | None] = []
+        for body in bodies:
+            try:
+                handler(body)
+            except Exception as exc:  # noqa: BLE001 - the queue classifies it, as the batch processor does
+                out.append(exc)
+            else:
+                out.append(None)
+        return out
+    return run
+
+
+# -- the delivery chain ------------------------------------------------------------------------------------
+@dataclass
+class Chain:
+    """price → lifecycle → Slack / Jira over `SimQueue`s, with one shared DLQ list."""
+
+    pricer: PriceService
+    lifecycle: LifecycleService
+    notify: NotifyService
+    tickets: TicketService | None
+    findings_q: SimQueue
+    priced_q: SimQueue
+    alerts_q: SimQueue
+    tickets_q: SimQueue
+    dlq: list[DeadLetter]
+    store: FindingStore
+    requests_q: SimQueue | None = None
+    scanner: Any = None
+
+    def _scan(self, body: str) -> None:
+        request = ScanRequest.model_validate_json(body)
+        self.scanner.scan(at=request.scheduled_time, scan_id=request.scan_id)
+
+    def request_scan(self, at: datetime, scan_id: str, cluster: str = "demo") -> None:
+        """Put a ScanRequest on the scan-requests queue (as dispatch_scans does)."""
+        assert self.requests_q is not None
+        self.requests_q.send([ScanRequest(cluster=cluster, scheduled_time=at, scan_id=scan_id)])
+
+    def _price(self, body: str) -> None:
+        message = STAGE_ADAPTER.validate_json(body)
+        if isinstance(message, ScanCompleted):
+            self.pricer.forward_completed(message)
+        else:
+            self.pricer.price_and_forward(message)
+
+    def _dedupe(self, body: str) -> None:
+        message = STAGE_ADAPTER.validate_json(body)
+        if isinstance(message, ScanCompleted):
+            self.lifecycle.handle_scan_completed(message)
+        else:
+            self.lifecycle.handle_finding(message)
+
+    def _notify_batch(self, bodies: list[str]) -> list[Exception | None]:
+        plan = self.notify.plan_bodies(bodies)
+        out: list[Exception | None] = []
+        for body in bodies:
+            try:
+                plan.deliver(AlertMessage.model_validate_json(body))
+            except Exception as exc:  # noqa: BLE001 - classified by the queue
+                out.append(exc)
+            else:
+                out.append(None)
+        return out
+
+    def _ticket(self, body: str) -> None:
+        assert self.tickets is not None
+        self.tickets.handle(AlertMessage.model_validate_json(body))
+
+    def drain(self) -> None:
+        """Run every stage until all queues are empty (redeliveries included)."""
+        while (self.requests_q and self.scanner) or self.findings_q or self.priced_q or self.alerts_q or self.tickets_q:
+            if self.requests_q is not None and self.scanner is not None:
+                self.requests_q.pump(per_record(self._scan))
+            self.findings_q.pump(per_record(self._price))
+            self.priced_q.pump(per_record(self._dedupe))
+            self.alerts_q.pump(self._notify_batch)
+            if self.tickets is not None:
+                self.tickets_q.pump(per_record(self._ticket))
+            else:
+                self.tickets_q._entries.clear()
+
+
+def build_chain(*, store: FindingStore, slack: FakeSlack, jira: FakeJira | None, config: Any, clock: Any,
+                now: Callable[[], datetime], rng: random.Random | None = None, duplicate: float = 0.0,
+                max_receive: int = 5) -> Chain:
+    """A chain over the given store, the fake Slack and (optionally) the fake Jira."""
+    from gpuwaste.bootstrap.local import price_book
+    from gpuwaste.settings import JiraSettings, SlackSettings
+    from gpuwaste.sinks.jira import JiraTicketSink
+
+    rng = rng or random.Random(0)
+    dlq: list[DeadLetter] = []
+    queues = {name: SimQueue(name, dlq, duplicate=duplicate, rng=rng, max_receive=max_receive)
+              for name in ("scan-requests", "findings", "priced", "alerts", "tickets")}
+    delivery = config.delivery.model_copy(update={
+        "slack": SlackSettings(base_url=slack.url, rate_limit_retries=1, server_error_retries=1, timeout_s=5),
+    })
+    if jira is not None:
+        delivery = delivery.model_copy(update={"jira": JiraSettings(base_url=jira.url, email=jira.email,
+                                                                    default_project="OPS")})
+    notifier = SlackNotifier.from_settings(delivery.slack, token=slack.token, default_channel=delivery.default_channel,
+                                           sleep=lambda s: None)
+    notifier._now = now
+    tickets = None
+    if jira is not None:
+        sink = JiraTicketSink.from_settings(delivery.jira, api_token=str(jira.api_token))
+        tickets = TicketService(sink=sink, store=store, settings=delivery, now=now)
+    return Chain(
+        pricer=PriceService(price_book=price_book(config), queue=queues["priced"]),
+        lifecycle=LifecycleService(store=store, alerts=queues["alerts"], tickets=queues["tickets"],
+                                   settings=config.lifecycle, clock=clock),
+        notify=NotifyService(notifier=notifier, store=store, settings=delivery, now=now),
+        tickets=tickets,
+        findings_q=queues["findings"], priced_q=queues["priced"], alerts_q=queues["alerts"], tickets_q=queues["tickets"],
+        dlq=dlq, store=store, requests_q=queues["scan-requests"],
+    )
+
+
+# -- the invariant -----------------------------------------------------------------------------------------
+@dataclass
+class InvariantReport:
+    """Outcome of one invariant check.
+
+    Attributes:
+        produced: distinct alert keys (fingerprint:action:scan_id) the lifecycle sent to Slack's queue and
+            ticket requests sent to Jira's. delivered / dead_lettered: how many of them ended each way.
+        lost: keys neither delivered nor dead-lettered (must be empty).
+        duplicates: fingerprints with more Slack top-level posts than recorded deliveries explain, keys both
+            delivered and dead-lettered, or more than one Jira issue (must be empty).
+        unreasoned: dead letters without a reason (must be empty).
+    """
+
+    produced: int = 0
+    delivered: int = 0
+    dead_lettered: int = 0
+    lost: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    unreasoned: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Nothing lost, nothing twice, every dead letter explained."""
+        return not (self.lost or self.duplicates or self.unreasoned)
+
+    def __str__(self) -> str:
+        return (f"produced {self.produced}, delivered {self.delivered}, dead-lettered {self.dead_lettered}, "
+                f"lost {self.lost[:5]}, duplicates {self.duplicates[:5]}, unreasoned {self.unreasoned[:5]}")
+
+
+def _alert_key(alert: AlertMessage, sink: str) -> str:
+    return delivery_key(alert, sink)
+
+
+def _parse_alerts(bodies: Iterable[str]) -> list[AlertMessage]:
+    out = []
+    for body in bodies:
+        try:
+            out.append(AlertMessage.model_validate_json(body))
+        except ValueError:
+            continue
+    return out
+
+
+def check_invariant(chain: Chain, slack: AuditedSlack, jira: FakeJira | None = None, *,
+                    silenced: Callable[[AlertMessage], bool] | None = None) -> InvariantReport:
+    """Every produced alert is delivered exactly once or dead-lettered with its reason.
+
+    Slack side: the key is in the finding's `delivery_keys` (written only after Slack accepted the post),
+    and the fake Slack accepted no more top-level posts carrying the fingerprint than delivered keys
+    explain. Jira side: an ESCALATE either left a `ticket_key` on the record matching exactly one issue
+    with the finding's dedupe label, or sits in the DLQ.
+    """
+    report = InvariantReport()
+    dead_keys: dict[str, DeadLetter] = {}
+    for letter in chain.dlq:
+        if not letter.reason.strip():
+            report.unreasoned.append(f"{letter.queue}: {letter.body[:60]}")
+        for alert in _parse_alerts([letter.body]):
+            sink = "jira" if letter.queue == "tickets" else "slack"
+            dead_keys[_alert_key(alert, sink)] = letter
+    # Slack
+    slack_alerts = {_alert_key(a, "slack"): a for a in _parse_alerts(chain.alerts_q.sent)}
+    delivered_per_fp: Counter[str] = Counter()
+    for key, alert in slack_alerts.items():
+        if silenced is not None and silenced(alert):
+            continue
+        report.produced += 1
+        record = chain.store.get(alert.fingerprint)
+        delivered = record is not None and key in record.delivery_keys
+        dead = key in dead_keys
+        if delivered and dead:
+            report.duplicates.append(f"{key} delivered and dead-lettered")
+        elif delivered:
+            report.delivered += 1
+            delivered_per_fp[alert.fingerprint] += 1
+        elif dead:
+            report.dead_lettered += 1
+        else:
+            report.lost.append(key)
+    for fp in {a.fingerprint for a in slack_alerts.values()}:
+        posts = slack.top_level_posts(fp)
+        if posts > delivered_per_fp[fp]:
+            report.duplicates.append(f"{fp[:16]}: {posts} Slack posts for {delivered_per_fp[fp]} deliveries")
+    # Jira
+    if jira is not None:
+        escalations = {_alert_key(a, "jira"): a for a in _parse_alerts(chain.tickets_q.sent)
+                       if a.action is AlertAction.ESCALATE}
+        for key, alert in escalations.items():
+            report.produced += 1
+            record = chain.store.get(alert.fingerprint)
+            labelled = [i for i in jira.issues.values() if dedupe_label(alert.fingerprint) in i.labels]
+            if len(labelled) > 1:
+                report.duplicates.append(f"{alert.fingerprint[:16]}: {len(labelled)} Jira issues")
+            if record is not None and record.ticket_key and any(i.key == record.ticket_key for i in labelled):
+                report.delivered += 1
+            elif key in dead_keys:
+                report.dead_lettered += 1
+            else:
+                report.lost.append(key)
+    return report
+
+
+def findings_accounted(chain: Chain) -> list[str]:
+    """Findings the scan produced that neither reached the store nor a DLQ (must be empty)."""
+    dead = {letter.body for letter in chain.dlq}
+    missing = []
+    for body in chain.findings_q.sent:
+        try:
+            message = STAGE_ADAPTER.validate_json(body)
+        except ValueError:
+            if body not in dead:
+                missing.append(body[:60])
+            continue
+        if isinstance(message, ScanCompleted):
+            continue
+        record = chain.store.get(message.finding.fingerprint)
+        if record is None and body not in dead and not any(
+                message.finding.fingerprint in letter.body for letter in chain.dlq):
+            missing.append(message.finding.fingerprint[:16])
+    return missing
+
+
+class DayClock:
+    """`ports.Clock` at a fixed time (TTL only)."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def now(self) -> datetime:
+        """The fixed time."""
+        return self.at
+
+
+def by_fingerprint(alerts: Iterable[AlertMessage]) -> dict[str, list[AlertMessage]]:
+    """Group alerts by fingerprint."""
+    out: dict[str, list[AlertMessage]] = defaultdict(list)
+    for a in alerts:
+        out[a.fingerprint].append(a)
+    return out
+
+
+ONE_DAY = timedelta(days=1)
+
+
+def attach_scanner(chain: Chain, *, cluster_source: Any, telemetry_source: Any, config: Any, window: timedelta) -> None:
+    """Give the chain a scan stage (ScanService → the chain's findings queue)."""
+    from gpuwaste.services.scan import ScanService
+
+    chain.scanner = ScanService(cluster_source=cluster_source, telemetry_source=telemetry_source,
+                                settings=config.detectors, window=window, queue=chain.findings_q)
+
+
+class Shifted:
+    """Sources over a fixed recording, answering as if it were recorded at the asked time.
+
+    Lets a soak run hundreds of scans with increasing evaluation times over a few recordings.
+    """
+
+    def __init__(self, cluster: Any, telemetry: Any, end: datetime) -> None:
+        self.cluster, self.inner, self.end = cluster, telemetry, end
+
+    def telemetry(self, *, at: datetime, window: timedelta) -> Any:
+        """The recording's window at its end, relabelled to `at`."""
+        return self.inner.telemetry(at=self.end, window=window).model_copy(update={"eval_time": at})
+
+    def cluster_state(self, *, at: datetime) -> Any:
+        """The recording's cluster state."""
+        return self.cluster.cluster_state(at=self.end)
+
+
+# -- Prometheus behind a fault-injecting proxy -------------------------------------------------------------
+class PromProxy(FakeHttpServer):
+    """Forwards to a real Prometheus, or injects a fault: ``mode`` is one of
+
+    ``pass``; ``5xx`` (HTTP 503 for the next ``times`` requests, then pass); ``slow`` (hold the answer until
+    released — longer than any client timeout); ``empty`` (a success with no series); ``partial`` (drop the
+    series whose ``UUID``/``gpu_uuid`` label is in ``drop``); ``huge`` (every series ``copies`` times, with
+    a distinct label each).
+    """
+
+    server_name = "prometheus-proxy"
+
+    def __init__(self, upstream: str) -> None:
+        import threading
+
+        super().__init__()
+        self.upstream = upstream.rstrip("/")
+        self.mode = "pass"
+        self.times = 0
+        self.drop: set[str] = set()
+        self.copies = 1
+        self.requests = 0
+        self.release = threading.Event()
+
+    def stop(self) -> None:
+        """Release held requests, then stop."""
+        self.release.set()
+        super().stop()
+
+    def _forward(self, request: HttpRequest) -> tuple[int, bytes]:
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        url = f"{self.upstream}{request.path}"
+        data = request.body or None
+        if request.method == "GET" and request.query:
+            url += "?" + urllib.parse.urlencode(request.query)
+        req = urllib.request.Request(url, data=data, method=request.method,
+                                     headers={"Content-Type": request.headers.get("content-type", "application/x-www-form-urlencoded")})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def handle(self, request: HttpRequest) -> HttpResponse:
+        with self._lock:
+            self.requests += 1
+            mode = self.mode
+            if mode == "5xx":
+                if self.times > 0:
+                    self.times -= 1
+                else:
+                    mode = "pass"
+        if mode == "5xx":
+            return HttpResponse(503, b"overloaded", content_type="text/plain")
+        if mode == "slow":
+            self.release.wait(10)
+            return HttpResponse(503, b"too late", content_type="text/plain")
+        if mode == "empty":
+            return HttpResponse.json_body(200, {"status": "success", "data": {"resultType": "vector", "result": []}})
+        status, body = self._forward(request)
+        if mode in ("partial", "huge") and status == 200:
+            doc = json.loads(body)
+            result = doc.get("data", {}).get("result", [])
+            if mode == "partial":
+                result = [r for r in result
+                          if not ({r["metric"].get("UUID"), r["metric"].get("gpu_uuid")} & self.drop)]
+            else:
+                result = [{**r, "metric": {**r["metric"], "gpuwaste_copy": str(k)}}
+                          for r in result for k in range(self.copies)]
+            doc["data"]["result"] = result
+            return HttpResponse.json_body(200, doc)
+        return HttpResponse(status, body)

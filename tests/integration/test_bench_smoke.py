@@ -1,0 +1,88 @@
+"""Integration: a smoke run of the fleet-scale benchmark (`bench/run.py --sizes 8 --quick`), so the scripts cannot rot.
+
+It runs every part of `make bench` on an 8-GPU fleet (real Prometheus backfilled with promtool, the fake
+kube-apiserver, the scan in a child process, the floor, the naive strategy, the local chain, moto, the Slack
+fake, the projection) and checks the report's shape and that its values are sane. No timing is asserted:
+speed numbers belong to `make bench`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.servers.prometheus import INSTALL_HINT, prometheus_available
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SIZE_KEYS = {
+    "gpus", "pods", "findings", "queries", "bytes_received", "ours_s", "ours_cpu_s", "peak_rss_mb", "prom_eval_s", "floor_s",
+    "ours_over_floor", "scan_over_floor", "naive_loopback_s", "naive_2ms_s", "naive_over_ours_loopback", "naive_over_ours_2ms",
+    "naive_unseen_gpus", "split_s", "per_query",
+}
+
+
+@pytest.fixture(scope="module")
+def smoke_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, str]:
+    if not prometheus_available():
+        pytest.skip(INSTALL_HINT)
+    out = tmp_path_factory.mktemp("bench")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+    proc = subprocess.run(
+        [sys.executable, "bench/run.py", "--sizes", "8", "--quick", "--results", str(out / "RESULTS.md"), "--json", str(out / "r.json"),
+         "--workdir", str(out / "work")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((out / "r.json").read_text()), (out / "RESULTS.md").read_text(), proc.stdout
+
+
+def test_bench_smoke_reports_every_measure_per_size(smoke_report: tuple[dict, str, str]) -> None:
+    # GIVEN the smoke run's report
+    report, _, _ = smoke_report
+    # WHEN we look at its one size
+    (size,) = report["sizes"]
+    # THEN every measure is there, and the values are sane
+    assert set(size) >= SIZE_KEYS
+    assert size["gpus"] >= 8
+    assert size["queries"] > 0
+    assert size["queries"] == size["query_count_reported"]
+    assert size["findings"] > 0
+    assert size["bytes_received"] > 0
+    assert size["scan_gpus_seen"] == size["gpus"]
+    assert size["ours_s"] > 0 and size["floor_s"] > 0 and size["peak_rss_mb"] > 0
+    assert size["naive_unseen_gpus"] == size["unheld_gpus"]
+    assert len(size["per_query"]) == size["queries"]
+
+
+def test_bench_smoke_measures_the_chain_aws_calls_and_slack(smoke_report: tuple[dict, str, str]) -> None:
+    # GIVEN the smoke run's report
+    report, _, _ = smoke_report
+    # WHEN we read the stages after the scan
+    chain = report["chain"]
+    # THEN each was measured, not skipped with an error
+    assert "error" not in chain["local"], chain["local"]
+    assert chain["local"]["findings"] > 0 and chain["local"]["failed"] == 0
+    assert chain["local"]["slack_posts"] > 0
+    assert chain["aws"]["sqs_calls_per_finding"] > 0
+    assert chain["aws"]["dynamodb_calls_per_finding"] > 0
+    assert chain["aws"]["steady"]["dynamodb_calls_per_finding"] > 0
+    assert chain["slack"]["messages"] > 0
+
+
+def test_bench_smoke_writes_table_results_and_projection(smoke_report: tuple[dict, str, str]) -> None:
+    # GIVEN the smoke run's outputs
+    report, results_md, stdout = smoke_report
+    # WHEN we read the printed table, the Markdown report and the projection
+    projection = report["projection"]
+    # THEN the table has both ratios, RESULTS.md has the machine and targets, the projection has a cost
+    assert "scan ÷ floor" in stdout and "naive ÷ ours (+2 ms)" in stdout
+    assert "## Targets" in results_md and "cores" in results_md and "Lambda memory and timeout" in results_md
+    assert projection["total_usd_per_month"] > 0
+    assert projection["scan"]["memory_mb"] >= 512

@@ -1,0 +1,84 @@
+"""Integration: `gpuwaste doctor` and the waste catalogue against a real Prometheus backfilled with the scorecard fleet."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuwaste.cli import app
+from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
+from gpuwaste.fleet.scorecard import scorecard_settings
+from gpuwaste.models.telemetry import Signal
+from gpuwaste.pricing.catalog import PriceBook
+from gpuwaste.services.scan import ScanService
+from gpuwaste.settings import PrometheusSettings
+from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
+
+if TYPE_CHECKING:
+    from tests.servers.prometheus import PrometheusFactory
+
+pytestmark = pytest.mark.integration
+
+SPEC = FleetSpec(layout="scorecard", nodes=1, cluster="scorecard")
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scorecard fleet (one repetition) as an uncompressed recording."""
+    return write_recording(generate_fleet(SPEC), tmp_path_factory.mktemp("doctor") / "rec", compress=False)
+
+
+def test_doctor_against_backfilled_prometheus(prometheus_factory: PrometheusFactory, recording: Path):
+    # GIVEN a real Prometheus holding the scorecard fleet: SM_ACTIVE on some nodes, cAdvisor and vLLM series, no
+    # power-limit fields (as with dcgm-exporter's default CSV)
+    server = prometheus_factory(recording / "telemetry.om")
+    # WHEN `gpuwaste doctor --prometheus URL --at EVAL --json` runs
+    result = CliRunner().invoke(app, ["doctor", "--prometheus", server.url, "--at", SPEC.eval_time.isoformat(), "--json"])
+    # THEN it finds the signals that are there, names the missing power limits with their CSV lines and Helm values,
+    # and says which detector falls back to what
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    present = {s["name"] for s in report["signals"] if s["present"]}
+    assert {Signal.SM_ACTIVE.value, Signal.DRAM_ACTIVE.value, "container_cpu_cfs_throttled_periods_total",
+            "vllm:num_requests_running", "vllm:kv_cache_usage_perc"} <= present
+    assert Signal.POWER_LIMIT.value not in present
+    assert any(line.startswith("DCGM_FI_DEV_ENFORCED_POWER_LIMIT") for line in report["csv_lines"])
+    assert "DCGM_EXPORTER_COLLECTORS" in report["helm_values"]
+    detectors = {d["name"]: d for d in report["detectors"]}
+    assert detectors["power_anomaly"]["status"] == "degraded"
+    assert detectors["cpu_bound"]["status"] == "ok" and detectors["stalled"]["status"] in ("ok", "degraded")
+    assert report["labels"]["DCGM series with pod label"] > 0
+
+
+def test_doctor_unreachable_prometheus_fails_with_advice():
+    # GIVEN a URL nothing listens on
+    # WHEN doctor runs
+    result = CliRunner().invoke(app, ["doctor", "--prometheus", "http://127.0.0.1:9", "--at", "1704070800"])
+    # THEN it exits 3 and says what to check
+    assert result.exit_code == 3
+    assert "reachable" in result.output
+
+
+def test_catalogue_findings_identical_through_prometheus_and_recording(prometheus_factory: PrometheusFactory, recording: Path):
+    # GIVEN the same scorecard fleet as a recording and backfilled into Prometheus
+    server = prometheus_factory(recording / "telemetry.om")
+    window = timedelta(seconds=SPEC.history_s - 600)
+    settings = scorecard_settings(int(window.total_seconds()))
+    book = PriceBook.bundled()
+    cluster = RecordingClusterSource(recording)
+    prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=server.url), cluster="scorecard", scrape_interval_s=30)
+    rec = RecordingTelemetrySource(recording)
+    # WHEN both are scanned with every detector at the same time and window
+    a = ScanService(cluster_source=cluster, telemetry_source=rec, settings=settings, window=window, price_book=book).scan(at=SPEC.eval_time)
+    b = ScanService(cluster_source=cluster, telemetry_source=prom, settings=settings, window=window, price_book=book).scan(at=SPEC.eval_time)
+    # THEN the same findings with the same money (CPU throttling and token counters become rates the same way)
+    def key(r):  # noqa: ANN001, ANN202
+        return sorted((f.kind.value, f.subject.namespace or "", f.subject.pod or f.subject.node or "", str(f.usd_per_day)) for f in r.findings)
+    assert key(a) == key(b)
+    assert {"cpu_bound", "kv_cache_pressure", "inference_idle", "stalled", "power_anomaly"} <= {f.kind.value for f in b.findings}

@@ -1,0 +1,157 @@
+"""Slack interactivity behind the Function URL: signature (valid, invalid, replayed) and the lifecycle writes."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import timedelta
+from urllib.parse import urlencode
+
+import pytest
+
+from gpuwaste.services.interactions import InteractionService, SignatureError, sign, verify_signature
+from gpuwaste.services.tickets import TicketService
+from gpuwaste.settings import DeliverySettings, JiraSettings, SlackSettings
+from gpuwaste.sinks.jira import JiraTicketSink
+from gpuwaste.sinks.slack import SlackNotifier
+from gpuwaste.store.sqlite import SqliteFindingStore
+from tests.delivery_helpers import NOW, LambdaContext, finding, load_app, record_for
+from tests.servers.jira_api import FakeJira
+from tests.servers.slack_api import FakeSlack
+
+pytestmark = pytest.mark.integration
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+
+
+def _body(action_id: str, value: str, *, overflow: bool = False) -> bytes:
+    action = {"action_id": action_id, "type": "overflow" if overflow else "button"}
+    if overflow:
+        action["selected_option"] = {"value": value}
+    else:
+        action["value"] = value
+    payload = {"type": "block_actions", "user": {"id": "U0ANA"}, "channel": {"id": "C0000000001"},
+               "message": {"ts": "1700000000.000100"}, "actions": [action]}
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def _headers(body: bytes, *, at: int | None = None, secret: str = SECRET) -> dict[str, str]:
+    ts = str(at if at is not None else int(NOW.timestamp()))
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sign(secret, ts, body)}
+
+
+@pytest.fixture
+def store() -> SqliteFindingStore:
+    return SqliteFindingStore(":memory:")
+
+
+@pytest.fixture
+def service(store: SqliteFindingStore, slack_api: FakeSlack, jira_api: FakeJira) -> InteractionService:
+    settings = DeliverySettings(jira=JiraSettings(base_url=jira_api.url, email=jira_api.email, default_project="OPS"),
+                                slack=SlackSettings(base_url=slack_api.url))
+    notifier = SlackNotifier.from_settings(settings.slack, token=slack_api.token, default_channel="#gpu-waste")
+    tickets = TicketService(sink=JiraTicketSink.from_settings(settings.jira, api_token=str(jira_api.api_token)),
+                            store=store, settings=settings, now=lambda: NOW)
+    return InteractionService(signing_secret=SECRET, store=store, now=lambda: NOW, notifier=notifier, tickets=tickets)
+
+
+def test_verify_signature_matches_slacks_documented_example() -> None:
+    # GIVEN Slack's documented example request (api.slack.com/authentication/verifying-requests-from-slack)
+    body = (b"token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V"
+            b"&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text="
+            b"&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN"
+            b"&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c")
+    # WHEN signed with the example secret and timestamp
+    signature = sign(SECRET, "1531420618", body)
+    # THEN it is Slack's documented signature
+    assert signature == "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"
+
+
+def test_interaction_valid_signature_snoozes_in_the_store(service: InteractionService, store: SqliteFindingStore,
+                                                          slack_api: FakeSlack) -> None:
+    # GIVEN an open finding and a signed "snooze 7 days" click
+    f = finding("trainer")
+    store.put_new(record_for(f))
+    body = _body("gpuwaste_snooze_7d", f"snooze_7d|{f.fingerprint}")
+    # WHEN handled
+    reply = service.handle(headers=_headers(body), body=body)
+    # THEN the lifecycle record is snoozed for 7 days and the thread is told who did it
+    assert reply.status == 200
+    rec = store.get(f.fingerprint)
+    assert rec is not None and rec.snoozed_until == NOW + timedelta(days=7) and rec.version == 1
+    (confirm,) = slack_api.calls_to("chat.postMessage")
+    assert confirm["thread_ts"] == "1700000000.000100" and "<@U0ANA> snoozed" in confirm["text"]
+
+
+def test_interaction_overflow_expected_acknowledges(service: InteractionService, store: SqliteFindingStore) -> None:
+    # GIVEN a digest's overflow menu choice "expected"
+    f = finding("trainer")
+    store.put_new(record_for(f))
+    body = _body(f"gpuwaste_menu_{f.fingerprint[:16]}", f"expected|{f.fingerprint}", overflow=True)
+    # WHEN handled
+    service.handle(headers=_headers(body), body=body)
+    # THEN the finding is acknowledged as expected by that user
+    assert store.get(f.fingerprint).acknowledged == "expected:U0ANA"  # type: ignore[union-attr]
+
+
+def test_interaction_create_ticket_opens_one(service: InteractionService, store: SqliteFindingStore,
+                                             jira_api: FakeJira) -> None:
+    # GIVEN a "create ticket" click, clicked twice
+    f = finding("trainer")
+    store.put_new(record_for(f))
+    body = _body("gpuwaste_ticket", f"ticket|{f.fingerprint}")
+    # WHEN handled twice
+    service.handle(headers=_headers(body), body=body)
+    service.handle(headers=_headers(body), body=body)
+    # THEN one ticket exists and its key is stored
+    assert list(jira_api.issues) == ["OPS-1"]
+    assert store.get(f.fingerprint).ticket_key == "OPS-1"  # type: ignore[union-attr]
+
+
+def test_interaction_invalid_signature_is_refused(service: InteractionService, store: SqliteFindingStore) -> None:
+    # GIVEN a click signed with the wrong secret, and one whose body was altered after signing
+    f = finding("trainer")
+    store.put_new(record_for(f))
+    body = _body("gpuwaste_expected", f"expected|{f.fingerprint}")
+    tampered = _body("gpuwaste_expected", f"expected|{'0' * 64}")
+    # WHEN handled
+    wrong = service.handle(headers=_headers(body, secret="not-the-secret"), body=body)
+    altered = service.handle(headers=_headers(body), body=tampered)
+    missing = service.handle(headers={}, body=body)
+    # THEN all are refused with 401 and nothing changes
+    assert (wrong.status, altered.status, missing.status) == (401, 401, 401)
+    assert store.get(f.fingerprint).acknowledged is None  # type: ignore[union-attr]
+
+
+def test_interaction_replayed_request_is_refused(service: InteractionService, store: SqliteFindingStore) -> None:
+    # GIVEN a correctly signed request captured 6 minutes ago
+    f = finding("trainer")
+    store.put_new(record_for(f))
+    body = _body("gpuwaste_snooze_1d", f"snooze_1d|{f.fingerprint}")
+    old = int(NOW.timestamp()) - 360
+    # WHEN replayed now
+    reply = service.handle(headers=_headers(body, at=old), body=body)
+    # THEN it is refused, while the same request 4 minutes old is accepted
+    assert reply.status == 401
+    assert store.get(f.fingerprint).snoozed_until is None  # type: ignore[union-attr]
+    with pytest.raises(SignatureError, match="replay"):
+        verify_signature(SECRET, _headers(body, at=old), body, now=NOW)
+    assert service.handle(headers=_headers(body, at=int(NOW.timestamp()) - 240), body=body).status == 200
+
+
+def test_slack_interactions_handler_reads_a_function_url_event(service: InteractionService, store: SqliteFindingStore,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a Function URL event with a base64 body (as Lambda delivers form posts)
+    f = finding("trainer")
+    store.put_new(record_for(f))
+    body = _body("gpuwaste_snooze_1d", f"snooze_1d|{f.fingerprint}")
+    headers = {k.lower(): v for k, v in _headers(body).items()}
+    event = {"version": "2.0", "rawPath": "/", "headers": headers, "isBase64Encoded": True,
+             "body": base64.b64encode(body).decode(), "requestContext": {"http": {"method": "POST"}}}
+    app = load_app("slack_interactions")
+    monkeypatch.setattr(app.bootstrap, "interaction_service", lambda: service)
+    # WHEN invoked
+    result = app.lambda_handler(event, LambdaContext())
+    # THEN it answers 200 and the snooze is stored
+    assert result["statusCode"] == 200
+    assert store.get(f.fingerprint).snoozed_until == NOW + timedelta(days=1)  # type: ignore[union-attr]

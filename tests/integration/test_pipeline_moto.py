@@ -1,0 +1,254 @@
+"""The serverless pipeline against moto's server: the template's queues (with their redrive policies) and
+table, the config in SSM, a secret in Secrets Manager, and the real handlers. Lambda's SQS event source
+mapping is played by `pump`: receive up to 10, invoke, delete what succeeded, make failures visible again."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from gpuwaste.bootstrap import dedupe as dedupe_root
+from gpuwaste.bootstrap import dispatch as dispatch_root
+from gpuwaste.bootstrap import local, pipeline
+from gpuwaste.bootstrap import price as price_root
+from gpuwaste.bootstrap import scan as scan_root
+from gpuwaste.models.lifecycle import FindingState
+from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.settings import ClusterConfig
+from tests.aws_resources import Stack, create_stack
+from tests.lambda_events import FakeLambdaContext, load_event, load_handler
+
+pytestmark = pytest.mark.integration
+CONFIG_PARAMETER = "/gpuwaste/config"
+DEMO_END = datetime(2024, 1, 1, 1, 20, tzinfo=UTC)
+CONSUMERS = {  # queue → (function folder, its DLQ), as wired in template.yaml
+    "ScanRequestsQueue": ("scan_gpu_waste", "ScanRequestsDlq"),
+    "FindingsQueue": ("price_findings", "FindingsDlq"),
+    "PricedQueue": ("dedupe_findings", "PricedDlq"),
+}
+
+
+def reset_roots() -> None:
+    pipeline.reset()
+    for cached in (dispatch_root.dispatch_service, scan_root.scan_service, price_root.pricing_service,
+                   dedupe_root.lifecycle_service):
+        cached.cache_clear()
+
+
+@dataclass
+class Pipeline:
+    stack: Stack
+    sqs: Any
+    ddb: Any
+    ssm: Any
+    monkeypatch: pytest.MonkeyPatch
+
+    def url(self, queue: str) -> str:
+        return self.stack.queue_urls[queue]
+
+    def configure(self, recording: Path) -> None:
+        """Put the config document in SSM: one cluster "demo" scanned from `recording`."""
+        self.ssm.put_parameter(Name=CONFIG_PARAMETER, Type="String", Overwrite=True,
+                               Value=f"clusters:\n  - name: demo\n    recording: {recording}\n")
+        reset_roots()
+
+    def tick(self, at: datetime) -> dict[str, Any]:
+        """The schedule fires: dispatch_scans on events/scheduled_scan.json with its time set to `at`."""
+        event = {**load_event("scheduled_scan"), "time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        return load_handler("dispatch_scans").lambda_handler(event, FakeLambdaContext())
+
+    def pump(self, queue: str, *, dead_letter_env: bool = True, max_rounds: int = 20) -> list[dict[str, Any]]:
+        """Deliver `queue` to its consumer until empty; returns each invocation's batch response."""
+        function, dlq = CONSUMERS[queue]
+        if dead_letter_env:
+            self.monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", self.url(dlq))
+        else:
+            self.monkeypatch.delenv("DEAD_LETTER_QUEUE_URL", raising=False)
+        handler = load_handler(function)
+        responses = []
+        for _ in range(max_rounds):
+            got = self.sqs.receive_message(QueueUrl=self.url(queue), MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                                           AttributeNames=["All"]).get("Messages", [])
+            if not got:
+                break
+            event = {"Records": [self.record(queue, m) for m in got]}
+            response = handler.lambda_handler(event, FakeLambdaContext())
+            responses.append(response)
+            failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+            done = [m for m in got if m["MessageId"] not in failed]
+            if done:
+                self.sqs.delete_message_batch(QueueUrl=self.url(queue), Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)])
+            for m in got:
+                if m["MessageId"] in failed:  # the visibility timeout "expires" now, as it would later
+                    self.sqs.change_message_visibility(QueueUrl=self.url(queue), ReceiptHandle=m["ReceiptHandle"],
+                                                       VisibilityTimeout=0)
+        return responses
+
+    def record(self, queue: str, m: dict[str, Any]) -> dict[str, Any]:
+        return {"messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
+                "attributes": m.get("Attributes", {}), "messageAttributes": {}, "md5OfBody": m["MD5OfBody"],
+                "eventSource": "aws:sqs", "eventSourceARN": self.stack.queue_arns[queue], "awsRegion": "us-east-1"}
+
+    def drain(self, queue: str) -> list[dict[str, Any]]:
+        """Every message on `queue` (received and deleted), with message attributes."""
+        out: list[dict[str, Any]] = []
+        while True:
+            got = self.sqs.receive_message(QueueUrl=self.url(queue), MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                                           MessageAttributeNames=["All"]).get("Messages", [])
+            if not got:
+                return out
+            out += got
+            self.sqs.delete_message_batch(QueueUrl=self.url(queue), Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)])
+
+    def alerts(self) -> list[AlertMessage]:
+        return [AlertMessage.model_validate_json(m["Body"]) for m in self.drain("AlertsQueue")]
+
+    def run_chain(self, at: datetime) -> None:
+        self.tick(at)
+        for queue in ("ScanRequestsQueue", "FindingsQueue", "PricedQueue"):
+            self.pump(queue)
+
+
+@pytest.fixture
+def chain(aws: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
+    sqs, ddb, ssm = boto3.client("sqs"), boto3.client("dynamodb"), boto3.client("ssm")
+    stack = create_stack(sqs, ddb)
+    env = {"CONFIG_PARAMETER_NAME": CONFIG_PARAMETER, "FINDINGS_TABLE_NAME": stack.table_name,
+           "SCAN_REQUESTS_QUEUE_URL": stack.queue_urls["ScanRequestsQueue"],
+           "FINDINGS_QUEUE_URL": stack.queue_urls["FindingsQueue"], "PRICED_QUEUE_URL": stack.queue_urls["PricedQueue"],
+           "ALERTS_QUEUE_URL": stack.queue_urls["AlertsQueue"], "TICKETS_QUEUE_URL": stack.queue_urls["TicketsQueue"],
+           "POWERTOOLS_SERVICE_NAME": "gpuwaste", "POWERTOOLS_TRACE_DISABLED": "true"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("CONFIG_FILE", raising=False)
+    p = Pipeline(stack=stack, sqs=sqs, ddb=ddb, ssm=ssm, monkeypatch=monkeypatch)
+    p.configure(local.demo_recording())
+    yield p
+    reset_roots()
+
+
+def test_pipeline_scheduled_event_reaches_the_alerts_queue(chain: Pipeline) -> None:
+    # GIVEN the stack in moto and the demo cluster configured in SSM
+    # WHEN the schedule fires and every queue is delivered to its function
+    dispatched = chain.tick(DEMO_END)
+    scan_responses = chain.pump("ScanRequestsQueue")
+    chain.pump("FindingsQueue")
+    chain.pump("PricedQueue")
+    # THEN one scan ran; each of the 13 waste findings is alerted NEW once, priced; 2 tickets are requested
+    assert dispatched["scan_requests"] == 1 and scan_responses == [{"batchItemFailures": []}]
+    alerts = chain.alerts()
+    assert len(alerts) == 13 and {a.action for a in alerts} == {AlertAction.NEW}
+    top = max(alerts, key=lambda a: a.finding.usd_per_day or 0)
+    assert top.finding.subject.workload_name == "llama-70b-vllm" and str(top.finding.usd_per_day) == "660.48"
+    assert all(a.finding.observed_at == DEMO_END for a in alerts)  # the schedule's time, not the wall clock
+    tickets = [AlertMessage.model_validate_json(m["Body"]) for m in chain.drain("TicketsQueue")]
+    assert sorted(t.finding.subject.workload_name or "" for t in tickets) == ["eval-sweep", "llama-70b-vllm"]
+    items = chain.ddb.scan(TableName=chain.stack.table_name)["Items"]
+    assert len(items) == 16 and all("expires_at" in i for i in items)
+
+
+def test_pipeline_same_waste_seen_by_two_scans_alerts_once(chain: Pipeline) -> None:
+    # GIVEN two schedule ticks 10 minutes apart over the recording, and the second tick fired twice
+    # WHEN each goes through the whole chain
+    chain.run_chain(DEMO_END - timedelta(minutes=10))
+    first = chain.alerts()
+    chain.run_chain(DEMO_END)
+    chain.run_chain(DEMO_END)
+    later = chain.alerts()
+    # THEN the waste already alerted by the first scan is not alerted again
+    assert len(first) >= 12
+    assert not {a.fingerprint for a in later} & {a.fingerprint for a in first}
+    assert all(a.action is AlertAction.NEW for a in later)
+
+
+def test_pipeline_redelivered_record_is_harmless(chain: Pipeline) -> None:
+    # GIVEN one priced finding delivered to dedupe_findings
+    record = load_event("sqs_priced")["Records"][0]
+    handler = load_handler("dedupe_findings")
+    # WHEN SQS delivers the same record again (the first ack was lost)
+    first = handler.lambda_handler({"Records": [record]}, FakeLambdaContext())
+    second = handler.lambda_handler({"Records": [record]}, FakeLambdaContext())
+    # THEN both invocations succeed and exactly one alert was sent
+    assert first == second == {"batchItemFailures": []}
+    assert [a.action for a in chain.alerts()] == [AlertAction.NEW]
+
+
+def test_pipeline_malformed_messages_go_to_the_dlq_with_their_reason(chain: Pipeline) -> None:
+    # GIVEN a batch on the priced queue: not JSON, schema-invalid, an unknown schema_version, and one good finding
+    good = load_event("sqs_priced")["Records"][0]["body"]
+    bad = {"not-json": "{oops", "schema": json.dumps({"schema_version": 1, "scan_id": "s"}),
+           "version": json.dumps({**json.loads(good), "schema_version": 2})}
+    chain.sqs.send_message_batch(QueueUrl=chain.url("PricedQueue"), Entries=[
+        {"Id": k, "MessageBody": v} for k, v in [*bad.items(), ("good", good)]])
+    # WHEN dedupe_findings consumes the batch
+    responses = chain.pump("PricedQueue")
+    # THEN the batch reports no failure to retry, the three bad bodies are in the DLQ with the reason,
+    # and the good finding was alerted
+    assert responses == [{"batchItemFailures": []}]
+    dead = chain.drain("PricedDlq")
+    assert sorted(m["Body"] for m in dead) == sorted(bad.values())
+    reasons = {m["Body"]: m["MessageAttributes"]["error_reason"]["StringValue"] for m in dead}
+    assert "json" in reasons[bad["not-json"]].lower()
+    assert "finding" in reasons[bad["schema"]] or "Field required" in reasons[bad["schema"]]
+    assert "schema_version" in reasons[bad["version"]]
+    assert all(m["MessageAttributes"]["error_type"]["StringValue"] == "ValidationError" for m in dead)
+    assert [a.action for a in chain.alerts()] == [AlertAction.NEW]
+
+
+def test_pipeline_failing_record_reaches_the_dlq_by_redrive(chain: Pipeline) -> None:
+    # GIVEN no explicit dead-letter URL (the handler only reports the failure), a poison body and a good one
+    good = load_event("sqs_findings")["Records"][0]["body"]
+    chain.sqs.send_message_batch(QueueUrl=chain.url("FindingsQueue"), Entries=[
+        {"Id": "bad", "MessageBody": "{oops"}, {"Id": "good", "MessageBody": good}])
+    # WHEN price_findings consumes the queue until it is empty
+    responses = chain.pump("FindingsQueue", dead_letter_env=False)
+    # THEN the poison record failed in each batch response until SQS moved it to the DLQ after maxReceiveCount (3)
+    assert sum(len(r["batchItemFailures"]) for r in responses) == 3
+    assert [m["Body"] for m in chain.drain("FindingsDlq")] == ["{oops"]
+    assert len(chain.drain("PricedQueue")) == 1  # the good record was priced exactly once
+
+
+def test_pipeline_waste_that_disappears_is_resolved_after_three_scans(chain: Pipeline, tmp_path: Path) -> None:
+    # GIVEN the demo waste alerted, then the cluster emptied (a recording with no GPU pods or telemetry)
+    chain.run_chain(DEMO_END)
+    alerted = {a.fingerprint: a for a in chain.alerts()}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "cluster.json").write_text('{"kind": "List", "apiVersion": "v1", "items": []}')
+    (empty / "telemetry.om").write_text("# EOF\n")
+    (empty / "recording.json").write_text('{"cluster": "demo", "format": "openmetrics", "window_s": 4200}')
+    chain.configure(empty)
+    # WHEN two, then three later scans no longer see it
+    for n in (1, 2):
+        chain.run_chain(DEMO_END + n * timedelta(minutes=10))
+    after_two = chain.alerts()
+    chain.run_chain(DEMO_END + 3 * timedelta(minutes=10))
+    resolved = chain.alerts()
+    # THEN nothing is said after two misses; the third resolves every alerted finding, with its saving
+    assert after_two == []
+    assert {a.fingerprint for a in resolved} == set(alerted) and {a.action for a in resolved} == {AlertAction.RESOLVED}
+    llama = next(a for a in resolved if a.finding.subject.workload_name == "llama-70b-vllm")
+    assert llama.saved_usd_per_day == "660.48"
+    states = {i["state"]["S"] for i in chain.ddb.scan(TableName=chain.stack.table_name)["Items"]}
+    assert states == {FindingState.RESOLVED.value}
+
+
+def test_scan_bootstrap_reads_prometheus_token_from_secrets_manager(chain: Pipeline) -> None:
+    # GIVEN a bearer token stored in Secrets Manager and a cluster config that references it by ARN
+    arn = boto3.client("secretsmanager").create_secret(Name="gpuwaste/prometheus", SecretString="s3cr3t-token")["ARN"]
+    cluster = ClusterConfig.model_validate({"name": "prod", "prometheus": {
+        "url": "https://prometheus.example/", "auth": {"kind": "bearer", "bearer_token_secret_arn": arn}}})
+    # WHEN the scan's composition root resolves the secrets
+    resolved = scan_root._with_secrets(cluster)
+    # THEN the token is held as a SecretStr (never printed) and the ARN is kept
+    token = resolved.prometheus.auth.bearer_token  # type: ignore[union-attr]
+    assert token is not None and token.get_secret_value() == "s3cr3t-token" and "s3cr3t" not in repr(resolved)

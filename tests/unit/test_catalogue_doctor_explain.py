@@ -1,0 +1,84 @@
+"""`gpuwaste doctor` diagnosis (pure) and `gpuwaste explain` output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpuwaste.cli import app
+from gpuwaste.commands.doctor import CSV_LINES, diagnose, probe_names
+from gpuwaste.commands.explain import explain_text
+from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
+from gpuwaste.models.telemetry import Signal
+
+
+def _default_exporter_counts() -> dict[str, int]:
+    """Series counts of a cluster with dcgm-exporter's default CSV (4.x), no cAdvisor and no serving metrics."""
+    default = {Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL, Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE, Signal.MEM_COPY_UTIL,
+               Signal.FB_USED, Signal.FB_FREE, Signal.POWER_USAGE, Signal.TOTAL_ENERGY}
+    return {n: (8 if n in {s.value for s in default} else 0) for n in probe_names()}
+
+
+def test_doctor_default_csv_names_the_missing_fields_and_fallbacks():
+    # GIVEN the signals of a default dcgm-exporter install: no SM_ACTIVE, no power-limit fields, no pod-level series
+    counts = _default_exporter_counts()
+    # WHEN diagnosed
+    report = diagnose(counts)
+    by = {d.name: d for d in report.detectors}
+    # THEN the exact CSV lines for SM_ACTIVE and both power limits are printed, with Helm values to load them;
+    # power_anomaly falls back to the bundled limits, idle to GR_ENGINE, and the pod-level detectors are off
+    assert CSV_LINES[Signal.SM_ACTIVE.value] in report.csv_lines
+    assert CSV_LINES[Signal.POWER_LIMIT.value] in report.csv_lines
+    assert CSV_LINES[Signal.POWER_MGMT_LIMIT.value] in report.csv_lines
+    assert "dcgmExporter:" in report.helm_values and "DCGM_EXPORTER_COLLECTORS" in report.helm_values
+    assert by["power_anomaly"].status == "degraded" and any("bundled per-model" in n for n in by["power_anomaly"].notes)
+    assert by["idle_allocation"].status == "degraded" and any("GR_ENGINE_ACTIVE" in n for n in by["idle_allocation"].notes)
+    assert by["cpu_bound"].status == "off" and by["kv_cache_pressure"].status == "off"
+    assert any("cAdvisor" in line for line in report.pod_fixes)
+
+
+def test_doctor_everything_present_needs_no_csv_change():
+    # GIVEN every probed metric present
+    report = diagnose(dict.fromkeys(probe_names(), 4))
+    # WHEN diagnosed
+    # THEN no CSV line, no Helm values, and every detector is ok
+    assert report.csv_lines == [] and report.helm_values == ""
+    assert {d.status for d in report.detectors} == {"ok"}
+
+
+def test_explain_prints_evidence_thresholds_formula_and_money(tmp_path: Path):
+    # GIVEN a scorecard recording (one repetition) and the fingerprint of its stalled finding
+    fleet = generate_fleet(FleetSpec(layout="scorecard", nodes=1, cluster="sc"))
+    rec = write_recording(fleet, tmp_path / "rec", compress=False)
+    runner = CliRunner()
+    listed = runner.invoke(app, ["explain", "nothing", "--recording", str(rec)])
+    line = next(x for x in listed.output.splitlines() if "stalled" in x)
+    prefix = line.split()[0]
+    # WHEN explained
+    result = runner.invoke(app, ["explain", prefix, "--recording", str(rec)])
+    # THEN the output shows the rule and numbers of every signal, the settings, the formula and USD/day
+    assert listed.exit_code != 0 and result.exit_code == 0, result.output
+    text = result.output
+    assert "kind: stalled" in text
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE [ratio]" in text and "every 10-min avg ≤ 0.02" in text
+    assert "thresholds (detector settings): min_busy_ratio=0.8" in text
+    assert "waste formula: wasted GPUs = all GPUs held" in text
+    assert "/GPU-h × 2 GPU × 24 h = $131.75/day" in text
+
+
+def test_explain_text_for_a_finding_without_cost():
+    # GIVEN an unpriced orphan finding built by the detector
+    from datetime import UTC, datetime
+
+    from gpuwaste.models.findings import Evidence, Finding, Subject, WasteKind
+    f = Finding(kind=WasteKind.ORPHANED, detector="orphaned", subject=Subject(cluster="c", namespace="ml", pod="p"),
+                title="t", recommendation="delete it", observed_at=datetime(2024, 1, 1, tzinfo=UTC), window_s=3600,
+                evidence=(Evidence(signal="pod_age_s", unit="s", window_s=3600, avg=300000.0, threshold=259200.0, comparison="> 259200 s"),),
+                details={"formula": "wasted GPUs = all GPUs the pod holds", "reason": "bare_pod"})
+    # WHEN explained
+    text = explain_text(f)
+    # THEN the evidence rule, the formula and the advice are there, and no cost line is invented
+    assert "pod_age_s [s] · avg 300000" in text and "> 259200 s" in text
+    assert "waste formula: wasted GPUs = all GPUs the pod holds" in text and "cost:" not in text
+    assert text.endswith("recommendation: delete it")

@@ -1,0 +1,84 @@
+"""The local chain (`gpuwaste run`, `gpuwaste demo`): dispatch → scan → price → dedupe → alerts in one process."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpuwaste.bootstrap import local
+from gpuwaste.cli import app
+from gpuwaste.models.messages import AlertAction
+from gpuwaste.settings import GpuWasteConfig
+
+DEMO = local.demo_recording()
+
+
+def run_demo_chain(state: Path, *, scans: int = 1) -> local.ChainResult:
+    cfg = GpuWasteConfig()
+    sources = local.recording_sources(DEMO, cfg)
+    assert sources.recording is not None
+    times = local.replay_times(sources.recording.end_time(), scans=scans, interval=timedelta(minutes=10))
+    return local.run_chain(sources, cfg, state_path=state, cluster="demo", times=times,
+                           window_s=sources.recording.meta.window_s)
+
+
+def test_run_chain_alerts_each_priced_waste_once_and_prices_the_report(tmp_path: Path) -> None:
+    # GIVEN the demo recording and an empty SQLite store
+    # WHEN the chain runs once
+    result = run_demo_chain(tmp_path / "state.db")
+    # THEN each of the 13 waste findings is alerted NEW once, the report is priced, and 2 tickets are due (≥ $100/day)
+    assert result.new_alerts == 13 and {a.action for a in result.alerts} == {AlertAction.NEW}
+    assert len({a.fingerprint for a in result.alerts}) == 13
+    assert max(f.usd_per_day or 0 for f in result.reports[0].findings) > 600
+    assert len(result.tickets) == 2 and result.dead_letters == []
+
+
+def test_run_chain_second_run_on_same_input_alerts_nothing(tmp_path: Path) -> None:
+    # GIVEN a store that already saw the demo scan
+    run_demo_chain(tmp_path / "state.db")
+    # WHEN the chain runs again on the same input
+    again = run_demo_chain(tmp_path / "state.db")
+    # THEN the scan is recognised: no alerts, no tickets
+    assert again.alerts == [] and again.tickets == []
+
+
+def test_run_chain_successive_scans_alert_once(tmp_path: Path) -> None:
+    # GIVEN three scans 10 minutes apart over the recording
+    # WHEN the chain replays them
+    result = run_demo_chain(tmp_path / "state.db", scans=3)
+    # THEN three scans ran and each waste was alerted once, in the scan that first saw it
+    assert len(result.reports) == 3
+    assert len(result.alerts) == len({a.fingerprint for a in result.alerts}) == result.new_alerts
+
+
+def test_run_command_twice_reports_zero_new_alerts(tmp_path: Path) -> None:
+    # GIVEN the `gpuwaste run` command on the demo recording with a state file
+    args = ["run", "--recording", str(DEMO), "--state", str(tmp_path / "s.db"), "--quiet"]
+    # WHEN it is run twice
+    first = CliRunner().invoke(app, args)
+    second = CliRunner().invoke(app, args)
+    # THEN the first prints 13 new alerts, the second none
+    assert first.exit_code == 0 and "alerts (13; 13 new)" in first.stdout and "[NEW] inference/llama-70b-vllm" in first.stdout
+    assert second.exit_code == 0 and "alerts (0; 0 new)" in second.stdout
+
+
+def test_run_command_without_input_fails_with_a_hint(tmp_path: Path) -> None:
+    # GIVEN no recording, Prometheus or config
+    # WHEN `gpuwaste run` is called
+    result = CliRunner().invoke(app, ["run", "--state", str(tmp_path / "s.db")], env={"GPUWASTE_PROMETHEUS_URL": ""})
+    # THEN it exits non-zero and says what to pass
+    assert result.exit_code == 2 and "--recording" in result.output
+
+
+def test_demo_command_runs_the_chain_and_matches_ground_truth() -> None:
+    # GIVEN the bundled demo fleet
+    # WHEN `gpuwaste demo` runs
+    result = CliRunner().invoke(app, ["demo"])
+    # THEN it prints the scan table, the Slack messages notify_slack would post, the alerts and a passing
+    # ground-truth check
+    assert result.exit_code == 0, result.output
+    assert "GPU waste findings" in result.stdout and "[NEW] inference/llama-70b-vllm" in result.stdout
+    assert "→ #gpu-waste" in result.stdout
+    assert "ground truth: 15/15 expected findings found, 0 unexpected, 0 missed" in result.stdout

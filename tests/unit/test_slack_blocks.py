@@ -1,0 +1,176 @@
+"""Block Kit builders: mrkdwn escaping, layout, and Slack's limits (blocks, section text, header) with clean splits."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from decimal import Decimal
+
+from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind, Route
+from gpuwaste.sinks.slack_blocks import (
+    DIGEST_ITEMS_PER_MESSAGE,
+    MAX_BLOCKS,
+    MAX_HEADER_TEXT,
+    MAX_SECTION_TEXT,
+    escape,
+    render_notice,
+    render_summary,
+)
+from tests.delivery_helpers import NOW, finding
+
+ROUTE = Route(channel="#ml", source="namespace annotation gpuwaste.io/slack-channel", team="ml")
+
+
+def _item(name: str, usd: str = "98.30", **kw: object) -> NoticeItem:
+    f = finding(name, usd_per_day=usd)
+    return NoticeItem(fingerprint=f.fingerprint, finding=f, first_seen=NOW - timedelta(hours=5),
+                      cumulative_usd=Decimal("20.48"), **kw)  # type: ignore[arg-type]
+
+
+def _texts(blocks: list[dict]) -> list[str]:
+    out = []
+    for b in blocks:
+        if "text" in b and isinstance(b["text"], dict):
+            out.append(b["text"]["text"])
+        out += [f["text"] for f in b.get("fields", [])]
+        out += [e.get("text", "") for e in b.get("elements", []) if b["type"] == "context"]
+    return out
+
+
+def _assert_within_limits(blocks: list[dict]) -> None:
+    assert len(blocks) <= MAX_BLOCKS
+    for b in blocks:
+        if b["type"] == "header":
+            assert b["text"]["type"] == "plain_text"
+            assert len(b["text"]["text"]) <= MAX_HEADER_TEXT
+        if b["type"] == "section" and "text" in b:
+            assert len(b["text"]["text"]) <= MAX_SECTION_TEXT
+
+
+def test_escape_neutralises_mentions_and_links() -> None:
+    # GIVEN cluster-supplied text with a broadcast, a user mention and a link
+    text = "a&b <!channel> <@U123> <http://evil.example|click>"
+    # WHEN escaped
+    out = escape(text)
+    # THEN no control sequence survives
+    assert out == "a&amp;b &lt;!channel&gt; &lt;@U123&gt; &lt;http://evil.example|click&gt;"
+
+
+def test_render_notice_alert_escapes_names_from_the_cluster() -> None:
+    # GIVEN a workload whose name and title carry Slack syntax
+    f = finding("x<!channel>", title="idle <@U999> <http://x|y>")
+    item = NoticeItem(fingerprint=f.fingerprint, finding=f, first_seen=NOW - timedelta(hours=1))
+    notice = Notice(kind=NoticeKind.ALERT, route=ROUTE, items=(item,))
+    # WHEN rendered
+    payload = render_notice(notice, now=NOW)[0]
+    # THEN mrkdwn texts hold only escaped forms, and the fallback text too
+    mrkdwn = "\n".join(_texts(payload.blocks[1:]))  # the header is plain_text (never parsed for mentions)
+    assert "<!channel>" not in mrkdwn and "&lt;!channel&gt;" in mrkdwn
+    assert "<@U999>" not in payload.text and "<http://x|y>" not in payload.text
+
+
+def test_render_notice_alert_has_what_where_whose_money_evidence_and_buttons() -> None:
+    # GIVEN one new finding
+    notice = Notice(kind=NoticeKind.ALERT, route=ROUTE, items=(_item("trainer"),), scan_id="scan-1")
+    # WHEN rendered
+    (payload,) = render_notice(notice, now=NOW)
+    text = "\n".join(_texts(payload.blocks))
+    # THEN the owner gets every fact and the four actions
+    assert payload.blocks[0]["type"] == "header"
+    for needle in ("*What:*", "*Where:*", "*Whose:* ml", "*Since:* 2026-11-29 07:00 UTC (5h 0m)", "$98.30",
+                   "$20.48", "$4.0958/GPU-h × 1 GPU × 24 h", "SM_ACTIVE: avg 0.2%", "*Recommendation*",
+                   "Routed to #ml by namespace annotation gpuwaste.io/slack-channel"):
+        assert needle in text, needle
+    actions = payload.blocks[-1]
+    assert actions["type"] == "actions"
+    assert [e["action_id"] for e in actions["elements"]] == [
+        "gpuwaste_snooze_1d", "gpuwaste_snooze_7d", "gpuwaste_expected", "gpuwaste_ticket"]
+    assert actions["elements"][0]["value"] == f"snooze_1d|{notice.items[0].fingerprint}"
+    _assert_within_limits(payload.blocks)
+
+
+def test_render_notice_digest_splits_within_limits() -> None:
+    # GIVEN 100 findings for one owner from one scan, with long names
+    items = tuple(_item(f"job-{n:03d}-" + "x" * 200, usd=f"{100 + n}.00") for n in range(100))
+    notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items, scan_id="scan-1")
+    # WHEN rendered
+    payloads = render_notice(notice, now=NOW)
+    # THEN it becomes ceil(100/45) messages, each within Slack's limits, carrying every finding once
+    assert len(payloads) == -(-100 // DIGEST_ITEMS_PER_MESSAGE) == 3
+    for p in payloads:
+        _assert_within_limits(p.blocks)
+        assert len(json.dumps(p.blocks)) < 40000 * 4
+    carried = [fp for p in payloads for fp in p.fingerprints]
+    assert sorted(carried) == sorted(i.fingerprint for i in items)
+    assert "(part 2/3)" in payloads[1].blocks[0]["text"]["text"]
+    # and the costliest finding comes first
+    assert "job-099" in payloads[0].blocks[2]["text"]["text"]
+
+
+def test_render_notice_digest_totals_and_overflow_menu() -> None:
+    # GIVEN three findings
+    items = (_item("a", "10.00"), _item("b", "20.50"), _item("c", "5.25"))
+    notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items)
+    # WHEN rendered
+    (payload,) = render_notice(notice, now=NOW)
+    # THEN the header sums USD/day and each finding has its own action menu
+    assert payload.blocks[0]["text"]["text"] == "GPU waste: 3 findings for ml — $35.75/day"
+    menus = [b["accessory"] for b in payload.blocks if "accessory" in b]
+    assert len(menus) == 3
+    assert {m["options"][2]["value"].split("|")[0] for m in menus} == {"expected"}
+    assert len({m["action_id"] for m in menus}) == 3
+
+
+def test_render_notice_resolved_says_so_and_what_it_saved() -> None:
+    # GIVEN a resolved finding
+    item = _item("trainer", resolved=True, resolved_at=NOW, saved_usd_per_day=Decimal("98.30"))
+    notice = Notice(kind=NoticeKind.RESOLVED, route=ROUTE, items=(item,))
+    # WHEN rendered
+    (payload,) = render_notice(notice, now=NOW)
+    # THEN the header and first section say resolved and the saving; no buttons remain
+    assert payload.blocks[0]["text"]["text"].startswith("Resolved: ")
+    assert "saves $98.30/day" in payload.blocks[1]["text"]["text"]
+    assert all(b["type"] != "actions" for b in payload.blocks)
+
+
+def test_render_notice_header_is_cut_to_150() -> None:
+    # GIVEN a very long title
+    f = finding(title="T" * 400)
+    notice = Notice(kind=NoticeKind.ALERT, route=ROUTE, items=(NoticeItem(fingerprint=f.fingerprint, finding=f, first_seen=NOW),))
+    # WHEN rendered
+    header = render_notice(notice, now=NOW)[0].blocks[0]["text"]["text"]
+    # THEN it fits and ends with an ellipsis
+    assert len(header) == MAX_HEADER_TEXT and header.endswith("…")
+
+
+def test_render_summary_within_limits_with_trend() -> None:
+    # GIVEN a summary with many teams
+    groups = tuple(GroupTotal(name=f"team-{n}", wasted_usd=Decimal(100 + n), previous_usd=Decimal(100), findings=1)
+                   for n in range(30))
+    s = DailySummary(since=NOW - timedelta(days=1), until=NOW, wasted_usd=Decimal(200), previous_usd=Decimal(160),
+                     open_usd_per_day=Decimal(150), open_findings=3, opened=2, resolved=1,
+                     saved_usd_per_day=Decimal(40), realised_savings_usd=Decimal(20), by_team=groups)
+    # WHEN rendered
+    payload = render_summary(s, chart_note="Chart left out")
+    # THEN it fits, shows the trend and lists at most 10 teams
+    _assert_within_limits(payload.blocks)
+    text = "\n".join(_texts(payload.blocks))
+    assert "+$40.00 (+25%)" in text
+    assert "… and 20 more" in text
+    assert "Chart left out" in text
+
+
+def test_slack_app_manifest_requests_exactly_the_scopes_used() -> None:
+    # GIVEN the shipped manifest
+    import yaml
+
+    from tests.delivery_helpers import ROOT
+
+    manifest = yaml.safe_load((ROOT / "deploy" / "slack-app-manifest.yaml").read_text())
+    # WHEN its bot scopes are read
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    # THEN they are the product's calls' scopes (users:read is Slack's companion of users:read.email), and
+    # interactivity is on, pointing at a URL to replace
+    assert scopes == {"chat:write", "chat:write.public", "users:read", "users:read.email", "files:write"}
+    assert manifest["settings"]["interactivity"]["is_enabled"] is True
+    assert manifest["settings"]["interactivity"]["request_url"].startswith("https://")
