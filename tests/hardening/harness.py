@@ -507,6 +507,8 @@ class PromProxy(FakeHttpServer):
         self.copies = 1
         self.requests = 0
         self.release = threading.Event()
+        self.bearer: str | None = None
+        self.seen_authorization: set[str] = set()
 
     def stop(self) -> None:
         """Release held requests, then stop."""
@@ -533,7 +535,16 @@ class PromProxy(FakeHttpServer):
     def handle(self, request: HttpRequest) -> HttpResponse:
         with self._lock:
             self.requests += 1
+            auth = request.headers.get("authorization", "")
+            self.seen_authorization.add(auth)
+            if self.bearer is not None and auth != f"Bearer {self.bearer}":
+                return HttpResponse(401, b"unauthorized", content_type="text/plain")
             mode = self.mode
+            if mode == "401":
+                if self.times > 0:
+                    self.times -= 1
+                    return HttpResponse(401, b"unauthorized", content_type="text/plain")
+                mode = "pass"
             if mode == "5xx":
                 if self.times > 0:
                     self.times -= 1

@@ -158,7 +158,8 @@ def gpu_share_for_request(resource: str, count: int, node: Node | None) -> Decim
     """Physical-GPU equivalents held by `count` units of GPU `resource` on `node`.
 
     MIG mixed (`nvidia.com/mig-3g.40gb`) and MIG single (`nvidia.com/gpu` on a node whose GFD
-    product ends in `-MIG-<N>g.<M>gb`) units are N/7 of a GPU (field guide B07/B08). Time-sliced
+    product ends in `-MIG-<N>g.<M>gb`) units are N/S of a GPU, S being the GPU's compute slices
+    (7; 4 on A30) (field guide B07/B08). Time-sliced
     units are 1/replicas of a GPU. Anything else counts as one GPU per unit.
     """
     fraction = Decimal(1)
@@ -166,10 +167,16 @@ def gpu_share_for_request(resource: str, count: int, node: Node | None) -> Decim
     if slices is None and node is not None and node.gpu_product and "-MIG-" in node.gpu_product.upper():
         slices = _mig_slices(node.gpu_product.upper().split("-MIG-", 1)[1].lower())
     if slices is not None:
-        fraction = Decimal(slices) / Decimal(7)
+        fraction = Decimal(slices) / Decimal(mig_total_slices(node))
     elif node is not None and node.gpu_replicas > 1:
         fraction = Decimal(1) / Decimal(node.gpu_replicas)
     return fraction * count
+
+
+def mig_total_slices(node: Node | None) -> int:
+    """Compute slices of a MIG-capable GPU: 4 on A30 (NVIDIA MIG user guide), 7 on A100/H100/H200/B200."""
+    product = (node.gpu_product or "").upper() if node else ""
+    return 4 if "A30" in product.replace("-", " ").split() or "-A30-" in f"-{product}-" else 7
 
 
 def _mig_slices(text: str) -> int | None:

@@ -1,0 +1,278 @@
+"""Secrets: the whole Lambda chain runs with canary secret values, and none of them leaks.
+
+The real handlers (`functions/*/app.py`) and their real composition roots run against moto (SQS, DynamoDB,
+Secrets Manager): a ScanRequest goes scan → price → dedupe → notify_slack / create_tickets, with the Slack
+token and signing secret, the Jira API token and the Prometheus bearer token read from Secrets Manager,
+a kube bearer token in the kubeconfig, and faults that make every dependency reject the credentials once
+(error paths are where secrets leak). Every log record at DEBUG (any logger, Powertools included, with all
+its extra fields and exception text), everything printed, every message and dead letter on the queues,
+every Slack call and every Jira issue is then searched for the canaries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from gpuwaste.bootstrap import pipeline
+from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
+from gpuwaste.models.messages import ScanRequest
+from gpuwaste.services.interactions import SignatureError, verify_signature
+from gpuwaste.settings import PrometheusAuth, PrometheusSettings
+from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+from tests.aws_resources import create_stack
+from tests.hardening.conftest import Figures
+from tests.hardening.harness import AuditedSlack, PromProxy
+from tests.lambda_events import FakeLambdaContext, load_handler, sqs_record
+from tests.servers.jira_api import FakeJira
+from tests.servers.kube_api import KubeApiFactory, write_kubeconfig
+from tests.servers.ports import free_port
+from tests.servers.prometheus import PrometheusFactory
+
+pytestmark = pytest.mark.integration
+
+CANARIES = {
+    "slack token": "xoxb-CANARY-slack-7f3a9c",
+    "slack signing secret": "CANARY-signing-5e1d22",
+    "jira token": "CANARY-jira-token-9b8c7d",
+    "prometheus bearer": "CANARY-prom-bearer-4a4a4a",
+    "prometheus password": "CANARY-prom-password-3c3c3c",
+    "kube token": "CANARY-kube-token-6d6d6d",
+}
+SPEC = FleetSpec()
+PLURALS = {"Pod": "pods", "Node": "nodes", "Namespace": "namespaces", "ReplicaSet": "replicasets",
+           "Deployment": "deployments", "StatefulSet": "statefulsets", "DaemonSet": "daemonsets", "Job": "jobs",
+           "CronJob": "cronjobs"}
+
+
+class Everything(logging.Handler):
+    """Keeps every record as text: message, args, every attribute (Powertools extras) and the traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record still gets searched
+            message = str(record.msg)
+        attrs = json.dumps({k: v for k, v in record.__dict__.items() if k not in ("exc_info",)}, default=str)
+        trace = logging.Formatter().formatException(record.exc_info) if record.exc_info else ""
+        self.texts.append(f"{record.name} {message} {attrs} {trace}")
+
+
+@pytest.fixture
+def captured() -> Iterator[Everything]:
+    """Attach a DEBUG catch-all handler to the root logger and to every non-propagating logger (Powertools)."""
+    handler = Everything()
+    root = logging.getLogger()
+    old_level = root.level
+    root.setLevel(logging.DEBUG)
+    root.addHandler(handler)
+    extra: list[tuple[logging.Logger, int]] = []
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger) and not logger.propagate:
+            extra.append((logger, logger.level))
+            logger.addHandler(handler)
+            logger.setLevel(logging.DEBUG)
+    yield handler
+    root.removeHandler(handler)
+    root.setLevel(old_level)
+    for logger, level in extra:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def leaks(texts: list[str]) -> list[tuple[str, str]]:
+    """(canary name, excerpt) for every text holding a canary value."""
+    found = []
+    for text in texts:
+        for name, value in CANARIES.items():
+            if value in text:
+                at = text.index(value)
+                found.append((name, text[max(0, at - 80): at + 40]))
+    return found
+
+
+@pytest.fixture
+def world(aws: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kube_api: KubeApiFactory,
+          prometheus_factory: PrometheusFactory) -> Iterator[dict[str, Any]]:
+    """Moto stack + secrets, fake Slack/Jira/kube/Prometheus with the canary credentials, config file, env."""
+    sqs, ddb, sm = boto3.client("sqs"), boto3.client("dynamodb"), boto3.client("secretsmanager")
+    stack = create_stack(sqs, ddb)
+    slack_arn = sm.create_secret(Name="gpuwaste/slack", SecretString=json.dumps(
+        {"bot_token": CANARIES["slack token"], "signing_secret": CANARIES["slack signing secret"]}))["ARN"]
+    jira_arn = sm.create_secret(Name="gpuwaste/jira", SecretString=json.dumps({"api_token": CANARIES["jira token"]}))["ARN"]
+    prom_arn = sm.create_secret(Name="gpuwaste/prom", SecretString=CANARIES["prometheus bearer"])["ARN"]
+    recording = write_recording(generate_fleet(SPEC), tmp_path / "demo", compress=False)
+    fleet = generate_fleet(SPEC)
+    by: dict[str, list[dict[str, Any]]] = {}
+    for obj in fleet.objects:
+        by.setdefault(PLURALS[obj["kind"]], []).append(obj)
+    kube = kube_api(by.pop("pods", []), by.pop("nodes", []), by, token=CANARIES["kube token"])
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url, CANARIES["kube token"])
+    proxy = PromProxy(prometheus_factory(recording / "telemetry.om").url).start()
+    proxy.bearer = CANARIES["prometheus bearer"]
+    slack = AuditedSlack(token=CANARIES["slack token"]).start()
+    jira = FakeJira(api_token=CANARIES["jira token"]).start()
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({
+        "clusters": [{"name": "demo",
+                      "prometheus": {"url": proxy.base_url, "max_retries": 0,
+                                     "auth": {"kind": "bearer", "bearer_token_secret_arn": prom_arn}},
+                      "kubernetes": {"mode": "kubeconfig", "kubeconfig": str(kubeconfig), "timeout_s": 5}}],
+        "scan": {"window_s": SPEC.history_s - 600, "scrape_interval_s": SPEC.step_s},
+        "delivery": {"default_channel": "#gpu-waste",
+                     "slack": {"secret_arn": slack_arn, "base_url": slack.url, "rate_limit_retries": 0,
+                               "server_error_retries": 0},
+                     "jira": {"base_url": jira.url, "email": jira.email, "api_token_secret_arn": jira_arn,
+                              "default_project": "OPS"}},
+    }))
+    env = {"CONFIG_FILE": str(config), "FINDINGS_TABLE_NAME": stack.table_name, "POWERTOOLS_LOG_LEVEL": "DEBUG",
+           "FINDINGS_QUEUE_URL": stack.queue_urls["FindingsQueue"], "PRICED_QUEUE_URL": stack.queue_urls["PricedQueue"],
+           "ALERTS_QUEUE_URL": stack.queue_urls["AlertsQueue"], "TICKETS_QUEUE_URL": stack.queue_urls["TicketsQueue"],
+           "SCAN_REQUESTS_QUEUE_URL": stack.queue_urls["ScanRequestsQueue"]}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    _reset_roots()
+    yield {"sqs": sqs, "stack": stack, "slack": slack, "jira": jira, "proxy": proxy, "kube": kube, "monkeypatch": monkeypatch}
+    _reset_roots()
+    for server in (proxy, slack, jira):
+        server.stop()
+
+
+def _reset_roots() -> None:
+    from gpuwaste.bootstrap import dedupe, notify, price, scan, tickets
+
+    pipeline.reset()
+    for fn in (scan.scan_service, price.pricing_service, dedupe.lifecycle_service, notify.notify_service,
+               tickets.ticket_service):
+        fn.cache_clear()
+    from aws_lambda_powertools.utilities import parameters
+
+    parameters.clear_caches()
+
+
+STAGES = [  # function, its input queue, its DLQ
+    ("scan_gpu_waste", "ScanRequestsQueue", "ScanRequestsDlq"),
+    ("price_findings", "FindingsQueue", "FindingsDlq"),
+    ("dedupe_findings", "PricedQueue", "PricedDlq"),
+    ("notify_slack", "AlertsQueue", "AlertsDlq"),
+    ("create_tickets", "TicketsQueue", "TicketsDlq"),
+]
+
+
+def _pump(world: dict[str, Any], outputs: list[str], *, rounds: int = 3) -> None:
+    """Deliver every queue's messages to its function as Lambda would (failed records stay for redelivery)."""
+    sqs, urls = world["sqs"], world["stack"].queue_urls
+    for _ in range(rounds):
+        for function, queue, dlq in STAGES:
+            world["monkeypatch"].setenv("DEAD_LETTER_QUEUE_URL", urls[dlq])
+            while True:
+                got = sqs.receive_message(QueueUrl=urls[queue], MaxNumberOfMessages=10, VisibilityTimeout=0,
+                                          MessageAttributeNames=["All"]).get("Messages", [])
+                if not got:
+                    break
+                event = {"Records": [sqs_record(m["Body"], message_id=m["MessageId"]) for m in got]}
+                try:
+                    result = load_handler(function).lambda_handler(event, FakeLambdaContext())
+                except Exception as exc:  # noqa: BLE001 - a whole-batch failure: SQS would redeliver; keep its text
+                    outputs.append(f"{type(exc).__name__}: {exc}")
+                    break
+                outputs.append(json.dumps(result, default=str))
+                failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+                for m in got:
+                    if m["MessageId"] not in failed:
+                        sqs.delete_message(QueueUrl=urls[queue], ReceiptHandle=m["ReceiptHandle"])
+                if failed:
+                    break  # leave the failures for the next round, as the visibility timeout would
+
+
+def _queue_texts(world: dict[str, Any]) -> list[str]:
+    sqs, urls = world["sqs"], world["stack"].queue_urls
+    texts = []
+    for url in urls.values():
+        for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get("Messages", []):
+            texts.append(m["Body"] + json.dumps(m.get("MessageAttributes", {})))
+    return texts
+
+
+def test_secrets_whole_chain_with_faults_never_leaks_a_canary(
+        world: dict[str, Any], captured: Everything, capfd: pytest.CaptureFixture[str], figures: Figures) -> None:
+    # GIVEN every dependency rejects the credentials once (Prometheus 401, kube 401, Slack invalid_auth,
+    # Jira 401) and three scans are requested (the first two are dead-lettered by the auth failures)
+    slack, jira, proxy, kube = world["slack"], world["jira"], world["proxy"], world["kube"]
+    proxy.mode, proxy.times = "401", 1
+    kube.fail_next(401)
+    slack.fail_next("chat.postMessage", error="invalid_auth")
+    jira.fail_next("/rest/api/3", 401)
+    figures.fault("secrets run: credential rejections", 4)
+    urls = world["stack"].queue_urls
+    for n, at in enumerate(SPEC.eval_time - timedelta(minutes=m) for m in (20, 10, 0)):
+        world["sqs"].send_message(QueueUrl=urls["ScanRequestsQueue"], MessageBody=ScanRequest(
+            cluster="demo", scheduled_time=at, scan_id=f"secrets-{n}").model_dump_json())
+    outputs: list[str] = []
+    # WHEN the real handlers process every queue until it is empty
+    _pump(world, outputs)
+    printed = capfd.readouterr()
+    # THEN the chain really ran (with the canary credentials accepted by the fakes) ...
+    assert slack.accepted and jira.issues, "Slack posts and Jira tickets were made with the canary credentials"
+    assert f"Bearer {CANARIES['prometheus bearer']}" in proxy.seen_authorization
+    # ... and no log record, printed line, handler result, queue message, dead letter, Slack call or Jira
+    # issue contains any canary
+    texts = (captured.texts + [printed.out, printed.err] + outputs + _queue_texts(world)
+             + [json.dumps(c.body, default=str) for c in slack.calls]
+             + [json.dumps(i.fields, default=str) + json.dumps(i.comments, default=str) for i in jira.issues.values()])
+    assert len(captured.texts) > 50, "DEBUG logging was captured"
+    assert leaks(texts) == []
+
+
+def test_secrets_source_errors_never_carry_credentials(figures: Figures) -> None:
+    # GIVEN a Prometheus with basic-auth credentials and a bearer token that cannot be reached
+    port = free_port()
+    errors: list[str] = []
+    for auth in (PrometheusAuth(kind="bearer", bearer_token=CANARIES["prometheus bearer"]),
+                 PrometheusAuth(kind="basic", username="u", password=CANARIES["prometheus password"])):
+        source = PrometheusGpuMetricsSource.from_settings(
+            PrometheusSettings(url=f"http://u:{CANARIES['prometheus password']}@127.0.0.1:{port}", auth=auth,
+                               max_retries=0), cluster="c", backoff_s=0.0)
+        # WHEN a query fails
+        try:
+            source.probe(["DCGM_FI_DEV_GPU_UTIL"], at=SPEC.eval_time)
+        except Exception as exc:  # noqa: BLE001 - the text is what is checked
+            errors.append(f"{exc!r} {exc} {exc.__cause__!r}")
+        figures.fault("secrets run: unreachable prometheus")
+    # THEN the errors (and their causes) name the URL without the credentials
+    assert len(errors) == 2 and leaks(errors) == []
+
+
+def test_secrets_settings_repr_and_json_hide_secret_values() -> None:
+    # GIVEN settings holding secrets
+    settings = PrometheusSettings(url="http://p", auth=PrometheusAuth(kind="bearer", bearer_token=CANARIES["prometheus bearer"]))
+    # WHEN printed or dumped as they would be in a log or a config echo
+    texts = [repr(settings), str(settings), settings.model_dump_json()]
+    # THEN the values are masked
+    assert leaks(texts) == []
+
+
+def test_secrets_bad_slack_signature_error_does_not_echo_the_secret() -> None:
+    # GIVEN a request signed with the wrong secret
+    from gpuwaste.services.interactions import sign
+
+    body = b"payload=%7B%7D"
+    now = SPEC.eval_time
+    ts = str(int(now.timestamp()))
+    headers = {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sign("wrong-secret", ts, body)}
+    # WHEN verified with the real signing secret
+    with pytest.raises(SignatureError) as err:
+        verify_signature(CANARIES["slack signing secret"], headers, body, now=now)
+    # THEN the error says why without the secret or the expected signature's input
+    assert leaks([str(err.value), repr(err.value)]) == []
