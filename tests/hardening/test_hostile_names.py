@@ -190,10 +190,6 @@ def test_hostile_names_stay_literal_text_in_jira(value: str, jira_api: FakeJira,
     assert all("://evil" not in h for h in hrefs)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="services/tickets.py draft(): the Jira summary embeds the raw namespace/"
-                   "workload; a newline in them makes a multi-line summary, which Jira Cloud refuses with 400 "
-                   "(the ticket request is then dead-lettered instead of created). Fix: collapse control "
-                   "characters in the summary.")
 @pytest.mark.parametrize("value", NEWLINES)
 def test_hostile_names_jira_summary_is_one_line(value: str, jira_api: FakeJira) -> None:
     # GIVEN a finding whose namespace and workload contain line breaks

@@ -25,6 +25,7 @@ def lifecycle_service() -> LifecycleService:
         tickets=pipeline.queue("tickets_queue_url") if env.tickets_queue_url else None,
         settings=pipeline.config().lifecycle,
         clock=pipeline.SystemClock(),
+        delivery=pipeline.config().delivery,
     )
 
 

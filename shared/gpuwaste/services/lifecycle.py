@@ -8,8 +8,13 @@ Rules (design §5; thresholds in `LifecycleSettings`):
   usd_per_day × days since it was last seen.
 * Open for `ticket_after`, or costing ≥ `ticket_usd_per_day` → one ticket request (ESCALATE) on the
   tickets queue per open period.
-* Snoozed (until `snoozed_until`) → silent, tickets included; acknowledged → no reminders and no
-  ticket until resolved (a WORSE alert still goes out: the owner has not seen that cost).
+* Snoozed (until `snoozed_until`, set by the Slack buttons or by the workload/namespace annotation
+  `gpuwaste.io/snooze-until`, read on every sighting) → stored but silent, tickets included; once the
+  snooze is over, a finding never told is alerted NEW ("snooze ended"). A relative annotation (`7d`)
+  counts from the finding's first sighting. Acknowledged → no reminders and no ticket until resolved
+  (a WORSE alert still goes out: the owner has not seen that cost).
+* A finding with a ticket (`ticket_key`) also sends its WORSE and RESOLVED alerts to the tickets queue,
+  so create_tickets comments on (and transitions) the ticket.
 * A cluster's `ScanCompleted` without an open fingerprint counts a missed scan; after
   `resolve_after_missed_scans` → RESOLVED with `saved_usd_per_day`, and (when the owner was alerted)
   an alert that carries the original Slack message reference so it can be edited.
@@ -40,7 +45,8 @@ from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted
 from gpuwaste.ports import AlertQueue, Clock, FindingStore
-from gpuwaste.settings import LifecycleSettings
+from gpuwaste.services.routing import snoozed_until
+from gpuwaste.settings import DeliverySettings, LifecycleSettings
 
 logger = logging.getLogger(__name__)
 
@@ -68,15 +74,17 @@ class LifecycleService:
         tickets: the tickets queue (create_tickets); None drops ticket requests (a local run without Jira).
         settings: thresholds.
         clock: real time, for the store TTL only.
+        delivery: routing settings (the snooze annotation's key); defaults to `DeliverySettings()`.
     """
 
     def __init__(self, *, store: FindingStore, alerts: AlertQueue, tickets: AlertQueue | None,
-                 settings: LifecycleSettings, clock: Clock) -> None:
+                 settings: LifecycleSettings, clock: Clock, delivery: DeliverySettings | None = None) -> None:
         self.store = store
         self.alerts = alerts
         self.tickets = tickets
         self.settings = settings
         self.clock = clock
+        self.delivery = delivery or DeliverySettings()
 
     # -- findings ------------------------------------------------------------------------------------
     def handle_finding(self, message: FindingMessage) -> Outcome:
@@ -124,6 +132,10 @@ class LifecycleService:
             expires_at=self._expiry(),
         )
         out = Outcome()
+        until = snoozed_until(finding, self.delivery, now=at, anchor=at)
+        if until is not None:  # snoozed by annotation: stored, told nothing until then
+            record = record.model_copy(update={"snoozed_until": until})
+            return _with_outbox(record, out), out
         if self._alertable(finding):
             out.alerts.append(self._alert(record, finding, AlertAction.NEW, scan_id, "new waste"))
             record = record.model_copy(update={"alerted_usd_per_day": usd, "last_alert_at": at})
@@ -152,11 +164,17 @@ class LifecycleService:
             "activity_at": at, "version": current.version + 1, "expires_at": self._expiry(),
         })
         out = Outcome()
-        snoozed = current.snoozed_until is not None and at < current.snoozed_until
+        annotated = snoozed_until(finding, self.delivery, now=at, anchor=current.first_seen)
+        if annotated is not None and (record.snoozed_until is None or annotated > record.snoozed_until):
+            record = record.model_copy(update={"snoozed_until": annotated})
+        snoozed = record.snoozed_until is not None and at < record.snoozed_until
         if not snoozed and self._alertable(finding):
             action, reason = self._repeat_alert(current, usd, at)
             if action is not None:
-                out.alerts.append(self._alert(record, finding, action, scan_id, reason))
+                alert = self._alert(record, finding, action, scan_id, reason)
+                out.alerts.append(alert)
+                if action is AlertAction.WORSE and current.ticket_key:
+                    out.tickets.append(alert)  # create_tickets comments on the ticket
                 record = record.model_copy(update={"alerted_usd_per_day": usd, "last_alert_at": at})
         if not snoozed and not current.acknowledged:
             record, ticket = self._maybe_ticket(record, finding, scan_id)
@@ -168,8 +186,10 @@ class LifecycleService:
         base = current.alerted_usd_per_day
         if usd is not None and base is not None and base > 0 and usd >= base * (1 + self.settings.worse_share):
             return AlertAction.WORSE, f"cost up {((usd / base - 1) * 100).quantize(Decimal(1))} % since the last alert"
-        if usd is not None and base is None and current.last_alert_at is None:
-            return AlertAction.NEW, "now priced"
+        if current.last_alert_at is None:  # never told: snoozed, unpriced or below the minimum until now
+            if current.snoozed_until is not None:
+                return AlertAction.NEW, "snooze ended"
+            return AlertAction.NEW, "now priced" if usd is not None and base is None else "new waste"
         if current.acknowledged:
             return None, ""
         if current.last_alert_at is not None and at - current.last_alert_at >= self.settings.reminder_after:
@@ -205,6 +225,7 @@ class LifecycleService:
                 continue
             outcome = self._miss(candidate.fingerprint, message)
             total.alerts += outcome.alerts
+            total.tickets += outcome.tickets
             total.duplicate = total.duplicate or outcome.duplicate
         return total
 
@@ -226,10 +247,15 @@ class LifecycleService:
                 update |= {"state": FindingState.RESOLVED, "resolved_at": at, "saved_usd_per_day": current.usd_per_day,
                            "activity_at": at}
                 record = current.model_copy(update=update)
-                if current.last_alert_at is not None:  # only owners who were told hear that it is over
+                told = current.last_alert_at is not None  # only owners who were told hear that it is over
+                if told or current.ticket_key:
                     finding = Finding.model_validate_json(current.finding_json)
-                    out.alerts.append(self._alert(record, finding, AlertAction.RESOLVED, message.scan_id,
-                                                  f"not seen for {missed} scans"))
+                    alert = self._alert(record, finding, AlertAction.RESOLVED, message.scan_id,
+                                        f"not seen for {missed} scans")
+                    if told:
+                        out.alerts.append(alert)
+                    if current.ticket_key:
+                        out.tickets.append(alert)  # create_tickets comments and transitions
             else:
                 record = current.model_copy(update=update)
             record, out = _carry_unsent(current, _with_outbox(record, out), out)
@@ -273,9 +299,9 @@ class LifecycleService:
     def _resend(self, current: FindingRecord, *, stale: bool) -> Outcome:
         if not current.outbox_json:
             return Outcome(duplicate=not stale, stale=stale)
-        pending = [AlertMessage.model_validate(m) for m in json.loads(current.outbox_json)]
-        out = Outcome(alerts=[m for m in pending if m.action is not AlertAction.ESCALATE],
-                      tickets=[m for m in pending if m.action is AlertAction.ESCALATE], duplicate=True)
+        alerts, tickets = _read_outbox(current.outbox_json)
+        out = Outcome(alerts=alerts, tickets=tickets, duplicate=True)
+        pending = alerts + tickets
         logger.warning("lifecycle resending unsent messages", extra={"fingerprint": current.fingerprint, "count": len(pending)})
         return self._flush(current, out)
 
@@ -284,16 +310,32 @@ def _carry_unsent(current: FindingRecord, record: FindingRecord, out: Outcome) -
     """Keep messages a failed send left in `current`'s outbox: they go out with this decision's messages."""
     if not current.outbox_json:
         return record, out
-    pending = [AlertMessage.model_validate(m) for m in json.loads(current.outbox_json)]
-    out.alerts[:0] = [m for m in pending if m.action is not AlertAction.ESCALATE]
-    out.tickets[:0] = [m for m in pending if m.action is AlertAction.ESCALATE]
+    alerts, tickets = _read_outbox(current.outbox_json)
+    out.alerts[:0] = alerts
+    out.tickets[:0] = tickets
     return _with_outbox(record, out), out
 
 
+def _read_outbox(text: str) -> tuple[list[AlertMessage], list[AlertMessage]]:
+    """(alerts, ticket requests) of an outbox. Entries are `{"to": "alerts"|"tickets", "message": {...}}`;
+    a bare message (older records) goes to tickets when it is an ESCALATE, else to alerts."""
+    alerts: list[AlertMessage] = []
+    tickets: list[AlertMessage] = []
+    for entry in json.loads(text):
+        if isinstance(entry, dict) and "message" in entry and "to" in entry:
+            message = AlertMessage.model_validate(entry["message"])
+            to_tickets = entry["to"] == "tickets"
+        else:
+            message = AlertMessage.model_validate(entry)
+            to_tickets = message.action is AlertAction.ESCALATE
+        (tickets if to_tickets else alerts).append(message)
+    return alerts, tickets
+
+
 def _with_outbox(record: FindingRecord, out: Outcome) -> FindingRecord:
-    pending = out.alerts + out.tickets
-    body = json.dumps([json.loads(m.model_dump_json()) for m in pending]) if pending else ""
-    return record.model_copy(update={"outbox_json": body})
+    entries = [{"to": "alerts", "message": json.loads(m.model_dump_json())} for m in out.alerts]
+    entries += [{"to": "tickets", "message": json.loads(m.model_dump_json())} for m in out.tickets]
+    return record.model_copy(update={"outbox_json": json.dumps(entries) if entries else ""})
 
 
 def _team(finding: Finding) -> str | None:

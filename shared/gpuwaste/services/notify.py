@@ -219,7 +219,7 @@ class NotifyService:
                 return True
             if record.snoozed_until is not None and record.snoozed_until > now:
                 return True
-        return snoozed_until(alert.finding, self.settings, now=now) is not None
+        return snoozed_until(alert.finding, self.settings, now=now, anchor=alert.first_seen) is not None
 
     def _item(self, alert: AlertMessage, record: FindingRecord | None) -> NoticeItem:
         resolved = alert.action is AlertAction.RESOLVED

@@ -134,8 +134,14 @@ def parse_snooze_until(value: str | None, *, now: datetime) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def snoozed_until(finding: Finding, settings: DeliverySettings, *, now: datetime) -> datetime | None:
-    """The snooze time set by annotation on the workload (or its namespace), when it is still in the future."""
+def snoozed_until(finding: Finding, settings: DeliverySettings, *, now: datetime,
+                  anchor: datetime | None = None) -> datetime | None:
+    """The snooze time set by annotation on the workload (or its namespace), when it is still in the future.
+
+    Args:
+        anchor: what a relative value (`12h`, `7d`) counts from; default `now`. The lifecycle passes the
+            finding's first sighting, so a relative snooze ends once instead of moving with every scan.
+    """
     hit = _lookup(finding, settings.keys.snooze_until)
-    until = parse_snooze_until(hit[0] if hit else None, now=now)
+    until = parse_snooze_until(hit[0] if hit else None, now=anchor or now)
     return until if until is not None and until > now else None

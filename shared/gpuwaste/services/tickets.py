@@ -8,6 +8,7 @@ ESCALATE opens the ticket, WORSE comments on it, RESOLVED comments and optionall
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,16 @@ from gpuwaste.services.routing import links_for, route_for
 from gpuwaste.settings import DeliverySettings
 
 logger = logging.getLogger(__name__)
+
+_CONTROL_RUN = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of control characters (newlines, tabs, ...) collapsed to one space.
+
+    Jira Cloud refuses a multi-line summary with 400, and names from the cluster may carry line breaks.
+    """
+    return " ".join(_CONTROL_RUN.sub(" ", text).split())
 
 
 def dedupe_label(fingerprint: str) -> str:
@@ -86,7 +97,7 @@ class TicketService:
         summary = f"GPU waste: {finding.kind.value.replace('_', ' ')} in {where}"
         return TicketDraft(
             project=route.jira_project,
-            summary=summary[:255],
+            summary=one_line(summary)[:255],
             issue_type=jira.issue_type,
             dedupe_label=label,
             labels=labels,

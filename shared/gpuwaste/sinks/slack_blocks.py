@@ -124,7 +124,9 @@ def _num(value: float | None, unit: str) -> str:
         return f"{value:.1%}"
     if unit == "percent":
         return f"{value:.1f}%"
-    return f"{value:,.4g} {unit}"
+    if unit == "count":
+        return f"{value:g}"
+    return f"{value:,.0f} {unit}" if abs(value) >= 100 else f"{value:,.2f} {unit}"
 
 
 def evidence_line(e: Evidence) -> str:

@@ -29,10 +29,9 @@ def owner_of(f: Finding) -> str:
     """Who a finding belongs to, for tables: team annotation/label, else namespace, else node."""
     s = f.subject
     for key in ("gpuwaste.io/team", "team"):
-        if key in s.annotations:
-            return s.annotations[key]
-        if key in s.labels:
-            return s.labels[key]
+        for source in (s.annotations, s.labels, s.namespace_annotations, s.namespace_labels):
+            if key in source:
+                return source[key]
     return s.namespace or (f"node {s.node}" if s.node else "-")
 
 
@@ -45,6 +44,12 @@ def workload_of(f: Finding) -> str:
     return f"Node/{s.node}" if s.node else (s.pod or "-")
 
 
+def _num(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:g}" if float(v).is_integer() else f"{v:.2f}"
+
+
 def evidence_text(f: Finding) -> str:
     """The main evidence in one short line."""
     if not f.evidence:
@@ -55,7 +60,7 @@ def evidence_text(f: Finding) -> str:
         m10 = f" max10m {e.max_avg_10m:.1%}" if e.max_avg_10m is not None else ""
         return f"{short} avg {e.avg or 0:.1%} p95 {e.p95 or 0:.1%}{m10} cov {e.coverage:.0%}"
     if e.unit == "count" and len(f.evidence) > 1:
-        return f"{f.evidence[0].avg:g} GPUs, {f.evidence[1].avg:g} requested"
+        return f"{_num(f.evidence[0].avg)} GPUs, {_num(f.evidence[1].avg)} requested"
     return f"{e.signal} avg {e.avg}"
 
 
@@ -63,7 +68,7 @@ def findings_table(findings: Sequence[Finding], *, title: str = "GPU waste findi
     """A rich table: owner, workload, GPUs, kind, evidence, USD/day, with a total row."""
     table = Table(title=title, show_lines=False, header_style="bold")
     for col, kw in (
-        ("owner", {}), ("workload", {"overflow": "fold"}), ("node", {"overflow": "fold"}), ("GPUs", {"justify": "right"}),
+        ("owner", {}), ("workload", {"overflow": "fold"}), ("node", {"overflow": "fold"}), ("wasted GPUs", {"justify": "right"}),
         ("kind", {}), ("evidence", {"overflow": "fold"}), ("conf.", {}), ("USD/day", {"justify": "right"}),
     ):
         table.add_column(col, **kw)  # type: ignore[arg-type]

@@ -1,0 +1,229 @@
+"""Soak: 300 scans of a changing generated fleet through the whole local chain, with seeded faults.
+
+Five small generated fleets (different seeds: different workloads and waste) are replayed as if recorded
+at each scan's time; the fleet in use changes at random (seeded), so findings appear, persist, worsen,
+disappear and come back. Faults come from `random.Random(SEED)`: Slack 429/5xx/invalid_auth, Jira 5xx/401,
+the telemetry source failing (scan redelivered), lifecycle store conflicts and transient errors, and
+duplicate queue deliveries. After every scan the invariant is checked (delivered exactly once or
+dead-lettered with its reason); at the end: no duplicate alert, a consistent lifecycle for every finding,
+and memory allocated by product code not growing between scan 50 and scan 300.
+"""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+from collections import Counter, defaultdict
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwaste.bootstrap import local
+from gpuwaste.errors import SourceUnavailableError, StoreError
+from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
+from gpuwaste.models.lifecycle import FindingRecord, FindingState
+from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.settings import GpuWasteConfig, LifecycleSettings
+from gpuwaste.store.sqlite import SqliteFindingStore
+from tests.hardening.conftest import Figures
+from tests.hardening.harness import AuditedSlack, Chain, DayClock, Shifted, attach_scanner, build_chain, check_invariant
+from tests.servers.jira_api import FakeJira
+
+pytestmark = pytest.mark.integration
+
+SEED = 20261129
+SCANS = 300
+INTERVAL = timedelta(minutes=10)
+VARIANTS = 5
+MEMORY_GROWTH_LIMIT = 256 * 1024  # bytes allocated by product code, scan 50 → scan 300
+
+
+class FlakyStore:
+    """A FindingStore that, from a seeded RNG, loses races (update → False) and fails transiently (StoreError)."""
+
+    def __init__(self, inner: SqliteFindingStore, rng: random.Random, figures: Figures, *, p_conflict: float,
+                 p_error: float) -> None:
+        self.inner, self.rng, self.figures = inner, rng, figures
+        self.p_conflict, self.p_error = p_conflict, p_error
+
+    def get(self, fingerprint: str) -> FindingRecord | None:
+        return self.inner.get(fingerprint)
+
+    def put_new(self, record: FindingRecord) -> bool:
+        if self.rng.random() < self.p_error:
+            self.figures.fault("soak store transient error")
+            raise StoreError("injected: store throttled")
+        return self.inner.put_new(record)
+
+    def update(self, record: FindingRecord, *, expected_version: int) -> bool:
+        roll = self.rng.random()
+        if roll < self.p_conflict:
+            self.figures.fault("soak store conditional-check failure")
+            return False
+        if roll < self.p_conflict + self.p_error:
+            self.figures.fault("soak store transient error")
+            raise StoreError("injected: transaction conflict")
+        return self.inner.update(record, expected_version=expected_version)
+
+    def open_for_cluster(self, cluster: str) -> list[FindingRecord]:
+        return self.inner.open_for_cluster(cluster)
+
+    def history(self, **kw: Any) -> list[FindingRecord]:
+        return self.inner.history(**kw)
+
+
+class FlakyTelemetry:
+    """Telemetry that fails (retryable) when `fail_next` is set, as a Prometheus outage would."""
+
+    def __init__(self) -> None:
+        self.inner: Any = None
+        self.fail_next = 0
+
+    def telemetry(self, *, at: Any, window: timedelta) -> Any:
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise SourceUnavailableError("injected: Prometheus did not answer")
+        return self.inner.telemetry(at=at, window=window)
+
+
+@pytest.fixture(scope="module")
+def fleets(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = tmp_path_factory.mktemp("soak")
+    weights = {"busy": 0.3, "idle": 0.3, "underused": 0.2, "bursty": 0.1, "free": 0.1}
+    return [write_recording(generate_fleet(FleetSpec(layout="random", nodes=3, seed=seed, cluster="soak", history_s=1500,
+                                                     step_s=60, weights=weights)), root / f"v{seed}", compress=False)
+            for seed in range(VARIANTS)]
+
+
+def _inject(rng: random.Random, slack: AuditedSlack, jira: FakeJira, telemetry: FlakyTelemetry, figures: Figures) -> None:
+    """This scan's faults, drawn from the seeded RNG."""
+    roll = rng.random()
+    if roll < 0.08:
+        times = rng.randint(1, 3)
+        slack.fail_next("chat.postMessage", 429, times=times)
+        figures.fault("soak slack 429", times)
+    elif roll < 0.14:
+        times = rng.randint(1, 3)
+        slack.fail_next("*", rng.choice([500, 502, 503]), times=times)
+        figures.fault("soak slack 5xx", times)
+    elif roll < 0.16:
+        slack.fail_next("chat.postMessage", error="invalid_auth")
+        figures.fault("soak slack invalid_auth")
+    roll = rng.random()
+    if roll < 0.05:
+        jira.fail_next("/rest/api/3", 503, times=rng.randint(1, 2))
+        figures.fault("soak jira 5xx")
+    elif roll < 0.06:
+        jira.fail_next("/rest/api/3/issue", 401)
+        figures.fault("soak jira 401")
+    if rng.random() < 0.04:
+        telemetry.fail_next = rng.randint(1, 2)
+        figures.fault("soak prometheus unavailable", telemetry.fail_next)
+
+
+def _product_bytes(snapshot: tracemalloc.Snapshot) -> int:
+    product = snapshot.filter_traces([tracemalloc.Filter(True, "*/gpuwaste/*")])
+    return sum(stat.size for stat in product.statistics("filename"))
+
+
+def test_soak_300_scans_with_faults_lose_nothing_repeat_nothing_and_do_not_grow(
+        fleets: list[Path], audited_slack: AuditedSlack, jira_api: FakeJira, figures: Figures) -> None:
+    # GIVEN the chain over an in-memory SQLite store made flaky, five fleet variants and seeded faults
+    rng = random.Random(SEED)
+    cfg = GpuWasteConfig(lifecycle=LifecycleSettings(reminder_after=timedelta(hours=6), ticket_after=timedelta(hours=8)))
+    sources = [local.recording_sources(path, cfg) for path in fleets]
+    ends = [s.recording.end_time() for s in sources if s.recording is not None]
+    start = ends[0]
+    clock: dict[str, Any] = {"now": start}
+    inner = SqliteFindingStore(":memory:")
+    store = FlakyStore(inner, rng, figures, p_conflict=0.03, p_error=0.01)
+    chain: Chain = build_chain(store=store, slack=audited_slack, jira=jira_api, config=cfg, clock=DayClock(start),
+                               now=lambda: clock["now"], rng=rng, duplicate=0.05)
+    telemetry = FlakyTelemetry()
+    variant = 0
+    posts: Counter[str] = Counter()
+    delivered: Counter[str] = Counter()
+    actions: dict[str, list[AlertAction]] = defaultdict(list)
+    totals = Counter[str]()
+    snapshots: dict[int, int] = {}
+    # WHEN 300 scans run, 10 minutes apart, the fleet changing at random
+    for n in range(1, SCANS + 1):
+        if n == 45:
+            tracemalloc.start()
+        if rng.random() < 0.12:
+            variant = rng.randrange(VARIANTS)
+        src = sources[variant]
+        shifted = Shifted(src.cluster, src.telemetry, ends[variant])
+        telemetry.inner = shifted
+        attach_scanner(chain, cluster_source=shifted, telemetry_source=telemetry, config=cfg,
+                       window=timedelta(seconds=900))
+        at = start + INTERVAL * n
+        clock["now"] = at
+        _inject(rng, audited_slack, jira_api, telemetry, figures)
+        chain.request_scan(at, f"soak-{n:03d}", cluster="soak")
+        chain.drain()
+        # THEN (after every scan) every alert of this scan was delivered exactly once or dead-lettered
+        report = check_invariant(chain, audited_slack, jira_api)
+        assert report.ok, f"scan {n}: {report}"
+        figures.add(report)
+        totals["scans"] += 1
+        for a in (AlertMessage.model_validate_json(b) for b in dict.fromkeys(chain.alerts_q.sent)):
+            actions[a.fingerprint].append(a.action)
+            record = inner.get(a.fingerprint)
+            if record is not None and f"{a.fingerprint}:{a.action.value}:{a.scan_id}:slack" in record.delivery_keys:
+                delivered[a.fingerprint] += 1
+        for accepted in audited_slack.accepted:
+            if accepted.top_level:
+                for fp in actions:
+                    if accepted.mentions(fp):
+                        posts[fp] += 1
+        totals["dead letters"] += len(chain.dlq)
+        # forget this scan's harness state (what the invariant needed), keep the fakes' messages and the store
+        for q in (chain.requests_q, chain.findings_q, chain.priced_q, chain.alerts_q, chain.tickets_q):
+            if q is not None:
+                q.sent.clear()
+        chain.dlq.clear()
+        with audited_slack._lock:
+            audited_slack.accepted.clear()
+            audited_slack._state.calls.clear()
+        with jira_api._lock:
+            jira_api.requests.clear()
+        if n in (50, SCANS):
+            snapshots[n] = _product_bytes(tracemalloc.take_snapshot())
+    tracemalloc.stop()
+    figures.scans += SCANS
+    records = [r for fp in actions for r in [inner.get(fp)] if r is not None]
+    # THEN no fingerprint was posted top-level more often than deliveries explain (no duplicate alert)
+    assert all(posts[fp] <= delivered[fp] for fp in posts), {fp[:12]: (posts[fp], delivered[fp]) for fp in posts}
+    # ... every finding's alerts follow the lifecycle: NEW, then WORSE/REMINDER, then RESOLVED, then NEW again
+    for fp, seq in actions.items():
+        open_ = False
+        for action in seq:
+            if action is AlertAction.NEW:
+                assert not open_, f"{fp[:12]}: NEW twice without RESOLVED: {seq}"
+                open_ = True
+            elif action is AlertAction.RESOLVED:
+                assert open_, f"{fp[:12]}: RESOLVED before NEW: {seq}"
+                open_ = False
+            else:
+                assert open_, f"{fp[:12]}: {action} while not open: {seq}"
+    # ... the store is consistent: nothing left unsent, resolved records carry their saving
+    assert records and all(r.outbox_json == "" for r in records)
+    for r in records:
+        assert r.first_seen <= r.last_seen
+        if r.state is FindingState.RESOLVED:
+            assert r.resolved_at is not None and r.saved_usd_per_day == r.usd_per_day
+        else:
+            assert r.missed_scans < cfg.lifecycle.resolve_after_missed_scans
+    # ... the soak exercised the lifecycle: resolutions, reopenings, reminders, tickets, dead letters
+    flat = Counter(a for seq in actions.values() for a in seq)
+    assert flat[AlertAction.NEW] > flat[AlertAction.RESOLVED] > 0 and flat[AlertAction.REMINDER] > 0
+    assert any(seq.count(AlertAction.NEW) > 1 for seq in actions.values()), "some waste came back"
+    assert jira_api.issues and totals["dead letters"] > 0
+    labels = Counter(label for issue in jira_api.issues.values() for label in issue.labels if label.startswith("gpuwaste-"))
+    assert max(labels.values()) == 1, "one ticket per finding"
+    # ... and memory allocated by product code did not grow between scan 50 and scan 300
+    growth = snapshots[SCANS] - snapshots[50]
+    assert growth < MEMORY_GROWTH_LIMIT, f"product memory grew {growth} B from scan 50 to {SCANS}"
