@@ -18,6 +18,7 @@ import json
 import threading
 import time
 import urllib.parse
+import zlib
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,14 +44,15 @@ class RunStats:
 class _Client:
     """One keep-alive connection per thread to a Prometheus-compatible base URL."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, *, gzip: bool = False) -> None:
         parsed = urllib.parse.urlsplit(base_url)
         self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
+        self.gzip = gzip
         self._local = threading.local()
 
     def get(self, path: str, params: Sequence[tuple[str, str]]) -> bytes:
         body = urllib.parse.urlencode(params).encode()
-        headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept-Encoding": "identity"}
+        headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept-Encoding": "gzip" if self.gzip else "identity"}
         for attempt in range(2):
             conn = getattr(self._local, "conn", None)
             if conn is None:
@@ -61,6 +63,8 @@ class _Client:
                 data = resp.read()
                 if resp.status != 200:
                     raise RuntimeError(f"{path} answered {resp.status}: {data[:200]!r}")
+                if resp.getheader("Content-Encoding") == "gzip":
+                    return zlib.decompress(data, 16 + zlib.MAX_WBITS)
                 return data
             except (http.client.HTTPException, OSError):
                 conn.close()
@@ -71,7 +75,7 @@ class _Client:
 
 
 def issue(base_url: str, plan: Iterable[tuple[str, Sequence[tuple[str, str]]]], *, concurrency: int = 4, stats: bool = False,
-          collect_uuids: bool = False) -> RunStats:
+          collect_uuids: bool = False, gzip: bool = False) -> RunStats:
     """Send every (path, params) request of `plan` with `concurrency` connections; parse each JSON body.
 
     Args:
@@ -80,8 +84,9 @@ def issue(base_url: str, plan: Iterable[tuple[str, Sequence[tuple[str, str]]]], 
         concurrency: parallel connections.
         stats: add `stats=all` and sum Prometheus's `evalTotalTime`.
         collect_uuids: remember every `UUID`/`uuid` label value seen in the results.
+        gzip: ask for gzip (as `requests` does by default) and decompress; `bytes` stays the decoded size.
     """
-    client = _Client(base_url)
+    client = _Client(base_url, gzip=gzip)
     out = RunStats()
     lock = threading.Lock()
     requests = [(path, [*[(k, v) for k, v in params if k != "stats"], *([("stats", "all")] if stats else [])]) for path, params in plan]

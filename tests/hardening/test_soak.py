@@ -166,6 +166,14 @@ def test_soak_300_scans_with_faults_lose_nothing_repeat_nothing_and_do_not_grow(
         chain.drain()
         # THEN (after every scan) every alert of this scan was delivered exactly once or dead-lettered
         report = check_invariant(chain, audited_slack, jira_api)
+        if not report.ok:
+            for a in audited_slack.accepted:
+                print("ACC", a.method, a.top_level, a.params.get("channel"), a.params.get("thread_ts"), str(a.params.get("text"))[:100])
+            for b in chain.alerts_q.sent:
+                m = AlertMessage.model_validate_json(b)
+                print("SENT", m.fingerprint[:16], m.action, m.scan_id, m.reason)
+            print("CALLS", [(c.method) for c in audited_slack.calls])
+            print("REC", inner.get(report.duplicates[0][:16]) if False else [r.delivery_keys for r in [inner.get(fp) for fp in actions if fp.startswith(report.duplicates[0][:16])] if r])
         assert report.ok, f"scan {n}: {report}"
         figures.add(report)
         totals["scans"] += 1

@@ -549,7 +549,8 @@ def _telemetry(fleet: Fleet) -> Iterator[RecordedSeries]:
                 owner_at.append(g.owner)
         ts_ms = [int(times[k] * 1000) for k in keep]
 
-        def series(name: str, values: list[float], *, ts: list[int] = ts_ms, keep_idx: list[int] = keep) -> Iterator[RecordedSeries]:
+        def series(name: str, values: list[float], *, ts: list[int] = ts_ms, keep_idx: list[int] = keep,
+                   g: _Gpu = g, owner_at: list[tuple[str, str, str] | None] = owner_at) -> Iterator[RecordedSeries]:
             # split into runs of identical owner labels (label changes create new series, B10)
             run_labels: dict[str, str] | None = None
             cur: RecordedSeries | None = None
