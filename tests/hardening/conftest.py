@@ -34,6 +34,7 @@ class Figures:
     lost: int = 0
     duplicates: int = 0
     scans: int = 0
+    notes: dict[str, str] = field(default_factory=dict)
 
     def fault(self, dependency: str, count: int = 1) -> None:
         """Count `count` injected faults against `dependency` (e.g. "slack 429")."""
@@ -62,6 +63,7 @@ class Figures:
             f"scans run: {self.scans}",
             f"alerts produced: {self.produced} / delivered: {self.delivered} / dead-lettered: {self.dead_lettered}"
             f" / lost: {self.lost} / duplicates: {self.duplicates}",
+            *(f"{k}: {v}" for k, v in sorted(self.notes.items())),
         ]
 
 

@@ -37,7 +37,14 @@ from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.notify import NotifyService
 from gpuwaste.services.price import PriceService
 from gpuwaste.services.tickets import TicketService
-from gpuwaste.settings import DeliverySettings, GpuWasteConfig, JiraSettings, LifecycleSettings, SlackSettings, parse_config
+from gpuwaste.settings import (
+    DeliverySettings,
+    GpuWasteConfig,
+    JiraSettings,
+    LifecycleSettings,
+    SlackSettings,
+    parse_config,
+)
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.sources.exposition import parse_exposition, write_openmetrics

@@ -452,3 +452,36 @@ def test_faults_jira_errors_are_dead_lettered_or_retried_and_tickets_created_onc
     else:
         assert tickets == [] and len(jira_api.issues) == 2
     assert_invariant(chain, audited_slack, figures, jira_api)
+
+
+class ThrottledAfterPost:
+    """A store that fails (StoreError, as DynamoDB throttling) the first write recording a Slack delivery key."""
+
+    def __init__(self, inner: SqliteFindingStore) -> None:
+        self.inner, self.armed = inner, True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def update(self, record: Any, *, expected_version: int) -> bool:
+        current = self.inner.get(record.fingerprint)
+        if self.armed and current is not None and record.delivery_keys != current.delivery_keys:
+            self.armed = False
+            from gpuwaste.errors import StoreError
+
+            raise StoreError("injected: ProvisionedThroughputExceededException")
+        return self.inner.update(record, expected_version=expected_version)
+
+
+def test_faults_store_error_after_slack_accepted_does_not_post_twice(
+        store: SqliteFindingStore, audited_slack: AuditedSlack, demo_dir: Path, figures: Figures) -> None:
+    # GIVEN the store throttles once, exactly when the first Slack delivery is being recorded
+    flaky = ThrottledAfterPost(store)
+    chain = recorded(chain_for(flaky, audited_slack), demo_dir)
+    chain.request_scan(AT, "scan-throttled-after-post")
+    # WHEN the chain runs (the failed record is redelivered)
+    chain.drain()
+    # THEN every alert was still posted exactly once
+    report = check_invariant(chain, audited_slack)
+    assert not flaky.armed, "the fault fired"
+    assert report.duplicates == [], str(report)

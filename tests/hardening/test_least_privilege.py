@@ -84,6 +84,16 @@ def _branches(value: Any) -> Iterator[Any]:
         yield value
 
 
+def _flat(value: Any) -> Iterator[Any]:
+    """Every concrete resource of a Resource value: lists flattened, both branches of each Fn::If."""
+    for branch in _branches(value):
+        if isinstance(branch, list):
+            for item in branch:
+                yield from _flat(item)
+        else:
+            yield branch
+
+
 def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
@@ -117,7 +127,8 @@ def _policy(rid: str, policy: Any) -> Iterator[tuple[str, str, tuple[str, ...], 
             for concrete in _branches(st):
                 if concrete.get("Effect", "Allow") != "Allow":
                     continue
-                yield rid, "inline", tuple(_as_list(concrete.get("Action", []))), _as_list(concrete.get("Resource", []))
+                resources = list(_flat(concrete.get("Resource", [])))
+                yield rid, "inline", tuple(_as_list(concrete.get("Action", []))), resources
         return
     for name, params in policy.items():
         expansion = SAM_POLICY_TEMPLATES.get(name)
@@ -166,6 +177,8 @@ def test_least_privilege_template_has_no_wildcard_outside_the_allow_list(figures
 @pytest.mark.parametrize("bad", [
     {"Statement": [{"Effect": "Allow", "Action": "dynamodb:*", "Resource": {"Fn::GetAtt": ["FindingsTable", "Arn"]}}]},
     {"Statement": [{"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": "*"}]},
+    {"Statement": [{"Effect": "Allow", "Action": ["sqs:SendMessage"],
+                    "Resource": [{"Fn::GetAtt": ["AlertsQueue", "Arn"]}, {"Fn::If": ["C", ["*"], {"Ref": "AWS::NoValue"}]}]}]},
     {"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]},
     {"Statement": [{"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": "arn:aws:s3:::*/*"}]},
     {"Statement": [{"Effect": "Allow", "Action": ["dynamodb:Query"], "Resource": {"Fn::Sub": "arn:aws:dynamodb:*:*:table/*"}}]},

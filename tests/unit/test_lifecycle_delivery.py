@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import AlertAction
@@ -85,10 +87,8 @@ def test_lifecycle_outbox_keeps_the_ticket_destination_of_a_worse_alert() -> Non
 
     good_tickets = h.service.tickets
     h.service.tickets = Broken()  # type: ignore[assignment]
-    try:
+    with pytest.raises(RuntimeError):
         h.service.handle_finding(seen(finding("80.00", at=T0 + SCAN), 1))
-    except RuntimeError:
-        pass
     h.sent()
     record = h.store.get(f.fingerprint)
     assert record is not None and record.outbox_json

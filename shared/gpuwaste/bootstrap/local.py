@@ -124,6 +124,7 @@ def run_chain(
     on_alert: Callable[[AlertMessage], None] | None = None,
     on_scan: Callable[[ScanReport], None] | None = None,
     deliver: Callable[[Sequence[AlertMessage], FindingStore, datetime], None] | None = None,
+    file_tickets: Callable[[Sequence[AlertMessage], FindingStore, datetime], None] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ChainResult:
     """dispatch → scan → price → dedupe → alerts in one process: in-memory queues carrying the same JSON
@@ -132,7 +133,8 @@ def run_chain(
     One scan per entry of `times` (evaluation times, oldest first). Scan ids are derived from cluster and
     time, so running the chain again on the same input finds every scan already applied: no new alerts.
     `deliver(alerts, store, scan_time)` plays notify_slack after each scan (the store is still open, so the
-    notifier can record its message references).
+    notifier can record its message references). `file_tickets(requests, store, scan_time)` then plays
+    create_tickets on that scan's ticket requests (ESCALATE, and WORSE/RESOLVED of ticketed findings).
 
     Raises:
         SourceUnavailableError, SourceAuthError, InputFormatError: from the sources.
@@ -163,7 +165,7 @@ def run_chain(
     )
     pricer = PriceService(price_book=price_book(config), queue=priced_q)
     lifecycle = LifecycleService(store=the_store, alerts=alerts_q, tickets=tickets_q, settings=config.lifecycle,
-                                 clock=SystemClock())
+                                 clock=SystemClock(), delivery=config.delivery)
     result = ChainResult(reports=[], alerts=[], tickets=[], dead_letters=[])
     try:
         for at in times:
@@ -204,7 +206,10 @@ def run_chain(
                     on_alert(alert)
             if deliver is not None and told:
                 deliver(told, the_store, at)
-            result.tickets += [AlertMessage.model_validate_json(b) for b in tickets_q.drain()]
+            requested = [AlertMessage.model_validate_json(b) for b in tickets_q.drain()]
+            result.tickets += requested
+            if file_tickets is not None and requested:
+                file_tickets(requested, the_store, at)
     finally:
         if owned and isinstance(the_store, SqliteFindingStore):
             the_store.close()

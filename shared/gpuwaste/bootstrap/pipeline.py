@@ -9,6 +9,7 @@ Warm containers keep the services they built; a changed config is picked up by n
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -26,6 +27,40 @@ from gpuwaste.queue.sqs import SqsQueue
 from gpuwaste.settings import GpuWasteConfig, parse_config
 
 BOTO_CONFIG = BotoConfig(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"})
+
+#: Markers of AWS responses that carry secret values (Secrets Manager, SSM SecureString).
+SECRET_RESPONSE_MARKERS = (b"SecretString", b"SecretBinary", b"SecureString")
+REDACTED_BODY = "Response body: <redacted: it carries a secret value>"
+
+
+class SecretResponseFilter(logging.Filter):
+    """Redacts botocore's DEBUG wire log of response bodies that carry secret values.
+
+    `botocore.parsers` logs every response body at DEBUG; with the function's log level at DEBUG the
+    GetSecretValue answers (Slack, Jira and Prometheus credentials) would reach CloudWatch. Other bodies
+    are kept, so DEBUG stays useful.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep the record; replace its message when it is a response body holding a secret."""
+        if record.getMessage().startswith("Response body"):
+            body = record.args[0] if isinstance(record.args, tuple) and record.args else record.msg
+            raw = body if isinstance(body, bytes) else str(body).encode()
+            if any(marker in raw for marker in SECRET_RESPONSE_MARKERS):
+                record.msg, record.args = REDACTED_BODY, ()
+        return True
+
+
+def redact_secret_responses() -> None:
+    """Install `SecretResponseFilter` on botocore's wire logger (idempotent)."""
+    wire = logging.getLogger("botocore.parsers")
+    if not any(isinstance(f, SecretResponseFilter) for f in wire.filters):
+        wire.addFilter(SecretResponseFilter())
+
+
+# Installing a log filter is the one thing done at import: every composition root imports this module
+# before any AWS call (its own, or Powertools' parameter reads), so no secret is ever logged.
+redact_secret_responses()
 
 
 class ConfigSourceSettings(BaseSettings):

@@ -40,47 +40,111 @@ def print_alert(alert: AlertMessage) -> None:
     out.print(alert_line(alert), style=ACTION_STYLE.get(alert.action, ""), highlight=False, soft_wrap=True)
 
 
-def _slack_preview(cfg):  # type: ignore[no-untyped-def]
-    """notify_slack's local twin: the Slack messages printed (or posted, with a bot token in the config)."""
+def _section(title: str) -> None:
+    out.rule(f"[bold]{title}[/]", align="left", style="dim")
+
+
+def _slack_preview(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
+    """notify_slack's local twin: the Slack messages printed (or posted, with a bot token in the config),
+    then one line per alert."""
     from gpuwaste.bootstrap import notify
     from gpuwaste.sinks.terminal_notify import TerminalNotifier
 
     def deliver(alerts, store, at):  # type: ignore[no-untyped-def]
-        # ages and "since" read from the scan's time, so a replayed recording reads as it happened
-        printer = TerminalNotifier(out, now=at) if cfg.delivery.slack.bot_token is None else None
-        notify.local_notify_service(cfg, store, notifier=printer, console=out, now=lambda: at).deliver(alerts)
+        _section(f"messages · scan at {at:%Y-%m-%d %H:%M}Z ({len(alerts)} alerts)")
+        if panels:
+            # ages and "since" read from the scan's time, so a replayed recording reads as it happened
+            printer = TerminalNotifier(out, now=at) if cfg.delivery.slack.bot_token is None else None
+            report = notify.local_notify_service(cfg, store, notifier=printer, console=out, now=lambda: at).deliver(alerts)
+            for alert, exc in report.failed:
+                out.print(f"not delivered: {alert_line(alert)}: {exc}", style="red", highlight=False, soft_wrap=True)
+        for alert in sorted(alerts, key=lambda a: (list(AlertAction).index(a.action), -(a.finding.usd_per_day or 0))):
+            print_alert(alert)
 
     return deliver
 
 
+def _ticket_preview(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
+    """create_tickets' local twin: each ticket request handled by the ticket service — with Jira when the
+    config has `delivery.jira.base_url`, else printed as the ticket that would be created (LOCAL-<n>)."""
+    from rich.console import Console
+
+    from gpuwaste.bootstrap import tickets
+
+    def file_tickets(requests, store, at):  # type: ignore[no-untyped-def]
+        _section(f"tickets · scan at {at:%Y-%m-%d %H:%M}Z ({len(requests)} requests)")
+        try:
+            service = tickets.local_ticket_service(cfg, store, terminal=True, console=out if panels else Console(quiet=True))
+        except GpuWasteError as exc:
+            out.print(f"tickets left out: {exc}", style="red", highlight=False, soft_wrap=True)
+            return
+        assert service is not None
+        for request in requests:
+            try:
+                key = service.handle(request)
+            except GpuWasteError as exc:  # shown, not fatal: the rest of the chain carries on
+                out.print(f"ticket failed: {alert_line(request)}: {exc}", style="red", highlight=False, soft_wrap=True)
+                continue
+            verb = {AlertAction.ESCALATE: "ticket", AlertAction.WORSE: "comment on",
+                    AlertAction.RESOLVED: "resolved"}.get(request.action, request.action.value)
+            out.print(f"{verb} {key or '-'}: {alert_line(request)}", style="magenta", highlight=False, soft_wrap=True)
+
+    return file_tickets
+
+
+def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-untyped-def]
+    """The daily summary (services/summary) of the state file for the day ending at the last scan."""
+    from gpuwaste.bootstrap import summary as summary_root
+    from gpuwaste.sinks.summary_report import render_terminal
+
+    _section("summary · the day up to the last scan")
+    try:
+        service = summary_root.local_summary_service(cfg, state)
+    except GpuWasteError as exc:
+        out.print(f"summary left out: {exc}", style="red", highlight=False)
+        return
+    try:
+        end = at + timedelta(seconds=1)
+        render_terminal(service.build(since=end - timedelta(days=1), until=end), out)
+    finally:
+        close = getattr(service.store, "close", None)
+        if close is not None:
+            close()
+
+
 def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[datetime], window_s: int | None,  # type: ignore[no-untyped-def]
-                    state: Path, output: Output, quiet: bool, slack: bool = False) -> local.ChainResult:
-    """Run the chain and print each scan and the alerts; exits non-zero with a clear message on failure."""
+                    state: Path, output: Output, quiet: bool, slack: bool = False, tickets: bool = True,
+                    summary: bool = True) -> local.ChainResult:
+    """Run the chain and print each scan, its messages and tickets, then the daily summary; exits non-zero
+    with a clear message on failure. `quiet` keeps only the one-line alerts and tickets."""
+    table = output is Output.table
+
     def on_scan(report):  # type: ignore[no-untyped-def]
-        if output is Output.table and not quiet:
+        if table and not quiet:
             render(report, output, quiet=quiet)
 
-    deliver = _slack_preview(cfg) if output is Output.table and slack else None
+    deliver = _slack_preview(cfg, panels=slack and not quiet) if table else None
+    file_tickets = _ticket_preview(cfg, panels=not quiet) if table and tickets else None
     try:
         result = local.run_chain(sources, cfg, state_path=state, cluster=cluster, times=times, window_s=window_s,
-                                 on_scan=on_scan, deliver=deliver, progress=_progress(quiet or output is not Output.table))
+                                 on_scan=on_scan, deliver=deliver, file_tickets=file_tickets,
+                                 progress=_progress(quiet or not table))
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
     except SourceUnavailableError as exc:
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
         fail(str(exc))
-    if output is not Output.table:
+    if not table:
         render(result.reports[-1], output, quiet=True)
         return result
-    out.print(f"[bold]alerts[/] ({len(result.alerts)}; {result.new_alerts} new) — state {state}", highlight=False)
-    for alert in sorted(result.alerts, key=lambda a: (list(AlertAction).index(a.action), -(a.finding.usd_per_day or 0))):
-        print_alert(alert)
+    out.print(f"[bold]alerts[/] ({len(result.alerts)}; {result.new_alerts} new), ticket requests {len(result.tickets)}"
+              f" — state {state}", highlight=False)
     if not result.alerts:
         out.print("no new alerts: every finding is already known to the store (run again later, or use --state)",
                   style="dim", highlight=False)
-    for ticket in result.tickets:
-        out.print(f"ticket requested: {alert_line(ticket)}", style="magenta", highlight=False, soft_wrap=True)
+    if summary and not quiet:
+        print_summary(cfg, state, times[-1])
     return result
 
 
@@ -100,6 +164,8 @@ def run_cmd(
     output: Annotated[Output, typer.Option("--output", "-o", help="table (scans + alerts), json or csv (last scan).")] = Output.table,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the alerts.")] = False,
     slack: Annotated[bool, typer.Option("--slack/--no-slack", help="Show each alert as the Slack message notify_slack sends (posted when delivery.slack has a bot token).")] = True,
+    tickets: Annotated[bool, typer.Option("--tickets/--no-tickets", help="Handle ticket requests: show the ticket create_tickets opens (created in Jira when delivery.jira is configured).")] = True,
+    summary: Annotated[bool, typer.Option("--summary/--no-summary", help="Print the daily summary of the state file after the scans.")] = True,
 ) -> None:
     """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
     cfg = _config(config)
@@ -134,4 +200,4 @@ def run_cmd(
         fail(str(exc))
     times = local.replay_times(when, scans=scans, interval=step)
     run_local_chain(sources, cfg, cluster=name, times=times, window_s=window_s, state=state, output=output, quiet=quiet,
-                    slack=slack)
+                    slack=slack, tickets=tickets, summary=summary)

@@ -102,7 +102,7 @@ class LifecycleService:
                 if self.store.put_new(record):
                     return self._flush(record, out)
                 continue
-            if current.last_scan_id == message.scan_id or finding.observed_at < current.last_seen:
+            if current.last_scan_id == message.scan_id or _older_than_known(current, finding):
                 # already applied (redelivery) or older than what we know (out of order): only finish sending
                 return self._resend(current, stale=current.last_scan_id != message.scan_id)
             record, out = self._seen_again(current, finding, message.scan_id)
@@ -336,6 +336,15 @@ def _with_outbox(record: FindingRecord, out: Outcome) -> FindingRecord:
     entries = [{"to": "alerts", "message": json.loads(m.model_dump_json())} for m in out.alerts]
     entries += [{"to": "tickets", "message": json.loads(m.model_dump_json())} for m in out.tickets]
     return record.model_copy(update={"outbox_json": json.dumps(entries) if entries else ""})
+
+
+def _older_than_known(current: FindingRecord, finding: Finding) -> bool:
+    """True for a late message: observed before the record's last sighting, or — for a resolved record — not
+    after the scan that resolved it (old data must not reopen a newer resolution)."""
+    if finding.observed_at < current.last_seen:
+        return True
+    return (current.state is FindingState.RESOLVED and current.resolved_at is not None
+            and finding.observed_at <= current.resolved_at)
 
 
 def _team(finding: Finding) -> str | None:

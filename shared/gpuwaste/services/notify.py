@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 MAX_DELIVERY_KEYS = 20
 _STORE_ATTEMPTS = 5
+_STORE_BACKOFF_S = 0.05  # 0.05, 0.1, 0.2, 0.4, 0.8 s between attempts after a store error (1.55 s at most)
 EXPECTED = "expected"
 
 
@@ -60,24 +62,39 @@ def finding_from_record(record: FindingRecord) -> Finding | None:
 
 
 def record_delivery(
-    store: FindingStore | None, fingerprint: str, key: str, changes: dict[str, Any] | None = None
+    store: FindingStore | None, fingerprint: str, key: str, changes: dict[str, Any] | None = None,
+    *, sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Add `key` (and `changes`) to the record with a conditional write, re-reading on version conflicts.
+    """Add `key` (and `changes`) to the record with a conditional write, re-reading on version conflicts
+    and retrying store errors (throttling) with back-off: the message was sent, so failing here would
+    send it again.
 
     Raises:
-        StoreError: the record kept changing under us (retry through the queue).
+        StoreError: the record kept changing under us, or the store kept failing (retry through the queue).
     """
     if store is None:
         return
-    for _ in range(_STORE_ATTEMPTS):
-        record = store.get(fingerprint)
-        if record is None or key in record.delivery_keys:
-            return
-        update = dict(changes or {})
-        update["delivery_keys"] = (*record.delivery_keys, key)[-MAX_DELIVERY_KEYS:]
-        update["version"] = record.version + 1
-        if store.update(record.model_copy(update=update), expected_version=record.version):
-            return
+    failure: StoreError | None = None
+    for attempt in range(_STORE_ATTEMPTS):
+        try:
+            record = store.get(fingerprint)
+            if record is None or key in record.delivery_keys:
+                return
+            update = dict(changes or {})
+            update["delivery_keys"] = (*record.delivery_keys, key)[-MAX_DELIVERY_KEYS:]
+            update["version"] = record.version + 1
+            if store.update(record.model_copy(update=update), expected_version=record.version):
+                return
+        except StoreError as exc:
+            # the message is already out: a throttled or briefly unavailable store must not make the queue
+            # redeliver it (that would post it again), so retry here with back-off
+            failure = exc
+            logger.warning("delivery key not recorded yet; retrying", extra={"fingerprint": fingerprint[:16],
+                                                                             "attempt": attempt + 1})
+            sleep(_STORE_BACKOFF_S * 2**attempt)
+    if failure is not None:
+        raise StoreError(f"finding {fingerprint[:16]}: delivery key not recorded after {_STORE_ATTEMPTS} attempts: "
+                         f"{failure}") from failure
     raise StoreError(f"finding {fingerprint[:16]}: lifecycle record kept changing; delivery key not recorded")
 
 

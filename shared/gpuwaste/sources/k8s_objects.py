@@ -21,6 +21,15 @@ _CRON_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<minutes>\d{8,10})$")
 _EXPORTER_RE = re.compile(r"dcgm-exporter")
 
 
+# Annotations never kept: kubectl's copy of the whole applied manifest (it can hold plain-text env values and
+# be up to 256 KiB, which would ride along in every queue message, lifecycle record and alert of the pod).
+DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
+
+
+def _annotations(meta: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (meta.get("annotations") or {}).items() if k not in DROPPED_ANNOTATIONS}
+
+
 def is_gpu_resource(name: str, patterns: Iterable[str]) -> bool:
     """True when a resource name matches one of the GPU resource patterns."""
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
@@ -126,7 +135,7 @@ def pod_from_dict(obj: Mapping[str, Any], patterns: tuple[str, ...] = DEFAULT_GP
         phase=phase,
         node_name=spec.get("nodeName") or None,
         labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        annotations=_annotations(meta),
         owner_refs=owners,
         workload=workload,
         gpu_requests=_gpu_requests(spec, patterns, where),
@@ -313,7 +322,7 @@ def cluster_state_from_objects(
             elif kind == "Namespace":
                 meta = _meta(obj, "Namespace")
                 ns_labels[str(meta["name"])] = dict(meta.get("labels") or {})
-                ns_annotations[str(meta["name"])] = dict(meta.get("annotations") or {})
+                ns_annotations[str(meta["name"])] = _annotations(meta)
             elif kind in CONTROLLER_KINDS or "ownerReferences" in (obj.get("metadata") or {}) or str(obj.get("apiVersion", "")).count("/"):
                 meta = _meta(obj, str(kind))
                 controllers[f"{kind}/{meta.get('namespace') or 'default'}/{meta['name']}"] = obj
