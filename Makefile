@@ -12,7 +12,7 @@ SAM_VENV := .venv-sam
 FN ?= ScanGpuWasteFunction
 EVENT ?= events/scheduled_scan.json
 
-.PHONY: help install prometheus fmt lint test test-unit test-integration test-aws demo bench scorecard coverage build invoke deploy clean check validate
+.PHONY: help install prometheus fmt lint test test-unit test-integration test-hardening test-aws demo bench scorecard coverage build invoke deploy clean check validate
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ test-unit: install ## unit tests only (no servers)
 
 test-integration: install prometheus ## integration tests against real local servers
 	$(BIN)/python -m pytest -q tests/integration
+
+test-hardening: install prometheus ## faults, bad input, hostile names, secrets, least privilege, soak; prints the figures
+	$(BIN)/python -m pytest -q tests/hardening
 
 test-aws: install ## tests against a deployed stack (needs AWS_SAM_STACK_NAME)
 	$(BIN)/python -m pytest -q -m aws tests/aws

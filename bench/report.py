@@ -15,6 +15,21 @@ def _f(v: Any, d: int = 2) -> str:
     return str(v)
 
 
+def _noise(sizes: list[dict[str, Any]]) -> str:
+    """A sentence on how quiet the machine was: load averages and the spread of repeated runs."""
+    loads = [s["load_average"][0] for s in sizes if s.get("load_average")]
+    spreads = []
+    for s in sizes:
+        runs = [x for x in [s.get("ours_cold_s"), *s.get("ours_runs_s", [])] if x]
+        floors = s.get("floor_runs_s", [])
+        spreads += [max(r) / min(r) for r in (runs, floors) if len(r) > 1 and min(r) > 0]
+    if not loads:
+        return ""
+    return (f"Load average (1 min) after each size's timed runs: {', '.join(f'{x:.1f}' for x in loads)} on the machine's cores; repeated runs of "
+            f"the same measure differed by up to {max(spreads, default=1.0):.1f}×. Other work shared the machine during the run, so read the "
+            "ratios within a size (best of the runs) rather than absolute seconds across runs.")
+
+
 def _targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None, str]]:
     """(target, goal, measured, met, what stands in the way) rows."""
     t = report["targets"]
@@ -85,6 +100,8 @@ def render(report: dict[str, Any], table: str) -> str:
         f"{m['prometheus']}. Prometheus, the fake kube-apiserver, the scan and the reference strategies share the machine.",
         "",
         f"Command: `make bench` (= `.venv/bin/python {report['command']}`); total {report['total_s'] / 60:.1f} min.",
+        "",
+        _noise(sizes),
         "",
         "Fleet: `FleetSpec(layout=\"random\", metrics=\"" + (sizes[0]["metrics"] if sizes else "full") + f"\")`, {report['history_s'] // 60} min of history "
         f"(a {report['window_s'] // 60} min window + 10 min) at a {report['step_s']} s step, every DCGM field of the generator (activity, SM, "

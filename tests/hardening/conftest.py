@@ -92,7 +92,8 @@ def audited_slack(audited_slack_server: AuditedSlack) -> AuditedSlack:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print the hardening figures when any hardening test ran."""
-    if not (_FIGURES.faults or _FIGURES.bad_inputs or _FIGURES.produced or _FIGURES.scans or _FIGURES.hostile_names):
+    if not (_FIGURES.faults or _FIGURES.bad_inputs or _FIGURES.produced or _FIGURES.scans or _FIGURES.hostile_names
+            or _FIGURES.notes):
         return
     terminalreporter.section("gpuwaste hardening figures")
     for line in _FIGURES.lines():

@@ -322,8 +322,7 @@ def _roots(monkeypatch: pytest.MonkeyPatch, slack: AuditedSlack, jira: FakeJira)
     out = {"scan": MemoryQueue(), "price": MemoryQueue(), "alerts": MemoryQueue(), "tickets": MemoryQueue()}
     store = SqliteFindingStore(":memory:")
     cfg = GpuWasteConfig()
-    scanned: list[Any] = []
-    monkeypatch.setattr(scan_root, "scan", lambda request: scanned.append(request) or out["scan"].send([request]))
+    monkeypatch.setattr(scan_root, "scan", lambda request: out["scan"].send([request]))
     monkeypatch.setattr(price_root, "pricing_service", lambda: PriceService(price_book=local.price_book(cfg), queue=out["price"]))
     monkeypatch.setattr(dedupe_root, "lifecycle_service", lambda: LifecycleService(
         store=store, alerts=out["alerts"], tickets=out["tickets"], settings=LifecycleSettings(), clock=DayClock(AT)))

@@ -214,7 +214,7 @@ def tenant_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
     spec = FleetSpec(layout="random", nodes=3, seed=5, label_style="pod", cluster="hostile",
                      instance_types=("g5.12xlarge", "g6.xlarge"), history_s=1500)
     fleet = generate_fleet(spec)
-    uuids = sorted({s.labels.get("UUID") for s in fleet.iter_series() if s.labels.get("UUID")})
+    uuids = sorted({s.labels["UUID"] for s in fleet.iter_series() if s.labels.get("UUID")})
     tenant = {u: PROMQL_HOSTILE[i % len(PROMQL_HOSTILE)] for i, u in enumerate(uuids)}
     series = []
     for s in fleet.iter_series():

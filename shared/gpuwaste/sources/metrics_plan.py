@@ -9,10 +9,22 @@ Contract (for detectors and for whoever extends the plan):
 * **GPU metrics** (`scope="gpu"`): the DCGM fields of `models.telemetry.Signal`, each with the other names
   an exporter may use for it (lower-cased Azure spellings, the dcgm-exporter 1.x compatibility names
   such as `dcgm_gpu_utilization`, DCGM 4.6 renamed fields such as `DCGM_FI_DEV_GPU_UTIL_RATIO`). Every
-  alias is stored under the canonical name. They are summarised with the full `WindowStats` (count, sum,
-  max, min, p95, changes, recent count, highest 10-minute average), counters included (the data-quality
-  detector reads `changes` of the energy counter). Rows are grouped into devices by
+  alias is stored under the canonical name. Each is summarised with only the window statistics the
+  detectors read (`MetricSpec.stats`, see `GPU_STATS` below): the activity signals (SM, GR engine,
+  GPU_UTIL) get all eight (count, sum, max, min, p95, changes, recent count, highest 10-minute average);
+  the others get `count`, `sum`, `max` plus what their readers need (e.g. `changes` of the energy
+  counter for the frozen-exporter check, `max_avg_10m` of power, tensor and DRAM). A statistic not
+  computed gets a **neutral value** in `WindowStats` (both adapters fill it identically, see
+  `neutral_stats`): `p95` → `max` (an upper bound), `min` → 0.0 (a lower bound; every such metric is a
+  non-negative gauge), `max_avg_10m` → None (unknown; readers fall back to avg or max), `recent_count` →
+  `count` (never looks stale), `changes` → 0. Rows are grouped into devices by
   `sources.dcgm.build_gpu_telemetry`.
+* **Dropped labels** (GPU metrics only): labels nobody reads (`DROPPED_LABELS`: `pci_bus_id`, `device`,
+  `DCGM_FI_DRIVER_VERSION`, `job`, `endpoint`, `service`, …, minus any label the `TelemetryLabels`
+  settings name) are removed before merging. The PromQL plan aggregates them away
+  (`sum/max/min without (…)`, the same operators as `WindowStats.merge`); the recording path merges
+  series that differ only in those labels with `merge_dropped`, the same way (`series` stays 1, as
+  Prometheus cannot tell how many raw series it merged).
 * **Pod metrics** (`scope="pod"`): cAdvisor container CPU and inference-server series, attributed by
   their `namespace` and `pod` labels (series without both are ignored; cAdvisor's pod-level cgroup
   series, `container=""` or `container="POD"`, are excluded so containers are not counted twice).
@@ -51,6 +63,16 @@ MetricScope = Literal["gpu", "pod"]
 RATE_SUFFIX = ":rate"
 POD_SELF_CONTAINERS = ("", "POD")
 
+#: Every window statistic a `stats` summary can compute (PromQL branch names, see `sources.promql`).
+ALL_STATS: tuple[str, ...] = ("count", "sum", "max", "min", "p95", "changes", "recent", "max_avg_10m")
+_BASE_STATS = ("count", "sum", "max")
+
+#: Labels of DCGM series nothing reads; aggregated away before merging (see the module docstring).
+DROPPED_LABELS: tuple[str, ...] = (
+    "pci_bus_id", "device", "DCGM_FI_DRIVER_VERSION", "DCGM_FI_PROCESS_NAME", "job", "endpoint", "service",
+    "err_code", "err_msg",
+)
+
 
 @dataclass(frozen=True)
 class MetricSpec:
@@ -62,6 +84,8 @@ class MetricSpec:
         scope: "gpu" (grouped into devices by UUID) or "pod" (grouped by namespace + pod).
         aliases: other names of the same metric; their series are stored under `name`.
         exclude: (label, value) pairs whose series are ignored (an absent label counts as "").
+        stats: the window statistics computed for a `stats` summary (subset of `ALL_STATS`, always with
+            `count`, `sum` and `max`); empty means all of them.
     """
 
     name: str
@@ -69,11 +93,19 @@ class MetricSpec:
     scope: MetricScope
     aliases: tuple[str, ...] = ()
     exclude: tuple[tuple[str, str], ...] = ()
+    stats: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
         """The canonical name followed by every alias."""
         return (self.name, *self.aliases)
+
+    @property
+    def computed(self) -> tuple[str, ...]:
+        """The statistics this metric's summary computes, in `ALL_STATS` order."""
+        if not self.stats:
+            return ALL_STATS
+        return tuple(k for k in ALL_STATS if k in self.stats)
 
     @property
     def summary(self) -> Literal["stats", "rate"]:
@@ -90,13 +122,31 @@ class MetricSpec:
         return not any(labels.get(k, "") == v for k, v in self.exclude)
 
 
+#: The statistics each DCGM field's readers need (detectors and their evidence); absent: all of them.
+#: Activity signals: every statistic (idle/under-used verdicts, staleness, frozen exporter). Tensor and
+#: DRAM: averages and the highest 10-minute average (stalled, low bandwidth). Framebuffer: average and peak
+#: (held memory, right-sizing). Power: average, p95/peak evidence, 10-minute average (power ratio).
+#: Limits: the highest value. Energy counter: sample count and `changes` (frozen exporter).
+GPU_STATS: dict[Signal, tuple[str, ...]] = {
+    Signal.TENSOR_ACTIVE: ("count", "sum", "max", "max_avg_10m"),
+    Signal.DRAM_ACTIVE: ("count", "sum", "max", "max_avg_10m"),
+    Signal.MEM_COPY_UTIL: ("count", "sum", "max"),
+    Signal.FB_USED: ("count", "sum", "max", "max_avg_10m"),
+    Signal.FB_FREE: ("count", "sum", "max"),
+    Signal.POWER_USAGE: ("count", "sum", "max", "p95", "max_avg_10m"),
+    Signal.POWER_LIMIT: ("count", "sum", "max"),
+    Signal.POWER_MGMT_LIMIT: ("count", "sum", "max"),
+    Signal.TOTAL_ENERGY: ("count", "sum", "max", "changes"),
+}
+
+
 def _gpu(signal: Signal, *aliases: str) -> MetricSpec:
     kind: MetricKind = "counter" if signal is Signal.TOTAL_ENERGY else "gauge"
     names = [signal.value.lower()]
     for a in aliases:
         names.extend((a, a.lower()) if a != a.lower() else (a,))
     uniq = tuple(dict.fromkeys(n for n in names if n != signal.value))
-    return MetricSpec(signal.value, kind, "gpu", uniq)
+    return MetricSpec(signal.value, kind, "gpu", uniq, stats=GPU_STATS.get(signal, ()))
 
 
 #: DCGM fields the detectors read, with their 1.x-compatibility and DCGM 4.6 names.
@@ -178,6 +228,86 @@ class SeriesSummary(NamedTuple):
     stats: WindowStats | None
 
 
+def droppable_labels(labels: TelemetryLabels | None = None) -> tuple[str, ...]:
+    """`DROPPED_LABELS` minus every label the telemetry label settings read (so a custom setting wins)."""
+    settings = labels or TelemetryLabels()
+    read = {*settings.uuid_labels, *settings.hostname_labels, *settings.gpu_instance_labels,
+            *settings.mig_profile_labels, *settings.model_labels}
+    return tuple(n for n in DROPPED_LABELS if n not in read)
+
+
+def neutral_stats(spec: MetricSpec, values: Mapping[str, float], *, series: int = 1) -> WindowStats:
+    """A `WindowStats` from the statistics `spec` computes, neutral values for the others.
+
+    Args:
+        spec: the plan entry (its `computed` statistics are read from `values`).
+        values: statistic name (`ALL_STATS`) → value; must hold `count`, `sum` and `max`.
+        series: raw series merged into this summary.
+
+    Returns:
+        The summary; statistics outside `spec.computed` get: p95 → max, min → 0.0, max_avg_10m → None,
+        recent_count → count, changes → 0 (see the module docstring).
+    """
+    computed = spec.computed
+    count = int(values["count"])
+    mx = values["max"]
+    m10 = values.get("max_avg_10m") if "max_avg_10m" in computed else None
+    return WindowStats(
+        count=count,
+        total=values["sum"],
+        max=mx,
+        min=values["min"] if "min" in computed else 0.0,
+        p95=values["p95"] if "p95" in computed else mx,
+        max_avg_10m=m10,
+        recent_count=int(values.get("recent", 0)) if "recent" in computed else count,
+        changes=int(values.get("changes", 0)) if "changes" in computed else 0,
+        series=series,
+    )
+
+
+def _restrict(spec: MetricSpec, stats: WindowStats) -> WindowStats:
+    """A full Python summary reduced to what the spec computes (exactly what the PromQL plan returns)."""
+    if not spec.stats:
+        return stats
+    values: dict[str, float] = {"count": stats.count, "sum": stats.total, "max": stats.max, "min": stats.min,
+                                "p95": stats.p95, "changes": stats.changes, "recent": stats.recent_count}
+    if stats.max_avg_10m is not None:
+        values["max_avg_10m"] = stats.max_avg_10m
+    return neutral_stats(spec, values, series=stats.series)
+
+
+def _merge_aggregated(a: WindowStats, b: WindowStats) -> WindowStats:
+    """Two summaries merged as `sum/max/min without (…)` merges them in PromQL (one result series)."""
+    return a.merge(b).model_copy(update={"series": 1})
+
+
+def merge_dropped(summaries: Iterable[SeriesSummary], drop: Sequence[str]) -> list[SeriesSummary]:
+    """GPU summaries without the `drop` labels, merged when that makes their labels equal (PromQL `without`).
+
+    Pod summaries pass unchanged. Merging follows the plan's aggregation operators: sum of count, sum,
+    changes and recent count, max of max, p95 and max_avg_10m, min of min (`WindowStats.merge`).
+    """
+    if not drop:
+        return list(summaries)
+    dropped = frozenset(drop)
+    out: list[SeriesSummary] = []
+    merged: dict[tuple[str, tuple[tuple[str, str], ...]], SeriesSummary] = {}
+    for s in sorted(summaries, key=_order):
+        if s.spec.scope != "gpu" or s.spec.summary != "stats" or s.stats is None:
+            out.append(s)
+            continue
+        labels = {k: v for k, v in s.labels.items() if k not in dropped}
+        key = (s.spec.name, tuple(sorted(labels.items())))
+        prev = merged.get(key)
+        if prev is None:
+            merged[key] = SeriesSummary(s.spec, labels, s.samples, s.stats)
+        else:
+            assert prev.stats is not None
+            merged[key] = SeriesSummary(s.spec, labels, prev.samples + s.samples, _merge_aggregated(prev.stats, s.stats))
+    out.extend(merged.values())
+    return out
+
+
 def rate_stats(rate: float, *, count: int, resets: int, recent_count: int) -> WindowStats:
     """The `WindowStats` of one counter series summarised as a rate (see the module docstring)."""
     return WindowStats(count=count, total=rate, max=rate, min=rate, p95=rate, recent_count=recent_count, changes=resets)
@@ -196,7 +326,7 @@ def summarise_samples(
     """Summarise one recorded series exactly as the PromQL plan does; None when the window holds no sample."""
     if spec.summary == "stats":
         stats = window_stats(timestamps_ms, values, eval_ms=eval_ms, window_ms=window_ms, recent_ms=recent_ms)
-        return None if stats is None else SeriesSummary(spec, clean_labels(labels), stats.count, stats)
+        return None if stats is None else SeriesSummary(spec, clean_labels(labels), stats.count, _restrict(spec, stats))
     lo = bisect.bisect_left(timestamps_ms, eval_ms - window_ms)
     hi = bisect.bisect_right(timestamps_ms, eval_ms)
     if hi <= lo:
@@ -237,8 +367,16 @@ def _order(s: SeriesSummary) -> tuple[str, tuple[tuple[str, str], ...]]:
     return (s.spec.name, tuple(sorted(s.labels.items())))
 
 
-def assemble(summaries: Iterable[SeriesSummary], labels: TelemetryLabels | None = None) -> WindowParts:
-    """Group series summaries into devices and pods, in a fixed order so both adapters sum floats alike."""
+def assemble(summaries: Iterable[SeriesSummary], labels: TelemetryLabels | None = None, *, drop: bool = True) -> WindowParts:
+    """Group series summaries into devices and pods, in a fixed order so both adapters sum floats alike.
+
+    Args:
+        summaries: per-series summaries. labels: label-name settings.
+        drop: merge GPU series that differ only in `droppable_labels` first (`merge_dropped`); the
+            Prometheus adapter passes False, its queries already aggregated those labels away.
+    """
+    if drop:
+        summaries = merge_dropped(summaries, droppable_labels(labels))
     ordered = sorted(summaries, key=_order)
     rows: list[tuple[str, dict[str, str], WindowStats]] = []
     pods: dict[tuple[str, str], dict[str, WindowStats]] = {}
@@ -273,7 +411,10 @@ def assemble(summaries: Iterable[SeriesSummary], labels: TelemetryLabels | None 
 
 
 __all__ = [
+    "ALL_STATS",
+    "DROPPED_LABELS",
     "GPU_METRICS",
+    "GPU_STATS",
     "PLAN",
     "POD_METRICS",
     "MetricSpec",
@@ -281,6 +422,9 @@ __all__ = [
     "WindowParts",
     "assemble",
     "clean_labels",
+    "droppable_labels",
+    "merge_dropped",
+    "neutral_stats",
     "rate_stats",
     "spec_for",
     "summarise_samples",

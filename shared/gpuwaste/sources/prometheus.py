@@ -33,7 +33,7 @@ from gpuwaste.errors import ConfigError, GpuWasteError, PermanentError, SourceAu
 from gpuwaste.models.telemetry import TelemetryWindow, WindowStats
 from gpuwaste.settings import PrometheusSettings, TelemetryLabels
 from gpuwaste.sources.exposition import RecordedSeries
-from gpuwaste.sources.metrics_plan import PLAN, MetricSpec, SeriesSummary, assemble, clean_labels, rate_stats
+from gpuwaste.sources.metrics_plan import PLAN, MetricSpec, SeriesSummary, assemble, clean_labels, droppable_labels, neutral_stats, rate_stats
 from gpuwaste.sources.promql import RECENT_S, STAT_LABEL, raw_samples_query, scan_queries, series_count_query
 
 logger = logging.getLogger(__name__)
@@ -303,13 +303,13 @@ class PrometheusGpuMetricsSource:
         """
         window_s = int(window.total_seconds())
         recent_s = min(RECENT_S, window_s)
-        queries = scan_queries(window_s=window_s, matchers=self.matchers, plan=self.plan)
+        queries = scan_queries(window_s=window_s, matchers=self.matchers, plan=self.plan, drop=droppable_labels(self.labels))
         t0 = time.perf_counter()
         results = self._run_all([(spec.name, q) for spec, q in queries], at)
         summaries: list[SeriesSummary] = []
         for (spec, _q), result in zip(queries, results, strict=True):
             summaries.extend(self._summaries(spec, result))
-        parts = assemble(summaries, self.labels)
+        parts = assemble(summaries, self.labels, drop=False)  # the queries already aggregated the dropped labels
         logger.info(
             "prometheus telemetry read",
             extra={"cluster": self.cluster, "queries": len(queries), "gpus": len(parts.gpus), "seconds": round(time.perf_counter() - t0, 3)},
@@ -354,22 +354,13 @@ class PrometheusGpuMetricsSource:
                     rate, count=count, resets=int(st.get("resets", 0)), recent_count=int(st.get("recent", 0))
                 )
             else:
-                missing = [k for k in ("sum", "max", "min", "p95") if k not in st]
+                missing = [k for k in ("sum", "max", "min", "p95") if k in spec.computed and k not in st]
                 if missing:
                     raise PermanentError(
                         f"Prometheus at {self.url}: incomplete answer to the {spec.name} query (no {', '.join(missing)} "
                         "for a series that has samples); is a proxy dropping series?"
                     )
-                stats = WindowStats(
-                    count=count,
-                    total=st["sum"],
-                    max=st["max"],
-                    min=st["min"],
-                    p95=st["p95"],
-                    max_avg_10m=st.get("max_avg_10m"),
-                    recent_count=int(st.get("recent", 0)),
-                    changes=int(st.get("changes", 0)),
-                )
+                stats = neutral_stats(spec, st)
             out.append(SeriesSummary(spec, labels, count, stats))
         return out
 
