@@ -19,12 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from gpuwaste.detectors.settings import DetectorSettings
 from gpuwaste.errors import ConfigError
+from gpuwaste.models.base import SettingsModel
 from gpuwaste.pricing.catalog import PriceOverrides
 
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 
 
-class TelemetryLabels(BaseModel):
+class TelemetryLabels(SettingsModel):
     """Label names of the dcgm-exporter series (they vary with exporter flags and scrape config).
 
     Attributes:
@@ -44,7 +45,7 @@ class TelemetryLabels(BaseModel):
 
 
 
-class ClusterReadSettings(BaseModel):
+class ClusterReadSettings(SettingsModel):
     """What counts as a GPU and as a GPU exporter when reading the cluster.
 
     Attributes:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpuwaste.detectors.context import ActivityReading, Allocation, ScanContext
+from gpuwaste.detectors.readings import activity_confidence, readable
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
-from gpuwaste.models.cluster import PodPhase
-from gpuwaste.models.findings import Confidence, Evidence, Finding, IdleMode, WasteKind
+from gpuwaste.models.base import SettingsModel
+from gpuwaste.models.findings import Evidence, Finding, IdleMode, WasteKind
 from gpuwaste.models.telemetry import Signal
 
 _ACTIVITY = tuple(s.value for s in (Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL))
@@ -21,7 +22,7 @@ INFERENCE_IMAGES = ("vllm", "text-generation-inference", "tritonserver", "sglang
 NOTEBOOK_KINDS = frozenset({"Notebook", "StatefulSet"})
 
 
-class IdleSettings(BaseModel):
+class IdleSettings(SettingsModel):
     """Idle allocation: activity stays under `max_activity_ratio` over the window.
 
     Attributes:
@@ -36,7 +37,7 @@ class IdleSettings(BaseModel):
     held_memory_mib: float = Field(1024, ge=0)
 
 
-class UnderusedSettings(BaseModel):
+class UnderusedSettings(SettingsModel):
     """Under-used allocation: every 10-minute average of SM activity stays under `max_avg_10m_ratio`.
 
     Attributes:
@@ -46,27 +47,8 @@ class UnderusedSettings(BaseModel):
     max_avg_10m_ratio: float = Field(0.20, ge=0, le=1)
 
 
-def _too_young(ctx: ScanContext, alloc: Allocation) -> bool:
-    started = alloc.pod.started_at or alloc.pod.created_at
-    return started is not None and (ctx.eval_time - started).total_seconds() < ctx.common.pod_grace_s
-
-
-def _readable(ctx: ScanContext, alloc: Allocation, name: str) -> ActivityReading | NoVerdict | None:
-    """The allocation's activity, a NoVerdict, or None (data quality reports the gap)."""
-    if alloc.pod.phase is not PodPhase.RUNNING or not alloc.devices:
-        return None
-    subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
-    if _too_young(ctx, alloc):
-        return NoVerdict(name, subject, f"pod younger than {ctx.common.pod_grace_s}s")
-    problems = {p for d in alloc.devices if (p := ctx.device_problem(d))}
-    if problems:
-        return NoVerdict(name, subject, "untrusted telemetry: " + ", ".join(sorted(problems)))
-    act = ctx.activity(alloc.devices, alloc.pod)
-    if act is None:
-        return NoVerdict(name, subject, "no activity signal on its GPUs")
-    if act.coverage < ctx.common.min_coverage:
-        return NoVerdict(name, subject, f"coverage {act.coverage:.0%} < {ctx.common.min_coverage:.0%}")
-    return act
+def _fmt_share(share: Decimal) -> str:
+    return f"{share.normalize():f}" if share == share.to_integral() else f"{share.quantize(Decimal('0.0001'))}"
 
 
 def idle_mode(ctx: ScanContext, alloc: Allocation) -> IdleMode:
@@ -90,12 +72,6 @@ def _supporting(ctx: ScanContext, alloc: Allocation) -> list[Evidence]:
     return out
 
 
-def _confidence(act: ActivityReading) -> Confidence:
-    if act.signal is Signal.GPU_UTIL:
-        return Confidence.MEDIUM if act.coverage >= 0.95 else Confidence.LOW
-    return Confidence.HIGH if act.coverage >= 0.95 else Confidence.MEDIUM
-
-
 def is_idle(act: ActivityReading, settings: IdleSettings) -> bool:
     """True when the reading meets the idle criterion of `settings`."""
     value = {"p95": act.p95, "max": act.max, "avg": act.avg}[settings.statistic]
@@ -107,7 +83,7 @@ def is_idle(act: ActivityReading, settings: IdleSettings) -> bool:
 def detect_idle_allocation(ctx: ScanContext, settings: IdleSettings) -> DetectorOutput:
     """Flag running pods whose GPUs stayed under the idle activity threshold for the whole window."""
     for alloc in ctx.allocations:
-        act = _readable(ctx, alloc, "idle_allocation")
+        act = readable(ctx, alloc, "idle_allocation")
         if act is None or isinstance(act, NoVerdict):
             if act is not None:
                 yield act
@@ -132,7 +108,7 @@ def detect_idle_allocation(ctx: ScanContext, settings: IdleSettings) -> Detector
             evidence=(act.evidence(ctx.window_s, threshold=settings.max_activity_ratio,
                                    comparison=f"{settings.statistic} < {settings.max_activity_ratio} and every 10-min avg < {settings.max_activity_ratio} ({pct:g} %)"),
                       *support),
-            confidence=_confidence(act),
+            confidence=activity_confidence(act),
             idle_mode=mode,
             observed_at=ctx.eval_time,
             window_s=ctx.window_s,
@@ -159,7 +135,7 @@ def _idle_advice(mode: IdleMode) -> str:
 def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -> DetectorOutput:
     """Flag running pods whose every 10-minute average activity stayed under 20 % (not idle)."""
     for alloc in ctx.allocations:
-        act = _readable(ctx, alloc, "underused_allocation")
+        act = readable(ctx, alloc, "underused_allocation")
         if act is None or isinstance(act, NoVerdict):
             if act is not None:
                 yield act
@@ -178,10 +154,11 @@ def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -
             evidence=(act.evidence(ctx.window_s, threshold=settings.max_avg_10m_ratio,
                                    comparison=f"highest 10-min avg < {settings.max_avg_10m_ratio} ({settings.max_avg_10m_ratio * 100:g} %)"),
                       *_supporting(ctx, alloc)),
-            confidence=_confidence(act),
+            confidence=activity_confidence(act),
             observed_at=ctx.eval_time,
             window_s=ctx.window_s,
             wasted_gpu_share=wasted,
             details={"activity_signal": act.signal.value, "activity_avg_ratio": round(act.avg, 6),
+                     "wasted_share_formula": f"{_fmt_share(alloc.share)} GPU held × (1 − {used} average activity) = {wasted} GPU",
                      "attribution": alloc.attribution.value},
         )

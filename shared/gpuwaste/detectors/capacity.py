@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpuwaste.detectors.context import ScanContext
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Confidence, Evidence, Finding, IdleMode, WasteKind
 from gpuwaste.models.telemetry import Signal
 
 
-class UnallocatedSettings(BaseModel):
+class UnallocatedSettings(SettingsModel):
     """Unallocated capacity.
 
     Attributes:

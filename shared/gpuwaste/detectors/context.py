@@ -13,14 +13,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, gpu_share_for_request
 from gpuwaste.models.findings import Attribution, Evidence, GpuRef, Subject
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, GpuTelemetry, Signal, TelemetryWindow, WindowStats
 
 
-class CommonSettings(BaseModel):
+class CommonSettings(SettingsModel):
     """Settings shared by every detector.
 
     Attributes:

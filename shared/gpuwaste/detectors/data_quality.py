@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpuwaste.detectors.context import Allocation, ScanContext
 from gpuwaste.detectors.registry import DetectorOutput, detector
+from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Attribution, Confidence, Evidence, Finding, Subject, WasteKind
 from gpuwaste.models.telemetry import GpuTelemetry, Signal
@@ -15,7 +16,7 @@ from gpuwaste.models.telemetry import GpuTelemetry, Signal
 KNOWN_GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 
 
-class DataQualitySettings(BaseModel):
+class DataQualitySettings(SettingsModel):
     """Data-quality checks.
 
     Attributes:
@@ -57,6 +58,13 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
                   f"The telemetry holds one sample per series ({physical} GPU(s), {mig} MIG instance(s)): no verdict on sustained use",
                   "Record a window (gpuwaste record, or a Prometheus with history) to judge idleness.", "all",
                   confidence=Confidence.HIGH)
+    no_telemetry = not ctx.telemetry.gpus and any(inv.expected_gpus() for inv in ctx.nodes.values())
+    if no_telemetry:
+        yield _dq(ctx, Subject(cluster=cluster, attribution=Attribution.NODE), "no_telemetry",
+                  f"No DCGM series at all in the window ending {ctx.eval_time:%Y-%m-%d %H:%M}Z, "
+                  f"while {sum(1 for inv in ctx.nodes.values() if inv.expected_gpus())} node(s) have GPUs",
+                  "Check the evaluation time (--at), the Prometheus URL and that dcgm-exporter is scraped; "
+                  "`gpuwaste doctor` lists what is missing. Nothing is judged idle without telemetry.", "all")
     for alloc in ctx.allocations:
         yield from _allocation_checks(ctx, alloc, settings)
     for inv in ctx.nodes.values():
@@ -65,7 +73,7 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
                           instance_type=node.instance_type if node else None, attribution=Attribution.NODE)
         expected = inv.expected_gpus()
         seen = len(inv.physical_uuids)
-        if expected and seen < expected:
+        if expected and seen < expected and not no_telemetry:
             yield _dq(ctx, subject.model_copy(update={"gpu_share": Decimal(expected - seen)}), "unmonitored_gpus",
                       f"Node {inv.name} has {expected} GPU(s) but DCGM reports {seen}",
                       "The missing GPUs are billed but unmonitored (broken GPU, crashed exporter): check nvidia-smi and the dcgm-exporter pod on the node.",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpuwaste.detectors.context import Allocation, ScanContext
 from gpuwaste.detectors.readings import activity_confidence, lower, physical_power, readable, stat
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Finding, WasteKind
 from gpuwaste.models.telemetry import Signal
 
@@ -16,7 +17,7 @@ _ACTIVITY = (Signal.SM_ACTIVE.value, Signal.GR_ENGINE_ACTIVE.value, Signal.GPU_U
 _SHARE = Decimal("0.0001")
 
 
-class PowerAnomalySettings(BaseModel):
+class PowerAnomalySettings(SettingsModel):
     """Power anomaly: the board draws near its limit while the SMs do little (memory-bound or spinning).
 
     Attributes:
@@ -28,7 +29,7 @@ class PowerAnomalySettings(BaseModel):
     max_activity_ratio: float = Field(0.20, ge=0, le=1)
 
 
-class LowBandwidthSettings(BaseModel):
+class LowBandwidthSettings(SettingsModel):
     """Low memory bandwidth: neither compute-bound nor memory-bound.
 
     Attributes:

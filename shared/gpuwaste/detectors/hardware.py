@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpuwaste.detectors.context import Allocation, ScanContext
 from gpuwaste.detectors.readings import pod_gauge, readable
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Confidence, Evidence, Finding, WasteKind
 from gpuwaste.models.telemetry import Signal
 
@@ -24,7 +25,7 @@ KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 _ARG = r"--{name}(?:=|\s+)(\S+)"
 
 
-class WrongHardwareSettings(BaseModel):
+class WrongHardwareSettings(SettingsModel):
     """Wrong hardware.
 
     Attributes:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpuwaste.detectors.context import Allocation, ScanContext
 from gpuwaste.detectors.readings import pod_evidence, pod_gauge, pod_rate, rate_evidence
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Confidence, Evidence, Finding, IdleMode, WasteKind
 from gpuwaste.models.telemetry import Signal, WindowStats
@@ -32,7 +33,7 @@ SERVING_SIGNALS = (*KV_USAGE, VLLM_RUNNING, VLLM_WAITING, VLLM_PREEMPT + ":rate"
                    TGI_QUEUE, TGI_BATCH, TRITON_SUCCESS + ":rate", TRITON_QUEUE_US + ":rate")
 
 
-class KvCachePressureSettings(BaseModel):
+class KvCachePressureSettings(SettingsModel):
     """KV-cache pressure.
 
     Attributes:
@@ -50,7 +51,7 @@ class KvCachePressureSettings(BaseModel):
     triton_max_queue_ms: float = Field(100.0, gt=0)
 
 
-class InferenceIdleSettings(BaseModel):
+class InferenceIdleSettings(SettingsModel):
     """Inference idle: the server holds GPUs but serves nothing.
 
     Attributes:

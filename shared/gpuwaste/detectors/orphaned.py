@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpuwaste.detectors.allocation import IdleSettings, idle_mode, is_idle
 from gpuwaste.detectors.context import Allocation, ScanContext
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Confidence, Evidence, Finding, IdleMode, WasteKind
 
 NOTEBOOK_ACTIVITY_ANNOTATION = "notebooks.kubeflow.org/last-activity"
 
 
-class OrphanedSettings(BaseModel):
+class OrphanedSettings(SettingsModel):
     """Orphaned workloads (cluster state only; no telemetry needed).
 
     Attributes:

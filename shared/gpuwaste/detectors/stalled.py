@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpuwaste.detectors.context import Allocation, ScanContext
 from gpuwaste.detectors.readings import physical_power, readable
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Confidence, Evidence, Finding, WasteKind
 from gpuwaste.models.telemetry import Signal
 
 
-class StalledSettings(BaseModel):
+class StalledSettings(SettingsModel):
     """Stalled: busy-looking utilisation, near-zero tensor and DRAM work, near-idle power, for long enough.
 
     Attributes:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from gpuwaste.detectors.context import ScanContext
 from gpuwaste.detectors.readings import activity_confidence, pod_rate, rate_evidence, readable
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Finding, WasteKind
 from gpuwaste.models.telemetry import Signal
 
@@ -17,7 +18,7 @@ CFS_THROTTLED = "container_cpu_cfs_throttled_periods_total"
 CFS_PERIODS = "container_cpu_cfs_periods_total"
 
 
-class CpuBoundSettings(BaseModel):
+class CpuBoundSettings(SettingsModel):
     """CPU-bound starvation.
 
     Attributes:

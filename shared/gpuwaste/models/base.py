@@ -22,3 +22,9 @@ def ensure_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         raise ValueError("datetime must be timezone-aware (UTC)")
     return value.astimezone(UTC)
+
+
+class SettingsModel(BaseModel):
+    """Base of every settings block: unknown keys are refused, so a typo never silently keeps a default."""
+
+    model_config = ConfigDict(extra="forbid")

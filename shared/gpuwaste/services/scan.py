@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from gpuwaste.detectors import DetectorSettings, NoVerdict, build_context, run_detectors
 from gpuwaste.detectors.context import ScanContext
+from gpuwaste.errors import ConfigError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS
@@ -21,6 +22,9 @@ from gpuwaste.pricing.cost import price_finding
 from gpuwaste.pricing.power import power_limits_w
 
 logger = logging.getLogger(__name__)
+
+#: The shortest window a scan accepts: every rule uses 10-minute averages, and stale/frozen checks need 20 samples.
+MIN_WINDOW = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,11 @@ class ScanService:
         self.cluster_source = cluster_source
         self.telemetry_source = telemetry_source
         self.settings = settings or DetectorSettings()
+        if window < MIN_WINDOW:
+            raise ConfigError(
+                f"scan window {int(window.total_seconds())} s is too short: the detectors use 10-minute averages "
+                f"and need at least {int(MIN_WINDOW.total_seconds())} s (e.g. --window 10m or more)"
+            )
         self.window = window
         self.price_book = price_book
         self.queue = queue

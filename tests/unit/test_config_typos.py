@@ -1,0 +1,29 @@
+"""Unit tests: a typo anywhere in the configuration document is refused with its field path."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuwaste.errors import ConfigError
+from gpuwaste.settings import parse_config
+
+
+@pytest.mark.parametrize(
+    ("document", "path"),
+    [
+        ("detectors: {underused_allocation: {max_avg_10m_ratoi: 0.15}}", "detectors.underused_allocation.max_avg_10m_ratoi"),
+        ("detectors: {idle_allocation: {max_activty_ratio: 0.1}}", "detectors.idle_allocation.max_activty_ratio"),
+        ("detectors: {common: {min_coverag: 0.5}}", "detectors.common.min_coverag"),
+        ("detectors: {stalled: {bogus: 1}}", "detectors.stalled.bogus"),
+        ("clusters: [{name: a, labels: {pod_lable: auto}}]", "clusters.0.labels.pod_lable"),
+        ("clusters: [{name: a, read: {gpu_resource_name: [x]}}]", "clusters.0.read.gpu_resource_name"),
+    ],
+)
+def test_parse_config_typo_in_nested_settings_is_refused(document: str, path: str) -> None:
+    # GIVEN a configuration with a misspelt key deep in a settings block
+    # WHEN it is parsed
+    with pytest.raises(ConfigError) as err:
+        parse_config(document, source="cfg.yaml")
+    # THEN the error names the field path and says extra inputs are not permitted
+    assert path in str(err.value)
+    assert "Extra inputs are not permitted" in str(err.value)
