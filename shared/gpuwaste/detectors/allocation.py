@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from gpuwaste.detectors.context import ActivityReading, Allocation, ScanContext
-from gpuwaste.detectors.readings import activity_confidence, readable
+from gpuwaste.detectors.readings import activity_confidence, judged_allocations
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Evidence, Finding, IdleMode, WasteKind
@@ -82,12 +82,11 @@ def is_idle(act: ActivityReading, settings: IdleSettings) -> bool:
 @detector("idle_allocation", settings=IdleSettings, needs_any=_ACTIVITY, optional=_OPTIONAL, superseded_by=("orphaned", "stalled"))
 def detect_idle_allocation(ctx: ScanContext, settings: IdleSettings) -> DetectorOutput:
     """Flag running pods whose GPUs stayed under the idle activity threshold for the whole window."""
-    for alloc in ctx.allocations:
-        act = readable(ctx, alloc, "idle_allocation")
-        if act is None or isinstance(act, NoVerdict):
-            if act is not None:
-                yield act
+    for item in judged_allocations(ctx, "idle_allocation"):
+        if isinstance(item, NoVerdict):
+            yield item
             continue
+        alloc, act = item
         if not is_idle(act, settings):
             continue
         mode = idle_mode(ctx, alloc)
@@ -134,12 +133,11 @@ def _idle_advice(mode: IdleMode) -> str:
 )
 def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -> DetectorOutput:
     """Flag running pods whose every 10-minute average activity stayed under 20 % (not idle)."""
-    for alloc in ctx.allocations:
-        act = readable(ctx, alloc, "underused_allocation")
-        if act is None or isinstance(act, NoVerdict):
-            if act is not None:
-                yield act
+    for item in judged_allocations(ctx, "underused_allocation"):
+        if isinstance(item, NoVerdict):
+            yield item
             continue
+        alloc, act = item
         peak = act.max_avg_10m if act.max_avg_10m is not None else act.avg
         if peak >= settings.max_avg_10m_ratio:
             continue

@@ -7,7 +7,7 @@ from decimal import Decimal
 from pydantic import Field
 
 from gpuwaste.detectors.context import Allocation, ScanContext
-from gpuwaste.detectors.readings import activity_confidence, lower, physical_power, readable, stat
+from gpuwaste.detectors.readings import activity_confidence, judged_allocations, lower, physical_power, stat
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Finding, WasteKind
@@ -57,12 +57,11 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
     GPU (B06), and the verdict needs every instance of that GPU to be low, so one tenant is not blamed
     for another's draw.
     """
-    for alloc in ctx.allocations:
-        act = readable(ctx, alloc, "power_anomaly")
-        if act is None or isinstance(act, NoVerdict):
-            if act is not None:
-                yield act
+    for item in judged_allocations(ctx, "power_anomaly"):
+        if isinstance(item, NoVerdict):
+            yield item
             continue
+        alloc, act = item
         peak = act.max_avg_10m if act.max_avg_10m is not None else act.avg
         if peak >= settings.max_activity_ratio:
             continue
@@ -128,12 +127,11 @@ def _mig_siblings_low(ctx: ScanContext, alloc: Allocation, settings: PowerAnomal
 )
 def detect_low_memory_bandwidth(ctx: ScanContext, settings: LowBandwidthSettings) -> DetectorOutput:
     """Flag pods whose DRAM activity stays under 30 % (every 10-min average) while SM activity stays low."""
-    for alloc in ctx.allocations:
-        act = readable(ctx, alloc, "low_memory_bandwidth")
-        if act is None or isinstance(act, NoVerdict):
-            if act is not None:
-                yield act
+    for item in judged_allocations(ctx, "low_memory_bandwidth"):
+        if isinstance(item, NoVerdict):
+            yield item
             continue
+        alloc, act = item
         if act.p95 >= settings.max_activity_p95_ratio:
             continue
         dram = stat(ctx, alloc, Signal.DRAM_ACTIVE)

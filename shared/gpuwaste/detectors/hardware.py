@@ -15,7 +15,7 @@ from decimal import Decimal
 from pydantic import Field
 
 from gpuwaste.detectors.context import Allocation, ScanContext
-from gpuwaste.detectors.readings import pod_gauge, readable
+from gpuwaste.detectors.readings import judged_allocations, pod_gauge
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Confidence, Evidence, Finding, WasteKind
@@ -121,12 +121,11 @@ def detect_wrong_hardware(ctx: ScanContext, settings: WrongHardwareSettings) -> 
         yield NoVerdict("wrong_hardware", ctx.cluster.cluster,
                         f"window {ctx.window_s}s shorter than the {settings.lookback_s}s look-back (scan with --window 7d)")
         return
-    for alloc in ctx.allocations:
-        act = readable(ctx, alloc, "wrong_hardware")
-        if act is None or isinstance(act, NoVerdict):
-            if act is not None:
-                yield act
+    for item in judged_allocations(ctx, "wrong_hardware"):
+        if isinstance(item, NoVerdict):
+            yield item
             continue
+        alloc, act = item
         subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
         peak = act.max_avg_10m if act.max_avg_10m is not None else act.max
         if peak >= settings.max_activity_ratio:

@@ -7,6 +7,7 @@ window summed over the pod's series (never read `.avg` of a rate).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpuwaste.detectors.context import ActivityReading, Allocation, ScanContext
@@ -39,6 +40,14 @@ def readable(ctx: ScanContext, alloc: Allocation, name: str) -> ActivityReading 
     if act.coverage < ctx.common.min_coverage:
         return NoVerdict(name, subject, f"coverage {act.coverage:.0%} < {ctx.common.min_coverage:.0%}")
     return act
+
+
+def judged_allocations(ctx: ScanContext, name: str) -> Iterator[tuple[Allocation, ActivityReading] | NoVerdict]:
+    """Every running allocation with trusted activity, or the NoVerdict that says why it cannot be judged."""
+    for alloc in ctx.allocations:
+        act = readable(ctx, alloc, name)
+        if act is not None:
+            yield act if isinstance(act, NoVerdict) else (alloc, act)
 
 
 def activity_confidence(act: ActivityReading) -> Confidence:

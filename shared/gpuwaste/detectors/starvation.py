@@ -7,7 +7,7 @@ from decimal import Decimal
 from pydantic import Field
 
 from gpuwaste.detectors.context import ScanContext
-from gpuwaste.detectors.readings import activity_confidence, pod_rate, rate_evidence, readable
+from gpuwaste.detectors.readings import activity_confidence, judged_allocations, pod_rate, rate_evidence
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Finding, WasteKind
@@ -46,12 +46,11 @@ def detect_cpu_bound(ctx: ScanContext, settings: CpuBoundSettings) -> DetectorOu
     """
     if CFS_THROTTLED not in ctx.telemetry.metrics_present:
         return  # cAdvisor not scraped: `gpuwaste doctor` says so; no per-pod noise
-    for alloc in ctx.allocations:
-        act = readable(ctx, alloc, "cpu_bound")
-        if act is None or isinstance(act, NoVerdict):
-            if act is not None:
-                yield act
+    for item in judged_allocations(ctx, "cpu_bound"):
+        if isinstance(item, NoVerdict):
+            yield item
             continue
+        alloc, act = item
         if act.avg >= settings.max_activity_avg_ratio:
             continue
         ns, name = alloc.pod.namespace, alloc.pod.name
