@@ -142,3 +142,22 @@ def test_kv_cache_pressure_and_idle_for_tgi_and_triton(tmp_path):
     # THEN TGI's sustained queue is KV/batch pressure and the idle Triton server is inference idle
     assert kinds(sc, "tgi") == {"kv_cache_pressure"}
     assert kinds(sc, "triton") == {"inference_idle"}
+
+
+@pytest.mark.parametrize(("limit", "flagged"), [("8", True), ("8500m", True), ("9", False), (None, False)])
+def test_cpu_bound_cpu_usage_at_the_pods_cpu_limit_without_cfs_counters(tmp_path, limit, flagged):
+    # GIVEN a spiky GPU whose pod uses 7.9 CPU cores (cAdvisor) under a CPU limit of `limit`, no CFS counters
+    obj = pod("ml", "p", "n1")
+    if limit is not None:
+        obj["spec"]["containers"][0]["resources"]["limits"]["cpu"] = limit
+    lab = gpu(UUID)
+    def act(minute: float) -> float:
+        return 0.7 if int(minute * 2) % 4 < 2 else 0.02
+    series = [(SM, lab, act), (GR, lab, act), (CPU, pod_labels(container="loader"), counter(7.9))]
+    # WHEN scanned
+    sc = scan(tmp_path, series, [node("n1"), obj])
+    # THEN cpu_bound exactly when usage ≥ 90 % of the limit (7.9 ≥ 7.2 and 7.65; not ≥ 8.1; no limit → no verdict)
+    assert ("cpu_bound" in kinds(sc)) is flagged
+    if flagged:
+        (f,) = sc.of_kind(WasteKind.CPU_BOUND)
+        assert f.details["cpu_limit_use_ratio"] == pytest.approx(7.9 / float(limit.rstrip("m")) * (1000 if limit.endswith("m") else 1), rel=1e-3)

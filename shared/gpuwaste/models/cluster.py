@@ -61,6 +61,7 @@ class Pod(Frozen):
     Attributes:
         gpu_requests: effective request per GPU resource name (limits first, else requests;
             max(largest init container, sum of app containers)), as integers.
+        cpu_limit_cores: sum of the app containers' CPU limits (cores); None when any has no limit.
     """
 
     namespace: str
@@ -82,6 +83,7 @@ class Pod(Frozen):
     host_ip: str | None = None
     container_images: tuple[str, ...] = ()
     container_args: tuple[str, ...] = ()
+    cpu_limit_cores: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:

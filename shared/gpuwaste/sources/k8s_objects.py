@@ -80,6 +80,28 @@ def _gpu_requests(spec: Mapping[str, Any], patterns: tuple[str, ...], where: str
     return {k: v for k, v in eff.items() if v > 0}
 
 
+def cpu_cores(quantity: Any) -> float | None:
+    """A Kubernetes CPU quantity ("2", "1.5", "500m") in cores; None when absent or unreadable."""
+    if quantity in (None, ""):
+        return None
+    text = str(quantity).strip()
+    try:
+        return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    except ValueError:
+        return None
+
+
+def _cpu_limit(containers: Any) -> float | None:
+    """Sum of the app containers' CPU limits (cores); None when any container is unlimited."""
+    total = 0.0
+    for c in containers if isinstance(containers, list) else []:
+        limit = cpu_cores(((c or {}).get("resources") or {}).get("limits", {}).get("cpu")) if isinstance(c, Mapping) else None
+        if limit is None:
+            return None
+        total += limit
+    return total or None
+
+
 def _meta(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping) or not meta.get("name"):
@@ -142,6 +164,7 @@ def pod_from_dict(obj: Mapping[str, Any], patterns: tuple[str, ...] = DEFAULT_GP
         containers=tuple(str(c.get("name", "")) for c in containers),
         container_images=tuple(str(c.get("image", "")) for c in containers),
         container_args=tuple(" ".join(map(str, (c.get("command") or []) + (c.get("args") or []))) for c in containers),
+        cpu_limit_cores=_cpu_limit(containers),
         created_at=_ts(meta.get("creationTimestamp"), f"{where}.metadata.creationTimestamp"),
         started_at=_ts(status.get("startTime"), f"{where}.status.startTime"),
         finished_at=finished,
