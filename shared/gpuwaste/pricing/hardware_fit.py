@@ -19,8 +19,10 @@ from decimal import ROUND_HALF_UP, Decimal
 from gpuwaste.models.findings import Cost, Finding
 from gpuwaste.pricing.catalog import GpuHourRate, GpuModelSpec, PriceBook
 
-#: Dense (no sparsity) FP16/BF16 tensor TFLOPS per GPU from NVIDIA product datasheets; approximate, used only
-#: to tell whether a smaller model's compute covers a workload's peak activity.
+#: Dense (no sparsity) FP16/BF16 tensor TFLOPS per GPU from NVIDIA product datasheets (half the "with sparsity"
+#: figure NVIDIA headlines; e.g. L4 242 sparse → 121, L40S 733 → 362, A100 624 → 312, H100 SXM 1979 → 989 —
+#: L4/L40S/A100 cross-checked against third-party spec pages, 2026-11-29). Not in shared/reference/formats.md;
+#: approximate, used only to tell whether a smaller model's compute covers a workload's peak activity.
 TENSOR_TFLOPS: dict[str, float] = {
     "H100-SXM-80GB": 989.0,
     "H100-PCIE-80GB": 756.0,
