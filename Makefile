@@ -15,7 +15,8 @@ EVENT ?= events/scheduled_scan.json
 .PHONY: help install prometheus fmt lint test test-unit test-integration test-hardening test-aws demo bench scorecard coverage build invoke deploy clean check validate
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+	@if [ -t 1 ]; then c='\033[36m'; r='\033[0m'; else c=''; r=''; fi; \
+	grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -v c="$$c" -v r="$$r" 'BEGIN {FS = ":.*?## "}; {printf "  %s%-18s%s %s\n", c, $$1, r, $$2}'
 
 $(STAMP): shared/requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

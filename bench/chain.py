@@ -4,7 +4,9 @@
   (`PriceService`, `LifecycleService`, `NotifyService`) with the embedded pieces of the local command: the
   in-process queue (`queue.memory.MemoryQueue`, JSON bodies like SQS), the SQLite store
   (`store.sqlite.SqliteFindingStore`, a file) and the Slack notifier posting to the local Slack fake.
-  Every message crosses each queue as JSON and is parsed back, as in the deployed chain.
+  Every message crosses each queue as JSON and is parsed back, as in the deployed chain. Records are
+  handled in batches of 10, as the SQS event source mappings deliver them, and each batch's outputs are
+  sent together (`queue.batching.SendBatch`, what `bootstrap.batch.DeadLetterBatchProcessor` does).
 * **AWS calls per finding**: the same chain with `queue.sqs.SqsQueue` and `store.dynamodb.DynamoDbFindingStore`
   against moto's server, with the Lambda event source mappings played by a loop that receives 10 messages
   per call and deletes them in one batch. Every botocore call is counted with a `before-call` event hook.
@@ -31,6 +33,7 @@ from gpuwaste.models.findings import Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 
 SCAN_ID = "bench-scan-0001"
+RECORD_BATCH = 10  # SQS event source mapping batch size of price_findings and dedupe_findings (template.yaml)
 OWNERS = 20
 SLACK_FINDINGS = 1000
 
@@ -121,6 +124,7 @@ def next_scan(messages: list[FindingMessage], at: datetime, seq: int) -> tuple[l
 def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifier: Any) -> dict[str, Any]:
     """Send the findings and the scan completion through price → dedupe → notify; return timings and counts."""
     from gpuwaste.pricing.catalog import PriceBook
+    from gpuwaste.queue.batching import DeferredQueue, SendBatch
     from gpuwaste.services.lifecycle import LifecycleService
     from gpuwaste.services.notify import NotifyService
     from gpuwaste.services.price import PriceService
@@ -133,25 +137,43 @@ def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifi
                                                      scheduled_time=at, fingerprints=tuple(m.finding.fingerprint for m in messages)))
     timings["enqueue"] = time.perf_counter() - t
 
+    # the Lambda functions' batch processor sends a whole record batch's outputs together
+    # (`bootstrap.batch.DeadLetterBatchProcessor` + `queue.batching`); played here batch by batch
+    sends = SendBatch()
+    failed_records = 0
+
+    def batches(bodies: list[str]) -> Iterator[list[str]]:
+        for i in range(0, len(bodies), RECORD_BATCH):
+            yield bodies[i:i + RECORD_BATCH]
+
     t = time.perf_counter()
-    price = PriceService(price_book=PriceBook.bundled(), queue=ports.priced)
-    for body in ports.receive(ports.findings):
-        doc = json.loads(body)
-        if "finding" in doc:
-            price.price_and_forward(FindingMessage.model_validate(doc))
-        else:
-            price.forward_completed(ScanCompleted.model_validate(doc))
+    price = PriceService(price_book=PriceBook.bundled(), queue=DeferredQueue(ports.priced, sends))
+    for group in batches(ports.receive(ports.findings)):
+        sends.begin()
+        for i, body in enumerate(group):
+            sends.set_record(str(i))
+            doc = json.loads(body)
+            if "finding" in doc:
+                price.price_and_forward(FindingMessage.model_validate(doc))
+            else:
+                price.forward_completed(ScanCompleted.model_validate(doc))
+        failed_records += len(sends.flush())
     timings["price"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    lifecycle = LifecycleService(store=ports.store, alerts=ports.alerts, tickets=None, settings=LifecycleSettings(), clock=FixedClock(at))
+    lifecycle = LifecycleService(store=ports.store, alerts=DeferredQueue(ports.alerts, sends), tickets=None, settings=LifecycleSettings(),
+                                 clock=FixedClock(at))
     actions: Counter[str] = Counter()
-    for body in ports.receive(ports.priced):
-        doc = json.loads(body)
-        out = lifecycle.handle_finding(FindingMessage.model_validate(doc)) if "finding" in doc else \
-            lifecycle.handle_scan_completed(ScanCompleted.model_validate(doc))
-        for a in out.alerts:
-            actions[a.action.value] += 1
+    for group in batches(ports.receive(ports.priced)):
+        sends.begin()
+        for i, body in enumerate(group):
+            sends.set_record(str(i))
+            doc = json.loads(body)
+            out = lifecycle.handle_finding(FindingMessage.model_validate(doc)) if "finding" in doc else \
+                lifecycle.handle_scan_completed(ScanCompleted.model_validate(doc))
+            for a in out.alerts:
+                actions[a.action.value] += 1
+        failed_records += len(sends.flush())
     timings["dedupe"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -159,7 +181,7 @@ def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifi
     report = notify.plan_bodies(ports.receive(ports.alerts)).deliver_all()
     timings["notify"] = time.perf_counter() - t
     timings["total"] = sum(timings.values())
-    return {"findings": len(messages), "alerts": dict(actions), "posted": len(report.posted), "failed": len(report.failed),
+    return {"findings": len(messages), "alerts": dict(actions), "records_failed": failed_records, "posted": len(report.posted), "failed": len(report.failed),
             "skipped": len(report.skipped), "timings_s": timings,
             "findings_per_s": len(messages) / timings["total"] if timings["total"] else None}
 

@@ -47,7 +47,9 @@ def _targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None, s
                      big["ours_s"] <= t["scan_s_10k"],
                      f"the floor alone (same PromQL, plain HTTP, JSON merely parsed) takes {big['floor_s']:.1f} s: Prometheus evaluates "
                      f"{big['prom_eval_s']:.1f} s of CPU for the plan and returns {big.get('floor_bytes', 0) / 1e6:,.0f} MB of JSON "
-                     f"({big['queries']} queries, each returning every window statistic as its own series with the full dcgm-exporter label set); "
+                     f"({big['queries']} queries, {big.get('plan_series', 0):,} result series: each window statistic is its own series, the three activity signals need all eight; "
+                     f"the previous plan, every statistic with every label, returned {big.get('previous_plan', {}).get('bytes', 0) / 1e6:,.0f} MB in "
+                     f"{big.get('previous_plan', {}).get('floor_s', 0):.1f} s); "
                      f"with gzip, which the scan's HTTP client asks for, the floor takes {big.get('floor_gzip_s', 0):.1f} s (Prometheus compresses on the same 2 cores); "
                      f"our own work on top is {split.get('our_work', 0):.1f} s (cluster state {big['ours_timings_s'].get('cluster_state', 0):.1f} s, "
                      f"detection {big['ours_timings_s'].get('detect', 0):.1f} s, parsing and merging the results). Heaviest queries: {heavy}."))
@@ -66,22 +68,22 @@ def _targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None, s
         rows.append((f"naive ÷ ours with 2 ms latency at {near_1k['pods']:,} pods ({near_1k['gpus']:,} GPUs)", f"≥ {t['naive_over_ours_2ms']}×",
                      f"{near_1k['naive_over_ours_2ms']:.2f}×", near_1k["naive_over_ours_2ms"] >= t["naive_over_ours_2ms"],
                      f"per-pod instant queries are cheap for Prometheus ({near_1k['naive_queries']:,} queries, {near_1k['naive_loopback_s']:.2f} s on loopback "
-                     f"with 4 connections); ours fetches every statistic of every series in {near_1k['ours_2ms_s']:.2f} s. The naive strategy "
+                     f"with 4 connections); ours fetches the window statistics of every series in {near_1k['ours_2ms_s']:.2f} s, which per-pod averages cannot replace (coverage, p95, 10-minute peaks, frozen exporters). The naive strategy "
                      f"still misses {near_1k['naive_unseen_gpus']:,} GPUs that no pod holds"))
     if local and "error" not in local:
         tl = local["timings_s"]
         rows.append((f"{local['findings']:,} findings through the local chain", f"≤ {t['chain_s_10k']} s", f"{tl['total']:.1f} s",
                      tl["total"] <= t["chain_s_10k"],
-                     f"dedupe {tl['dedupe']:.1f} s and notify {tl['notify']:.1f} s are SQLite writes: every conditional write is its own "
-                     "committed transaction (synced to disk), 3 per new finding (create, clear the outbox, record the delivery key)"))
+                     f"dedupe {tl['dedupe']:.1f} s and notify {tl['notify']:.1f} s: 3 conditional SQLite writes per new finding (create, clear the "
+                     "outbox, record the delivery key; WAL, no fsync per write) and the JSON of every record"))
     if aws and "error" not in aws:
         steady = aws.get("steady", {}).get("sqs_calls_per_finding")
         rows.append(("SQS calls per finding (made by our code)", f"≤ {t['sqs_per_finding']}", f"{aws['sqs_calls_per_finding']:.2f} new, "
                      f"{_f(steady)} seen again (+ {aws['sqs_esm_calls_per_finding']:.2f} by the event source mappings)",
                      max(aws["sqs_calls_per_finding"], steady or 0) <= t["sqs_per_finding"],
-                     "price_findings and dedupe_findings send each record's output on its own (`price_and_forward`, `handle_finding` → one "
-                     "SendMessageBatch of 1 message per finding); batching a record batch's outputs into one SendMessageBatch of 10 "
-                     "would give about 0.1 per stage"))
+                     "every SQS hop costs one SendMessageBatch per 10 messages (the API's limit), now that price_findings and dedupe_findings "
+                     "send a record batch's outputs together: a new finding crosses 3 hops (scan → price → dedupe → alerts), about 0.1 each; "
+                     "a finding seen again 2, plus the scan completion message. Going lower needs several findings per SQS message"))
     if slack and "error" not in slack:
         rows.append((f"Slack messages per scan, {slack['findings']:,} findings over {slack['owners']} owners", f"≤ {slack['target_max']}",
                      str(slack["messages"]), slack["messages"] <= slack["target_max"],
@@ -151,6 +153,10 @@ def render(report: dict[str, Any], table: str) -> str:
         ("split s: Prometheus eval / transfer + JSON / our work",
          lambda s: " / ".join(f"{s['split_s'][k]:.2f}" for k in ("prometheus_eval", "transfer_and_json", "our_work"))),
         ("floor bytes (uncompressed JSON) MB", lambda s: f"{s.get('floor_bytes', 0) / 1e6:,.1f}"),
+        ("plan A/B: result series, this plan / previous plan", lambda s: f"{s['plan_series']:,} / {s['previous_plan']['series']:,}"),
+        ("plan A/B: uncompressed MB, this / previous", lambda s: f"{s['floor_bytes'] / 1e6:,.1f} / {s['previous_plan']['bytes'] / 1e6:,.1f}"),
+        ("plan A/B: Prom eval s, this / previous", lambda s: f"{s['prom_eval_s']:.2f} / {s['previous_plan']['eval_s']:.2f}"),
+        ("plan A/B: floor s (4 connections), this / previous", lambda s: f"{s['floor_s']:.2f} / {s['previous_plan']['floor_s']:.2f}"),
         ("kube-apiserver requests per scan", lambda s: _f(s["kube_requests_per_scan"])),
         ("memory before the scan MB", lambda s: f"{s['rss_before_scan_mb']:.0f}"),
         ("naive queries (all pods)", lambda s: _f(s["naive_queries"])),

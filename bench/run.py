@@ -278,6 +278,13 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
             row["prom_eval_s"] = evaluated.eval_s
             row["floor_bytes"] = floor.bytes
             row["per_query"] = [{**q, "query": _short(q["query"])} for q in evaluated.per_request]
+            row["plan_series"] = evaluated.series
+            # 3b. the previous plan (every statistic of every metric, every label) on the same Prometheus, for comparison
+            previous = previous_plan()
+            prev_floor = issue(prom_url, previous, concurrency=CONCURRENCY)
+            prev_eval = issue(prom_url, previous, concurrency=1, stats=True)
+            row["previous_plan"] = {"floor_s": prev_floor.wall_s, "eval_s": prev_eval.eval_s, "bytes": prev_eval.bytes,
+                                    "series": prev_eval.series, "sequential_wall_s": prev_eval.wall_s}
             row["prom_eval_sequential_wall_s"] = evaluated.wall_s
             # split of our telemetry wall time: Prometheus evaluation (spread over the connections), transfer+parse at the floor, our own work
             prom_share = min(evaluated.eval_s / CONCURRENCY, floor.wall_s)
@@ -306,6 +313,17 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
     log(f"{gpus} GPUs: ours {row['ours_s']:.2f} s, floor {row['floor_s']:.2f} s, naive(2ms) {row['naive_2ms_s']:.2f} s, "
         f"{row['queries']} queries, peak {row['peak_rss_mb']:.0f} MB")
     return row
+
+
+def previous_plan() -> list[tuple[str, list[tuple[str, str]]]]:
+    """The plan as it was before the statistics were trimmed per metric and unread labels dropped (for the A/B)."""
+    import dataclasses
+
+    from gpuwaste.sources.metrics_plan import PLAN
+    from gpuwaste.sources.promql import scan_queries
+
+    full = [dataclasses.replace(spec, stats=()) for spec in PLAN]
+    return [("/api/v1/query", [("query", q), ("time", f"{EVAL_TS:.3f}")]) for _, q in scan_queries(window_s=WINDOW_S, plan=full)]
 
 
 def _short(query: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 from datetime import UTC, datetime, timedelta
@@ -12,24 +13,97 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from typer.core import TyperGroup, TyperOption
 
 from gpuwaste import __version__
 from gpuwaste.bootstrap import local
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
 from gpuwaste.services.scan import ScanReport
-from gpuwaste.settings import ClusterConfig, GpuWasteConfig, PrometheusSettings, config_json_schema, load_config
+from gpuwaste.settings import (
+    ClusterConfig,
+    GpuWasteConfig,
+    PrometheusSettings,
+    config_json_schema,
+    format_validation_error,
+    load_config,
+)
 from gpuwaste.sinks import terminal
+
+#: Width of stdout when it is not a terminal and COLUMNS is not set.
+PIPE_WIDTH = 160
+#: The detectors' rules use 10-minute averages: a shorter window cannot hold one.
+MIN_WINDOW_S = 600
+WINDOW_HINT = "the detectors' rules use 10-minute averages; use --window 10m or more"
+
+
+def _stdout_width() -> int | None:
+    """Rich's width for stdout: auto on a terminal; else COLUMNS when set; else PIPE_WIDTH."""
+    if sys.stdout.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
+
+
+out = Console(width=_stdout_width())
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print an error that says what to do, and exit non-zero."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
+    raise typer.Exit(code)
+
+
+def _plain(text: str) -> str:
+    """Escape rich markup in a message that comes from input (file names, values)."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
+class GuardedGroup(TyperGroup):
+    """The command group: user mistakes that reach the top of any command become one `error:` line, never
+    a traceback (pydantic ValidationError, ConfigError, InputFormatError, OSError: exit 2; a source that
+    cannot be reached: exit 3)."""
+
+    def invoke(self, ctx):  # type: ignore[no-untyped-def]
+        try:
+            return super().invoke(ctx)
+        except ValidationError as exc:
+            fail(_plain(format_validation_error(exc, source="option").replace("\n", "; ")))
+        except InputFormatError as exc:
+            fail(_plain(f"{exc}") + "\nThe input is malformed at the place shown; fix or re-create it.")
+        except SourceUnavailableError as exc:
+            fail(_plain(str(exc)) + "\nCheck the URL, network access and credentials, then retry.", code=3)
+        except PermanentError as exc:  # ConfigError and the other errors retrying cannot fix
+            fail(_plain(str(exc)))
+        except OSError as exc:
+            if isinstance(exc, BrokenPipeError):
+                raise
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            fail(_plain(f"{where}{exc.strerror or exc}") + " (check the path and its permissions)")
+
+
+def _display_type_rich(self: TyperOption, ctx):  # type: ignore[no-untyped-def]
+    """Option types in --help, without the `<bool>` of on/off flags (a flag takes no value)."""
+    if self.is_flag:
+        return None
+    return _ORIGINAL_DISPLAY_TYPE(self, ctx)
+
+
+_ORIGINAL_DISPLAY_TYPE = TyperOption.display_type_rich
+TyperOption.display_type_rich = _display_type_rich  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="gpuwaste",
+    cls=GuardedGroup,
     help="Find GPUs that burn money on Kubernetes, say whose they are, and price the waste in USD/day.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
 
 
 class Output(StrEnum):
@@ -47,6 +121,9 @@ class Fmt(StrEnum):
     text = "text"
     openmetrics = "openmetrics"
 
+
+OUTPUT_HELP = ("table for people; json or csv for machines. JSON keeps exact decimal strings (USD, GPU shares); "
+               "CSV rounds decimals to at most 6 places and has gpus_held (GPUs the workload holds) and wasted_gpus.")
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -82,10 +159,77 @@ def parse_time(text: str | None) -> datetime | None:
     return t.astimezone(UTC)
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Print an error that says what to do, and exit non-zero."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+def parse_window(text: str, option: str = "--window") -> int:
+    """A scan window ('1h', '90m') → seconds; at least MIN_WINDOW_S.
+
+    Raises:
+        typer.Exit: (exit 2, via `fail`) for a malformed, zero or too short window.
+    """
+    try:
+        seconds = parse_duration(text)
+    except typer.BadParameter as exc:
+        fail(f"{option} {_plain(exc.message)}")
+    if seconds < MIN_WINDOW_S:
+        fail(f"{option} {text}: too short; {WINDOW_HINT.replace('--window', option)}")
+    return seconds
+
+
+def parse_positive(text: str, option: str) -> int:
+    """A duration option that must be longer than zero ('30s', '10m', '1d') → seconds.
+
+    Raises:
+        typer.Exit: (exit 2, via `fail`) for a malformed or zero duration.
+    """
+    try:
+        seconds = parse_duration(text)
+    except typer.BadParameter as exc:
+        fail(f"{option} {_plain(exc.message)}")
+    if seconds <= 0:
+        fail(f"{option} {text}: must be longer than zero, e.g. 30s, 10m, 1h")
+    return seconds
+
+
+def plural(n: int, word: str) -> str:
+    """'1 GPU', '2 GPUs'."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def check_prometheus_url(url: str) -> str:
+    """The URL when it starts with http:// or https://.
+
+    Raises:
+        typer.Exit: (exit 2) otherwise.
+    """
+    if not re.match(r"^https?://", url):
+        fail(f"--prometheus {url!r}: the URL must start with http:// or https:// (e.g. http://prometheus.monitoring:9090)")
+    return url
+
+
+def check_kubeconfig(path: Path | None) -> None:
+    """A --kubeconfig that exists and holds a YAML mapping.
+
+    Raises:
+        typer.Exit: (exit 2) otherwise, saying what to do.
+    """
+    if path is None:
+        return
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        fail(f"--kubeconfig {path}: cannot read it ({getattr(exc, 'strerror', None) or type(exc).__name__}). {KUBE_HINT}")
+    if not isinstance(doc, dict) or "clusters" not in doc:
+        fail(f"--kubeconfig {path}: not a kubeconfig (no 'clusters'). {KUBE_HINT}")
+
+
+KUBE_HINT = ("Pass --kubeconfig FILE (and --context NAME), or scan without the API: --recording DIR, "
+             "or a telemetry file with --cluster-json FILE (kubectl get pods,nodes -A -o json).")
+
+
+def quiet_http_logs(verbose: bool) -> None:
+    """Keep urllib3's retry WARNING lines out of the CLI output unless --verbose (the final error says it all)."""
+    logging.getLogger("urllib3").setLevel(logging.DEBUG if verbose else logging.ERROR)
 
 
 def _config(path: Path | None) -> GpuWasteConfig:
@@ -103,8 +247,14 @@ def _progress(quiet: bool):  # type: ignore[no-untyped-def]
     return show
 
 
-def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: bool = False) -> None:
-    """Print a scan report in the chosen format."""
+def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: bool = False, wide: bool = False,
+           dated: str | None = None) -> None:
+    """Print a scan report in the chosen format.
+
+    Args:
+        wide: keep the evidence and confidence columns on a narrow terminal (< 120 columns).
+        dated: replaces "one scrape dated …" in the header (an undated scrape says where its time came from).
+    """
     findings = [f for f in report.findings if (f.usd_per_day or 0) >= min_usd or f.usd_per_day is None]
     if output is Output.json:
         inv = report.inventory
@@ -123,23 +273,27 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         sys.stdout.write(terminal.to_csv(findings))
         return
     inv = report.inventory
-    when = (f"one scrape dated {report.eval_time:%Y-%m-%d %H:%M:%SZ}" if inv.single_instant
-            else f"window {report.window_s // 60} min ending {report.eval_time:%Y-%m-%d %H:%M:%SZ}")
+    if inv.single_instant:
+        when = dated or f"one scrape dated {report.eval_time:%Y-%m-%d %H:%M:%SZ}"
+    else:
+        when = f"window {report.window_s // 60} min ending {report.eval_time:%Y-%m-%d %H:%M:%SZ}"
+    models = ", ".join(f"{'unknown (no modelName label)' if k == 'unknown' else k}×{v}" for k, v in sorted(inv.models.items()))
     out.print(
-        f"[bold]{report.cluster}[/]: {when} · "
-        f"{inv.physical_gpus} GPUs ({inv.mig_instances} MIG instances) on {inv.nodes} nodes · "
-        f"{inv.pods_holding_gpus} pods hold GPUs · models: {', '.join(f'{k}×{v}' for k, v in sorted(inv.models.items()))}",
+        f"[bold]{_plain(report.cluster)}[/]: {_plain(when)} · "
+        f"{plural(inv.physical_gpus, 'GPU')} ({plural(inv.mig_instances, 'MIG instance')}) on {plural(inv.nodes, 'node')} · "
+        f"{inv.pods_holding_gpus} {'pod holds' if inv.pods_holding_gpus == 1 else 'pods hold'} GPUs · models: {_plain(models) or 'none'}",
         highlight=False,
     )
     out.print(
         "activity signal per device: " + ", ".join(f"{k.replace('DCGM_FI_', '')}×{v}" for k, v in sorted(inv.activity_signals.items()))
         + " · attribution: " + (", ".join(f"{k}×{v}" for k, v in sorted(inv.attribution.items())) or "none"),
-        highlight=False, style="dim",
+        highlight=False, style="dim", markup=False,
     )
     if inv.metrics_present:
         dcgm = [m.removeprefix("DCGM_FI_") for m in inv.metrics_present if m.startswith("DCGM_FI_")]
         other = [m for m in inv.metrics_present if not m.startswith("DCGM_FI_")]
-        out.print(f"signals present ({len(inv.metrics_present)}): " + ", ".join(dcgm + other), highlight=False, style="dim")
+        out.print(f"signals present ({len(inv.metrics_present)}): " + ", ".join(dcgm + other), highlight=False, style="dim",
+                  markup=False)
     if inv.single_instant:
         out.print("[yellow]The telemetry holds ONE sample per series: it shows what is there, not sustained use; "
                   "no idle or under-used verdict is possible from one sample.[/]")
@@ -148,77 +302,135 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         if dq is not None:
             out.print(dq)
     else:
-        terminal.print_findings(out, findings)
+        terminal.print_findings(out, findings, wide=wide)
     if report.no_verdict and not quiet:
         reasons: dict[str, int] = {}
         for nv in report.no_verdict:
-            reasons[nv.reason] = reasons.get(nv.reason, 0) + 1
-        out.print("no verdict: " + "; ".join(f"{n}× {r}" for r, n in sorted(reasons.items())), style="dim", highlight=False)
+            reason = nv.reason
+            if inv.single_instant:  # one sample: a longer window cannot help, so no "(scan with --window 7d)" hint
+                reason = re.sub(r"\s*\(scan with --window [^)]*\)", "", reason)
+            reasons[reason] = reasons.get(reason, 0) + 1
+        out.print("no verdict: " + "; ".join(f"{n}× {r}" for r, n in sorted(reasons.items())), style="dim", highlight=False,
+                  markup=False)
     out.print("[dim]USD/day = $/GPU-hour (instance price ÷ GPUs) × wasted GPUs × 24. `--output json` shows each formula and price source.[/]")
 
 
-def _run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool) -> ScanReport:  # type: ignore[no-untyped-def]
+def _run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool, *, wide: bool = False,  # type: ignore[no-untyped-def]
+              dated: str | None = None) -> ScanReport:
     try:
         report: ScanReport = service.scan(at=at)
     except InputFormatError as exc:
-        fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
+        fail(f"{_plain(str(exc))}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
     except SourceUnavailableError as exc:
-        fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
+        fail(f"{_plain(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
-        fail(str(exc))
-    render(report, output, min_usd=min_usd, quiet=quiet)
+        fail(_plain(str(exc)))
+    render(report, output, min_usd=min_usd, quiet=quiet, wide=wide, dated=dated)
     return report
+
+
+class PodLabel(StrEnum):
+    """The label of DCGM series that names the workload's pod."""
+
+    auto = "auto"
+    pod = "pod"
+    exported_pod = "exported_pod"
+    pod_name = "pod_name"
+
+
+#: How far past the last sample of a recording --at may be (one scrape interval or so of slack, plus staleness).
+AT_SLACK = timedelta(minutes=5)
+
+
+def check_recording(sources: local.Sources, when: datetime | None) -> str | None:
+    """Refuse recordings that cannot be scanned, and --at outside the recorded time; return the header text for
+    an undated scrape (None when the recording is dated).
+
+    Raises:
+        typer.Exit: (exit 2) with what to do.
+    """
+    rec = sources.recording
+    assert rec is not None
+    rec.parsed(when)  # a bare scrape's samples are stamped at --at when given, else at the file's modification time
+    if rec.dcgm_series() == 0:
+        cluster_file = getattr(sources.cluster, "cluster_file", None)
+        if cluster_file is None:
+            fail(f"no DCGM series found in {_plain(str(rec.telemetry_file))} (is it a dcgm-exporter scrape?). "
+                 "Scrape dcgm-exporter's /metrics (curl http://NODE:9400/metrics) or record with `gpuwaste record`.")
+    if rec.undated():
+        at = rec._default_time(when)
+        origin = "set by --at" if when is not None else "file modification time; pass --at to set it"
+        return f"undated scrape (no timestamps), evaluated at {at:%Y-%m-%d %H:%M:%SZ} ({origin})"
+    span = rec.time_range()
+    if when is not None and span is not None:
+        first, last = span
+        if when < first or when > last + AT_SLACK:
+            fail(f"--at {when:%Y-%m-%dT%H:%M:%SZ} is outside the recording ({first:%Y-%m-%dT%H:%M:%SZ} → "
+                 f"{last:%Y-%m-%dT%H:%M:%SZ}); pass an --at inside that range, or leave it out to scan at the recording's end.")
+    return None
 
 
 @app.command()
 def scan(
     recording: Annotated[Path | None, typer.Option("--recording", "-r", help="Scan a recording (directory from `gpuwaste record`, or an exposition file).")] = None,
-    cluster_file: Annotated[Path | None, typer.Option("--cluster-json", help="kubectl get pods,nodes -A -o json output to pair with a telemetry file.")] = None,
-    prometheus: Annotated[str | None, typer.Option("--prometheus", "-p", help="Prometheus base URL (live scan).", envvar="GPUWASTE_PROMETHEUS_URL")] = None,
+    cluster_file: Annotated[Path | None, typer.Option("--cluster-json", help="kubectl get pods,nodes -A -o json output to pair with a telemetry file (only with --recording).")] = None,
+    prometheus: Annotated[str | None, typer.Option("--prometheus", "-p", help="Prometheus base URL, http:// or https:// (live scan).", envvar="GPUWASTE_PROMETHEUS_URL")] = None,
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file (live scan; default ~/.kube/config).", envvar="KUBECONFIG")] = None,
     context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (YAML/JSON); see `gpuwaste config-schema`.")] = None,
-    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster name (from --config, or a label for the report).")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster name (must be in --config when given, else a label for the report).")] = None,
     at: Annotated[str | None, typer.Option("--at", help="Evaluation time (RFC 3339 or unix seconds). Default: the recording's end, or now for live scans.")] = None,
-    window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window, e.g. 1h, 90m (default 1h).")] = None,
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window, 10m or more, e.g. 1h, 90m (default: the recording's window, else 1h).")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Recording format: OpenMetrics has second timestamps, text has milliseconds.")] = Fmt.auto,
-    pod_label: Annotated[str | None, typer.Option("--pod-label", help="Workload label on DCGM series: auto, pod or exported_pod.")] = None,
-    output: Annotated[Output, typer.Option("--output", "-o", help="table for people, json or csv for machines.")] = Output.table,
+    pod_label: Annotated[PodLabel | None, typer.Option("--pod-label", help="Workload label on DCGM series (auto: exported_pod when present, else pod).")] = None,
+    output: Annotated[Output, typer.Option("--output", "-o", help=OUTPUT_HELP)] = Output.table,
     min_usd: Annotated[float, typer.Option("--min-usd", help="Hide findings below this USD/day.")] = 0.0,
+    truth: Annotated[Path | None, typer.Option("--truth", help="Compare the findings with a truth.json (from `gpuwaste generate-fleet`); exit 1 on a mismatch.")] = None,
+    wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
 ) -> None:
     """Scan a cluster (live, or from a recording) and print priced findings."""
     cfg = _config(config)
+    if cluster_file is not None and recording is None:
+        fail("--cluster-json only with --recording (it pairs cluster objects with a telemetry file)")
+    if cluster and cfg.clusters:
+        try:
+            cfg.cluster(cluster)
+        except ConfigError as exc:
+            fail(f"--cluster: {_plain(str(exc))}")
     if pod_label:
         for c in cfg.clusters:
-            c.labels.pod_label = pod_label
+            c.labels.pod_label = pod_label.value
         if not cfg.clusters:
             from gpuwaste.settings import TelemetryLabels
 
-            cfg.clusters.append(ClusterConfig(name=cluster or "recording", labels=TelemetryLabels(pod_label=pod_label)))
-    window_s = parse_duration(window) if window else None
+            cfg.clusters.append(ClusterConfig(name=cluster or "recording", labels=TelemetryLabels(pod_label=pod_label.value)))
+    window_s = parse_window(window) if window else None
     when = parse_time(at)
+    truth_doc = _read_truth(truth) if truth is not None else None
     progress = _progress(quiet or output is not Output.table)
+    dated: str | None = None
     if recording is not None:
         if not recording.exists():
-            fail(f"{recording}: no such file or directory")
+            fail(f"{_plain(str(recording))}: no such file or directory")
         try:
             sources = local.recording_sources(recording, cfg, cluster_file=cluster_file, fmt=fmt.value, cluster_name=cluster, progress=progress)
             assert sources.recording is not None
+            dated = check_recording(sources, when)
             if when is None:
                 when = sources.recording.end_time()
         except InputFormatError as exc:
-            fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
+            fail(f"{_plain(str(exc))}\nThe recording is malformed at the place shown; fix or re-record it.")
         if window_s is None:
             window_s = sources.recording.meta.window_s or cfg.scan.window_s
     else:
         if prometheus is None and not cfg.clusters:
             fail("nothing to scan: pass --recording DIR, or --prometheus URL (with a kubeconfig), or --config FILE. "
                  "Try `gpuwaste demo` for the bundled demo fleet.")
-        try:
-            cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "cluster"))
-        except ConfigError as exc:
-            fail(str(exc))
+        if prometheus:
+            check_prometheus_url(prometheus)
+        check_kubeconfig(kubeconfig)
+        cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "cluster"))
         if prometheus:
             cc.prometheus = PrometheusSettings(url=prometheus)
         if kubeconfig or context:
@@ -226,17 +438,53 @@ def scan(
             cc.kubernetes.context = context or cc.kubernetes.context
         try:
             sources = local.live_sources(cc, cfg)
+        except SourceUnavailableError as exc:
+            fail(f"{_plain(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
         except GpuWasteError as exc:
-            fail(str(exc))
+            hint = f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""
+            fail(_plain(str(exc)) + hint)
         when = when or datetime.now(tz=UTC).replace(microsecond=0)
     service = local.scan_service(sources, cfg, window_s=window_s, progress=progress)
-    _run_scan(service, when, output, min_usd, quiet)
+    report = _run_scan(service, when, output, min_usd, quiet, wide=wide, dated=dated)
+    if truth_doc is not None:
+        _print_truth(report, truth_doc, to=out if output is Output.table else err)
+
+
+def _read_truth(path: Path) -> list[dict]:  # type: ignore[type-arg]
+    """A truth.json list (from `generate-fleet` / the demo).
+
+    Raises:
+        typer.Exit: (exit 2) when it cannot be read or is not a list of objects.
+    """
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        fail(f"--truth {_plain(str(path))}: {exc.strerror}")
+    except json.JSONDecodeError as exc:
+        fail(f"--truth {_plain(str(path))}: not JSON ({exc.msg} at line {exc.lineno}); pass the truth.json of a generated fleet")
+    if not isinstance(doc, list) or not all(isinstance(t, dict) for t in doc):
+        fail(f"--truth {_plain(str(path))}: expected a list of objects (the truth.json of `gpuwaste generate-fleet`)")
+    return doc
+
+
+def _print_truth(report: ScanReport, truth: list[dict], *, to: Console) -> None:  # type: ignore[type-arg]
+    """Print the comparison with the ground truth; exit 1 when it does not match."""
+    from gpuwaste.fleet.truth import compare
+
+    result = compare(report.findings, truth)
+    style = "green" if result.ok else "red"
+    to.print(f"[{style}]ground truth: {result.matched}/{result.expected} expected findings found, "
+             f"{len(result.unexpected)} unexpected, {len(result.missed)} missed[/]", highlight=False)
+    for line in result.missed + result.unexpected:
+        to.print(f"  {line}", style="red", highlight=False, markup=False)
+    if not result.ok:
+        raise typer.Exit(1)
 
 
 @app.command()
 def demo(
-    output: Annotated[Output, typer.Option("--output", "-o", help="table, json or csv.")] = Output.table,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    output: Annotated[Output, typer.Option("--output", "-o", help=OUTPUT_HELP)] = Output.table,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the alerts, ticket lines and the ground-truth check: no scan tables, Slack previews or summary.")] = False,
 ) -> None:
     """Run the whole local pipeline on the bundled demo fleet (no setup): scan → price → dedupe → alerts,
     with a temporary SQLite store, and check the findings against the fleet's ground truth."""
@@ -254,32 +502,42 @@ def demo(
                                 quiet=quiet, slack=True)
     report = chain.reports[-1]
     if output is Output.table:
-        from gpuwaste.fleet.truth import compare
+        _print_truth(report, json.loads((path / "truth.json").read_text()), to=out)
 
-        result = compare(report.findings, json.loads((path / "truth.json").read_text()))
-        style = "green" if result.ok else "red"
-        out.print(f"[{style}]ground truth: {result.matched}/{result.expected} expected findings found, "
-                  f"{len(result.unexpected)} unexpected, {len(result.missed)} missed[/]")
-        for line in result.missed + result.unexpected:
-            out.print(f"  {line}", style="red")
-        if not result.ok:
-            raise typer.Exit(1)
+
+class Layout(StrEnum):
+    """Fleet layouts of `generate-fleet`."""
+
+    demo = "demo"
+    random = "random"
+    scorecard = "scorecard"
 
 
 @app.command("generate-fleet")
 def generate_fleet_cmd(
-    out_dir: Annotated[Path, typer.Argument(help="Directory to write the recording into.")],
-    nodes: Annotated[int, typer.Option(help="Nodes (random layout).")] = 10,
-    layout: Annotated[str, typer.Option(help="demo or random.")] = "random",
+    out_dir: Annotated[Path, typer.Argument(help="Directory to write the recording into (created; must be empty or absent unless --force).")],
+    nodes: Annotated[int, typer.Option(help="random: nodes; scorecard: repetitions of the catalogue (1 or more); demo: ignored.")] = 10,
+    layout: Annotated[Layout, typer.Option(help="demo: the hand-designed demo fleet; random: NODES nodes with a scenario mix; "
+                                                "scorecard: every waste kind plus look-alikes.")] = Layout.random,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same fleet).")] = 7,
-    compress: Annotated[bool, typer.Option(help="gzip the telemetry file.")] = True,
+    compress: Annotated[bool, typer.Option("--compress/--no-compress", help="gzip the telemetry file (telemetry.om.gz).")] = True,
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty OUT_DIR (its recording files are replaced).")] = False,
 ) -> None:
-    """Write a synthetic fleet recording (telemetry, cluster objects, ground truth)."""
+    """Write a synthetic fleet recording (telemetry, cluster objects, ground truth) that `scan --recording DIR --truth DIR/truth.json` checks."""
     from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 
-    fleet = generate_fleet(FleetSpec(layout=layout, nodes=nodes, seed=seed, cluster=f"{layout}-{nodes}"))
+    if nodes < 1:
+        fail(f"--nodes {nodes}: must be 1 or more")
+    if out_dir.exists() and not out_dir.is_dir():
+        fail(f"{_plain(str(out_dir))}: exists and is not a directory; choose a directory path")
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        fail(f"{_plain(str(out_dir))}: not empty; choose another directory or pass --force")
+    fleet = generate_fleet(FleetSpec(layout=layout.value, nodes=nodes, seed=seed, cluster=f"{layout.value}-{nodes}"))
     write_recording(fleet, out_dir, compress=compress)
-    out.print(f"wrote {out_dir} ({len({g.uuid for g in fleet.gpus})} GPUs, {len(fleet.expected())} expected findings)")
+    out.print(f"wrote {_plain(str(out_dir))} ({plural(len({g.uuid for g in fleet.gpus}), 'GPU')}, "
+              f"{plural(len(fleet.expected()), 'expected finding')}); check it with: "
+              f"gpuwaste scan --recording {_plain(str(out_dir))} --truth {_plain(str(out_dir / 'truth.json'))}", highlight=False,
+              soft_wrap=True)
 
 
 @app.command("config-schema")
@@ -303,6 +561,8 @@ def main(
     """gpuwaste: which GPUs burn money, whose are they, and what does it cost per day."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s %(message)s")
+    quiet_http_logs(verbose)
+    out.width = _stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 
 
 COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay")

@@ -96,8 +96,8 @@ def test_notify_many_findings_for_one_owner_become_one_digest(service: NotifySer
 
 def test_notify_large_digest_splits_and_slack_accepts_every_part(service: NotifyService, slack_api: FakeSlack,
                                                                  store: SqliteFindingStore) -> None:
-    # GIVEN 60 new findings for one owner (over Slack's 50-block limit as one message)
-    fs = [_ml(f"w{n:02d}-" + "n" * 120) for n in range(60)]
+    # GIVEN 250 new findings for one owner (more than one message holds: 40 in full + a packed tail of short lines)
+    fs = [_ml(f"w{n:03d}-" + "n" * 120) for n in range(250)]
     for f in fs:
         store.put_new(record_for(f))
     # WHEN delivered

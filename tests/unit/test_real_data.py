@@ -120,7 +120,7 @@ def test_real_scrape_cli_prints_one_sample_report():
     result = CliRunner().invoke(app, ["scan", "--recording", str(path), "-q"])
     # THEN exit 0, and the report says one scrape, the model, the signals present, and no verdict
     assert result.exit_code == 0, result.output
-    assert "one scrape dated" in result.output
+    assert "undated scrape (no timestamps)" in result.output and "file modification time" in result.output
     assert "NVIDIA L40S×1" in result.output
     assert "PROF_GR_ENGINE_ACTIVE" in result.output and "signals present" in result.output
     assert "ONE sample per series" in result.output and "single_sample" in result.output
@@ -206,5 +206,5 @@ def test_real_scrape_cli_at_dates_the_bare_scrape():
     result = CliRunner().invoke(app, ["scan", "--recording", str(path), "--at", "2025-01-02T03:04:05Z", "-q"])
     # THEN the samples without timestamps are dated to T, and the MIG instance is counted on one GPU
     assert result.exit_code == 0, result.output
-    assert "one scrape dated 2025-01-02 03:04:05Z" in result.output
-    assert "1 GPUs (1 MIG instances)" in result.output and "unknown×1" in result.output
+    assert "evaluated at 2025-01-02 03:04:05Z (set by --at)" in result.output
+    assert "1 GPU (1 MIG instance)" in result.output and "unknown (no modelName label)×1" in result.output

@@ -90,21 +90,37 @@ def test_render_notice_alert_has_what_where_whose_money_evidence_and_buttons() -
 
 
 def test_render_notice_digest_splits_within_limits() -> None:
-    # GIVEN 100 findings for one owner from one scan, with long names
-    items = tuple(_item(f"job-{n:03d}-" + "x" * 200, usd=f"{100 + n}.00") for n in range(100))
+    # GIVEN 300 findings for one owner from one scan, with long names
+    items = tuple(_item(f"job-{n:03d}-" + "x" * 200, usd=f"{100 + n}.00") for n in range(300))
     notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items, scan_id="scan-1")
     # WHEN rendered
     payloads = render_notice(notice, now=NOW)
-    # THEN it becomes ceil(100/45) messages, each within Slack's limits, carrying every finding once
-    assert len(payloads) == -(-100 // DIGEST_ITEMS_PER_MESSAGE) == 3
+    # THEN it becomes 3 messages (40 findings in full + a packed tail each), within Slack's limits, carrying every finding once
+    assert len(payloads) == 3
     for p in payloads:
         _assert_within_limits(p.blocks)
         assert len(json.dumps(p.blocks)) < 40000 * 4
     carried = [fp for p in payloads for fp in p.fingerprints]
     assert sorted(carried) == sorted(i.fingerprint for i in items)
+    assert len(payloads[0].fingerprints) > DIGEST_ITEMS_PER_MESSAGE
     assert "(part 2/3)" in payloads[1].blocks[0]["text"]["text"]
     # and the costliest finding comes first
-    assert "job-099" in payloads[0].blocks[2]["text"]["text"]
+    assert "job-299" in payloads[0].blocks[2]["text"]["text"]
+
+
+def test_render_notice_digest_of_50_findings_is_one_message_with_a_packed_tail() -> None:
+    # GIVEN 50 findings for one owner, with long names
+    items = tuple(_item(f"job-{n:03d}-" + "x" * 200, usd=f"{100 + n}.00") for n in range(50))
+    notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items, scan_id="scan-1")
+    # WHEN rendered
+    (payload,) = render_notice(notice, now=NOW)
+    # THEN the costliest 40 have their own section and menu, the other 10 are compact lines under one heading
+    _assert_within_limits(payload.blocks)
+    assert len(payload.fingerprints) == 50
+    assert sum(1 for b in payload.blocks if "accessory" in b) == DIGEST_ITEMS_PER_MESSAGE
+    tail = "\n".join(_texts(payload.blocks))
+    assert "…and 10 more, $1,045.00/day together" in tail
+    assert "50. *Deployment/ml/job-000-" in tail
 
 
 def test_render_notice_digest_totals_and_overflow_menu() -> None:

@@ -71,7 +71,7 @@ def test_summary_build_totals_trend_and_savings(store: SqliteFindingStore) -> No
     assert s.previous_usd == Decimal(145)  # 100 + 45
     assert s.trend_usd == Decimal(-6)
     assert s.open_usd_per_day == Decimal(148)  # A + B (D, E unpriced)
-    assert (s.open_findings, s.opened, s.resolved, s.unpriced) == (4, 3, 1, 1)
+    assert (s.open_findings, s.opened, s.resolved, s.unpriced) == (3, 2, 1, 1)  # D is data quality, not waste
     assert s.saved_usd_per_day == Decimal(60)
     assert s.realised_savings_usd == Decimal(30)
 

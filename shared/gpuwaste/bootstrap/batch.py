@@ -9,6 +9,13 @@ help, and the reason is logged with the message id, which the DLQ copy keeps). F
 (`DEAD_LETTER_QUEUE_URL`) with the reason in message attributes (`error_type`, `error_reason`,
 `source_message_id`) and reports the record as done. If that send fails, the record fails as usual and
 the redrive still delivers it to the DLQ. The rest of the batch is unaffected either way.
+
+Outputs are sent per batch, not per record: the services of price_findings and dedupe_findings send
+through `queue.batching.DeferredQueue`s bound to `SEND_BATCH`, which the processor opens before the
+first record and flushes after the last (SendMessageBatch of 10 instead of one call per record). A
+record whose outputs could not all be sent is then reported as a failure (SQS redelivers it; an output
+rejected as invalid dead-letters the record as above), so a record is only reported successful once its
+outputs are sent.
 """
 
 from __future__ import annotations
@@ -24,10 +31,30 @@ from pydantic import ValidationError
 
 from gpuwaste.bootstrap import pipeline
 from gpuwaste.errors import PermanentError
+from gpuwaste.queue.batching import DeferredQueue, SendBatch
 
 logger = logging.getLogger(__name__)
 DLQ_ENV = "DEAD_LETTER_QUEUE_URL"
 MAX_REASON_CHARS = 1000
+
+#: The sends of the batch being processed (one function per container, one batch at a time).
+SEND_BATCH = SendBatch()
+
+
+def deferred_queue(env_name: str) -> DeferredQueue:
+    """The SQS queue of the named setting, its sends collected per batch by `SEND_BATCH`.
+
+    Raises:
+        ConfigError: the env var is not set.
+    """
+    return DeferredQueue(pipeline.queue(env_name), SEND_BATCH)
+
+
+def _message_id(record: Any) -> str | None:
+    """The SQS message id of a raw record (dict), a parsed model or an `SQSRecord`."""
+    if isinstance(record, dict):
+        return record.get("messageId")
+    return getattr(record, "messageId", None) or getattr(record, "message_id", None)
 
 
 def is_permanent(exc: BaseException | None) -> bool:
@@ -56,10 +83,43 @@ class DeadLetterBatchProcessor(BatchProcessor):
     def _prepare(self) -> None:
         super()._prepare()
         self.dead_lettered = []
+        self._raws: dict[str, dict[str, Any]] = {}
+        SEND_BATCH.begin()
 
     def _process_record(self, record: dict) -> Any:  # type: ignore[override]
         self._raw = record
+        message_id = record.get("messageId") if isinstance(record, dict) else None
+        if message_id:
+            self._raws[message_id] = record
+        SEND_BATCH.set_record(message_id)
         return super()._process_record(record)
+
+    def _clean(self) -> None:
+        failed = SEND_BATCH.flush()
+        if failed:
+            self._fail_unsent(failed)
+        super()._clean()
+
+    def _fail_unsent(self, failed: dict[str | None, BaseException]) -> None:
+        """Report records whose outputs were not all sent as failures (or dead-letter them when rejected)."""
+        from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+        keep = []
+        for rec in self.success_messages:
+            message_id = _message_id(rec)
+            exc = failed.get(message_id)
+            if exc is None or message_id in {_message_id(m) for m in self.fail_messages}:
+                keep.append(rec)
+                continue
+            raw = self._raws.get(message_id or "", rec if isinstance(rec, dict) else {})
+            if is_permanent(exc) and self._dead_letter(raw, exc):
+                keep.append(rec)
+                continue
+            logger.warning("record outputs not sent; SQS will redeliver it",
+                           extra={"message_id": message_id, "error_type": type(exc).__name__, "reason": reason_of(exc)})
+            self.exceptions.append((type(exc), exc, exc.__traceback__))
+            self.fail_messages.append(SQSRecord(raw))
+        self.success_messages[:] = keep
 
     def failure_handler(self, record: Any, exception: Any) -> Any:
         exc = exception[1] if exception else None
@@ -96,4 +156,4 @@ class DeadLetterBatchProcessor(BatchProcessor):
         return True
 
 
-__all__ = ["DLQ_ENV", "DeadLetterBatchProcessor", "is_permanent", "reason_of"]
+__all__ = ["DLQ_ENV", "SEND_BATCH", "DeadLetterBatchProcessor", "deferred_queue", "is_permanent", "reason_of"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 from gpuwaste.bootstrap import pipeline
-from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor
+from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor, deferred_queue
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 
@@ -21,8 +21,8 @@ def lifecycle_service() -> LifecycleService:
     store = DynamoDbFindingStore(client=pipeline.client("dynamodb"), table_name=env.require("findings_table_name"))
     return LifecycleService(
         store=store,
-        alerts=pipeline.queue("alerts_queue_url"),
-        tickets=pipeline.queue("tickets_queue_url") if env.tickets_queue_url else None,
+        alerts=deferred_queue("alerts_queue_url"),  # sent per batch of records; outbox cleared once sent
+        tickets=deferred_queue("tickets_queue_url") if env.tickets_queue_url else None,
         settings=pipeline.config().lifecycle,
         clock=pipeline.SystemClock(),
         delivery=pipeline.config().delivery,

@@ -47,8 +47,17 @@ def recording_sources(
     cluster_name: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Sources:
-    """Sources over a recording directory or file (+ an optional separate kubectl JSON file)."""
-    cc = config.clusters[0] if config.clusters else ClusterConfig(name=cluster_name or "recording")
+    """Sources over a recording directory or file (+ an optional separate kubectl JSON file).
+
+    The labels and read settings come from the configured cluster named `cluster_name` (else the first).
+
+    Raises:
+        ConfigError: `cluster_name` is not one of the configured clusters.
+    """
+    if config.clusters:
+        cc = config.cluster(cluster_name) if cluster_name else config.clusters[0]
+    else:
+        cc = ClusterConfig(name=cluster_name or "recording")
     tel = RecordingTelemetrySource(path, cluster=cluster_name, fmt=fmt, labels=cc.labels, progress=progress,
                                    scrape_interval_s=None if not config.clusters else config.scan.scrape_interval_s)
     cl = RecordingClusterSource(cluster_file or path, cluster=cluster_name or tel.cluster, settings=cc.read)
@@ -214,6 +223,30 @@ def run_chain(
         if owned and isinstance(the_store, SqliteFindingStore):
             the_store.close()
     return result
+
+
+def release_ticket_requests(requests: Sequence[AlertMessage], store: FindingStore) -> int:
+    """Forget that tickets were requested for these ESCALATE requests (they were not filed: `run --no-tickets`), so
+    the next run that sees the finding requests its ticket again instead of losing it.
+
+    The lifecycle marks a record `ticket_requested_at` when it puts the request on the tickets queue; a local run
+    that skips create_tickets clears that mark with a conditional write. WORSE/RESOLVED requests of findings that
+    already have a ticket carry no mark and are only reported.
+
+    Returns:
+        How many records were released.
+    """
+    released = 0
+    for request in requests:
+        if request.action is not AlertAction.ESCALATE:
+            continue
+        record = store.get(request.finding.fingerprint)
+        if record is None or record.ticket_key or record.ticket_requested_at is None:
+            continue
+        cleared = record.model_copy(update={"ticket_requested_at": None, "version": record.version + 1})
+        if store.update(cleared, expected_version=record.version):
+            released += 1
+    return released
 
 
 def replay_times(end: datetime, *, scans: int, interval: timedelta) -> list[datetime]:

@@ -5,20 +5,21 @@ from __future__ import annotations
 from functools import cache
 
 from gpuwaste.bootstrap import pipeline
-from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor
+from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor, deferred_queue
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.price import PriceService
 
 
 @cache
 def pricing_service() -> PriceService:
-    """The pricing service: bundled price book + the config's overrides, sending to PRICED_QUEUE_URL.
+    """The pricing service: bundled price book + the config's overrides, sending to PRICED_QUEUE_URL
+    (collected per batch of records, `bootstrap.batch.deferred_queue`).
 
     Raises:
         ConfigError: no configuration, or PRICED_QUEUE_URL is not set.
     """
     book = PriceBook.bundled().with_overrides(pipeline.config().pricing)
-    return PriceService(price_book=book, queue=pipeline.queue("priced_queue_url"))
+    return PriceService(price_book=book, queue=deferred_queue("priced_queue_url"))
 
 
 __all__ = ["DeadLetterBatchProcessor", "pricing_service"]

@@ -14,7 +14,7 @@ import typer
 from pydantic import BaseModel
 
 from gpuwaste.bootstrap import local
-from gpuwaste.cli import _config, app, fail, out, parse_duration, parse_time
+from gpuwaste.cli import _config, app, fail, out, parse_time, parse_window
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.findings import Evidence, Finding
 
@@ -92,7 +92,7 @@ def explain(
         sources = local.recording_sources(recording, cfg)
         assert sources.recording is not None
         when = parse_time(at) or sources.recording.end_time()
-        window_s = parse_duration(window) if window else (sources.recording.meta.window_s or cfg.scan.window_s)
+        window_s = parse_window(window) if window else (sources.recording.meta.window_s or cfg.scan.window_s)
         report = local.scan_service(sources, cfg, window_s=window_s).scan(at=when)
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuwaste.cli import _progress, app, err, fail, parse_duration, parse_time
+from gpuwaste.cli import _progress, app, err, fail, parse_positive, parse_time, parse_window
 from gpuwaste.errors import GpuWasteError, PermanentError, SourceAuthError, SourceUnavailableError
 from gpuwaste.settings import ClusterConfig, KubernetesSettings, PrometheusSettings, load_config
 from gpuwaste.sources.exposition import write_openmetrics
@@ -82,9 +82,9 @@ def record(
         fail("a Prometheus URL is required: --prometheus URL (or clusters[].prometheus.url in --config)")
     if kubeconfig or context:
         cc.kubernetes = KubernetesSettings(mode="kubeconfig", kubeconfig=str(kubeconfig) if kubeconfig else None, context=context)
-    window_s = parse_duration(window)
-    step_s = parse_duration(step)
-    chunk_s = parse_duration(chunk)
+    window_s = parse_window(window)
+    step_s = parse_positive(step, "--step")
+    chunk_s = parse_positive(chunk, "--chunk")
     when = parse_time(at) or datetime.now(tz=UTC).replace(microsecond=0)
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         fail(f"{out_dir}: not empty; choose another directory or pass --force")

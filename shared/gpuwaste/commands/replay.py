@@ -15,13 +15,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from gpuwaste.bootstrap import local
-from gpuwaste.cli import app, fail, out, parse_duration
+from gpuwaste.cli import app, err, fail, out, parse_window
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.telemetry import Signal
@@ -216,14 +217,17 @@ def _print_summary(s: ReplaySummary, source: AlibabaReplaySource) -> None:
     hours = s.window_s / 3600
     out.print(f"[bold]window[/] {hours:.1f} h ending {s.eval_time:%Y-%m-%d %H:%M:%SZ} (trace time, shifted by the publisher) · "
               f"{s.pods} pods, 1 GPU each", highlight=False)
-    rate = f"${s.usd_per_gpu_hour.normalize():f}/GPU-h ({source.instance_type} on-demand, {s.price_source})" if s.usd_per_gpu_hour else "unpriced"
-    out.print(f"price: {rate}", highlight=False)
+    rate = (f"${s.usd_per_gpu_hour.normalize():f}/GPU-h ({source.instance_type} on-demand, {s.price_source})"
+            if s.usd_per_gpu_hour is not None else
+            f"unpriced: {source.instance_type} with {source.gpu_model} is not in the bundled price book; pass a priced "
+            f"--instance-type (e.g. {DEFAULT_INSTANCE}) and --gpu-model; no USD figures below")
+    out.print(f"price: {rate}", highlight=False, markup=False)
     for v in VERDICTS:
         g = s.groups[v].describe()
         n = s.counts[v]
         line = f"  {v:<10} {n:>4} pods  {s.gpu_hours[v]:>8.1f} GPU-h"
         if v in ("idle", "underused"):
-            line += f"  ${s.usd_per_day[v]:,.2f}/day"
+            line += f"  ${s.usd_per_day[v]:,.2f}/day" if s.usd_per_gpu_hour is not None else "  unpriced"
         if g["avg"]:
             line += (f"  per-pod avg {_pct(g['avg']['median'])} (median; {_pct(g['avg']['min'])}–{_pct(g['avg']['max'])}),"  # type: ignore[index]
                      f" p95 median {_pct(g['p95']['median'])},"  # type: ignore[index]
@@ -237,26 +241,40 @@ def _print_summary(s: ReplaySummary, source: AlibabaReplaySource) -> None:
         out.print("no verdict: " + "; ".join(f"{n}× {r}" for r, n in reasons.most_common()), style="dim", highlight=False)
 
 
+class ReplayOutput(StrEnum):
+    """Output formats of the replay."""
+
+    table = "table"
+    json = "json"
+
+
 @replay_app.command("alibaba")
 def alibaba(
     trace_dir: Annotated[Path, typer.Option("--trace-dir", help=f"Directory holding {', '.join(('pod_gpu_duty_cycle_anon.tar.gz', 'pod_gpu_memory_used_bytes_anon.tar.gz'))}.")],
     gpu_model: Annotated[str, typer.Option("--gpu-model", help="GPU model each pod is mapped to (dcgm modelName).")] = DEFAULT_MODEL,
     instance_type: Annotated[str, typer.Option("--instance-type", help="Instance type of each pod's node (one pod per node), priced from the price book.")] = DEFAULT_INSTANCE,
-    window: Annotated[str | None, typer.Option("--window", "-w", help="Window ending at the trace's end, e.g. 3h. Default: the whole trace.")] = None,
-    sliding_window: Annotated[str | None, typer.Option("--sliding", help="Also scan consecutive windows of this length (e.g. 1h) and report the share of windows idle.")] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Window ending at the trace's end, 10m or more, e.g. 3h. Default: the whole trace.")] = None,
+    sliding_window: Annotated[str | None, typer.Option("--sliding", help="Also scan consecutive windows of this length (10m or more, e.g. 1h) and report the share of windows idle.")] = None,
+    output: Annotated[ReplayOutput, typer.Option("--output", "-o", help="table for people; json for machines (exact decimal strings).")] = ReplayOutput.table,
 ) -> None:
     """Replay Alibaba's GenTD26 per-pod GPU trace through the scan (each pod = one GPU of a stated model)."""
+    window_arg = parse_window(window) if window else None
+    w = parse_window(sliding_window, "--sliding") if sliding_window else None
     try:
         trace = load_trace(trace_dir)
     except InputFormatError as exc:
         fail(f"{exc}\nPass --trace-dir with the two GenTD26 tarballs (see ../shared/data/real/README.md).")
     source = AlibabaReplaySource(trace, gpu_model=gpu_model, instance_type=instance_type)
-    window_s = parse_duration(window) if window else whole_trace_window_s(trace)
+    window_s = window_arg or whole_trace_window_s(trace)
+    if window and window_s > whole_trace_window_s(trace):
+        err.print(f"warning: --window {window} is longer than the trace ({trace.span_s / 3600:.1f} h): the scan covers the "
+                  "whole trace, and pods may get no verdict for low coverage; leave --window out to use the whole trace",
+                  style="yellow", highlight=False, soft_wrap=True)
+    if w is not None and w > whole_trace_window_s(trace):
+        fail(f"--sliding {sliding_window} is longer than the trace ({trace.span_s / 3600:.1f} h): no window fits; use a shorter one")
     summary = replay_summary(scan_window(source, at=trace.end, window_s=window_s), source)
     slide: dict[str, Any] | None = None
-    if sliding_window:
-        w = parse_duration(sliding_window)
+    if w is not None:
         wins, share = sliding(source, window_s=w, step_s=w)
         judged = sum(sum(1 for v in s.verdicts.values() if v != "no_verdict") for s in wins)
         idle = sum(s.counts["idle"] for s in wins)
@@ -266,13 +284,14 @@ def alibaba(
                  "pods_never_idle": sum(1 for v in share.values() if v == 0.0),
                  "idle_gpu_hours": round(idle * w / 3600, 2),
                  "idle_usd": str((summary.usd_per_gpu_hour * idle * w / 3600).quantize(Decimal("0.01"))) if summary.usd_per_gpu_hour else None}
-    if output == "json":
+    if output is ReplayOutput.json:
         doc = {"mapping": {"gpu_model": gpu_model, "instance_type": instance_type, "pods_per_node": 1, "gpus_per_pod": 1,
                            "duty_cycle": "DCGM_FI_DEV_GPU_UTIL (percent)", "memory": "DCGM_FI_DEV_FB_USED (MiB)",
                            "scrape_interval_s": trace.step_s},
                "trace": {"pods": len(trace.pods), "rows": trace.rows, "start": trace.start.isoformat(), "end": trace.end.isoformat()},
                "counts": summary.counts, "gpu_hours": summary.gpu_hours,
-               "usd_per_day": {k: str(v) for k, v in summary.usd_per_day.items()},
+               "usd_per_day": ({k: str(v) for k, v in summary.usd_per_day.items()} if summary.usd_per_gpu_hour is not None
+                               else dict.fromkeys(summary.usd_per_day)),
                "usd_per_gpu_hour": str(summary.usd_per_gpu_hour) if summary.usd_per_gpu_hour else None,
                "groups": {k: g.describe() for k, g in summary.groups.items()}, "verdicts": summary.verdicts,
                "no_verdict_reasons": summary.reasons, "sliding": slide}
@@ -289,7 +308,8 @@ def alibaba(
                   f"{slide['pod_windows_idle']}/{slide['pod_windows_judged']} judged pod-windows idle "
                   f"({_pct(slide['share_idle'] or 0)}); {slide['pods_idle_in_every_judged_window']} pods idle in every judged window, "
                   f"{slide['pods_never_idle']} never idle; idle GPU-hours {slide['idle_gpu_hours']:g} "
-                  f"(${slide['idle_usd']} at the price above)", highlight=False)
+                  + (f"(${slide['idle_usd']} at the price above)" if slide["idle_usd"] is not None else "(unpriced)"),
+                  highlight=False)
 
 
 __all__ = ["ReplaySummary", "replay_summary", "scan_window", "sliding", "whole_trace_window_s"]

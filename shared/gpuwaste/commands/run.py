@@ -13,8 +13,23 @@ from typing import Annotated
 import typer
 
 from gpuwaste.bootstrap import local
-from gpuwaste.cli import Output, _config, _progress, app, fail, out, parse_duration, parse_time, render
-from gpuwaste.errors import GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
+from gpuwaste.cli import (
+    KUBE_HINT,
+    Output,
+    _config,
+    _progress,
+    app,
+    check_kubeconfig,
+    check_prometheus_url,
+    check_recording,
+    fail,
+    out,
+    parse_positive,
+    parse_time,
+    parse_window,
+    render,
+)
+from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.settings import ClusterConfig, PrometheusSettings
 
@@ -95,7 +110,7 @@ def _ticket_preview(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
 def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-untyped-def]
     """The daily summary (services/summary) of the state file for the day ending at the last scan."""
     from gpuwaste.bootstrap import summary as summary_root
-    from gpuwaste.sinks.summary_report import render_terminal
+    from gpuwaste.sinks.summary_report import SummaryNotes, render_terminal
 
     _section("summary · the day up to the last scan")
     try:
@@ -105,7 +120,8 @@ def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-un
         return
     try:
         end = at + timedelta(seconds=1)
-        render_terminal(service.build(since=end - timedelta(days=1), until=end), out)
+        notes = SummaryNotes(data_quality=service.data_quality_problems(since=end - timedelta(days=1), until=end))
+        render_terminal(service.build(since=end - timedelta(days=1), until=end), out, notes)
     finally:
         close = getattr(service.store, "close", None)
         if close is not None:
@@ -114,17 +130,24 @@ def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-un
 
 def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[datetime], window_s: int | None,  # type: ignore[no-untyped-def]
                     state: Path, output: Output, quiet: bool, slack: bool = False, tickets: bool = True,
-                    summary: bool = True) -> local.ChainResult:
+                    summary: bool = True, wide: bool = False, state_given: bool = True) -> local.ChainResult:
     """Run the chain and print each scan, its messages and tickets, then the daily summary; exits non-zero
     with a clear message on failure. `quiet` keeps only the one-line alerts and tickets."""
     table = output is Output.table
 
     def on_scan(report):  # type: ignore[no-untyped-def]
         if table and not quiet:
-            render(report, output, quiet=quiet)
+            render(report, output, quiet=quiet, wide=wide)
 
     deliver = _slack_preview(cfg, panels=slack and not quiet) if table else None
-    file_tickets = _ticket_preview(cfg, panels=not quiet) if table and tickets else None
+    unfiled: list[AlertMessage] = []
+    if table and tickets:
+        file_tickets = _ticket_preview(cfg, panels=not quiet)
+    else:
+        def file_tickets(requests, store, at):  # type: ignore[no-untyped-def]
+            # not filed here (--no-tickets, or machine output): release them so a later run requests them again
+            unfiled.extend(requests)
+            local.release_ticket_requests(requests, store)
     try:
         result = local.run_chain(sources, cfg, state_path=state, cluster=cluster, times=times, window_s=window_s,
                                  on_scan=on_scan, deliver=deliver, file_tickets=file_tickets,
@@ -136,12 +159,17 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
     except PermanentError as exc:
         fail(str(exc))
     if not table:
-        render(result.reports[-1], output, quiet=True)
+        render(result.reports[-1], output, quiet=True, wide=wide)
         return result
     out.print(f"[bold]alerts[/] ({len(result.alerts)}; {result.new_alerts} new), ticket requests {len(result.tickets)}"
               f" — state {state}", highlight=False)
+    if unfiled:
+        n = len({r.finding.fingerprint for r in unfiled if r.action is AlertAction.ESCALATE})
+        out.print(f"{n} ticket {'request' if n == 1 else 'requests'} not filed (--no-tickets); they will be requested "
+                  "again on the next run without --no-tickets", style="yellow", highlight=False)
     if not result.alerts:
-        out.print("no new alerts: every finding is already known to the store (run again later, or use --state)",
+        hint = "" if state_given else " (run again later, or use --state FILE for a fresh store)"
+        out.print(f"no new alerts: every finding is already known to the store {state}{hint}",
                   style="dim", highlight=False)
     if summary and not quiet:
         print_summary(cfg, state, times[-1])
@@ -156,28 +184,36 @@ def run_cmd(
     prometheus: Annotated[str | None, typer.Option("--prometheus", "-p", help="Prometheus base URL (live).", envvar="GPUWASTE_PROMETHEUS_URL")] = None,
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig (live).", envvar="KUBECONFIG")] = None,
     context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
-    state: Annotated[Path, typer.Option("--state", help="SQLite lifecycle store (kept between runs).")] = local.DEFAULT_STATE,
+    state: Annotated[Path | None, typer.Option("--state", help=f"SQLite lifecycle store, kept between runs (default {local.DEFAULT_STATE}).")] = None,
     scans: Annotated[int, typer.Option("--scans", min=1, max=1000, help="Successive scans, --interval apart, the last at --at.")] = 1,
     interval: Annotated[str, typer.Option("--interval", help="Time between successive scans, e.g. 10m.")] = "10m",
     at: Annotated[str | None, typer.Option("--at", help="Time of the last scan (RFC 3339 / unix s). Default: recording end, or now.")] = None,
-    window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window per scan, e.g. 1h.")] = None,
-    output: Annotated[Output, typer.Option("--output", "-o", help="table (scans + alerts), json or csv (last scan).")] = Output.table,
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window per scan, 10m or more, e.g. 1h.")] = None,
+    output: Annotated[Output, typer.Option("--output", "-o", help="table (scans + alerts), json or csv (last scan). JSON keeps exact decimal strings; CSV rounds decimals to at most 6 places (gpus_held, wasted_gpus columns).")] = Output.table,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the alerts.")] = False,
     slack: Annotated[bool, typer.Option("--slack/--no-slack", help="Show each alert as the Slack message notify_slack sends (posted when delivery.slack has a bot token).")] = True,
-    tickets: Annotated[bool, typer.Option("--tickets/--no-tickets", help="Handle ticket requests: show the ticket create_tickets opens (created in Jira when delivery.jira is configured).")] = True,
+    tickets: Annotated[bool, typer.Option("--tickets/--no-tickets", help="Handle ticket requests: show the ticket create_tickets opens (created in Jira when delivery.jira is configured). "
+                                                        "--no-tickets leaves them unfiled and unmarked: the next run requests them again.")] = True,
     summary: Annotated[bool, typer.Option("--summary/--no-summary", help="Print the daily summary of the state file after the scans.")] = True,
+    wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
 ) -> None:
     """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
     cfg = _config(config)
-    step = timedelta(seconds=parse_duration(interval))
-    window_s = parse_duration(window) if window else None
+    step = timedelta(seconds=parse_positive(interval, "--interval"))
+    window_s = parse_window(window) if window else None
     when = parse_time(at)
+    if cluster and cfg.clusters:
+        try:
+            cfg.cluster(cluster)
+        except ConfigError as exc:
+            fail(f"--cluster: {exc}")
     try:
         if recording is not None:
             if not recording.exists():
                 fail(f"{recording}: no such file or directory")
             sources = local.recording_sources(recording, cfg, cluster_name=cluster)
             assert sources.recording is not None
+            check_recording(sources, when)
             when = when or sources.recording.end_time()
             window_s = window_s or sources.recording.meta.window_s or cfg.scan.window_s
             name = sources.recording.cluster
@@ -185,6 +221,9 @@ def run_cmd(
             if prometheus is None and not cfg.clusters:
                 fail("nothing to run on: pass --recording DIR, or --prometheus URL (with a kubeconfig), or --config FILE. "
                      "Try `gpuwaste demo`.")
+            if prometheus:
+                check_prometheus_url(prometheus)
+            check_kubeconfig(kubeconfig)
             cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "cluster"))
             if prometheus:
                 cc.prometheus = PrometheusSettings(url=prometheus)
@@ -196,8 +235,11 @@ def run_cmd(
             name = cc.name
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
+    except SourceUnavailableError as exc:
+        fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except GpuWasteError as exc:
-        fail(str(exc))
+        fail(str(exc) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
     times = local.replay_times(when, scans=scans, interval=step)
-    run_local_chain(sources, cfg, cluster=name, times=times, window_s=window_s, state=state, output=output, quiet=quiet,
-                    slack=slack, tickets=tickets, summary=summary)
+    run_local_chain(sources, cfg, cluster=name, times=times, window_s=window_s, state=state or local.DEFAULT_STATE,
+                    output=output, quiet=quiet, slack=slack, tickets=tickets, summary=summary, wide=wide,
+                    state_given=state is not None)

@@ -10,10 +10,10 @@ from typing import Annotated
 import typer
 
 from gpuwaste.bootstrap import summary as bootstrap
-from gpuwaste.cli import _config, app, err, fail, out, parse_duration, parse_time
+from gpuwaste.cli import _config, app, err, fail, out, parse_positive, parse_time
 from gpuwaste.errors import GpuWasteError
 from gpuwaste.sinks.chart import MatplotlibChartRenderer
-from gpuwaste.sinks.summary_report import render_html, render_markdown, render_terminal
+from gpuwaste.sinks.summary_report import SummaryNotes, render_html, render_markdown, render_terminal
 
 
 class SummaryFormat(StrEnum):
@@ -36,17 +36,26 @@ def summary_cmd(
 ) -> None:
     """Summarise the waste in a state file: totals by team, namespace, kind and cluster, trend, top offenders, savings."""
     cfg = _config(config)
-    span = timedelta(seconds=parse_duration(since))
+    span = timedelta(seconds=parse_positive(since, "--since"))
+    if until not in ("latest", "now"):
+        parse_time(until)  # a malformed time fails here, before the store is opened
     try:
         service = bootstrap.local_summary_service(cfg, state)
+        last_scan = service.last_activity()
         if until == "latest":
-            records = service.store.history(since=datetime(1970, 1, 1, tzinfo=UTC), until=datetime.now(UTC) + timedelta(days=3650))
-            end = max((max(r.last_seen, r.resolved_at or r.last_seen) for r in records), default=datetime.now(UTC))
+            end = last_scan or datetime.now(UTC)
         elif until == "now":
             end = datetime.now(UTC)
         else:
             end = parse_time(until) or datetime.now(UTC)
-        result = service.build(since=end - span, until=end + timedelta(seconds=1))
+        stop = end + timedelta(seconds=1)
+        result = service.build(since=end - span, until=stop)
+        notes = SummaryNotes(data_quality=service.data_quality_problems(since=end - span, until=stop))
+        if last_scan is not None and last_scan < end:
+            # the period ends after the last scan: say what was open then, not "0 open" (nothing was scanned since)
+            then = service.build(since=last_scan - span, until=last_scan + timedelta(seconds=1))
+            notes = SummaryNotes(data_quality=notes.data_quality, last_scan=last_scan, open_findings=then.open_findings,
+                                 open_usd_per_day=then.open_usd_per_day)
     except GpuWasteError as exc:
         fail(str(exc))
     png_name: str | None = None
@@ -60,9 +69,9 @@ def summary_cmd(
             chart.write_bytes(png)
             png_name = chart.name
     if fmt is SummaryFormat.terminal:
-        render_terminal(result, out)
+        render_terminal(result, out, notes)
         return
-    text = render_markdown(result) if fmt is SummaryFormat.markdown else render_html(result, chart_png_name=png_name)
+    text = render_markdown(result, notes) if fmt is SummaryFormat.markdown else render_html(result, chart_png_name=png_name, notes=notes)
     if output is not None:
         output.write_text(text)
     else:

@@ -51,6 +51,22 @@ class SqsQueue:
         for batch in _batches(bodies):
             self._send_batch(batch)
 
+    def send_each(self, messages: Sequence[BaseModel]) -> list[GpuWasteError | None]:
+        """Send the messages in batches of up to 10 and say, per message, whether it went out.
+
+        Unlike `send`, nothing is raised: the caller (a batch of Lambda records sending their outputs
+        together) decides which records failed.
+
+        Returns:
+            One entry per message, in order: None when sent, else the `RetryableError` (still failing after
+            `max_attempts`, or SQS unreachable) or `PermanentError` (rejected as invalid) that stopped it.
+        """
+        bodies = [m.model_dump_json() for m in messages]
+        out: list[GpuWasteError | None] = []
+        for batch in _batches(bodies):
+            out.extend(self._send_batch_each(batch))
+        return out
+
     def _send_batch(self, bodies: list[str]) -> None:
         pending = {str(i): body for i, body in enumerate(bodies)}
         last_error = ""
@@ -69,6 +85,36 @@ class SqsQueue:
                 return
             last_error = "; ".join(f"{f.get('Code')}: {f.get('Message', '')}" for f in failed)
         raise RetryableError(f"sqs {self.queue_url}: {len(pending)} of {len(bodies)} messages not sent: {last_error}")
+
+    def _send_batch_each(self, bodies: list[str]) -> list[GpuWasteError | None]:
+        """`_send_batch` with a per-entry outcome: rejected entries are not retried, the others up to `max_attempts`."""
+        errors: list[GpuWasteError | None] = [None] * len(bodies)
+        pending = {str(i): body for i, body in enumerate(bodies)}
+        last: dict[str, str] = {}
+        for _attempt in range(self.max_attempts):
+            entries = [{"Id": i, "MessageBody": b} for i, b in pending.items()]
+            try:
+                resp = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)  # type: ignore[arg-type]
+            except (ClientError, BotoCoreError) as exc:
+                err = _translate(exc)
+                for i in pending:
+                    errors[int(i)] = err
+                return errors
+            retry: dict[str, str] = {}
+            for f in resp.get("Failed", []):
+                fid = f["Id"]
+                text = f"{f.get('Code')}: {f.get('Message', '')}"
+                if f.get("SenderFault"):
+                    errors[int(fid)] = PermanentError(f"sqs {self.queue_url}: entry rejected: {text}")
+                elif fid in pending:
+                    retry[fid] = pending[fid]
+                    last[fid] = text
+            pending = retry
+            if not pending:
+                return errors
+        for i in pending:
+            errors[int(i)] = RetryableError(f"sqs {self.queue_url}: message not sent after {self.max_attempts} attempt(s): {last.get(i, '')}")
+        return errors
 
     def send_findings(self, messages: Sequence[FindingMessage]) -> None:
         """`FindingQueue.send_findings`."""

@@ -288,9 +288,18 @@ class LifecycleService:
         if out.tickets and self.tickets is not None:
             self.tickets.send_alerts(out.tickets)
         if record.outbox_json:
-            # a lost race here only means someone else moved the record on; the messages are sent
-            self.store.update(record.model_copy(update={"outbox_json": "", "version": record.version + 1}),
-                              expected_version=record.version)
+            def clear_outbox() -> None:
+                # a lost race here only means someone else moved the record on; the messages are sent
+                self.store.update(record.model_copy(update={"outbox_json": "", "version": record.version + 1}),
+                                  expected_version=record.version)
+
+            # a queue that sends a whole batch of records' outputs together (`queue.batching.DeferredQueue`)
+            # clears the outbox only once the messages are out; any other queue has sent them already
+            after_sent = getattr(self.alerts, "after_sent", None)
+            if after_sent is not None:
+                after_sent(clear_outbox)
+            else:
+                clear_outbox()
         if out.alerts or out.tickets:
             logger.info("lifecycle decided", extra={"fingerprint": record.fingerprint,
                                                     "actions": [a.action.value for a in out.alerts + out.tickets]})

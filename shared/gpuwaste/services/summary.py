@@ -5,7 +5,8 @@ window (the waste was already there during the window that proved it) to `last_s
 overlapping part (USD = USD/day × overlapping seconds ÷ 86400). The trend compares the
 period with the one of equal length just before it. Savings: a finding resolved in the period saves its
 `saved_usd_per_day`; "realised" counts the days from its resolution to the end of the period.
-Data-quality findings carry no money and are left out; unpriced findings are counted, not summed.
+Data-quality findings carry no money and are left out of the waste counts (open, opened); `data_quality_open`
+counts them apart. Unpriced findings are counted, not summed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gpuwaste.models.findings import WasteKind
@@ -92,6 +93,15 @@ class SummaryService:
         return summarize(records, since=since, until=until, team_of=self.team_of, top=self.settings.summary_top,
                          lead_of=evidence_window)
 
+    def data_quality_problems(self, *, since: datetime, until: datetime) -> int:
+        """Open data-quality findings seen in [since, until) (telemetry problems, not waste)."""
+        return data_quality_open(self.store.history(since=since, until=until), since=since, until=until)
+
+    def last_activity(self) -> datetime | None:
+        """The newest activity in the store (last sighting or resolution): the time of the last scan, or None."""
+        records = self.store.history(since=datetime(1970, 1, 1, tzinfo=UTC), until=datetime(9999, 1, 1, tzinfo=UTC))
+        return max((max(r.last_seen, r.resolved_at or r.last_seen) for r in records), default=None)
+
     def send(self, *, period: timedelta = timedelta(days=1)) -> PostedMessage:
         """Build the summary of the last `period` and post it with its chart.
 
@@ -116,6 +126,12 @@ class SummaryService:
         posted = self.notifier.post_summary(summary, channel=channel, chart_png=png, note=note)
         logger.info("summary sent", extra={"channel": posted.channel, "wasted_usd": str(summary.wasted_usd)})
         return posted
+
+
+def data_quality_open(records: Iterable[FindingRecord], *, since: datetime, until: datetime) -> int:
+    """Pure: open data-quality findings seen in [since, until)."""
+    return sum(1 for r in records if r.kind == WasteKind.DATA_QUALITY.value and r.state is FindingState.OPEN
+               and r.last_seen >= since and r.first_seen < until)
 
 
 def _groups(current: dict[str, Decimal], previous: dict[str, Decimal], counts: dict[str, int]) -> tuple[GroupTotal, ...]:
@@ -176,9 +192,11 @@ def summarize(
             continue
         if r.usd_per_day is None and r.kind != WasteKind.DATA_QUALITY.value:
             unpriced += 1
-        if since <= r.first_seen < until:
+        if since <= r.first_seen < until and r.kind != WasteKind.DATA_QUALITY.value:
             opened += 1
         is_open = r.state is FindingState.OPEN
+        if r.kind == WasteKind.DATA_QUALITY.value:
+            continue  # no verdict, no money: counted apart (data_quality_open), never as waste
         if is_open and r.last_seen >= since:
             open_n += 1
             open_rate += r.usd_per_day or Decimal(0)

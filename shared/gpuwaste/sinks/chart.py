@@ -42,9 +42,11 @@ class MatplotlibChartRenderer:
             heights = [float(values.get((t, kind), Decimal(0))) for t in teams]
             ax.bar(teams, heights, bottom=bottom, label=kind.replace("_", " "))
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        top = max(bottom, default=0.0)
+        ax.set_ylim(0, top * 1.15 if top > 0 else 1)  # headroom: the tallest bar and the legend never touch the frame
         ax.set_ylabel("USD wasted")
         ax.set_title(f"GPU waste per team, {summary.since:%Y-%m-%d %H:%M} → {summary.until:%Y-%m-%d %H:%M} UTC")
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", loc="upper right")
         ax.tick_params(axis="x", labelrotation=30)
         fig.tight_layout()
         buf = io.BytesIO()

@@ -22,8 +22,13 @@ MAX_FIELD_TEXT = 2000
 MAX_HEADER_TEXT = 150
 MAX_TEXT = 40000
 MAX_CONTEXT_TEXT = 2000
-#: Items of a digest per message: header + intro + items + footer stay within 50 blocks.
-DIGEST_ITEMS_PER_MESSAGE = 45
+#: Findings of a digest shown in full (one section each, with its action menu) per message; the rest of
+#: the message's 50 blocks (header, intro, footer and `DIGEST_TAIL_SECTIONS` sections) carries the tail.
+DIGEST_ITEMS_PER_MESSAGE = 40
+#: Sections per message for the digest's tail: one compact line per further finding, packed up to
+#: `MAX_SECTION_TEXT` characters each (without action menus), so one owner's 50 findings are one message.
+DIGEST_TAIL_SECTIONS = MAX_BLOCKS - 3 - DIGEST_ITEMS_PER_MESSAGE
+MAX_TAIL_LINE = 400
 
 ACTION_SNOOZE_1D = "snooze_1d"
 ACTION_SNOOZE_7D = "snooze_7d"
@@ -294,6 +299,56 @@ def _digest_item(index: int, item: NoticeItem, now: datetime, interactive: bool)
     return _section("\n".join(lines), **extra)
 
 
+def _tail_line(index: int, item: NoticeItem) -> str:
+    """One compact line of a digest's tail: number, workload, kind, USD/day, cluster (no action menu)."""
+    f = item.finding
+    state = " · resolved" if item.resolved else ""
+    line = f"{index}. *{escape(workload_text(f))}* — {escape(kind_label(f))} · *{per_day(f.usd_per_day)}* · {escape(f.subject.cluster)}{state}"
+    return truncate(line, MAX_TAIL_LINE)
+
+
+def _digest_messages(items: list[NoticeItem]) -> list[tuple[list[NoticeItem], list[NoticeItem]]]:
+    """(full items, tail items) per message: up to `DIGEST_ITEMS_PER_MESSAGE` full, then as many tail lines as
+    `DIGEST_TAIL_SECTIONS` sections of `MAX_SECTION_TEXT` characters hold (one reserved line heads the tail)."""
+    out: list[tuple[list[NoticeItem], list[NoticeItem]]] = []
+    k = 0
+    while k < len(items):
+        full = items[k : k + DIGEST_ITEMS_PER_MESSAGE]
+        k += len(full)
+        tail: list[NoticeItem] = []
+        sections, used = 1, MAX_TAIL_LINE + 1  # the tail's heading line
+        while k < len(items):
+            n = len(_tail_line(k + 1, items[k])) + 1
+            if used + n > MAX_SECTION_TEXT:
+                if sections == DIGEST_TAIL_SECTIONS:
+                    break
+                sections, used = sections + 1, 0
+            used += n
+            tail.append(items[k])
+            k += 1
+        out.append((full, tail))
+    return out
+
+
+def _tail_sections(first_index: int, tail: list[NoticeItem]) -> list[dict[str, Any]]:
+    """The tail's sections: a heading line, then one line per finding, packed within `MAX_SECTION_TEXT`."""
+    usd_tail = sum((i.finding.usd_per_day or Decimal(0) for i in tail if not i.resolved), Decimal(0))
+    lines = [f"*…and {len(tail)} more, {usd(usd_tail)}/day together* (no action menu here; the costliest above have one):"]
+    lines += [_tail_line(first_index + j, item) for j, item in enumerate(tail)]
+    sections: list[dict[str, Any]] = []
+    current: list[str] = []
+    size = 0
+    for line in lines:
+        if current and size + len(line) + 1 > MAX_SECTION_TEXT:
+            sections.append(_section("\n".join(current)))
+            current, size = [], 0
+        current.append(line)
+        size += len(line) + 1
+    if current:
+        sections.append(_section("\n".join(current)))
+    return sections
+
+
 def _fallback_text(notice: Notice) -> str:
     items = notice.items
     total = sum((i.finding.usd_per_day or Decimal(0) for i in items), Decimal(0))
@@ -308,8 +363,10 @@ def render_notice(notice: Notice, *, now: datetime, fell_back_from: str | None =
     """Block Kit payloads for `notice`, split so each respects Slack's limits.
 
     ALERT/RESOLVED of one item: one message. DIGEST (or a RESOLVED digest): a header, an intro, one section
-    per finding (with an overflow menu of actions) and a footer; more than `DIGEST_ITEMS_PER_MESSAGE`
-    findings continue in further messages ("part 2/3"). UPDATE: a short thread reply.
+    per finding for the costliest `DIGEST_ITEMS_PER_MESSAGE` (with an overflow menu of actions), then the
+    rest as compact lines ("…and N more, $X/day together") packed into up to `DIGEST_TAIL_SECTIONS`
+    sections, and a footer; only what still does not fit continues in further messages ("part 2/3").
+    UPDATE: a short thread reply.
     """
     text = _fallback_text(notice)
     if notice.kind is NoticeKind.UPDATE:
@@ -318,13 +375,14 @@ def render_notice(notice: Notice, *, now: datetime, fell_back_from: str | None =
         item = notice.items[0]
         return [SlackPayload(text=text, blocks=_alert_blocks(notice, item, now, fell_back_from), fingerprints=(item.fingerprint,))]
     items = sorted(notice.items, key=lambda i: (-(i.finding.usd_per_day or Decimal(-1)), i.fingerprint))
-    chunks = [items[k : k + DIGEST_ITEMS_PER_MESSAGE] for k in range(0, len(items), DIGEST_ITEMS_PER_MESSAGE)]
+    chunks = _digest_messages(items)
     total = sum((i.finding.usd_per_day or Decimal(0) for i in items if not i.resolved), Decimal(0))
     resolved = sum(1 for i in items if i.resolved)
     owner = notice.route.team or notice.route.channel
     clusters = sorted({i.finding.subject.cluster for i in items})
     payloads: list[SlackPayload] = []
-    for n, chunk in enumerate(chunks, start=1):
+    offset = 0
+    for n, (full, tail) in enumerate(chunks, start=1):
         part = f" (part {n}/{len(chunks)})" if len(chunks) > 1 else ""
         title = f"GPU waste: {len(items)} findings for {owner} — {usd(total)}/day{part}"
         blocks: list[dict[str, Any]] = [_header(title)]
@@ -337,13 +395,16 @@ def render_notice(notice: Notice, *, now: datetime, fell_back_from: str | None =
                 "each line gives the cost formula, the main evidence and what to do."
             )
             blocks.append(_section(intro))
-        offset = (n - 1) * DIGEST_ITEMS_PER_MESSAGE
-        blocks.extend(_digest_item(offset + k + 1, item, now, notice.interactive) for k, item in enumerate(chunk))
+        blocks.extend(_digest_item(offset + k + 1, item, now, notice.interactive) for k, item in enumerate(full))
+        if tail:
+            blocks.extend(_tail_sections(offset + len(full) + 1, tail))
         footer = [_route_line(notice, fell_back_from)]
         if notice.scan_id:
             footer.append(f"scan `{escape(notice.scan_id)}`")
         blocks.append(_context(*footer))
-        payloads.append(SlackPayload(text=text + part, blocks=blocks, fingerprints=tuple(i.fingerprint for i in chunk)))
+        carried = full + tail
+        offset += len(carried)
+        payloads.append(SlackPayload(text=text + part, blocks=blocks, fingerprints=tuple(i.fingerprint for i in carried)))
     return payloads
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import html
-from datetime import UTC
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from rich.console import Console
@@ -20,24 +21,59 @@ def _trend(current: Decimal, previous: Decimal) -> str:
     return f"{'+' if delta >= 0 else '-'}{usd(abs(delta))} ({delta / previous:+.0%})"
 
 
-def _headline(s: DailySummary) -> list[tuple[str, str]]:
-    return [
+@dataclass(frozen=True)
+class SummaryNotes:
+    """What the report says beside the DailySummary.
+
+    Attributes:
+        data_quality: open data-quality problems in the period (telemetry problems: not waste, not counted as findings).
+        last_scan: time of the last scan in the store, when the period ends after it; the "Open" line then shows
+            `open_findings` / `open_usd_per_day` as of that scan instead of the period's (empty) end.
+    """
+
+    data_quality: int = 0
+    last_scan: datetime | None = None
+    open_findings: int = 0
+    open_usd_per_day: Decimal = Decimal(0)
+
+
+def period_date(s: DailySummary) -> str:
+    """The date a report is titled with: the period's last day (`until` is exclusive)."""
+    return f"{(s.until - timedelta(microseconds=1)).astimezone(UTC):%Y-%m-%d}"
+
+
+def _headline(s: DailySummary, notes: SummaryNotes | None = None) -> list[tuple[str, str]]:
+    notes = notes or SummaryNotes()
+    if notes.last_scan is not None:
+        open_line = ("Open at the last scan", f"{_findings(notes.open_findings)}, {usd(notes.open_usd_per_day)}/day "
+                                              f"(last scan {when(notes.last_scan)}; nothing was scanned after it)")
+    else:
+        open_line = ("Open now", f"{_findings(s.open_findings)}, {usd(s.open_usd_per_day)}/day")
+    rows = [
         ("Period", f"{when(s.since)} → {when(s.until)}"),
         ("Wasted", f"{usd(s.wasted_usd)} ({_trend(s.wasted_usd, s.previous_usd)} vs {usd(s.previous_usd)} the period before)"),
-        ("Open now", f"{s.open_findings} findings, {usd(s.open_usd_per_day)}/day"),
+        open_line,
         ("Opened / resolved", f"{s.opened} / {s.resolved}"),
         ("Savings", f"{usd(s.saved_usd_per_day)}/day from resolutions, {usd(s.realised_savings_usd)} realised in the period"),
         ("Unpriced findings", str(s.unpriced)),
     ]
+    if notes.data_quality:
+        rows.append(("Data quality", f"{notes.data_quality} data-quality problem{'s' if notes.data_quality != 1 else ''} "
+                                     "(telemetry that cannot be judged; not waste, not in the counts above)"))
+    return rows
+
+
+def _findings(n: int) -> str:
+    return f"{n} finding" if n == 1 else f"{n} findings"
 
 
 _SECTIONS = (("team", "by_team"), ("namespace", "by_namespace"), ("kind", "by_kind"), ("cluster", "by_cluster"))
 
 
-def render_terminal(s: DailySummary, console: Console) -> None:
+def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | None = None) -> None:
     """Print the summary as rich tables."""
-    head = Table(title=f"GPU waste summary {s.since.astimezone(UTC):%Y-%m-%d}", show_header=False)
-    for k, v in _headline(s):
+    head = Table(title=f"GPU waste summary {period_date(s)}", show_header=False)
+    for k, v in _headline(s, notes):
         head.add_row(k, v)
     console.print(head)
     for label, attr in _SECTIONS:
@@ -61,10 +97,10 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(s: DailySummary) -> str:
+def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
     """The summary as GitHub-flavoured Markdown."""
-    out = [f"# GPU waste summary {s.since.astimezone(UTC):%Y-%m-%d}", ""]
-    out += [f"- **{k}:** {_md_cell(v)}" for k, v in _headline(s)]
+    out = [f"# GPU waste summary {period_date(s)}", ""]
+    out += [f"- **{k}:** {_md_cell(v)}" for k, v in _headline(s, notes)]
     for label, attr in _SECTIONS:
         out += ["", f"## By {label}", "", f"| {label} | wasted | before | trend | findings |", "|---|---:|---:|---:|---:|"]
         out += [
@@ -81,17 +117,17 @@ def render_markdown(s: DailySummary) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_html(s: DailySummary, *, chart_png_name: str | None = None) -> str:
+def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: SummaryNotes | None = None) -> str:
     """The summary as a self-contained HTML page (names escaped)."""
     e = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>GPU waste summary {s.since.astimezone(UTC):%Y-%m-%d}</title>",
+        f"<title>GPU waste summary {period_date(s)}</title>",
         "<style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}"
         "td.n{text-align:right}</style></head><body>",
-        f"<h1>GPU waste summary {s.since.astimezone(UTC):%Y-%m-%d}</h1><ul>",
+        f"<h1>GPU waste summary {period_date(s)}</h1><ul>",
     ]
-    parts += [f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in _headline(s)]
+    parts += [f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in _headline(s, notes)]
     parts.append("</ul>")
     if chart_png_name:
         parts.append(f"<img src='{e(chart_png_name)}' alt='GPU waste per team by kind'>")

@@ -17,7 +17,8 @@ Contract (for detectors and for whoever extends the plan):
   computed gets a **neutral value** in `WindowStats` (both adapters fill it identically, see
   `neutral_stats`): `p95` → `max` (an upper bound), `min` → 0.0 (a lower bound; every such metric is a
   non-negative gauge), `max_avg_10m` → None (unknown; readers fall back to avg or max), `recent_count` →
-  `count` (never looks stale), `changes` → 0. Rows are grouped into devices by
+  `count` (never looks stale), `changes` → 0; and for the energy counter, which only its sample count and
+  `changes` are read of, `sum` and `max` → 0.0 (so `avg` reads 0.0: never read it). Rows are grouped into devices by
   `sources.dcgm.build_gpu_telemetry`.
 * **Dropped labels** (GPU metrics only): labels nobody reads (`DROPPED_LABELS`: `pci_bus_id`, `device`,
   `DCGM_FI_DRIVER_VERSION`, `job`, `endpoint`, `service`, …, minus any label the `TelemetryLabels`
@@ -85,7 +86,7 @@ class MetricSpec:
         aliases: other names of the same metric; their series are stored under `name`.
         exclude: (label, value) pairs whose series are ignored (an absent label counts as "").
         stats: the window statistics computed for a `stats` summary (subset of `ALL_STATS`, always with
-            `count`, `sum` and `max`); empty means all of them.
+            `count`); empty means all of them.
     """
 
     name: str
@@ -136,7 +137,7 @@ GPU_STATS: dict[Signal, tuple[str, ...]] = {
     Signal.POWER_USAGE: ("count", "sum", "max", "p95", "max_avg_10m"),
     Signal.POWER_LIMIT: ("count", "sum", "max"),
     Signal.POWER_MGMT_LIMIT: ("count", "sum", "max"),
-    Signal.TOTAL_ENERGY: ("count", "sum", "max", "changes"),
+    Signal.TOTAL_ENERGY: ("count", "changes"),
 }
 
 
@@ -241,20 +242,20 @@ def neutral_stats(spec: MetricSpec, values: Mapping[str, float], *, series: int 
 
     Args:
         spec: the plan entry (its `computed` statistics are read from `values`).
-        values: statistic name (`ALL_STATS`) → value; must hold `count`, `sum` and `max`.
+        values: statistic name (`ALL_STATS`) → value; must hold `count` and every computed statistic.
         series: raw series merged into this summary.
 
     Returns:
-        The summary; statistics outside `spec.computed` get: p95 → max, min → 0.0, max_avg_10m → None,
-        recent_count → count, changes → 0 (see the module docstring).
+        The summary; statistics outside `spec.computed` get: sum → 0.0, max → 0.0, p95 → max, min → 0.0,
+        max_avg_10m → None, recent_count → count, changes → 0 (see the module docstring).
     """
     computed = spec.computed
     count = int(values["count"])
-    mx = values["max"]
+    mx = values["max"] if "max" in computed else 0.0
     m10 = values.get("max_avg_10m") if "max_avg_10m" in computed else None
     return WindowStats(
         count=count,
-        total=values["sum"],
+        total=values["sum"] if "sum" in computed else 0.0,
         max=mx,
         min=values["min"] if "min" in computed else 0.0,
         p95=values["p95"] if "p95" in computed else mx,

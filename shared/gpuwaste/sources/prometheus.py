@@ -33,7 +33,16 @@ from gpuwaste.errors import ConfigError, GpuWasteError, PermanentError, SourceAu
 from gpuwaste.models.telemetry import TelemetryWindow, WindowStats
 from gpuwaste.settings import PrometheusSettings, TelemetryLabels
 from gpuwaste.sources.exposition import RecordedSeries
-from gpuwaste.sources.metrics_plan import PLAN, MetricSpec, SeriesSummary, assemble, clean_labels, droppable_labels, neutral_stats, rate_stats
+from gpuwaste.sources.metrics_plan import (
+    PLAN,
+    MetricSpec,
+    SeriesSummary,
+    assemble,
+    clean_labels,
+    droppable_labels,
+    neutral_stats,
+    rate_stats,
+)
 from gpuwaste.sources.promql import RECENT_S, STAT_LABEL, raw_samples_query, scan_queries, series_count_query
 
 logger = logging.getLogger(__name__)
@@ -280,12 +289,19 @@ class PrometheusGpuMetricsSource:
             )
         return SourceUnavailableError(f"Prometheus at {self.url}: request failed ({type(exc).__name__})")
 
-    def _run_all(self, jobs: Sequence[tuple[str, str]], at: datetime | None) -> list[QueryResult]:
-        """Run (what, promql) jobs with `concurrency` workers; results in job order."""
+    def _run_all(
+        self, jobs: Sequence[tuple[str, str]], at: datetime | None, transform: Callable[[str, QueryResult], Any] | None = None
+    ) -> list[Any]:
+        """Run (what, promql) jobs with `concurrency` workers; results (or `transform(what, result)`) in job order."""
+
+        def one(what: str, promql: str) -> Any:
+            result = self.instant_query(promql, at=at, what=what)
+            return result if transform is None else transform(what, result)
+
         if self.concurrency <= 1 or len(jobs) <= 1:
-            return [self.instant_query(q, at=at, what=w) for w, q in jobs]
+            return [one(w, q) for w, q in jobs]
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="promql") as pool:
-            futures = [pool.submit(self.instant_query, q, at=at, what=w) for w, q in jobs]
+            futures = [pool.submit(one, w, q) for w, q in jobs]
             try:
                 return [f.result() for f in futures]
             except BaseException:
@@ -305,10 +321,11 @@ class PrometheusGpuMetricsSource:
         recent_s = min(RECENT_S, window_s)
         queries = scan_queries(window_s=window_s, matchers=self.matchers, plan=self.plan, drop=droppable_labels(self.labels))
         t0 = time.perf_counter()
-        results = self._run_all([(spec.name, q) for spec, q in queries], at)
-        summaries: list[SeriesSummary] = []
-        for (spec, _q), result in zip(queries, results, strict=True):
-            summaries.extend(self._summaries(spec, result))
+        specs = {spec.name: spec for spec, _q in queries}
+        # each answer is summarised as soon as it arrives, so only the answers in flight are held decoded
+        per_query = self._run_all([(spec.name, q) for spec, q in queries], at,
+                                  transform=lambda what, result: self._summaries(specs[what], result))
+        summaries: list[SeriesSummary] = [s for part in per_query for s in part]
         parts = assemble(summaries, self.labels, drop=False)  # the queries already aggregated the dropped labels
         logger.info(
             "prometheus telemetry read",

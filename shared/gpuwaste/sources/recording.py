@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState
@@ -76,8 +76,13 @@ def load_meta(path: Path) -> RecordingMeta:
         return RecordingMeta()
     try:
         return RecordingMeta.model_validate_json(p.read_bytes())
-    except ValueError as exc:
-        raise InputFormatError(f"invalid recording metadata: {exc}", source=str(p)) from exc
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors(include_url=False)
+        )
+        raise InputFormatError(f"invalid recording metadata: {problems}", source=str(p)) from exc
+    except OSError as exc:
+        raise InputFormatError(f"cannot read recording metadata: {exc.strerror}", source=str(p)) from exc
 
 
 def _canonical(name: str) -> str:
@@ -181,6 +186,39 @@ class RecordingTelemetrySource:
                 return self.default_time
             raise InputFormatError("the recording holds no DCGM samples", source=str(self.telemetry_file))
         return datetime.fromtimestamp(newest / 1000, tz=UTC)
+
+    def time_range(self) -> tuple[datetime, datetime] | None:
+        """(oldest, newest) sample time over every series read, or None when the recording holds no samples.
+
+        Raises:
+            InputFormatError: when the telemetry file is malformed.
+        """
+        stamps = [(s.timestamps_ms[0], s.timestamps_ms[-1]) for s in self.parsed().series.values() if s.timestamps_ms]
+        if not stamps:
+            return None
+        first = min(a for a, _ in stamps)
+        last = max(b for _, b in stamps)
+        return datetime.fromtimestamp(first / 1000, tz=UTC), datetime.fromtimestamp(last / 1000, tz=UTC)
+
+    def undated(self) -> bool:
+        """True for a bare scrape: no sample carries a timestamp (each got the default time) and no metadata dates it.
+
+        Raises:
+            InputFormatError: when the telemetry file is malformed.
+        """
+        parsed = self.parsed()
+        if self.meta.eval_time is not None or not any(w.kind == "no_timestamp" for w in parsed.warnings):
+            return False
+        default_ms = int(self._default_time().timestamp() * 1000)
+        return all(ts == default_ms for s in parsed.series.values() for ts in s.timestamps_ms)
+
+    def dcgm_series(self) -> int:
+        """How many DCGM series (any DCGM_* / dcgm_fi_* metric) the telemetry file holds.
+
+        Raises:
+            InputFormatError: when the telemetry file is malformed.
+        """
+        return sum(1 for s in self.parsed().series.values() if s.name.startswith(("DCGM_", "dcgm_")))
 
     def telemetry(self, *, at: datetime, window: timedelta) -> TelemetryWindow:
         """Summarise the recorded series over `[at − window, at]`."""

@@ -1,0 +1,509 @@
+"""The command line with a new user's mistakes: one `error:` line that says what to do (exit 2, or 3 when a
+source cannot be reached), never a traceback; and the output fixes a first run showed (tables, CSV, summary)."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import logging
+import shutil
+import subprocess
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuwaste.bootstrap import local
+from gpuwaste.cli import app
+from gpuwaste.models.lifecycle import FindingRecord
+from gpuwaste.services.summary import summarize
+from gpuwaste.sinks.summary_report import render_markdown
+from gpuwaste.sinks.terminal import findings_table, to_csv
+from gpuwaste.store.sqlite import SqliteFindingStore
+
+DEMO = local.demo_recording()
+REPO = Path(__file__).resolve().parents[2]
+TRACE = REPO.parent / "shared" / "data" / "real" / "traces" / "alibaba-gentd26"
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def assert_user_error(result, *needles: str, code: int = 2) -> None:  # type: ignore[no-untyped-def]
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "error:" in result.output, result.output
+    for needle in needles:
+        assert needle in result.output, result.output
+
+
+@pytest.fixture
+def demo_copy(tmp_path: Path) -> Path:
+    """A writable copy of the demo recording."""
+    target = tmp_path / "demo"
+    shutil.copytree(DEMO, target)
+    return target
+
+
+# -- 1. user mistakes: one line, exit 2 -------------------------------------------------------------------
+
+
+def test_cli_scan_bad_prometheus_url_says_http_or_https() -> None:
+    # GIVEN a Prometheus "URL" without a scheme
+    # WHEN scanned
+    result = invoke("scan", "--prometheus", "not-a-url")
+    # THEN exit 2 with what a URL must look like, not a pydantic ValidationError
+    assert_user_error(result, "http:// or https://")
+    assert "ValidationError" not in result.output
+
+
+def test_cli_scan_pod_label_is_a_choice_listing_the_allowed_values() -> None:
+    # GIVEN an unknown --pod-label
+    # WHEN scanned
+    result = invoke("scan", "--recording", str(DEMO), "--pod-label", "bogus")
+    # THEN exit 2 naming the allowed values
+    assert result.exit_code == 2, result.output
+    assert "exported_pod" in result.output and "Traceback" not in result.output
+
+
+def test_cli_replay_sliding_zero_is_rejected(tmp_path: Path) -> None:
+    # GIVEN --sliding 0m
+    # WHEN replayed
+    result = invoke("replay", "alibaba", "--trace-dir", str(tmp_path), "--sliding", "0m")
+    # THEN exit 2 with the 10-minute rule
+    assert_user_error(result, "--sliding 0m", "10-minute averages")
+
+
+def test_cli_replay_output_is_a_choice_of_table_or_json(tmp_path: Path) -> None:
+    # GIVEN -o csv (the replay has no CSV)
+    # WHEN replayed
+    result = invoke("replay", "alibaba", "--trace-dir", str(tmp_path), "-o", "csv")
+    # THEN exit 2 listing what it supports
+    assert result.exit_code == 2 and "'table'" in result.output and "'json'" in result.output, result.output
+
+
+def test_cli_generate_fleet_rejects_zero_nodes(tmp_path: Path) -> None:
+    # GIVEN --nodes 0
+    # WHEN a fleet is generated
+    result = invoke("generate-fleet", str(tmp_path / "f"), "--nodes", "0")
+    # THEN exit 2, nothing written
+    assert_user_error(result, "--nodes 0", "1 or more")
+    assert not (tmp_path / "f").exists()
+
+
+def test_cli_generate_fleet_layout_is_a_choice(tmp_path: Path) -> None:
+    # GIVEN an unknown layout
+    # WHEN a fleet is generated
+    result = invoke("generate-fleet", str(tmp_path / "f"), "--layout", "foo")
+    # THEN exit 2 listing demo, random and scorecard
+    assert result.exit_code == 2 and "scorecard" in result.output, result.output
+
+
+def test_cli_generate_fleet_into_a_file_says_it_is_not_a_directory(tmp_path: Path) -> None:
+    # GIVEN a path that is a file
+    target = tmp_path / "passwd"
+    target.write_text("x")
+    # WHEN a fleet is generated there
+    result = invoke("generate-fleet", str(target))
+    # THEN exit 2, not a FileExistsError traceback
+    assert_user_error(result, "not a directory")
+
+
+def test_cli_generate_fleet_into_non_empty_dir_needs_force(tmp_path: Path) -> None:
+    # GIVEN a non-empty directory
+    (tmp_path / "keep.txt").write_text("mine")
+    # WHEN a fleet is generated there without and then with --force
+    refused = invoke("generate-fleet", str(tmp_path), "--layout", "demo")
+    forced = invoke("generate-fleet", str(tmp_path), "--layout", "demo", "--force")
+    # THEN the first is refused, the second writes the recording
+    assert_user_error(refused, "--force")
+    assert forced.exit_code == 0, forced.output
+    assert (tmp_path / "truth.json").exists()
+
+
+def test_cli_os_error_at_the_top_of_a_command_is_one_error_line(tmp_path: Path) -> None:
+    # GIVEN a state file and an output path in a directory that does not exist
+    state = tmp_path / "state.db"
+    assert invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary").exit_code == 0
+    # WHEN the summary is written there (OSError raised inside the command)
+    result = invoke("summary", "--state", str(state), "--format", "markdown", "--output", str(tmp_path / "no" / "x.md"))
+    # THEN one error line with the path, exit 2
+    assert_user_error(result, "x.md", "No such file or directory")
+
+
+# -- 2. windows ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", ["0m", "5m"])
+def test_cli_scan_window_under_ten_minutes_is_rejected(window: str) -> None:
+    # GIVEN a window shorter than one 10-minute average
+    # WHEN scanned
+    result = invoke("scan", "--recording", str(DEMO), "--window", window)
+    # THEN exit 2 with the rule and what to pass
+    assert_user_error(result, "the detectors' rules use 10-minute averages; use --window 10m or more")
+
+
+def test_cli_run_interval_zero_and_at_outside_recording_are_rejected(tmp_path: Path) -> None:
+    # GIVEN run with --interval 0m, and run with an --at before the recording
+    # WHEN run
+    zero = invoke("run", "--recording", str(DEMO), "--state", str(tmp_path / "s.db"), "--scans", "2", "--interval", "0m")
+    early = invoke("run", "--recording", str(DEMO), "--state", str(tmp_path / "s.db"), "--at", "2001-01-01T00:00:00Z")
+    # THEN both exit 2 saying what to pass
+    assert_user_error(zero, "--interval 0m", "longer than zero")
+    assert_user_error(early, "outside the recording")
+
+
+def test_cli_run_window_zero_is_rejected(tmp_path: Path) -> None:
+    # GIVEN --window 0m on run
+    # WHEN run
+    result = invoke("run", "--recording", str(DEMO), "--state", str(tmp_path / "s.db"), "--window", "0m")
+    # THEN exit 2 (not silently the default window)
+    assert_user_error(result, "10-minute averages")
+
+
+def test_cli_replay_window_longer_than_trace_warns() -> None:
+    # GIVEN the real Alibaba trace (22.8 h)
+    if not (TRACE / "pod_gpu_duty_cycle_anon.tar.gz").exists():
+        pytest.skip(f"{TRACE} is absent: the real trace is not in this checkout")
+    # WHEN replayed with a 100-hour window and an unpriced instance type
+    result = invoke("replay", "alibaba", "--trace-dir", str(TRACE), "--window", "100h", "--instance-type", "foo.bar")
+    # THEN a warning says the window is longer than the trace, and nothing is shown as $0.00
+    assert result.exit_code == 0, result.output
+    assert "longer than the trace" in result.output
+    assert "unpriced" in result.output and "$0.00" not in result.output
+
+
+# -- 3. --at outside a recording ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("at", ["2001-01-01T00:00:00Z", "2024-01-01T02:00:00Z"])
+def test_cli_scan_at_outside_the_recording_shows_its_range(at: str) -> None:
+    # GIVEN an --at long before the demo recording, and one 40 minutes after its last sample
+    # WHEN scanned
+    result = invoke("scan", "--recording", str(DEMO), "--at", at, "-q")
+    # THEN exit 2 with the recording's time range
+    assert_user_error(result, "outside the recording", "2024-01-01T01:20:00Z")
+
+
+def test_cli_scan_at_inside_the_recording_runs() -> None:
+    # GIVEN an --at 2 minutes after the last sample (inside the slack)
+    # WHEN scanned
+    result = invoke("scan", "--recording", str(DEMO), "--at", "2024-01-01T01:22:00Z", "-q")
+    # THEN it scans
+    assert result.exit_code == 0, result.output
+
+
+# -- 4. empty, non-DCGM and bare scrapes ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "foo_bar 1\n"])
+def test_cli_scan_file_without_dcgm_series_says_so(tmp_path: Path, text: str) -> None:
+    # GIVEN an empty file, and one with no DCGM series
+    path = tmp_path / "metrics.prom"
+    path.write_text(text)
+    # WHEN scanned
+    result = invoke("scan", "--recording", str(path), "-q")
+    # THEN exit 2 asking whether it is a dcgm-exporter scrape
+    assert_user_error(result, "no DCGM series found in", "dcgm-exporter scrape")
+
+
+def test_cli_scan_bare_scrape_is_undated_and_names_the_missing_model_label(tmp_path: Path) -> None:
+    # GIVEN a bare scrape: no timestamps, no modelName label
+    path = tmp_path / "scrape.prom"
+    path.write_text('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1"} 5\n')
+    # WHEN scanned (not quiet: the no-verdict reasons are printed)
+    result = invoke("scan", "--recording", str(path), env={"COLUMNS": "200"})
+    # THEN the header says it is undated and where its time came from; no --window 7d hint; the model is explained
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # rich wraps long lines
+    assert "undated scrape (no timestamps)" in text
+    assert "file modification time; pass --at to set it" in text
+    assert "one scrape dated" not in text and "--window 7d" not in text
+    assert "unknown (no modelName label)×1" in text
+
+
+# -- 5. clusters, kubeconfig, metadata, formats -------------------------------------------------------------
+
+
+def test_cli_scan_cluster_not_in_config_lists_the_configured_names(tmp_path: Path) -> None:
+    # GIVEN a config with cluster "prod"
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text('clusters:\n- name: prod\n  prometheus: {url: "http://x:9090"}\n')
+    # WHEN a recording is scanned as cluster "nope"
+    result = invoke("scan", "--config", str(cfg), "--cluster", "nope", "--recording", str(DEMO))
+    # THEN exit 2 listing the configured names
+    assert_user_error(result, "nope", "configured: prod")
+
+
+def test_cli_scan_cluster_json_needs_recording(tmp_path: Path) -> None:
+    # GIVEN --cluster-json with a live Prometheus
+    # WHEN scanned
+    result = invoke("scan", "--cluster-json", str(tmp_path / "c.json"), "--prometheus", "http://127.0.0.1:1")
+    # THEN exit 2: only with --recording
+    assert_user_error(result, "only with --recording")
+
+
+def test_cli_scan_invalid_kubeconfig_says_what_to_do(tmp_path: Path) -> None:
+    # GIVEN a kubeconfig that is not one
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text("just text\n")
+    # WHEN scanned live
+    result = invoke("scan", "--prometheus", "http://127.0.0.1:1", "--kubeconfig", str(kubeconfig))
+    # THEN exit 2 with the ways out
+    assert_user_error(result, "--kubeconfig", "--context", "--recording")
+
+
+def test_cli_scan_unreachable_kubernetes_api_exits_3_without_retry_warnings(tmp_path: Path) -> None:
+    # GIVEN a kubeconfig pointing at a closed port
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n"
+        "contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: x}\n"
+    )
+    # WHEN scanned live
+    result = invoke("scan", "-q", "--prometheus", "http://127.0.0.1:1", "--kubeconfig", str(kubeconfig))
+    # THEN exit 3 (like Prometheus), and urllib3's retry warnings are kept out
+    assert_user_error(result, "unreachable", code=3)
+    assert logging.getLogger("urllib3").level == logging.ERROR
+
+
+def test_cli_scan_bad_recording_json_has_no_pydantic_url(demo_copy: Path) -> None:
+    # GIVEN a recording.json with wrong types
+    (demo_copy / "recording.json").write_text('{"cluster": 5, "window_s": -1}')
+    # WHEN scanned
+    result = invoke("scan", "--recording", str(demo_copy))
+    # THEN exit 2 naming the fields, without the pydantic help URL
+    assert_user_error(result, "invalid recording metadata", "window_s")
+    assert "errors.pydantic.dev" not in result.output
+
+
+def test_cli_scan_format_mismatch_names_the_cli_flag(tmp_path: Path) -> None:
+    # GIVEN an OpenMetrics file (second timestamps) read as text
+    path = tmp_path / "t.om"
+    path.write_text('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1"} 5 1704067200\n# EOF\n')
+    # WHEN scanned with --format text
+    result = invoke("scan", "--recording", str(path), "--format", "text", "-q")
+    # THEN the message says which flag to pass
+    assert_user_error(result, "--format openmetrics")
+
+
+# -- 7. tables, make help ------------------------------------------------------------------------------------
+
+
+def _demo_findings():  # type: ignore[no-untyped-def]
+    from gpuwaste.settings import GpuWasteConfig
+
+    cfg = GpuWasteConfig()
+    sources = local.recording_sources(DEMO, cfg)
+    assert sources.recording is not None
+    report = local.scan_service(sources, cfg, window_s=sources.recording.meta.window_s).scan(at=sources.recording.end_time())
+    return report.findings
+
+
+def _render(table, width: int) -> str:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console.print(table)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def test_terminal_table_narrow_drops_evidence_unless_wide() -> None:
+    # GIVEN the demo findings
+    findings = _demo_findings()
+    # WHEN drawn at 100 columns, and at 100 with wide
+    narrow = _render(findings_table(findings, width=100), 100)
+    wide = _render(findings_table(findings, width=100, wide=True), 100)
+    # THEN the narrow table has no evidence/confidence columns, the wide one has them; no line is wider than 100
+    assert "evidence" not in narrow and "conf." not in narrow
+    assert "evidence" in wide and "conf." in wide
+    assert max(len(line) for line in narrow.splitlines()) <= 100
+
+
+def test_terminal_table_keeps_workload_names_whole_and_shortens_nodes() -> None:
+    # GIVEN the demo findings
+    findings = _demo_findings()
+    # WHEN drawn at 160 columns (a pipe's default width)
+    text = _render(findings_table(findings, width=160), 160)
+    # THEN every workload word is on one line, node names lose .ec2.internal (the caption says so)
+    assert "(nightly-embed-28711440-x7k2p)" in text and "Deployment/llama-70b-vllm" in text
+    assert "ip-10-0-2-31 " in text and "ip-10-0-2-31.ec2.internal" not in text
+    assert "node names without .ec2.internal" in text
+    assert max(len(line) for line in text.splitlines()) <= 160
+
+
+def test_cli_scan_uses_columns_when_stdout_is_not_a_tty() -> None:
+    # GIVEN COLUMNS=100 and a captured (non-TTY) stdout
+    # WHEN the demo is scanned
+    result = invoke("scan", "--recording", str(DEMO), "-q", env={"COLUMNS": "100"})
+    # THEN lines fit in 100 columns, and the narrow table is used; the header pluralises
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= 100
+    assert "evidence" not in result.stdout
+
+
+def test_make_help_has_no_escape_codes_off_a_tty() -> None:
+    # GIVEN make and the Makefile
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    # WHEN `make help` writes to a pipe
+    text = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    # THEN plain text, no ANSI escapes
+    assert "help" in text and "\x1b[" not in text and "\\033" not in text
+
+
+# -- 8. CSV and JSON -----------------------------------------------------------------------------------------
+
+
+def test_csv_has_gpus_held_and_wasted_gpus_rounded_to_six_places() -> None:
+    # GIVEN the demo findings (MIG slices hold 1/7 GPU)
+    findings = _demo_findings()
+    # WHEN written as CSV
+    rows = list(csv.DictReader(io.StringIO(to_csv(findings))))
+    # THEN gpus_held and wasted_gpus are there, and no number has more than 6 decimals
+    assert "gpus_held" in rows[0] and "wasted_gpus" in rows[0] and "gpus" not in rows[0]
+    numeric = ("gpus_held", "wasted_gpus", "avg", "p95", "max", "coverage", "usd_per_gpu_hour", "usd_per_day")
+    for row in rows:
+        for col in numeric:
+            if "." in row[col]:
+                assert len(row[col].split(".")[1]) <= 6, (col, row[col])
+    assert any(row["gpus_held"] and Decimal(row["gpus_held"]) < 1 for row in rows)
+
+
+def test_cli_help_documents_csv_and_json_numbers_and_has_no_bool_noise() -> None:
+    # GIVEN the scan and demo help
+    # WHEN shown
+    scan_help = invoke("scan", "--help", env={"COLUMNS": "200"}).output
+    demo_help = invoke("demo", "--help", env={"COLUMNS": "200"}).output
+    # THEN the output formats are explained, flags have no <bool>, and demo --quiet has help text
+    assert "exact decimal strings" in scan_help and "6 places" in scan_help
+    assert "<bool>" not in scan_help and "<bool>" not in demo_help
+    assert "Only the alerts" in demo_help
+
+
+# -- 9. summary ----------------------------------------------------------------------------------------------
+
+NOW = datetime(2024, 1, 2, tzinfo=UTC)
+
+
+def _record(fp: str, kind: str, usd: str | None) -> FindingRecord:
+    return FindingRecord(fingerprint=fp, cluster="prod", namespace="ml", workload=f"wl-{fp}", kind=kind, detector=kind,
+                         first_seen=NOW - timedelta(hours=6), last_seen=NOW - timedelta(hours=1),
+                         usd_per_day=Decimal(usd) if usd else None, cumulative_usd=Decimal(0), team="ml")
+
+
+def test_summary_data_quality_is_not_counted_as_waste_and_title_is_period_end() -> None:
+    # GIVEN one waste finding and two data-quality findings, open
+    records = [_record("A", "idle_allocation", "100"), _record("B", "data_quality", None), _record("C", "data_quality", None)]
+    from gpuwaste.sinks.summary_report import SummaryNotes
+
+    # WHEN the day ending at midnight is summarised and rendered with the data-quality count
+    s = summarize(records, since=NOW - timedelta(days=1), until=NOW, team_of=lambda r: r.team or "unassigned")
+    text = render_markdown(s, SummaryNotes(data_quality=2))
+    # THEN one open finding (the waste), the data quality apart, the title the period's last day
+    assert s.open_findings == 1 and s.opened == 1
+    assert "1 finding, $100.00/day" in text and "2 data-quality problems" in text
+    assert "# GPU waste summary 2024-01-01" in text
+
+
+def test_cli_summary_until_after_last_scan_shows_open_state_at_last_scan(tmp_path: Path) -> None:
+    # GIVEN a state file from one demo run (last scan 2024-01-01 01:20Z)
+    state = tmp_path / "state.db"
+    assert invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary").exit_code == 0
+    # WHEN summarised for a day long after it
+    result = invoke("summary", "--state", str(state), "--until", "2024-01-05T00:00:00Z", env={"COLUMNS": "200"})
+    # THEN it says what was open at the last scan, not "Open now 0"
+    assert result.exit_code == 0, result.output
+    assert "Open at the last scan" in result.output and "13 findings" in result.output
+    assert "Open now" not in result.output
+
+
+def test_chart_has_headroom_above_the_tallest_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN matplotlib and a summary with one bar
+    pytest.importorskip("matplotlib", reason="matplotlib (the charts extra) is not installed")
+    from matplotlib.figure import Figure
+
+    from gpuwaste.sinks.chart import MatplotlibChartRenderer
+
+    s = summarize([_record("A", "idle_allocation", "100")], since=NOW - timedelta(days=1), until=NOW,
+                  team_of=lambda r: r.team or "unassigned")
+    seen: list[Figure] = []
+    original = Figure.savefig
+
+    def keep(self: Figure, *args: object, **kwargs: object) -> None:
+        seen.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    # WHEN drawn
+    assert MatplotlibChartRenderer().waste_by_team_and_kind(s) is not None
+    # THEN the y axis goes at least 10 % above the bar
+    tallest = float(s.wasted_usd)
+    assert seen[0].axes[0].get_ylim()[1] >= tallest * 1.1
+
+
+# -- 10. run ------------------------------------------------------------------------------------------------
+
+
+def test_cli_run_with_state_has_no_use_state_hint(tmp_path: Path) -> None:
+    # GIVEN a state that already saw the demo
+    state = tmp_path / "state.db"
+    invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary")
+    # WHEN run again with the same --state
+    result = invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary")
+    # THEN "no new alerts" without the "use --state" hint
+    assert result.exit_code == 0, result.output
+    assert "no new alerts" in result.output and "use --state" not in result.output
+
+
+def test_cli_run_no_tickets_keeps_the_requests_for_the_next_run(tmp_path: Path) -> None:
+    # GIVEN a first run with --no-tickets
+    state = tmp_path / "state.db"
+    first = invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary", "--no-tickets",
+                   env={"COLUMNS": "200"})
+    # WHEN a later scan runs with tickets
+    later = invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary",
+                   "--at", "2024-01-01T01:25:00Z", env={"COLUMNS": "200"})
+    # THEN the first says the 2 requests were not filed, and the later run files them
+    assert first.exit_code == 0 and later.exit_code == 0, first.output + later.output
+    assert "2 ticket requests not filed (--no-tickets)" in first.output
+    assert later.output.count("ticket LOCAL-") == 2
+    store = SqliteFindingStore(state)
+    try:
+        assert sum(1 for r in store.open_for_cluster("demo") if r.ticket_requested_at is not None) == 2
+    finally:
+        store.close()
+
+
+# -- 11. scan --truth ---------------------------------------------------------------------------------------
+
+
+def test_cli_scan_truth_checks_a_generated_fleet(tmp_path: Path) -> None:
+    # GIVEN a generated fleet and a truth that expects a finding that is not there
+    fleet = tmp_path / "fleet"
+    assert invoke("generate-fleet", str(fleet), "--layout", "demo").exit_code == 0
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps([{"kind": "idle_allocation", "namespace": "nowhere", "pod": "ghost"}]))
+    # WHEN scanned against its own truth, and against the wrong one
+    good = invoke("scan", "--recording", str(fleet), "--truth", str(fleet / "truth.json"), "-q")
+    bad = invoke("scan", "--recording", str(fleet), "--truth", str(wrong), "-q")
+    # THEN the first matches (exit 0), the second exits 1 naming the missed finding
+    assert good.exit_code == 0 and "ground truth:" in good.output and "0 missed" in good.output, good.output
+    assert bad.exit_code == 1 and "missed idle_allocation" in bad.output, bad.output
+
+
+def test_cli_scan_gzip_recording_still_reads(tmp_path: Path) -> None:
+    # GIVEN a single gzip telemetry file (no directory)
+    path = tmp_path / "telemetry.om.gz"
+    path.write_bytes((DEMO / "telemetry.om.gz").read_bytes())
+    assert gzip.decompress(path.read_bytes())
+    # WHEN scanned at a time inside it
+    result = invoke("scan", "--recording", str(path), "--at", "2024-01-01T01:20:00Z", "-q")
+    # THEN it scans (the --at check reads the file's own range)
+    assert result.exit_code == 0, result.output
