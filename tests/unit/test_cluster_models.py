@@ -34,3 +34,20 @@ def test_gpu_share_time_sliced_replica_is_one_over_replicas() -> None:
     share = gpu_share_for_request("nvidia.com/gpu.shared", 1, node)
     # THEN it holds a quarter of a GPU
     assert share == Decimal("0.25")
+
+
+def test_kubernetes_source_file_that_is_not_a_kubeconfig_is_a_config_error(tmp_path) -> None:
+    # GIVEN a file that is YAML but not a kubeconfig (a list, not a mapping with clusters/users/contexts)
+    import pytest
+
+    from gpuwaste.errors import ConfigError
+    from gpuwaste.settings import KubernetesSettings
+    from gpuwaste.sources.kubernetes import KubernetesPodSource
+
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("- just\n- a list\n")
+    # WHEN the source is built from it
+    with pytest.raises(ConfigError) as err:
+        KubernetesPodSource.from_settings(KubernetesSettings(kubeconfig=str(bad)), cluster="c")
+    # THEN the error names the file and what a kubeconfig needs
+    assert str(bad) in str(err.value)

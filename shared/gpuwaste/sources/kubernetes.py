@@ -270,6 +270,12 @@ class KubernetesPodSource:
         except (ConfigException, OSError) as exc:
             where = (settings.kubeconfig or "the default kubeconfig") if settings.mode == "kubeconfig" else "its configuration"
             raise ConfigError(f"kubernetes ({settings.mode}): cannot load {where}: {exc}") from exc
+        except (TypeError, AttributeError, ValueError) as exc:  # the client's loader on a file that is not a kubeconfig
+            where = (settings.kubeconfig or "the default kubeconfig") if settings.mode == "kubeconfig" else "its configuration"
+            raise ConfigError(
+                f"kubernetes ({settings.mode}): {where} is not a valid kubeconfig ({type(exc).__name__}); "
+                "pass --kubeconfig FILE with `clusters`, `users` and `contexts`, or scan a recording"
+            ) from exc
         if not settings.verify_tls:
             configuration.verify_ssl = False
         configuration.retries = _retries()
