@@ -18,7 +18,7 @@ from pydantic import Field
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, gpu_share_for_request
 from gpuwaste.models.findings import Attribution, Evidence, GpuRef, Subject
-from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, GpuTelemetry, Signal, TelemetryWindow, WindowStats
+from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, GpuTelemetry, Signal, TelemetryWindow, WindowStats, summarises
 
 
 class CommonSettings(SettingsModel):
@@ -296,9 +296,9 @@ class ScanContext:
             unit=signal.unit,
             window_s=self.window_s,
             avg=round(sum(s.avg for s in present) / len(present), 6),
-            p95=round(max(s.p95 for s in present), 6),
+            p95=round(max(s.p95 for s in present), 6) if summarises(signal, "p95") else None,
             max=round(max(s.max for s in present), 6),
-            min=round(min(s.min for s in present), 6),
+            min=round(min(s.min for s in present), 6) if summarises(signal, "min") else None,
             max_avg_10m=round(max(m10), 6) if m10 else None,
             samples=sum(s.count for s in present),
             coverage=round(min(self.coverage(s, pod) for s in present), 4),

@@ -122,7 +122,7 @@ def physical_power(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[Gp
         avg=round(avg_w, 3),
         p95=round(max(s.p95 for s in stats), 3),
         max=round(max(s.max for s in stats), 3),
-        min=round(min(s.min for s in stats), 3),
+        min=None,  # not summarised for power (models.telemetry.SUMMARY_STATS)
         max_avg_10m=round(max((s.max_avg_10m or s.avg) for s in stats), 3),
         samples=sum(s.count for s in stats),
         coverage=round(min(ctx.telemetry.coverage(s) for s in stats), 4),

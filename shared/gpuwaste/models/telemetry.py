@@ -63,6 +63,28 @@ _PER_INSTANCE = frozenset(
     {Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE, Signal.FB_USED, Signal.FB_FREE}
 )
 
+#: The window statistics summarised per DCGM field (signals not listed get all of them). The Prometheus plan
+#: and the recording path compute exactly these; evidence shows only these (a statistic not summarised is
+#: shown as unknown, never as a made-up number).
+SUMMARY_STATS: dict[Signal, tuple[str, ...]] = {
+    Signal.TENSOR_ACTIVE: ("count", "sum", "max", "max_avg_10m"),
+    Signal.DRAM_ACTIVE: ("count", "sum", "max", "max_avg_10m"),
+    Signal.MEM_COPY_UTIL: ("count", "sum", "max"),
+    Signal.FB_USED: ("count", "sum", "max", "max_avg_10m"),
+    Signal.FB_FREE: ("count", "sum", "max"),
+    Signal.POWER_USAGE: ("count", "sum", "max", "p95", "max_avg_10m"),
+    Signal.POWER_LIMIT: ("count", "sum", "max"),
+    Signal.POWER_MGMT_LIMIT: ("count", "sum", "max"),
+    Signal.TOTAL_ENERGY: ("count", "changes"),
+}
+
+
+def summarises(signal: Signal, stat: str) -> bool:
+    """True when `stat` ("p95", "min", …) is computed for `signal` (see `SUMMARY_STATS`)."""
+    stats = SUMMARY_STATS.get(signal)
+    return stats is None or stat in stats
+
+
 #: Activity signals in order of preference (field guide B04, B15): SM_ACTIVE, GR_ENGINE_ACTIVE, GPU_UTIL.
 ACTIVITY_SIGNALS: tuple[Signal, ...] = (Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL)
 

@@ -49,11 +49,12 @@ count (one query per spec) and the recording path follow automatically.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from gpuwaste.models.telemetry import GpuTelemetry, PodTelemetry, Signal, WindowStats
+from gpuwaste.models.telemetry import SUMMARY_STATS, GpuTelemetry, PodTelemetry, Signal, WindowStats
 from gpuwaste.settings import TelemetryLabels
 from gpuwaste.sources.dcgm import build_gpu_telemetry
 from gpuwaste.sources.window import counter_rate, counter_resets, window_stats
@@ -104,9 +105,7 @@ class MetricSpec:
     @property
     def computed(self) -> tuple[str, ...]:
         """The statistics this metric's summary computes, in `ALL_STATS` order."""
-        if not self.stats:
-            return ALL_STATS
-        return tuple(k for k in ALL_STATS if k in self.stats)
+        return _computed(self.stats)
 
     @property
     def summary(self) -> Literal["stats", "rate"]:
@@ -128,17 +127,12 @@ class MetricSpec:
 #: DRAM: averages and the highest 10-minute average (stalled, low bandwidth). Framebuffer: average and peak
 #: (held memory, right-sizing). Power: average, p95/peak evidence, 10-minute average (power ratio).
 #: Limits: the highest value. Energy counter: sample count and `changes` (frozen exporter).
-GPU_STATS: dict[Signal, tuple[str, ...]] = {
-    Signal.TENSOR_ACTIVE: ("count", "sum", "max", "max_avg_10m"),
-    Signal.DRAM_ACTIVE: ("count", "sum", "max", "max_avg_10m"),
-    Signal.MEM_COPY_UTIL: ("count", "sum", "max"),
-    Signal.FB_USED: ("count", "sum", "max", "max_avg_10m"),
-    Signal.FB_FREE: ("count", "sum", "max"),
-    Signal.POWER_USAGE: ("count", "sum", "max", "p95", "max_avg_10m"),
-    Signal.POWER_LIMIT: ("count", "sum", "max"),
-    Signal.POWER_MGMT_LIMIT: ("count", "sum", "max"),
-    Signal.TOTAL_ENERGY: ("count", "changes"),
-}
+GPU_STATS: dict[Signal, tuple[str, ...]] = SUMMARY_STATS
+
+
+@functools.cache
+def _computed(stats: tuple[str, ...]) -> tuple[str, ...]:
+    return ALL_STATS if not stats else tuple(k for k in ALL_STATS if k in stats)
 
 
 def _gpu(signal: Signal, *aliases: str) -> MetricSpec:

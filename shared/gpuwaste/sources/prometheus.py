@@ -346,12 +346,12 @@ class PrometheusGpuMetricsSource:
         )
 
     def _summaries(self, spec: MetricSpec, result: QueryResult) -> list[SeriesSummary]:
-        groups: dict[tuple[tuple[str, str], ...], dict[str, float]] = {}
+        groups: dict[frozenset[tuple[str, str]], dict[str, float]] = {}
         for item in result:
-            labels = dict(item.get("metric", {}))
+            labels = item.get("metric", {})  # the decoded answer is ours: its label dicts are consumed here
             stat = labels.pop(STAT_LABEL, "")
             labels.pop("__name__", None)
-            key = tuple(sorted(labels.items()))
+            key = frozenset(labels.items())
             groups.setdefault(key, {})[stat] = float(item["value"][1])
             if len(groups) > self.max_series:
                 raise PermanentError(
@@ -359,6 +359,7 @@ class PrometheusGpuMetricsSource:
                     "series; narrow it with label matchers or raise prometheus.max_series"
                 )
         out: list[SeriesSummary] = []
+        required = [k for k in ("sum", "max", "min", "p95") if k in spec.computed]
         for key, st in groups.items():
             count = int(st.get("count", 0))
             if count <= 0:
@@ -371,7 +372,7 @@ class PrometheusGpuMetricsSource:
                     rate, count=count, resets=int(st.get("resets", 0)), recent_count=int(st.get("recent", 0))
                 )
             else:
-                missing = [k for k in ("sum", "max", "min", "p95") if k in spec.computed and k not in st]
+                missing = [k for k in required if k not in st]
                 if missing:
                     raise PermanentError(
                         f"Prometheus at {self.url}: incomplete answer to the {spec.name} query (no {', '.join(missing)} "
