@@ -315,6 +315,26 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     out.print("[dim]USD/day = $/GPU-hour (instance price ÷ GPUs) × wasted GPUs × 24. `--output json` shows each formula and price source.[/]")
 
 
+def live_cluster(cfg: GpuWasteConfig, cluster: str | None, prometheus: str | None, kubeconfig: Path | None,
+                 context: str | None) -> ClusterConfig:
+    """The cluster a live scan or run reads: from --config (by --cluster, else the first), with the command-line
+    Prometheus URL and kubeconfig/context applied on top.
+
+    Raises:
+        ConfigError: when --cluster names no configured cluster.
+    """
+    if prometheus:
+        check_prometheus_url(prometheus)
+    check_kubeconfig(kubeconfig)
+    cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "cluster"))
+    if prometheus:
+        cc.prometheus = PrometheusSettings(url=prometheus)
+    if kubeconfig or context:
+        cc.kubernetes.kubeconfig = str(kubeconfig) if kubeconfig else cc.kubernetes.kubeconfig
+        cc.kubernetes.context = context or cc.kubernetes.context
+    return cc
+
+
 def _run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool, *, wide: bool = False,  # type: ignore[no-untyped-def]
               dated: str | None = None) -> ScanReport:
     try:
@@ -427,15 +447,7 @@ def scan(
         if prometheus is None and not cfg.clusters:
             fail("nothing to scan: pass --recording DIR, or --prometheus URL (with a kubeconfig), or --config FILE. "
                  "Try `gpuwaste demo` for the bundled demo fleet.")
-        if prometheus:
-            check_prometheus_url(prometheus)
-        check_kubeconfig(kubeconfig)
-        cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "cluster"))
-        if prometheus:
-            cc.prometheus = PrometheusSettings(url=prometheus)
-        if kubeconfig or context:
-            cc.kubernetes.kubeconfig = str(kubeconfig) if kubeconfig else cc.kubernetes.kubeconfig
-            cc.kubernetes.context = context or cc.kubernetes.context
+        cc = live_cluster(cfg, cluster, prometheus, kubeconfig, context)
         try:
             sources = local.live_sources(cc, cfg)
         except SourceUnavailableError as exc:

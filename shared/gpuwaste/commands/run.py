@@ -19,10 +19,9 @@ from gpuwaste.cli import (
     _config,
     _progress,
     app,
-    check_kubeconfig,
-    check_prometheus_url,
     check_recording,
     fail,
+    live_cluster,
     out,
     parse_positive,
     parse_time,
@@ -31,7 +30,6 @@ from gpuwaste.cli import (
 )
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
 from gpuwaste.models.messages import AlertAction, AlertMessage
-from gpuwaste.settings import ClusterConfig, PrometheusSettings
 
 ACTION_STYLE = {
     AlertAction.NEW: "bold red", AlertAction.WORSE: "red", AlertAction.REMINDER: "yellow",
@@ -221,15 +219,7 @@ def run_cmd(
             if prometheus is None and not cfg.clusters:
                 fail("nothing to run on: pass --recording DIR, or --prometheus URL (with a kubeconfig), or --config FILE. "
                      "Try `gpuwaste demo`.")
-            if prometheus:
-                check_prometheus_url(prometheus)
-            check_kubeconfig(kubeconfig)
-            cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "cluster"))
-            if prometheus:
-                cc.prometheus = PrometheusSettings(url=prometheus)
-            if kubeconfig or context:
-                cc.kubernetes.kubeconfig = str(kubeconfig) if kubeconfig else cc.kubernetes.kubeconfig
-                cc.kubernetes.context = context or cc.kubernetes.context
+            cc = live_cluster(cfg, cluster, prometheus, kubeconfig, context)
             sources = local.live_sources(cc, cfg)
             when = when or datetime.now(tz=UTC).replace(microsecond=0)
             name = cc.name

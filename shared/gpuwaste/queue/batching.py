@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gpuwaste.errors import GpuWasteError
-from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
+from gpuwaste.queue.envelopes import EnvelopeSender
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def _send_each(queue: Any, messages: list[BaseModel]) -> list[BaseException | No
     return [None] * len(messages)
 
 
-class DeferredQueue:
+class DeferredQueue(EnvelopeSender):
     """Every queue port over `inner`, deferring sends to `batch` while a batch is being processed.
 
     Args:
@@ -138,21 +138,6 @@ class DeferredQueue:
         """See `SendBatch.after_sent`."""
         self.batch.after_sent(callback)
 
-    def send_findings(self, messages: Sequence[FindingMessage]) -> None:
-        """`FindingQueue.send_findings`."""
-        self.send(messages)
-
-    def send_scan_completed(self, message: ScanCompleted) -> None:
-        """`FindingQueue.send_scan_completed`."""
-        self.send([message])
-
-    def send_alerts(self, messages: Sequence[AlertMessage]) -> None:
-        """`AlertQueue.send_alerts`."""
-        self.send(messages)
-
-    def send_scan_requests(self, messages: Sequence[ScanRequest]) -> None:
-        """`ScanRequestQueue.send_scan_requests`."""
-        self.send(messages)
 
 
 __all__ = ["DeferredQueue", "SendBatch"]

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
+from gpuwaste.queue.envelopes import EnvelopeSender
 
 
-class MemoryQueue:
+class MemoryQueue(EnvelopeSender):
     """Implements every queue port (`FindingQueue`, `AlertQueue`, `ScanRequestQueue`) in memory.
 
     Bodies are stored as the same JSON an SQS message would carry, so consumers parse them exactly
@@ -25,21 +25,6 @@ class MemoryQueue:
         """Append the messages' JSON bodies."""
         self._bodies.extend(m.model_dump_json() for m in messages)
 
-    def send_findings(self, messages: Sequence[FindingMessage]) -> None:
-        """`FindingQueue.send_findings`."""
-        self.send(messages)
-
-    def send_scan_completed(self, message: ScanCompleted) -> None:
-        """`FindingQueue.send_scan_completed`."""
-        self.send([message])
-
-    def send_alerts(self, messages: Sequence[AlertMessage]) -> None:
-        """`AlertQueue.send_alerts`."""
-        self.send(messages)
-
-    def send_scan_requests(self, messages: Sequence[ScanRequest]) -> None:
-        """`ScanRequestQueue.send_scan_requests`."""
-        self.send(messages)
 
     def drain(self) -> list[str]:
         """Remove and return every body, oldest first."""

@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
 from gpuwaste.errors import GpuWasteError, PermanentError, RetryableError
-from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
+from gpuwaste.queue.envelopes import EnvelopeSender
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -26,7 +26,7 @@ _RETRYABLE = frozenset({"ThrottlingException", "RequestThrottled", "ServiceUnava
                         "KmsThrottled", "KMS.ThrottlingException"})
 
 
-class SqsQueue:
+class SqsQueue(EnvelopeSender):
     """Implements every queue port over one SQS queue URL.
 
     Args:
@@ -116,21 +116,6 @@ class SqsQueue:
             errors[int(i)] = RetryableError(f"sqs {self.queue_url}: message not sent after {self.max_attempts} attempt(s): {last.get(i, '')}")
         return errors
 
-    def send_findings(self, messages: Sequence[FindingMessage]) -> None:
-        """`FindingQueue.send_findings`."""
-        self.send(messages)
-
-    def send_scan_completed(self, message: ScanCompleted) -> None:
-        """`FindingQueue.send_scan_completed`."""
-        self.send([message])
-
-    def send_alerts(self, messages: Sequence[AlertMessage]) -> None:
-        """`AlertQueue.send_alerts`."""
-        self.send(messages)
-
-    def send_scan_requests(self, messages: Sequence[ScanRequest]) -> None:
-        """`ScanRequestQueue.send_scan_requests`."""
-        self.send(messages)
 
 
 def _batches(bodies: list[str]) -> list[list[str]]:

@@ -1,0 +1,31 @@
+"""Adapter helper: the queue ports' typed methods, written once over a queue's `send(messages)`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel
+
+from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
+
+
+class EnvelopeSender:
+    """Mixin: `FindingQueue`, `AlertQueue` and `ScanRequestQueue` methods for a class that defines `send`."""
+
+    send: Callable[[Sequence[BaseModel]], None]  # the concrete queue's own send (declared, not defined, here)
+
+    def send_findings(self, messages: Sequence[FindingMessage]) -> None:
+        """`FindingQueue.send_findings`."""
+        self.send(messages)
+
+    def send_scan_completed(self, message: ScanCompleted) -> None:
+        """`FindingQueue.send_scan_completed`."""
+        self.send([message])
+
+    def send_alerts(self, messages: Sequence[AlertMessage]) -> None:
+        """`AlertQueue.send_alerts`."""
+        self.send(messages)
+
+    def send_scan_requests(self, messages: Sequence[ScanRequest]) -> None:
+        """`ScanRequestQueue.send_scan_requests`."""
+        self.send(messages)
