@@ -362,6 +362,31 @@ class PodLabel(StrEnum):
 AT_SLACK = timedelta(minutes=5)
 
 
+def warn_recording(sources: local.Sources, when: datetime, window_s: int, *, quiet: bool = False) -> None:
+    """Warn (stderr) when a recording cannot fill the window or carries no cluster state."""
+    rec = sources.recording
+    if rec is None or quiet:
+        return
+    span = rec.time_range()
+    if span is not None and not rec.undated():
+        held = (min(when, span[1]) - span[0]).total_seconds() + rec.scrape_interval_s
+        if window_s > held * 1.05:
+            err.print(f"[yellow]warning:[/] the window ({_duration(window_s)}) is longer than the recording holds before "
+                      f"{when:%H:%M:%SZ} ({_duration(int(held))}): coverage will be low and those pods get no verdict; "
+                      f"use --window {max(10, int(held) // 60)}m or less.", highlight=False)
+    if getattr(sources.cluster, "cluster_file", "") is None:
+        err.print("[yellow]warning:[/] the recording has no cluster state (cluster.json): GPUs cannot be tied to pods or "
+                  "nodes; pass --cluster-json FILE (kubectl get pods,nodes -A -o json) to judge them.", highlight=False)
+
+
+def _duration(seconds: int) -> str:
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400}d"
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 60}m"
+
+
 def check_recording(sources: local.Sources, when: datetime | None) -> str | None:
     """Refuse recordings that cannot be scanned, and --at outside the recorded time; return the header text for
     an undated scrape (None when the recording is dated).
@@ -443,6 +468,7 @@ def scan(
             fail(f"{_plain(str(exc))}\nThe recording is malformed at the place shown; fix or re-record it.")
         if window_s is None:
             window_s = sources.recording.meta.window_s or cfg.scan.window_s
+        warn_recording(sources, when, window_s, quiet=quiet)
     else:
         if prometheus is None and not cfg.clusters:
             fail("nothing to scan: pass --recording DIR, or --prometheus URL (with a kubeconfig), or --config FILE. "

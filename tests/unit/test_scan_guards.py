@@ -38,3 +38,55 @@ def test_scan_window_without_any_telemetry_gives_no_telemetry_and_no_idle() -> N
     assert checks.count("no_telemetry") == 1
     assert "unmonitored_gpus" not in checks
     assert not [f for f in report.findings if f.kind in (WasteKind.IDLE, WasteKind.UNDERUSED)]
+
+
+def test_scan_recording_without_cluster_state_gives_one_no_cluster_state_problem(tmp_path) -> None:
+    # GIVEN the demo telemetry without its cluster.json
+    import shutil
+
+    for name in ("telemetry.om.gz", "recording.json"):
+        shutil.copy(demo_recording() / name, tmp_path / name)
+    tel = RecordingTelemetrySource(tmp_path)
+    service = ScanService(cluster_source=RecordingClusterSource(tmp_path), telemetry_source=tel, window=timedelta(hours=1))
+    # WHEN it is scanned
+    report = service.scan(at=tel.end_time())
+    # THEN one no_cluster_state problem replaces a row per GPU, and nothing is judged
+    checks = [f.details.get("check") for f in report.findings]
+    assert checks.count("no_cluster_state") == 1
+    assert "unmapped_device" not in checks
+    assert all(f.kind is WasteKind.DATA_QUALITY for f in report.findings)
+
+
+def test_recording_named_om_without_eof_is_reported_as_truncated(tmp_path) -> None:
+    # GIVEN an OpenMetrics recording (.om) whose final `# EOF` line was cut off
+    import gzip
+
+    from gpuwaste.errors import InputFormatError
+
+    text = gzip.decompress((demo_recording() / "telemetry.om.gz").read_bytes()).decode()
+    assert text.endswith("# EOF\n")
+    (tmp_path / "telemetry.om").write_text(text[: -len("# EOF\n")])
+    # WHEN it is read with the format left to detection
+    with pytest.raises(InputFormatError) as err:
+        RecordingTelemetrySource(tmp_path, fmt="auto").parsed()
+    # THEN the error says the data does not end with # EOF (not a misleading timestamp-unit message)
+    assert "# EOF" in str(err.value)
+
+
+def test_price_caveats_reach_the_table_and_slack_formula() -> None:
+    # GIVEN the priced demo scan (a spot node without a spot price; a MIG node whose GPU count disagrees)
+    from gpuwaste.pricing import PriceBook
+    from gpuwaste.sinks.slack_blocks import formula_text
+    from gpuwaste.sinks.terminal import price_caveats
+
+    path = demo_recording()
+    tel = RecordingTelemetrySource(path)
+    service = ScanService(cluster_source=RecordingClusterSource(path), telemetry_source=tel, window=timedelta(hours=1),
+                          price_book=PriceBook.bundled())
+    report = service.scan(at=tel.end_time())
+    # WHEN the caveats are listed and the spot finding's formula is rendered for Slack
+    caveats = price_caveats(report.findings)
+    spot = next(f for f in report.findings if f.subject.capacity_type == "spot" and f.cost and f.cost.priced)
+    # THEN the spot caveat names the workload, and Slack shows it next to the formula
+    assert any("spot node priced at on-demand" in c and "nightly-embed" in c for c in caveats)
+    assert "spot node priced at on-demand" in formula_text(spot)

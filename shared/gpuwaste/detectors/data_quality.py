@@ -93,6 +93,14 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
                       inv.name, details={"resources": ",".join(sorted(node.allocatable_gpu)) or "none"})
         for dev in inv.devices:
             yield from _device_checks(ctx, dev, subject, settings)
+    if ctx.unmapped_devices and not ctx.cluster.nodes and not ctx.cluster.pods:
+        physical = len({d.device.uuid for d in ctx.unmapped_devices})
+        yield _dq(ctx, Subject(cluster=cluster, attribution=Attribution.UNKNOWN), "no_cluster_state",
+                  f"No cluster state: {physical} GPU(s) in the telemetry cannot be tied to nodes or pods",
+                  "Give the scan the cluster (a kubeconfig, or `kubectl get pods,nodes -A -o json` as cluster.json / --cluster-json); "
+                  "without it only the inventory and data quality are reported.", "all", confidence=Confidence.HIGH,
+                  details={"devices": len(ctx.unmapped_devices)})
+        return
     for dev in ctx.unmapped_devices:
         yield _dq(ctx, Subject(cluster=cluster, gpus=(), attribution=Attribution.UNKNOWN), "unmapped_device",
                   f"GPU {dev.device} (Hostname {dev.hostname!r}) matches no node",

@@ -119,7 +119,7 @@ def detect_wrong_hardware(ctx: ScanContext, settings: WrongHardwareSettings) -> 
     """Flag pods whose peak memory (with headroom) and peak activity over the look-back fit a much smaller GPU."""
     if ctx.window_s < settings.lookback_s:
         yield NoVerdict("wrong_hardware", ctx.cluster.cluster,
-                        f"window {ctx.window_s}s shorter than the {settings.lookback_s}s look-back (scan with --window 7d)")
+                        f"window {ctx.window_s}s shorter than the {settings.lookback_s}s look-back (needs {settings.lookback_s // 86400 or 1} day(s) of telemetry: a daily scan of Prometheus over that look-back)")
         return
     for item in judged_allocations(ctx, "wrong_hardware"):
         if isinstance(item, NoVerdict):

@@ -158,7 +158,8 @@ def formula_text(finding: Finding, *, with_source: bool = True) -> str:
     if not cost.priced:
         return cost.formula if cost.formula.startswith("unpriced") else f"unpriced: {cost.formula}"
     src = ", ".join(x for x in (cost.source, cost.effective_date) if x)
-    return f"{cost.formula}" + (f" (price: {src})" if src and with_source else "")
+    caveat = f" ⚠ {'; '.join(cost.warnings)}" if cost.warnings and with_source else ""
+    return f"{cost.formula}" + (f" (price: {src})" if src and with_source else "") + caveat
 
 
 def per_day(value: Decimal | None) -> str:

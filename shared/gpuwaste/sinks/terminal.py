@@ -60,7 +60,8 @@ def evidence_text(f: Finding) -> str:
         m10 = f" max10m {e.max_avg_10m:.1%}" if e.max_avg_10m is not None else ""
         return f"{short} avg {e.avg or 0:.1%} p95 {e.p95 or 0:.1%}{m10} cov {e.coverage:.0%}"
     if e.unit == "count" and len(f.evidence) > 1:
-        return f"{_num(f.evidence[0].avg)} GPUs, {_num(f.evidence[1].avg)} requested"
+        n = f.evidence[0].avg
+        return f"{_num(n)} GPU{'' if n == 1 else 's'}, {_num(f.evidence[1].avg)} requested"
     return f"{e.signal} avg {e.avg}"
 
 
@@ -161,7 +162,8 @@ def findings_table(findings: Sequence[Finding], *, title: str = "GPU waste findi
         cells = [owner, workload, node, _share(f.wasted_gpu_share), kind]
         if not narrow:
             cells += [ev, f.confidence.value]
-        table.add_row(*cells, _usd(usd))
+        caveat = " *" if f.cost is not None and f.cost.priced and f.cost.warnings else ""
+        table.add_row(*cells, _usd(usd) + caveat)
     note = f"+{unpriced} unpriced, not in the total" if unpriced else ""
     table.add_section()
     table.add_row("total", note, *[""] * (len(table.columns) - 3), _usd(total))
@@ -236,9 +238,25 @@ def to_csv(findings: Sequence[Finding]) -> str:
     return buf.getvalue()
 
 
+def price_caveats(findings: Sequence[Finding]) -> list[str]:
+    """One line per distinct pricing warning (spot priced at on-demand, GPU count disagreeing…), with where it applies."""
+    where: dict[str, list[str]] = {}
+    for f in findings:
+        if f.cost is None or not f.cost.priced:
+            continue
+        for w in f.cost.warnings:
+            where.setdefault(w, []).append(workload_of(f))
+    return [f"{w} — {', '.join(sorted(set(ws)))}" for w, ws in where.items()]
+
+
 def print_findings(console: Console, findings: Sequence[Finding], *, wide: bool = False) -> None:
     """Print the waste table and the data-quality table (narrow consoles drop evidence and confidence unless `wide`)."""
     console.print(findings_table(findings, width=console.width, wide=wide))
+    caveats = price_caveats(findings)
+    if caveats:
+        console.print("* price caveats:", style="yellow", highlight=False)
+        for line in caveats:
+            console.print(f"  {line}", style="yellow", highlight=False)
     dq = data_quality_table(findings)
     if dq is not None:
         console.print(dq)

@@ -430,7 +430,7 @@ class _Parser:
                     raise self.error(
                         lineno,
                         f"timestamp {ts_text} looks like seconds, not milliseconds: this looks like an "
-                        "OpenMetrics file (timestamps in seconds); pass --format openmetrics (fmt='openmetrics' in the API)",
+                        "OpenMetrics file (timestamps in seconds); pass --format openmetrics",
                     )
 
             if value - value != 0.0:  # NaN or ±Inf (finite x - x is exactly 0.0)
@@ -473,7 +473,7 @@ class _Parser:
             if self.sniffed_unit_line is not None:
                 hint = (
                     f" (auto-detected as OpenMetrics from the # UNIT at line {self.sniffed_unit_line};"
-                    " pass --format text (fmt='text' in the API) if it is the Prometheus text format)"
+                    " pass --format text if it is the Prometheus text format)"
                 )
             raise self.error(max(where, 1), f"data does not end with # EOF{hint}")
         if self.no_timestamp_count:
@@ -499,7 +499,7 @@ class _Parser:
             raise self.error(
                 lineno,
                 f"timestamp {ts_text} looks like milliseconds, not seconds: this looks like a Prometheus text "
-                "file (timestamps in ms); pass --format text (fmt='text' in the API)",
+                "file (timestamps in ms); pass --format text",
             )
         return round(seconds * 1000)
 

@@ -117,7 +117,7 @@ class RecordingTelemetrySource:
         self.path = Path(path)
         self.meta = load_meta(self.path)
         self.cluster = cluster or self.meta.cluster
-        self.fmt = fmt or self.meta.format
+        self.fmt = fmt if fmt not in (None, "auto") else self.meta.format
         self.labels = labels or TelemetryLabels()
         self.scrape_interval_s = scrape_interval_s or self.meta.scrape_interval_s
         self.default_time = default_time
@@ -173,7 +173,10 @@ class RecordingTelemetrySource:
                     raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
             self.default_time = self._default_time(at)
             default_ms = int(self.default_time.timestamp() * 1000)
-            self._parsed = parse_exposition(data, fmt=self.fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_wanted)
+            fmt = self.fmt
+            if fmt == "auto" and f.name.endswith((".om", ".om.gz")):
+                fmt = "openmetrics"  # the extension says so: a missing `# EOF` is then reported as truncation
+            self._parsed = parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_wanted)
         return self._parsed
 
     def end_time(self) -> datetime:
