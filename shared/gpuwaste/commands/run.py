@@ -164,7 +164,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
     if unfiled:
         n = len({r.finding.fingerprint for r in unfiled if r.action is AlertAction.ESCALATE})
         out.print(f"{n} ticket {'request' if n == 1 else 'requests'} not filed (--no-tickets); they will be requested "
-                  "again on the next run without --no-tickets", style="yellow", highlight=False)
+                  "again by the next scan (a later --at, or a live run) made without --no-tickets", style="yellow", highlight=False)
     if not result.alerts:
         hint = "" if state_given else " (run again later, or use --state FILE for a fresh store)"
         out.print(f"no new alerts: every finding is already known to the store {state}{hint}",
