@@ -132,7 +132,7 @@ def test_cli_os_error_at_the_top_of_a_command_is_one_error_line(tmp_path: Path) 
     state = tmp_path / "state.db"
     assert invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary").exit_code == 0
     # WHEN the summary is written there (OSError raised inside the command)
-    result = invoke("summary", "--state", str(state), "--format", "markdown", "--output", str(tmp_path / "no" / "x.md"))
+    result = invoke("summary", "--state", str(state), "--format", "markdown", "--out", str(tmp_path / "no" / "x.md"))
     # THEN one error line with the path, exit 2
     assert_user_error(result, "x.md", "No such file or directory")
 

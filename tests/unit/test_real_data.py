@@ -168,7 +168,10 @@ def test_alibaba_replay_every_pod_gets_exactly_one_verdict_and_totals_add_up(ali
     idle = [f for f in report.findings if f.kind is WasteKind.IDLE]
     under = [f for f in report.findings if f.kind is WasteKind.UNDERUSED]
     assert s.counts["idle"] == len(idle) and s.counts["underused"] == len(under)
-    assert s.usd_per_day["idle"] == sum((f.usd_per_day for f in idle), start=Decimal(0))
+    # (summed unrounded per pod, rounded once: 3 × $1.006 × 24 = $72.432 → $72.43, not 3 × $24.14 = $72.42)
+    unrounded = sum((f.cost.usd_per_gpu_hour * f.cost.wasted_gpu_share * 24 for f in idle), start=Decimal(0))
+    assert s.usd_per_day["idle"] == unrounded.quantize(Decimal("0.01")) == Decimal("72.43")
+    assert s.usd_per_day["underused"] == Decimal("228.02")
     assert str(s.usd_per_gpu_hour) == "1.006"
     # AND the thresholds hold per group: idle p95 < 5 %, under-used highest 10-min avg < 20 %, busy ≥ 20 %
     assert all(v < 0.05 for v in s.groups["idle"].p95)

@@ -81,14 +81,15 @@ def test_summary_build_groups_by_team_kind_cluster_namespace(store: SqliteFindin
     # WHEN summarised
     s = _service(store).build(since=NOW - DAY, until=NOW)
     # THEN groups carry this period and the one before, costliest first
-    assert [(g.name, g.wasted_usd, g.previous_usd) for g in s.by_team] == [
-        ("ml", Decimal(115), Decimal(145)), ("search", Decimal(24), Decimal(0))]
-    assert [(g.name, g.wasted_usd, g.previous_usd) for g in s.by_kind] == [
-        ("idle_allocation", Decimal(115), Decimal(145)), ("underused_allocation", Decimal(24), Decimal(0))]
-    assert [(g.name, g.wasted_usd, g.previous_usd) for g in s.by_cluster] == [
-        ("prod", Decimal(124), Decimal(100)), ("dev", Decimal(15), Decimal(45))]
-    assert [(g.name, g.wasted_usd) for g in s.by_namespace] == [
-        ("ml", Decimal(100)), ("search", Decimal(24)), ("ml-batch", Decimal(15))]
+    # (E, open and unpriced, is counted in its groups with $0; each section's counts add up to the 3 open findings)
+    assert [(g.name, g.wasted_usd, g.previous_usd, g.findings) for g in s.by_team] == [
+        ("ml", Decimal(115), Decimal(145), 1), ("search", Decimal(24), Decimal(0), 1), ("unassigned", Decimal(0), Decimal(0), 1)]
+    assert [(g.name, g.wasted_usd, g.previous_usd, g.findings) for g in s.by_kind] == [
+        ("idle_allocation", Decimal(115), Decimal(145), 2), ("underused_allocation", Decimal(24), Decimal(0), 1)]
+    assert [(g.name, g.wasted_usd, g.previous_usd, g.findings) for g in s.by_cluster] == [
+        ("prod", Decimal(124), Decimal(100), 3), ("dev", Decimal(15), Decimal(45), 0)]
+    assert [(g.name, g.wasted_usd, g.findings) for g in s.by_namespace] == [
+        ("ml", Decimal(100), 1), ("search", Decimal(24), 1), ("ml-batch", Decimal(15), 0), ("scratch", Decimal(0), 1)]
     assert [(o.fingerprint, o.wasted_usd, o.open) for o in s.top] == [
         ("A", Decimal(100), True), ("B", Decimal(24), True), ("C", Decimal(15), False)]
     assert s.by_kind_and_team == (("ml", "idle_allocation", Decimal(115)), ("search", "underused_allocation", Decimal(24)))
@@ -169,7 +170,7 @@ def test_summary_command_writes_markdown(tmp_path: object) -> None:
     out = Path(str(tmp_path)) / "summary.md"
     # WHEN `gpuwaste summary` renders the day before NOW as Markdown
     result = CliRunner().invoke(app, ["summary", "--state", str(path), "--until", NOW.isoformat(), "--format", "markdown",
-                                      "-o", str(out)])
+                                      "--out", str(out)])
     # THEN it succeeds with the same totals as the service
     assert result.exit_code == 0, result.output
     assert "**Wasted:** $139.00" in out.read_text()

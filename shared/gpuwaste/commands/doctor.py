@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from gpuwaste.cli import app, fail, out, parse_time
+from gpuwaste.cli import app, check_prometheus_url, fail, out, parse_time
 from gpuwaste.detectors import REGISTRY
 from gpuwaste.errors import GpuWasteError
 from gpuwaste.models.telemetry import Signal
@@ -214,6 +214,7 @@ def doctor(
     from gpuwaste.sources.metrics_plan import spec_for
     from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 
+    check_prometheus_url(prometheus)
     when = parse_time(at)
     try:
         source = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=prometheus), cluster="doctor")
@@ -225,7 +226,9 @@ def doctor(
             result = source.instant_query(query, at=when, what="doctor label")
             labels[label] = int(float(result[0]["value"][1])) if result else 0
     except GpuWasteError as exc:
-        fail(f"{exc}\nCheck the URL and that Prometheus is reachable.", code=3)
+        message = str(exc)
+        hint = "" if "check the url" in message.lower() else "\nCheck the URL and that Prometheus is reachable."
+        fail(message + hint, code=3)
     report = diagnose(counts, labels)
     if as_json:
         sys.stdout.write(json.dumps({**asdict(report), "helm_values": report.helm_values}, indent=1) + "\n")

@@ -7,6 +7,7 @@ tests check the output without a terminal.
 from __future__ import annotations
 
 import sys
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Annotated
 
@@ -16,14 +17,26 @@ from pydantic import BaseModel
 from gpuwaste.bootstrap import local
 from gpuwaste.cli import _config, app, fail, out, parse_time, parse_window
 from gpuwaste.errors import InputFormatError
-from gpuwaste.models.findings import Evidence, Finding
+from gpuwaste.models.findings import Evidence, Finding, WasteKind
 
 
 def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.6g}"
 
 
+def share_text(v: Decimal | float) -> str:
+    """A GPU share or count with at most 4 decimals, trailing zeros dropped (0.142857… → "0.1429", 1.0 → "1")."""
+    d = Decimal(str(v)).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP).normalize()
+    return f"{d:f}"
+
+
 def _evidence_line(e: Evidence) -> str:
+    if e.unit == "count":
+        # a count (e.g. physical or requested GPUs) is one number, not a sampled series: no samples or coverage
+        parts = [f"{e.signal} [count] {'-' if e.avg is None else share_text(e.avg)}"]
+        if e.note:
+            parts.append(f"note: {e.note}")
+        return " · ".join(parts)
     parts = [f"{e.signal} [{e.unit}]", f"avg {_num(e.avg)}", f"p95 {_num(e.p95)}", f"max {_num(e.max)}",
              f"min {_num(e.min)}", f"max 10-min avg {_num(e.max_avg_10m)}", f"{e.samples} samples",
              f"coverage {e.coverage:.0%}"]
@@ -38,13 +51,16 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
     """Plain text: what was found, on whom, with which evidence, thresholds, formula and money."""
     s = finding.subject
     who = f"{s.namespace}/{s.pod}" if s.pod else f"node {s.node}"
+    node_level = s.pod is None or finding.kind is WasteKind.UNALLOCATED  # capacity nobody holds: it is free
+    workload = f"{s.workload_kind}/{s.workload_name}" if s.workload_kind or s.workload_name else "-"
     lines = [
         f"{finding.title}",
         f"kind: {finding.kind.value} (detector {finding.detector}) · confidence: {finding.confidence.value}"
         + (f" · idle mode: {finding.idle_mode.value}" if finding.idle_mode else ""),
         f"fingerprint: {finding.fingerprint}",
-        f"subject: {who} · workload {s.workload_kind}/{s.workload_name} · node {s.node} · {s.instance_type or 'unknown instance'} "
-        f"({s.capacity_type or 'capacity type unknown'}) · {s.gpu_model or 'unknown GPU'} · {s.gpu_share} GPU(s) held · "
+        f"subject: {who} · workload {workload} · node {s.node or '-'} · {s.instance_type or 'unknown instance'} "
+        f"({s.capacity_type or 'capacity type unknown'}) · {s.gpu_model or 'unknown GPU'} · "
+        f"{share_text(s.gpu_share)} GPU(s) {'free' if node_level else 'held'} · "
         f"attribution {s.attribution.value}",
         f"window: {finding.window_s} s ending {finding.observed_at.isoformat()}",
         "evidence:",
@@ -54,8 +70,8 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
         lines.append("thresholds (detector settings): " + ", ".join(f"{k}={v}" for k, v in settings.model_dump().items()))
     formula = finding.details.get("formula")
     if formula:
-        lines.append(f"waste formula: {formula} → {finding.wasted_gpu_share} GPU(s) wasted")
-    other = {k: v for k, v in finding.details.items() if k != "formula"}
+        lines.append(f"waste formula: {formula} → {share_text(finding.wasted_gpu_share)} GPU(s) wasted")
+    other = {k: v for k, v in finding.details.items() if k != "formula" and v not in ("", None)}
     if other:
         lines.append("details: " + ", ".join(f"{k}={v}" for k, v in other.items()))
     if finding.cost is not None:
@@ -109,4 +125,4 @@ def explain(
     sys.stdout.flush()
 
 
-__all__ = ["explain", "explain_text", "find"]
+__all__ = ["explain", "explain_text", "find", "share_text"]

@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -33,6 +33,8 @@ from gpuwaste.sources.alibaba import AlibabaReplaySource, AlibabaTrace, load_tra
 replay_app = typer.Typer(help="Replay public GPU traces through the scan.", no_args_is_help=True)
 app.add_typer(replay_app, name="replay")
 
+CENT = Decimal("0.01")
+HOURS_PER_DAY = Decimal(24)
 DEFAULT_MODEL = "NVIDIA A10G"
 DEFAULT_INSTANCE = "g5.xlarge"
 VERDICTS = ("idle", "underused", "busy", "no_verdict")
@@ -64,7 +66,8 @@ class ReplaySummary:
         verdicts: pod name → "idle" | "underused" | "busy" | "no_verdict" (exactly one each).
         reasons: pod name → why it got no verdict.
         gpu_hours: verdict → GPU-hours observed in the window (1 GPU per pod × its duty-cycle samples × step).
-        usd_per_day: verdict → USD/day of the findings (idle: the whole GPU; under-used: the unused share).
+        usd_per_day: verdict → USD/day of the findings (idle: the whole GPU; under-used: the unused share), summed
+            from the unrounded per-pod values (price × share × 24) and rounded to the cent once, at the end.
         usd_per_gpu_hour: the price used per GPU-hour, or None when unpriced.
     """
 
@@ -106,8 +109,9 @@ def replay_summary(report: ScanReport, source: AlibabaReplaySource) -> ReplaySum
             continue
         else:
             continue
-        if f.cost is not None and f.cost.priced and f.cost.usd_per_day is not None:
-            usd[verdicts[pod]] += f.cost.usd_per_day
+        if f.cost is not None and f.cost.priced and f.cost.usd_per_gpu_hour is not None:
+            # unrounded per pod (the finding's usd_per_day is rounded to the cent): the total is rounded once below
+            usd[verdicts[pod]] += f.cost.usd_per_gpu_hour * f.cost.wasted_gpu_share * HOURS_PER_DAY
             rate = f.cost.usd_per_gpu_hour
             price_source = f"{f.cost.source} ({f.cost.effective_date})"
     for nv in report.no_verdict:
@@ -157,7 +161,7 @@ def replay_summary(report: ScanReport, source: AlibabaReplaySource) -> ReplaySum
         reasons={p: r for p, r in reasons.items() if verdicts.get(p) == "no_verdict"},
         counts={v: counts.get(v, 0) for v in VERDICTS},
         gpu_hours={v: round(h, 2) for v, h in hours.items()},
-        usd_per_day=usd,
+        usd_per_day={v: x.quantize(CENT, rounding=ROUND_HALF_UP) for v, x in usd.items()},
         usd_per_gpu_hour=rate,
         price_source=price_source,
         groups=groups,
@@ -241,6 +245,15 @@ def _print_summary(s: ReplaySummary, source: AlibabaReplaySource) -> None:
         out.print("no verdict: " + "; ".join(f"{n}× {r}" for r, n in reasons.most_common()), style="dim", highlight=False)
 
 
+def mapping_origin(gpu_model: str, instance_type: str) -> str:
+    """Where the mapping's GPU model and instance type came from: the defaults, or the options that set them."""
+    given = [opt for opt, value, default in (("--gpu-model", gpu_model, DEFAULT_MODEL),
+                                             ("--instance-type", instance_type, DEFAULT_INSTANCE)) if value != default]
+    if not given:
+        return "the defaults"
+    return f"set by {' and '.join(given)}; defaults {DEFAULT_MODEL} on {DEFAULT_INSTANCE}"
+
+
 class ReplayOutput(StrEnum):
     """Output formats of the replay."""
 
@@ -283,7 +296,7 @@ def alibaba(
                  "pods_idle_in_every_judged_window": sum(1 for v in share.values() if v == 1.0),
                  "pods_never_idle": sum(1 for v in share.values() if v == 0.0),
                  "idle_gpu_hours": round(idle * w / 3600, 2),
-                 "idle_usd": str((summary.usd_per_gpu_hour * idle * w / 3600).quantize(Decimal("0.01"))) if summary.usd_per_gpu_hour else None}
+                 "idle_usd": str((summary.usd_per_gpu_hour * idle * w / 3600).quantize(CENT, rounding=ROUND_HALF_UP)) if summary.usd_per_gpu_hour else None}
     if output is ReplayOutput.json:
         doc = {"mapping": {"gpu_model": gpu_model, "instance_type": instance_type, "pods_per_node": 1, "gpus_per_pod": 1,
                            "duty_cycle": "DCGM_FI_DEV_GPU_UTIL (percent)", "memory": "DCGM_FI_DEV_FB_USED (MiB)",
@@ -300,7 +313,7 @@ def alibaba(
     out.print(f"[bold]Alibaba GenTD26 replay[/]: {len(trace.pods)} pods, {trace.rows} CSV rows, "
               f"{trace.span_s / 3600:.1f} h at {trace.step_s:g} s steps", highlight=False)
     out.print(f"mapping (stated, not in the trace): each pod = 1 × {gpu_model} on its own {instance_type} node "
-              f"(defaults: {DEFAULT_MODEL}, {DEFAULT_INSTANCE}); duty cycle % → DCGM_FI_DEV_GPU_UTIL, memory bytes → "
+              f"({mapping_origin(gpu_model, instance_type)}); duty cycle % → DCGM_FI_DEV_GPU_UTIL, memory bytes → "
               f"DCGM_FI_DEV_FB_USED MiB; pods Running since before the trace", style="dim", highlight=False)
     _print_summary(summary, source)
     if slide:
@@ -312,4 +325,4 @@ def alibaba(
                   highlight=False)
 
 
-__all__ = ["ReplaySummary", "replay_summary", "scan_window", "sliding", "whole_trace_window_s"]
+__all__ = ["ReplaySummary", "mapping_origin", "replay_summary", "scan_window", "sliding", "whole_trace_window_s"]

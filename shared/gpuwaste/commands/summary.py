@@ -1,19 +1,26 @@
-"""`gpuwaste summary`: the daily cost summary of a local state file, in the terminal, Markdown or HTML."""
+"""`gpuwaste summary`: the daily cost summary of a local state file, in the terminal, Markdown, HTML or JSON.
+
+As in every other command, `-o/--output` chooses the output format (`--format/-f` is the same option under its
+older name); `--out PATH` writes the report to a file.
+"""
 
 from __future__ import annotations
 
+import io
+import sys
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from gpuwaste.bootstrap import summary as bootstrap
 from gpuwaste.cli import _config, app, err, fail, out, parse_positive, parse_time
 from gpuwaste.errors import GpuWasteError
 from gpuwaste.sinks.chart import MatplotlibChartRenderer
-from gpuwaste.sinks.summary_report import SummaryNotes, render_html, render_markdown, render_terminal
+from gpuwaste.sinks.summary_report import SummaryNotes, render_html, render_json, render_markdown, render_terminal
 
 
 class SummaryFormat(StrEnum):
@@ -22,6 +29,7 @@ class SummaryFormat(StrEnum):
     terminal = "terminal"
     markdown = "markdown"
     html = "html"
+    json = "json"
 
 
 @app.command("summary")
@@ -29,12 +37,16 @@ def summary_cmd(
     state: Annotated[Path, typer.Option("--state", help="SQLite state file written by `gpuwaste run --state`.")],
     since: Annotated[str, typer.Option("--since", help="Period length before --until, e.g. 1d, 12h, 7d.")] = "1d",
     until: Annotated[str, typer.Option("--until", help="End of the period: 'latest' (newest activity in the state), 'now', or a time.")] = "latest",
-    fmt: Annotated[SummaryFormat, typer.Option("--format", "-f", help="terminal, markdown or html.")] = SummaryFormat.terminal,
+    output: Annotated[SummaryFormat | None, typer.Option("--output", "-o", help="Output format: terminal, markdown, html or json.")] = None,
+    fmt: Annotated[SummaryFormat | None, typer.Option("--format", "-f", help="Same as --output (the format).")] = None,
+    out_path: Annotated[Path | None, typer.Option("--out", help="Write the report to this file instead of stdout (default format there: markdown).")] = None,
     chart: Annotated[Path | None, typer.Option("--chart", help="Also draw the stacked-bar chart to this PNG (needs the 'charts' extra).")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write Markdown/HTML here instead of stdout.")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides teams).")] = None,
 ) -> None:
     """Summarise the waste in a state file: totals by team, namespace, kind and cluster, trend, top offenders, savings."""
+    if output is not None and fmt is not None and output is not fmt:
+        fail(f"--output {output.value} and --format {fmt.value} disagree: give one of them (both choose the format)")
+    chosen = output or fmt or (SummaryFormat.markdown if out_path is not None else SummaryFormat.terminal)
     cfg = _config(config)
     span = timedelta(seconds=parse_positive(since, "--since"))
     if until not in ("latest", "now"):
@@ -68,11 +80,25 @@ def summary_cmd(
         else:
             chart.write_bytes(png)
             png_name = chart.name
-    if fmt is SummaryFormat.terminal:
-        render_terminal(result, out, notes)
-        return
-    text = render_markdown(result, notes) if fmt is SummaryFormat.markdown else render_html(result, chart_png_name=png_name, notes=notes)
-    if output is not None:
-        output.write_text(text)
+            err.print(f"wrote the chart to {chart}", highlight=False, markup=False, soft_wrap=True)
+    if chosen is SummaryFormat.terminal:
+        if out_path is None:
+            render_terminal(result, out, notes)
+            return
+        buffer = Console(file=io.StringIO(), width=120, color_system=None)
+        render_terminal(result, buffer, notes)
+        text = buffer.file.getvalue()  # type: ignore[attr-defined]
+    elif chosen is SummaryFormat.markdown:
+        text = render_markdown(result, notes)
+    elif chosen is SummaryFormat.json:
+        text = render_json(result, notes)
     else:
-        out.print(text, markup=False, highlight=False, soft_wrap=True)
+        text = render_html(result, chart_png_name=png_name, notes=notes)
+    if out_path is None:
+        if chosen is SummaryFormat.json:
+            sys.stdout.write(text)
+        else:
+            out.print(text, markup=False, highlight=False, soft_wrap=True)
+        return
+    out_path.write_text(text)
+    err.print(f"wrote the {chosen.value} summary to {out_path}", highlight=False, markup=False, soft_wrap=True)

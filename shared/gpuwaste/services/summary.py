@@ -5,8 +5,10 @@ window (the waste was already there during the window that proved it) to `last_s
 overlapping part (USD = USD/day × overlapping seconds ÷ 86400). The trend compares the
 period with the one of equal length just before it. Savings: a finding resolved in the period saves its
 `saved_usd_per_day`; "realised" counts the days from its resolution to the end of the period.
-Data-quality findings carry no money and are left out of the waste counts (open, opened); `data_quality_open`
-counts them apart. Unpriced findings are counted, not summed.
+Data-quality findings carry no money and are left out of the waste counts (open, opened, and the per-group
+`findings`); `data_quality_open` counts them apart. Unpriced findings are counted, not summed. A group's
+`findings` counts the same set as `open_findings` (open waste findings seen in the period), so the counts of
+every section (team, namespace, kind, cluster) add up to `open_findings`.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def data_quality_open(records: Iterable[FindingRecord], *, since: datetime, unti
 
 
 def _groups(current: dict[str, Decimal], previous: dict[str, Decimal], counts: dict[str, int]) -> tuple[GroupTotal, ...]:
-    names = set(current) | set(previous)
+    names = set(current) | set(previous) | {n for n, c in counts.items() if c}
     totals = [
         GroupTotal(name=n, wasted_usd=current.get(n, Decimal(0)), previous_usd=previous.get(n, Decimal(0)),
                    findings=counts.get(n, 0))
@@ -184,8 +186,6 @@ def summarize(
                 cur[d][key] += now_usd
             if before_usd:
                 prev[d][key] += before_usd
-            if in_period:
-                counts[d][key] += 1
         if now_usd:
             stacked[(keys["team"], r.kind)] += now_usd
         if not in_period:
@@ -200,6 +200,8 @@ def summarize(
         if is_open and r.last_seen >= since:
             open_n += 1
             open_rate += r.usd_per_day or Decimal(0)
+            for d, key in keys.items():
+                counts[d][key] += 1  # the same set as open_n: every section adds up to "Open now"
         if r.state is FindingState.RESOLVED and r.resolved_at is not None and since <= r.resolved_at < until:
             resolved += 1
             per_day = r.saved_usd_per_day or Decimal(0)

@@ -440,7 +440,7 @@ def _trend(current: Decimal, previous: Decimal) -> str:
 
 def _group_lines(groups: tuple[GroupTotal, ...], limit: int) -> str:
     lines = [
-        f"• {escape(g.name)}: *{usd(g.wasted_usd)}* ({_trend(g.wasted_usd, g.previous_usd)}, {g.findings} findings)"
+        f"• {escape(g.name)}: *{usd(g.wasted_usd)}* ({_trend(g.wasted_usd, g.previous_usd)}, {g.findings} open)"
         for g in groups[:limit]
     ]
     if len(groups) > limit:

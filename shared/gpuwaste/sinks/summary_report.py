@@ -1,8 +1,9 @@
-"""Adapter: the daily summary as terminal tables (rich), Markdown and HTML."""
+"""Adapter: the daily summary as terminal tables (rich), Markdown, HTML and JSON."""
 
 from __future__ import annotations
 
 import html
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -79,7 +80,7 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
     for label, attr in _SECTIONS:
         groups: tuple[GroupTotal, ...] = getattr(s, attr)
         t = Table(title=f"By {label}")
-        for col in (label, "wasted", "before", "trend", "findings"):
+        for col in (label, "wasted", "before", "trend", "open"):
             t.add_column(col, justify="left" if col == label else "right")
         for g in groups:
             t.add_row(g.name, usd(g.wasted_usd), usd(g.previous_usd), _trend(g.wasted_usd, g.previous_usd), str(g.findings))
@@ -102,7 +103,7 @@ def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
     out = [f"# GPU waste summary {period_date(s)}", ""]
     out += [f"- **{k}:** {_md_cell(v)}" for k, v in _headline(s, notes)]
     for label, attr in _SECTIONS:
-        out += ["", f"## By {label}", "", f"| {label} | wasted | before | trend | findings |", "|---|---:|---:|---:|---:|"]
+        out += ["", f"## By {label}", "", f"| {label} | wasted | before | trend | open |", "|---|---:|---:|---:|---:|"]
         out += [
             f"| {_md_cell(g.name)} | {usd(g.wasted_usd)} | {usd(g.previous_usd)} | {_trend(g.wasted_usd, g.previous_usd)} | {g.findings} |"
             for g in getattr(s, attr)
@@ -132,7 +133,7 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
     if chart_png_name:
         parts.append(f"<img src='{e(chart_png_name)}' alt='GPU waste per team by kind'>")
     for label, attr in _SECTIONS:
-        parts.append(f"<h2>By {e(label)}</h2><table><tr><th>{e(label)}</th><th>wasted</th><th>before</th><th>trend</th><th>findings</th></tr>")
+        parts.append(f"<h2>By {e(label)}</h2><table><tr><th>{e(label)}</th><th>wasted</th><th>before</th><th>trend</th><th>open</th></tr>")
         parts += [
             f"<tr><td>{e(g.name)}</td><td class=n>{usd(g.wasted_usd)}</td><td class=n>{usd(g.previous_usd)}</td>"
             f"<td class=n>{e(_trend(g.wasted_usd, g.previous_usd))}</td><td class=n>{g.findings}</td></tr>"
@@ -148,3 +149,14 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
     ]
     parts.append("</table></body></html>")
     return "\n".join(parts) + "\n"
+
+
+def render_json(s: DailySummary, notes: SummaryNotes | None = None) -> str:
+    """The summary as JSON for machines (money as exact decimal strings, times in RFC 3339)."""
+    notes = notes or SummaryNotes()
+    doc = s.model_dump(mode="json")
+    doc["data_quality_problems"] = notes.data_quality
+    if notes.last_scan is not None:
+        doc["last_scan"] = {"at": notes.last_scan.isoformat(), "open_findings": notes.open_findings,
+                            "open_usd_per_day": str(notes.open_usd_per_day)}
+    return json.dumps(doc, indent=1) + "\n"
