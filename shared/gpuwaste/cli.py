@@ -304,14 +304,17 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     else:
         terminal.print_findings(out, findings, wide=wide)
     if report.no_verdict and not quiet:
-        reasons: dict[str, int] = {}
+        subjects: dict[str, set[str]] = {}
         for nv in report.no_verdict:
             reason = nv.reason
-            if inv.single_instant:  # one sample: a longer window cannot help, so no "(scan with --window 7d)" hint
-                reason = re.sub(r"\s*\(scan with --window [^)]*\)", "", reason)
-            reasons[reason] = reasons.get(reason, 0) + 1
-        out.print("no verdict: " + "; ".join(f"{n}× {r}" for r, n in sorted(reasons.items())), style="dim", highlight=False,
-                  markup=False)
+            if inv.single_instant:  # one sample: a longer window cannot help, so no look-back hint
+                reason = re.sub(r"\s*\((scan with --window|needs \d+ day)[^)]*\)", "", reason)
+            subjects.setdefault(reason, set()).add(nv.subject)  # count subjects (pods, nodes), not detectors
+        out.print("no verdict: " + "; ".join(f"{len(v)}× {r}" for r, v in sorted(subjects.items())), style="dim",
+                  highlight=False, markup=False)
+    hidden = len(report.findings) - len(findings)
+    if hidden:
+        out.print(f"{hidden} finding(s) under ${min_usd:g}/day hidden by --min-usd", style="dim", highlight=False)
     out.print("[dim]USD/day = $/GPU-hour (instance price ÷ GPUs) × wasted GPUs × 24. `--output json` shows each formula and price source.[/]")
 
 
@@ -429,7 +432,7 @@ def scan(
     fmt: Annotated[Fmt, typer.Option("--format", help="Recording format: OpenMetrics has second timestamps, text has milliseconds.")] = Fmt.auto,
     pod_label: Annotated[PodLabel | None, typer.Option("--pod-label", help="Workload label on DCGM series (auto: exported_pod when present, else pod).")] = None,
     output: Annotated[Output, typer.Option("--output", "-o", help=OUTPUT_HELP)] = Output.table,
-    min_usd: Annotated[float, typer.Option("--min-usd", help="Hide findings below this USD/day.")] = 0.0,
+    min_usd: Annotated[float, typer.Option("--min-usd", min=0, help="Hide findings below this USD/day (≥ 0).")] = 0.0,
     truth: Annotated[Path | None, typer.Option("--truth", help="Compare the findings with a truth.json (from `gpuwaste generate-fleet`); exit 1 on a mismatch.")] = None,
     wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,

@@ -90,3 +90,19 @@ def test_price_caveats_reach_the_table_and_slack_formula() -> None:
     # THEN the spot caveat names the workload, and Slack shows it next to the formula
     assert any("spot node priced at on-demand" in c and "nightly-embed" in c for c in caveats)
     assert "spot node priced at on-demand" in formula_text(spot)
+
+
+def test_cli_min_usd_says_how_many_findings_it_hid_and_refuses_negatives() -> None:
+    # GIVEN the demo recording
+    from typer.testing import CliRunner
+
+    from gpuwaste.cli import app
+
+    runner = CliRunner()
+    # WHEN it is scanned with --min-usd 50, and with a negative --min-usd
+    shown = runner.invoke(app, ["scan", "--recording", str(demo_recording()), "--min-usd", "50", "-q"])
+    negative = runner.invoke(app, ["scan", "--recording", str(demo_recording()), "--min-usd", "-5", "-q"])
+    # THEN the hidden count is printed (8 waste findings under $50/day in the demo) and a negative is refused
+    assert shown.exit_code == 0
+    assert "8 finding(s) under $50/day hidden by --min-usd" in shown.output.replace("\n", " ")
+    assert negative.exit_code == 2
