@@ -93,10 +93,10 @@ def test_lifecycle_still_open_is_silent_and_accrues_cost(h: Harness) -> None:
     # WHEN the next two scans (10 min apart) see it at the same cost
     for n in (1, 2):
         h.service.handle_finding(seen(finding("48.00", at=T0 + n * SCAN), n))
-    # THEN nobody is told again, and 20 minutes at $48/day ($0.67) accrued
+    # THEN nobody is told again; the 1 h evidence window counted at first sight ($2.00) plus 20 minutes accrued
     assert h.sent() == []
     record = h.store.get(finding().fingerprint)
-    assert record is not None and record.cumulative_usd == Decimal("0.66")  # 2 × round(48 × 10/1440) = 2 × 0.33
+    assert record is not None and record.cumulative_usd == Decimal("2.66")  # 48 × 60/1440 + 2 × round(48 × 10/1440)
 
 
 def test_lifecycle_cost_up_by_the_share_alerts_worse(h: Harness) -> None:

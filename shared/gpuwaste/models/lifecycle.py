@@ -23,7 +23,8 @@ class FindingRecord(Frozen):
 
     Attributes:
         usd_per_day: the latest priced cost (USD/day); `peak_usd_per_day` the highest seen.
-        cumulative_usd: USD accumulated since first seen (usd_per_day × elapsed days, summed per scan).
+        cumulative_usd: USD wasted so far: usd_per_day × the evidence window at first sight, then × the time
+            between scans, summed per scan (the summary's money model).
         missed_scans: consecutive scans of the cluster that did not see it.
         saved_usd_per_day: on resolution, the USD/day no longer wasted.
         alerted_usd_per_day: the cost when the owner was last told (for "worse by a share").

@@ -125,6 +125,8 @@ class LifecycleService:
             last_scan_id=scan_id,
             usd_per_day=usd,
             peak_usd_per_day=usd,
+            # the waste was already there during the window that proved it (same money model as the summary)
+            cumulative_usd=((usd or Decimal(0)) * Decimal(finding.window_s) / DAY).quantize(CENT),
             team=_team(finding),
             finding_json=finding.model_dump_json(exclude={"fingerprint"}),
             activity_at=at,
