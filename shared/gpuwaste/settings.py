@@ -8,11 +8,13 @@ Manager ARN, never logged.
 
 from __future__ import annotations
 
+import difflib
 import json
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -352,14 +354,47 @@ class GpuWasteConfig(BaseModel):
         raise ConfigError(f"clusters: no cluster named {name!r} (configured: {known})")
 
 
-def format_validation_error(exc: ValidationError, *, source: str = "config") -> str:
-    """One line per problem: `field.path: message (got: value)`."""
+def _unwrap_optional(tp: Any) -> Any:
+    args = [a for a in get_args(tp) if a is not type(None)]
+    return args[0] if get_origin(tp) in (Union, UnionType) and len(args) == 1 else tp
+
+
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The settings model that holds the (unknown) key at `loc[-1]`, walking lists, dicts and optionals; or None."""
+    current: Any = model
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part))
+            if field is None:
+                return current if last else None
+            current = _unwrap_optional(field.annotation)
+        elif get_origin(current) in (list, tuple) and isinstance(part, int):
+            current = _unwrap_optional(get_args(current)[0])
+        elif get_origin(current) is dict:
+            current = _unwrap_optional(get_args(current)[1])
+        else:
+            return None
+    return None
+
+
+def _did_you_mean(root: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    holder = _model_at(root, loc)
+    if holder is None or not loc:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(holder.model_fields), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f"; allowed: {', '.join(holder.model_fields)}"
+
+
+def format_validation_error(exc: ValidationError, *, source: str = "config", model: type[BaseModel] | None = None) -> str:
+    """One line per problem: `field.path: message (got: value)`; an unknown key names the closest allowed one."""
     lines = []
     for err in exc.errors():
         path = ".".join(str(p) for p in err["loc"]) or "(root)"
         got = err.get("input")
         shown = "" if isinstance(got, dict | list) else f" (got: {got!r})"
-        lines.append(f"{source}: {path}: {err['msg']}{shown}")
+        hint = _did_you_mean(model, tuple(err["loc"])) if model is not None and err["type"] == "extra_forbidden" else ""
+        lines.append(f"{source}: {path}: {err['msg']}{shown}{hint}")
     return "\n".join(lines)
 
 
@@ -380,7 +415,7 @@ def parse_config(text: str, *, source: str = "config") -> GpuWasteConfig:
     try:
         return GpuWasteConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, source=source)) from exc
+        raise ConfigError(format_validation_error(exc, source=source, model=GpuWasteConfig)) from exc
 
 
 def load_config(path: Path | None) -> GpuWasteConfig:
