@@ -455,7 +455,7 @@ def build_context(
     pods_devices: dict[tuple[str, str], list[GpuTelemetry]] = defaultdict(list)
     for node_name, node_inv in inventories.items():
         for dev in node_inv.devices:
-            current = None
+            current: list[tuple[str, str]] = []  # a time-sliced GPU is held by every pod labelled on it
             for ns, pod_name in dev.workloads:
                 pod = pods_by_key.get((ns, pod_name))
                 if pod is None:
@@ -465,10 +465,11 @@ def build_context(
                 elif pod.node_name != node_name:
                     stray.append((dev, ns, pod_name, f"pod runs on {pod.node_name}, device on {node_name}"))
                 else:
-                    current = (ns, pod_name)
-            if current is not None:
-                device_owner[id(dev)] = current
-                pods_devices[current].append(dev)
+                    current.append((ns, pod_name))
+            if current:
+                device_owner[id(dev)] = current[0]
+                for key in current:
+                    pods_devices[key].append(dev)
 
     allocations: list[Allocation] = []
     for node_name, node_inv in inventories.items():
@@ -531,8 +532,9 @@ def _fits(pod: Pod, devices: list[GpuTelemetry], node: Node | None) -> bool:
     if mig:
         return len(mig) == sum(pod.gpu_requests.values())
     whole = sum(c for r, c in pod.gpu_requests.items() if "mig-" not in r)
-    replicas = node.gpu_replicas if node else 1
-    return whole // max(1, replicas) == len({d.device.uuid for d in devices}) or whole == len(devices)
+    replicas = max(1, node.gpu_replicas if node else 1)
+    # time-sliced replicas are compared as physical GPUs: 4 replicas of 1 GPU never "fit" 4 GPUs
+    return Decimal(whole) / replicas == len({d.device.uuid for d in devices})
 
 
 def _resolve_node(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 from gpuwaste.detectors.context import ActivityReading, Allocation, ScanContext
 from gpuwaste.detectors.registry import NoVerdict
@@ -31,6 +32,11 @@ def readable(ctx: ScanContext, alloc: Allocation, name: str) -> ActivityReading 
     started = alloc.pod.started_at or alloc.pod.created_at
     if started is not None and (ctx.eval_time - started).total_seconds() < ctx.common.pod_grace_s:
         return NoVerdict(name, subject, f"pod younger than {ctx.common.pod_grace_s}s")
+    started = alloc.pod.started_at or alloc.pod.created_at
+    window_start = ctx.eval_time - timedelta(seconds=ctx.window_s)
+    if not alloc.labelled and started is not None and started > window_start:
+        # its GPUs carry no pod labels, so samples from before the pod existed cannot be told apart
+        return NoVerdict(name, subject, "pod started inside the window and its GPUs carry no pod labels")
     problems = {p for d in alloc.devices if (p := ctx.device_problem(d))}
     if problems:
         return NoVerdict(name, subject, "untrusted telemetry: " + ", ".join(sorted(problems)))

@@ -1,0 +1,74 @@
+"""Regression tests for correctness bugs found in review: time-sliced GPUs, elimination, pods younger than the window."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from gpuwaste.detectors.allocation import IdleSettings, UnderusedSettings, detect_idle_allocation, detect_underused_allocation
+from gpuwaste.detectors.context import build_context
+from gpuwaste.detectors.registry import NoVerdict
+from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, Workload
+from gpuwaste.models.findings import Attribution, Finding
+from gpuwaste.models.telemetry import AttributedSeries, DeviceId, GpuTelemetry, Signal, TelemetryWindow, WindowStats
+from gpuwaste.sources.dcgm import build_gpu_telemetry
+from gpuwaste.sources.window import quantile
+
+T = datetime(2026, 11, 1, 12, tzinfo=UTC)
+
+
+def _stats(values: list[float], m10: float) -> WindowStats:
+    return WindowStats(count=len(values), total=sum(values), max=max(values), min=min(values), p95=quantile(0.95, values),
+                       max_avg_10m=m10, recent_count=20, changes=5)
+
+
+def _pod(name: str, req: dict[str, int], started: datetime = T - timedelta(days=2)) -> Pod:
+    return Pod(namespace="team", name=name, node_name="n1", phase=PodPhase.RUNNING, gpu_requests=req, started_at=started,
+               workload=Workload(kind="Deployment", name=name, namespace="team"))
+
+
+def _node(gpus: int, replicas: int = 1) -> Node:
+    cap = {"nvidia.com/gpu": gpus}
+    return Node(name="n1", instance_type="g5.xlarge", created_at=T - timedelta(days=5), capacity_gpu=cap, allocatable_gpu=cap,
+                gpu_replicas=replicas)
+
+
+def test_time_sliced_gpu_labelled_with_four_pods_is_held_by_all_four() -> None:
+    # GIVEN one GPU advertised as 4 time-sliced replicas, labelled with 4 idle pods (one series each)
+    rows = [(Signal.SM_ACTIVE.value, {"UUID": "GPU-1", "Hostname": "n1", "pod": f"c{i}", "namespace": "team"},
+             _stats([0.0] * 2880, 0.0)) for i in range(4)]
+    cluster = ClusterState(cluster="c", observed_at=T, nodes=(_node(4, replicas=4),), pods=tuple(_pod(f"c{i}", {"nvidia.com/gpu": 1}) for i in range(4)))
+    ctx = build_context(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=tuple(build_gpu_telemetry(rows))))
+    # WHEN the idle detector runs
+    found = [f for f in detect_idle_allocation(ctx, IdleSettings()) if isinstance(f, Finding)]
+    # THEN every pod holds the GPU by labels, and together they waste exactly one GPU
+    assert sorted((a.pod.name, a.attribution) for a in ctx.allocations) == [(f"c{i}", Attribution.LABELS) for i in range(4)]
+    assert len(found) == 4 and sum(f.wasted_gpu_share for f in found) == Decimal(1)
+
+
+def test_elimination_never_gives_four_gpus_to_a_pod_holding_four_replicas_of_one() -> None:
+    # GIVEN 4 unlabelled GPUs advertised as 16 replicas and one pod requesting 4 replicas (= 1 GPU)
+    devs = tuple(GpuTelemetry(device=DeviceId(uuid=f"GPU-{i}"), hostname="n1",
+                              groups=(AttributedSeries(signals={Signal.SM_ACTIVE.value: _stats([0.0] * 2880, 0.0)}),)) for i in range(4))
+    cluster = ClusterState(cluster="c", observed_at=T, nodes=(_node(16, replicas=4),), pods=(_pod("p", {"nvidia.com/gpu": 4}),))
+    # WHEN the scan joins them
+    ctx = build_context(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=devs))
+    # THEN the pod is not handed the 4 GPUs by elimination (its share is 1 GPU), and 3 GPUs stay free
+    (alloc,) = ctx.allocations
+    assert alloc.attribution is not Attribution.ELIMINATION and alloc.devices == ()
+    assert alloc.share == Decimal(1)
+    assert 4 - ctx.nodes["n1"].requested_share == 3
+
+
+def test_unlabelled_pod_that_started_inside_the_window_gets_no_verdict() -> None:
+    # GIVEN a GPU without pod labels: 22 h idle before the pod existed, then 2 h of the pod at 15 %
+    series = AttributedSeries(signals={Signal.SM_ACTIVE.value: _stats([0.0] * 2640 + [0.15] * 240, 0.15)})
+    dev = GpuTelemetry(device=DeviceId(uuid="GPU-1"), hostname="n1", groups=(series,))
+    cluster = ClusterState(cluster="c", observed_at=T, nodes=(_node(1),), pods=(_pod("p", {"nvidia.com/gpu": 1}, started=T - timedelta(hours=2)),))
+    ctx = build_context(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=(dev,)))
+    # WHEN the under-used detector runs (the 22 idle hours would dilute the pod's 15 % to ~1 %)
+    out = list(detect_underused_allocation(ctx, UnderusedSettings()))
+    # THEN there is no verdict, with the reason, rather than a diluted number
+    assert ctx.allocations[0].attribution is Attribution.ELIMINATION
+    assert [o.reason for o in out if isinstance(o, NoVerdict)] == ["pod started inside the window and its GPUs carry no pod labels"]
+    assert not [o for o in out if isinstance(o, Finding)]
