@@ -5,7 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from gpuwaste.detectors.allocation import IdleSettings, UnderusedSettings, detect_idle_allocation, detect_underused_allocation
+from gpuwaste.detectors.allocation import (
+    IdleSettings,
+    UnderusedSettings,
+    detect_idle_allocation,
+    detect_underused_allocation,
+)
 from gpuwaste.detectors.context import build_context
 from gpuwaste.detectors.registry import NoVerdict
 from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, Workload
