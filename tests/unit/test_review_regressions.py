@@ -77,3 +77,24 @@ def test_unlabelled_pod_that_started_inside_the_window_gets_no_verdict() -> None
     assert ctx.allocations[0].attribution is Attribution.ELIMINATION
     assert [o.reason for o in out if isinstance(o, NoVerdict)] == ["pod started inside the window and its GPUs carry no pod labels"]
     assert not [o for o in out if isinstance(o, Finding)]
+
+
+def test_regional_and_gke_accelerator_prices_reach_the_finding() -> None:
+    # GIVEN findings on an Azure westus ND H100 node and on a GKE N1 node with an attached T4
+    from gpuwaste.models.findings import Subject, WasteKind
+    from gpuwaste.pricing.catalog import PriceBook
+    from gpuwaste.pricing.cost import cost_of
+
+    def finding(**subject: object) -> Finding:
+        return Finding(kind=WasteKind.IDLE, detector="idle_allocation", subject=Subject(cluster="c", **subject), title="t",
+                       recommendation="r", observed_at=T, window_s=3600, wasted_gpu_share=Decimal(1))
+
+    book = PriceBook.bundled()
+    # WHEN they are priced
+    west = cost_of(finding(instance_type="Standard_ND96isr_H100_v5", region="westus", gpu_model="NVIDIA H100 80GB HBM3"), book)
+    east = cost_of(finding(instance_type="Standard_ND96isr_H100_v5", region="eastus", gpu_model="NVIDIA H100 80GB HBM3"), book)
+    gke = cost_of(finding(instance_type="n1-standard-8", accelerator="nvidia-tesla-t4", gpu_model="Tesla T4"), book)
+    # THEN the node's region picks its regional row (westus 127.816/8 per GPU-h), and the GKE T4 is priced per GPU
+    assert west.priced and west.usd_per_gpu_hour == Decimal("127.816") / 8
+    assert east.priced and east.usd_per_gpu_hour == Decimal("98.32") / 8
+    assert gke.priced and gke.usd_per_gpu_hour == Decimal("0.35")

@@ -106,6 +106,8 @@ class Subject(Frozen):
             (owner routing reads both, workload first).
         gpu_share: physical-GPU equivalents held (MIG slice = N/7, time-slice replica = 1/replicas).
         physical_gpus_on_node: distinct DCGM UUIDs seen on the node.
+        region: the node's `topology.kubernetes.io/region` (regional prices differ).
+        accelerator: GKE `cloud.google.com/gke-accelerator` (N1 nodes price attached GPUs per GPU).
     """
 
     cluster: str
@@ -119,6 +121,8 @@ class Subject(Frozen):
     gpu_share: Decimal = Decimal(0)
     instance_type: str | None = None
     capacity_type: str | None = None
+    region: str | None = None
+    accelerator: str | None = None
     physical_gpus_on_node: int | None = None
     attribution: Attribution = Attribution.LABELS
     labels: dict[str, str] = Field(default_factory=dict)

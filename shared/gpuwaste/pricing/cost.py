@@ -36,6 +36,8 @@ def cost_of(finding: Finding, book: PriceBook) -> Cost:
         capacity_type=s.capacity_type,
         gpu_model=s.gpu_model,
         physical_gpus=s.physical_gpus_on_node,
+        region=s.region,
+        accelerator=s.accelerator,
     )
     if isinstance(rate, Unpriced):
         return Cost(
@@ -69,6 +71,6 @@ def price_finding(finding: Finding, book: PriceBook) -> Finding:
     if finding.kind is WasteKind.WRONG_HARDWARE:
         s = finding.subject
         rate = book.gpu_hour_rate(instance_type=s.instance_type, capacity_type=s.capacity_type, gpu_model=s.gpu_model,
-                                  physical_gpus=s.physical_gpus_on_node)
+                                  physical_gpus=s.physical_gpus_on_node, region=s.region, accelerator=s.accelerator)
         return price_wrong_hardware(finding, book, rate if isinstance(rate, GpuHourRate) else None)
     return finding.with_cost(cost_of(finding, book))
