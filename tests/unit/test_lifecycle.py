@@ -337,3 +337,37 @@ def test_lifecycle_data_quality_and_cheap_findings_are_tracked_not_alerted() -> 
     assert h.sent() == []
     assert h.store.get(finding(None, kind=WasteKind.DATA_QUALITY, workload="dq").fingerprint) is not None
     assert h.store.get(finding("2.00", workload="cheap").fingerprint) is not None
+
+
+def test_lifecycle_scans_that_could_judge_nothing_never_resolve_waste(h: Harness) -> None:
+    # GIVEN an alerted finding
+    f = finding("34.03")
+    h.service.handle_finding(seen(f, 0))
+    h.sent()
+    # WHEN three later scans could judge nothing (no telemetry / one sample), then three that did not see the pod's subject
+    for n in (1, 2, 3):
+        h.service.handle_scan_completed(ScanCompleted(scan_id=f"scan-{n}", cluster="c1", scheduled_time=T0 + n * SCAN,
+                                                      judged=False))
+    after_blind = h.store.get(f.fingerprint)
+    # THEN it stays open with no miss counted and nobody is told it was "saved"
+    assert after_blind is not None and after_blind.state is FindingState.OPEN and after_blind.missed_scans == 0
+    assert h.sent() == []
+
+
+def test_lifecycle_subject_without_a_verdict_is_not_a_miss(h: Harness) -> None:
+    # GIVEN an alerted finding about pod ml/trainer-0
+    f = finding("20.00")
+    f = f.model_copy(update={"subject": f.subject.model_copy(update={"pod": "trainer-0"})})
+    h.service.handle_finding(seen(f, 0))
+    h.sent()
+    # WHEN three scans gave that pod no verdict (e.g. partial coverage), then three scans judged it and did not see it
+    for n in (1, 2, 3):
+        h.service.handle_scan_completed(ScanCompleted(scan_id=f"scan-{n}", cluster="c1", scheduled_time=T0 + n * SCAN,
+                                                      unjudged=("ml/trainer-0",)))
+    kept = h.store.get(f.fingerprint)
+    for n in (4, 5, 6):
+        h.service.handle_scan_completed(completed(n))
+    resolved = h.store.get(f.fingerprint)
+    # THEN only the judged scans count: open after the first three, resolved after the next three
+    assert kept is not None and kept.state is FindingState.OPEN and kept.missed_scans == 0
+    assert resolved is not None and resolved.state is FindingState.RESOLVED

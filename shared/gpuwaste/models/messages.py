@@ -48,13 +48,21 @@ class FindingMessage(_CarriesFinding):
 
 
 class ScanCompleted(Frozen):
-    """scan → dedupe: the scan finished; fingerprints it saw (for resolving waste that disappeared)."""
+    """scan → dedupe: the scan finished; fingerprints it saw (for resolving waste that disappeared).
+
+    Attributes:
+        judged: False when the scan could judge nothing (no telemetry in the window, or one sample only):
+            such a scan never counts as a miss.
+        unjudged: "namespace/pod" (or node) subjects the scan gave no verdict on; their open findings are
+            not counted as missed either."""
 
     schema_version: Literal[1] = 1
     scan_id: str
     cluster: str
     scheduled_time: datetime
     fingerprints: tuple[str, ...] = ()
+    judged: bool = True
+    unjudged: tuple[str, ...] = ()
 
 
 class AlertAction(StrEnum):

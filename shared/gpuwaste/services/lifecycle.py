@@ -222,8 +222,11 @@ class LifecycleService:
         """
         seen = set(message.fingerprints)
         total = Outcome()
+        if not message.judged:
+            return total  # a scan that could judge nothing (no telemetry, one sample) is not evidence that waste ended
+        unjudged = set(message.unjudged)
         for candidate in self.store.open_for_cluster(message.cluster):
-            if candidate.fingerprint in seen:
+            if candidate.fingerprint in seen or _subject_key(candidate) in unjudged:
                 continue
             outcome = self._miss(candidate.fingerprint, message)
             total.alerts += outcome.alerts
@@ -374,3 +377,14 @@ def _age_text(age: timedelta) -> str:
 
 
 __all__ = ["LifecycleService", "Outcome"]
+
+
+def _subject_key(record: FindingRecord) -> str:
+    """The "namespace/pod" (or node) a stored finding is about, as `ScanCompleted.unjudged` names subjects."""
+    try:
+        subject = Finding.model_validate_json(record.finding_json).subject
+    except ValueError:
+        return ""
+    if subject.pod:
+        return f"{subject.namespace}/{subject.pod}"
+    return subject.node or ""

@@ -157,7 +157,11 @@ class ScanService:
         findings.sort(key=lambda f: (-(f.usd_per_day or 0), f.kind.value, f.subject.namespace or "", f.subject.pod or f.subject.node or ""))
         if self.queue is not None:
             t4 = time.perf_counter()
-            self.send(scan_id, cluster.cluster, at, findings)
+            # a scan judges nothing when GPUs exist but no telemetry came (or one sample): never a "miss" then
+            gpus_exist = bool(cluster.nodes) or any(p.holds_gpus for p in cluster.pods)
+            judged = not telemetry.single_instant and (bool(telemetry.gpus) or not gpus_exist)
+            unjudged = tuple(sorted({nv.subject for nv in result.no_verdict}))
+            self.send(scan_id, cluster.cluster, at, findings, judged=judged, unjudged=unjudged)
             timings["enqueue"] = time.perf_counter() - t4
         report = ScanReport(
             scan_id=scan_id,
@@ -178,15 +182,17 @@ class ScanService:
         )
         return report
 
-    def send(self, scan_id: str, cluster: str, at: datetime, findings: Sequence[Finding]) -> None:
-        """Put the findings and the scan completion on the queue."""
+    def send(self, scan_id: str, cluster: str, at: datetime, findings: Sequence[Finding], *, judged: bool = True,
+             unjudged: tuple[str, ...] = ()) -> None:
+        """Put the findings and the scan completion on the queue (with what the scan could not judge)."""
         assert self.queue is not None
         total = len(findings)
         self.queue.send_findings(
             [FindingMessage(scan_id=scan_id, scan_seq=i, scan_total=total, finding=f) for i, f in enumerate(findings)]
         )
         self.queue.send_scan_completed(
-            ScanCompleted(scan_id=scan_id, cluster=cluster, scheduled_time=at, fingerprints=tuple(f.fingerprint for f in findings))
+            ScanCompleted(scan_id=scan_id, cluster=cluster, scheduled_time=at, fingerprints=tuple(f.fingerprint for f in findings),
+                          judged=judged, unjudged=unjudged)
         )
 
 
