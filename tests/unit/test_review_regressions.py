@@ -98,3 +98,45 @@ def test_regional_and_gke_accelerator_prices_reach_the_finding() -> None:
     assert west.priced and west.usd_per_gpu_hour == Decimal("127.816") / 8
     assert east.priced and east.usd_per_gpu_hour == Decimal("98.32") / 8
     assert gke.priced and gke.usd_per_gpu_hour == Decimal("0.35")
+
+
+def test_idle_replicas_of_one_workload_become_one_finding_with_all_their_money() -> None:
+    # GIVEN two idle replicas of one Deployment on a g5.12xlarge, each holding one GPU
+    from gpuwaste.models.lifecycle import FindingState
+    from gpuwaste.models.messages import FindingMessage
+    from gpuwaste.pricing.catalog import PriceBook
+    from gpuwaste.pricing.cost import price_finding
+    from gpuwaste.queue.memory import MemoryQueue
+    from gpuwaste.services.lifecycle import LifecycleService
+    from gpuwaste.services.scan import merge_replicas
+    from gpuwaste.settings import LifecycleSettings
+    from gpuwaste.store.sqlite import SqliteFindingStore
+
+    wl = Workload(kind="Deployment", name="svc", namespace="team")
+    pods = tuple(Pod(namespace="team", name=f"svc-abc-{i}", node_name="n1", phase=PodPhase.RUNNING, gpu_requests={"nvidia.com/gpu": 1},
+                     started_at=T - timedelta(days=2), workload=wl) for i in range(2))
+    devs = tuple(GpuTelemetry(device=DeviceId(uuid=f"GPU-{i}"), hostname="n1", model_name="NVIDIA A10G", groups=(
+        AttributedSeries(pod=f"svc-abc-{i}", namespace="team", signals={Signal.SM_ACTIVE.value: _stats([0.0] * 2880, 0.0)}),)) for i in range(2))
+    node = Node(name="n1", instance_type="g5.12xlarge", created_at=T - timedelta(days=5),
+                capacity_gpu={"nvidia.com/gpu": 2}, allocatable_gpu={"nvidia.com/gpu": 2})
+    ctx = build_context(ClusterState(cluster="c", observed_at=T, nodes=(node,), pods=pods),
+                        TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=devs))
+    found = [f for f in detect_idle_allocation(ctx, IdleSettings()) if isinstance(f, Finding)]
+    # WHEN the scan merges them and the lifecycle stores the result
+    merged = [price_finding(f, PriceBook.bundled()) for f in merge_replicas(found)]
+
+    class Clock:
+        def now(self) -> datetime:
+            return T
+
+    store = SqliteFindingStore(":memory:")
+    service = LifecycleService(store=store, alerts=MemoryQueue("a"), tickets=None, settings=LifecycleSettings(), clock=Clock())
+    for i, f in enumerate(merged):
+        service.handle_finding(FindingMessage(scan_id="s1", scan_seq=i, scan_total=len(merged), finding=f))
+    # THEN there is one finding for both pods, with both GPUs' money ($1.418/GPU-h × 2 × 24 = $68.06/day), all stored
+    assert len(found) == 2 and len(merged) == 1
+    (one,) = merged
+    assert one.wasted_gpu_share == 2 and one.usd_per_day == Decimal("68.06")
+    assert one.details["pods"] == "svc-abc-0, svc-abc-1"
+    record = store.get(one.fingerprint)
+    assert record is not None and record.state is FindingState.OPEN and record.usd_per_day == Decimal("68.06")

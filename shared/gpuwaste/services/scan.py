@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from gpuwaste.detectors import DetectorSettings, NoVerdict, build_context, run_detectors
 from gpuwaste.detectors.context import ScanContext
@@ -93,6 +94,57 @@ def inventory_of(ctx: ScanContext) -> Inventory:
     )
 
 
+def merge_replicas(findings: list[Finding]) -> list[Finding]:
+    """One finding per identity: replicas of one workload with the same waste kind become one finding.
+
+    A finding's fingerprint is cluster + namespace + workload + kind, so two idle replicas of a Deployment
+    share it; kept apart, the lifecycle would take the second for a redelivery and drop its money. They
+    are merged (wasted GPUs, held GPUs and devices added up; the lowest confidence kept; every pod named in
+    `details["pods"]`) when their pricing inputs agree; replicas on differently priced nodes stay separate
+    findings, told apart by the node's instance type, capacity type and region in the scope key.
+    """
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(f.fingerprint, []).append(f)
+    out: list[Finding] = []
+    for items in groups.values():
+        if len(items) == 1:
+            out.append(items[0])
+            continue
+        by_price: dict[tuple[str | None, ...], list[Finding]] = {}
+        for f in items:
+            s = f.subject
+            key = (s.instance_type, s.capacity_type, s.region, s.accelerator, s.gpu_model, str(s.physical_gpus_on_node))
+            by_price.setdefault(key, []).append(f)
+        for key, group in by_price.items():
+            merged = group[0] if len(group) == 1 else _merge(group)
+            if len(by_price) > 1:
+                merged = merged.model_copy(update={"scope_key": f"{merged.scope_key}@{'/'.join(k or '-' for k in key[:3])}"})
+            out.append(merged)
+    return out
+
+
+_CONFIDENCE_ORDER = {"low": 0, "medium": 1, "high": 2}
+
+
+def _merge(group: list[Finding]) -> Finding:
+    group = sorted(group, key=lambda f: f.subject.pod or "")
+    first = group[0]
+    pods = [f.subject.pod for f in group if f.subject.pod]
+    subject = first.subject.model_copy(update={
+        "gpus": tuple(g for f in group for g in f.subject.gpus),
+        "gpu_share": sum((f.subject.gpu_share for f in group), Decimal(0)),
+    })
+    s = first.subject
+    return first.model_copy(update={
+        "subject": subject,
+        "wasted_gpu_share": sum((f.wasted_gpu_share for f in group), Decimal(0)),
+        "title": f"{len(group)} pods of {s.namespace}/{s.workload_name} ({s.workload_kind}): {first.title} — and {len(group) - 1} more",
+        "confidence": min((f.confidence for f in group), key=lambda c: _CONFIDENCE_ORDER[c.value]),
+        "details": {**first.details, "pods": ", ".join(pods), "replicas": len(group)},
+    })
+
+
 class ScanService:
     """Scan one cluster: cluster state + telemetry → joined context → detectors → (priced) findings.
 
@@ -148,7 +200,7 @@ class ScanService:
         ctx = build_context(cluster, telemetry, self.settings.common,
                             power_limits_w=power_limits_w(g.model_name for g in telemetry.gpus))
         result = run_detectors(ctx, self.settings.by_name(), self.settings.enabled)
-        findings = list(result.findings)
+        findings = merge_replicas(list(result.findings))
         t3 = time.perf_counter()
         timings["detect"] = t3 - t2
         if self.price_book is not None:
