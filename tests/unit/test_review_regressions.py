@@ -140,3 +140,19 @@ def test_idle_replicas_of_one_workload_become_one_finding_with_all_their_money()
     assert one.details["pods"] == "svc-abc-0, svc-abc-1"
     record = store.get(one.fingerprint)
     assert record is not None and record.state is FindingState.OPEN and record.usd_per_day == Decimal("68.06")
+
+
+def test_duplicate_exporters_with_half_a_window_each_are_not_full_coverage() -> None:
+    # GIVEN two exporters (different `instance`) reporting the same GPU side by side for the last 12 h of a 24 h window
+    half = _stats([0.0] * 1440, 0.0)
+    rows = [(Signal.SM_ACTIVE.value, {"UUID": "GPU-1", "Hostname": "n1", "instance": f"10.0.0.{i}:9400"}, half) for i in (1, 2)]
+    cluster = ClusterState(cluster="c", observed_at=T, nodes=(_node(1),), pods=(_pod("p", {"nvidia.com/gpu": 1}),))
+    ctx = build_context(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, scrape_interval_s=30,
+                                                 gpus=tuple(build_gpu_telemetry(rows))))
+    # WHEN the idle detector judges the pod (2,880 samples in all: the count of a full window)
+    alloc = ctx.allocations[0]
+    act = ctx.activity(alloc.devices, alloc.pod)
+    out = list(detect_idle_allocation(ctx, IdleSettings()))
+    # THEN coverage is 50 % (the copies overlap), so there is no idle verdict
+    assert act is not None and act.samples == 2880 and act.coverage == 0.5
+    assert not [o for o in out if isinstance(o, Finding)]

@@ -239,7 +239,13 @@ class ScanContext:
         expected = self.expected_samples(pod)
         if expected <= 0:
             return 0.0
-        return min(1.0, stats.count / expected)
+        return min(1.0, stats.count / self._overlap(stats) / expected)
+
+    @staticmethod
+    def _overlap(stats: WindowStats) -> float:
+        """How many merged series ran side by side (duplicate exporters, B17), 1 for a restart (B12): copies that
+        both still report at the end of the window doubled the count; a restart's old series has stopped."""
+        return float(max(1, min(stats.series, stats.live_series)))
 
     def activity(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> ActivityReading | None:
         """Activity over `devices` as a ratio 0–1; None when any device lacks an activity signal.

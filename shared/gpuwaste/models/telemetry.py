@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gpuwaste.models.base import Frozen
 
@@ -107,6 +108,8 @@ class WindowStats(Frozen):
         recent_count: samples in the last `recent_s` seconds of the window (staleness check).
         changes: number of value changes in the window (PromQL `changes`).
         series: raw series merged into this summary (duplicate exporters, B17).
+        live_series: merged series that still have samples in the recent tail: 2 or more means copies ran
+            side by side (duplicate exporters), 1 means they followed each other (exporter restart, B12).
     """
 
     count: int = Field(ge=0)
@@ -118,6 +121,15 @@ class WindowStats(Frozen):
     recent_count: int = Field(0, ge=0)
     changes: int = Field(0, ge=0)
     series: int = Field(1, ge=1)
+    live_series: int = Field(0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _live(cls, data: Any) -> Any:
+        """A single series is "live" when it has samples in the recent tail (defaulted from `recent_count`)."""
+        if isinstance(data, dict) and "live_series" not in data:
+            data = {**data, "live_series": 1 if data.get("recent_count", 0) else 0}
+        return data
 
     @property
     def avg(self) -> float:
@@ -137,6 +149,7 @@ class WindowStats(Frozen):
             recent_count=self.recent_count + other.recent_count,
             changes=self.changes + other.changes,
             series=self.series + other.series,
+            live_series=self.live_series + other.live_series,
         )
 
 

@@ -345,6 +345,7 @@ def _merge_rates(a: WindowStats, b: WindowStats) -> WindowStats:
         recent_count=a.recent_count + b.recent_count,
         changes=a.changes + b.changes,
         series=a.series + b.series,
+        live_series=a.live_series + b.live_series,
     )
 
 
