@@ -156,3 +156,18 @@ def test_duplicate_exporters_with_half_a_window_each_are_not_full_coverage() -> 
     # THEN coverage is 50 % (the copies overlap), so there is no idle verdict
     assert act is not None and act.samples == 2880 and act.coverage == 0.5
     assert not [o for o in out if isinstance(o, Finding)]
+
+
+def test_mig_single_node_without_any_telemetry_is_reported_as_no_telemetry() -> None:
+    # GIVEN a MIG-single H100 NVL node (14 slices advertised as nvidia.com/gpu) and no DCGM series at all
+    from gpuwaste.detectors.data_quality import DataQualitySettings, detect_data_quality
+
+    node = Node(name="n1", instance_type="Standard_NC80adis_H100_v5", created_at=T - timedelta(days=5),
+                gpu_product="NVIDIA-H100-NVL-MIG-1g.12gb", mig_strategy="single", gpu_count_label=14,
+                capacity_gpu={"nvidia.com/gpu": 14}, allocatable_gpu={"nvidia.com/gpu": 14})
+    cluster = ClusterState(cluster="c", observed_at=T, nodes=(node,), pods=(_pod("p", {"nvidia.com/gpu": 2}),))
+    ctx = build_context(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=()))
+    # WHEN data quality is checked
+    checks = [f.details.get("check") for f in detect_data_quality(ctx, DataQualitySettings()) if isinstance(f, Finding)]
+    # THEN the missing telemetry is reported (it was reported nowhere before)
+    assert checks == ["no_telemetry"]

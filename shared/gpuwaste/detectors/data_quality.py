@@ -58,11 +58,12 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
                   f"The telemetry holds one sample per series ({physical} GPU(s), {mig} MIG instance(s)): no verdict on sustained use",
                   "Record a window (gpuwaste record, or a Prometheus with history) to judge idleness.", "all",
                   confidence=Confidence.HIGH)
-    no_telemetry = not ctx.telemetry.gpus and any(inv.expected_gpus() for inv in ctx.nodes.values())
+    gpu_nodes = [inv for inv in ctx.nodes.values() if inv.expected_gpus() or (inv.node and (inv.node.capacity_gpu or inv.node.allocatable_gpu))]
+    no_telemetry = not ctx.telemetry.gpus and bool(gpu_nodes)
     if no_telemetry:
         yield _dq(ctx, Subject(cluster=cluster, attribution=Attribution.NODE), "no_telemetry",
                   f"No DCGM series at all in the window ending {ctx.eval_time:%Y-%m-%d %H:%M}Z, "
-                  f"while {sum(1 for inv in ctx.nodes.values() if inv.expected_gpus())} node(s) have GPUs",
+                  f"while {len(gpu_nodes)} node(s) have GPUs",
                   "Check the evaluation time (--at), the Prometheus URL and that dcgm-exporter is scraped; "
                   "`gpuwaste doctor` lists what is missing. Nothing is judged idle without telemetry.", "all")
     for alloc in ctx.allocations:
