@@ -171,3 +171,18 @@ def test_mig_single_node_without_any_telemetry_is_reported_as_no_telemetry() -> 
     checks = [f.details.get("check") for f in detect_data_quality(ctx, DataQualitySettings()) if isinstance(f, Finding)]
     # THEN the missing telemetry is reported (it was reported nowhere before)
     assert checks == ["no_telemetry"]
+
+
+def test_gke_time_sharing_clients_count_as_replicas() -> None:
+    # GIVEN a GKE node sharing each GPU between 4 clients (cloud.google.com/gke-max-shared-clients-per-gpu)
+    from gpuwaste.models.cluster import gpu_share_for_request
+    from gpuwaste.sources.k8s_objects import node_from_dict
+
+    obj = {"kind": "Node", "metadata": {"name": "gke-n1", "labels": {"cloud.google.com/gke-max-shared-clients-per-gpu": "4",
+                                                                      "cloud.google.com/gke-accelerator": "nvidia-l4"}},
+           "status": {"capacity": {"nvidia.com/gpu": "4"}, "allocatable": {"nvidia.com/gpu": "4"}}}
+    # WHEN the node is read and a client's one-unit request is converted to GPUs
+    node = node_from_dict(obj)
+    # THEN each client holds a quarter of the GPU, not a whole one
+    assert node.gpu_replicas == 4
+    assert gpu_share_for_request("nvidia.com/gpu", 1, node) == Decimal("0.25")

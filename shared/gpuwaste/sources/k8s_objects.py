@@ -226,7 +226,8 @@ def node_from_dict(obj: Mapping[str, Any], settings: ClusterReadSettings | None 
         gpu_product=labels.get("nvidia.com/gpu.product") or labels.get("cloud.google.com/gke-accelerator"),
         gpu_count_label=_label_int(labels, "nvidia.com/gpu.count"),
         gpu_memory_mib=_label_int(labels, "nvidia.com/gpu.memory"),
-        gpu_replicas=_label_int(labels, "nvidia.com/gpu.replicas") or 1,
+        # NVIDIA device-plugin time-slicing (GFD), or GKE GPU time-sharing clients per GPU
+        gpu_replicas=_label_int(labels, "nvidia.com/gpu.replicas") or _label_int(labels, "cloud.google.com/gke-max-shared-clients-per-gpu") or 1,
         mig_strategy=labels.get("nvidia.com/mig.strategy"),
         capacity_gpu=gpu_map("capacity"),
         allocatable_gpu=gpu_map("allocatable"),
