@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 
-def _f(v: Any, d: int = 2) -> str:
+def cell(v: Any, d: int = 2) -> str:
+    """Table cell text: n/a for None, thousands separators, `d` decimals for floats."""
     if v is None:
         return "n/a"
     if isinstance(v, float):
@@ -79,7 +80,7 @@ def _targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None, s
     if aws and "error" not in aws:
         steady = aws.get("steady", {}).get("sqs_calls_per_finding")
         rows.append(("SQS calls per finding (made by our code)", f"≤ {t['sqs_per_finding']}", f"{aws['sqs_calls_per_finding']:.2f} new, "
-                     f"{_f(steady)} seen again (+ {aws['sqs_esm_calls_per_finding']:.2f} by the event source mappings)",
+                     f"{cell(steady)} seen again (+ {aws['sqs_esm_calls_per_finding']:.2f} by the event source mappings)",
                      max(aws["sqs_calls_per_finding"], steady or 0) <= t["sqs_per_finding"],
                      "every SQS hop costs one SendMessageBatch per 10 messages (the API's limit), now that price_findings and dedupe_findings "
                      "send a record batch's outputs together: a new finding crosses 3 hops (scan → price → dedupe → alerts), about 0.1 each; "
@@ -135,7 +136,7 @@ def render(report: dict[str, Any], table: str) -> str:
         "|---|" + "---:|" * len(sizes),
     ]
     detail_rows = [
-        ("nodes", lambda s: _f(s["nodes"])),
+        ("nodes", lambda s: cell(s["nodes"])),
         ("series / samples", lambda s: f"{s['series']:,} / {s['samples']:,}"),
         ("OpenMetrics MB (write s)", lambda s: f"{s['om_mb']:,.0f} ({s['write_om_s']:.1f})"),
         ("promtool backfill s (peak MB)", lambda s: f"{s['backfill_s']:.1f} ({s['backfill_rss_mb']:,.0f})"),
@@ -143,7 +144,7 @@ def render(report: dict[str, Any], table: str) -> str:
         ("Prometheus peak RSS MB", lambda s: f"{s['prometheus_peak_rss_mb']:,.0f}"),
         ("findings by kind", lambda s: ", ".join(f"{k} {v}" for k, v in sorted(s["findings_by_kind"].items()))),
         ("waste reported USD/day", lambda s: f"{s['usd_per_day']:,.0f}"),
-        ("GPUs seen by the scan", lambda s: _f(s["scan_gpus_seen"])),
+        ("GPUs seen by the scan", lambda s: cell(s["scan_gpus_seen"])),
         ("scan runs s (first through the counting proxy)", lambda s: ", ".join(f"{x:.2f}" for x in [s["ours_cold_s"], *s["ours_runs_s"]])),
         ("floor runs s", lambda s: ", ".join(f"{x:.2f}" for x in s["floor_runs_s"])),
         ("floor with gzip (as `requests` asks) s", lambda s: f"{s['floor_gzip_s']:.2f}"),
@@ -157,9 +158,9 @@ def render(report: dict[str, Any], table: str) -> str:
         ("plan A/B: uncompressed MB, this / previous", lambda s: f"{s['floor_bytes'] / 1e6:,.1f} / {s['previous_plan']['bytes'] / 1e6:,.1f}"),
         ("plan A/B: Prom eval s, this / previous", lambda s: f"{s['prom_eval_s']:.2f} / {s['previous_plan']['eval_s']:.2f}"),
         ("plan A/B: floor s (4 connections), this / previous", lambda s: f"{s['floor_s']:.2f} / {s['previous_plan']['floor_s']:.2f}"),
-        ("kube-apiserver requests per scan", lambda s: _f(s["kube_requests_per_scan"])),
+        ("kube-apiserver requests per scan", lambda s: cell(s["kube_requests_per_scan"])),
         ("memory before the scan MB", lambda s: f"{s['rss_before_scan_mb']:.0f}"),
-        ("naive queries (all pods)", lambda s: _f(s["naive_queries"])),
+        ("naive queries (all pods)", lambda s: cell(s["naive_queries"])),
         ("our scan through the 2 ms proxy s", lambda s: f"{s['ours_2ms_s']:.2f}"),
     ]
     for title, fn in detail_rows:

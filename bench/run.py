@@ -46,6 +46,7 @@ for _p in (ROOT / "shared", ROOT):
 
 from bench.fleet_om import write_openmetrics_streaming  # noqa: E402
 from bench.latency_proxy import LatencyProxy  # noqa: E402
+from bench.report import cell as fmt  # noqa: E402
 from bench.strategies import NAIVE_SIGNALS, issue, naive_plan  # noqa: E402
 from gpuwaste.fleet.generator import BASE_TS, INSTANCES, Fleet, FleetSpec, generate_fleet  # noqa: E402
 from tests.servers.kube_api import FakeKubeApi, write_kubeconfig  # noqa: E402
@@ -335,17 +336,6 @@ def _short(query: str) -> str:
 
 
 # -- report --------------------------------------------------------------------------------------------
-
-
-def fmt(value: Any, digits: int = 2) -> str:
-    """Table cell text."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
 
 
 COLUMNS = [
