@@ -90,6 +90,47 @@ def summarises(signal: Signal, stat: str) -> bool:
 ACTIVITY_SIGNALS: tuple[Signal, ...] = (Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL)
 
 
+class Bucket(Frozen):
+    """Statistics of one signal's samples inside one bucket of the window, in the signal's exported unit.
+
+    Buckets tile the window backwards from the evaluation time: bucket k covers
+    `(eval_time - window + k*bucket_s, eval_time - window + (k+1)*bucket_s]` (left-open, right-closed,
+    as a PromQL range `[bucket_s]` evaluated at the bucket's end), so no bucket reaches outside the window.
+    The same numbers come from PromQL (`avg_over_time`/`max_over_time`/`count_over_time` over
+    `[bucket]`, or the shipped recording rules) and from a recording computed in Python.
+
+    Attributes:
+        end: the bucket's right edge (UTC); the bucket is `(end - bucket_s, end]`.
+        count: samples in the bucket (0: no data — never "idle").
+        total: sum of sample values (avg = total ÷ count).
+        max: largest sample (NaN-free; 0.0 when count is 0).
+    """
+
+    end: datetime
+    count: int = Field(ge=0)
+    total: float = 0.0
+    max: float = 0.0
+
+    @property
+    def avg(self) -> float | None:
+        """Mean of the bucket's samples; None when the bucket holds none."""
+        return self.total / self.count if self.count else None
+
+
+class TelemetryProblem(Frozen):
+    """A sample or series the source could not use (non-numeric, out of range for its unit, …).
+
+    Attributes:
+        metric: the metric name. where: `file:line` for recordings, the series' label set for live data.
+        reason: what was wrong, in users' words. count: how many samples share this problem.
+    """
+
+    metric: str
+    where: str
+    reason: str
+    count: int = Field(1, ge=1)
+
+
 class WindowStats(Frozen):
     """Summary of one signal's samples over the scan window, in the signal's exported unit.
 
@@ -110,6 +151,8 @@ class WindowStats(Frozen):
         series: raw series merged into this summary (duplicate exporters, B17).
         live_series: merged series that still have samples in the recent tail: 2 or more means copies ran
             side by side (duplicate exporters), 1 means they followed each other (exporter restart, B12).
+        buckets: the time-resolved view (see `Bucket`; `TelemetryWindow.bucket_s` wide, oldest first);
+            empty when the source did not resolve time.
     """
 
     count: int = Field(ge=0)
@@ -122,6 +165,7 @@ class WindowStats(Frozen):
     changes: int = Field(0, ge=0)
     series: int = Field(1, ge=1)
     live_series: int = Field(0, ge=0)
+    buckets: tuple[Bucket, ...] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -150,7 +194,21 @@ class WindowStats(Frozen):
             changes=self.changes + other.changes,
             series=self.series + other.series,
             live_series=self.live_series + other.live_series,
+            buckets=merge_buckets(self.buckets, other.buckets),
         )
+
+
+def merge_buckets(a: tuple[Bucket, ...], b: tuple[Bucket, ...]) -> tuple[Bucket, ...]:
+    """Bucket-wise union of two series of the same GPU signal (counts and totals add, max of maxima)."""
+    if not a or not b:
+        return a or b
+    by_end: dict[datetime, Bucket] = {x.end: x for x in a}
+    for y in b:
+        x = by_end.get(y.end)
+        by_end[y.end] = y if x is None else Bucket(
+            end=y.end, count=x.count + y.count, total=x.total + y.total, max=max(x.max, y.max) if x.count and y.count else (x.max if x.count else y.max)
+        )
+    return tuple(by_end[k] for k in sorted(by_end))
 
 
 class DeviceId(Frozen):
@@ -256,6 +314,8 @@ class TelemetryWindow(Frozen):
         metrics_present: metric names that returned any data.
         query_count: PromQL queries issued (0 for recordings).
         single_instant: True when the source holds one sample per series (a bare /metrics scrape).
+        bucket_s: width of `WindowStats.buckets` (seconds); None when the source did not resolve time.
+        problems: samples or series the source could not use (counted, with where they are).
     """
 
     cluster: str
@@ -269,6 +329,8 @@ class TelemetryWindow(Frozen):
     query_count: int = 0
     source: str = ""
     single_instant: bool = False
+    bucket_s: int | None = Field(None, gt=0)
+    problems: tuple[TelemetryProblem, ...] = ()
 
     @property
     def expected_samples(self) -> float:
