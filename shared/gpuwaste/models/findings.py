@@ -98,6 +98,21 @@ class GpuRef(Frozen):
     model_name: str | None = None
 
 
+class Episode(Frozen):
+    """A stretch of the window in which the finding's GPUs were wasted (idle, stalled, under-used, unheld).
+
+    Attributes:
+        start, end: the stretch (UTC), inside the scan window, on bucket edges.
+        wasted_gpu_hours: physical GPU-hours wasted in the stretch (share wasted × hours).
+        ongoing: True when the stretch reaches the evaluation time (the waste is still going on).
+    """
+
+    start: datetime
+    end: datetime
+    wasted_gpu_hours: Decimal = Decimal(0)
+    ongoing: bool = False
+
+
 class Subject(Frozen):
     """Who and what a finding is about, with everything pricing needs (pricing runs without cluster access).
 
@@ -138,6 +153,7 @@ class Cost(Frozen):
         usd_per_gpu_hour: USD per physical GPU-hour from the price book (None when unpriced).
         wasted_gpu_share: physical-GPU equivalents wasted.
         usd_per_day: USD/day = usd_per_gpu_hour × wasted_gpu_share × 24 (None when unpriced, never 0 by default).
+        usd_in_window: USD = usd_per_gpu_hour × the finding's wasted GPU-hours in its window (None when unpriced).
         formula: the formula with its numbers, for a reader to check.
         source, effective_date: where the price comes from and the date it was published.
     """
@@ -146,6 +162,7 @@ class Cost(Frozen):
     usd_per_gpu_hour: Decimal | None = None
     wasted_gpu_share: Decimal
     usd_per_day: Decimal | None = None
+    usd_in_window: Decimal | None = None
     formula: str
     basis: str = ""
     source: str = ""
@@ -160,6 +177,12 @@ class Finding(Frozen):
         wasted_gpu_share: physical-GPU equivalents wasted (what the price is multiplied by).
         observed_at: the scan's evaluation time (UTC). window_s: the window the evidence covers.
         scope_key: extra identity for node- or device-level findings (node name, device, sub-kind).
+        episodes: the stretches of the window in which the waste happened (oldest first); empty when the
+            source did not resolve time (then the whole observed window is the evidence span).
+        wasted_gpu_hours: physical GPU-hours wasted inside the window (sum over episodes).
+        observed_s: seconds of the window covered by evidence (what confidence and ticketing rest on).
+        money_owner: fingerprint of another finding of the same scan that owns the money for the same
+            GPU-hours (this finding then carries no money of its own: each GPU-hour is priced once).
     """
 
     kind: WasteKind
@@ -175,6 +198,10 @@ class Finding(Frozen):
     wasted_gpu_share: Decimal = Decimal(0)
     scope_key: str = ""
     cost: Cost | None = None
+    episodes: tuple[Episode, ...] = ()
+    wasted_gpu_hours: Decimal = Decimal(0)
+    observed_s: int = Field(0, ge=0)
+    money_owner: str | None = None
     details: dict[str, str | float | int | bool | None] = Field(default_factory=dict)
 
     @computed_field  # type: ignore[prop-decorator]
