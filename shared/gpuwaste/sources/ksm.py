@@ -197,7 +197,7 @@ def _is_gpu_resource(name: str, patterns: Sequence[str]) -> bool:
 
 def promql_resource_regex(patterns: Sequence[str]) -> str:
     """A PromQL regex matching the sanitised `resource` label of every GPU resource pattern (and any `nvidia_com_*`)."""
-    parts = {re.escape(sanitize(p).replace("*", "\x00")).replace("\x00", ".*") for p in patterns}
+    parts = {".*".join(sanitize(piece) for piece in p.split("*")) for p in patterns}
     parts.add("nvidia_com_.*")
     return "|".join(sorted(parts))
 
@@ -491,14 +491,15 @@ class _Builder:
             out.append(f"KSM: {' and '.join(missing)} missing (replicasets/jobs collectors off): Deployment and CronJob "
                        "owners are inferred from ReplicaSet/Job names (Workload.resolution=inferred)")
         if not self.keyed[NODE_LABELS]:
-            out.append("KSM: no node labels exported (kube_node_labels needs metricLabelsAllowlist nodes=[...]): no "
+            out.append("KSM: kube_node_labels carries no node labels (metricLabelsAllowlist nodes=[...] not set): no "
                        "instance type (GPUs cannot be priced), capacity type or GFD labels; run `gpuwaste doctor` for the Helm values")
         else:
             for key, cost in NODE_LABELS_NEEDED.items():
                 if key not in self.keyed[NODE_LABELS] and not (key == "karpenter.sh/capacity-type" and self.keyed[NODE_LABELS] & set(self.settings.capacity_type_labels)):
-                    out.append(f"KSM: node label {key} not allow-listed: {cost}")
+                    out.append(f"KSM: no node has the label {key} in kube_node_labels (not allow-listed, or not set): {cost}")
         if not self.keyed[POD_LABELS]:
-            out.append("KSM: no pod labels exported (kube_pod_labels needs metricLabelsAllowlist pods=[...]): labels are "
+            out.append("KSM: kube_pod_labels carries no pod labels (metricLabelsAllowlist pods=[...] not set, or no pod has "
+                       "an allow-listed label): labels are "
                        "not shown on findings and Deployment owners are inferred from names only")
         if not self.keyed[POD_ANNOTATIONS] and not self.keyed[NS_ANNOTATIONS]:
             out.append("KSM: no pod or namespace annotations exported (metricAnnotationsAllowlist): routing annotations "
