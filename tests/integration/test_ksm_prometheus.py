@@ -1,0 +1,167 @@
+"""Integration: the kube-state-metrics cluster source against a real Prometheus backfilled with KSM series.
+
+A generated fleet (its cluster written as KSM v2 series next to the DCGM series), plus a Job that finished in
+the window and a pod deleted in it, is backfilled into Prometheus with promtool. The live source (five PromQL
+queries) must give the state the recording path gives from the same file, and the state the API-shaped
+cluster.json gives; a Prometheus-only scan (no cluster JSON, no Kubernetes) finds the fleet's ground truth.
+Query counts are read from Prometheus' own request counter, not from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
+from gpuwaste.fleet.ksm_series import ksm_series
+from gpuwaste.fleet.truth import compare
+from gpuwaste.models.cluster import ClusterState
+from gpuwaste.pricing.catalog import PriceBook
+from gpuwaste.services.scan import ScanService
+from gpuwaste.settings import PrometheusSettings
+from gpuwaste.sources.exposition import write_openmetrics
+from gpuwaste.sources.ksm import KsmRecordingSource, PrometheusKsmSource
+from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
+
+if TYPE_CHECKING:
+    from tests.servers.prometheus import PrometheusFactory
+
+pytestmark = pytest.mark.integration
+
+WINDOW = timedelta(hours=1)
+
+
+@dataclass
+class Fleet:
+    path: Path
+    at: datetime
+    ended_job: str
+    deleted: str
+    deleted_at: datetime
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
+    """A random fleet as KSM + DCGM series, with a Job completed and a pod deleted inside the window."""
+    spec = FleetSpec(layout="random", nodes=4, seed=11, cluster="ksm-it")
+    f = generate_fleet(spec)
+    path = write_recording(f, tmp_path_factory.mktemp("ksm") / "rec", compress=False)
+    at = spec.eval_time
+    done = at - timedelta(minutes=35)
+    deleted_at = at - timedelta(minutes=22)
+    node = next(o for o in f.objects if o["kind"] == "Node")["metadata"]["name"]
+    iso = "%Y-%m-%dT%H:%M:%SZ"
+    start = (at - timedelta(hours=5)).strftime(iso)
+    job = {"kind": "Pod", "apiVersion": "v1",
+           "metadata": {"name": "nightly-eval-28711440-q2x7z", "namespace": "ads", "uid": "uid-job", "creationTimestamp": start,
+                        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "nightly-eval-28711440", "controller": True}]},
+           "spec": {"nodeName": node, "containers": [{"name": "eval", "image": "eval:1", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+           "status": {"phase": "Succeeded", "startTime": start, "podIP": "10.244.200.1",
+                      "containerStatuses": [{"name": "eval", "state": {"terminated": {"finishedAt": done.strftime(iso)}}}]}}
+    gone = {"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": "scratch-debug", "namespace": "ads", "uid": "uid-gone", "creationTimestamp": start},
+            "spec": {"nodeName": node, "containers": [{"name": "sh", "image": "debug:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Running", "startTime": start, "podIP": "10.244.200.2"}}
+    t_end = int(at.timestamp())
+    times = [t * 1000 for t in range(t_end - (spec.history_s // 60 - 1) * 60, t_end + 1, 60)]
+    extra = ksm_series([job, gone], times, gone_ms={("ads", "scratch-debug"): int(deleted_at.timestamp() * 1000)})
+    om = path / "telemetry.om"
+    with om.open("w") as out:
+        write_openmetrics([*f.iter_series(), *extra], out, types={"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter"})
+    return Fleet(path, at, "nightly-eval-28711440-q2x7z", "scratch-debug", deleted_at)
+
+
+def _query_requests(url: str) -> float:
+    """Instant queries Prometheus has answered, from its own /metrics."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:  # noqa: S310 - loopback test server
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("prometheus_http_requests_total{") and 'handler="/api/v1/query"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _live(url: str, cluster: str, window: timedelta = WINDOW) -> tuple[PrometheusKsmSource, PrometheusGpuMetricsSource]:
+    prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url), cluster=cluster, scrape_interval_s=30)
+    return PrometheusKsmSource(prom, cluster=cluster, window=window, scrape_interval_s=60), prom
+
+
+def _pods(state: ClusterState) -> dict[tuple[str, str], tuple]:
+    return {p.key: (p.phase, p.node_name, p.gpu_requests, p.pod_ip, p.started_at, p.workload.kind, p.workload.name,
+                    p.workload.resolution, p.workload.exists, tuple(sorted(p.labels.items())), tuple(sorted(p.annotations.items())))
+            for p in state.pods}
+
+
+def test_ksm_live_state_equals_the_recording_and_the_api_shaped_state(fleet: Fleet, prometheus_factory: PrometheusFactory):
+    # GIVEN the fleet backfilled into a real Prometheus
+    server = prometheus_factory(fleet.path / "telemetry.om")
+    source, _ = _live(server.url, "ksm-it")
+    # WHEN the cluster is read live from KSM (counting the queries at Prometheus), from the recording's KSM series,
+    # and from the fleet's cluster.json
+    before = _query_requests(server.url)
+    live = source.cluster_state(at=fleet.at)
+    asked = _query_requests(server.url) - before
+    recorded = KsmRecordingSource(fleet.path, window=WINDOW).cluster_state(at=fleet.at)
+    api = RecordingClusterSource(fleet.path / "cluster.json").cluster_state(at=fleet.at)
+    # THEN five queries; live == recording for every pod (phase, node, requests, IP, start, owner, labels) and node
+    assert asked == 5
+    assert _pods(live) == _pods(recorded)
+    assert {n.name: n for n in live.nodes} == {n.name: n for n in recorded.nodes}
+    assert live.exporter_pods == recorded.exporter_pods == api.exporter_pods
+    assert live.namespace_annotations == recorded.namespace_annotations == api.namespace_annotations
+    # ... and the fleet's own pods read as the API-shaped List reads them (history pods are KSM's extra)
+    extra = {("ads", fleet.ended_job), ("ads", fleet.deleted)}
+    assert {k: v for k, v in _pods(live).items() if k not in extra} == _pods(api)
+    assert {n.name: n for n in live.nodes} == {n.name: n for n in api.nodes}
+
+
+def test_ksm_live_history_keeps_the_finished_job_and_the_deleted_pod(fleet: Fleet, prometheus_factory: PrometheusFactory):
+    # GIVEN the backfilled fleet WHEN read live
+    server = prometheus_factory(fleet.path / "telemetry.om")
+    live = {p.name: p for p in _live(server.url, "ksm-it")[0].cluster_state(at=fleet.at).pods}
+    # THEN the Job held its GPUs until its completion (35 min before the end) and the deleted pod until it was gone
+    job, gone = live[fleet.ended_job], live[fleet.deleted]
+    assert job.finished_at == fleet.at - timedelta(minutes=35) and not job.holds_gpus
+    assert job.workload.kind == "CronJob" and job.workload.resolution == "inferred"
+    assert gone.gone_at is not None and abs((gone.gone_at - fleet.deleted_at).total_seconds()) <= 60  # one scrape
+    assert not gone.holds_gpus
+    # ... while a read whose window ends before the deletion sees it running
+    earlier = fleet.deleted_at - timedelta(minutes=5)
+    before = {p.name: p for p in _live(server.url, "ksm-it")[0].cluster_state(at=earlier).pods}
+    assert before[fleet.deleted].holds_gpus and before[fleet.deleted].gone_at is None
+
+
+def test_prometheus_only_scan_matches_the_ground_truth(fleet: Fleet, prometheus_factory: PrometheusFactory):
+    # GIVEN only a Prometheus endpoint (no cluster JSON, no Kubernetes API)
+    server = prometheus_factory(fleet.path / "telemetry.om")
+    ksm, prom = _live(server.url, "ksm-it")
+    service = ScanService(cluster_source=ksm, telemetry_source=prom, window=WINDOW, price_book=PriceBook.bundled())
+    # WHEN scanned live, and the recording scanned from its KSM series
+    report = service.scan(at=fleet.at)
+    rec = ScanService(cluster_source=KsmRecordingSource(fleet.path, window=WINDOW), telemetry_source=RecordingTelemetrySource(fleet.path),
+                      window=WINDOW, price_book=PriceBook.bundled()).scan(at=fleet.at)
+    # THEN every expected finding is found with nothing unexpected, as from the recording, with the same dollars
+    truth = json.loads((fleet.path / "truth.json").read_text())
+    result = compare(report.findings, truth)
+    assert result.ok, result.missed + result.unexpected
+    assert result.matched == result.expected > 0
+    key = lambda f: (f.kind.value, f.subject.namespace, f.subject.pod, f.subject.node)  # noqa: E731
+    assert sorted((key(f), f.usd_per_day) for f in report.findings) == sorted((key(f), f.usd_per_day) for f in rec.findings)
+    assert report.cluster_source == f"kube-state-metrics at {server.url}"
+
+
+def test_ksm_live_window_bounds_the_history(fleet: Fleet, prometheus_factory: PrometheusFactory):
+    # GIVEN a 10-minute window ending after the Job completed (35 min before the end)
+    server = prometheus_factory(fleet.path / "telemetry.om")
+    live = _live(server.url, "ksm-it", window=timedelta(minutes=10))[0].cluster_state(at=fleet.at)
+    # WHEN read THEN the Job is still listed (its object exists, Succeeded) but the pod deleted 22 min ago is not
+    names = {p.name for p in live.pods}
+    assert fleet.ended_job in names and fleet.deleted not in names
