@@ -165,3 +165,78 @@ def test_ksm_live_window_bounds_the_history(fleet: Fleet, prometheus_factory: Pr
     # WHEN read THEN the Job is still listed (its object exists, Succeeded) but the pod deleted 22 min ago is not
     names = {p.name for p in live.pods}
     assert fleet.ended_job in names and fleet.deleted not in names
+
+
+# -- the command: Prometheus-only mode, API + KSM, API unreachable ------------------------------------------------
+PLURALS = {"Pod": "pods", "Node": "nodes", "Namespace": "namespaces", "ReplicaSet": "replicasets", "Deployment": "deployments",
+           "StatefulSet": "statefulsets", "DaemonSet": "daemonsets", "Job": "jobs", "CronJob": "cronjobs"}
+
+
+def _cli(args: list[str], home: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from gpuwaste.cli import app
+
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    result = CliRunner().invoke(app, args)
+    return result.exit_code, result.output
+
+
+def test_cli_scan_with_only_a_prometheus_url_reads_ksm_and_says_so(fleet: Fleet, prometheus_factory: PrometheusFactory, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch):
+    # GIVEN a Prometheus URL and no kubeconfig anywhere (empty HOME, no KUBECONFIG)
+    server = prometheus_factory(fleet.path / "telemetry.om")
+    # WHEN `gpuwaste scan --prometheus URL` runs
+    code, output = _cli(["scan", "--prometheus", server.url, "--at", fleet.at.isoformat(), "--window", "1h", "-q",
+                         "--truth", str(fleet.path / "truth.json")], tmp_path, monkeypatch)
+    # THEN it scans from kube-state-metrics, says so, and finds the ground truth
+    assert code == 0, output
+    assert f"cluster state: kube-state-metrics at {server.url}" in output
+    assert "ground truth:" in output and " 0 unexpected, 0 missed" in output
+
+
+def test_cli_scan_with_api_and_ksm_uses_the_api_and_notes_disagreements(fleet: Fleet, prometheus_factory: PrometheusFactory, kube_api,
+                                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # GIVEN the API serving the fleet's objects, except one pod whose GPU request differs from what KSM recorded
+    from tests.servers.kube_api import write_kubeconfig
+
+    server = prometheus_factory(fleet.path / "telemetry.om")
+    objects = json.loads((fleet.path / "cluster.json").read_text())["items"]
+    changed = next(o for o in objects if o["kind"] == "Pod" and o["spec"]["containers"][0].get("resources", {}).get("limits", {}).get("nvidia.com/gpu"))
+    changed["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "3"
+    by: dict[str, list] = {}
+    for o in objects:
+        by.setdefault(PLURALS[o["kind"]], []).append(o)
+    api = kube_api(by.pop("pods", []), by.pop("nodes", []), by)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+    # WHEN scanned with both
+    code, output = _cli(["scan", "--prometheus", server.url, "--kubeconfig", str(kubeconfig), "--at", fleet.at.isoformat(),
+                         "--window", "1h", "-q"], tmp_path, monkeypatch)
+    # THEN the state is the API's now plus KSM's history, and the disagreement is a data-quality note naming the pod
+    assert code == 0, output
+    assert f"cluster state: kubernetes {api.url} (now) + kube-state-metrics at {server.url} (history over the window)" in output
+    flat = " ".join(output.split())
+    assert "disagree on 1 pod(s)" in flat and changed["metadata"]["name"] in flat
+    assert api.requests_to("/api/v1/pods"), "the API was read"
+
+
+def test_cli_scan_falls_back_to_ksm_when_the_kubeconfig_api_is_unreachable(fleet: Fleet, prometheus_factory: PrometheusFactory,
+                                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # GIVEN ~/.kube/config pointing at a port nothing listens on
+    from tests.servers.kube_api import write_kubeconfig
+    from tests.servers.ports import free_port
+
+    server = prometheus_factory(fleet.path / "telemetry.om")
+    (tmp_path / ".kube").mkdir()
+    write_kubeconfig(tmp_path / ".kube" / "config", f"http://127.0.0.1:{free_port()}")
+    # WHEN scanned in the default (auto) mode
+    code, output = _cli(["scan", "--prometheus", server.url, "--at", fleet.at.isoformat(), "--window", "1h", "-q",
+                         "--truth", str(fleet.path / "truth.json")], tmp_path, monkeypatch)
+    # THEN the scan still works from KSM, and says the API was not used and why
+    assert code == 0, output
+    flat = " ".join(output.split())
+    assert "Kubernetes API not used" in flat and "cluster state from kube-state-metrics only" in flat
+    assert " 0 unexpected, 0 missed" in flat

@@ -116,8 +116,14 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: in
         return Sources(cluster=ksm, telemetry=tel)
     from gpuwaste.sources.kubernetes import KubernetesPodSource
 
-    api = KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
-    return Sources(cluster=api if mode == "kubernetes" else ApiWithKsmHistory(api, ksm), telemetry=tel)
+    auto = cluster.cluster_state == "auto"
+    try:
+        api = KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
+    except ConfigError as exc:
+        if not auto:
+            raise
+        return Sources(cluster=ApiWithKsmHistory(None, ksm, api_optional=True, api_error=str(exc)), telemetry=tel)
+    return Sources(cluster=api if mode == "kubernetes" else ApiWithKsmHistory(api, ksm, api_optional=auto), telemetry=tel)
 
 
 def _window_for_history(sources: Sources, window_s: int) -> None:

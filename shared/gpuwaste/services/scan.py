@@ -64,6 +64,7 @@ class ScanReport:
     query_count: int = 0
     telemetry_source: str = ""
     cluster_source: str = ""
+    cluster_notes: tuple[str, ...] = ()
 
 
 def inventory_of(ctx: ScanContext) -> Inventory:
@@ -227,6 +228,7 @@ class ScanService:
             query_count=telemetry.query_count,
             telemetry_source=telemetry.source,
             cluster_source=cluster.source,
+            cluster_notes=cluster.notes,
         )
         logger.info(
             "scan finished",

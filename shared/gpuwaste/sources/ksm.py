@@ -827,20 +827,41 @@ class ApiWithKsmHistory:
     holding pod the other does not, a data-quality note says so. KSM failing costs the history, not the scan.
     """
 
-    def __init__(self, api: Any, ksm: Any, *, max_listed: int = 5) -> None:
+    def __init__(self, api: Any | None, ksm: Any, *, max_listed: int = 5, api_optional: bool = False, api_error: str = "") -> None:
+        """
+        Args:
+            api: the Kubernetes source; None when it could not be built (`api_error` says why).
+            api_optional: when the API cannot be read (unreachable, credentials refused, no kubeconfig), use KSM
+                alone and say so in a note, instead of failing the scan ("auto" mode).
+        """
         self.api = api
         self.ksm = ksm
         self.max_listed = max_listed
+        self.api_optional = api_optional
+        self.api_error = api_error
 
     def cluster_state(self, *, at: datetime) -> ClusterState:
         """Read both and merge them.
 
         Raises:
-            SourceUnavailableError, SourceAuthError, PermanentError, InputFormatError: from the API read.
+            SourceUnavailableError, SourceAuthError, PermanentError, InputFormatError: from the API read (unless
+                `api_optional`), or from KSM when the API is not there.
         """
         from gpuwaste.errors import GpuWasteError  # noqa: PLC0415
 
-        now: ClusterState = self.api.cluster_state(at=at)
+        error = self.api_error
+        now: ClusterState | None = None
+        if self.api is not None:
+            try:
+                now = self.api.cluster_state(at=at)
+            except GpuWasteError as exc:
+                if not self.api_optional:
+                    raise
+                error = str(exc)
+        if now is None:
+            state: ClusterState = self.ksm.cluster_state(at=at)
+            note = f"Kubernetes API not used ({error}): cluster state from kube-state-metrics only"
+            return state.model_copy(update={"notes": (note, *state.notes)})
         try:
             history: ClusterState = self.ksm.cluster_state(at=at)
         except GpuWasteError as exc:
