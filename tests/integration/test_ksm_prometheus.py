@@ -240,3 +240,39 @@ def test_cli_scan_falls_back_to_ksm_when_the_kubeconfig_api_is_unreachable(fleet
     flat = " ".join(output.split())
     assert "Kubernetes API not used" in flat and "cluster state from kube-state-metrics only" in flat
     assert " 0 unexpected, 0 missed" in flat
+
+
+def test_doctor_reports_ksm_series_and_allowlists_with_the_helm_values(tmp_path: Path, prometheus_factory: PrometheusFactory):
+    # GIVEN a Prometheus whose KSM has no annotation allow-list, a node allow-list without the GFD product, and the
+    # replicasets collector off
+    from typer.testing import CliRunner
+
+    from gpuwaste.cli import app
+    from gpuwaste.fleet.ksm_series import KsmExport
+    from gpuwaste.sources.ksm import ALLOWLIST
+
+    spec = FleetSpec(layout="random", nodes=2, seed=4, cluster="doc", ksm_step_s=0)
+    f = generate_fleet(spec)
+    nodes = tuple(k for k in ALLOWLIST["labels"]["nodes"] if k != "nvidia.com/gpu.product")
+    export = KsmExport(labels={**ALLOWLIST["labels"], "nodes": nodes}, annotations={},
+                       exclude=frozenset({"kube_replicaset_owner", "kube_replicaset_created"}))
+    t_end = int(spec.eval_time.timestamp())
+    times = [t * 1000 for t in range(t_end - 1200, t_end + 1, 60)]
+    om = tmp_path / "doctor.om"
+    with om.open("w") as out:
+        write_openmetrics([*f.iter_series(), *ksm_series(f.objects, times, export=export)], out)
+    server = prometheus_factory(om)
+    # WHEN `gpuwaste doctor --json` runs
+    result = CliRunner().invoke(app, ["doctor", "--prometheus", server.url, "--at", spec.eval_time.isoformat(), "--json"])
+    # THEN it counts the KSM series, names what is missing with its cost, and prints the allow-list Helm values
+    assert result.exit_code == 0, result.output
+    ksm = json.loads(result.output)["kube_state_metrics"]
+    assert ksm["usable"] is True
+    assert ksm["series"]["kube_pod_info"] > 0 and ksm["series"]["kube_pod_container_resource_limits"] > 0
+    assert "kube_replicaset_owner" in ksm["missing"] and "inferred" in ksm["missing"]["kube_replicaset_owner"]
+    assert "kube_pod_annotations" not in ksm["missing"]  # the series exists, with no annotation keys
+    assert "labels nodes nvidia.com/gpu.product" in ksm["missing_keys"]
+    assert "annotations pods gpuwaste.io/team" in ksm["missing_keys"]
+    assert "labels nodes node.kubernetes.io/instance-type" not in ksm["missing_keys"]
+    assert "metricLabelsAllowlist:" in ksm["helm_values"] and "metricAnnotationsAllowlist:" in ksm["helm_values"]
+    assert "nodes=[node.kubernetes.io/instance-type," in ksm["helm_values"] and "nvidia.com/gpu.product" in ksm["helm_values"]
