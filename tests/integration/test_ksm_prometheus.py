@@ -276,3 +276,25 @@ def test_doctor_reports_ksm_series_and_allowlists_with_the_helm_values(tmp_path:
     assert "labels nodes node.kubernetes.io/instance-type" not in ksm["missing_keys"]
     assert "metricLabelsAllowlist:" in ksm["helm_values"] and "metricAnnotationsAllowlist:" in ksm["helm_values"]
     assert "nodes=[node.kubernetes.io/instance-type," in ksm["helm_values"] and "nvidia.com/gpu.product" in ksm["helm_values"]
+
+
+def test_record_without_kubernetes_writes_the_ksm_series_and_its_scan_matches_the_truth(
+        fleet: Fleet, prometheus_factory: PrometheusFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # GIVEN only a Prometheus (no kubeconfig, no --cluster-json)
+    server = prometheus_factory(fleet.path / "telemetry.om")
+    out = tmp_path / "rec"
+    # WHEN `gpuwaste record` runs, then `gpuwaste scan --recording` on what it wrote
+    code, output = _cli(["record", str(out), "--prometheus", server.url, "--at", fleet.at.isoformat(), "--window", "1h", "-q"],
+                        tmp_path, monkeypatch)
+    assert code == 0, output
+    code2, scanned = _cli(["scan", "-r", str(out), "-q", "--truth", str(fleet.path / "truth.json")], tmp_path, monkeypatch)
+    # THEN the recording holds no cluster.json but the KSM series, and its scan finds the ground truth from them
+    assert not (out / "cluster.json").exists()
+    assert "kube-state-metrics series" in " ".join(output.split())
+    assert code2 == 0, scanned
+    assert "cluster state: kube-state-metrics series in recording" in scanned
+    assert " 0 unexpected, 0 missed" in " ".join(scanned.split())
+    # ... and the recorded KSM state equals the live one
+    recorded = KsmRecordingSource(out, window=WINDOW).cluster_state(at=fleet.at)
+    live = _live(server.url, "ksm-it")[0].cluster_state(at=fleet.at)
+    assert _pods(recorded) == _pods(live)

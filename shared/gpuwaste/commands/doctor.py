@@ -210,7 +210,7 @@ KSM_SERIES: dict[str, str] = {
     "kube_pod_info": "no pod nodes or IPs: exporter pods cannot be joined by IP",
     "kube_pod_status_phase": "no phases: finished pods count as holding their GPUs",
     "kube_pod_container_resource_limits": "no GPU requests (nor the v1 …_nvidia_gpu_devices): without the Kubernetes API no GPU is tied to a pod",
-    "kube_pod_container_resource_requests": "same as the limits: GPU requests unknown",
+    "kube_pod_container_resource_requests": "",  # the limits carry GPU requests (extended resources: request = limit)
     "kube_pod_owner": "no owners: findings name pods, not their Deployment/Job",
     "kube_pod_start_time": "no start times: a pod's age (young pods are not judged) is unknown",
     "kube_pod_completion_time": "",
@@ -218,7 +218,7 @@ KSM_SERIES: dict[str, str] = {
     "kube_pod_annotations": "no pod annotations: routing annotations and snoozes are not seen",
     "kube_pod_container_info": "no container images: serving engines are not recognised by image",
     "kube_replicaset_owner": "ReplicaSet → Deployment inferred from names (collector `replicasets` off)",
-    "kube_job_owner": "Job → CronJob inferred from names (collector `jobs` off)",
+    "kube_job_owner": "Job → CronJob inferred from names (collector `jobs` off, or no Jobs exist)",
     "kube_node_labels": "no node labels: instance type (pricing), capacity type, GFD labels unknown",
     "kube_node_status_allocatable": "no node GPU allocatable: unallocated GPUs counted from DCGM only",
     "kube_node_status_capacity": "",

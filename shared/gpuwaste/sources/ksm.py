@@ -687,6 +687,18 @@ def _tag(expr: str, metric: str) -> str:
     return f'label_replace({expr}, "{TAG}", "{metric}", "", "")'
 
 
+def _gpu_series(settings: ClusterReadSettings, m: Mapping[str, str]) -> list[str]:
+    res = f'resource=~"{promql_resource_regex(settings.gpu_resource_names)}"'
+    return [_sel(n, m, res) for n in (REQUESTS, LIMITS, INIT_REQUESTS, INIT_LIMITS)] + [_sel(n, m) for n in (V1_REQUESTS, V1_LIMITS)]
+
+
+def _pod_sets(w: str, settings: ClusterReadSettings, m: Mapping[str, str]) -> tuple[str, str]:
+    """(GPU pods, GPU pods or exporter pods) over the range `w`, as `group by (namespace, pod)` expressions."""
+    gpu_pods = "group by (namespace, pod) (" + " or ".join(f"last_over_time({s}{w})" for s in _gpu_series(settings, m)) + ")"
+    exporter = _sel(POD_INFO, m, f'pod=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
+    return gpu_pods, f"({gpu_pods} or group by (namespace, pod) (last_over_time({exporter}{w})))"
+
+
 def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mapping[str, str] | None = None,
                 scrape_interval_s: float = 30.0) -> dict[str, str]:
     """The live plan: five instant queries (whatever the pod count), each a union of tagged series.
@@ -696,12 +708,8 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     """
     m = dict(matchers or {})
     w = f"[{int(window_s)}s]"
-    res = f'resource=~"{promql_resource_regex(settings.gpu_resource_names)}"'
-    gpu_series = [_sel(n, m, res) for n in (REQUESTS, LIMITS, INIT_REQUESTS, INIT_LIMITS)] + [_sel(n, m) for n in (V1_REQUESTS, V1_LIMITS)]
-    resources = " or ".join(_tag(f"last_over_time({s}{w})", n) for s, n in zip(gpu_series, RESOURCE_METRICS, strict=True))
-    gpu_pods = "group by (namespace, pod) (" + " or ".join(f"last_over_time({s}{w})" for s in gpu_series) + ")"
-    exporter = _sel(POD_INFO, m, f'pod=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
-    keep = f"({gpu_pods} or group by (namespace, pod) (last_over_time({exporter}{w})))"
+    resources = " or ".join(_tag(f"last_over_time({s}{w})", n) for s, n in zip(_gpu_series(settings, m), RESOURCE_METRICS, strict=True))
+    gpu_pods, keep = _pod_sets(w, settings, m)
     facts = [
         _tag(f"last_over_time({_sel(POD_INFO, m)}{w}) and on (namespace, pod) {keep}", POD_INFO),
         _tag(f"{_sel(POD_INFO, m)} and on (namespace, pod) {keep}", "present"),
@@ -772,6 +780,61 @@ class PrometheusKsmSource:
         logger.info("kube-state-metrics cluster state read", extra={"cluster": self.cluster, "queries": len(plan),
                                                                     "pods": len(state.pods), "seconds": round(time.perf_counter() - t0, 3)})
         return state
+
+    def raw_series(self, *, at: datetime, range_s: int, chunk_s: int = 3600, pods_per_query: int = 100,
+                   progress: Callable[[str], None] | None = None) -> list[Any]:
+        """The raw KSM samples in `[at − range_s, at]`, for `gpuwaste record` (so a recording needs no cluster JSON).
+
+        Node, namespace and controller series are fetched whole; pod series only for GPU pods and exporter pods
+        (found first with one instant query), `pods_per_query` pods per query, in chunks of `chunk_s`.
+
+        Raises:
+            SourceUnavailableError, SourceAuthError, PermanentError: from the Prometheus client.
+        """
+        from gpuwaste.sources.exposition import RecordedSeries  # noqa: PLC0415
+
+        m = dict(self.prometheus.matchers)
+        _, keep = _pod_sets(f"[{int(range_s)}s]", self.settings, m)
+        pods = sorted({(i["metric"].get("namespace", ""), i["metric"].get("pod", ""))
+                       for i in self.prometheus.instant_query(keep, at=at, what="kube-state-metrics pods")})
+        selectors = ["{" + ",".join([f'__name__=~"{"|".join((*NODE_METRICS, *OTHER_METRICS))}"', *(f'{k}="{_esc(v)}"' for k, v in sorted(m.items()))]) + "}"]
+        by_ns: dict[str, list[str]] = {}
+        for ns, pod in pods:
+            by_ns.setdefault(ns, []).append(pod)
+        names = "|".join((*POD_METRICS, *RESOURCE_METRICS))
+        for ns, members in sorted(by_ns.items()):
+            for i in range(0, len(members), pods_per_query):
+                regex = "|".join(re.escape(p) for p in members[i:i + pods_per_query])
+                inner = [f'__name__=~"{names}"', f'namespace="{_esc(ns)}"', f'pod=~"{_esc(regex)}"',
+                         *(f'{k}="{_esc(v)}"' for k, v in sorted(m.items()))]
+                selectors.append("{" + ",".join(inner) + "}")
+        series: dict[tuple[str, tuple[tuple[str, str], ...]], dict[int, float]] = {}
+        ends: list[tuple[datetime, int]] = []
+        remaining, end = int(range_s), at
+        while remaining > 0:
+            step = min(chunk_s, remaining)
+            ends.append((end, step))
+            end -= timedelta(seconds=step)
+            remaining -= step
+        total, done = len(selectors) * len(ends), 0
+        for sel in selectors:
+            for chunk_end, step in ends:
+                result = self.prometheus.instant_query(f"{sel}[{step}s]", at=chunk_end, what="kube-state-metrics samples")
+                done += 1
+                if progress:
+                    progress(f"[{done}/{total}] kube-state-metrics: {len(result)} series")
+                for item in result:
+                    labels = dict(item.get("metric", {}))
+                    name = labels.pop("__name__", "")
+                    samples = series.setdefault((name, tuple(sorted(labels.items()))), {})
+                    for ts, value in item.get("values", []):
+                        samples[round(float(ts) * 1000)] = float(value)
+        out = []
+        for (name, pairs), samples in series.items():
+            ordered = sorted(samples.items())
+            out.append(RecordedSeries(name, dict(pairs), [t for t, _ in ordered], [v for _, v in ordered]))
+        out.sort(key=lambda s: (s.name, tuple(sorted(s.labels.items()))))
+        return out
 
     def samples(self, answers: Iterable[list[dict[str, Any]]], *, at: datetime) -> list[KsmSample]:
         """Decode tagged answers; pods absent at `at` get a last-seen time estimated from their sample count."""
