@@ -29,6 +29,7 @@ from gpuwaste.sources.exposition import write_openmetrics
 from gpuwaste.sources.ksm import KsmRecordingSource, PrometheusKsmSource
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
+from tests.integration.test_pipeline_moto import chain  # noqa: F401 - the moto pipeline fixture
 
 if TYPE_CHECKING:
     from tests.servers.prometheus import PrometheusFactory
@@ -298,3 +299,31 @@ def test_record_without_kubernetes_writes_the_ksm_series_and_its_scan_matches_th
     recorded = KsmRecordingSource(out, window=WINDOW).cluster_state(at=fleet.at)
     live = _live(server.url, "ksm-it")[0].cluster_state(at=fleet.at)
     assert _pods(recorded) == _pods(live)
+
+
+def test_sam_scan_of_a_cluster_with_only_an_amp_style_prometheus_endpoint(fleet: Fleet, prometheus_factory: PrometheusFactory,
+                                                                          chain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: F811
+    # GIVEN the pipeline (moto) configured with one cluster that has only a Prometheus endpoint signed with SigV4
+    # (as Amazon Managed Service for Prometheus) and no Kubernetes settings, in a Lambda-like environment
+    server = prometheus_factory(fleet.path / "telemetry.om")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    chain.ssm.put_parameter(Name="/gpuwaste/config", Type="String", Overwrite=True, Value=(
+        f"clusters:\n  - name: ksm-it\n    prometheus:\n      url: {server.url}\n      auth: {{kind: sigv4, sigv4_region: us-east-1}}\n"))
+    from tests.integration.test_pipeline_moto import reset_roots
+
+    reset_roots()
+    # WHEN the schedule fires at the fleet's evaluation time and the scan and price stages run
+    chain.tick(fleet.at)
+    chain.pump("ScanRequestsQueue")
+    messages = chain.drain("FindingsQueue")
+    # THEN the scan read its cluster state from kube-state-metrics and put the fleet's expected waste on the queue
+    from gpuwaste.bootstrap import scan as scan_root
+
+    assert isinstance(scan_root.scan_service("ksm-it").cluster_source, PrometheusKsmSource)
+    bodies = [json.loads(m["Body"]) for m in messages]
+    found = {(b["finding"]["kind"], b["finding"]["subject"].get("pod")) for b in bodies if "finding" in b}
+    truth = json.loads((fleet.path / "truth.json").read_text())
+    expected = {(t["kind"], t["pod"]) for t in truth if t["kind"] and t["kind"] != "unallocated_capacity"}
+    assert expected and expected <= found

@@ -44,7 +44,7 @@ def _times(step_s: int = 30, start: datetime = T0, end: datetime = EVAL) -> list
 def _read(tmp: Path, objects: list[dict[str, Any]], *, export: KsmExport | None = None, gone: dict[tuple[str, str], int] | None = None,
           read: ClusterReadSettings | None = None) -> ClusterState:
     buf = io.StringIO()
-    buf.write('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",Hostname="n1"} 0 %d\n' % _times()[-1])
+    buf.write(f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-1",Hostname="n1"}} 0 {_times()[-1]}\n')
     write_text_exposition(ksm_series(objects, _times(), export=export, gone_ms=gone), buf)
     (tmp / "telemetry.prom").write_text(buf.getvalue())
     return KsmRecordingSource(tmp, settings=read, window=WINDOW).cluster_state(at=EVAL)

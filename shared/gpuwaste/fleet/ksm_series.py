@@ -190,7 +190,7 @@ def _pod(out: _Series, obj: Mapping[str, Any], name: str, ns: str, created: floa
             for kind in ("requests", "limits"):
                 values = dict(res.get(kind) or {})
                 if kind == "requests":  # a limit alone implies an equal request (extended resources, cpu)
-                    values = {**{k: v for k, v in (res.get("limits") or {}).items()}, **values}
+                    values = {**(res.get("limits") or {}), **values}
                 for resource, q in values.items():
                     if v1 and resource == "nvidia.com/gpu":
                         rows.append((f"kube_pod_container_resource_{kind}_nvidia_gpu_devices", {**base, "container": cname, "node": node}, quantity(q)))
