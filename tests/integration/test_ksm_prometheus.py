@@ -112,8 +112,8 @@ def test_ksm_live_state_equals_the_recording_and_the_api_shaped_state(fleet: Fle
     asked = _query_requests(server.url) - before
     recorded = KsmRecordingSource(fleet.path, window=WINDOW).cluster_state(at=fleet.at)
     api = RecordingClusterSource(fleet.path / "cluster.json").cluster_state(at=fleet.at)
-    # THEN five queries; live == recording for every pod (phase, node, requests, IP, start, owner, labels) and node
-    assert asked == 5
+    # THEN five queries plus one for the history of the pod deleted in the window; live == recording for every pod (phase, node, requests, IP, start, owner, labels) and node
+    assert asked == 6 and source.query_count == 6
     assert _pods(live) == _pods(recorded)
     assert {n.name: n for n in live.nodes} == {n.name: n for n in recorded.nodes}
     assert live.exporter_pods == recorded.exporter_pods == api.exporter_pods

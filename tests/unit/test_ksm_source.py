@@ -25,6 +25,7 @@ from gpuwaste.sources.ksm import (
     KsmRecordingSource,
     PrometheusKsmSource,
     helm_values,
+    ksm_history_query,
     ksm_queries,
     merge_states,
     resource_name,
@@ -240,29 +241,39 @@ def test_api_and_ksm_agreeing_leave_no_note(tmp_path):
 
 
 # -- the live plan ---------------------------------------------------------------------------------------------
-def test_ksm_live_plan_is_five_queries_with_matchers_and_the_window():
-    # GIVEN a shared Prometheus (cluster matcher) and a 2-hour window WHEN the plan is built
+def test_ksm_live_plan_is_five_queries_scoped_by_matchers_whatever_the_pod_count():
+    # GIVEN a shared Prometheus (cluster matcher, a value to escape) and a 2-hour window WHEN the plan is built
     plan = ksm_queries(window_s=7200, settings=ClusterReadSettings(), matchers={"cluster": 'prod"a'})
-    # THEN five queries, each over the window, each selector scoped to the cluster (value escaped)
-    assert len(plan) == 5
+    # THEN five queries; requests and the pods gone are read over the window; every selector is scoped to the cluster
+    assert list(plan) == ["resources", "pods", "pods gone", "nodes", "namespaces and owners"]
+    assert "[7200s]" in plan["resources"] and "[7200s]" in plan["pods gone"]
     for q in plan.values():
-        assert "[7200s]" in q
-        selectors = re.findall(r"kube_\w+\{[^}]*\}", q)
+        selectors = re.findall(r"kube_\w+\{[^}]*\}|\{__name__=~[^}]*\}", q)
         assert selectors and all('cluster="prod\\"a"' in sel for sel in selectors)
     assert 'resource=~"' in plan["resources"] and "nvidia_com_mig_.*" in plan["resources"]
 
 
+def test_ksm_history_query_reads_the_last_state_of_the_gone_pods_only():
+    # GIVEN two pods gone in the window WHEN their history query is built
+    q = ksm_history_query(["trainer-0", "a.b"], window_s=3600, matchers={})
+    # THEN each pod metric is read over the window, only for those pods (names regex-escaped), phase filtered to 1
+    assert 'pod=~"a\\\\.b|trainer-0"' in q and "[3600s]" in q
+    assert 'last_over_time(kube_pod_status_phase{pod=~"a\\\\.b|trainer-0"}[3600s]) == 1' in q
+    assert q.count("label_replace(") == 11
+
+
 def test_ksm_live_pod_absent_at_evaluation_time_gets_an_estimated_end():
-    # GIVEN answers where trainer-0's kube_pod_info is not present now and had 21 samples at 60 s in a 1 h window
+    # GIVEN trainer-0 gone at the evaluation time with 21 samples at 60 s in a 1 h window, started before the window
     src = PrometheusKsmSource(_NoPrometheus(), cluster="c", window=timedelta(hours=1), scrape_interval_s=60)
     base = {"namespace": "ml", "pod": "trainer-0", "uid": "u"}
     answers = [[{"metric": {**base, "ksm_metric": "kube_pod_info", "node": "n1"}, "value": [0, "1"]},
-                {"metric": {**base, "ksm_metric": "samples"}, "value": [0, "21"]},
-                {"metric": {**base, "ksm_metric": "kube_pod_start_time"}, "value": [0, str((T0 - timedelta(hours=3)).timestamp())]}]]
+                {"metric": {**base, "ksm_metric": "kube_pod_start_time"}, "value": [0, str((T0 - timedelta(hours=3)).timestamp())]},
+                {"metric": {**base, "__name__": "kube_pod_info", "pod": "other"}, "value": [0, "1"]}]]
     # WHEN decoded
-    (info, start) = src.samples(answers, at=EVAL)
-    # THEN it was last seen 20 minutes after the window start
+    info, start, other = src.samples(answers, gone={("ml", "trainer-0"): 21}, at=EVAL)
+    # THEN it was last seen 20 minutes after the window start; the other pod exists now
     assert info.last_ms == int((T0 + timedelta(minutes=20)).timestamp() * 1000) and start.last_ms == info.last_ms
+    assert (other.name, other.last_ms) == ("kube_pod_info", None)
 
 
 class _NoPrometheus:

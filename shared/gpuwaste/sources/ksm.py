@@ -25,6 +25,7 @@ KSM's quirks, handled as a kind:
 from __future__ import annotations
 
 import fnmatch
+import functools
 import logging
 import re
 import time
@@ -165,7 +166,8 @@ def _unsanitize_table(keys: Iterable[str]) -> dict[str, str]:
     return {sanitize(k): k for k in keys}
 
 
-def resource_name(sanitized: str, patterns: Sequence[str] = ()) -> str:
+@functools.lru_cache(maxsize=1024)
+def resource_name(sanitized: str, patterns: tuple[str, ...] = ()) -> str:
     """The Kubernetes resource name behind a sanitised KSM `resource` label.
 
     Exact configured names win (`k8s_amazonaws_com_vgpu` → `k8s.amazonaws.com/vgpu` when configured); MIG
@@ -313,7 +315,7 @@ class _Builder:
                 return
             init = name in (INIT_REQUESTS, INIT_LIMITS)
             section = "limits" if name in (LIMITS, INIT_LIMITS, V1_LIMITS) else "requests"
-            resource = V1_GPU_RESOURCE if name in (V1_REQUESTS, V1_LIMITS) else resource_name(lab.get("resource", ""), self.settings.gpu_resource_names)
+            resource = V1_GPU_RESOURCE if name in (V1_REQUESTS, V1_LIMITS) else resource_name(lab.get("resource", ""), tuple(self.settings.gpu_resource_names))
             if not resource or (resource != "cpu" and not _is_gpu_resource(resource, self.settings.gpu_resource_names)):
                 return
             if resource == "cpu" and (init or section != "limits"):
@@ -373,7 +375,7 @@ class _Builder:
         elif name in (NODE_CAPACITY, NODE_ALLOCATABLE, V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE):
             if not lab.get("node"):
                 return
-            resource = V1_GPU_RESOURCE if name in (V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE) else resource_name(lab.get("resource", ""), self.settings.gpu_resource_names)
+            resource = V1_GPU_RESOURCE if name in (V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE) else resource_name(lab.get("resource", ""), tuple(self.settings.gpu_resource_names))
             if not _is_gpu_resource(resource, self.settings.gpu_resource_names):
                 return
             section = "capacity" if name in (NODE_CAPACITY, V1_NODE_CAPACITY) else "allocatable"
@@ -699,36 +701,61 @@ def _pod_sets(w: str, settings: ClusterReadSettings, m: Mapping[str, str]) -> tu
     return gpu_pods, f"({gpu_pods} or group by (namespace, pod) (last_over_time({exporter}{w})))"
 
 
+def _regex_literal(text: str) -> str:
+    """`text` as an RE2 literal (pod names are DNS names: only `.` needs escaping, but any metacharacter is)."""
+    return re.sub(r"([.\\+*?()|\[\]{}^$])", r"\\\1", text)
+
+
+def _names(metrics: Iterable[str], m: Mapping[str, str]) -> str:
+    """An instant selector of several metric names (instant selectors keep `__name__`: no tags needed)."""
+    inner = [f'__name__=~"{"|".join(metrics)}"', *(f'{k}="{_esc(v)}"' for k, v in sorted(m.items()))]
+    return "{" + ",".join(inner) + "}"
+
+
+#: Pod metrics read at the evaluation time for pods that still exist (phase separately: only its current value).
+_POD_NOW = tuple(n for n in POD_METRICS if n != POD_PHASE)
+#: Gone pods per history query (a `pod=~` regex); more are read in further queries.
+HISTORY_PODS_PER_QUERY = 500
+
+
 def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mapping[str, str] | None = None,
                 scrape_interval_s: float = 30.0) -> dict[str, str]:
-    """The live plan: five instant queries (whatever the pod count), each a union of tagged series.
+    """The live plan: six instant queries, whatever the pod count (plus `ksm_history_query` when pods ended).
 
-    Every series is the last value over the window (`last_over_time`), so pods that finished or were deleted in
-    the window are seen; pod facts are read only for GPU pods and exporter pods (joined on namespace, pod).
+    Pods that exist at the evaluation time are read with instant selectors (one sample per series; the metric
+    name kept), only for GPU pods and exporter pods (one join on namespace, pod). GPU requests are read over the
+    window (`last_over_time`), and so is the list of pods that were exported in the window but are gone now, with
+    their sample counts (`pods gone`); their last state is read by `ksm_history_query`.
     """
     m = dict(matchers or {})
     w = f"[{int(window_s)}s]"
-    resources = " or ".join(_tag(f"last_over_time({s}{w})", n) for s, n in zip(_gpu_series(settings, m), RESOURCE_METRICS, strict=True))
-    gpu_pods, keep = _pod_sets(w, settings, m)
-    facts = [
-        _tag(f"last_over_time({_sel(POD_INFO, m)}{w}) and on (namespace, pod) {keep}", POD_INFO),
-        _tag(f"{_sel(POD_INFO, m)} and on (namespace, pod) {keep}", "present"),
-        _tag(f"count_over_time({_sel(POD_INFO, m)}{w}) and on (namespace, pod) {keep}", "samples"),
-        _tag(f"(last_over_time({_sel(POD_PHASE, m)}{w}) == 1) and on (namespace, pod) {gpu_pods}", POD_PHASE),
-    ] + [_tag(f"last_over_time({_sel(n, m)}{w}) and on (namespace, pod) {gpu_pods}", n)
-         for n in (POD_START, POD_COMPLETION, POD_CREATED, POD_DELETION)]
-    meta = [_tag(f"last_over_time({_sel(n, m)}{w}) and on (namespace, pod) {gpu_pods}", n)
-            for n in (POD_OWNER, POD_LABELS, POD_ANNOTATIONS, CONTAINER_INFO)]
+    gpu = _gpu_series(settings, m)
+    resources = " or ".join(_tag(f"last_over_time({s}{w})", n) for s, n in zip(gpu, RESOURCE_METRICS, strict=True))
+    exporter = _sel(POD_INFO, m, f'pod=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
+    gpu_now = "group by (namespace, pod) (" + " or ".join(gpu) + ")"
+    keep_now = f"({gpu_now} or group by (namespace, pod) ({exporter}))"
     cpu = _sel(LIMITS, m, 'resource="cpu"')
-    meta.append(_tag(f"last_over_time({cpu}{w}) and on (namespace, pod) {gpu_pods}", "cpu_limits"))
+    pods = f"({_names(_POD_NOW, m)} or {_sel(POD_PHASE, m)} == 1 or {cpu}) and on (namespace, pod) {keep_now}"
+    gone = f"count_over_time({_sel(POD_INFO, m)}{w}) unless on (namespace, pod) {_sel(POD_INFO, m)}"
     node_res = f'resource=~"{promql_resource_regex(settings.gpu_resource_names)}"'
-    nodes = [_tag(f"last_over_time({_sel(n, m)}{w})", n) for n in (NODE_LABELS, NODE_INFO, NODE_CREATED, NODE_UNSCHEDULABLE,
-                                                                    V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE)]
-    nodes += [_tag(f"last_over_time({_sel(n, m, node_res)}{w})", n) for n in (NODE_CAPACITY, NODE_ALLOCATABLE)]
-    owners = [_tag(f"last_over_time({_sel(n, m)}{w})", n) for n in (NS_LABELS, NS_ANNOTATIONS, RS_OWNER, JOB_OWNER)]
-    owners += [_tag(f"last_over_time({_sel(metric, m)}{w})", metric) for metric, _ in CONTROLLER_CREATED.values()]
-    return {"resources": resources, "pods": " or ".join(facts), "pod metadata": " or ".join(meta),
-            "nodes": " or ".join(nodes), "namespaces and owners": " or ".join(owners)}
+    node_names = (NODE_LABELS, NODE_INFO, NODE_CREATED, NODE_UNSCHEDULABLE, V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE)
+    # one selector per label shape: set operators match series ignoring the metric name, so capacity and
+    # allocatable (same labels) must come from one selector, not from `a or b`
+    capacity = _names((NODE_CAPACITY, NODE_ALLOCATABLE), m).replace("}", f",{node_res}}}")
+    nodes = f"{_names(node_names, m)} or {capacity}"
+    owners = _names((NS_LABELS, NS_ANNOTATIONS, RS_OWNER, JOB_OWNER, *(metric for metric, _ in CONTROLLER_CREATED.values())), m)
+    return {"resources": resources, "pods": pods, "pods gone": gone, "nodes": nodes, "namespaces and owners": owners}
+
+
+def ksm_history_query(pods: Sequence[str], *, window_s: int, matchers: Mapping[str, str] | None = None) -> str:
+    """The last state in the window of pods that are gone now (tagged: range functions drop the metric name)."""
+    m = dict(matchers or {})
+    w = f"[{int(window_s)}s]"
+    regex = 'pod=~"' + _esc("|".join(_regex_literal(p) for p in sorted(set(pods)))) + '"'
+    parts = [_tag(f"last_over_time({_sel(n, m, regex)}{w})", n) for n in _POD_NOW]
+    parts.append(_tag(f"last_over_time({_sel(POD_PHASE, m, regex)}{w}) == 1", POD_PHASE))
+    parts.append(_tag(f'last_over_time({_sel(LIMITS, m, regex + ",resource=" + chr(34) + "cpu" + chr(34))}{w})', LIMITS))
+    return " or ".join(parts)
 
 
 class PrometheusKsmSource:
@@ -771,15 +798,61 @@ class PrometheusKsmSource:
         """
         t0 = time.perf_counter()
         plan = self.queries()
-        with ThreadPoolExecutor(max_workers=max(1, self.concurrency), thread_name_prefix="ksm") as pool:
-            answers = list(pool.map(lambda kv: self.prometheus.instant_query(kv[1], at=at, what=f"kube-state-metrics {kv[0]}"), plan.items()))
-        self.query_count = len(plan)
-        samples = self.samples(answers, at=at)
+        answers = self._run(list(plan.items()), at)
+        named = dict(zip(plan, answers, strict=True))
+        gpu_pods = {(i["metric"].get("namespace", ""), i["metric"].get("pod", "")) for i in named["resources"]}
+        exporter = re.compile(self.settings.exporter_pod_pattern)
+        gone = {(i["metric"].get("namespace", ""), i["metric"].get("pod", "")): float(i["value"][1]) for i in named["pods gone"]}
+        gone = {k: v for k, v in gone.items() if k in gpu_pods or exporter.search(k[1])}
+        window_s = int(self.window.total_seconds())
+        names = sorted({p for _, p in gone})
+        history = [(f"kube-state-metrics history {i // HISTORY_PODS_PER_QUERY + 1}",
+                    ksm_history_query(names[i:i + HISTORY_PODS_PER_QUERY], window_s=window_s, matchers=self.prometheus.matchers))
+                   for i in range(0, len(names), HISTORY_PODS_PER_QUERY)]
+        past = self._run(history, at) if history else []
+        self.query_count = len(plan) + len(history)
+        samples = self.samples([named["resources"], named["pods"], named["nodes"], named["namespaces and owners"], *past],
+                               gone=gone, at=at)
         state = cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
                                        source=f"kube-state-metrics at {self.url}")
-        logger.info("kube-state-metrics cluster state read", extra={"cluster": self.cluster, "queries": len(plan),
+        logger.info("kube-state-metrics cluster state read", extra={"cluster": self.cluster, "queries": self.query_count,
                                                                     "pods": len(state.pods), "seconds": round(time.perf_counter() - t0, 3)})
         return state
+
+    def _run(self, jobs: list[tuple[str, str]], at: datetime) -> list[list[dict[str, Any]]]:
+        if len(jobs) <= 1 or self.concurrency <= 1:
+            return [self.prometheus.instant_query(q, at=at, what=f"kube-state-metrics {w}") for w, q in jobs]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs)), thread_name_prefix="ksm") as pool:
+            return list(pool.map(lambda job: self.prometheus.instant_query(job[1], at=at, what=f"kube-state-metrics {job[0]}"), jobs))
+
+    def samples(self, answers: Iterable[list[dict[str, Any]]], *, gone: Mapping[tuple[str, str], float] | None = None,
+                at: datetime) -> list[KsmSample]:
+        """Decode answers (instant series carry `__name__`, range results a tag); pods in `gone` ((namespace, pod) →
+        samples in the window) get a last-seen time estimated from their sample count and creation time."""
+        gone = gone or {}
+        window_ms = int(self.window.total_seconds() * 1000)
+        at_ms = int(at.timestamp() * 1000)
+        out: list[KsmSample] = []
+        for result in answers:
+            for item in result:
+                labels = item.get("metric") or {}  # the decoded answer is ours: its label dicts are consumed here
+                metric = labels.pop(TAG, "") or labels.pop("__name__", "")
+                labels.pop("__name__", None)
+                out.append(KsmSample(metric, labels, float(item["value"][1])))
+        if not gone:
+            return out
+        created: dict[tuple[str, str], float] = {}
+        for s in out:
+            if s.name in (POD_CREATED, POD_START):
+                key = (s.labels.get("namespace", ""), s.labels.get("pod", ""))
+                created[key] = max(created.get(key, 0.0), s.value)
+        step_ms = int(self.scrape_interval_s * 1000)
+        for i, s in enumerate(out):
+            key = (s.labels.get("namespace", ""), s.labels.get("pod", ""))
+            if key in gone and (s.name in POD_METRICS or s.name in RESOURCE_METRICS):
+                first = max(at_ms - window_ms, int(created.get(key, 0.0) * 1000))
+                out[i] = KsmSample(s.name, s.labels, s.value, min(at_ms, first + int(max(gone[key] - 1, 0)) * step_ms))
+        return out
 
     def raw_series(self, *, at: datetime, range_s: int, chunk_s: int = 3600, pods_per_query: int = 100,
                    progress: Callable[[str], None] | None = None) -> list[Any]:
@@ -804,7 +877,7 @@ class PrometheusKsmSource:
         names = "|".join((*POD_METRICS, *RESOURCE_METRICS))
         for ns, members in sorted(by_ns.items()):
             for i in range(0, len(members), pods_per_query):
-                regex = "|".join(re.escape(p) for p in members[i:i + pods_per_query])
+                regex = "|".join(_regex_literal(p) for p in members[i:i + pods_per_query])
                 inner = [f'__name__=~"{names}"', f'namespace="{_esc(ns)}"', f'pod=~"{_esc(regex)}"',
                          *(f'{k}="{_esc(v)}"' for k, v in sorted(m.items()))]
                 selectors.append("{" + ",".join(inner) + "}")
@@ -835,49 +908,6 @@ class PrometheusKsmSource:
             out.append(RecordedSeries(name, dict(pairs), [t for t, _ in ordered], [v for _, v in ordered]))
         out.sort(key=lambda s: (s.name, tuple(sorted(s.labels.items()))))
         return out
-
-    def samples(self, answers: Iterable[list[dict[str, Any]]], *, at: datetime) -> list[KsmSample]:
-        """Decode tagged answers; pods absent at `at` get a last-seen time estimated from their sample count."""
-        window_ms = int(self.window.total_seconds() * 1000)
-        at_ms = int(at.timestamp() * 1000)
-        present: set[tuple[str, str]] = set()
-        counts: dict[tuple[str, str], float] = {}
-        created: dict[tuple[str, str], float] = {}
-        raw: list[tuple[str, dict[str, str], float]] = []
-        for result in answers:
-            for item in result:
-                labels = dict(item.get("metric") or {})
-                metric = labels.pop(TAG, "")
-                labels.pop("__name__", None)
-                value = float(item["value"][1])
-                key = (labels.get("namespace", ""), labels.get("pod", ""))
-                if metric == "present":
-                    present.add(key)
-                elif metric == "samples":
-                    counts[key] = value
-                else:
-                    if metric == "cpu_limits":
-                        metric = LIMITS
-                    elif metric in (POD_CREATED, POD_START):
-                        created[key] = max(created.get(key, 0.0), value)
-                    raw.append((metric, labels, value))
-        step_ms = int(self.scrape_interval_s * 1000)
-        out = []
-        for metric, labels, value in raw:
-            last: int | None = None
-            if metric in POD_METRICS or metric in RESOURCE_METRICS:
-                key = (labels.get("namespace", ""), labels.get("pod", ""))
-                if key not in present and key in counts:
-                    first = max(at_ms - window_ms, int(created.get(key, 0.0) * 1000))
-                    last = min(at_ms, first + int(max(counts[key] - 1, 0)) * step_ms)
-            out.append(KsmSample(metric, labels, value, last))
-        return out
-
-
-__all__ = [
-    "ALLOWLIST", "KSM_METRICS", "ApiWithKsmHistory", "merge_states", "KsmRecordingSource", "KsmSample", "PrometheusKsmSource", "cluster_state_from_ksm", "helm_values",
-    "is_ksm_metric", "ksm_queries", "promql_resource_regex", "resource_name", "samples_from_series", "sanitize",
-]
 
 
 # -- the API now, KSM for the window's history ------------------------------------------------------------------
