@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 
+from gpuwaste.errors import SourceAuthError, SourceUnavailableError
 from gpuwaste.fleet.ksm_series import KsmExport, ksm_series
 from gpuwaste.models.cluster import ClusterState, PodPhase
 from gpuwaste.settings import ClusterReadSettings
 from gpuwaste.sources.exposition import write_text_exposition
 from gpuwaste.sources.k8s_objects import cluster_state_from_objects
 from gpuwaste.sources.ksm import (
+    ApiWithKsmHistory,
     KsmRecordingSource,
     PrometheusKsmSource,
     helm_values,
@@ -282,3 +284,44 @@ class _NoPrometheus:
 
     def instant_query(self, promql: str, *, at: datetime | None, what: str = "query") -> list[dict[str, Any]]:
         raise AssertionError("not called")
+
+
+class _Fixed:
+    """A cluster-state port returning a fixed state, or raising."""
+
+    def __init__(self, state: ClusterState | None = None, error: Exception | None = None) -> None:
+        self.state, self.error, self.calls = state, error, 0
+
+    def cluster_state(self, *, at: datetime) -> ClusterState:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        assert self.state is not None
+        return self.state
+
+
+def test_api_unreachable_in_auto_mode_falls_back_to_ksm_with_a_note(tmp_path):
+    # GIVEN an API that cannot be reached and a KSM read of the cluster, in "auto" mode (the API is optional)
+    ksm = _read(tmp_path, [node("n1"), pod("ml", "trainer-0", "n1")])
+    source = ApiWithKsmHistory(_Fixed(error=SourceUnavailableError("Kubernetes API at https://k8s unreachable")), _Fixed(ksm),
+                               api_optional=True)
+    # WHEN read THEN KSM's state, with a note naming the API error first
+    state = source.cluster_state(at=EVAL)
+    assert [p.name for p in state.pods] == ["trainer-0"]
+    assert state.notes[0].startswith("Kubernetes API not used (Kubernetes API at https://k8s unreachable)")
+
+
+def test_api_error_when_the_api_is_required_fails_the_read(tmp_path):
+    # GIVEN "both" configured explicitly and an API refusing the credentials WHEN read THEN the error is raised
+    ksm = _read(tmp_path, [node("n1")])
+    source = ApiWithKsmHistory(_Fixed(error=SourceAuthError("401")), _Fixed(ksm))
+    with pytest.raises(SourceAuthError):
+        source.cluster_state(at=EVAL)
+
+
+def test_ksm_failure_keeps_the_api_state_and_says_the_history_is_missing():
+    # GIVEN the API works and Prometheus fails for the KSM read WHEN read THEN the API state with a note
+    api = _api([node("n1"), pod("ml", "trainer-0", "n1")])
+    state = ApiWithKsmHistory(_Fixed(api), _Fixed(error=SourceUnavailableError("Prometheus down"))).cluster_state(at=EVAL)
+    assert [p.name for p in state.pods] == ["trainer-0"]
+    assert state.notes == ("kube-state-metrics history unavailable (Prometheus down); pods that ended in the window are not seen",)

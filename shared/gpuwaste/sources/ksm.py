@@ -944,22 +944,25 @@ class ApiWithKsmHistory:
 
         error = self.api_error
         now: ClusterState | None = None
-        if self.api is not None:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ksm-history") as pool:
+            later = pool.submit(self.ksm.cluster_state, at=at)  # both reads wait on the network: overlap them
+            if self.api is not None:
+                try:
+                    now = self.api.cluster_state(at=at)
+                except GpuWasteError as exc:
+                    if not self.api_optional:
+                        later.cancel()
+                        raise
+                    error = str(exc)
+            if now is None:
+                state: ClusterState = later.result()
+                note = f"Kubernetes API not used ({error}): cluster state from kube-state-metrics only"
+                return state.model_copy(update={"notes": (note, *state.notes)})
             try:
-                now = self.api.cluster_state(at=at)
+                history: ClusterState = later.result()
             except GpuWasteError as exc:
-                if not self.api_optional:
-                    raise
-                error = str(exc)
-        if now is None:
-            state: ClusterState = self.ksm.cluster_state(at=at)
-            note = f"Kubernetes API not used ({error}): cluster state from kube-state-metrics only"
-            return state.model_copy(update={"notes": (note, *state.notes)})
-        try:
-            history: ClusterState = self.ksm.cluster_state(at=at)
-        except GpuWasteError as exc:
-            note = f"kube-state-metrics history unavailable ({exc}); pods that ended in the window are not seen"
-            return now.model_copy(update={"notes": (*now.notes, note)})
+                note = f"kube-state-metrics history unavailable ({exc}); pods that ended in the window are not seen"
+                return now.model_copy(update={"notes": (*now.notes, note)})
         return merge_states(now, history, max_listed=self.max_listed)
 
 
