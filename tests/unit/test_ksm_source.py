@@ -325,3 +325,20 @@ def test_ksm_failure_keeps_the_api_state_and_says_the_history_is_missing():
     state = ApiWithKsmHistory(_Fixed(api), _Fixed(error=SourceUnavailableError("Prometheus down"))).cluster_state(at=EVAL)
     assert [p.name for p in state.pods] == ["trainer-0"]
     assert state.notes == ("kube-state-metrics history unavailable (Prometheus down); pods that ended in the window are not seen",)
+
+
+def test_a_pod_deleted_mid_window_holds_its_gpu_until_it_was_gone_in_the_join(tmp_path):
+    # GIVEN trainer-0 read from KSM, deleted 20 minutes before the window's end, and its GPU's telemetry
+    from gpuwaste.join import join
+    from gpuwaste.models.telemetry import Signal
+    from tests.unit.timeline_builders import const, gpu, window
+
+    gone = EVAL - timedelta(minutes=20)
+    state = _read(tmp_path, [node("n1"), pod("ml", "trainer-0", "n1")], gone={("ml", "trainer-0"): int(gone.timestamp() * 1000)})
+    tel = window(gpu("GPU-1", "n1", {Signal.SM_ACTIVE: const(0.0)}, eval_time=EVAL, pod="trainer-0", namespace="ml"), eval_time=EVAL)
+    # WHEN joined
+    ctx = join(state, tel)
+    # THEN the pod held the GPU from the window start until it was gone, and holds nothing now
+    (a,) = ctx.allocations
+    assert (a.pod.name, a.held_until, a.holds_now) == ("trainer-0", gone, False)
+    assert ctx.held_span(a) == (EVAL - WINDOW, gone)
