@@ -342,3 +342,22 @@ def test_a_pod_deleted_mid_window_holds_its_gpu_until_it_was_gone_in_the_join(tm
     (a,) = ctx.allocations
     assert (a.pod.name, a.held_until, a.holds_now) == ("trainer-0", gone, False)
     assert ctx.held_span(a) == (EVAL - WINDOW, gone)
+
+
+def test_api_with_ksm_history_reads_three_queries_and_counts_them_in_the_state(tmp_path):
+    # GIVEN a history-only KSM source next to the API, over a Prometheus double that answers nothing
+    class _Empty(_NoPrometheus):
+        asked: list[str] = []  # noqa: RUF012
+
+        def instant_query(self, promql: str, *, at: datetime | None, what: str = "query") -> list[dict[str, Any]]:
+            self.asked.append(what)
+            return []
+
+    prom = _Empty()
+    ksm = PrometheusKsmSource(prom, cluster="c", history_only=True)
+    api = _api([node("n1"), pod("ml", "trainer-0", "n1")])
+    # WHEN read through the merge
+    state = ApiWithKsmHistory(_Fixed(api), ksm).cluster_state(at=EVAL)
+    # THEN three KSM queries (requests over the window, phases, pods gone), counted in the state; the API's pods
+    assert sorted(prom.asked) == ["kube-state-metrics phases", "kube-state-metrics pods gone", "kube-state-metrics resources"]
+    assert state.query_count == 3 and [p.name for p in state.pods] == ["trainer-0"]

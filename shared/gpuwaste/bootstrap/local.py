@@ -116,7 +116,11 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: in
         return Sources(cluster=ksm, telemetry=tel)
     from gpuwaste.sources.kubernetes import KubernetesPodSource
 
-    auto = cluster.cluster_state == "auto"
+    # "auto" with a kubeconfig found by default: the API is optional (unreadable → KSM alone, with a note); an
+    # explicitly configured one (--kubeconfig/--context, kubernetes.kubeconfig, eks/in-cluster) must work
+    k = cluster.kubernetes
+    auto = cluster.cluster_state == "auto" and k.mode == "kubeconfig" and not (k.kubeconfig or k.context)
+    ksm.history_only = mode == "both"
     try:
         api = KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
     except ConfigError as exc:

@@ -149,6 +149,7 @@ class ClusterState(Frozen):
         source: where the state came from (Kubernetes API URL, recording file, kube-state-metrics).
         notes: data-quality notes about the state itself: what the source could not see and what it costs
             (KSM label allow-lists missing, API and KSM disagreeing).
+        query_count: PromQL queries the read made (kube-state-metrics; 0 for the Kubernetes API and recordings).
     """
 
     cluster: str
@@ -163,6 +164,7 @@ class ClusterState(Frozen):
     owner_kinds_listed: frozenset[str] = frozenset()
     source: str = ""
     notes: tuple[str, ...] = ()
+    query_count: int = 0
 
 
 def gpu_share_for_request(resource: str, count: int, node: Node | None) -> Decimal:

@@ -232,7 +232,7 @@ class ScanService:
             no_verdict=list(result.no_verdict),
             inventory=inventory_of(ctx),
             timings_s=timings,
-            query_count=telemetry.query_count,
+            query_count=telemetry.query_count + cluster.query_count,
             telemetry_source=telemetry.source,
             cluster_source=cluster.source,
             cluster_notes=cluster.notes,

@@ -516,8 +516,9 @@ def cluster_state_from_ksm(
     observed_at: datetime,
     settings: ClusterReadSettings | None = None,
     source: str = "",
+    notes: bool = True,
 ) -> ClusterState:
-    """Build `ClusterState` from KSM series (the last value of each in the window).
+    """Build `ClusterState` from KSM series (the last value of each in the window); `notes`: say what is missing.
 
     Pods that request a GPU resource (any phase) and exporter pods are kept; a pod whose `kube_pod_info` was last
     seen before the evaluation time is gone: it keeps its last phase, `gone_at` and `finished_at` say when.
@@ -544,8 +545,8 @@ def cluster_state_from_ksm(
             at = datetime.fromtimestamp(gone_ms / 1000, tz=UTC)
             p = p.model_copy(update={"gone_at": at, "finished_at": p.finished_at or at})
         updated.append(p)
-    notes = tuple(b.notes(sum(1 for p in state.pods if p.gpu_requests)))
-    return state.model_copy(update={"pods": tuple(updated), "notes": state.notes + notes})
+    missing = tuple(b.notes(sum(1 for p in state.pods if p.gpu_requests))) if notes else ()
+    return state.model_copy(update={"pods": tuple(updated), "notes": state.notes + missing})
 
 
 # -- recordings -------------------------------------------------------------------------------------------------
@@ -719,8 +720,9 @@ HISTORY_PODS_PER_QUERY = 500
 
 
 def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mapping[str, str] | None = None,
-                scrape_interval_s: float = 30.0) -> dict[str, str]:
-    """The live plan: six instant queries, whatever the pod count (plus `ksm_history_query` when pods ended).
+                scrape_interval_s: float = 30.0, history_only: bool = False) -> dict[str, str]:
+    """The live plan: five instant queries, whatever the pod count (plus `ksm_history_query` when pods ended);
+    `history_only` (next to the Kubernetes API): three — GPU requests over the window, current phases, pods gone.
 
     Pods that exist at the evaluation time are read with instant selectors (one sample per series; the metric
     name kept), only for GPU pods and exporter pods (one join on namespace, pod). GPU requests are read over the
@@ -744,6 +746,9 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     capacity = _names((NODE_CAPACITY, NODE_ALLOCATABLE), m).replace("}", f",{node_res}}}")
     nodes = f"{_names(node_names, m)} or {capacity}"
     owners = _names((NS_LABELS, NS_ANNOTATIONS, RS_OWNER, JOB_OWNER, *(metric for metric, _ in CONTROLLER_CREATED.values())), m)
+    if history_only:
+        phases = f"{_sel(POD_PHASE, m)} == 1 and on (namespace, pod) {gpu_now}"
+        return {"resources": resources, "phases": phases, "pods gone": gone}
     return {"resources": resources, "pods": pods, "pods gone": gone, "nodes": nodes, "namespaces and owners": owners}
 
 
@@ -766,11 +771,14 @@ class PrometheusKsmSource:
         window: the scan window: pods seen in it are read with their last state.
         scrape_interval_s: KSM's scrape interval, used to place the end of a pod deleted in the window.
         concurrency: queries in flight at once.
+        history_only: next to the Kubernetes API (`ApiWithKsmHistory`): read only what the API cannot give — GPU
+            requests over the window, current phases, the pods gone in the window and their last state — in three
+            queries (+ the history query); pods' metadata, nodes and owners come from the API.
     """
 
     def __init__(self, prometheus: InstantQuery, *, cluster: str, settings: ClusterReadSettings | None = None,
                  window: timedelta = timedelta(hours=1), scrape_interval_s: float = 30.0, concurrency: int = 4,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, history_only: bool = False) -> None:
         self.prometheus = prometheus
         self.cluster = cluster
         self.settings = settings or ClusterReadSettings()
@@ -778,6 +786,7 @@ class PrometheusKsmSource:
         self.scrape_interval_s = scrape_interval_s
         self.concurrency = concurrency
         self._progress = progress
+        self.history_only = history_only
         self.query_count = 0
 
     @property
@@ -787,8 +796,8 @@ class PrometheusKsmSource:
 
     def queries(self) -> dict[str, str]:
         """The PromQL of one read (what → query)."""
-        return ksm_queries(window_s=int(self.window.total_seconds()), settings=self.settings,
-                           matchers=self.prometheus.matchers, scrape_interval_s=self.scrape_interval_s)
+        return ksm_queries(window_s=int(self.window.total_seconds()), settings=self.settings, matchers=self.prometheus.matchers,
+                           scrape_interval_s=self.scrape_interval_s, history_only=self.history_only)
 
     def cluster_state(self, *, at: datetime) -> ClusterState:
         """Read the KSM series over the window ending at `at` and build the state.
@@ -811,10 +820,11 @@ class PrometheusKsmSource:
                    for i in range(0, len(names), HISTORY_PODS_PER_QUERY)]
         past = self._run(history, at) if history else []
         self.query_count = len(plan) + len(history)
-        samples = self.samples([named["resources"], named["pods"], named["nodes"], named["namespaces and owners"], *past],
-                               gone=gone, at=at)
+        current = [named.get(k, []) for k in ("resources", "pods", "phases", "nodes", "namespaces and owners")]
+        samples = self.samples([*current, *past], gone=gone, at=at)
         state = cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
-                                       source=f"kube-state-metrics at {self.url}")
+                                       source=f"kube-state-metrics at {self.url}", notes=not self.history_only)
+        state = state.model_copy(update={"query_count": self.query_count})
         logger.info("kube-state-metrics cluster state read", extra={"cluster": self.cluster, "queries": self.query_count,
                                                                     "pods": len(state.pods), "seconds": round(time.perf_counter() - t0, 3)})
         return state
@@ -1012,4 +1022,5 @@ def merge_states(now: ClusterState, history: ClusterState, *, max_listed: int = 
         "exporter_pod_ips": {**history.exporter_pod_ips, **now.exporter_pod_ips},
         "source": f"{now.source} (now) + {history.source} (history over the window)",
         "notes": tuple(notes),
+        "query_count": now.query_count + history.query_count,
     })
