@@ -720,7 +720,7 @@ HISTORY_PODS_PER_QUERY = 500
 
 
 def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mapping[str, str] | None = None,
-                scrape_interval_s: float = 30.0, history_only: bool = False) -> dict[str, str]:
+                history_only: bool = False) -> dict[str, str]:
     """The live plan: five instant queries, whatever the pod count (plus `ksm_history_query` when pods ended);
     `history_only` (next to the Kubernetes API): three — GPU requests over the window, current phases, pods gone.
 
@@ -797,7 +797,7 @@ class PrometheusKsmSource:
     def queries(self) -> dict[str, str]:
         """The PromQL of one read (what → query)."""
         return ksm_queries(window_s=int(self.window.total_seconds()), settings=self.settings, matchers=self.prometheus.matchers,
-                           scrape_interval_s=self.scrape_interval_s, history_only=self.history_only)
+                           history_only=self.history_only)
 
     def cluster_state(self, *, at: datetime) -> ClusterState:
         """Read the KSM series over the window ending at `at` and build the state.
@@ -1024,3 +1024,10 @@ def merge_states(now: ClusterState, history: ClusterState, *, max_listed: int = 
         "notes": tuple(notes),
         "query_count": now.query_count + history.query_count,
     })
+
+
+__all__ = [
+    "ALLOWLIST", "KSM_METRICS", "ApiWithKsmHistory", "KsmRecordingSource", "KsmSample", "PrometheusKsmSource",
+    "cluster_state_from_ksm", "helm_values", "is_ksm_metric", "ksm_history_query", "ksm_queries", "merge_states",
+    "promql_resource_regex", "resource_name", "samples_from_series", "sanitize",
+]
