@@ -361,3 +361,21 @@ def test_api_with_ksm_history_reads_three_queries_and_counts_them_in_the_state(t
     # THEN three KSM queries (requests over the window, phases, pods gone), counted in the state; the API's pods
     assert sorted(prom.asked) == ["kube-state-metrics phases", "kube-state-metrics pods gone", "kube-state-metrics resources"]
     assert state.query_count == 3 and [p.name for p in state.pods] == ["trainer-0"]
+
+
+def test_ksm_pod_recreated_under_the_same_name_is_the_one_that_exists_now(tmp_path):
+    # GIVEN notebook-0 deleted 30 minutes before the end and recreated (new uid, new IP) 25 minutes before the end
+    old = pod("ml", "notebook-0", "n1", ip="10.244.1.1")
+    new = pod("ml", "notebook-0", "n1", ip="10.244.1.2", started=(EVAL - timedelta(minutes=25)).strftime(ISO))
+    old["metadata"]["uid"], new["metadata"]["uid"] = "uid-old", "uid-new"
+    buf = io.StringIO()
+    buf.write(f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-1",Hostname="n1"}} 0 {_times()[-1]}\n')
+    gone = int((EVAL - timedelta(minutes=30)).timestamp() * 1000)
+    series = ksm_series([node("n1"), new], _times()) + ksm_series([old], _times(), gone_ms={("ml", "notebook-0"): gone})
+    write_text_exposition(series, buf)
+    (tmp_path / "telemetry.prom").write_text(buf.getvalue())
+    # WHEN read
+    (p,) = KsmRecordingSource(tmp_path, window=WINDOW).cluster_state(at=EVAL).pods
+    # THEN the pod that exists now: its IP, its start, not gone, holding
+    assert (p.pod_ip, p.gone_at, p.holds_gpus) == ("10.244.1.2", None, True)
+    assert p.started_at == EVAL - timedelta(minutes=25)

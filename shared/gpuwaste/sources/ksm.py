@@ -528,7 +528,12 @@ def cluster_state_from_ksm(
     """
     settings = settings or ClusterReadSettings()
     b = _Builder(settings, re.compile(settings.exporter_pod_pattern))
+    samples = list(samples)
+    current = _current_uids(samples)
     for s in samples:
+        uid = s.labels.get("uid")
+        if uid and current.get((s.labels.get("namespace", ""), s.labels.get("pod", "")), uid) != uid:
+            continue  # an earlier pod of the same name (a StatefulSet pod recreated in the window)
         b.add(s)
     if settings.namespace:
         b.pods = {k: v for k, v in b.pods.items() if k[0] == settings.namespace}
@@ -547,6 +552,19 @@ def cluster_state_from_ksm(
         updated.append(p)
     missing = tuple(b.notes(sum(1 for p in state.pods if p.gpu_requests))) if notes else ()
     return state.model_copy(update={"pods": tuple(updated), "notes": state.notes + missing})
+
+
+def _current_uids(samples: Sequence[KsmSample]) -> dict[tuple[str, str], str]:
+    """(namespace, pod) → the uid of the pod object that exists now (else the one seen last), from `kube_pod_info`."""
+    best: dict[tuple[str, str], tuple[int, str]] = {}
+    for s in samples:
+        if s.name != POD_INFO or not s.labels.get("uid"):
+            continue
+        key = (s.labels.get("namespace", ""), s.labels.get("pod", ""))
+        rank = (1 << 62) if s.last_ms is None else s.last_ms
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, s.labels["uid"])
+    return {k: uid for k, (_, uid) in best.items()}
 
 
 # -- recordings -------------------------------------------------------------------------------------------------
