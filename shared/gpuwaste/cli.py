@@ -358,7 +358,9 @@ def _exposition(report: ScanReport, findings: list[Finding], config: GpuWasteCon
                             duration_s=sum(report.timings_s.values()), window_s=report.window_s,
                             gpus=report.inventory.physical_gpus, findings=findings,
                             no_verdict_detectors=[nv.detector for nv in report.no_verdict])
-    snapshot = snapshot_of_scan(findings, health, config.delivery, top=config.serve.top_workloads, version=__version__)
+    snapshot = snapshot_of_scan(findings, health, config.delivery, top=config.serve.top_workloads,
+                                team_budgets=dict(config.serve.team_budgets_usd_per_day),
+                                default_budget=config.serve.default_team_budget_usd_per_day, version=__version__)
     return render_openmetrics(snapshot) if openmetrics else render_text(snapshot)
 
 

@@ -338,6 +338,9 @@ class ServeSettings(BaseModel):
         state: the SQLite lifecycle store kept between scans (and restarts, on a persistent volume).
         top_workloads: workloads per namespace with their own series; the rest are summed into workload "other".
         savings_credit_days: days a resolved finding's saved USD/day counts towards realised savings.
+        team_budgets_usd_per_day: waste budget per team (USD/day), exposed as gpuwaste_team_budget_usd_per_day for
+            the GpuWasteTeamOverBudget alert; default_team_budget_usd_per_day applies to every other team with waste
+            (None: no budget for them).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -349,6 +352,8 @@ class ServeSettings(BaseModel):
     state: str = ".gpuwaste/state.db"
     top_workloads: int = Field(10, ge=1, le=1000)
     savings_credit_days: int = Field(30, ge=1, le=365)
+    team_budgets_usd_per_day: dict[str, Decimal] = Field(default_factory=dict)
+    default_team_budget_usd_per_day: Decimal | None = Field(None, ge=0)
 
 
 class GpuWasteConfig(BaseModel):

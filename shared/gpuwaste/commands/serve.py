@@ -158,7 +158,9 @@ class Server:
         self.fixed_time = fixed_time  # a recording: every scan evaluates at its end
         self.metrics = MetricsState(settings=cfg.delivery, top=cfg.serve.top_workloads,
                                     first_span=timedelta(seconds=interval_s),
-                                    savings_credit=timedelta(days=cfg.serve.savings_credit_days), version=__version__)
+                                    savings_credit=timedelta(days=cfg.serve.savings_credit_days),
+                                    team_budgets=dict(cfg.serve.team_budgets_usd_per_day),
+                                    default_budget=cfg.serve.default_team_budget_usd_per_day, version=__version__)
         self._lock = threading.Lock()
         self._snapshot = self.metrics.snapshot()
         self._tick = time.monotonic()

@@ -29,6 +29,8 @@ class WasteSeries(Frozen):
         usd_per_day: USD/day of the priced findings (0 when none is priced; `unpriced` counts those).
         wasted_gpus: physical-GPU equivalents wasted (MIG slice = N/7, time-slice replica = 1/replicas).
         findings: open findings summed into this series; unpriced: those of them without a price.
+        since: when the earliest of them started wasting (first seen minus its evidence window; for a scan's
+            finding, the start of its ongoing episode), None when unknown.
     """
 
     cluster: str
@@ -40,6 +42,7 @@ class WasteSeries(Frozen):
     wasted_gpus: Decimal = Decimal(0)
     findings: int = Field(1, ge=0)
     unpriced: int = Field(0, ge=0)
+    since: datetime | None = None
 
 
 class CounterSample(Frozen):
@@ -94,6 +97,7 @@ class MetricsSnapshot(Frozen):
         realised_savings: running USD no longer wasted after resolutions, per (cluster, namespace, kind, team).
         health: per cluster.
         top_workloads: the bound used (workloads kept per namespace before the rest is folded into "other").
+        budgets: waste budget per team (USD/day): the configured ones, and the default for other teams with waste.
     """
 
     waste: tuple[WasteSeries, ...] = ()
@@ -101,6 +105,7 @@ class MetricsSnapshot(Frozen):
     realised_savings: tuple[CounterSample, ...] = ()
     health: tuple[ScanHealth, ...] = ()
     top_workloads: int = 10
+    budgets: dict[str, Decimal] = Field(default_factory=dict)
     version: str = ""
 
 

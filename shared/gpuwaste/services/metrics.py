@@ -58,8 +58,14 @@ def team_of_record(record: FindingRecord, settings: DeliverySettings) -> str:
     return team_of_finding(finding, settings) if finding is not None else UNASSIGNED_TEAM
 
 
+def _started(finding: Finding) -> datetime:
+    """When the finding's waste started: its ongoing episode's start, else the start of its evidence window."""
+    ongoing = [e.start for e in finding.episodes if e.ongoing]
+    return min(ongoing) if ongoing else finding.observed_at - timedelta(seconds=finding.window_s)
+
+
 def _series(finding: Finding | None, *, cluster: str, namespace: str | None, workload: str | None, kind: str,
-            team: str, usd_per_day: Decimal | None) -> WasteSeries:
+            team: str, usd_per_day: Decimal | None, since: datetime | None) -> WasteSeries:
     shared = finding is not None and finding.money_owner is not None  # priced by another finding: count only
     node = finding.subject.node if finding is not None else None
     return WasteSeries(
@@ -72,6 +78,7 @@ def _series(finding: Finding | None, *, cluster: str, namespace: str | None, wor
         wasted_gpus=Decimal(0) if shared or finding is None else finding.wasted_gpu_share,
         findings=1,
         unpriced=1 if usd_per_day is None and not shared else 0,
+        since=since,
     )
 
 
@@ -79,23 +86,37 @@ def waste_from_findings(findings: Iterable[Finding], settings: DeliverySettings)
     """One series per waste finding of a scan (data-quality findings left out), unbounded."""
     return [
         _series(f, cluster=f.subject.cluster, namespace=f.subject.namespace, workload=f.subject.workload_name,
-                kind=f.kind.value, team=team_of_finding(f, settings), usd_per_day=f.usd_per_day)
+                kind=f.kind.value, team=team_of_finding(f, settings), usd_per_day=f.usd_per_day, since=_started(f))
         for f in findings if f.kind.is_waste
     ]
 
 
 def waste_from_records(records: Iterable[FindingRecord], settings: DeliverySettings) -> list[WasteSeries]:
     """One series per open waste record of the lifecycle store (data-quality records left out), unbounded."""
-    return [
-        _series(finding_from_record(r), cluster=r.cluster, namespace=r.namespace, workload=r.workload, kind=r.kind,
-                team=team_of_record(r, settings), usd_per_day=r.usd_per_day)
-        for r in records if r.state is FindingState.OPEN and r.kind != WasteKind.DATA_QUALITY.value
-    ]
+    out = []
+    for r in records:
+        if r.state is not FindingState.OPEN or r.kind == WasteKind.DATA_QUALITY.value:
+            continue
+        finding = finding_from_record(r)
+        lead = timedelta(seconds=finding.window_s) if finding is not None else timedelta(0)
+        out.append(_series(finding, cluster=r.cluster, namespace=r.namespace, workload=r.workload, kind=r.kind,
+                           team=team_of_record(r, settings), usd_per_day=r.usd_per_day, since=r.first_seen - lead))
+    return out
 
 
 def _add(a: WasteSeries, b: WasteSeries) -> WasteSeries:
+    since = min((t for t in (a.since, b.since) if t is not None), default=None)
     return a.model_copy(update={"usd_per_day": a.usd_per_day + b.usd_per_day, "wasted_gpus": a.wasted_gpus + b.wasted_gpus,
-                                "findings": a.findings + b.findings, "unpriced": a.unpriced + b.unpriced})
+                                "findings": a.findings + b.findings, "unpriced": a.unpriced + b.unpriced, "since": since})
+
+
+def budgets(waste: Iterable[WasteSeries], configured: dict[str, Decimal], default: Decimal | None) -> dict[str, Decimal]:
+    """The waste budget (USD/day) of each configured team, and `default` for every other team with waste."""
+    out = dict(configured)
+    if default is not None:
+        for s in waste:
+            out.setdefault(s.team, default)
+    return out
 
 
 def bound_workloads(series: Iterable[WasteSeries], top: int) -> tuple[WasteSeries, ...]:
@@ -156,13 +177,15 @@ def _success(health: ScanHealth, *, at: datetime, duration_s: float, window_s: i
 
 
 def snapshot_of_scan(findings: Sequence[Finding], health: ScanHealth, settings: DeliverySettings, *, top: int,
+                     team_budgets: dict[str, Decimal] | None = None, default_budget: Decimal | None = None,
                      version: str = "") -> MetricsSnapshot:
     """The snapshot of one scan (`gpuwaste scan --output openmetrics`): its waste findings and health.
 
     The counter families stay empty: a one-shot has no running total (`gpuwaste serve` has).
     """
-    return MetricsSnapshot(waste=bound_workloads(waste_from_findings(findings, settings), top), health=(health,),
-                           top_workloads=top, version=version)
+    waste = bound_workloads(waste_from_findings(findings, settings), top)
+    return MetricsSnapshot(waste=waste, health=(health,), top_workloads=top,
+                           budgets=budgets(waste, team_budgets or {}, default_budget), version=version)
 
 
 @dataclass
@@ -179,6 +202,8 @@ class MetricsState:
     top: int = 10
     first_span: timedelta = timedelta(minutes=10)
     savings_credit: timedelta = timedelta(days=30)
+    team_budgets: dict[str, Decimal] = field(default_factory=dict)
+    default_budget: Decimal | None = None
     version: str = ""
     _waste: dict[str, tuple[WasteSeries, ...]] = field(default_factory=dict)
     _health: dict[str, ScanHealth] = field(default_factory=dict)
@@ -231,8 +256,10 @@ class MetricsState:
             return tuple(CounterSample(cluster=c, namespace=n, kind=k, team=t, value=v)
                          for (c, n, k, t), v in sorted(values.items()))
 
+        waste = tuple(s for cluster in sorted(self._waste) for s in self._waste[cluster])
         return MetricsSnapshot(
-            waste=tuple(s for cluster in sorted(self._waste) for s in self._waste[cluster]),
+            waste=waste,
+            budgets=budgets(waste, self.team_budgets, self.default_budget),
             wasted_gpu_hours=samples(self._gpu_hours),
             realised_savings=samples(self._savings),
             health=tuple(self._health[c] for c in sorted(self._health)),
@@ -242,6 +269,6 @@ class MetricsState:
 
 
 __all__ = [
-    "ERROR_SOURCES", "MetricsState", "bound_workloads", "health_of_scan", "snapshot_of_scan", "team_of_finding",
+    "ERROR_SOURCES", "MetricsState", "bound_workloads", "budgets", "health_of_scan", "snapshot_of_scan", "team_of_finding",
     "team_of_record", "waste_from_findings", "waste_from_records",
 ]

@@ -26,6 +26,8 @@ FAMILIES = (
     "gpuwaste_wasted_gpus",
     "gpuwaste_open_findings",
     "gpuwaste_unpriced_findings",
+    "gpuwaste_open_since_timestamp_seconds",
+    "gpuwaste_team_budget_usd_per_day",
     "gpuwaste_wasted_gpu_hours",
     "gpuwaste_realised_savings_usd",
     "gpuwaste_scan_duration_seconds",
@@ -59,6 +61,8 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
     count = GaugeMetricFamily("gpuwaste_open_findings", "Open waste findings", labels=WASTE_LABELS)
     unpriced = GaugeMetricFamily("gpuwaste_unpriced_findings", "Open waste findings without a price (their USD/day "
                                  "is not in gpuwaste_waste_usd_per_day)", labels=WASTE_LABELS)
+    since = GaugeMetricFamily("gpuwaste_open_since_timestamp_seconds", "Unix time the earliest open finding of the "
+                              "series started wasting (first seen minus its evidence window)", labels=WASTE_LABELS)
     for s in snapshot.waste:
         labels = [s.cluster, s.namespace, s.workload, s.kind, s.team]
         usd.add_metric(labels, float(s.usd_per_day))
@@ -66,7 +70,14 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
         count.add_metric(labels, s.findings)
         if s.unpriced:
             unpriced.add_metric(labels, s.unpriced)
-    out: list[Metric] = [usd, gpus, count, unpriced,
+        if s.since is not None:
+            since.add_metric(labels, s.since.timestamp())
+    budget = GaugeMetricFamily("gpuwaste_team_budget_usd_per_day", "Waste budget of the team in USD/day "
+                               "(serve.team_budgets_usd_per_day, else serve.default_team_budget_usd_per_day)",
+                               labels=["team"])
+    for team, value in sorted(snapshot.budgets.items()):
+        budget.add_metric([team], float(value))
+    out: list[Metric] = [usd, gpus, count, unpriced, since, budget,
                          _counter("gpuwaste_wasted_gpu_hours", "GPU-hours wasted by open findings, accumulated per "
                                   "scan over the time since the previous scan", snapshot.wasted_gpu_hours),
                          _counter("gpuwaste_realised_savings_usd", "USD no longer wasted after findings were "
