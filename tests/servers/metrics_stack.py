@@ -18,7 +18,7 @@ import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,13 @@ SCRAPE_INTERVAL_S = 1
 
 
 def demo_eval_time(now: datetime | None = None) -> datetime:
-    """The demo fleet's end: the next whole minute plus two (serve's scans, seconds later, read fresh samples)."""
+    """The demo fleet's end: now, down to the 30-s sample grid (serve's scans, seconds later, read fresh samples).
+
+    Never in the future: Prometheus refuses scraped samples older than the newest backfilled block's end, so a
+    fleet ending after now would keep serve's metrics out until then.
+    """
     now = now or datetime.now(tz=UTC)
-    return now.replace(second=0, microsecond=0) + timedelta(minutes=2)
+    return now.replace(second=0 if now.second < 30 else 30, microsecond=0)
 
 
 def kube_objects(cluster_json: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
