@@ -16,6 +16,8 @@ from gpuwaste.models.base import Frozen
 
 #: The workload label of the series that sum the workloads left out by the top-N bound of a namespace.
 OTHER_WORKLOADS = "other"
+#: The sources a failed scan is blamed on (the `source` label of gpuwaste_scan_errors_total; each starts at 0).
+ERROR_SOURCES = ("prometheus", "kubernetes", "store", "delivery", "config", "other")
 #: The team label of waste whose owner is not known (no team annotation, label or routing entry).
 UNASSIGNED_TEAM = "unassigned"
 
@@ -109,4 +111,4 @@ class MetricsSnapshot(Frozen):
     version: str = ""
 
 
-__all__ = ["OTHER_WORKLOADS", "UNASSIGNED_TEAM", "CounterSample", "MetricsSnapshot", "ScanHealth", "WasteSeries"]
+__all__ = ["ERROR_SOURCES", "OTHER_WORKLOADS", "UNASSIGNED_TEAM", "CounterSample", "MetricsSnapshot", "ScanHealth", "WasteSeries"]

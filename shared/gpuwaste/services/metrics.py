@@ -28,6 +28,7 @@ from decimal import Decimal
 from gpuwaste.models.findings import Finding, WasteKind
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.metrics import (
+    ERROR_SOURCES,
     OTHER_WORKLOADS,
     UNASSIGNED_TEAM,
     CounterSample,
@@ -41,8 +42,6 @@ from gpuwaste.settings import DeliverySettings
 
 HOUR_S = Decimal(3600)
 DAY_S = Decimal(86400)
-#: The sources a failed scan is blamed on (the `source` label of gpuwaste_scan_errors_total).
-ERROR_SOURCES = ("prometheus", "kubernetes", "store", "delivery", "config", "other")
 
 
 def team_of_finding(finding: Finding, settings: DeliverySettings) -> str:

@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector
 
-from gpuwaste.models.metrics import CounterSample, MetricsSnapshot
+from gpuwaste.models.metrics import ERROR_SOURCES, CounterSample, MetricsSnapshot
 
 WASTE_LABELS = ("cluster", "namespace", "workload", "kind", "team")
 TOTAL_LABELS = ("cluster", "namespace", "kind", "team")
@@ -121,8 +121,8 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
             no_verdict.add_metric([h.cluster, detector], n)
         for outcome in ("success", "failure"):
             scans.add_metric([h.cluster, outcome], h.scans.get(outcome, 0))
-        for source, n in sorted(h.errors.items()):
-            errors.add_metric([h.cluster, source], n)
+        for source in sorted(set(ERROR_SOURCES) | set(h.errors)):  # every source from 0, so increase() works
+            errors.add_metric([h.cluster, source], h.errors.get(source, 0))
     limit = GaugeMetricFamily("gpuwaste_workloads_per_namespace_limit", "Workloads per namespace with their own "
                               "series; the rest are summed into workload other", value=snapshot.top_workloads)
     info = InfoMetricFamily("gpuwaste_build", "gpuwaste version", value={"version": snapshot.version or "unknown"})
