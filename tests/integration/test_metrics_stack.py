@@ -227,6 +227,8 @@ def test_serve_delivers_to_slack_once_per_finding(stack: Stack) -> None:
     # the biggest idle workload, and later scans of the same waste posted nothing new
     assert stack.posts_after_two_scans > 0 and "llama-70b-vllm" in json.dumps(posts[: stack.posts_after_two_scans])
     assert stack.posts_after_four_scans == stack.posts_after_two_scans
+    # AND the token never reached serve's output
+    assert stack.slack.token not in stack.serve.log()
 
 
 def test_a_fixed_workload_resolves_and_counts_as_realised_savings(stack: Stack) -> None:
