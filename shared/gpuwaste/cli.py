@@ -125,10 +125,9 @@ class Fmt(StrEnum):
     openmetrics = "openmetrics"
 
 
-OUTPUT_HELP = ("table for people; json or csv for machines. JSON keeps exact decimal strings (USD, GPU shares); "
-               "CSV rounds decimals to at most 6 places and has gpus_held (GPUs the workload holds) and wasted_gpus. "
-               "openmetrics / prometheus: the findings as gpuwaste's metric families (prometheus: the text format "
-               "node-exporter's textfile collector reads).")
+OUTPUT_HELP = ("table for people; JSON keeps exact decimal strings (USD, GPU shares); CSV rounds decimals to at most "
+               "6 places and has gpus_held (GPUs the workload holds) and wasted_gpus; openmetrics / prometheus print "
+               "gpuwaste's metric families (prometheus: the format of node-exporter's textfile collector).")
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 

@@ -196,3 +196,14 @@ def test_notify_handler_emits_delivery_failures_as_reported_to_sqs(slack_api: Fa
     assert second["batchItemFailures"] == []
     assert values(docs_second, "DeliveryFailures") == [0]
     assert values(docs_second, "AlertsDelivered") == [len(event["Records"])]
+
+
+def test_a_metrics_failure_never_fails_the_record(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # GIVEN a scan whose report cannot be turned into metrics (the findings were already sent)
+    monkeypatch.setattr(scan_root, "scan", lambda request: object())
+    handler = load_handler("scan_gpu_waste")
+    # WHEN the handler runs
+    result = handler.lambda_handler(load_event("sqs_scan_request"), FakeLambdaContext())
+    # THEN the record succeeds (a redelivery would scan and send again) and the skipped metrics are logged
+    assert result == {"batchItemFailures": []}
+    assert any(r.getMessage() == "metrics not emitted" for r in caplog.records)

@@ -9,19 +9,24 @@ dimensions are listed in docs/metrics.md ("CloudWatch"); the CloudWatch dashboar
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable
 from decimal import Decimal
-from typing import Any
+from typing import Any, ParamSpec
 
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from gpuwaste.models.findings import WasteKind
-from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertAction
+from gpuwaste.ports import FindingStore
 from gpuwaste.services.scan import ScanReport
 from gpuwaste.settings import DeliverySettings
+
+logger = logging.getLogger(__name__)
+P = ParamSpec("P")
 
 #: The CloudWatch namespace of every gpuwaste metric.
 NAMESPACE = "GpuWaste"
@@ -30,12 +35,27 @@ METRIC_NAMES = ("ScanDuration", "GpusSeen", "DataQualityProblems", "Findings", "
                 "FindingsResolved", "WasteUsdPerDay", "WastedGpus", "AlertsDelivered", "DeliveryFailures")
 
 
+def best_effort(fn: Callable[P, None]) -> Callable[P, None]:
+    """Metrics never fail the record: its work (findings sent, lifecycle written, alert posted) is already done, and
+    a failed record would be redelivered and done again. A failure to emit is logged (its type) and skipped."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - observability must not undo or repeat the record's work
+            logger.warning("metrics not emitted", extra={"metrics": fn.__name__, "error_type": type(exc).__name__})
+
+    return wrapper
+
+
 def _single(name: str, unit: MetricUnit, value: float, dimensions: dict[str, str]) -> None:
     """One EMF document with its own dimension set (written to stdout at once)."""
     with single_metric(name=name, unit=unit, value=value, namespace=NAMESPACE, default_dimensions=dimensions):
         pass
 
 
+@best_effort
 def record_scan(metrics: Metrics, report: ScanReport) -> None:
     """scan_gpu_waste: ScanDuration (s), GpusSeen, DataQualityProblems per cluster; Findings per cluster and kind."""
     dims = {"cluster": report.cluster}
@@ -51,6 +71,7 @@ def record_scan(metrics: Metrics, report: ScanReport) -> None:
     metrics.add_metric(name="Scans", unit=MetricUnit.Count, value=1)
 
 
+@best_effort
 def record_lifecycle(metrics: Metrics, outcomes: Iterable[Any]) -> None:
     """dedupe_findings: FindingsOpened / FindingsResolved (alerts decided NEW / RESOLVED in the batch)."""
     actions = [a.action for o in outcomes for a in getattr(o, "alerts", [])]
@@ -58,11 +79,13 @@ def record_lifecycle(metrics: Metrics, outcomes: Iterable[Any]) -> None:
     metrics.add_metric(name="FindingsResolved", unit=MetricUnit.Count, value=actions.count(AlertAction.RESOLVED))
 
 
-def record_open_waste(cluster: str, records: Sequence[FindingRecord], settings: DeliverySettings) -> None:
-    """dedupe_findings, on a scan's completion: the cluster's open waste (lifecycle records) as WasteUsdPerDay and
-    WastedGpus per (cluster, team, kind), and WasteUsdPerDay per cluster (the same rules as `/metrics`)."""
+@best_effort
+def record_open_waste(cluster: str, store: FindingStore, settings: DeliverySettings) -> None:
+    """dedupe_findings, on a scan's completion: the cluster's open waste (its open lifecycle records) as
+    WasteUsdPerDay and WastedGpus per (cluster, team, kind), and WasteUsdPerDay per cluster (the rules of `/metrics`)."""
     from gpuwaste.services.metrics import waste_from_records
 
+    records = store.open_for_cluster(cluster)
     usd: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     gpus: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     for s in waste_from_records(records, settings):
@@ -75,6 +98,7 @@ def record_open_waste(cluster: str, records: Sequence[FindingRecord], settings: 
     _single("WasteUsdPerDay", MetricUnit.NoUnit, float(sum(usd.values(), Decimal(0))), {"cluster": cluster})
 
 
+@best_effort
 def record_delivery(metrics: Metrics, *, records: int, response: dict[str, Any]) -> None:
     """notify_slack: AlertsDelivered and DeliveryFailures (records of the batch that failed: SQS redelivers them)."""
     failed = len(response.get("batchItemFailures", []))

@@ -34,7 +34,7 @@ def lifecycle_service() -> LifecycleService:
 def record_open_waste(cluster: str) -> None:
     """Emit the cluster's open waste (CloudWatch EMF) after its scan completion was applied."""
     service = lifecycle_service()
-    cloudwatch.record_open_waste(cluster, service.store.open_for_cluster(cluster), service.delivery)
+    cloudwatch.record_open_waste(cluster, service.store, service.delivery)
 
 
 __all__ = ["METRICS_NAMESPACE", "DeadLetterBatchProcessor", "lifecycle_service", "record_lifecycle", "record_open_waste"]
