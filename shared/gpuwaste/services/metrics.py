@@ -142,9 +142,9 @@ def bound_workloads(series: Iterable[WasteSeries], top: int) -> tuple[WasteSerie
                 if name in kept and name != OTHER_WORKLOADS:
                     out.append(s)
                     continue
-                key = (s.kind, s.team)
+                rest = (s.kind, s.team)
                 other = s.model_copy(update={"workload": OTHER_WORKLOADS})
-                folded[key] = _add(folded[key], other) if key in folded else other
+                folded[rest] = _add(folded[rest], other) if rest in folded else other
         out.extend(folded.values())
     return tuple(sorted(out, key=lambda s: (s.cluster, s.namespace, s.workload, s.kind, s.team)))
 
