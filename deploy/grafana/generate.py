@@ -16,6 +16,7 @@ from grafana_foundation_sdk.builders.prometheus import Dataquery
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.common import BigValueGraphMode, StackingMode
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh, VariableSort
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 UID = "gpuwaste"
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -29,7 +30,7 @@ def _query(expr: str, legend: str = "", *, ref: str = "A", instant: bool = False
     q = Dataquery().expr(expr).ref_id(ref)
     if legend:
         q = q.legend_format(legend)
-    return q.instant() if instant else q.range()
+    return q.instant().format(PromQueryFormat.TABLE) if instant else q.range()
 
 
 def _stat(title: str, expr: str, unit: str, description: str) -> stat.Panel:
