@@ -25,6 +25,7 @@ import typer
 from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 from pydantic import SecretStr
+from rich.markup import escape
 
 from gpuwaste import __version__
 from gpuwaste.bootstrap import local
@@ -195,7 +196,7 @@ class Server:
                                          source=error_source(exc, blame))
         except Exception as exc:  # noqa: BLE001 - a failed scan is counted and logged; the schedule goes on
             source = error_source(exc, blame)
-            err.print(f"[bold red]scan failed[/] ({source}): {exc}", highlight=False, soft_wrap=True, markup=True)
+            err.print(f"[bold red]scan failed[/] ({source}): {escape(str(exc))}", highlight=False, soft_wrap=True, markup=True)
             self.metrics.observe_failure(self.cluster, at=wall, duration_s=time.monotonic() - t0, source=source)
         with self._lock:
             self._snapshot = self.metrics.snapshot()
