@@ -379,3 +379,22 @@ def test_ksm_pod_recreated_under_the_same_name_is_the_one_that_exists_now(tmp_pa
     # THEN the pod that exists now: its IP, its start, not gone, holding
     assert (p.pod_ip, p.gone_at, p.holds_gpus) == ("10.244.1.2", None, True)
     assert p.started_at == EVAL - timedelta(minutes=25)
+
+
+def test_the_scan_window_reaches_a_wrapped_ksm_source():
+    # GIVEN a KSM source behind the API merge, behind a wrapper that delegates attributes (as `serve` tracks sources)
+    from gpuwaste.bootstrap.local import Sources, scan_service
+    from gpuwaste.settings import GpuWasteConfig
+
+    class _Wrapper:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    ksm = PrometheusKsmSource(_NoPrometheus(), cluster="c", window=timedelta(hours=1))
+    sources = Sources(cluster=_Wrapper(ApiWithKsmHistory(None, ksm)), telemetry=_Fixed())  # type: ignore[arg-type]
+    # WHEN a scan service is built for a 3-hour window THEN the KSM source looks back 3 hours
+    scan_service(sources, GpuWasteConfig(), window_s=3 * 3600, priced=False)
+    assert ksm.window == timedelta(hours=3)

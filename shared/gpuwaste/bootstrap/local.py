@@ -131,10 +131,15 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: in
 
 
 def _window_for_history(sources: Sources, window_s: int) -> None:
-    """Tell a KSM cluster source how far back to look (the scan's window)."""
-    for source in (sources.cluster, getattr(sources.cluster, "ksm", None)):
-        if source is not None and hasattr(source, "window"):
-            source.window = timedelta(seconds=window_s)
+    """Tell a KSM cluster source how far back to look (the scan's window), through wrappers (`.inner`) and the
+    API + KSM merge (`.ksm`)."""
+    pending: list[object] = [sources.cluster]
+    while pending:
+        source = pending.pop()
+        own = vars(source) if hasattr(source, "__dict__") else {}
+        if "window" in own:
+            source.window = timedelta(seconds=window_s)  # type: ignore[attr-defined]
+        pending += [own[k] for k in ("inner", "ksm") if own.get(k) is not None]
 
 
 def scan_service(sources: Sources, config: GpuWasteConfig, *, window_s: int | None = None, priced: bool = True,
