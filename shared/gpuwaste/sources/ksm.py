@@ -24,7 +24,6 @@ KSM's quirks, handled as a kind:
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import logging
 import re
@@ -39,7 +38,7 @@ from typing import Any, Protocol
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.settings import ClusterReadSettings
-from gpuwaste.sources.k8s_objects import cluster_state_from_objects
+from gpuwaste.sources.k8s_objects import cluster_state_from_objects, is_gpu_resource
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +193,8 @@ def resource_name(sanitized: str, patterns: tuple[str, ...] = ()) -> str:
 
 
 def _is_gpu_resource(name: str, patterns: Sequence[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns) or name.startswith(("nvidia.com/", "k8s.amazonaws.com/vgpu"))
+    """A configured GPU resource, or one the node parser keeps anyway (`node_from_dict`: NVIDIA and AWS vGPU names)."""
+    return is_gpu_resource(name, patterns) or name.startswith(("nvidia.com/", "k8s.amazonaws.com/vgpu"))
 
 
 def promql_resource_regex(patterns: Sequence[str]) -> str:
