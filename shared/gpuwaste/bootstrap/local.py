@@ -111,7 +111,8 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: in
                                                    matchers=cluster.prometheus.matchers or None)
     mode = cluster_state_mode(cluster)
     ksm = PrometheusKsmSource(tel, cluster=cluster.name, settings=cluster.read, window=timedelta(seconds=window_s or config.scan.window_s),
-                              scrape_interval_s=config.scan.scrape_interval_s, concurrency=cluster.prometheus.concurrency)
+                              scrape_interval_s=config.scan.scrape_interval_s, concurrency=cluster.prometheus.concurrency,
+                              history_only=mode == "both")  # next to the API, KSM only supplies the window's history
     if mode == "kube-state-metrics":
         return Sources(cluster=ksm, telemetry=tel)
     from gpuwaste.sources.kubernetes import KubernetesPodSource
@@ -120,7 +121,6 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: in
     # explicitly configured one (--kubeconfig/--context, kubernetes.kubeconfig, eks/in-cluster) must work
     k = cluster.kubernetes
     auto = cluster.cluster_state == "auto" and k.mode == "kubeconfig" and not (k.kubeconfig or k.context)
-    ksm.history_only = mode == "both"
     try:
         api = KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
     except ConfigError as exc:
