@@ -144,7 +144,11 @@ def main() -> int:
     for r in rows:
         api_s, ksm_s = statistics.median(r["api"]["wall_s"]), statistics.median(r["ksm"]["wall_s"])
         api_cpu, ksm_cpu = statistics.median(r["api"]["cpu_s"]), statistics.median(r["ksm"]["cpu_s"])
-        share = (lambda s: f"{s / scan_s:.1%}" if scan_s and r["gpus"] >= 10_000 else "–")  # noqa: E731
+        big = bool(scan_s) and r["gpus"] >= 10_000
+
+        def share(seconds: float, big: bool = big) -> str:
+            return f"{seconds / scan_s:.1%}" if big and scan_s else "–"
+
         print(f"| {r['gpus']:,} | {r['api']['pods'] + r['api']['exporters']:,} | {r['api']['nodes']:,} | {api_s:.2f} s ({api_cpu:.2f}) | "
               f"{share(api_s)} | {ksm_s:.2f} s ({ksm_cpu:.2f}) ({r['ksm']['queries']}) | {share(ksm_s)} | {r['ksm_series']:,} |")
         if r["api"]["pods"] != r["ksm"]["pods"] or r["api"]["holding"] != r["ksm"]["holding"]:
