@@ -202,12 +202,12 @@ def test_explain_node_level_finding_says_free_and_prints_counts(demo_findings) -
     # WHEN explained
     text = explain_text(finding)
     subject = next(line for line in text.splitlines() if line.startswith("subject:"))
-    counts = [line for line in text.splitlines() if "[count]" in line]
+    counts = [line for line in text.splitlines() if line.startswith("  - ") and line.split()[1].endswith("_gpus:")]
     # THEN the share is "free", with at most 4 decimals, and count evidence prints its value and note only
     assert "GPU(s) free" in subject and "held" not in subject
     assert not re.search(r"\d\.\d{5,}", subject)
     assert counts and all("samples" not in line and "coverage" not in line for line in counts)
-    assert any(re.search(r"physical_gpus \[count\] \d+ · note: \w", line) for line in counts), counts
+    assert any(re.search(r"physical_gpus: \d+ · note: \w", line) for line in counts), counts
 
 
 def test_explain_pod_finding_says_held_and_never_prints_an_empty_note(demo_findings) -> None:  # type: ignore[no-untyped-def]

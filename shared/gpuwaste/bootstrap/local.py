@@ -64,8 +64,9 @@ def recording_sources(
     return Sources(cluster=cl, telemetry=tel, recording=tel)
 
 
-def live_sources(cluster: ClusterConfig, config: GpuWasteConfig) -> Sources:
-    """Sources over a live Prometheus and Kubernetes API.
+def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, cluster_file: Path | None = None) -> Sources:
+    """Sources over a live Prometheus and Kubernetes API (or, with `cluster_file`, cluster objects from a
+    `kubectl get pods,nodes -A -o json` file instead of the API).
 
     Raises:
         ConfigError: when the cluster has no Prometheus URL.
@@ -78,6 +79,8 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig) -> Sources:
     tel = PrometheusGpuMetricsSource.from_settings(cluster.prometheus, cluster=cluster.name, labels=cluster.labels,
                                                    scrape_interval_s=config.scan.scrape_interval_s,
                                                    matchers=cluster.prometheus.matchers or None)
+    if cluster_file is not None:
+        return Sources(cluster=RecordingClusterSource(cluster_file, cluster=cluster.name, settings=cluster.read), telemetry=tel)
     cl = KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
     return Sources(cluster=cl, telemetry=tel)
 

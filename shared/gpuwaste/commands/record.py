@@ -16,16 +16,15 @@ import json
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpuwaste.cli import _progress, app, err, fail, parse_positive, parse_time, parse_window
 from gpuwaste.errors import GpuWasteError, PermanentError, SourceAuthError, SourceUnavailableError
-from gpuwaste.settings import ClusterConfig, KubernetesSettings, PrometheusSettings, load_config
-from gpuwaste.sources.exposition import write_openmetrics
-from gpuwaste.sources.metrics_plan import PLAN
-from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+
+if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
+    from gpuwaste.settings import ClusterConfig
 
 AVG_LOOKBACK_S = 600
 
@@ -71,6 +70,11 @@ def record(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
 ) -> None:
     """Record telemetry and cluster state from a live Prometheus and cluster into a replayable directory."""
+    from gpuwaste.settings import ClusterConfig, KubernetesSettings, PrometheusSettings, load_config
+    from gpuwaste.sources.exposition import write_openmetrics
+    from gpuwaste.sources.metrics_plan import PLAN
+    from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+
     try:
         cfg = load_config(config)
         cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "recording"))

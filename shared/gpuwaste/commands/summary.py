@@ -16,11 +16,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpuwaste.bootstrap import summary as bootstrap
 from gpuwaste.cli import _config, app, err, fail, out, parse_positive, parse_time
 from gpuwaste.errors import GpuWasteError
-from gpuwaste.sinks.chart import MatplotlibChartRenderer
-from gpuwaste.sinks.summary_report import SummaryNotes, render_html, render_json, render_markdown, render_terminal
 
 
 class SummaryFormat(StrEnum):
@@ -44,6 +41,10 @@ def summary_cmd(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides teams).")] = None,
 ) -> None:
     """Summarise the waste in a state file: totals by team, namespace, kind and cluster, trend, top offenders, savings."""
+    from gpuwaste.bootstrap import summary as bootstrap
+    from gpuwaste.sinks.chart import MatplotlibChartRenderer
+    from gpuwaste.sinks.summary_report import SummaryNotes, render_html, render_json, render_markdown, render_terminal
+
     if output is not None and fmt is not None and output is not fmt:
         fail(f"--output {output.value} and --format {fmt.value} disagree: give one of them (both choose the format)")
     chosen = output or fmt or (SummaryFormat.markdown if out_path is not None else SummaryFormat.terminal)
