@@ -639,6 +639,9 @@ def scan(
                 when = sources.recording.end_time()
         except InputFormatError as exc:
             fail(f"{_plain(_input_hint(str(exc)))}\nThe recording is malformed at the place shown; fix or re-record it.")
+        cfg, note = local.recording_config(cfg, sources, config_given=config is not None)
+        if note and output is Output.table and not quiet:
+            err.print(f"[dim]{_plain(note)}[/]", highlight=False)
         window_given = window_s is not None
         if window_s is None:
             window_s = sources.recording.meta.window_s or cfg.scan.window_s
@@ -711,9 +714,9 @@ def demo(
     from gpuwaste.settings import GpuWasteConfig
 
     path = local.demo_recording()
-    cfg = GpuWasteConfig()
-    sources = local.recording_sources(path, cfg)
+    sources = local.recording_sources(path, GpuWasteConfig())
     assert sources.recording is not None
+    cfg, _ = local.recording_config(GpuWasteConfig(), sources, config_given=False)
     with tempfile.TemporaryDirectory(prefix="gpuwaste-demo-") as tmp:
         chain = run_local_chain(sources, cfg, cluster=sources.recording.cluster, times=[sources.recording.end_time()],
                                 window_s=sources.recording.meta.window_s, state=Path(tmp) / "state.db", output=output,

@@ -64,6 +64,28 @@ def recording_sources(
     return Sources(cluster=cl, telemetry=tel, recording=tel)
 
 
+#: Layouts of `gpuwaste generate-fleet` whose recordings are scanned with the wrong-hardware look-back shortened
+#: to the recorded window (a generated fleet holds 80 minutes, not the week a real verdict needs).
+GENERATED_LAYOUTS = ("demo", "scorecard")
+
+
+def recording_config(config: GpuWasteConfig, sources: Sources, *, config_given: bool) -> tuple[GpuWasteConfig, str | None]:
+    """The configuration to scan a recording with, and a note for the user when it differs from `config`.
+
+    A generated fleet (its `recording.json` names a demo or scorecard layout) holds about an hour of telemetry,
+    so its wrong-hardware look-back is the recorded window; a configuration file given by the user wins.
+    """
+    rec = sources.recording
+    if rec is None or config_given or rec.meta.generator.get("layout") not in GENERATED_LAYOUTS or not rec.meta.window_s:
+        return config, None
+    from gpuwaste.fleet.scorecard import scorecard_settings
+
+    window_s = rec.meta.window_s
+    cfg = config.model_copy(update={"detectors": scorecard_settings(window_s)})
+    return cfg, (f"generated fleet: the wrong-hardware look-back is the recorded {window_s // 60} min "
+                 "(a real cluster needs 7 days; --config overrides)")
+
+
 def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, cluster_file: Path | None = None) -> Sources:
     """Sources over a live Prometheus and Kubernetes API (or, with `cluster_file`, cluster objects from a
     `kubectl get pods,nodes -A -o json` file instead of the API).

@@ -131,6 +131,7 @@ def explain(
     try:
         sources = local.recording_sources(recording, cfg)
         assert sources.recording is not None
+        cfg, _ = local.recording_config(cfg, sources, config_given=config is not None)
         when = parse_time(at) or sources.recording.end_time()
         window_s = parse_window(window) if window else (sources.recording.meta.window_s or cfg.scan.window_s)
         report = local.scan_service(sources, cfg, window_s=window_s).scan(at=when)

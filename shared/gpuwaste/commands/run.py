@@ -219,6 +219,7 @@ def run_cmd(
                 fail(f"{recording}: no such file or directory")
             sources = local.recording_sources(recording, cfg, cluster_name=cluster)
             assert sources.recording is not None
+            cfg, _ = local.recording_config(cfg, sources, config_given=config is not None)
             check_recording(sources, when)
             when = when or sources.recording.end_time()
             window_s = window_s or sources.recording.meta.window_s or cfg.scan.window_s
