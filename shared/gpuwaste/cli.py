@@ -318,7 +318,7 @@ def team_function(config: GpuWasteConfig | None = None):  # type: ignore[no-unty
 
 def select(findings, view: View, team) -> list:  # type: ignore[no-untyped-def]
     """The findings `view` keeps (namespace, team and kind filters), in its order (sort), at most `top`."""
-    from gpuwaste.sinks.people import parse_kind
+    from gpuwaste.people import parse_kind
 
     kinds = set()
     for k in view.kinds:
@@ -358,9 +358,9 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     """
     from decimal import Decimal
 
+    from gpuwaste.people import kind_label, plain
+    from gpuwaste.people import when as when_text
     from gpuwaste.sinks import terminal
-    from gpuwaste.sinks.people import kind_label, plain
-    from gpuwaste.sinks.people import when as when_text
 
     view = view or View()
     team = team_function(config)

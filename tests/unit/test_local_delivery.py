@@ -52,7 +52,7 @@ def test_demo_command_shows_messages_tickets_and_summary_in_order() -> None:
     # THEN the scan table, then the Slack messages (a digest), the tickets, the summary and the ground truth
     assert result.exit_code == 0, result.output
     marks = ["GPU waste findings", "messages · scan at", "slack digest →", "tickets · scan at",
-             "jira ticket LOCAL-1", "Summary: GPU waste: idle allocation in demo/inference/llama-70b-vllm",
+             "jira ticket LOCAL-1", "Summary: $660.48/day GPU waste: idle, inference/llama-70b-vllm (demo)",
              "summary · the day up to the last scan", "Top offenders", "ground truth: 23/23"]
     positions = [out.find(m) for m in marks]
     assert -1 not in positions, dict(zip(marks, positions, strict=True))

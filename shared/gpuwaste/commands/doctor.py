@@ -295,13 +295,13 @@ STALE_FIX = ("the series were exported and stopped: check that the dcgm-exporter
 
 
 def _when(t: datetime | None) -> str:
-    from gpuwaste.sinks.people import when
+    from gpuwaste.people import when
 
     return when(t) if t is not None else "unknown"
 
 
 def _ago(t: datetime, at: datetime | None) -> str:
-    from gpuwaste.sinks.people import age
+    from gpuwaste.people import age
 
     return f"{age(t, at)} before the probe" if at is not None else ""
 

@@ -34,7 +34,7 @@ def share_text(v: Decimal | float) -> str:
 
 
 def _evidence_line(e: Evidence) -> str:
-    from gpuwaste.sinks.people import no_codes, percent
+    from gpuwaste.people import no_codes, percent
 
     if e.unit == "count":
         # a count (e.g. physical or requested GPUs) is one number, not a sampled series: no samples or coverage
@@ -69,7 +69,7 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
     """Plain text: what was found, on whom, with which evidence, thresholds, formula and money (for people:
     ratios as percent, money rounded to the cent; `scan -o json` keeps the exact values)."""
     from gpuwaste.models.findings import WasteKind
-    from gpuwaste.sinks.people import no_codes, people_formula, plain, setting_text, when
+    from gpuwaste.people import no_codes, people_formula, plain, setting_text, when
 
     s = finding.subject
     who = f"{s.namespace}/{s.pod}" if s.pod else f"node {s.node}"

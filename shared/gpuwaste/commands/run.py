@@ -27,6 +27,7 @@ from gpuwaste.cli import (
     parse_time,
     parse_window,
     render,
+    team_function,
 )
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
 
@@ -84,8 +85,16 @@ def _ticket_preview(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
     config has `delivery.jira.base_url`, else printed as the ticket that would be created (LOCAL-<n>)."""
     from rich.console import Console
 
-    from gpuwaste.bootstrap import tickets
+    from gpuwaste.bootstrap import local, tickets
     from gpuwaste.models.messages import AlertAction
+    from gpuwaste.services.tickets import plan_tickets
+
+    team = team_function(cfg)
+
+    def _started(store):  # type: ignore[no-untyped-def]
+        """The oldest sighting in the store: the quiet start counts from it."""
+        records = store.history(since=datetime(1970, 1, 1, tzinfo=UTC), until=datetime(9999, 1, 1, tzinfo=UTC))
+        return min((r.first_seen for r in records), default=None)
 
     def file_tickets(requests, store, at):  # type: ignore[no-untyped-def]
         _section(f"tickets · scan at {at:%Y-%m-%d %H:%M}Z ({len(requests)} requests)")
@@ -95,7 +104,23 @@ def _ticket_preview(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
             out.print(f"tickets left out: {exc}", style="red", highlight=False, soft_wrap=True)
             return
         assert service is not None
-        for request in requests:
+        service.now = lambda: at  # ages and "open since" read from the scan's time (a replay reads as it happened)
+        plan = plan_tickets(requests, team_of=team, jira=service.settings.jira, started_at=_started(store), now=at)
+        if plan.deferred:
+            local.release_ticket_requests(plan.deferred, store)
+            out.print(f"{len(plan.deferred)} ticket requests wait for a later run (ticket cap of this run"
+                      f"{', quiet start' if plan.quiet else ''}: delivery.jira.max_per_run / quiet_start_days)",
+                      style="yellow", highlight=False, soft_wrap=True, markup=False)
+        for team_name, folded in plan.folded.items():
+            try:
+                key = service.open_overflow(team_name, folded)
+            except GpuWasteError as exc:
+                out.print(f"overflow ticket failed for team {team_name}: {exc}", style="red", highlight=False, soft_wrap=True,
+                          markup=False)
+                continue
+            out.print(f"ticket {key}: {len(folded)} more findings of team {team_name} in one ticket (over the per-team cap)",
+                      style="magenta", highlight=False, soft_wrap=True, markup=False)
+        for request in plan.open:
             try:
                 key = service.handle(request)
             except GpuWasteError as exc:  # shown, not fatal: the rest of the chain carries on

@@ -95,12 +95,23 @@ class PostedMessage(Frozen):
     fell_back_from: str | None = None
 
 
+class TicketSection(Frozen):
+    """One headed part of a ticket: its lines (paragraphs, or a bullet list) and commands to copy (code block)."""
+
+    heading: str
+    lines: tuple[str, ...] = ()
+    bullets: bool = False
+    commands: tuple[str, ...] = ()
+
+
 class TicketDraft(Frozen):
     """A ticket to open in the owner's project (the Jira sink renders it as ADF).
 
     Attributes:
         dedupe_label: the `gpuwaste-<fingerprint[:16]>` label used to find an existing ticket.
         facts: (name, value) pairs shown as a list. paragraphs: free text, in order.
+        sections: headed parts (What, Evidence, Cost, How to fix, Done when, Snooze), after the paragraphs.
+        priority: the Jira priority name (from USD/day), or None to leave the project's default.
     """
 
     project: str
@@ -112,6 +123,8 @@ class TicketDraft(Frozen):
     paragraphs: tuple[str, ...] = ()
     facts: tuple[tuple[str, str], ...] = ()
     links: tuple[tuple[str, str], ...] = ()
+    sections: tuple[TicketSection, ...] = ()
+    priority: str | None = None
 
 
 class GroupTotal(Frozen):

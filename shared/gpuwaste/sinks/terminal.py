@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwaste.models.findings import Finding, WasteKind
-from gpuwaste.sinks.people import (
+from gpuwaste.people import (
     DAYS_PER_MONTH,
     counted_usd_per_day,
     elide,
@@ -32,9 +32,9 @@ from gpuwaste.sinks.people import (
     usd_whole,
     wasted_gpu_hours,
 )
-from gpuwaste.sinks.people import gpus as gpus_text
-from gpuwaste.sinks.people import hours as hours_text
-from gpuwaste.sinks.people import usd as usd_text
+from gpuwaste.people import gpus as gpus_text
+from gpuwaste.people import hours as hours_text
+from gpuwaste.people import usd as usd_text
 
 CENT = Decimal("0.01")
 
