@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
 from gpuwaste.errors import InputFormatError
 from gpuwaste.sources.exposition import (
     ParsedExposition,
