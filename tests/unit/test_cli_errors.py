@@ -441,7 +441,7 @@ def test_cli_summary_until_after_last_scan_shows_open_state_at_last_scan(tmp_pat
     result = invoke("summary", "--state", str(state), "--until", "2024-01-05T00:00:00Z", env={"COLUMNS": "200"})
     # THEN it says what was open at the last scan, not "Open now 0"
     assert result.exit_code == 0, result.output
-    assert "Open at the last scan" in result.output and "13 findings" in result.output
+    assert "Open at the last scan" in result.output and "21 findings" in result.output
     assert "Open now" not in result.output
 
 

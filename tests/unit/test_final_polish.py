@@ -48,7 +48,7 @@ def test_summary_group_counts_each_sum_to_open_now(demo_state: Path) -> None:
     # THEN the team, namespace, kind and cluster counts each add up to the open waste findings
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert doc["open_findings"] == 13 and doc["data_quality_problems"] == 3
+    assert doc["open_findings"] == 21 and doc["data_quality_problems"] == 3
     for section in ("by_team", "by_namespace", "by_kind", "by_cluster"):
         assert sum(g["findings"] for g in doc[section]) == doc["open_findings"], section
     # AND data quality is no kind of waste in the tables
@@ -60,12 +60,12 @@ def test_summary_markdown_tables_count_open_findings(demo_state: Path, tmp_path:
     out = tmp_path / "s.md"
     # WHEN the Markdown report is written
     result = invoke("summary", "--state", str(demo_state), "-o", "markdown", "--out", str(out))
-    # THEN the cluster row counts the 13 open findings, as the "Open now" line does
+    # THEN the cluster row counts the 21 open findings, as the "Open now" line does
     assert result.exit_code == 0, result.output
     text = out.read_text()
-    assert "**Open now:** 13 findings" in text
+    assert "**Open now:** 21 findings" in text
     assert "| cluster | wasted | before | trend | open |" in text
-    assert re.search(r"\| demo \| \$[\d.,]+ \| \$0\.00 \| new \| 13 \|", text), text
+    assert re.search(r"\| demo \| \$[\d.,]+ \| \$0\.00 \| new \| 21 \|", text), text
 
 
 # -- 2. summary -o is the format, --out the file ------------------------------------------------------------

@@ -153,6 +153,26 @@ class Offender(Frozen):
     usd_per_day: Decimal | None
     cumulative_usd: Decimal
     open: bool
+    first_seen: datetime | None = None
+    resolved_at: datetime | None = None
+
+
+class TrendDay(Frozen):
+    """One UTC day of the trend: USD wasted per team that day, and USD saved that day by earlier resolutions.
+
+    Attributes:
+        day: the day's start (00:00 UTC). by_team: (team, USD wasted that day), costliest first.
+        saved_usd: realised savings that day (saved USD/day × the part of the day after the resolution).
+    """
+
+    day: datetime
+    by_team: tuple[tuple[str, Decimal], ...] = ()
+    saved_usd: Decimal = Decimal(0)
+
+    @property
+    def wasted_usd(self) -> Decimal:
+        """USD wasted that day, all teams."""
+        return sum((v for _, v in self.by_team), Decimal(0))
 
 
 class DailySummary(Frozen):
@@ -168,6 +188,7 @@ class DailySummary(Frozen):
         realised_savings_usd: USD not spent inside the period thanks to resolutions (saved/day × days since).
         by_kind_and_team: (team, kind) → USD wasted in the period, for the stacked chart.
         unpriced: findings of the period without a price (not in the totals).
+        trend: the last 30 UTC days up to the period's end, oldest first (the report's 7- and 30-day charts).
     """
 
     since: datetime
@@ -187,6 +208,7 @@ class DailySummary(Frozen):
     top: tuple[Offender, ...] = ()
     by_kind_and_team: tuple[tuple[str, str, Decimal], ...] = ()
     unpriced: int = 0
+    trend: tuple[TrendDay, ...] = ()
 
     @property
     def trend_usd(self) -> Decimal:
