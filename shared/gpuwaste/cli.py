@@ -358,7 +358,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     """
     from decimal import Decimal
 
-    from gpuwaste.people import kind_label, plain
+    from gpuwaste.people import kind_label, no_codes, plain
     from gpuwaste.people import when as when_text
     from gpuwaste.sinks import terminal
 
@@ -409,7 +409,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     if report.no_verdict and not quiet:
         subjects: dict[str, set[str]] = {}
         for nv in report.no_verdict:
-            reason = nv.reason
+            reason = no_codes(nv.reason)
             if inv.single_instant:  # one sample: a longer window cannot help, so no look-back hint
                 reason = re.sub(r"\s*\((scan with --window|needs \d+ day)[^)]*\)", "", reason)
             subjects.setdefault(reason, set()).add(nv.subject)  # count subjects (pods, nodes), not detectors
@@ -704,9 +704,11 @@ def _print_truth(report: ScanReport, truth: list[dict], *, to: Console) -> None:
 def demo(
     output: Annotated[Output, typer.Option("--output", "-o", help=OUTPUT_HELP)] = Output.table,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the alerts, ticket lines and the ground-truth check: no scan tables, Slack previews or summary.")] = False,
+    state: Annotated[Path | None, typer.Option("--state", help="Keep the demo's state file here (with its 30 days of history), e.g. for `gpuwaste summary --state FILE -o html --open`.")] = None,
 ) -> None:
     """Run the whole local pipeline on the bundled demo fleet (no setup): scan → price → dedupe → alerts,
-    with a temporary SQLite store, and check the findings against the fleet's ground truth."""
+    with a temporary SQLite store holding 30 days of generated history (so the summary has a trend), and check the
+    findings against the fleet's ground truth."""
     import tempfile
 
     from gpuwaste.bootstrap import local
@@ -718,12 +720,32 @@ def demo(
     assert sources.recording is not None
     cfg, _ = local.recording_config(GpuWasteConfig(), sources, config_given=False)
     with tempfile.TemporaryDirectory(prefix="gpuwaste-demo-") as tmp:
+        path_state = state or Path(tmp) / "state.db"
+        if state is not None and state.exists():
+            fail(f"--state {_plain(str(state))}: exists; the demo writes a fresh state file (remove it or choose another path)")
+        seed_history(path_state, sources.recording.end_time(), cluster=sources.recording.cluster)
         chain = run_local_chain(sources, cfg, cluster=sources.recording.cluster, times=[sources.recording.end_time()],
-                                window_s=sources.recording.meta.window_s, state=Path(tmp) / "state.db", output=output,
+                                window_s=sources.recording.meta.window_s, state=path_state, output=output,
                                 quiet=quiet, slack=True)
     report = chain.reports[-1]
     if output is Output.table:
         _print_truth(report, json.loads((path / "truth.json").read_text()), to=out)
+
+
+def seed_history(state: Path, end: datetime, *, cluster: str) -> int:
+    """Write the demo's 30 days of past findings (`fleet.history`) into a new state file; returns how many."""
+    from gpuwaste.fleet.history import demo_history
+    from gpuwaste.store.sqlite import SqliteFindingStore
+
+    state.parent.mkdir(parents=True, exist_ok=True)
+    store = SqliteFindingStore(state)
+    try:
+        records = demo_history(end=end, cluster=cluster)
+        for record in records:
+            store.put_new(record)
+    finally:
+        store.close()
+    return len(records)
 
 
 class Layout(StrEnum):

@@ -14,7 +14,7 @@ import gzip
 import io
 import json
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -103,6 +103,10 @@ def record(
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except (SourceAuthError, PermanentError) as exc:
         fail(str(exc))
+    if not any(s.values for s in series if s.name.startswith(("DCGM_", "dcgm_"))):
+        fail(f"no GPU samples in Prometheus between {when - timedelta(seconds=window_s + AVG_LOOKBACK_S):%Y-%m-%d %H:%M} "
+             f"and {when:%Y-%m-%d %H:%M} UTC: nothing recorded (an empty recording scans as nothing). Pick an --at "
+             "inside the data, and check with `gpuwaste doctor` that dcgm-exporter's series are in this Prometheus.")
     buf = io.StringIO()
     types = {name: spec.kind for spec in PLAN for name in spec.names}
     write_openmetrics(series, buf, types=types)

@@ -16,6 +16,7 @@ from gpuwaste.models.notices import TicketSection
 from gpuwaste.people import (
     age,
     kind_label,
+    no_codes,
     people_formula,
     per_day,
     per_month,
@@ -172,7 +173,7 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
                     slack_url: str | None = None, snooze_key: str = "gpuwaste.io/snooze-until") -> tuple[TicketSection, ...]:
     """The ticket body: What · Evidence · Cost · How to fix · Done when · Snooze (· Slack thread)."""
     s = finding.subject
-    what = [plain(finding.title), MEANING.get(finding.kind, "")]
+    what = [plain(no_codes(finding.title)), MEANING.get(finding.kind, "")]
     evidence = [plain(_evidence_line(e)) for e in finding.evidence[:5]] or ["no signal evidence (decided from cluster state)"]
     evidence.append(f"window: {finding.window_s // 60} min ending {when(finding.observed_at)}; confidence {finding.confidence.value}")
     cost = [
@@ -182,7 +183,7 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
         f"open since {when(first_seen)} ({age(first_seen, now)})"
         + (f"; {usd(cumulative_usd)} wasted so far" if cumulative_usd else ""),
     ]
-    fix = [plain(finding.recommendation)]
+    fix = [plain(no_codes(finding.recommendation))]
     res = _resource(finding)
     target = f"kubectl -n {s.namespace} annotate {res} {snooze_key}=YYYY-MM-DD" if res else (
         f"kubectl annotate node {s.node} {snooze_key}=YYYY-MM-DD" if s.node else "")
