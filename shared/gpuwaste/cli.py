@@ -504,7 +504,7 @@ def held_before(sources: local.Sources, when: datetime) -> int | None:
     span = rec.time_range()
     if span is None or rec.undated():
         return None
-    return int((min(when, span[1]) - span[0]).total_seconds()) + rec.scrape_interval_s
+    return int((min(when, span[1]) - span[0]).total_seconds() + rec.scrape_interval_s)
 
 
 def check_window(sources: local.Sources, when: datetime, window_s: int, *, given: bool = True) -> None:
@@ -643,9 +643,13 @@ def scan(
         if note and output is Output.table and not quiet:
             err.print(f"[dim]{_plain(note)}[/]", highlight=False)
         window_given = window_s is not None
-        if window_s is None:
-            window_s = sources.recording.meta.window_s or cfg.scan.window_s
-        check_window(sources, when, window_s, given=window_given)
+        if window_s is None and sources.recording.meta.window_s:
+            window_s = sources.recording.meta.window_s
+        if window_s is None:  # neither --window nor recording.json: the default, or what the data holds if less
+            held = held_before(sources, when)
+            window_s = cfg.scan.window_s if held is None else max(MIN_WINDOW_S, min(cfg.scan.window_s, held))
+        else:
+            check_window(sources, when, window_s, given=window_given)
         warn_recording(sources, when, window_s, quiet=quiet)
         source_hint = f"-r {_plain(str(recording))}"
     else:

@@ -133,8 +133,11 @@ def done_when(finding: Finding) -> str:
         WasteKind.INFERENCE_IDLE: "the server is scaled to zero, shares its GPU, or serves traffic",
     }
     what = by_kind.get(finding.kind, "the next scans no longer see this waste")
-    return (f"{what[0].upper()}{what[1:]}. gpuwaste checks at every scan; once the waste is gone it comments here with "
-            "the saving and resolves the ticket.")
+    return f"{what[0].upper()}{what[1:]}."
+
+
+#: How a ticket gets closed (said under "Done when").
+AUTO_RESOLVE = "gpuwaste checks at every scan; once the waste is gone it comments here with the saving and resolves the ticket."
 
 
 #: Signal names as people say them (others: the name without its DCGM prefix, in lower case).
@@ -195,7 +198,7 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
         TicketSection(heading="Evidence", lines=tuple(evidence), bullets=True),
         TicketSection(heading="Cost", lines=tuple(cost), bullets=True),
         TicketSection(heading="How to fix", lines=tuple(fix), commands=tuple(plain(c) for c in fix_commands(finding))),
-        TicketSection(heading="Done when", lines=(done_when(finding),)),
+        TicketSection(heading="Done when", lines=(done_when(finding), AUTO_RESOLVE)),
         TicketSection(heading="Snooze", lines=tuple(snooze[:2]), commands=tuple(snooze[2:])),
     ]
     if slack_url:
