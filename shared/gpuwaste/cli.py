@@ -560,7 +560,7 @@ def check_recording(sources: local.Sources, when: datetime | None) -> str | None
     if rec.undated():
         at = rec._default_time(when)
         origin = "set by --at" if when is not None else "file modification time; pass --at to set it"
-        return f"undated scrape (no timestamps), evaluated at {at:%Y-%m-%d %H:%M:%SZ} ({origin})"
+        return f"undated scrape (no timestamps), evaluated at {at:%Y-%m-%d %H:%M} UTC ({origin})"
     span = rec.time_range()
     if when is not None and span is not None:
         first, last = span

@@ -176,7 +176,7 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
                     slack_url: str | None = None, snooze_key: str = "gpuwaste.io/snooze-until") -> tuple[TicketSection, ...]:
     """The ticket body: What · Evidence · Cost · How to fix · Done when · Snooze (· Slack thread)."""
     s = finding.subject
-    what = [plain(no_codes(finding.title)), MEANING.get(finding.kind, "")]
+    what = [no_codes(finding.title), MEANING.get(finding.kind, "")]  # the sink drops unsafe control characters
     evidence = [plain(_evidence_line(e)) for e in finding.evidence[:5]] or ["no signal evidence (decided from cluster state)"]
     evidence.append(f"window: {finding.window_s // 60} min ending {when(finding.observed_at)}; confidence {finding.confidence.value}")
     cost = [

@@ -84,14 +84,25 @@ def _dollars(v: float) -> str:
     return f"${v:,.0f}" if v >= 10 else f"${v:,.2f}"
 
 
-def trend_svg(days: Sequence[TrendDay], *, title: str, width: int = 760, height: int = 320, max_teams: int = 7) -> str:
-    """Stacked bars of USD wasted per team per UTC day (value above each bar), a dated time axis, and the
-    realised savings per day as a green line; an inline `<svg>` element (escaped names, no script)."""
+def team_order(days: Sequence[TrendDay]) -> list[str]:
+    """Teams by USD wasted over `days`, costliest first (pass the same order to every chart: same colours)."""
     totals: dict[str, float] = {}
     for d in days:
         for team, usd in d.by_team:
             totals[team] = totals.get(team, 0.0) + float(usd)
-    ranked = sorted(totals, key=lambda t: (-totals[t], t))
+    return sorted(totals, key=lambda t: (-totals[t], t))
+
+
+def trend_svg(days: Sequence[TrendDay], *, title: str, width: int = 760, height: int = 320, max_teams: int = 7,
+              order: Sequence[str] | None = None) -> str:
+    """Stacked bars of USD wasted per team per UTC day (value above each bar), a dated time axis, and the
+    realised savings per day as a green line; an inline `<svg>` element (escaped names, no script).
+
+    Args:
+        order: the teams' order (colours); default: by USD over `days` (see `team_order`).
+    """
+    present = set(team_order(days))
+    ranked = [t for t in (order or team_order(days)) if t in present] + sorted(present - set(order or ()))
     shown = ranked[:max_teams]
     colours = {t: PALETTE[i % len(PALETTE)] for i, t in enumerate(shown)}
     left, right, top, bottom = 64, 16, 40, 64

@@ -22,7 +22,7 @@ from rich.text import Text
 from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, TrendDay
 from gpuwaste.people import DAYS_PER_MONTH, age, money, per_month, plain, usd, usd_whole, when
 from gpuwaste.people import period_date as _period_date
-from gpuwaste.sinks.chart import trend_svg
+from gpuwaste.sinks.chart import team_order, trend_svg
 
 
 def _trend(current: Decimal, previous: Decimal) -> str:
@@ -212,9 +212,10 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
         "<ul class='head'>" + "".join(f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in _headline(s, notes)) + "</ul>",
     ]
     if s.trend:
+        order = team_order(s.trend)  # the same colour for a team in both charts
         parts.append("<h2>Trend</h2>")
-        parts.append(f"<div class='chart'>{trend_svg(_last(s.trend, 7), title='USD wasted per day and team, last 7 days')}</div>")
-        parts.append(f"<div class='chart'>{trend_svg(s.trend, title=f'USD wasted per day and team, last {len(s.trend)} days')}</div>")
+        parts.append(f"<div class='chart'>{trend_svg(_last(s.trend, 7), title='USD wasted per day and team, last 7 days', order=order)}</div>")
+        parts.append(f"<div class='chart'>{trend_svg(s.trend, title=f'USD wasted per day and team, last {len(s.trend)} days', order=order)}</div>")
     if chart_png is not None:
         data = base64.b64encode(chart_png).decode()
         parts.append(f"<div class='chart'><img alt='GPU waste per team by kind' src='data:image/png;base64,{data}'></div>")
