@@ -395,7 +395,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         out.print(Text(f"{plural(inv.mig_instances, 'MIG instance')} · models: {plain(models) or 'none'}", style="dim"))
         out.print(Text("activity signal per device: "
                        + ", ".join(f"{k.replace('DCGM_FI_', '')}×{v}" for k, v in sorted(inv.activity_signals.items()))
-                       + " · attribution: " + (", ".join(f"{k}×{v}" for k, v in sorted(inv.attribution.items())) or "none"),
+                       + " · attribution: " + (", ".join(f"{k}×{v}" for k, v in sorted(inv.attribution.items())) or "none")
+                       + (f" · allocation: {inv.allocation}" if inv.allocation else ""),
                        style="dim"))
         if inv.metrics_present:
             dcgm = [m.removeprefix("DCGM_FI_") for m in inv.metrics_present if m.startswith("DCGM_FI_")]

@@ -250,6 +250,7 @@ def test_cli_scan_cluster_json_must_exist(tmp_path: Path) -> None:
     assert_user_error(result, "--cluster-json", "c.json", "no such file")
 
 
+@pytest.mark.loopback
 def test_cli_scan_cluster_json_with_a_live_prometheus_needs_no_kubeconfig(tmp_path: Path) -> None:
     # GIVEN a cluster file and a Prometheus URL nothing listens on, and no kubeconfig at all
     cluster = tmp_path / "c.json"
@@ -272,6 +273,7 @@ def test_cli_scan_invalid_kubeconfig_says_what_to_do(tmp_path: Path) -> None:
     assert_user_error(result, "--kubeconfig", "--context", "--recording")
 
 
+@pytest.mark.loopback
 def test_cli_scan_unreachable_kubernetes_api_exits_3_without_retry_warnings(tmp_path: Path) -> None:
     # GIVEN a kubeconfig pointing at a closed port
     kubeconfig = tmp_path / "kc"
