@@ -735,6 +735,12 @@ def demo(
     report = chain.reports[-1]
     if output is Output.table:
         _print_truth(report, json.loads((path / "truth.json").read_text()), to=out)
+        from gpuwaste.sinks import terminal
+
+        # the demo ends as `scan` does: what the waste costs per team, then the total
+        out.rule("[bold]waste now · per team and total[/]", align="left", style="dim")
+        terminal.print_rollup(out, [f for f in report.findings if f.kind.is_waste], key=team_function(cfg), by="team",
+                              window_s=report.window_s)
 
 
 def seed_history(state: Path, end: datetime, *, cluster: str) -> int:

@@ -444,3 +444,18 @@ def test_confidence_and_evidence_for_kinds_without_a_ratio() -> None:
     # THEN unpriced is said plainly, the fix deletes the bare pod, and no internal code reaches the reader
     assert draft.summary.startswith("unpriced GPU waste: orphaned, ml/p") and draft.priority == "Medium"
     assert "$ kubectl -n ml delete pod/p" in text and "B21" not in text
+
+
+def test_demo_at_80_columns_ends_with_the_rollup_and_the_total() -> None:
+    # GIVEN an 80-column terminal
+    # WHEN the whole demo runs (scan, Slack previews, tickets, summary, ground truth)
+    result = invoke("demo", env={"COLUMNS": "80"})
+    lines = result.stdout.rstrip("\n").splitlines()
+    # THEN it ends as `scan` does: the per-team rollup, then the total; the summary's tables fit the width
+    assert result.exit_code == 0, result.output
+    assert lines[-1].startswith("Total: $") and "/month" in lines[-1]
+    assert any(line.startswith("team ") and "USD/month" in line for line in lines[-10:])
+    summary = result.stdout[result.stdout.index("GPU waste summary"):result.stdout.index("ground truth")]
+    assert max(len(line) for line in summary.splitlines()) <= 80
+    offenders = summary[summary.index("Top offenders"):].splitlines()[3:]
+    assert offenders and all(re.match(r"^\s*\d+ ", line) for line in offenders if line.strip())

@@ -15,14 +15,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, TrendDay
-from gpuwaste.people import DAYS_PER_MONTH, age, money, per_month, plain, usd, usd_whole, when
+from gpuwaste.people import DAYS_PER_MONTH, age, elide, kind_label, money, per_month, plain, usd, usd_whole, when
 from gpuwaste.people import period_date as _period_date
 from gpuwaste.sinks.chart import team_order, trend_svg
+from gpuwaste.sinks.terminal import fit_widths
 
 
 def _trend(current: Decimal, previous: Decimal) -> str:
@@ -106,36 +108,62 @@ def _last(days: tuple[TrendDay, ...], n: int) -> tuple[TrendDay, ...]:
     return days[-n:] if days else ()
 
 
+def _table(title: str) -> Table:
+    return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold",
+                 title_justify="left", title_style="bold")
+
+
 def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | None = None) -> None:
-    """Print the summary as rich tables: headline, the last 7 days, groups, top offenders."""
-    head = Table(title=f"GPU waste summary {period_date(s)}", show_header=False, title_justify="left")
+    """Print the summary as compact tables that fit the console (one line per row, names elided in the middle):
+    headline, the last 7 days, groups, top offenders with how long they have been open."""
+    width = console.width or 80
+    head = Table(title=f"GPU waste summary {period_date(s)}", show_header=False, box=box.SIMPLE, show_edge=False,
+                 pad_edge=False, title_justify="left", title_style="bold")
+    head.add_column(style="bold", no_wrap=True)
+    head.add_column(overflow="fold")
     for k, v in _headline(s, notes):
         head.add_row(k, Text(v))
     console.print(head)
     week = _last(s.trend, 7)
     if week:
-        t = Table(title="Last 7 days (UTC)", title_justify="left")
+        t = _table("Last 7 days (UTC)")
         for col in ("day", "wasted", "saved", "costliest team"):
-            t.add_column(col, justify="left" if col in ("day", "costliest team") else "right")
+            t.add_column(col, justify="left" if col in ("day", "costliest team") else "right", no_wrap=True)
         for d in week:
             top = f"{d.by_team[0][0]} {usd(d.by_team[0][1])}" if d.by_team else "-"
-            t.add_row(f"{d.day:%Y-%m-%d}", usd(d.wasted_usd), usd(d.saved_usd), Text(plain(top)))
+            t.add_row(f"{d.day:%Y-%m-%d}", usd(d.wasted_usd), usd(d.saved_usd), Text(elide(plain(top), max(10, width - 40))))
         console.print(t)
     for label, attr in _SECTIONS:
         groups: tuple[GroupTotal, ...] = getattr(s, attr)
-        t = Table(title=f"By {label}", title_justify="left")
-        for col in (label, "wasted", "before", "trend", "open"):
-            t.add_column(col, justify="left" if col == label else "right")
-        for g in groups:
-            t.add_row(Text(plain(g.name)), usd(g.wasted_usd), usd(g.previous_usd), _trend(g.wasted_usd, g.previous_usd),
+        t = _table(f"By {label}")
+        names = [plain(kind_label(g.name) if label == "kind" else g.name) for g in groups]
+        name_w = max(4, min(max([len(label), *(len(n) for n in names)]), width - 52))
+        t.add_column(label, no_wrap=True, width=name_w)
+        for col in ("wasted", "before", "trend", "open"):
+            t.add_column(col, justify="right", no_wrap=True)
+        for g, name in zip(groups, names, strict=True):
+            t.add_row(Text(elide(name, name_w)), usd(g.wasted_usd), usd(g.previous_usd), _trend(g.wasted_usd, g.previous_usd),
                       str(g.findings))
         console.print(t)
-    t = Table(title="Top offenders", title_justify="left")
-    for col in ("#", "workload", "namespace", "kind", "team", "wasted", "USD/day", "open for", "state"):
-        t.add_column(col)
-    for n, o in enumerate(s.top, start=1):
-        t.add_row(str(n), Text(plain(o.workload or "-")), Text(plain(o.namespace or "-")), o.kind.replace("_", " "),
-                  Text(plain(o.team)), usd(o.wasted_usd), usd(o.usd_per_day), _open_for(o, s.until), _state(o))
+    t = _table("Top offenders")
+    wide = width >= 110  # team and the period's amount only when they fit
+    cells = [(o.workload or o.namespace or "-", kind_label(o.kind), o.team) for o in s.top]
+    fixed = 2 + 9 + 8 + 8 + (8 + 9 + 6) * wide + 3 * (5 + 2 * wide)
+    columns = {"workload": [c[0] for c in cells], "kind": [c[1] for c in cells]}
+    if wide:
+        columns["team"] = [c[2] for c in cells]
+    text_w = fit_widths(columns, width - fixed, {"workload": 12, "kind": 12, "team": 6})
+    t.add_column("#", justify="right", no_wrap=True)
+    for col in columns:
+        t.add_column(col, no_wrap=True, width=text_w[col])
+    for col in (*(("wasted",) if wide else ()), "USD/day", "open for", "state"):
+        t.add_column(col, justify="right" if col in ("wasted", "USD/day") else "left", no_wrap=True)
+    for n, (o, (work, kind, team)) in enumerate(zip(s.top, cells, strict=True), start=1):
+        row = [str(n), Text(elide(plain(work), text_w["workload"])), Text(elide(kind, text_w["kind"]))]
+        if wide:
+            row += [Text(elide(plain(team), text_w["team"])), usd(o.wasted_usd)]
+        row += [usd(o.usd_per_day), _open_for(o, s.until), Text(_state(o), style="red" if o.open else "green")]
+        t.add_row(*row)
     console.print(t)
 
 
