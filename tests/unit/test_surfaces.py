@@ -459,3 +459,30 @@ def test_demo_at_80_columns_ends_with_the_rollup_and_the_total() -> None:
     assert max(len(line) for line in summary.splitlines()) <= 80
     offenders = summary[summary.index("Top offenders"):].splitlines()[3:]
     assert offenders and all(re.match(r"^\s*\d+ ", line) for line in offenders if line.strip())
+
+
+def test_piped_output_takes_the_width_of_the_terminal_on_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN stdout piped (`gpuwaste scan | less`), no COLUMNS, and stderr on a 97-column terminal (a real pty)
+    import fcntl
+    import struct
+    import termios
+
+    from gpuwaste import cli
+
+    leader, follower = os.openpty()
+    tty = os.fdopen(os.dup(follower), "w")
+    try:
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 97, 0, 0))
+        monkeypatch.delenv("COLUMNS", raising=False)
+        monkeypatch.setattr(sys, "stdout", io.StringIO())
+        monkeypatch.setattr(sys, "stderr", tty)
+        # WHEN the CLI decides its width
+        width = cli._stdout_width()
+        # THEN it is the terminal's, not a fixed pipe width; with COLUMNS set, COLUMNS wins
+        monkeypatch.setenv("COLUMNS", "123")
+        assert width == 97 and cli._stdout_width() == 123
+    finally:
+        monkeypatch.undo()
+        tty.close()
+        os.close(leader)
+        os.close(follower)
