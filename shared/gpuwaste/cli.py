@@ -23,6 +23,7 @@ from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, Perman
 
 if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydantic models, boto3 or requests
     from gpuwaste.bootstrap import local
+    from gpuwaste.models.findings import Finding
     from gpuwaste.services.scan import ScanReport
     from gpuwaste.settings import ClusterConfig, GpuWasteConfig
 
@@ -131,6 +132,8 @@ class Output(StrEnum):
     table = "table"
     json = "json"
     csv = "csv"
+    openmetrics = "openmetrics"
+    prometheus = "prometheus"
 
 
 class Fmt(StrEnum):
@@ -141,8 +144,9 @@ class Fmt(StrEnum):
     openmetrics = "openmetrics"
 
 
-OUTPUT_HELP = ("table for people; json or csv for machines. JSON keeps exact decimal strings (USD, GPU shares); "
-               "CSV rounds decimals to at most 6 places and has gpus_held (GPUs the workload holds) and wasted_gpus.")
+OUTPUT_HELP = ("table for people; JSON keeps exact decimal strings (USD, GPU shares); CSV rounds decimals to at most "
+               "6 places and has gpus_held (GPUs the workload holds) and wasted_gpus; openmetrics / prometheus print "
+               "gpuwaste's metric families (prometheus: the format of node-exporter's textfile collector).")
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -366,6 +370,13 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     team = team_function(config)
     chosen = select(report.findings, view, team)
     findings = [f for f in chosen if f.usd_per_day is None or f.usd_per_day >= Decimal(str(min_usd))]
+    if output in (Output.openmetrics, Output.prometheus):
+        from gpuwaste.settings import GpuWasteConfig
+
+        sys.stdout.buffer.write(_exposition(report, findings, config or GpuWasteConfig(),
+                                            openmetrics=output is Output.openmetrics))
+        sys.stdout.flush()
+        return
     if output is Output.json:
         inv = report.inventory
         sys.stdout.write(terminal.to_json(
@@ -468,6 +479,22 @@ def live_cluster(cfg: GpuWasteConfig, cluster: str | None, prometheus: str | Non
         cc.kubernetes.kubeconfig = str(kubeconfig) if kubeconfig else cc.kubernetes.kubeconfig
         cc.kubernetes.context = context or cc.kubernetes.context
     return cc
+
+
+def _exposition(report: ScanReport, findings: list[Finding], config: GpuWasteConfig, *, openmetrics: bool) -> bytes:
+    """The scan as gpuwaste's metric families (the builder `gpuwaste serve` uses): OpenMetrics, or the Prometheus
+    text format that node-exporter's textfile collector reads (docs/metrics.md)."""
+    from gpuwaste.services.metrics import health_of_scan, snapshot_of_scan
+    from gpuwaste.sinks.prometheus_metrics import render_openmetrics, render_text
+
+    health = health_of_scan(report.cluster, at=datetime.now(tz=UTC).replace(microsecond=0),
+                            duration_s=sum(report.timings_s.values()), window_s=report.window_s,
+                            gpus=report.inventory.physical_gpus, findings=findings,
+                            no_verdict_detectors=[nv.detector for nv in report.no_verdict])
+    snapshot = snapshot_of_scan(findings, health, config.delivery, top=config.serve.top_workloads,
+                                team_budgets=dict(config.serve.team_budgets_usd_per_day),
+                                default_budget=config.serve.default_team_budget_usd_per_day, version=__version__)
+    return render_openmetrics(snapshot) if openmetrics else render_text(snapshot)
 
 
 def _run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool, *, wide: bool = False,  # type: ignore[no-untyped-def]
@@ -822,7 +849,7 @@ def main(
     out.width = _stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 
 
-COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay")
+COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve")
 
 
 def _load_commands() -> None:
