@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuwaste.cli import _config, app, fail, out, parse_time, parse_window
+from gpuwaste.cli import _config, _plain, app, fail, out, parse_time, parse_window
 from gpuwaste.errors import InputFormatError
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
@@ -139,9 +139,14 @@ def explain(
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
     matches = find(report.findings, fingerprint)
     if not matches:
-        known = "\n".join(f"  {f.fingerprint[:12]}  {f.kind.value:22} {f.subject.namespace or ''}/{f.subject.pod or f.subject.node or ''}"
+        from gpuwaste.people import plain
+        from gpuwaste.sinks.terminal import short_ids
+
+        ids = short_ids(report.findings)
+        known = "\n".join(f"  {ids[f.fingerprint]:8}  {f.kind.value:22} "
+                          f"{plain(f.subject.namespace or '')}/{plain(f.subject.pod or f.subject.node or '')}"
                           for f in report.findings)
-        fail(f"no finding with fingerprint {fingerprint!r} in this scan; the scan found:\n{known}")
+        fail(_plain(f"no finding with ID {fingerprint!r} in this scan; the scan found:\n{known}"))
     if len(matches) > 1:
         fail(f"{fingerprint!r} matches {len(matches)} findings; give more characters")
     finding = matches[0]

@@ -166,7 +166,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
 
     def on_scan(report):  # type: ignore[no-untyped-def]
         if table and not quiet:
-            render(report, output, quiet=quiet, wide=wide)
+            render(report, output, quiet=quiet, wide=wide, config=cfg)
 
     deliver = _slack_preview(cfg, panels=slack and not quiet) if table else None
     unfiled: list[AlertMessage] = []
@@ -188,7 +188,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
     except PermanentError as exc:
         fail(str(exc))
     if not table:
-        render(result.reports[-1], output, quiet=True, wide=wide)
+        render(result.reports[-1], output, quiet=True, wide=wide, config=cfg)
         return result
     out.print(f"[bold]alerts[/] ({len(result.alerts)}; {result.new_alerts} new), ticket requests {len(result.tickets)}"
               f" — state {state}", highlight=False)
