@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -110,15 +110,23 @@ class FindingStore(Protocol):
 class Notifier(Protocol):
     """Tells owners in chat (Slack, or the terminal locally); renders notices its own way."""
 
-    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None) -> list[PostedMessage]:
+    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None,
+             on_posted: Callable[[PostedMessage], None] | None = None) -> list[PostedMessage]:
         """Post a notice to `channel` (default: its route's), split over several messages when it is too long.
 
         A routed channel that does not exist falls back to the default channel, and the message says so.
+        `on_posted` is called with each part as soon as the chat accepted it (the caller records the delivery
+        before the next part is tried, so a failure on part 2 never re-posts part 1).
 
         Raises:
             DeliveryError: rate-limited after retries, 5xx, timeout (retry through the queue).
             PermanentDeliveryError: bad token, bad payload, no channel at all.
         """
+        ...
+
+    def find_posted(self, notice: Notice) -> list[PostedMessage]:
+        """Messages already posted for this notice (same scan, kind and findings) — a post the chat accepted
+        but whose answer was lost (crash, timeout). Empty when the chat cannot be searched."""
         ...
 
     def update(self, notice: Notice, *, channel: str, ts: str) -> PostedMessage:

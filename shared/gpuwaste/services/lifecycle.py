@@ -268,6 +268,20 @@ class LifecycleService:
                 return self._flush(record, out)
         raise StoreError(f"finding {fingerprint}: conflicting writes, gave up after {MAX_ATTEMPTS} attempts")
 
+    def recover(self, records: list[FindingRecord]) -> Outcome:
+        """Send what the outboxes of `records` still hold (left by a crash between a decision and its send) and
+        clear them; the delivery queues drop messages they already hold.
+
+        Raises:
+            StoreError, RetryableError: as `handle_finding`.
+        """
+        total = Outcome()
+        for record in records:
+            out = self._resend(record, stale=False)
+            total.alerts += out.alerts
+            total.tickets += out.tickets
+        return total
+
     # -- helpers -------------------------------------------------------------------------------------
     def _alertable(self, finding: Finding) -> bool:
         if not finding.kind.is_waste:

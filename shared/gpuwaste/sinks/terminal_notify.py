@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,15 +58,22 @@ class TerminalNotifier:
         self.sent.append((channel, ts, text))
         return PostedMessage(channel=channel, ts=ts)
 
-    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None) -> list[PostedMessage]:
-        """Print the notice (each part of a long digest separately)."""
+    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None,
+             on_posted: Callable[[PostedMessage], None] | None = None) -> list[PostedMessage]:
+        """Print the notice (each part of a long digest separately; `on_posted` after each)."""
         now = self._now or datetime.now(UTC)
         target = channel or notice.route.channel
         out = []
         for payload in render_notice(notice, now=now):
             posted = self._emit(target, f"slack {notice.kind.value}", blocks_to_text(payload.blocks), thread_ts)
             out.append(posted.model_copy(update={"fingerprints": payload.fingerprints}))
+            if on_posted is not None:
+                on_posted(out[-1])
         return out
+
+    def find_posted(self, notice: Notice) -> list[PostedMessage]:
+        """A terminal keeps nothing to look up: always empty."""
+        return []
 
     def update(self, notice: Notice, *, channel: str, ts: str) -> PostedMessage:
         """Print the edited message."""
