@@ -23,6 +23,7 @@ processor = bootstrap.DeadLetterBatchProcessor(model=AlertRecord)  # PermanentDe
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     # The batch is planned first (NEW alerts of one owner and scan → one digest); each record then reports
     # its group's outcome, so a failed post fails exactly its records and SQS redelivers them.
-    plan = bootstrap.notify_service().plan_bodies(r.get("body", "") for r in event.get("Records", []))
+    # Records received before are looked up in Slack before posting; waits are bounded by the remaining time.
+    plan = bootstrap.delivery_plan(event, context)
     return process_partial_response(event=event, record_handler=lambda record: plan.deliver(record.body),
                                     processor=processor, context=context)
