@@ -275,8 +275,7 @@ class SlackNotifier:
 
     def _post_payload(self, notice: Notice, payload: SlackPayload, ctx: _PostContext) -> None:
         extra: dict[str, Any] = {"thread_ts": ctx.thread_ts} if ctx.thread_ts else {}
-        if not ctx.thread_ts and notice.kind is not NoticeKind.UPDATE:
-            extra["metadata"] = _marker(notice, payload.fingerprints)
+        extra["metadata"] = _marker(notice, payload.fingerprints)
         try:
             data = self._call("chat.postMessage", channel=ctx.target, **payload.as_kwargs(), **extra)
         except ChannelMissingError:
@@ -338,10 +337,12 @@ class SlackNotifier:
         """See `gpuwaste.ports.Notifier.update` (a long notice keeps only its first part in the edit)."""
         payload = render_notice(notice, now=self._now())[0]
         try:
-            data = self._call("chat.update", channel=channel, ts=ts, **payload.as_kwargs())
+            data = self._call("chat.update", channel=channel, ts=ts, metadata=_marker(notice, payload.fingerprints),
+                              **payload.as_kwargs())
         except MessageMissingError:  # the original was deleted: say it in a new message instead
             logger.warning("slack message to edit is gone; posting a new one", extra={"channel": channel})
-            data = self._call("chat.postMessage", channel=channel, **payload.as_kwargs())
+            data = self._call("chat.postMessage", channel=channel, metadata=_marker(notice, payload.fingerprints),
+                              **payload.as_kwargs())
         return PostedMessage(channel=str(data.get("channel") or channel), ts=str(data.get("ts") or ts),
                              fingerprints=payload.fingerprints)
 
