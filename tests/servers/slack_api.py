@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import parse_qsl
@@ -126,6 +127,8 @@ class FakeSlack(FakeHttpServer):
         self.users: dict[str, str] = dict(users or {})
         self.missing_channels: set[str] = set()
         self.blocks_text_limit = BLOCKS_TEXT_LIMIT
+        #: faults this fake answered, by "<status>" or "<error>" (counted where they are injected)
+        self.faults_served: Counter[str] = Counter()
         self._state = _State()
         self._handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "auth.test": self._auth_test,
@@ -179,6 +182,8 @@ class FakeSlack(FakeHttpServer):
         with self._lock:
             self._state = _State()
             self.missing_channels = set()
+            self.faults_served = Counter()
+            self.blocks_text_limit = BLOCKS_TEXT_LIMIT
             self.token, users = self._initial
             self.users = dict(users)
 
@@ -230,6 +235,7 @@ class FakeSlack(FakeHttpServer):
     def _take_fault(self, method: str) -> _Fault | None:
         for fault in self._state.faults:
             if fault.method in (method, "*"):
+                self.faults_served[fault.error or str(fault.status)] += 1
                 fault.remaining -= 1
                 if fault.remaining <= 0:
                     self._state.faults.remove(fault)

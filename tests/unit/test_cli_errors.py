@@ -7,8 +7,8 @@ import csv
 import gzip
 import io
 import json
-import re
 import logging
+import re
 import shutil
 import subprocess
 from datetime import UTC, datetime, timedelta
