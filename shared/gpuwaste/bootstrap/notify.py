@@ -37,14 +37,15 @@ def delivery_plan(event: dict[str, Any], context: Any) -> DeliveryPlan:
     the invocation's remaining time (`context.get_remaining_time_in_millis`), the rest is deferred to the queue.
     """
     service = notify_service()
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
 
     def time_left() -> float:
-        return float(context.get_remaining_time_in_millis()) / 1000.0
+        return float(remaining()) / 1000.0 if remaining is not None else float("inf")
 
-    service.time_left = time_left
+    service.time_left = time_left if remaining is not None else None
     set_time_left = getattr(service.notifier, "set_time_left", None)
     if set_time_left is not None:
-        set_time_left(time_left)
+        set_time_left(service.time_left)
     records = event.get("Records", [])
     bodies = [str(r.get("body", "")) for r in records]
     again = [str(r.get("body", "")) for r in records
