@@ -1,7 +1,6 @@
 """notify_slack: alerts queue → Slack (Block Kit alerts, one digest per owner and scan, thread updates, resolved edits)."""
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -16,7 +15,6 @@ class AlertRecord(SqsRecordModel):
     body: Json[AlertMessage]
 
 
-processor = bootstrap.DeadLetterBatchProcessor(model=AlertRecord)  # PermanentDeliveryError → DLQ with the reason
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -25,5 +23,4 @@ def lambda_handler(event: dict, context: LambdaContext) -> dict:
     # its group's outcome, so a failed post fails exactly its records and SQS redelivers them.
     # Records received before are looked up in Slack before posting; waits are bounded by the remaining time.
     plan = bootstrap.delivery_plan(event, context)
-    return process_partial_response(event=event, record_handler=lambda record: plan.deliver(record.body),
-                                    processor=processor, context=context)
+    return bootstrap.process_batch(event, context, model=AlertRecord, record_handler=lambda record: plan.deliver(record.body))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -150,6 +150,18 @@ class Notifier(Protocol):
         self, summary: DailySummary, *, channel: str, chart_png: bytes | None, note: str | None = None
     ) -> PostedMessage:
         """Post the daily summary, with the chart image when given (`note` says why it is missing)."""
+        ...
+
+
+class RequestVerifier(Protocol):
+    """Authenticates an inbound request from the chat service (Slack's request signatures)."""
+
+    def verify(self, headers: Mapping[str, str], body: bytes) -> None:
+        """Accept the request or raise.
+
+        Raises:
+            RequestSignatureError: the request is not authentic or is a replay.
+        """
         ...
 
 

@@ -123,7 +123,7 @@ def test_lambda_chain_slack_outage_lost_answer_and_redelivery_post_each_alert_on
     recording = write_recording(generate_fleet(SPEC), tmp_path / "demo", compress=False)
     cfg = GpuWasteConfig()
     sources = local.recording_sources(recording, cfg)
-    findings = [m for m in _scan_messages(sources, cfg)]
+    findings = _scan_messages(sources, cfg)
     sqs, urls, slack = world["sqs"], world["stack"].queue_urls, world["slack"]
     for body in findings:
         sqs.send_message(QueueUrl=urls["FindingsQueue"], MessageBody=body)

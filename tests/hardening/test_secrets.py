@@ -24,8 +24,9 @@ import pytest
 from gpuwaste.bootstrap import pipeline
 from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.messages import ScanRequest
-from gpuwaste.services.interactions import SignatureError, verify_signature
+from gpuwaste.services.interactions import SignatureError
 from gpuwaste.settings import PrometheusAuth, PrometheusSettings
+from gpuwaste.sinks.slack_signature import SlackSignatureVerifier, sign
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 from tests.aws_resources import create_stack
 from tests.hardening.conftest import Figures
@@ -272,15 +273,13 @@ def test_secrets_settings_repr_and_json_hide_secret_values() -> None:
 
 def test_secrets_bad_slack_signature_error_does_not_echo_the_secret() -> None:
     # GIVEN a request signed with the wrong secret
-    from gpuwaste.services.interactions import sign
-
     body = b"payload=%7B%7D"
     now = SPEC.eval_time
     ts = str(int(now.timestamp()))
     headers = {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sign("wrong-secret", ts, body)}
     # WHEN verified with the real signing secret
     with pytest.raises(SignatureError) as err:
-        verify_signature(CANARIES["slack signing secret"], headers, body, now=now)
+        SlackSignatureVerifier(CANARIES["slack signing secret"], now=lambda: now).verify(headers, body)
     # THEN the error says why without the secret or the expected signature's input
     assert leaks([str(err.value), repr(err.value)]) == []
 

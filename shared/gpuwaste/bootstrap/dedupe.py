@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 from gpuwaste.bootstrap import pipeline
-from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor, deferred_queue
+from gpuwaste.bootstrap.batch import deferred_queue, process_batch
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 
@@ -29,4 +29,4 @@ def lifecycle_service() -> LifecycleService:
     )
 
 
-__all__ = ["DeadLetterBatchProcessor", "lifecycle_service"]
+__all__ = ["process_batch", "lifecycle_service"]

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from gpuwaste.bootstrap import delivery, pipeline
-from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor
+from gpuwaste.bootstrap.batch import process_batch
 from gpuwaste.ports import FindingStore, Notifier
 from gpuwaste.services.notify import DeliveryPlan, NotifyService
 from gpuwaste.settings import GpuWasteConfig
@@ -70,4 +70,4 @@ def local_notify_service(config: GpuWasteConfig, store: FindingStore | None, not
                          settings=config.delivery, now=now or pipeline.SystemClock().now)
 
 
-__all__ = ["DeadLetterBatchProcessor", "delivery_plan", "local_notifier", "local_notify_service", "notify_service"]
+__all__ = ["process_batch", "delivery_plan", "local_notifier", "local_notify_service", "notify_service"]

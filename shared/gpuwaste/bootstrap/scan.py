@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from gpuwaste.bootstrap import local, pipeline
-from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor
+from gpuwaste.bootstrap.batch import process_batch
 from gpuwaste.models.messages import ScanRequest
 from gpuwaste.services.dispatch import scan_id_for
 from gpuwaste.services.scan import ScanReport, ScanService
@@ -87,4 +87,4 @@ def scan_all(scheduled_time: datetime) -> list[ScanReport]:
     ]
 
 
-__all__ = ["DeadLetterBatchProcessor", "scan", "scan_all", "scan_service"]
+__all__ = ["process_batch", "scan", "scan_all", "scan_service"]
