@@ -19,6 +19,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpuwaste.errors import GpuWasteError, PermanentError, StoreError
@@ -47,38 +48,41 @@ def _activity(record: FindingRecord) -> datetime:
     return record.activity_at or max(t for t in (record.last_seen, record.resolved_at) if t is not None)
 
 
+_SERIALIZER = TypeSerializer()
+_DESERIALIZER = TypeDeserializer()
+
+
 def to_item(record: FindingRecord) -> dict[str, Any]:
-    """A record as a DynamoDB item in the low-level wire format ({"S": ...}, {"N": ...})."""
+    """A record as a DynamoDB item in the low-level wire format ({"S": ...}, {"N": ...}), via boto3's TypeSerializer.
+
+    Times become fixed-format UTC strings (they sort as text), enums their values, tuples lists; empty strings and
+    None are left out.
+    """
     item: dict[str, Any] = {}
     for name, value in record.model_dump(mode="python").items():
         if value is None or value == "":
             continue
-        item[name] = _attr(value)
+        item[name] = _SERIALIZER.serialize(_plain(value))
     activity = _activity(record)
-    item["cluster_state"] = {"S": f"{record.cluster}#{record.state.value}"}
-    item["activity_ts"] = {"S": _time(activity)}
-    item["activity_day"] = {"S": activity.astimezone(UTC).date().isoformat()}
+    item["cluster_state"] = _SERIALIZER.serialize(f"{record.cluster}#{record.state.value}")
+    item["activity_ts"] = _SERIALIZER.serialize(_time(activity))
+    item["activity_day"] = _SERIALIZER.serialize(activity.astimezone(UTC).date().isoformat())
     return item
 
 
-def _attr(value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"BOOL": value}
+def _plain(value: Any) -> Any:
+    """A record value in the types TypeSerializer takes (str, Decimal/int, bool, list)."""
     if isinstance(value, Enum):
-        return {"S": str(value.value)}
-    if isinstance(value, int | Decimal):
-        return {"N": str(value)}
+        return str(value.value)
     if isinstance(value, datetime):
-        return {"S": _time(value)}
-    if isinstance(value, str):
-        return {"S": value}
+        return _time(value)
     if isinstance(value, list | tuple):
-        return {"L": [_attr(v) for v in value]}
-    raise TypeError(f"cannot store {type(value).__name__} in DynamoDB")
+        return [_plain(v) for v in value]
+    return value
 
 
 def from_item(item: dict[str, Any]) -> FindingRecord:
-    """A DynamoDB item (wire format) back to a record.
+    """A DynamoDB item (wire format) back to a record, via boto3's TypeDeserializer.
 
     Raises:
         PermanentError: the item does not hold a valid record.
@@ -87,22 +91,12 @@ def from_item(item: dict[str, Any]) -> FindingRecord:
     for name, attr in item.items():
         if name in _INDEX_ONLY:
             continue
-        data[name] = _value(name, attr)
+        value = _DESERIALIZER.deserialize(attr)
+        data[name] = int(value) if name in _INT_FIELDS and isinstance(value, Decimal) else value
     try:
         return FindingRecord.model_validate(data)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise PermanentError(f"dynamodb store: item {item.get('fingerprint')} is not a finding record: {exc}") from exc
-
-
-def _value(name: str, attr: dict[str, Any]) -> Any:
-    ((kind, raw),) = attr.items()
-    if kind == "N":
-        return int(raw) if name in _INT_FIELDS else Decimal(raw)
-    if kind == "BOOL":
-        return bool(raw)
-    if kind == "L":
-        return [_value(name, v) for v in raw]
-    return raw
 
 
 class DynamoDbFindingStore:
