@@ -31,6 +31,7 @@ from gpuwaste.cli import (
 )
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
 from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.models.text import for_terminal
 
 ACTION_STYLE = {
     AlertAction.NEW: "bold red", AlertAction.WORSE: "red", AlertAction.REMINDER: "yellow",
@@ -46,7 +47,9 @@ def alert_line(alert: AlertMessage) -> str:
     usd = f.usd_per_day
     cost = "unpriced" if usd is None else f"${usd:,.2f}/day"
     extra = f" · saved ${alert.saved_usd_per_day}/day" if alert.saved_usd_per_day else ""
-    return f"[{alert.action.value.upper()}] {who} · {f.kind.value} · {cost}{extra} · {alert.reason or ''}".rstrip(" ·")
+    # names come from the cluster: no escape sequences, no markup reach the terminal
+    line = f"[{alert.action.value.upper()}] {for_terminal(who)} · {f.kind.value} · {cost}{extra} · {for_terminal(alert.reason)}"
+    return line.rstrip(" ·")
 
 
 def print_alert(alert: AlertMessage) -> None:
@@ -74,7 +77,7 @@ def _slack_stage(cfg):  # type: ignore[no-untyped-def]
         service = notify.local_notify_service(cfg, store, notifier=printer, console=out, now=lambda: at)
         report = service.plan(alerts, redelivered=redelivered).deliver_all()
         for alert, exc in report.failed:
-            out.print(f"not delivered (kept for the next run): {alert_line(alert)}: {exc}", style="red",
+            out.print(f"not delivered (kept for the next run): {alert_line(alert)}: {for_terminal(str(exc))}", style="red",
                       highlight=False, soft_wrap=True)
         return report.failed
 
@@ -108,7 +111,7 @@ def _ticket_stage(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
             try:
                 key = service.handle(request)
             except GpuWasteError as exc:  # shown, not fatal: the rest of the chain carries on
-                out.print(f"ticket failed (kept for the next run): {alert_line(request)}: {exc}", style="red",
+                out.print(f"ticket failed (kept for the next run): {alert_line(request)}: {for_terminal(str(exc))}", style="red",
                           highlight=False, soft_wrap=True)
                 failed.append((request, exc))
                 continue

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuwaste.models.notices import DailySummary, GroupTotal
+from gpuwaste.models.text import for_terminal
 from gpuwaste.sinks.slack_blocks import usd, when
 
 
@@ -83,13 +84,13 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
         for col in (label, "wasted", "before", "trend", "open"):
             t.add_column(col, justify="left" if col == label else "right")
         for g in groups:
-            t.add_row(g.name, usd(g.wasted_usd), usd(g.previous_usd), _trend(g.wasted_usd, g.previous_usd), str(g.findings))
+            t.add_row(for_terminal(g.name), usd(g.wasted_usd), usd(g.previous_usd), _trend(g.wasted_usd, g.previous_usd), str(g.findings))
         console.print(t)
     t = Table(title="Top offenders")
     for col in ("#", "workload", "namespace", "kind", "team", "wasted", "USD/day", "state"):
         t.add_column(col)
     for n, o in enumerate(s.top, start=1):
-        t.add_row(str(n), o.workload or "-", o.namespace or "-", o.kind, o.team, usd(o.wasted_usd), usd(o.usd_per_day),
+        t.add_row(str(n), for_terminal(o.workload or "-"), for_terminal(o.namespace or "-"), o.kind, for_terminal(o.team), usd(o.wasted_usd), usd(o.usd_per_day),
                   "open" if o.open else "resolved")
     console.print(t)
 

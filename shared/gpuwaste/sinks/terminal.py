@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuwaste.models.findings import Finding, WasteKind
+from gpuwaste.models.text import for_terminal
 
 CENT = Decimal("0.01")
 
@@ -129,11 +130,12 @@ def findings_table(findings: Sequence[Finding], *, title: str = "GPU waste findi
         return text
 
     # a node finding's owner is its node, which the node column shows
-    owners = ["(node)" if owner_of(f).startswith("node ") else owner_of(f) for f in rows]
-    workloads = [shorten(workload_of(f), f.subject.node) for f in rows]
-    nodes = [shorten(f.subject.node or "-", f.subject.node) for f in rows]
+    # every string from the cluster or telemetry is sanitised for the terminal (no escape sequences, no markup)
+    owners = ["(node)" if owner_of(f).startswith("node ") else for_terminal(owner_of(f)) for f in rows]
+    workloads = [for_terminal(shorten(workload_of(f), f.subject.node)) for f in rows]
+    nodes = [for_terminal(shorten(f.subject.node or "-", f.subject.node)) for f in rows]
     kinds = [f.kind.value + (f" ({f.idle_mode.value})" if f.idle_mode else "") for f in rows]
-    evidence = [evidence_text(f) for f in rows]
+    evidence = [for_terminal(evidence_text(f)) for f in rows]
     caption = f"node names without {', '.join(sorted(removed))}" if removed else None
     table = Table(title=title, show_lines=False, header_style="bold", caption=caption, caption_justify="left")
     usds = [_usd(f.usd_per_day) for f in rows] + [_usd(sum((f.usd_per_day or Decimal(0) for f in rows), Decimal(0)))]
@@ -181,7 +183,7 @@ def data_quality_table(findings: Sequence[Finding]) -> Table | None:
     table.add_column("what", overflow="fold")
     for f in rows:
         where = f"{f.subject.namespace}/{f.subject.pod}" if f.subject.pod else (f.subject.node or "-")
-        table.add_row(str(f.details.get("check", "")), where, f.title)
+        table.add_row(for_terminal(str(f.details.get("check", ""))), for_terminal(where), for_terminal(f.title))
     return table
 
 
@@ -256,7 +258,7 @@ def print_findings(console: Console, findings: Sequence[Finding], *, wide: bool 
     if caveats:
         console.print("* price caveats:", style="yellow", highlight=False)
         for line in caveats:
-            console.print(f"  {line}", style="yellow", highlight=False)
+            console.print(f"  {for_terminal(line)}", style="yellow", highlight=False)
     dq = data_quality_table(findings)
     if dq is not None:
         console.print(dq)

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape as rich_escape
 from rich.panel import Panel
 
 from gpuwaste.models.notices import DailySummary, Notice, PostedMessage
+from gpuwaste.models.text import for_terminal
 from gpuwaste.sinks.slack_blocks import render_notice, render_summary
 
 
@@ -54,7 +54,7 @@ class TerminalNotifier:
     def _emit(self, channel: str, title: str, text: str, thread_ts: str | None = None) -> PostedMessage:
         ts = f"{next(self._ts)}.000000"
         where = f"{channel} (thread {thread_ts})" if thread_ts else channel
-        self.console.print(Panel(rich_escape(text), title=rich_escape(f"{title} → {where}"), expand=False))
+        self.console.print(Panel(for_terminal(text, keep_lines=True), title=for_terminal(f"{title} → {where}"), expand=False))
         self.sent.append((channel, ts, text))
         return PostedMessage(channel=channel, ts=ts)
 
