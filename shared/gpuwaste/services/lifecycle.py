@@ -4,8 +4,8 @@ Rules (design §5; thresholds in `LifecycleSettings`):
 
 * New fingerprint → record it, alert NEW.
 * Still open → silent, unless its USD/day rose by `worse_share` over the cost last alerted (WORSE) or
-  the last alert is `reminder_after` old (REMINDER). Cumulative USD accrues per scan:
-  usd_per_day × days since it was last seen.
+  the last alert is `reminder_after` old (REMINDER). Its money is the ledger of the time its sightings' evidence
+  covered (`models/ledger.py`); the cumulative USD is that ledger's total.
 * Open for `ticket_after`, or costing ≥ `ticket_usd_per_day` → one ticket request (ESCALATE) on the
   tickets queue per open period.
 * Snoozed (until `snoozed_until`, set by the Slack buttons or by the workload/namespace annotation
@@ -42,7 +42,8 @@ from decimal import Decimal
 
 from gpuwaste.errors import StoreError
 from gpuwaste.models.findings import Finding
-from gpuwaste.models.lifecycle import FindingRecord, FindingState
+from gpuwaste.models.ledger import add_sighting, waste_usd
+from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
 from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted
 from gpuwaste.ports import AlertQueue, Clock, FindingStore
 from gpuwaste.services.routing import snoozed_until
@@ -125,8 +126,9 @@ class LifecycleService:
             last_scan_id=scan_id,
             usd_per_day=usd,
             peak_usd_per_day=usd,
-            # the waste was already there during the window that proved it (same money model as the summary)
-            cumulative_usd=((usd or Decimal(0)) * Decimal(finding.window_s) / DAY).quantize(CENT),
+            # the waste was already there during the window that proved it: the time its evidence covers
+            ledger=(ledger := add_sighting((), finding)),
+            cumulative_usd=waste_usd(ledger).quantize(CENT),
             team=_team(finding),
             finding_json=finding.model_dump_json(exclude={"fingerprint"}),
             activity_at=at,
@@ -153,15 +155,16 @@ class LifecycleService:
     def _decide_seen_again(self, current: FindingRecord, finding: Finding, scan_id: str) -> tuple[FindingRecord, Outcome]:
         if current.state is FindingState.RESOLVED:
             record, out = self._first_sight(finding, scan_id)
-            return record.model_copy(update={"version": current.version + 1}), out
+            ledger = add_sighting(money_spans(current), finding)  # the finding's money over all its open periods
+            return record.model_copy(update={"version": current.version + 1, "ledger": ledger,
+                                             "cumulative_usd": waste_usd(ledger).quantize(CENT)}), out
         at = finding.observed_at
         usd = finding.usd_per_day
-        elapsed_days = Decimal((at - current.last_seen).total_seconds()) / DAY
-        accrued = ((usd or Decimal(0)) * elapsed_days).quantize(CENT)
+        ledger = add_sighting(money_spans(current), finding)  # only time its evidence covers, each moment once
         peak = max((v for v in (current.peak_usd_per_day, usd) if v is not None), default=None)
         record = current.model_copy(update={
             "last_seen": at, "last_scan_id": scan_id, "usd_per_day": usd, "peak_usd_per_day": peak,
-            "cumulative_usd": current.cumulative_usd + accrued, "missed_scans": 0,
+            "ledger": ledger, "cumulative_usd": waste_usd(ledger).quantize(CENT), "missed_scans": 0,
             "finding_json": finding.model_dump_json(exclude={"fingerprint"}), "team": _team(finding) or current.team,
             "activity_at": at, "version": current.version + 1, "expires_at": self._expiry(),
         })

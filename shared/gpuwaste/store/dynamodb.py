@@ -78,6 +78,8 @@ def _plain(value: Any) -> Any:
         return _time(value)
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
     return value
 
 
