@@ -28,5 +28,5 @@ def record_handler(record: PricedRecord) -> None:
 
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    # Powertools BatchProcessor; poison messages → DLQ with the reason; outputs sent per batch
-    return bootstrap.process_batch(event, context, model=PricedRecord, record_handler=record_handler)
+    # Powertools BatchProcessor; records read ahead in one batch; poison messages → DLQ with the reason
+    return bootstrap.process(event, context, model=PricedRecord, record_handler=record_handler)

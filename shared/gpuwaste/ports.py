@@ -99,6 +99,23 @@ class FindingStore(Protocol):
         """Open (unresolved) records of a cluster."""
         ...
 
+    def get_many(self, fingerprints: list[str]) -> dict[str, FindingRecord]:
+        """Records of the given fingerprints, absent ones left out (one batch read per 100, not one per record).
+
+        Raises:
+            StoreError: throttling or a transient failure (retryable).
+        """
+        ...
+
+    def update_many(self, updates: list[tuple[FindingRecord, int]]) -> list[bool]:
+        """`update` for each (record, expected_version), grouped into as few calls as the store allows; one outcome
+        per update, in order (False: that record's version had moved on).
+
+        Raises:
+            StoreError: throttling or a transient failure (retryable).
+        """
+        ...
+
     def history(self, *, since: datetime, until: datetime) -> list[FindingRecord]:
         """Records whose latest activity (`activity_at`: last seen or resolved) is in [since, until].
 

@@ -475,6 +475,9 @@ class ThrottledAfterPost:
             raise StoreError("injected: ProvisionedThroughputExceededException")
         return self.inner.update(record, expected_version=expected_version)
 
+    def update_many(self, updates: list[tuple[Any, int]]) -> list[bool]:
+        return [self.update(record, expected_version=version) for record, version in updates]
+
 
 def test_faults_store_error_after_slack_accepted_does_not_post_twice(
         store: SqliteFindingStore, audited_slack: AuditedSlack, demo_dir: Path, figures: Figures) -> None:

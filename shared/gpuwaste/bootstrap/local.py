@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -269,12 +270,18 @@ def run_chain(
                 result.reports.append(report)
                 if on_scan is not None:
                     on_scan(report)
-            for body in priced_q.drain():
-                message = stage.validate_json(body)
-                if isinstance(message, ScanCompleted):
-                    lifecycle.handle_scan_completed(message)
-                else:
-                    lifecycle.handle_finding(message)
+            # one transaction per scan: the decisions, their outboxes and the delivery queue entries commit together
+            with (the_store.transaction() if isinstance(the_store, SqliteFindingStore) else contextlib.nullcontext()):
+                messages = [stage.validate_json(body) for body in priced_q.drain()]
+                lifecycle.prefetch([m.finding.fingerprint for m in messages if isinstance(m, FindingMessage)])
+                lifecycle.defer_clears = True
+                for message in messages:
+                    if isinstance(message, ScanCompleted):
+                        lifecycle.handle_scan_completed(message)
+                    else:
+                        lifecycle.handle_finding(message)
+                lifecycle.clear_outboxes()
+                lifecycle.defer_clears = False
             told = [AlertMessage.model_validate_json(body) for body in alerts_q.sent]
             alerts_q.sent.clear()
             result.alerts += told

@@ -47,6 +47,7 @@ from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
 from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted
 from gpuwaste.ports import AlertQueue, Clock, FindingStore
 from gpuwaste.services.routing import snoozed_until
+from gpuwaste.services.store_ops import get_many, update_many
 from gpuwaste.settings import DeliverySettings, LifecycleSettings
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,31 @@ class LifecycleService:
         self.settings = settings
         self.clock = clock
         self.delivery = delivery or DeliverySettings()
+        #: records read ahead for the batch being handled (`prefetch`); each is used once, for a first attempt
+        self._prefetched: dict[str, FindingRecord | None] = {}
+        #: with `defer_clears`, sent outboxes are cleared together by `clear_outboxes` (one batch write)
+        self.defer_clears = False
+        self._to_clear: list[FindingRecord] = []
+
+    # -- batches ---------------------------------------------------------------------------------------------
+    def prefetch(self, fingerprints: list[str]) -> None:
+        """Read the records of a batch's findings in one batch read (instead of one read per finding)."""
+        found = get_many(self.store, fingerprints)
+        self._prefetched = {fp: found.get(fp) for fp in fingerprints}
+
+    def clear_outboxes(self) -> int:
+        """Clear, in one batch write, the outboxes whose messages were sent since the last call (`defer_clears`).
+        A record that moved on meanwhile keeps its outbox (the next decision carries or re-sends it; delivery keys
+        keep that from reaching an owner twice). Returns how many were cleared."""
+        pending, self._to_clear = self._to_clear, []
+        self._prefetched = {}
+        updates = [(r.model_copy(update={"outbox_json": "", "version": r.version + 1}), r.version) for r in pending]
+        return sum(update_many(self.store, updates))
+
+    def _read(self, fingerprint: str, attempt: int) -> FindingRecord | None:
+        if attempt == 0 and fingerprint in self._prefetched:
+            return self._prefetched.pop(fingerprint)
+        return self.store.get(fingerprint)
 
     # -- findings ------------------------------------------------------------------------------------
     def handle_finding(self, message: FindingMessage) -> Outcome:
@@ -96,8 +122,8 @@ class LifecycleService:
             RetryableError: a queue could not take the messages (the outbox keeps them for the redelivery).
         """
         finding = message.finding
-        for _ in range(MAX_ATTEMPTS):
-            current = self.store.get(finding.fingerprint)
+        for attempt in range(MAX_ATTEMPTS):
+            current = self._read(finding.fingerprint, attempt)
             if current is None:
                 record, out = self._first_sight(finding, message.scan_id)
                 if self.store.put_new(record):
@@ -311,6 +337,9 @@ class LifecycleService:
             self.tickets.send_alerts(out.tickets)
         if record.outbox_json:
             def clear_outbox() -> None:
+                if self.defer_clears:
+                    self._to_clear.append(record)
+                    return
                 # a lost race here only means someone else moved the record on; the messages are sent
                 self.store.update(record.model_copy(update={"outbox_json": "", "version": record.version + 1}),
                                   expected_version=record.version)
@@ -364,8 +393,8 @@ def _read_outbox(text: str) -> tuple[list[AlertMessage], list[AlertMessage]]:
 
 
 def _with_outbox(record: FindingRecord, out: Outcome) -> FindingRecord:
-    entries = [{"to": "alerts", "message": json.loads(m.model_dump_json())} for m in out.alerts]
-    entries += [{"to": "tickets", "message": json.loads(m.model_dump_json())} for m in out.tickets]
+    entries = [{"to": "alerts", "message": m.model_dump(mode="json")} for m in out.alerts]
+    entries += [{"to": "tickets", "message": m.model_dump(mode="json")} for m in out.tickets]
     return record.model_copy(update={"outbox_json": json.dumps(entries) if entries else ""})
 
 

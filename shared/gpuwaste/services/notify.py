@@ -31,6 +31,7 @@ from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, PostedMessage, Route
 from gpuwaste.ports import FindingStore, Notifier
 from gpuwaste.services.routing import links_for, route_for, snoozed_until
+from gpuwaste.services.store_ops import get_many, update_many
 from gpuwaste.settings import DeliverySettings
 
 logger = logging.getLogger(__name__)
@@ -104,6 +105,35 @@ def record_delivery(
         raise StoreError(f"finding {fingerprint[:16]}: delivery key not recorded after {_STORE_ATTEMPTS} attempts: "
                          f"{failure}") from failure
     raise StoreError(f"finding {fingerprint[:16]}: lifecycle record kept changing; delivery key not recorded")
+
+
+def record_deliveries(store: FindingStore | None, entries: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
+    """`record_delivery` for many (fingerprint, key, changes) at once: one batch read and one batch write (a digest
+    part's findings), then one by one, with re-reads and back-off, for any that lost a race or failed.
+
+    Raises:
+        StoreError: as `record_delivery`.
+    """
+    if store is None or not entries:
+        return
+    try:
+        records = get_many(store, [fp for fp, _, _ in entries])
+        updates, pending = [], []
+        for fp, key, changes in entries:
+            record = records.get(fp)
+            if record is None or key in record.delivery_keys:
+                continue
+            update = dict(changes)
+            update["delivery_keys"] = (*record.delivery_keys, key)[-MAX_DELIVERY_KEYS:]
+            update["version"] = record.version + 1
+            updates.append((record.model_copy(update=update), record.version))
+            pending.append((fp, key, changes))
+        outcomes = update_many(store, updates)
+    except StoreError:
+        outcomes, pending = [], list(entries)
+    for ok, (fp, key, changes) in zip(outcomes + [False] * (len(pending) - len(outcomes)), pending, strict=True):
+        if not ok:
+            record_delivery(store, fp, key, changes)
 
 
 @dataclass
@@ -290,8 +320,9 @@ class NotifyService:
             raise DeliveryError(f"deferred: {self.time_left():.0f} s left in this invocation; the queue retries it")
         now = self.now()
         pending: list[tuple[AlertMessage, FindingRecord | None]] = []
+        known = get_many(self.store, [a.fingerprint for a in alerts]) if self.store is not None else {}
         for alert in alerts:
-            record = self._record(alert.fingerprint)
+            record = known.get(alert.fingerprint)
             if record is not None and delivery_key(alert, "slack") in record.delivery_keys:
                 report.skipped.append(alert)
                 continue
@@ -321,9 +352,9 @@ class NotifyService:
         by_fp = {a.fingerprint: a for a, _ in pending}
 
         def record(message: PostedMessage) -> None:
-            for fp in message.fingerprints:
-                changes = {"slack_channel": message.channel, "slack_ts": message.ts, "last_alert_at": now}
-                record_delivery(self.store, fp, delivery_key(by_fp[fp], "slack"), changes)
+            changes = {"slack_channel": message.channel, "slack_ts": message.ts, "last_alert_at": now}
+            record_deliveries(self.store, [(fp, delivery_key(by_fp[fp], "slack"), changes)
+                                           for fp in message.fingerprints])
 
         if redelivered:
             found = self.notifier.find_posted(notice)

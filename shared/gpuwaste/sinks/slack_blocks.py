@@ -348,9 +348,12 @@ def _digest_messages(items: list[NoticeItem], *, now: datetime, interactive: boo
     while k < len(items):
         full: list[NoticeItem] = []
         used_text = 0
+        # the costliest findings get a full section (with the action menu) in the first message, within half its
+        # text; the rest are compact lines, so a large digest needs few messages
+        full_room = room if len(items) - k <= DIGEST_ITEMS_PER_MESSAGE else (room // 2 if not out else 0)
         while k < len(items) and len(full) < DIGEST_ITEMS_PER_MESSAGE:
             n = blocks_text_chars([_digest_item(k + 1, items[k], now, interactive)])
-            if full and used_text + n > room:
+            if (full or out) and used_text + n > full_room:
                 break
             full.append(items[k])
             used_text += n
@@ -408,9 +411,11 @@ def render_notice(notice: Notice, *, now: datetime, fell_back_from: str | None =
     """Block Kit payloads for `notice`, split so each respects Slack's limits.
 
     ALERT/RESOLVED of one item: one message. DIGEST (or a RESOLVED digest): a header, an intro, one section
-    per finding for the costliest `DIGEST_ITEMS_PER_MESSAGE` (with an overflow menu of actions), then the
-    rest as compact lines ("…and N more, $X/day together") packed into up to `DIGEST_TAIL_SECTIONS`
-    sections, and a footer; only what still does not fit continues in further messages ("part 2/3").
+    per finding for the costliest (at most `DIGEST_ITEMS_PER_MESSAGE`, within half the message's text budget when
+    more follow; with an overflow menu of actions), then the rest as compact lines ("…and N more, $X/day
+    together") packed into up to `DIGEST_TAIL_SECTIONS` sections, and a footer; each message's blocks carry at
+    most `budget` characters of text (Slack's cumulative limit, B33), and what does not fit continues in further
+    messages of compact lines ("part 2/3").
     UPDATE: a short thread reply.
     """
     text = _fallback_text(notice)

@@ -123,6 +123,69 @@ class DynamoDbFindingStore:
         item = resp.get("Item")
         return from_item(item) if item else None
 
+    def get_many(self, fingerprints: list[str]) -> dict[str, FindingRecord]:
+        """Records of the given fingerprints (strongly consistent BatchGetItem, 100 keys per call; absent ones left
+        out). Unprocessed keys (throttling) are asked again, then read one by one."""
+        out: dict[str, FindingRecord] = {}
+        keys = list(dict.fromkeys(fingerprints))
+        for k in range(0, len(keys), 100):
+            pending = [{"fingerprint": {"S": fp}} for fp in keys[k:k + 100]]
+            for _ in range(3):
+                if not pending:
+                    break
+                try:
+                    resp = self.client.batch_get_item(RequestItems={self.table_name: {"Keys": pending, "ConsistentRead": True}})
+                except (ClientError, BotoCoreError) as exc:
+                    raise _translate(exc) from exc
+                for item in resp.get("Responses", {}).get(self.table_name, []):
+                    record = from_item(item)
+                    out[record.fingerprint] = record
+                pending = list(resp.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", []))
+            for key in pending:  # still unprocessed: read them one by one
+                record_or_none = self.get(key["fingerprint"]["S"])
+                if record_or_none is not None:
+                    out[record_or_none.fingerprint] = record_or_none
+        return out
+
+    def update_many(self, updates: list[tuple[FindingRecord, int]]) -> list[bool]:
+        """`update` for each (record, expected_version): conditional puts in TransactWriteItems of up to 100 (one
+        call instead of one per record). A failed condition is that record's False; the others are written."""
+        results: list[bool | None] = [None] * len(updates)
+        for k in range(0, len(updates), 100):
+            todo = list(range(k, min(k + 100, len(updates))))
+            for _ in range(3):
+                if not todo:
+                    break
+                todo = self._transact(updates, todo, results)
+            for i in todo:  # kept conflicting with other transactions: one by one
+                record, version = updates[i]
+                results[i] = self.update(record, expected_version=version)
+        return [bool(r) for r in results]
+
+    def _transact(self, updates: list[tuple[FindingRecord, int]], todo: list[int], results: list[bool | None]) -> list[int]:
+        items = [{"Put": {"TableName": self.table_name, "Item": to_item(updates[i][0]),
+                          "ConditionExpression": "version = :expected",
+                          "ExpressionAttributeValues": {":expected": {"N": str(updates[i][1])}}}} for i in todo]
+        try:
+            self.client.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            if _code(exc) != "TransactionCanceledException":
+                raise _translate(exc) from exc
+            reasons = exc.response.get("CancellationReasons") or []
+            retry = []
+            for i, reason in zip(todo, reasons, strict=False):
+                code = (reason or {}).get("Code", "None")
+                if code == "ConditionalCheckFailed":
+                    results[i] = False
+                else:
+                    retry.append(i)  # written by nobody: the transaction was cancelled because of another item
+            return retry if len(reasons) == len(todo) else todo
+        except BotoCoreError as exc:
+            raise _translate(exc) from exc
+        for i in todo:
+            results[i] = True
+        return []
+
     def put_new(self, record: FindingRecord) -> bool:
         """Create the record; False when the fingerprint exists."""
         return self._conditional_put(record, "attribute_not_exists(fingerprint)", {})

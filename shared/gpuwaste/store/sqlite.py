@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,7 +64,7 @@ class SqliteFindingStore:
 
     def __init__(self, path: Path | str = ":memory:") -> None:
         self.path = str(path)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: `transaction()` holds it around the calls it groups
         self._db: sqlite3.Connection | None = None
 
     def _conn(self) -> sqlite3.Connection:
@@ -84,6 +84,36 @@ class SqliteFindingStore:
                 raise _translate(exc) from exc
             self._db = db
         return self._db
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group the writes made inside into one transaction (one commit): each conditional write keeps its own
+        semantics, and a crash before the end undoes them all (the caller redoes them: scans are idempotent).
+        Nested use joins the outer transaction."""
+        with self._lock:
+            db = self._conn()
+            if db.in_transaction:
+                yield
+                return
+            try:
+                db.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise _translate(exc) from exc
+            try:
+                yield
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+            try:
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise _translate(exc) from exc
+
+    def update_many(self, updates: Sequence[tuple[FindingRecord, int]]) -> list[bool]:
+        """`update` for each (record, expected_version), in one transaction; one outcome per update."""
+        with self.transaction():
+            return [self.update(record, expected_version=version) for record, version in updates]
 
     def close(self) -> None:
         """Close the connection (a later call reopens it)."""
@@ -202,16 +232,11 @@ class DeliveryQueue:
             body = m.model_dump_json()
             rows.append((self.name, _dedupe_key(m, body), body, "pending", now))
             self.sent.append(body)
-        with self.store._lock:
-            db = self.store._conn()
+        with self.store.transaction():
             try:
-                db.execute("BEGIN")
-                db.executemany("INSERT OR IGNORE INTO deliveries (queue, dedupe_key, body, state, created_at) "
-                               "VALUES (?, ?, ?, ?, ?)", rows)
-                db.execute("COMMIT")
+                self.store._conn().executemany("INSERT OR IGNORE INTO deliveries (queue, dedupe_key, body, state, "
+                                               "created_at) VALUES (?, ?, ?, ?, ?)", rows)
             except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
                 raise _translate(exc) from exc
 
     def send_alerts(self, messages: Sequence[BaseModel]) -> None:
@@ -250,15 +275,10 @@ class DeliveryQueue:
     def _many(self, sql: str, rows: list[tuple[object, ...]]) -> None:
         if not rows:
             return
-        with self.store._lock:
-            db = self.store._conn()
+        with self.store.transaction():
             try:
-                db.execute("BEGIN")
-                db.executemany(sql, rows)
-                db.execute("COMMIT")
+                self.store._conn().executemany(sql, rows)
             except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
                 raise _translate(exc) from exc
 
 
