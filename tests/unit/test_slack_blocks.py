@@ -187,6 +187,7 @@ def test_slack_app_manifest_requests_exactly_the_scopes_used() -> None:
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     # THEN they are the product's calls' scopes (users:read is Slack's companion of users:read.email), and
     # interactivity is on, pointing at a URL to replace
-    assert scopes == {"chat:write", "chat:write.public", "users:read", "users:read.email", "files:write"}
+    assert scopes == {"chat:write", "chat:write.public", "users:read", "users:read.email", "files:write",
+                      "channels:history", "groups:history"}
     assert manifest["settings"]["interactivity"]["is_enabled"] is True
     assert manifest["settings"]["interactivity"]["request_url"].startswith("https://")
