@@ -393,9 +393,10 @@ def _read_outbox(text: str) -> tuple[list[AlertMessage], list[AlertMessage]]:
 
 
 def _with_outbox(record: FindingRecord, out: Outcome) -> FindingRecord:
-    entries = [{"to": "alerts", "message": m.model_dump(mode="json")} for m in out.alerts]
-    entries += [{"to": "tickets", "message": m.model_dump(mode="json")} for m in out.tickets]
-    return record.model_copy(update={"outbox_json": json.dumps(entries) if entries else ""})
+    # the same JSON as `json.dumps([{"to": …, "message": …}])`, with each message serialised once, by pydantic
+    entries = [f'{{"to": "alerts", "message": {m.model_dump_json()}}}' for m in out.alerts]
+    entries += [f'{{"to": "tickets", "message": {m.model_dump_json()}}}' for m in out.tickets]
+    return record.model_copy(update={"outbox_json": f"[{', '.join(entries)}]" if entries else ""})
 
 
 def _older_than_known(current: FindingRecord, finding: Finding) -> bool:
