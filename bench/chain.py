@@ -2,8 +2,9 @@
 
 * **local chain**: N findings (10,000 by default) go through the same services the Lambda functions run
   (`PriceService`, `LifecycleService`, `NotifyService`) with the embedded pieces of the local command: the
-  in-process queue (`queue.memory.MemoryQueue`, JSON bodies like SQS), the SQLite store
-  (`store.sqlite.SqliteFindingStore`, a file) and the Slack notifier posting to the local Slack fake.
+  in-process queue (`queue.memory.MemoryQueue`, JSON bodies like SQS) between price and dedupe, the SQLite store
+  (`store.sqlite.SqliteFindingStore`, a file) with its durable alerts outbox table (`DeliveryQueue`), one
+  transaction per scan as `gpuwaste run`, and the Slack notifier posting to the local Slack fake.
   Every message crosses each queue as JSON and is parsed back, as in the deployed chain. Records are
   handled in batches of 10, as the SQS event source mappings deliver them, and each batch's outputs are
   sent together (`queue.batching.SendBatch`, what `bootstrap.batch.process_batch` does); dedupe reads a batch's
@@ -124,11 +125,12 @@ def next_scan(messages: list[FindingMessage], at: datetime, seq: int) -> tuple[l
 
 
 def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifier: Any, *,
-              dedupe_batch: int = RECORD_BATCH) -> dict[str, Any]:
+              dedupe_batch: int = RECORD_BATCH, outbox: bool = True) -> dict[str, Any]:
     """Send the findings and the scan completion through price → dedupe → notify; return timings and counts.
 
     `dedupe_batch`: records per dedupe batch — 10 as the SQS event source mapping delivers them, or the whole scan
-    as `gpuwaste run` handles it (one SQLite transaction per scan)."""
+    as `gpuwaste run` handles it (one SQLite transaction per scan). `outbox`: False as in `gpuwaste run`, whose alerts
+    queue is a table of the same SQLite state (decisions and queued alerts commit together)."""
     from gpuwaste.pricing.catalog import PriceBook
     from gpuwaste.queue.batching import DeferredQueue, SendBatch
     from gpuwaste.services.lifecycle import LifecycleService
@@ -168,7 +170,7 @@ def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifi
 
     t = time.perf_counter()
     lifecycle = LifecycleService(store=ports.store, alerts=DeferredQueue(ports.alerts, sends), tickets=None, settings=LifecycleSettings(),
-                                 clock=FixedClock(at))
+                                 clock=FixedClock(at), outbox=outbox)
     actions: Counter[str] = Counter()
     lifecycle.defer_clears = True  # as dedupe_findings' bootstrap: outboxes cleared per batch, in one write
     unit = getattr(ports.store, "transaction", None)  # SQLite: one commit per record batch
@@ -207,9 +209,18 @@ def local_chain(n: int, workdir: Path) -> dict[str, Any]:
     db.unlink(missing_ok=True)
     store = SqliteFindingStore(db)
     with fake_slack() as slack:
-        ports = Ports(MemoryQueue("findings"), MemoryQueue("priced"), MemoryQueue("alerts"), store, receive=lambda q: q.drain())
-        # as `gpuwaste run`: the scan's priced findings handled together, one SQLite transaction
-        result = run_chain(messages, at, ports, slack_notifier(slack), dedupe_batch=n + 1)
+        alerts = store.delivery_queue("alerts")  # as `gpuwaste run`: the durable outbox table of the state
+
+        def receive(q: Any) -> list[str]:
+            if q is not alerts:
+                return list(q.drain())
+            pending = q.pending()
+            q.done([p.id for p in pending])
+            return [p.body for p in pending]
+
+        ports = Ports(MemoryQueue("findings"), MemoryQueue("priced"), alerts, store, receive=receive)
+        # as `gpuwaste run`: the scan's priced findings handled together, one SQLite transaction, no record outbox
+        result = run_chain(messages, at, ports, slack_notifier(slack), dedupe_batch=n + 1, outbox=False)
         result["slack_posts"] = len(slack.calls_to("chat.postMessage"))
     store.close()
     db.unlink(missing_ok=True)

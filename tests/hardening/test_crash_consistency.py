@@ -229,3 +229,28 @@ def test_crash_consistency_sigkill_at_any_point_then_rerun_delivers_each_alert_a
         f"trials with a loss or a duplicate: {len(outcomes)}")
     assert kills >= len(trials) * 2 // 3, f"only {kills} of {len(trials)} kills landed"
     assert not outcomes, "\n".join(outcomes)
+
+
+def test_crash_consistency_slack_down_exits_4_keeps_the_alerts_and_the_next_run_posts_each_once(
+        fakes: Any, reference: dict[str, Any], tmp_path: Path, figures: Any) -> None:
+    # GIVEN Slack answering 503 to every post
+    killer, slack, jira = fakes
+    slack.reset()
+    jira.reset()
+    slack.fail_next("chat.postMessage", 503, times=10_000)
+    config, state, log = _config(tmp_path, slack, jira), tmp_path / "state.db", tmp_path / "run.log"
+    # WHEN `gpuwaste run` runs
+    rc = _run(config, state, log, killer)
+    # THEN it exits 4 saying the deliveries are kept, and Slack accepted nothing
+    assert rc == 4, log.read_text()[-2000:]
+    assert "stay pending" in log.read_text()
+    assert accepted_posts(slack) == {}
+    outage = sum(slack.faults_served.values())
+    # WHEN Slack is back and the next run comes
+    with slack._lock:
+        slack._state.faults.clear()
+    assert _run(config, state, log, killer) == 0, log.read_text()[-2000:]
+    # THEN every alert of the first run was posted, each once
+    posts = accepted_posts(slack)
+    assert set(posts) == reference["posts"] and set(posts.values()) == {1}
+    figures.fault("local run: slack 503 (outage)", outage)

@@ -237,8 +237,10 @@ def run_chain(
         progress=progress,
     )
     pricer = PriceService(price_book=price_book(config), queue=priced_q)
+    # the delivery queues live in the state file and commit with the decisions (one transaction per scan): no record
+    # can hold a decision whose messages are not queued, so the records need no outbox of their own
     lifecycle = LifecycleService(store=the_store, alerts=alerts_q, tickets=tickets_q, settings=config.lifecycle,
-                                 clock=SystemClock(), delivery=config.delivery)
+                                 clock=SystemClock(), delivery=config.delivery, outbox=durable is not the_store)
     result = ChainResult(reports=[], alerts=[], tickets=[], dead_letters=[])
     try:
         if isinstance(the_store, SqliteFindingStore):

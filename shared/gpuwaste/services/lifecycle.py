@@ -77,16 +77,22 @@ class LifecycleService:
         settings: thresholds.
         clock: real time, for the store TTL only.
         delivery: routing settings (the snooze annotation's key); defaults to `DeliverySettings()`.
+        outbox: keep each decision's messages in the record until they are sent (see the module docstring); pass
+            False only when the queues write in the store's own transaction.
     """
 
     def __init__(self, *, store: FindingStore, alerts: AlertQueue, tickets: AlertQueue | None,
-                 settings: LifecycleSettings, clock: Clock, delivery: DeliverySettings | None = None) -> None:
+                 settings: LifecycleSettings, clock: Clock, delivery: DeliverySettings | None = None,
+                 outbox: bool = True) -> None:
         self.store = store
         self.alerts = alerts
         self.tickets = tickets
         self.settings = settings
         self.clock = clock
         self.delivery = delivery or DeliverySettings()
+        #: keep decided messages in the record's outbox until sent; False only when the queues commit in the same
+        #: transaction as the store (the local chain's SQLite state), where a record and its messages cannot part
+        self.outbox = outbox
         #: records read ahead for the batch being handled (`prefetch`); each is used once, for a first attempt
         self._prefetched: dict[str, FindingRecord | None] = {}
         #: with `defer_clears`, sent outboxes are cleared together by `clear_outboxes` (one batch write)
@@ -107,6 +113,9 @@ class LifecycleService:
         self._prefetched = {}
         updates = [(r.model_copy(update={"outbox_json": "", "version": r.version + 1}), r.version) for r in pending]
         return sum(update_many(self.store, updates))
+
+    def _outboxed(self, record: FindingRecord, out: Outcome) -> FindingRecord:
+        return _with_outbox(record, out) if self.outbox else record
 
     def _read(self, fingerprint: str, attempt: int) -> FindingRecord | None:
         if attempt == 0 and fingerprint in self._prefetched:
@@ -165,18 +174,18 @@ class LifecycleService:
         until = snoozed_until(finding, self.delivery, now=at, anchor=at)
         if until is not None:  # snoozed by annotation: stored, told nothing until then
             record = record.model_copy(update={"snoozed_until": until})
-            return _with_outbox(record, out), out
+            return self._outboxed(record, out), out
         if self._alertable(finding):
             out.alerts.append(self._alert(record, finding, AlertAction.NEW, scan_id, "new waste"))
             record = record.model_copy(update={"alerted_usd_per_day": usd, "last_alert_at": at})
         record, ticket = self._maybe_ticket(record, finding, scan_id)
         if ticket is not None:
             out.tickets.append(ticket)
-        return _with_outbox(record, out), out
+        return self._outboxed(record, out), out
 
     def _seen_again(self, current: FindingRecord, finding: Finding, scan_id: str) -> tuple[FindingRecord, Outcome]:
         record, out = self._decide_seen_again(current, finding, scan_id)
-        return _carry_unsent(current, record, out)
+        return _carry_unsent(current, record, out, keep=self.outbox)
 
     def _decide_seen_again(self, current: FindingRecord, finding: Finding, scan_id: str) -> tuple[FindingRecord, Outcome]:
         if current.state is FindingState.RESOLVED:
@@ -211,7 +220,7 @@ class LifecycleService:
             record, ticket = self._maybe_ticket(record, finding, scan_id)
             if ticket is not None:
                 out.tickets.append(ticket)
-        return _with_outbox(record, out), out
+        return self._outboxed(record, out), out
 
     def _repeat_alert(self, current: FindingRecord, usd: Decimal | None, at: datetime) -> tuple[AlertAction | None, str]:
         base = current.alerted_usd_per_day
@@ -292,7 +301,7 @@ class LifecycleService:
                         out.tickets.append(alert)  # create_tickets comments and transitions
             else:
                 record = current.model_copy(update=update)
-            record, out = _carry_unsent(current, _with_outbox(record, out), out)
+            record, out = _carry_unsent(current, self._outboxed(record, out), out, keep=self.outbox)
             if self.store.update(record, expected_version=current.version):
                 return self._flush(record, out)
         raise StoreError(f"finding {fingerprint}: conflicting writes, gave up after {MAX_ATTEMPTS} attempts")
@@ -366,14 +375,15 @@ class LifecycleService:
         return self._flush(current, out)
 
 
-def _carry_unsent(current: FindingRecord, record: FindingRecord, out: Outcome) -> tuple[FindingRecord, Outcome]:
+def _carry_unsent(current: FindingRecord, record: FindingRecord, out: Outcome, *, keep: bool = True
+                  ) -> tuple[FindingRecord, Outcome]:
     """Keep messages a failed send left in `current`'s outbox: they go out with this decision's messages."""
     if not current.outbox_json:
         return record, out
     alerts, tickets = _read_outbox(current.outbox_json)
     out.alerts[:0] = alerts
     out.tickets[:0] = tickets
-    return _with_outbox(record, out), out
+    return (_with_outbox(record, out) if keep else record), out
 
 
 def _read_outbox(text: str) -> tuple[list[AlertMessage], list[AlertMessage]]:
