@@ -4,8 +4,8 @@ and the one invariant every fault test checks.
 The local chain (`gpuwaste run`) uses `MemoryQueue`, which has no redelivery and no DLQ. This harness
 plays SQS's contract instead: a message whose handler raises a retryable error comes back (up to
 ``max_receive`` receives, as the template's ``maxReceiveCount``), a permanent failure goes to the DLQ at
-once with its reason (as ``bootstrap.batch.DeadLetterBatchProcessor`` does, using its own
-``is_permanent``/``reason_of``), and duplicates can be injected (SQS may deliver a message twice).
+once with its reason (as ``bootstrap.batch.process_batch`` does; the harness classifies failures with its
+own ``is_permanent``/``reason_of``), and duplicates can be injected (SQS may deliver a message twice).
 The stages call the same services as the Lambda functions: price → lifecycle → notify (Slack) / tickets
 (Jira).
 

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from gpuwaste.bootstrap import pipeline
+from gpuwaste.bootstrap import cloudwatch, pipeline
 from gpuwaste.bootstrap.batch import deferred_queue, process_batch
+from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
+from gpuwaste.bootstrap.cloudwatch import record_lifecycle
 from gpuwaste.errors import StoreError
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
@@ -60,4 +62,10 @@ def process(event: dict[str, Any], context: Any, *, model: Any, record_handler: 
         service.defer_clears = False
 
 
-__all__ = ["process", "process_batch", "lifecycle_service"]
+def record_open_waste(cluster: str) -> None:
+    """Emit the cluster's open waste (CloudWatch EMF) after its scan completion was applied."""
+    service = lifecycle_service()
+    cloudwatch.record_open_waste(cluster, service.store, service.delivery)
+
+
+__all__ = ["METRICS_NAMESPACE", "lifecycle_service", "process", "process_batch", "record_lifecycle", "record_open_waste"]

@@ -11,6 +11,8 @@ from rich.console import Console
 
 from gpuwaste.bootstrap import delivery, pipeline
 from gpuwaste.bootstrap.batch import process_batch
+from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
+from gpuwaste.bootstrap.cloudwatch import record_delivery
 from gpuwaste.ports import FindingStore, Notifier
 from gpuwaste.services.notify import DeliveryPlan, NotifyService
 from gpuwaste.settings import GpuWasteConfig
@@ -70,4 +72,5 @@ def local_notify_service(config: GpuWasteConfig, store: FindingStore | None, not
                          settings=config.delivery, now=now or pipeline.SystemClock().now)
 
 
-__all__ = ["process_batch", "delivery_plan", "local_notifier", "local_notify_service", "notify_service"]
+__all__ = ["METRICS_NAMESPACE", "delivery_plan", "local_notifier", "local_notify_service", "notify_service",
+           "process_batch", "record_delivery"]
