@@ -304,6 +304,9 @@ def run_chain(
                 result.delivered_tickets += n
                 result.failed += failed
         durable.delivery_queue("summary").send([SummaryDue(cluster=cluster, until=times[-1])] if times else [])
+        keep_until = SystemClock().now() - timedelta(days=config.lifecycle.retention_days)
+        for name in ("alerts", "tickets", "summary"):
+            durable.delivery_queue(name).prune(done_before=keep_until)
         result.pending_alerts = alerts_q.count_pending()
         result.pending_tickets = tickets_q.count_pending()
         result.pending_summaries = durable.delivery_queue("summary").count_pending()

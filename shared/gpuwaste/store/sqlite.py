@@ -272,6 +272,13 @@ class DeliveryQueue:
         """Keep a message pending with the reason its delivery failed."""
         self._many("UPDATE deliveries SET last_error = ? WHERE id = ?", [(error[:1000], id_)])
 
+    def prune(self, *, done_before: datetime) -> int:
+        """Forget messages delivered before `done_before` (the state file does not grow without bound); returns how many."""
+        with self.store.transaction():
+            cur = self.store._execute("DELETE FROM deliveries WHERE queue = ? AND state = 'done' AND done_at < ?",
+                                      (self.name, done_before.astimezone(UTC).isoformat()))
+            return int(cur.rowcount)
+
     def _many(self, sql: str, rows: list[tuple[object, ...]]) -> None:
         if not rows:
             return
