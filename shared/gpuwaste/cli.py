@@ -566,7 +566,7 @@ def demo(
     with tempfile.TemporaryDirectory(prefix="gpuwaste-demo-") as tmp:
         chain = run_local_chain(sources, cfg, cluster=sources.recording.cluster, times=[sources.recording.end_time()],
                                 window_s=sources.recording.meta.window_s, state=Path(tmp) / "state.db", output=output,
-                                quiet=quiet, slack=True)
+                                quiet=quiet, slack=True, state_kept=False)
     report = chain.reports[-1]
     if output is Output.table:
         _print_truth(report, json.loads((path / "truth.json").read_text()), to=out)

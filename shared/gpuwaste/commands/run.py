@@ -149,7 +149,7 @@ def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-un
             close()
 
 
-def _pending_line(result: local.ChainResult, why: list[str]) -> str | None:
+def _pending_line(result: local.ChainResult, why: list[str], *, kept: bool = True) -> str | None:
     parts = []
     if result.pending_alerts:
         parts.append(f"{result.pending_alerts} alert{'s' if result.pending_alerts != 1 else ''}")
@@ -158,13 +158,16 @@ def _pending_line(result: local.ChainResult, why: list[str]) -> str | None:
     if not parts:
         return None
     reason = f" ({', '.join(why)})" if why else ""
+    if not kept:
+        return f"not delivered{reason}: {' and '.join(parts)}"
     return (f"not delivered yet{reason}: {' and '.join(parts)} kept in the state; the next `gpuwaste run` that delivers"
             " sends them, once")
 
 
 def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[datetime], window_s: int | None,  # type: ignore[no-untyped-def]
                     state: Path, output: Output, quiet: bool, slack: bool = False, tickets: bool = True,
-                    summary: bool = True, wide: bool = False, state_given: bool = True) -> local.ChainResult:
+                    summary: bool = True, wide: bool = False, state_given: bool = True,
+                    state_kept: bool = True) -> local.ChainResult:
     """Run the chain and print each scan, its messages and tickets, then the daily summary; exits non-zero
     with a clear message on failure (exit `EXIT_UNDELIVERED` when a delivery failed). `quiet` keeps only the
     one-line alerts. Modes that do not deliver (`-q`, `-o json|csv`, `--no-slack`, `--no-tickets`) leave the
@@ -198,7 +201,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
         fail(str(exc))
-    pending = _pending_line(result, why)
+    pending = _pending_line(result, why, kept=state_kept)
     if not table:
         render(result.reports[-1], output, quiet=True, wide=wide)
         if pending:
