@@ -394,9 +394,9 @@ class NotifyService:
                             reason=alert.reason or default_reason, mention=mention)
             posted = self.notifier.post(notice)
             changes = {"last_alert_at": now, "slack_channel": posted[0].channel, "slack_ts": posted[0].ts}
+            record_delivery(self.store, alert.fingerprint, delivery_key(alert, "slack"), changes)
         report.notices.append(notice)
         report.posted.extend(posted)
-        record_delivery(self.store, alert.fingerprint, delivery_key(alert, "slack"), changes)
 
     def _siblings(self, record: FindingRecord) -> list[FindingRecord]:
         """Records carried by the same Slack message (a digest), this one included."""
