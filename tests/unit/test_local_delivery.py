@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from typer.testing import CliRunner
 
-from gpuwaste.bootstrap import local, tickets
+from gpuwaste.bootstrap import local, local_delivery
 from gpuwaste.cli import app
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.services.notify import finding_from_record
@@ -66,7 +66,7 @@ def test_local_ticket_service_continues_numbering_and_finds_earlier_tickets(tmp_
     store = SqliteFindingStore(state)
     try:
         # WHEN the local ticket service is built over it (no Jira configured)
-        service = tickets.local_ticket_service(GpuWasteConfig(), store, terminal=True, console=Console(quiet=True))
+        service = local_delivery.local_ticket_service(GpuWasteConfig(), store, terminal=True, console=Console(quiet=True))
         assert service is not None and isinstance(service.sink, TerminalTicketSink)
         record = next(r for r in store.history(since=datetime(1970, 1, 1, tzinfo=UTC),
                                                until=datetime(2100, 1, 1, tzinfo=UTC)) if r.ticket_key == "LOCAL-1")
@@ -85,7 +85,7 @@ def test_local_ticket_service_comments_when_a_ticketed_finding_resolves(tmp_path
     CliRunner().invoke(app, ["run", "--recording", str(DEMO), "--state", str(state), "--no-summary"])
     store = SqliteFindingStore(state)
     try:
-        service = tickets.local_ticket_service(GpuWasteConfig(), store, terminal=True, console=Console(quiet=True))
+        service = local_delivery.local_ticket_service(GpuWasteConfig(), store, terminal=True, console=Console(quiet=True))
         assert service is not None
         record = next(r for r in store.history(since=datetime(1970, 1, 1, tzinfo=UTC),
                                                until=datetime(2100, 1, 1, tzinfo=UTC)) if r.ticket_key == "LOCAL-1")

@@ -19,7 +19,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local
-from gpuwaste.cli import DEFAULT_STATE, app
+from gpuwaste.cli import app
+from gpuwaste.cli_support import DEFAULT_STATE
 from gpuwaste.fleet.history import demo_history
 from gpuwaste.models.findings import Confidence, Cost, Evidence, Finding, Subject, WasteKind
 from gpuwaste.models.lifecycle import FindingState
@@ -467,7 +468,7 @@ def test_piped_output_takes_the_width_of_the_terminal_on_stderr(monkeypatch: pyt
     import struct
     import termios
 
-    from gpuwaste import cli
+    from gpuwaste import cli_support
 
     leader, follower = os.openpty()
     tty = os.fdopen(os.dup(follower), "w")
@@ -477,10 +478,10 @@ def test_piped_output_takes_the_width_of_the_terminal_on_stderr(monkeypatch: pyt
         monkeypatch.setattr(sys, "stdout", io.StringIO())
         monkeypatch.setattr(sys, "stderr", tty)
         # WHEN the CLI decides its width
-        width = cli._stdout_width()
+        width = cli_support.stdout_width()
         # THEN it is the terminal's, not a fixed pipe width; with COLUMNS set, COLUMNS wins
         monkeypatch.setenv("COLUMNS", "123")
-        assert width == 97 and cli._stdout_width() == 123
+        assert width == 97 and cli_support.stdout_width() == 123
     finally:
         monkeypatch.undo()
         tty.close()

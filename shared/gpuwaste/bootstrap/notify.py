@@ -1,22 +1,16 @@
-"""Bootstrap: composition root of notify_slack (alerts queue → Slack), and the local chain's notifier."""
+"""Bootstrap: composition root of notify_slack (alerts queue → Slack); the local chain's notifier is in
+`bootstrap.local_delivery`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
 from functools import cache
 from typing import Any
-
-from rich.console import Console
 
 from gpuwaste.bootstrap import delivery, pipeline
 from gpuwaste.bootstrap.batch import process_batch
 from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_delivery
-from gpuwaste.ports import FindingStore, Notifier
 from gpuwaste.services.notify import DeliveryPlan, NotifyService
-from gpuwaste.settings import GpuWasteConfig
-from gpuwaste.sinks.terminal_notify import TerminalNotifier
 
 
 @cache
@@ -55,22 +49,4 @@ def delivery_plan(event: dict[str, Any], context: Any) -> DeliveryPlan:
     return service.plan_bodies(bodies, redelivered=again)
 
 
-def local_notifier(config: GpuWasteConfig, console: Console | None = None) -> Notifier:
-    """Slack when a bot token is configured (`delivery.slack.bot_token`), else the terminal."""
-    if config.delivery.slack.bot_token is not None:
-        return delivery.slack_notifier(config.delivery)
-    return TerminalNotifier(console)
-
-
-def local_notify_service(config: GpuWasteConfig, store: FindingStore | None, notifier: Notifier | None = None,
-                         console: Console | None = None, now: Callable[[], datetime] | None = None) -> NotifyService:
-    """NotifyService for `gpuwaste run` (the in-process chain): terminal output unless Slack is configured.
-
-    `now` defaults to the system clock; a replay of a recording passes the scan time so ages read right.
-    """
-    return NotifyService(notifier=notifier or local_notifier(config, console), store=store,
-                         settings=config.delivery, now=now or pipeline.SystemClock().now)
-
-
-__all__ = ["METRICS_NAMESPACE", "delivery_plan", "local_notifier", "local_notify_service", "notify_service",
-           "process_batch", "record_delivery"]
+__all__ = ["METRICS_NAMESPACE", "delivery_plan", "notify_service", "process_batch", "record_delivery"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from gpuwaste.bootstrap import local, pipeline
+from gpuwaste.bootstrap import pipeline, sources
 from gpuwaste.bootstrap.batch import process_batch
 from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_scan
@@ -59,15 +59,15 @@ def scan_service(cluster_name: str) -> ScanService:
     window_s = cfg.scan.window_s
     if cluster.recording:
         only = cfg.model_copy(update={"clusters": [cluster]})  # the recording is read with this cluster's labels
-        sources = local.recording_sources(Path(cluster.recording), only, cluster_name=cluster.name)
-        if sources.recording is not None and sources.recording.meta.window_s:
-            window_s = sources.recording.meta.window_s
+        inputs = sources.recording_sources(Path(cluster.recording), only, cluster_name=cluster.name)
+        if inputs.recording is not None and inputs.recording.meta.window_s:
+            window_s = inputs.recording.meta.window_s
     else:
         # the cluster state comes from kube-state-metrics when no Kubernetes access is configured (cluster_state "auto")
-        sources = local.live_sources(_with_secrets(cluster), cfg, window_s=window_s)
+        inputs = sources.live_sources(_with_secrets(cluster), cfg, window_s=window_s)
     return ScanService(
-        cluster_source=sources.cluster,
-        telemetry_source=sources.telemetry,
+        cluster_source=inputs.cluster,
+        telemetry_source=inputs.telemetry,
         settings=cfg.detectors,
         window=timedelta(seconds=window_s),
         queue=pipeline.queue("findings_queue_url"),

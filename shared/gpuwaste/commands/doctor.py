@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from gpuwaste.cli import app, check_prometheus_url, fail, out, parse_time
+from gpuwaste.cli_support import app, check_prometheus_url, fail, out, parse_time
 from gpuwaste.errors import GpuWasteError
 
 

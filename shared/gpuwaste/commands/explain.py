@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuwaste.cli import _config, _plain, app, fail, out, parse_time, parse_window
+from gpuwaste.cli_support import app, config_or_exit, escape_markup, fail, out, parse_time, parse_window
 from gpuwaste.errors import InputFormatError
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
@@ -125,7 +125,7 @@ def explain(
     """Explain one finding (its ID from `gpuwaste scan`): evidence, thresholds, formula and numbers."""
     from gpuwaste.bootstrap import local
 
-    cfg = _config(config)
+    cfg = config_or_exit(config)
     if not recording.exists():
         fail(f"{recording}: no such file or directory")
     try:
@@ -146,7 +146,7 @@ def explain(
         known = "\n".join(f"  {ids[f.fingerprint]:8}  {f.kind.value:22} "
                           f"{plain(f.subject.namespace or '')}/{plain(f.subject.pod or f.subject.node or '')}"
                           for f in report.findings)
-        fail(_plain(f"no finding with ID {fingerprint!r} in this scan; the scan found:\n{known}"))
+        fail(escape_markup(f"no finding with ID {fingerprint!r} in this scan; the scan found:\n{known}"))
     if len(matches) > 1:
         fail(f"{fingerprint!r} matches {len(matches)} findings; give more characters")
     finding = matches[0]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuwaste.cli import _progress, app, err, fail, parse_positive, parse_time, parse_window
+from gpuwaste.cli_support import app, err, fail, parse_positive, parse_time, parse_window, progress_printer
 from gpuwaste.errors import GpuWasteError, PermanentError, SourceAuthError, SourceUnavailableError
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
@@ -94,7 +94,7 @@ def record(
     when = parse_time(at) or datetime.now(tz=UTC).replace(microsecond=0)
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         fail(f"{out_dir}: not empty; choose another directory or pass --force")
-    progress = _progress(quiet)
+    progress = progress_printer(quiet)
     from gpuwaste.bootstrap.local import cluster_state_mode
     from gpuwaste.sources.ksm import KSM_METRICS, PrometheusKsmSource
 

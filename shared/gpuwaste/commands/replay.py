@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuwaste.cli import app, err, fail, out, parse_window
+from gpuwaste.cli_support import app, err, fail, out, parse_window
 from gpuwaste.errors import InputFormatError
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast

@@ -12,14 +12,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuwaste.cli import (
+from gpuwaste.cli_support import (
     DEFAULT_STATE,
     KUBE_HINT,
     Output,
-    _config,
-    _progress,
     app,
     check_recording,
+    config_or_exit,
     err,
     fail,
     live_cluster,
@@ -27,6 +26,7 @@ from gpuwaste.cli import (
     parse_positive,
     parse_time,
     parse_window,
+    progress_printer,
     render,
     team_function,
 )
@@ -71,13 +71,13 @@ EXIT_UNDELIVERED = 4
 def _slack_stage(cfg):  # type: ignore[no-untyped-def]
     """notify_slack's local twin over the state's outbox: each pending alert posted to Slack (with a bot token in the
     config) or printed as the message notify_slack would send; returns the deliveries that failed."""
-    from gpuwaste.bootstrap import notify
+    from gpuwaste.bootstrap import local_delivery
     from gpuwaste.sinks.terminal_notify import TerminalNotifier
 
     def deliver(alerts, store, at, redelivered):  # type: ignore[no-untyped-def]
         # ages and "since" read from the scan's time, so a replayed recording reads as it happened
         printer = TerminalNotifier(out, now=at) if cfg.delivery.slack.bot_token is None else None
-        service = notify.local_notify_service(cfg, store, notifier=printer, console=out, now=lambda: at)
+        service = local_delivery.local_notify_service(cfg, store, notifier=printer, console=out, now=lambda: at)
         report = service.plan(alerts, redelivered=redelivered).deliver_all()
         for alert, exc in report.failed:
             out.print(f"not delivered (kept for the next run): {alert_line(alert)}: {for_terminal(str(exc))}", style="red",
@@ -99,7 +99,7 @@ def _ticket_stage(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
     (LOCAL-<n>); returns the requests that failed."""
     from rich.console import Console
 
-    from gpuwaste.bootstrap import local, tickets
+    from gpuwaste.bootstrap import local, local_delivery
     from gpuwaste.models.messages import AlertAction
     from gpuwaste.services.tickets import plan_tickets
 
@@ -113,7 +113,7 @@ def _ticket_stage(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
     def file_tickets(requests, store, at, redelivered):  # type: ignore[no-untyped-def]
         _section(f"tickets · scan at {at:%Y-%m-%d %H:%M}Z ({len(requests)} requests)")
         try:
-            service = tickets.local_ticket_service(cfg, store, terminal=True, console=out if panels else Console(quiet=True))
+            service = local_delivery.local_ticket_service(cfg, store, terminal=True, console=out if panels else Console(quiet=True))
         except GpuWasteError as exc:
             out.print(f"tickets left out (kept for the next run): {exc}", style="red", highlight=False, soft_wrap=True)
             return [(r, exc) for r in requests]
@@ -225,7 +225,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
     try:
         result = local.run_chain(sources, cfg, state_path=state, cluster=cluster, times=times, window_s=window_s,
                                  on_scan=on_scan, on_told=_show_told if table else None, deliver=deliver,
-                                 file_tickets=file_tickets, progress=_progress(quiet or not table))
+                                 file_tickets=file_tickets, progress=progress_printer(quiet or not table))
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
     except SourceUnavailableError as exc:
@@ -280,7 +280,7 @@ def run_cmd(
     """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
     from gpuwaste.bootstrap import local
 
-    cfg = _config(config)
+    cfg = config_or_exit(config)
     step = timedelta(seconds=parse_positive(interval, "--interval"))
     window_s = parse_window(window) if window else None
     when = parse_time(at)

@@ -25,7 +25,17 @@ import typer
 from rich.markup import escape
 
 from gpuwaste import __version__
-from gpuwaste.cli import KUBE_HINT, Output, _config, app, check_recording, err, fail, live_cluster, parse_window
+from gpuwaste.cli_support import (
+    KUBE_HINT,
+    Output,
+    app,
+    check_recording,
+    config_or_exit,
+    err,
+    fail,
+    live_cluster,
+    parse_window,
+)
 from gpuwaste.errors import (
     ConfigError,
     DeliveryError,
@@ -311,9 +321,9 @@ def serve_cmd(
     """Scan on a schedule (the whole `gpuwaste run` chain) and expose the findings on /metrics for Prometheus."""
     from gpuwaste.bootstrap import local
 
-    cfg = with_env_secrets(_config(config), os.environ)
+    cfg = with_env_secrets(config_or_exit(config), os.environ)
     serve = cfg.serve
-    from gpuwaste.cli import parse_duration
+    from gpuwaste.cli_support import parse_duration
 
     interval_s = parse_duration(interval) if interval else serve.interval_s
     if interval_s < 1:

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpuwaste.cli import DEFAULT_STATE, _config, app, err, fail, out, parse_positive, parse_time
+from gpuwaste.cli_support import DEFAULT_STATE, app, config_or_exit, err, fail, out, parse_positive, parse_time
 from gpuwaste.errors import GpuWasteError
 
 
@@ -53,7 +53,7 @@ def summary_cmd(
         fail("--open shows the HTML report: leave -o out or use -o html")
     chosen = SummaryFormat.html if open_it else (
         output or fmt or (SummaryFormat.markdown if out_path is not None else SummaryFormat.terminal))
-    cfg = _config(config)
+    cfg = config_or_exit(config)
     span = timedelta(seconds=parse_positive(since, "--since"))
     if until not in ("latest", "now"):
         parse_time(until)  # a malformed time fails here, before the store is opened

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuwaste.detectors.hardware import WrongHardwareSettings
 from gpuwaste.detectors.settings import DetectorSettings
 from gpuwaste.fleet.generator import FleetSpec, TruthItem, generate_fleet, write_recording
 from gpuwaste.models.findings import Finding, WasteKind
@@ -89,8 +88,11 @@ def score(findings: Sequence[Finding], truth: Sequence[TruthItem]) -> Scorecard:
 
 
 def scorecard_settings(window_s: int) -> DetectorSettings:
-    """Default detector settings, with the wrong-hardware look-back shortened to the generated window."""
-    return DetectorSettings(wrong_hardware=WrongHardwareSettings(lookback_s=window_s))
+    """Default detector settings, with the wrong-hardware look-back shortened to the generated window (as
+    `gpuwaste scan` reads a generated recording)."""
+    from gpuwaste.bootstrap.local import generated_fleet_settings
+
+    return generated_fleet_settings(window_s)
 
 
 def run_scorecard(repetitions: int = 3, seed: int = 7, workdir: Path | None = None) -> Scorecard:
