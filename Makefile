@@ -11,8 +11,9 @@ STAMP := $(VENV)/.installed
 SAM_VENV := .venv-sam
 FN ?= ScanGpuWasteFunction
 EVENT ?= events/scheduled_scan.json
+LAYER_DIR := .aws-sam/layer
 
-.PHONY: help install prometheus fmt lint test test-unit test-integration test-hardening test-aws demo bench scorecard coverage build invoke deploy clean check validate
+.PHONY: help install prometheus fmt lint typecheck test test-unit test-integration test-hardening test-aws demo bench scorecard coverage layer build invoke deploy clean check validate
 
 help: ## list the targets
 	@if [ -t 1 ]; then c='\033[36m'; r='\033[0m'; else c=''; r=''; fi; \
@@ -40,10 +41,14 @@ fmt: install ## format and autofix
 	$(BIN)/ruff format shared functions tests bench
 	$(BIN)/ruff check --fix shared functions tests bench
 
-lint: install ## ruff, import boundaries, template lint
+lint: install ## ruff, import boundaries, mypy --strict on the core, template lint
 	$(BIN)/ruff check shared functions
 	$(BIN)/lint-imports
+	$(MAKE) --no-print-directory typecheck
 	$(BIN)/cfn-lint template.yaml
+
+typecheck: install ## mypy --strict on the packages pyproject.toml [tool.mypy] files lists (models, services, pricing)
+	$(BIN)/mypy
 
 validate: install ## cfn-lint + sam validate (sam in its own venv, offline)
 	$(BIN)/cfn-lint template.yaml
@@ -68,8 +73,9 @@ test-aws: install ## tests against a deployed stack (needs AWS_SAM_STACK_NAME)
 demo: install ## run the whole local pipeline on the bundled demo fleet
 	$(BIN)/gpuwaste demo
 
-bench: install prometheus ## benchmarks: fleet scale, floor and naive comparisons (prints numbers)
+bench: install prometheus ## benchmarks: fleet scale, floor and naive comparisons; exposition parser vs prometheus_client (prints numbers)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/parser_speed.py
 
 scorecard: install ## detector scorecard: precision/recall per waste kind on the generated scenarios
 	$(BIN)/python bench/scorecard.py
@@ -78,8 +84,20 @@ coverage: install ## unit tests with coverage
 	$(BIN)/pip install -q pytest-cov
 	$(BIN)/python -m pytest -q tests/unit --cov=shared/gpuwaste --cov=functions
 
-build: ## sam build
-	$(SAM_VENV)/bin/sam build
+layer: install ## assemble the Lambda layer in .aws-sam/layer without sam or Docker (shared/Makefile) and print its size
+	rm -rf $(LAYER_DIR)
+	$(MAKE) --no-print-directory -C shared build-SharedLayer ARTIFACTS_DIR=$(abspath $(LAYER_DIR)) PYTHON=$(abspath $(BIN)/python)
+	@echo "Lambda layer (unzipped; limit 250 MB with the functions): $$(du -sh $(LAYER_DIR) | cut -f1)" \
+	  "· gpuwaste $$(du -sh $(LAYER_DIR)/python/gpuwaste | cut -f1)" \
+	  "· zipped $$(cd $(LAYER_DIR) && $(abspath $(BIN)/python) -c 'import io,os,zipfile;b=io.BytesIO();z=zipfile.ZipFile(b,"w",zipfile.ZIP_DEFLATED);[z.write(os.path.join(d,f)) for d,_,fs in os.walk(".") for f in fs];z.close();print(f"{len(b.getvalue())/1e6:.1f}M")')"
+	@test ! -e $(LAYER_DIR)/python/gpuwaste/cli.py && test ! -e $(LAYER_DIR)/python/gpuwaste/fleet && \
+	  test ! -e $(LAYER_DIR)/python/rich && test ! -e $(LAYER_DIR)/python/typer && \
+	  echo "the layer holds no CLI, no fleet generator, no rich/typer"
+
+build: layer ## the Lambda layer (size printed), then sam build when .venv-sam has sam (`make validate` installs it)
+	@if test -x $(SAM_VENV)/bin/sam; then $(SAM_VENV)/bin/sam build && \
+	  echo "sam build: SharedLayer $$(du -sh .aws-sam/build/SharedLayer | cut -f1) unzipped"; \
+	  else echo "sam not installed ($(SAM_VENV)): the layer above is what sam build would ship"; fi
 
 invoke: ## sam local invoke $(FN) -e $(EVENT) (needs Docker)
 	$(SAM_VENV)/bin/sam local invoke $(FN) -e $(EVENT)

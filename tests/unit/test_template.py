@@ -139,8 +139,12 @@ def test_template_globals_follow_the_house_shape(template: dict[str, Any]) -> No
     layer = template["Resources"]["SharedLayer"]
     # WHEN compared with the conventions (style.md "template shape")
     env = g["Environment"]["Variables"]
-    # THEN one runtime matching the layer build, arm64, tracing, the layer, Powertools env
-    assert g["Runtime"] == layer["Metadata"]["BuildMethod"] == "python3.11"
+    # THEN one runtime matching the layer (built by shared/Makefile for that Python), arm64, tracing, the layer,
+    # Powertools env
+    makefile = (ROOT / "shared" / "Makefile").read_text()
+    assert [g["Runtime"]] == layer["Properties"]["CompatibleRuntimes"] == ["python3.11"]
+    assert layer["Metadata"]["BuildMethod"] == "makefile" and "\nbuild-SharedLayer:" in makefile
+    assert "LAYER_PYTHON ?= 3.11\n" in makefile and "LAYER_PLATFORM ?= manylinux2014_aarch64\n" in makefile
     assert g["Architectures"] == ["arm64"] and g["Tracing"] == "Active"
     assert g["Layers"] == [{"Ref": "SharedLayer"}]
     assert {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL", "CONFIG_PARAMETER_NAME"} <= set(env)

@@ -122,7 +122,7 @@ def merge_replicas(findings: list[Finding]) -> list[Finding]:
         by_price: dict[tuple[str | None, ...], list[Finding]] = {}
         for f in items:
             s = f.subject
-            key = (s.instance_type, s.capacity_type, s.region, s.accelerator, s.gpu_model, str(s.physical_gpus_on_node))
+            key: tuple[str | None, ...] = (s.instance_type, s.capacity_type, s.region, s.accelerator, s.gpu_model, str(s.physical_gpus_on_node))
             by_price.setdefault(key, []).append(f)
         for key, group in by_price.items():
             merged = group[0] if len(group) == 1 else _merge(group)
