@@ -1,4 +1,7 @@
-"""Regression tests for correctness bugs found in review: time-sliced GPUs, elimination, pods younger than the window."""
+"""Who holds a shared GPU and what a window covers: time-sliced and GKE time-shared GPUs held by every client pod,
+elimination that never hands one pod the replicas of one GPU, pods younger than the window without a verdict,
+regional prices reaching the finding, idle replicas as one finding with all their money, duplicate exporters
+that are not full coverage, and a MIG node without telemetry reported as such."""
 
 from __future__ import annotations
 

@@ -1,0 +1,54 @@
+"""The Alibaba trace replay: USD/day rounded once from unrounded pods, and the mapping's origin named."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from typer.testing import CliRunner
+
+from gpuwaste.cli import app
+from gpuwaste.commands.replay import DEFAULT_INSTANCE, DEFAULT_MODEL, mapping_origin, replay_summary, scan_window
+from gpuwaste.settings import GpuWasteConfig
+from gpuwaste.sources.alibaba import AlibabaReplaySource, AlibabaTrace, PodSeries
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(app, list(args))
+
+
+def _idle_trace(pods: int = 3, hours: int = 2) -> AlibabaTrace:
+    start = datetime(2022, 9, 11, 0, 0, tzinfo=UTC)
+    step_ms = 57_000
+    n = hours * 3600_000 // step_ms + 1
+    series = {}
+    for i in range(pods):
+        key = f"{i:x}" * 32  # the pod and node names use the first 10 characters
+        ts = [round(start.timestamp() * 1000) + k * step_ms for k in range(n)]
+        series[key] = PodSeries(key, util_ts=ts, util=[0.0] * n, mem_ts=list(ts), mem_mib=[1024.0] * n)
+    end = start + timedelta(milliseconds=(n - 1) * step_ms)
+    return AlibabaTrace(pods=series, step_s=57.0, start=start, end=end, rows=2 * pods * n)
+
+
+def test_replay_usd_per_day_is_rounded_once_from_unrounded_pods() -> None:
+    # GIVEN 3 pods with zero duty cycle mapped to g5.xlarge ($1.006/GPU-h)
+    source = AlibabaReplaySource(_idle_trace(), gpu_model=DEFAULT_MODEL, instance_type=DEFAULT_INSTANCE)
+    window_s = int(source.trace.span_s)
+    # WHEN the whole trace is replayed
+    s = replay_summary(scan_window(source, at=source.trace.end, window_s=window_s, config=GpuWasteConfig()), source)
+    # THEN 3 × $1.006 × 24 = $72.432 → $72.43 (rounding each pod first would give 3 × $24.14 = $72.42)
+    assert s.counts["idle"] == 3
+    assert s.usd_per_gpu_hour == Decimal("1.006")
+    assert s.usd_per_day["idle"] == Decimal("72.43")
+
+
+def test_replay_mapping_origin_names_the_values_used() -> None:
+    # GIVEN the defaults, and an overridden model and instance type
+    # WHEN the mapping origin is stated
+    default = mapping_origin(DEFAULT_MODEL, DEFAULT_INSTANCE)
+    overridden = mapping_origin("NVIDIA L4", "g6.xlarge")
+    model_only = mapping_origin("NVIDIA L4", DEFAULT_INSTANCE)
+    # THEN "the defaults" only when nothing was overridden; otherwise the options that set them
+    assert default == "the defaults"
+    assert overridden.startswith("set by --gpu-model and --instance-type")
+    assert model_only.startswith("set by --gpu-model;")

@@ -1,0 +1,96 @@
+"""`gpuwaste summary` over a run's state file: group counts that agree with what is open now, `-o` choosing
+the format, `--out` writing the file, and a format that disagrees with the output name refused."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuwaste.bootstrap import local
+from gpuwaste.cli import app
+
+DEMO = local.demo_recording()
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def demo_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A state file holding one run over the demo fleet (waste and data-quality findings)."""
+    state = tmp_path_factory.mktemp("polish") / "state.db"
+    result = invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary")
+    assert result.exit_code == 0, result.output
+    return state
+
+
+def test_summary_group_counts_each_sum_to_open_now(demo_state: Path) -> None:
+    # GIVEN a history with waste findings and data-quality problems (the demo run)
+    # WHEN it is summarised as JSON
+    result = invoke("summary", "--state", str(demo_state), "-o", "json")
+    # THEN the team, namespace, kind and cluster counts each add up to the open waste findings
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    # (the demo's offline-eval Job finished mid-window: it held its GPU until then, so its pod label is no stale label)
+    assert doc["open_findings"] == 21 and doc["data_quality_problems"] == 2
+    for section in ("by_team", "by_namespace", "by_kind", "by_cluster"):
+        assert sum(g["findings"] for g in doc[section]) == doc["open_findings"], section
+    # AND data quality is no kind of waste in the tables
+    assert "data_quality" not in {g["name"] for g in doc["by_kind"]}
+
+
+def test_summary_markdown_tables_count_open_findings(demo_state: Path, tmp_path: Path) -> None:
+    # GIVEN the demo history
+    out = tmp_path / "s.md"
+    # WHEN the Markdown report is written
+    result = invoke("summary", "--state", str(demo_state), "-o", "markdown", "--out", str(out))
+    # THEN the cluster row counts the 21 open findings, as the "Open now" line does
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "**Open now:** 21 findings" in text
+    assert "| cluster | wasted | before | trend | open |" in text
+    assert re.search(r"\| demo \| \$[\d.,]+ \| \$0\.00 \| new \| 21 \|", text), text
+
+
+def test_summary_output_option_chooses_the_format(demo_state: Path) -> None:
+    # GIVEN the demo history
+    # WHEN `-o markdown` and `--output html` are asked for
+    md = invoke("summary", "--state", str(demo_state), "-o", "markdown")
+    page = invoke("summary", "--state", str(demo_state), "--output", "html")
+    # THEN each prints that format on stdout
+    assert md.exit_code == 0 and md.stdout.startswith("# GPU waste summary"), md.output
+    assert page.exit_code == 0 and page.stdout.startswith("<!doctype html>"), page.output
+
+
+def test_summary_unknown_output_format_is_a_choice_error(demo_state: Path) -> None:
+    # GIVEN the demo history
+    # WHEN an unknown format is asked for
+    result = invoke("summary", "--state", str(demo_state), "-o", "report.md")
+    # THEN typer's choice error (exit 2) lists the formats
+    assert result.exit_code == 2
+    assert "terminal" in result.output and "json" in result.output and "Traceback" not in result.output
+
+
+def test_summary_out_writes_the_file_and_says_where(demo_state: Path, tmp_path: Path) -> None:
+    # GIVEN a target file
+    target = tmp_path / "summary.html"
+    # WHEN the HTML summary is written there
+    result = invoke("summary", "--state", str(demo_state), "-o", "html", "--out", str(target))
+    # THEN the file holds the page and the command names the path
+    assert result.exit_code == 0, result.output
+    assert target.read_text().startswith("<!doctype html>")
+    assert f"wrote the html summary to {target}" in result.output.replace("\n", "")
+
+
+def test_summary_format_and_output_that_disagree_are_refused(demo_state: Path) -> None:
+    # GIVEN the demo history
+    # WHEN --format and --output name different formats
+    result = invoke("summary", "--state", str(demo_state), "--format", "markdown", "-o", "json")
+    # THEN exit 2 saying they disagree
+    assert result.exit_code == 2
+    assert "disagree" in result.output
