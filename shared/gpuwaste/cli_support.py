@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -325,7 +326,7 @@ def team_function(config: GpuWasteConfig | None = None):  # type: ignore[no-unty
     return team
 
 
-def select(findings, view: View, team) -> list:  # type: ignore[no-untyped-def]
+def select(findings: Sequence[Finding], view: View, team: Callable[[Finding], str]) -> list[Finding]:
     """The findings `view` keeps (namespace, team and kind filters), in its order (sort), at most `top`."""
     from gpuwaste.people import parse_kind
 

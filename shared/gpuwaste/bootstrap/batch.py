@@ -125,7 +125,7 @@ def process_batch(event: dict[str, Any], context: Any, *, model: Any, record_han
         unsent = outbox.flush()
     finally:
         OUTBOX.reset(token)
-    failures: list[dict[str, str]] = list(response.get("batchItemFailures", []))
+    failures: list[dict[str, str]] = [{"itemIdentifier": str(f["itemIdentifier"])} for f in response.get("batchItemFailures", [])]
     failed = {f["itemIdentifier"] for f in failures}
     for message_id, exc in unsent.items():
         if message_id is None or message_id in failed:

@@ -169,7 +169,7 @@ def env() -> QueueUrls:
 @cache
 def client(service: str) -> Any:
     """A boto3 client with explicit timeouts and bounded retries (honours AWS_ENDPOINT_URL)."""
-    return boto3.client(service, config=BOTO_CONFIG)  # type: ignore[call-overload]
+    return boto3.client(service, config=BOTO_CONFIG)
 
 
 def queue(env_name: str) -> SqsQueue:
@@ -185,7 +185,7 @@ def reset() -> None:
     """Forget cached config, env, clients and Powertools parameter caches (tests; never needed in Lambda)."""
     from aws_lambda_powertools.utilities import parameters
 
-    parameters.clear_caches()
+    parameters.clear_caches()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
     config.cache_clear()
     env.cache_clear()
     client.cache_clear()

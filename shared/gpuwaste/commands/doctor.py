@@ -16,13 +16,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.text import Text
 
 from gpuwaste.cli_support import app, check_prometheus_url, fail, out, parse_time
 from gpuwaste.errors import GpuWasteError
+
+if TYPE_CHECKING:
+    from gpuwaste.detectors.registry import DetectorSpec
 
 
 class Signal(StrEnum):
@@ -188,7 +191,7 @@ class DoctorReport:
         return 1 if 1 in codes else (4 if 4 in codes else 0)
 
 
-def _registry():  # type: ignore[no-untyped-def]
+def _registry() -> dict[str, DetectorSpec]:
     from gpuwaste.detectors import REGISTRY
 
     return REGISTRY

@@ -37,6 +37,8 @@ from gpuwaste.models.text import for_terminal
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
     from gpuwaste.bootstrap import local
     from gpuwaste.models.messages import AlertMessage
+    from gpuwaste.ports import FindingStore
+    from gpuwaste.settings import GpuWasteConfig
 
 #: Rich style of each alert action's line.
 ACTION_STYLE = {"new": "bold red", "worse": "red", "reminder": "yellow", "escalate": "magenta", "resolved": "green"}
@@ -68,7 +70,7 @@ def _section(title: str) -> None:
 EXIT_UNDELIVERED = 4
 
 
-def _slack_stage(cfg):  # type: ignore[no-untyped-def]
+def _slack_stage(cfg: GpuWasteConfig) -> local.DeliverStage:
     """notify_slack's local twin over the state's outbox: each pending alert posted to Slack (with a bot token in the
     config) or printed as the message notify_slack would send; returns the deliveries that failed."""
     from gpuwaste.bootstrap import local_delivery
@@ -105,7 +107,7 @@ def _ticket_stage(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
 
     team = team_function(cfg)
 
-    def _started(store):  # type: ignore[no-untyped-def]
+    def _started(store: FindingStore) -> datetime | None:
         """The oldest sighting in the store: the quiet start counts from it."""
         records = store.history(since=datetime(1970, 1, 1, tzinfo=UTC), until=datetime(9999, 1, 1, tzinfo=UTC))
         return min((r.first_seen for r in records), default=None)
@@ -128,12 +130,12 @@ def _ticket_stage(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
                       style="yellow", highlight=False, soft_wrap=True, markup=False)
         for team_name, folded in plan.folded.items():
             try:
-                key = service.open_overflow(team_name, folded)
+                overflow_key = service.open_overflow(team_name, folded)
             except GpuWasteError as exc:
                 out.print(f"overflow ticket failed for team {team_name}: {exc}", style="red", highlight=False, soft_wrap=True,
                           markup=False)
                 continue
-            out.print(f"ticket {key}: {len(folded)} more findings of team {team_name} in one ticket (over the per-team cap)",
+            out.print(f"ticket {overflow_key}: {len(folded)} more findings of team {team_name} in one ticket (over the per-team cap)",
                       style="magenta", highlight=False, soft_wrap=True, markup=False)
         for request in plan.open:
             try:

@@ -186,8 +186,8 @@ class Server:
         from gpuwaste.bootstrap import local
 
         blame = _Blame()
-        tracked = local.Sources(cluster=_TrackedCluster(self.sources.cluster, blame),  # type: ignore[arg-type]
-                                telemetry=_TrackedTelemetry(self.sources.telemetry, blame),  # type: ignore[arg-type]
+        tracked = local.Sources(cluster=_TrackedCluster(self.sources.cluster, blame),
+                                telemetry=_TrackedTelemetry(self.sources.telemetry, blame),
                                 recording=self.sources.recording)
         wall = self.clock()
         at = self.fixed_time or wall

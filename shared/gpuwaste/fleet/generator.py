@@ -281,7 +281,7 @@ class _Builder:
             meta["ownerReferences"] = [{"apiVersion": "example.io/v1", "kind": owner, "name": workload, "uid": _uid(workload), "controller": True}]
         units = len(gpus)
         container = workload.split("-")[0][:20] or "main"
-        pod = {
+        pod: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"nodeName": node, "containers": [{"name": container, "image": image,
                                                        "resources": {"limits": {resource: str(units), "cpu": "8"}, "requests": {resource: str(units), "cpu": "8"}}}]},

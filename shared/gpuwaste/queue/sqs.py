@@ -88,7 +88,7 @@ class SqsQueue(EnvelopeSender):
                 self.sleep(self.backoff_s * 2 ** (attempt - 1))
             entries = [{"Id": i, "MessageBody": b} for i, b in pending.items()]
             try:
-                resp = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)  # type: ignore[arg-type]
+                resp = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
             except (ClientError, BotoCoreError) as exc:
                 err = _translate(exc)
                 for i in pending:
