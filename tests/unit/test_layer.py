@@ -7,6 +7,7 @@ is imported from it, in a fresh interpreter where rich, typer and prometheus_cli
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -96,3 +97,29 @@ def test_every_bootstrap_module_is_a_lambda_root_under_contract_or_a_local_root(
     # THEN each is either held by the contract or one of the local command's roots (a new root cannot slip by)
     assert modules - LOCAL_ROOTS == listed
     assert {"rich", "typer", "gpuwaste.cli", "gpuwaste.commands", "gpuwaste.fleet"} <= set(lambda_roots["forbidden_modules"])
+
+
+def test_each_lambda_handler_imports_one_lambda_root_and_no_terminal_stack() -> None:
+    # GIVEN the Lambda roots held by the contract, and the handlers in functions/*/app.py
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    roots = set(next(c for c in contracts if c["name"] == "Lambda roots do not import the terminal stack")["source_modules"])
+    handlers = sorted((ROOT / "functions").glob("*/app.py"))
+    problems: list[str] = []
+    for app in handlers:
+        # WHEN each handler's imports are read
+        modules: list[str] = []
+        for node in ast.walk(ast.parse(app.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules += [f"{node.module}.{a.name}" if node.module == "gpuwaste.bootstrap" else node.module for a in node.names]
+            elif isinstance(node, ast.Import):
+                modules += [a.name for a in node.names]
+        ours = {m for m in modules if m.startswith("gpuwaste")}
+        used_roots = {m for m in ours if m.startswith("gpuwaste.bootstrap")}
+        if len(used_roots) != 1 or not used_roots <= roots:
+            problems.append(f"{app.parent.name}: bootstrap roots {sorted(used_roots)}")
+        if not all(m.startswith(("gpuwaste.bootstrap", "gpuwaste.models")) for m in ours):
+            problems.append(f"{app.parent.name}: imports {sorted(ours)}")
+        if any(m.split(".")[0] in {"rich", "typer"} for m in modules):
+            problems.append(f"{app.parent.name}: terminal stack")
+    # THEN each goes through exactly one Lambda root (plus the message models), never the terminal stack
+    assert len(handlers) == 8 and problems == []
