@@ -286,6 +286,19 @@ def version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
+def _log_to_stderr(level: int) -> None:
+    """Log to the current stderr: one handler of ours on the root logger, replaced at each invocation (an earlier
+    invocation's stderr may be closed by now — tests, embedding), leaving other handlers alone."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if h.get_name() == "gpuwaste-cli"]:
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name("gpuwaste-cli")
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
 @app.callback()
 def main(
     version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version.")] = False,
@@ -293,8 +306,7 @@ def main(
 ) -> None:
     """gpuwaste: which GPUs burn money, whose are they, and what does it cost per day."""
     VERBOSE.on = verbose
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s %(message)s")
+    _log_to_stderr(logging.DEBUG if verbose else logging.WARNING)
     quiet_http_logs(verbose)
     out.width = stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 
