@@ -1,0 +1,86 @@
+"""Allocation (internal): small pure indexes the resolvers share (devices by UUID and by node, live pods)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal, InvalidOperation
+
+from gpuwaste.models.cluster import ClusterState, Node, Pod
+from gpuwaste.models.gpu_models import GpuModelCatalog, GpuModelSpec
+from gpuwaste.models.telemetry import GpuTelemetry
+
+
+def physical_devices(devices: tuple[GpuTelemetry, ...]) -> dict[str, list[GpuTelemetry]]:
+    """Physical UUID → its telemetry devices (the whole GPU, or its MIG instances; MIG parents skipped)."""
+    out: dict[str, list[GpuTelemetry]] = defaultdict(list)
+    for d in devices:
+        if not d.is_mig_parent:
+            out[d.device.uuid].append(d)
+    return dict(out)
+
+
+def node_of_device(cluster: ClusterState) -> dict[str, str]:
+    """Exporter `Hostname` spellings → node name (node name, hostname label, EC2 instance id, IP, exporter pod; B03)."""
+    by_host: dict[str, str] = {}
+    for n in cluster.nodes:
+        by_host.setdefault(n.name, n.name)
+        if n.hostname_label:
+            by_host.setdefault(n.hostname_label, n.name)
+        if n.provider_id:
+            by_host.setdefault(n.provider_id.rsplit("/", 1)[-1], n.name)
+        for ip in n.internal_ips:
+            by_host.setdefault(ip, n.name)
+    for pod, node in cluster.exporter_pods.items():
+        by_host.setdefault(pod, node)
+    return by_host
+
+
+def devices_by_node(cluster: ClusterState, devices: tuple[GpuTelemetry, ...]) -> dict[str, set[str]]:
+    """Node name → physical UUIDs DCGM reports there (through `Hostname`, the exporter's address, or the pod
+    labels of a live pod). Devices whose node cannot be told are left out."""
+    by_host = node_of_device(cluster)
+    pods = {p.key: p for p in cluster.pods}
+    out: dict[str, set[str]] = defaultdict(set)
+    for d in devices:
+        if d.is_mig_parent:
+            continue
+        node = by_host.get(d.hostname or "")
+        if node is None:
+            for inst in d.instances:
+                node = cluster.exporter_pod_ips.get(inst.rsplit(":", 1)[0])
+                if node:
+                    break
+        if node is None:
+            for key in d.workloads:
+                pod = pods.get(key)
+                if pod is not None and pod.node_name:
+                    node = pod.node_name
+                    break
+        if node:
+            out[node].add(d.device.uuid)
+    return dict(out)
+
+
+def live_pods(cluster: ClusterState, handled: frozenset[tuple[str, str]]) -> list[Pod]:
+    """Pods scheduled and not terminal, not yet accounted for by an earlier resolver."""
+    return [p for p in cluster.pods if p.live and p.key not in handled]
+
+
+def model_of(uuid: str | None, node: Node | None, by_uuid: dict[str, list[GpuTelemetry]], catalog: GpuModelCatalog) -> GpuModelSpec | None:
+    """The catalogue model of a GPU: from DCGM `modelName` of that UUID, else the node's GFD product."""
+    for d in by_uuid.get(uuid or "", []):
+        spec = catalog.resolve(d.model_name)
+        if spec is not None:
+            return spec
+    return catalog.resolve(node.gpu_product) if node is not None else None
+
+
+def decimal_or_none(text: str | None) -> Decimal | None:
+    """A decimal from annotation text ("0.5", "25"), None when absent or not a finite number."""
+    if text is None or not str(text).strip():
+        return None
+    try:
+        value = Decimal(str(text).strip())
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None
