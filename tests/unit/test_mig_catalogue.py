@@ -110,3 +110,24 @@ def test_b31_blackwell_mig_slices_idle_quarter_quarter_half_nothing_unallocated(
     idle = {f.subject.pod: f.subject.gpu_share for f in sc.of_kind(WasteKind.IDLE)}
     assert idle == {"render-1": Decimal("0.25"), "render-2": Decimal("0.25"), "render-3": Decimal("0.5")}
     assert not sc.of_kind(WasteKind.UNALLOCATED)
+
+
+# --- prices for the new hardware (issue 11 §6) --------------------------------------------------------------
+def test_new_hardware_with_a_cited_price_is_priced_per_gpu():
+    from gpuwaste.pricing.catalog import PriceBook  # noqa: PLC0415
+
+    book = PriceBook.bundled()
+    for itype, per_gpu in (("p5en.48xlarge", "7.912"), ("p6-b200.48xlarge", "14.2416"), ("g6e.12xlarge", "2.62316"), ("g6e.24xlarge", "3.7663975")):
+        rate = book.gpu_hour_rate(instance_type=itype, capacity_type="on-demand", gpu_model=None, physical_gpus=None)
+        assert rate.usd_per_gpu_hour == Decimal(per_gpu), itype
+        assert rate.source and rate.effective_date
+
+
+@pytest.mark.parametrize(("itype", "model"), [("g7e.12xlarge", RTX), ("a4-highgpu-8g", "NVIDIA B200"),
+                                             ("Standard_ND96isr_H200_v5", "NVIDIA H200"), ("p6e-gb200.36xlarge", "NVIDIA GB200")])
+def test_new_hardware_without_a_cited_price_is_unpriced_naming_the_setting(itype, model):
+    from gpuwaste.pricing.catalog import PriceBook, Unpriced  # noqa: PLC0415
+
+    result = PriceBook.bundled().gpu_hour_rate(instance_type=itype, capacity_type="on-demand", gpu_model=model, physical_gpus=8)
+    assert isinstance(result, Unpriced)
+    assert "pricing.instance_types" in result.reason and GpuModelCatalog.bundled().resolve(model).key in result.reason
