@@ -80,7 +80,7 @@ def test_every_share_is_charged_to_the_pod_that_holds_it(fleet: Fleet, recorded,
     holdings = [h for r in results.values() for h in r.holdings]
     got = {(h.pod.namespace, h.pod.name): h for h in holdings}
     # THEN each DRA / HAMi / KAI holder holds exactly its true share of its true GPUs, in its own namespace (team)
-    expected = [t for t in truth.holders if t.mechanism in ("dra", "hami", "kai")]
+    expected = [t for t in truth.holders if t.mechanism in ("DRA", "HAMi", "KAI")]
     assert sorted(got) == sorted((t.namespace, t.pod) for t in expected)
     for t in expected:
         h = got[(t.namespace, t.pod)]
@@ -89,7 +89,7 @@ def test_every_share_is_charged_to_the_pod_that_holds_it(fleet: Fleet, recorded,
     # AND no infrastructure pod holds anything, and each is reported as infrastructure
     infra = set(truth.infrastructure)
     assert not infra & set(got)
-    assert results["kai"].infrastructure_pods == infra
+    assert results["KAI"].infrastructure_pods == infra
     # AND a pod is never held twice (each resolver skips what an earlier one handled)
     assert len(holdings) == len(got)
 

@@ -91,7 +91,7 @@ def test_b25_dra_claim_holder_holds_its_four_allocated_gpus(tmp_path):
     result = resolver.resolve(cluster, devices, handled=NONE)
     # THEN trainer-0 holds exactly the 4 claimed GPUs, measured per pod, and the node has 8 physical GPUs
     [h] = result.holdings
-    assert (h.pod.namespace, h.pod.name, h.share, h.mechanism) == ("research", "trainer-0", Decimal(4), "dra")
+    assert (h.pod.namespace, h.pod.name, h.share, h.mechanism) == ("research", "trainer-0", Decimal(4), "DRA")
     assert set(h.devices) == {DeviceId(uuid=u) for u in H100[:4]}
     assert h.per_pod_activity is True
     assert result.handled_pods == {("research", "trainer-0")}
@@ -323,7 +323,7 @@ def test_vgpu_guest_pod_is_charged_its_fraction_not_a_whole_gpu(tmp_path):
     assert resolver.applies(cluster, devices)
     result = resolver.resolve(cluster, devices, handled=NONE)
     [h] = result.holdings
-    assert (h.pod.name, h.share, h.mechanism) == ("infer-0", Decimal("0.25"), "vgpu")
+    assert (h.pod.name, h.share, h.mechanism) == ("infer-0", Decimal("0.25"), "vGPU")
     assert any("vks-worker-1" in n for n in result.notes)
 
 
@@ -339,3 +339,16 @@ def test_header_names_each_mechanism_with_gpus_or_shares(tmp_path):
     cluster, devices = _b27(tmp_path)
     hami = HamiResolver().resolve(cluster, devices, handled=NONE)
     assert allocation_header({"hami": hami}) == "allocation: HAMi 4 shares on 1 GPUs"
+
+
+def test_b25_claim_pod_that_finished_mid_window_held_its_gpus_until_it_ended(tmp_path):
+    # GIVEN trainer-0 Succeeded 20 minutes before the evaluation time, its claim still allocated
+    objs = _b25_objects()
+    objs[1]["status"] = {"phase": "Succeeded", "startTime": "2024-01-01T00:00:00Z",
+                         "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 0, "finishedAt": "2024-01-01T01:40:00Z"}}}]}
+    cluster, devices = read(tmp_path, _b25_series(claimed=0), objs)
+    # WHEN resolved
+    [h] = DraResolver().resolve(cluster, devices, handled=NONE).holdings
+    # THEN it held the 4 GPUs from the claim's allocation until it ended, not after
+    assert h.share == 4 and h.held_until is not None and h.held_until.isoformat() == "2024-01-01T01:40:00+00:00"
+    assert h.held_from is not None and h.held_from.isoformat() == "2024-01-01T00:00:00+00:00"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
-from gpuwaste.models.cluster import ClusterState, Node, Pod
+from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase
 from gpuwaste.models.gpu_models import GpuModelCatalog, GpuModelSpec
 from gpuwaste.models.telemetry import GpuTelemetry
 
@@ -61,9 +62,33 @@ def devices_by_node(cluster: ClusterState, devices: tuple[GpuTelemetry, ...]) ->
     return dict(out)
 
 
+def span_of(pod: Pod) -> tuple[datetime | None, datetime | None] | None:
+    """When a pod holds what it was allocated: (from, until), None for an open end; None when it holds nothing.
+
+    Scheduled and not terminal: from its start (else creation) on. Succeeded/Failed: from its start until its
+    last container finished, when that is known (a Job that ended mid-window held its share until then; B11).
+    """
+    if not pod.node_name:
+        return None
+    start = pod.started_at or pod.created_at
+    if pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+        return (start, pod.finished_at) if pod.finished_at is not None else None
+    return start, None
+
+
+def held(pod: Pod, since: datetime | None = None) -> dict[str, datetime | None]:
+    """`Holding` keyword arguments `held_from`/`held_until` for `pod` (`since`: when its allocation was made, if later)."""
+    span = span_of(pod)
+    start, until = span if span is not None else (None, None)
+    if since is not None and (start is None or since > start):
+        start = since
+    return {"held_from": start, "held_until": until}
+
+
 def live_pods(cluster: ClusterState, handled: frozenset[tuple[str, str]]) -> list[Pod]:
-    """Pods scheduled and not terminal, not yet accounted for by an earlier resolver."""
-    return [p for p in cluster.pods if p.live and p.key not in handled]
+    """Pods that hold (or held in the window) what they were allocated (`span_of`), not yet accounted for by an
+    earlier resolver."""
+    return [p for p in cluster.pods if p.key not in handled and span_of(p) is not None]
 
 
 def model_of(uuid: str | None, node: Node | None, by_uuid: dict[str, list[GpuTelemetry]], catalog: GpuModelCatalog) -> GpuModelSpec | None:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 
-from gpuwaste.allocation._index import live_pods, physical_devices
+from gpuwaste.allocation._index import held, live_pods, physical_devices
 from gpuwaste.allocation.base import AllocationResult, Holding
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState, Pod
@@ -43,7 +43,7 @@ class DraResolver:
         catalog: GPU model catalogue (MIG slices per model); default the bundled one.
     """
 
-    name = "dra"
+    name = "DRA"
 
     def __init__(self, gpu_drivers: tuple[str, ...] = GPU_DRIVERS, catalog: GpuModelCatalog | None = None) -> None:
         self.gpu_drivers = gpu_drivers
@@ -104,10 +104,10 @@ class DraResolver:
                         pod=pod,
                         node=pod.node_name or next((loc.node for loc in located if loc.node), None),
                         share=share,
-                        mechanism="dra",
+                        mechanism="DRA",
                         devices=ids,
                         per_pod_activity=not shared,
-                        held_from=claim.allocated_at or pod.started_at,
+                        **held(pod, claim.allocated_at),
                         note=note,
                     )
                 )
@@ -202,10 +202,10 @@ class DraResolver:
             pod=pod,
             node=pod.node_name,
             share=share,
-            mechanism="dra",
+            mechanism="DRA",
             devices=tuple(found),
             per_pod_activity=True,
-            held_from=pod.started_at,
+            **held(pod),
             note=f"ResourceClaim {', '.join(claim_names)} from the exporter's dra_* labels (the claim itself was not readable)",
         )
 

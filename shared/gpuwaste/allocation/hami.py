@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 
-from gpuwaste.allocation._index import devices_by_node, live_pods, model_of, physical_devices
+from gpuwaste.allocation._index import devices_by_node, held, live_pods, model_of, physical_devices
 from gpuwaste.allocation.base import AllocationResult, Holding
 from gpuwaste.models.cluster import ClusterState, Node, Pod
 from gpuwaste.models.gpu_models import GpuModelCatalog
@@ -64,7 +64,7 @@ class HamiResolver:
         catalog: GPU model catalogue (memory of a model, for `gpumem` shares); default the bundled one.
     """
 
-    name = "hami"
+    name = "HAMi"
 
     def __init__(self, catalog: GpuModelCatalog | None = None) -> None:
         self.catalog = catalog or GpuModelCatalog.bundled()
@@ -108,10 +108,10 @@ class HamiResolver:
                     pod=pod,
                     node=pod.node_name,
                     share=share,
-                    mechanism="hami",
+                    mechanism="HAMi",
                     devices=ids,
                     per_pod_activity=own,
-                    held_from=pod.started_at,
+                    **held(pod),
                     note=note + ("" if own else "; activity is device-level, not attributable"),
                 )
             )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from decimal import Decimal
 
-from gpuwaste.allocation._index import decimal_or_none, live_pods, model_of, physical_devices
+from gpuwaste.allocation._index import decimal_or_none, held, live_pods, model_of, physical_devices
 from gpuwaste.allocation.base import AllocationResult, Holding
 from gpuwaste.models.cluster import ClusterState, Pod
 from gpuwaste.models.gpu_models import GpuModelCatalog
@@ -35,7 +35,7 @@ class KaiResolver:
         catalog: GPU model catalogue (memory of a model, for `gpu-memory` requests); default the bundled one.
     """
 
-    name = "kai"
+    name = "KAI"
 
     def __init__(self, reservation_namespace: str = RESERVATION_NAMESPACE, catalog: GpuModelCatalog | None = None) -> None:
         self.reservation_namespace = reservation_namespace
@@ -84,10 +84,10 @@ class KaiResolver:
                     pod=pod,
                     node=pod.node_name,
                     share=share,
-                    mechanism="kai",
+                    mechanism="KAI",
                     devices=ids,
                     per_pod_activity=False,
-                    held_from=pod.started_at,
+                    **held(pod),
                     note=note + "; activity is device-level, not attributable",
                 )
             )

@@ -16,10 +16,10 @@ LABELS: dict[str, tuple[str, str | None]] = {
     "mig": ("MIG", "slices"),
     "time-slicing": ("time-slicing", "replicas"),
     "mps": ("MPS", "clients"),
-    "dra": ("DRA", None),
-    "hami": ("HAMi", "shares"),
-    "kai": ("KAI", "fractions"),
-    "vgpu": ("vGPU", "guests"),
+    "DRA": ("DRA", None),
+    "HAMi": ("HAMi", "shares"),
+    "KAI": ("KAI", "fractions"),
+    "vGPU": ("vGPU", "guests"),
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from gpuwaste.allocation._index import live_pods
+from gpuwaste.allocation._index import held, live_pods
 from gpuwaste.allocation.base import AllocationResult, Holding
 from gpuwaste.models.cluster import ClusterState, Node
 from gpuwaste.models.gpu_models import GpuModelCatalog
@@ -68,7 +68,7 @@ def vgpu_fraction(name: str | None) -> tuple[Decimal, str] | None:
 class VgpuResolver:
     """Pods on vGPU guest nodes, each `nvidia.com/gpu` unit charged at its vGPU type's fraction."""
 
-    name = "vgpu"
+    name = "vGPU"
 
     def __init__(self, catalog: GpuModelCatalog | None = None) -> None:
         self.catalog = catalog or GpuModelCatalog.bundled()
@@ -96,10 +96,10 @@ class VgpuResolver:
                     pod=pod,
                     node=pod.node_name,
                     share=fraction * units,
-                    mechanism="vgpu",
+                    mechanism="vGPU",
                     devices=labelled,
                     per_pod_activity=True,
-                    held_from=pod.started_at,
+                    **held(pod),
                     note=f"{why}; {units} unit(s)",
                 )
             )

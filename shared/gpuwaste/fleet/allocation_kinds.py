@@ -100,12 +100,12 @@ def _dra(b: _Builder, truth: AllocationTruth) -> None:
         _own(g[i], ("research", "trainer-0", "main"), "idle")
         g[i].extra_labels = _dra_labels("research", "trainer-0-gpus-x7k2p", node, i)
     b.truth.append(_item("idle_allocation", "research", "trainer-0", node, 4.0, "idle"))
-    truth.holders.append(HolderTruth("research", "trainer-0", node, "dra", 4.0, _uuids(g[0:4]), "idle"))
+    truth.holders.append(HolderTruth("research", "trainer-0", node, "DRA", 4.0, _uuids(g[0:4]), "idle"))
     # one GPU claimed by two serving pods (shared claim): busy; the series carries the claim, not a pod
     for pod in ("serve-a", "serve-b"):
         _claim_pod(b, "inference", pod, node, "serve-shared-gpu", team="ml-serving")
         b.truth.append(_item(None, "inference", pod, node, 0.5, "busy"))
-        truth.holders.append(HolderTruth("inference", pod, node, "dra", 0.5, _uuids(g[4:5]), "busy"))
+        truth.holders.append(HolderTruth("inference", pod, node, "DRA", 0.5, _uuids(g[4:5]), "busy"))
     b.objects.append(_claim("inference", "serve-shared-gpu", node, ["gpu-4"], [("inference", "serve-a"), ("inference", "serve-b")]))
     g[4].scenario, g[4].label_style = "busy", "none"
     g[4].extra_labels = _dra_labels("inference", "serve-shared-gpu", node, 4)
@@ -124,12 +124,12 @@ def _hami(b: _Builder, truth: AllocationTruth) -> None:
     for i in range(4):
         _hami_pod(b, "embed", f"embed-k-{i}", node, g[0], cores=25, team="embeddings")
         b.truth.append(_item("idle_allocation", "embed", f"embed-k-{i}", node, 0.25, "idle"))
-        truth.holders.append(HolderTruth("embed", f"embed-k-{i}", node, "hami", 0.25, _uuids(g[0:1]), "idle"))
+        truth.holders.append(HolderTruth("embed", f"embed-k-{i}", node, "HAMi", 0.25, _uuids(g[0:1]), "idle"))
     g[0].scenario = "idle"
     for i in range(2):
         _hami_pod(b, "genai", f"gen-{i}", node, g[1], cores=50, team="genai")
         b.truth.append(_item(None, "genai", f"gen-{i}", node, 0.5, "busy"))
-        truth.holders.append(HolderTruth("genai", f"gen-{i}", node, "hami", 0.5, _uuids(g[1:2]), "busy"))
+        truth.holders.append(HolderTruth("genai", f"gen-{i}", node, "HAMi", 0.5, _uuids(g[1:2]), "busy"))
     g[1].scenario = "busy"
     truth.physical_gpus[node], truth.free_gpus[node] = 4, 2.0
 
@@ -144,11 +144,11 @@ def _kai(b: _Builder, truth: AllocationTruth) -> None:
     for nb in ("notebook-0", "notebook-1"):
         _fraction_pod(b, "ml", nb, node, "grp-a", "0.5")
         b.truth.append(_item("idle_allocation", "ml", nb, node, 0.5, "idle"))
-        truth.holders.append(HolderTruth("ml", nb, node, "kai", 0.5, _uuids(g[0:1]), "idle"))
+        truth.holders.append(HolderTruth("ml", nb, node, "KAI", 0.5, _uuids(g[0:1]), "idle"))
     _own(g[0], ("runai-reservation", res_a, "runai-reservation"), "idle")
     _fraction_pod(b, "ml", "tune-0", node, "grp-b", "0.25")
     b.truth.append(_item(None, "ml", "tune-0", node, 0.25, "busy"))
-    truth.holders.append(HolderTruth("ml", "tune-0", node, "kai", 0.25, _uuids(g[1:2]), "busy"))
+    truth.holders.append(HolderTruth("ml", "tune-0", node, "KAI", 0.25, _uuids(g[1:2]), "busy"))
     _own(g[1], ("runai-reservation", res_b, "runai-reservation"), "busy")
     truth.physical_gpus[node], truth.free_gpus[node] = 4, 2.75  # 0.75 of GPU 1 reserved for nobody, GPUs 2-3
 
