@@ -70,4 +70,4 @@ def test_mixed_cluster_every_gpu_once_every_share_to_its_holder_no_infrastructur
     assert not infra & set(held) and not any((f.subject.namespace, f.subject.pod) in infra for f in findings)
     assert set(ctx.resolved.infrastructure_pods) == infra
     # AND the scan's allocation mix names each mechanism
-    assert {"dra", "hami", "kai", "MIG", "device plugin"} <= set(ctx.resolved.mix)
+    assert {"DRA", "HAMi", "KAI", "MIG", "device plugin"} <= set(ctx.resolved.mix)

@@ -12,11 +12,11 @@ from decimal import Decimal
 
 import pytest
 
+from gpuwaste.allocation import mix_text, resolve
 from gpuwaste.allocation.dra import DraResolver
 from gpuwaste.allocation.hami import HamiResolver, parse_allocated
 from gpuwaste.allocation.kai import KaiResolver
 from gpuwaste.allocation.physical import physical_gpu_count
-from gpuwaste.allocation.summary import allocation_header
 from gpuwaste.allocation.vgpu import VgpuResolver, vgpu_fraction
 from gpuwaste.models.telemetry import DeviceId, Signal
 from gpuwaste.pricing.catalog import PriceBook
@@ -337,8 +337,8 @@ def test_resolvers_do_not_apply_to_a_plain_device_plugin_cluster(tmp_path):
 
 def test_header_names_each_mechanism_with_gpus_or_shares(tmp_path):
     cluster, devices = _b27(tmp_path)
-    hami = HamiResolver().resolve(cluster, devices, handled=NONE)
-    assert allocation_header({"hami": hami}) == "allocation: HAMi 4 shares on 1 GPUs"
+    resolved = resolve(cluster, devices)
+    assert mix_text(resolved.mix) == "HAMi 1 GPU (4 pods)"
 
 
 def test_b25_claim_pod_that_finished_mid_window_held_its_gpus_until_it_ended(tmp_path):

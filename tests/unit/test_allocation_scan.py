@@ -28,8 +28,8 @@ IDLE, UNALLOC, DQ = WasteKind.IDLE, WasteKind.UNALLOCATED, WasteKind.DATA_QUALIT
 
 def test_registry_asks_the_specific_mechanisms_before_the_device_plugin():
     names = [r.name for r in resolvers()]
-    assert names.index("dra") < names.index("MIG") and names.index("hami") < names.index("device plugin")
-    assert names.index("kai") < names.index("device plugin") and names.index("vgpu") < names.index("shared")
+    assert names.index("DRA") < names.index("MIG") and names.index("HAMi") < names.index("device plugin")
+    assert names.index("KAI") < names.index("device plugin") and names.index("vGPU") < names.index("shared")
 
 
 def test_b25_dra_trainer_idle_660_48_a_day_and_four_unallocated_gpus_660_48(tmp_path):
@@ -57,7 +57,7 @@ def test_b25_dra_trainer_idle_660_48_a_day_and_four_unallocated_gpus_660_48(tmp_
     [free] = sc.of_kind(UNALLOC)
     assert free.wasted_gpu_share == 4 and free.usd_per_day == Decimal("660.48")
     assert not sc.of_kind(DQ)
-    assert mix_text(sc.ctx.resolved.mix) == "dra 4 GPUs (1 pod)"
+    assert mix_text(sc.ctx.resolved.mix) == "DRA 4 GPUs (1 pod)"
 
 
 def test_b27_hami_four_quarter_shares_idle_and_three_gpus_unallocated_136_13_a_day(tmp_path):
