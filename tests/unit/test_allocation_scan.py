@@ -20,7 +20,7 @@ from tests.fixtures.allocation.objects import (
     resource_slice,
     uuid,
 )
-from tests.fixtures.field_guide.builders import S, node, scan
+from tests.fixtures.field_guide.builders import S, node, pod, scan
 
 GR = Signal.GR_ENGINE_ACTIVE.value
 IDLE, UNALLOC, DQ = WasteKind.IDLE, WasteKind.UNALLOCATED, WasteKind.DATA_QUALITY
@@ -54,6 +54,7 @@ def test_b25_dra_trainer_idle_660_48_a_day_and_four_unallocated_gpus_660_48(tmp_
     [idle] = sc.of_kind(IDLE)
     assert (idle.subject.namespace, idle.subject.pod, idle.subject.gpu_share) == ("research", "trainer-0", Decimal(4))
     assert idle.usd_per_day == Decimal("660.48")
+    assert (idle.details["mechanism"], idle.details["activity_scope"]) == ("DRA", "per pod")
     [free] = sc.of_kind(UNALLOC)
     assert free.wasted_gpu_share == 4 and free.usd_per_day == Decimal("660.48")
     assert not sc.of_kind(DQ)
@@ -72,6 +73,7 @@ def test_b27_hami_four_quarter_shares_idle_and_three_gpus_unallocated_136_13_a_d
     idle = sc.of_kind(IDLE)
     assert sorted((f.subject.pod, f.subject.gpu_share) for f in idle) == [(f"embed-k-{i}", Decimal("0.25")) for i in range(4)]
     assert all(f.subject.attribution is Attribution.ALLOCATION and [g.uuid for g in f.subject.gpus] == [gpus[0]] for f in idle)
+    assert {f.details["activity_scope"] for f in idle} == {"device-level, not attributable"}
     [free] = sc.of_kind(UNALLOC)
     assert free.wasted_gpu_share == 3
     # (each finding is rounded to cents for display; the field guide's total is of the exact amounts)
@@ -100,4 +102,36 @@ def test_b28_kai_notebooks_charged_team_ml_reservation_pod_never_an_owner(tmp_pa
     [free] = sc.of_kind(UNALLOC)
     assert free.wasted_gpu_share == 3
     assert all(f.subject.namespace != "runai-reservation" for f in sc.findings)
+    assert all(res["metadata"]["name"] in f.details["allocation"] and f.details["mechanism"] == "KAI" for f in idle)
     assert not sc.checks()
+
+
+def _shared_scan(tmp_path, labels: dict[str, str], replicas: int = 4):
+    host = "ip-10-0-5-5.ec2.internal"
+    n = node(host, itype="g5.xlarge", gpus=1, labels={"nvidia.com/gpu.replicas": str(replicas), **labels})
+    n["status"] = {"capacity": {"nvidia.com/gpu": str(replicas)}, "allocatable": {"nvidia.com/gpu": str(replicas)}}
+    objs = [n, pod("a", "p-0", host), pod("a", "p-1", host)]
+    series = [S(GR, {"gpu": "0", "UUID": uuid(0x500), "modelName": "NVIDIA A10G", "Hostname": host, "namespace": "a", "pod": p}, 0.001)
+              for p in ("p-0", "p-1")]
+    return scan(tmp_path, series, objs)
+
+
+def test_time_slicing_sharers_hold_one_replica_each_with_device_level_activity(tmp_path):
+    # GIVEN one A10G advertised as 4 time-sliced replicas, two idle pods with one replica each
+    sc = _shared_scan(tmp_path, {})
+    idle = sc.of_kind(IDLE)
+    # THEN each holds 1/4 GPU, its activity is the device's, and 2/4 of the GPU are free
+    assert sorted((f.subject.pod, f.subject.gpu_share) for f in idle) == [("p-0", Decimal("0.25")), ("p-1", Decimal("0.25"))]
+    assert {(f.details["mechanism"], f.details["activity_scope"]) for f in idle} == {("time-slicing", "device-level, not attributable")}
+    [free] = sc.of_kind(UNALLOC)
+    assert free.wasted_gpu_share == Decimal("0.5")
+
+
+def test_mps_and_gke_time_sharing_keep_their_shares(tmp_path):
+    # GIVEN the same sharing under MPS, then under GKE GPU time-sharing
+    (tmp_path / "mps").mkdir()
+    mps = _shared_scan(tmp_path / "mps", {"nvidia.com/gpu.sharing-strategy": "mps"})
+    assert {(f.details["mechanism"], f.subject.gpu_share) for f in mps.of_kind(IDLE)} == {("MPS", Decimal("0.25"))}
+    (tmp_path / "gke").mkdir()
+    gke = _shared_scan(tmp_path / "gke", {"cloud.google.com/gke-max-shared-clients-per-gpu": "4"})
+    assert {(f.details["mechanism"], f.subject.gpu_share) for f in gke.of_kind(IDLE)} == {("GKE time-sharing", Decimal("0.25"))}
