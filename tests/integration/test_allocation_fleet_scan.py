@@ -18,6 +18,7 @@ from gpuwaste.join import join
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
+from gpuwaste.services.scan import allocation_notes
 from gpuwaste.settings import KubernetesSettings
 from gpuwaste.sources.kubernetes import KubernetesPodSource
 from gpuwaste.sources.recording import RecordingTelemetrySource
@@ -71,3 +72,6 @@ def test_mixed_cluster_every_gpu_once_every_share_to_its_holder_no_infrastructur
     assert set(ctx.resolved.infrastructure_pods) == infra
     # AND the scan's allocation mix names each mechanism
     assert {"DRA", "HAMi", "KAI", "MIG", "device plugin"} <= set(ctx.resolved.mix)
+    # AND the only capacity disagreement is HAMi's 40 shares on 4 GPUs, said once
+    notes = [n for n in allocation_notes(ctx) if "advertises" in n]
+    assert notes == ["node ip-10-1-0-30.ec2.internal advertises 40 nvidia.com/gpu, DCGM sees 4 GPUs: HAMi shares"]
