@@ -135,3 +135,20 @@ def test_mps_and_gke_time_sharing_keep_their_shares(tmp_path):
     (tmp_path / "gke").mkdir()
     gke = _shared_scan(tmp_path / "gke", {"cloud.google.com/gke-max-shared-clients-per-gpu": "4"})
     assert {(f.details["mechanism"], f.subject.gpu_share) for f in gke.of_kind(IDLE)} == {("GKE time-sharing", Decimal("0.25"))}
+
+
+def test_b25_unclaimed_gpus_the_exporter_stops_reporting_are_unmonitored_not_dropped(tmp_path):
+    # GIVEN the B25 node where the exporter reports only the 4 claimed GPUs (it may drop the unclaimed ones)
+    host = "ip-10-0-9-1.ec2.internal"
+    gpus = [uuid(0x64 + i) for i in range(8)]
+    series = [S(GR, {"gpu": str(i), "UUID": gpus[i], "modelName": "NVIDIA H100 80GB HBM3", "Hostname": host, "container": "main",
+                     "namespace": "research", "pod": "trainer-0", "dra_claim_name": "c", "dra_claim_namespace": "research",
+                     "dra_driver_name": "gpu.nvidia.com", "dra_pool_name": host, "dra_device_name": f"gpu-{i}"}, 0.001) for i in range(4)]
+    objs = [dra_node(host), claim_pod("research", "trainer-0", host, "c"),
+            resource_claim("research", "c", host, [f"gpu-{i}" for i in range(4)]), resource_slice(host, gpus)]
+    sc = scan(tmp_path, series, objs)
+    # THEN trainer-0 is idle (4 GPUs) and the other 4 are reported as unmonitored GPUs of the node, never silently gone
+    assert [(f.subject.pod, f.subject.gpu_share) for f in sc.of_kind(IDLE)] == [("trainer-0", Decimal(4))]
+    [unmonitored] = sc.checks()["unmonitored_gpus"]
+    assert unmonitored.subject.node == host and unmonitored.subject.gpu_share == 4
+    assert (unmonitored.details["expected_gpus"], unmonitored.details["observed_gpus"]) == (8, 4)
