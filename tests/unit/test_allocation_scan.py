@@ -152,3 +152,21 @@ def test_b25_unclaimed_gpus_the_exporter_stops_reporting_are_unmonitored_not_dro
     [unmonitored] = sc.checks()["unmonitored_gpus"]
     assert unmonitored.subject.node == host and unmonitored.subject.gpu_share == 4
     assert (unmonitored.details["expected_gpus"], unmonitored.details["observed_gpus"]) == (8, 4)
+
+
+def test_dra_claim_holder_whose_owner_is_gone_is_orphaned(tmp_path):
+    # GIVEN trainer-0 (holding 4 GPUs through its claim) owned by a ReplicaSet that no longer exists (ReplicaSets listed)
+    from gpuwaste.detectors import DetectorSettings  # noqa: PLC0415
+
+    host = "ip-10-0-9-1.ec2.internal"
+    gpus = [uuid(0x64 + i) for i in range(8)]
+    p = claim_pod("research", "trainer-0", host, "c")
+    p["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer-7d9c5", "uid": "u", "controller": True}]
+    other_rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "unrelated-5f", "namespace": "research"}}
+    objs = [dra_node(host), p, other_rs, resource_claim("research", "c", host, ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]), resource_slice(host, gpus)]
+    series = [S(GR, {"gpu": str(i), "UUID": gpus[i], "modelName": "NVIDIA H100 80GB HBM3", "Hostname": host, "namespace": "research",
+                     "pod": "trainer-0", "container": "main"}, 0.5) for i in range(4)]
+    sc = scan(tmp_path, series, objs, settings=DetectorSettings(enabled=["orphaned"]))
+    # THEN the claim holder is reported as orphaned with its 4 GPUs
+    [f] = sc.of_kind(WasteKind.ORPHANED)
+    assert (f.subject.pod, f.subject.gpu_share) == ("trainer-0", Decimal(4))

@@ -107,10 +107,11 @@ class Pod(Frozen):
 
     @property
     def holds_gpus(self) -> bool:
-        """True when the pod holds its GPUs now: scheduled and not terminal (field guide B11)."""
-        if not self.node_name or not self.gpu_requests:
-            return False
-        return self.phase in (PodPhase.RUNNING, PodPhase.PENDING, PodPhase.UNKNOWN)
+        """True when the pod holds its GPUs now: scheduled and not terminal (field guide B11), with a GPU request,
+        a GPU-share request (HAMi), a DRA claim, or a KAI/Run:ai fraction annotation."""
+        asks = self.gpu_requests or self.share_requests or self.resource_claims or (
+            "gpu-fraction" in self.annotations or "gpu-memory" in self.annotations)
+        return bool(asks) and self.live
 
 
 class Node(Frozen):
