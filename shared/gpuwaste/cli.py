@@ -290,6 +290,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         + (f" · allocation: {inv.allocation}" if inv.allocation else ""),
         highlight=False, style="dim", markup=False,
     )
+    for note in inv.allocation_notes:  # capacity that is not GPUs, claims nobody uses, RBAC to grant (issue 11)
+        out.print(f"allocation note: {note}", highlight=False, style="dim", markup=False)
     if inv.metrics_present:
         dcgm = [m.removeprefix("DCGM_FI_") for m in inv.metrics_present if m.startswith("DCGM_FI_")]
         other = [m for m in inv.metrics_present if not m.startswith("DCGM_FI_")]
