@@ -7,6 +7,7 @@ from what the live source read.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -20,6 +21,7 @@ from gpuwaste.models.telemetry import DeviceId
 from gpuwaste.settings import KubernetesSettings
 from gpuwaste.sources.k8s_objects import cluster_state_from_objects
 from gpuwaste.sources.kubernetes import KubernetesPodSource
+from gpuwaste.sources.recording import RecordingClusterSource
 from tests.fixtures.allocation.objects import claim_pod, device_classes, dra_node, resource_claim, resource_slice, uuid
 from tests.servers.kube_api import FakeKubeApi, KubeApiFactory, write_kubeconfig
 
@@ -119,3 +121,20 @@ def test_deploy_rbac_grants_read_only_access_to_the_dra_kinds():
     granted = {res for r in dra for res in r["resources"]}
     assert {"resourceclaims", "resourceslices", "deviceclasses"} <= granted
     assert all(set(r["verbs"]) <= {"get", "list", "watch"} for r in dra)
+
+
+def test_recorded_capture_of_a_dra_cluster_replays_to_the_same_claims(kube_api: KubeApiFactory, tmp_path):
+    # GIVEN a DRA cluster captured the way `gpuwaste record` does
+    pods, nodes, others = _objects()
+    with _source(kube_api(pods, nodes, others), tmp_path) as src:
+        captured = src.kube_list()
+        live = src.cluster_state(at=AT)
+    (tmp_path / "cluster.json").write_text(json.dumps(captured))
+    replayed = RecordingClusterSource(tmp_path / "cluster.json", cluster="demo").cluster_state(at=AT)
+    # THEN the capture holds the DRA objects with their kind and apiVersion, and the replay has the same claims
+    kinds = {i["kind"] for i in captured["items"]}
+    assert {"ResourceClaim", "ResourceSlice", "DeviceClass"} <= kinds
+    assert all(i["apiVersion"] == "resource.k8s.io/v1" for i in captured["items"] if i["kind"] in ("ResourceClaim", "ResourceSlice"))
+    assert (replayed.resource_claims, replayed.resource_slices, replayed.device_classes) == (
+        live.resource_claims, live.resource_slices, live.device_classes)
+    assert sorted(p.name for p in replayed.pods) == sorted(p.name for p in live.pods)
