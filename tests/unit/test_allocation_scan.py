@@ -170,3 +170,16 @@ def test_dra_claim_holder_whose_owner_is_gone_is_orphaned(tmp_path):
     # THEN the claim holder is reported as orphaned with its 4 GPUs
     [f] = sc.of_kind(WasteKind.ORPHANED)
     assert (f.subject.pod, f.subject.gpu_share) == ("trainer-0", Decimal(4))
+
+
+def test_mps_with_per_client_values_judges_each_pod_on_its_own_activity(tmp_path):
+    # GIVEN an MPS GPU (4 replicas) where the exporter reports each client's own activity: p-0 busy, p-1 idle
+    host = "ip-10-0-5-5.ec2.internal"
+    n = node(host, itype="g5.xlarge", gpus=1, labels={"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "mps"})
+    n["status"] = {"capacity": {"nvidia.com/gpu": "4"}, "allocatable": {"nvidia.com/gpu": "4"}}
+    base = {"gpu": "0", "UUID": uuid(0x501), "modelName": "NVIDIA A10G", "Hostname": host, "namespace": "a"}
+    series = [S(GR, base | {"pod": "p-0"}, 0.62), S(GR, base | {"pod": "p-1"}, 0.001)]
+    sc = scan(tmp_path, series, [n, pod("a", "p-0", host), pod("a", "p-1", host)])
+    # THEN only p-1 is idle, judged on its own (measured per pod) series
+    [idle] = sc.of_kind(IDLE)
+    assert (idle.subject.pod, idle.subject.gpu_share, idle.details["activity_scope"]) == ("p-1", Decimal("0.25"), "per pod")

@@ -8,7 +8,7 @@ from decimal import Decimal, InvalidOperation
 
 from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase
 from gpuwaste.models.gpu_models import GpuModelCatalog, GpuModelSpec
-from gpuwaste.models.telemetry import GpuTelemetry
+from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, GpuTelemetry
 
 
 def physical_devices(devices: tuple[GpuTelemetry, ...]) -> dict[str, list[GpuTelemetry]]:
@@ -109,3 +109,24 @@ def decimal_or_none(text: str | None) -> Decimal | None:
     except InvalidOperation:
         return None
     return value if value.is_finite() else None
+
+
+def measured_per_pod(pod: Pod, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]) -> bool:
+    """True when the exporter gives this pod's own activity on a shared GPU (per-process values, e.g. MPS with
+    per-client series): the pod has its own series on the device and they differ from another sharer's. Identical
+    copies of the device value under each sharer's labels (what time-slicing gives) are device-level, not
+    attributable."""
+    for d in devices:
+        if pod.key not in d.workloads:
+            continue
+        for sig in ACTIVITY_SIGNALS:
+            mine = d.for_workload(pod.namespace, pod.name, sig)
+            if mine is None or mine.count == 0:
+                continue
+            others = [g.signals.get(str(sig)) for g in d.groups if (g.namespace, g.pod) != pod.key and g.pod]
+            # side by side over (nearly) the same samples, not one label following another (B10)
+            others = [o for o in others if o is not None and o.count and abs(o.count - mine.count) <= 0.2 * max(o.count, mine.count)]
+            if others and any((o.total / o.count, o.max, o.min) != (mine.total / mine.count, mine.max, mine.min) for o in others):
+                return True
+            break
+    return False
