@@ -131,3 +131,16 @@ def test_new_hardware_without_a_cited_price_is_unpriced_naming_the_setting(itype
     result = PriceBook.bundled().gpu_hour_rate(instance_type=itype, capacity_type="on-demand", gpu_model=model, physical_gpus=8)
     assert isinstance(result, Unpriced)
     assert "pricing.instance_types" in result.reason and GpuModelCatalog.bundled().resolve(model).key in result.reason
+
+
+def test_b31_without_gfd_labels_the_slice_count_comes_from_the_dcgm_model(tmp_path):
+    # GIVEN the B31 slices on a node without GFD labels (e.g. cluster state from kube-state-metrics without allow-lists)
+    uuid = "GPU-00000259-7e1c-4b2a-9f0d-000000000259"
+    host = "worker-rtx-1"
+    base = {"gpu": "0", "UUID": uuid, "modelName": RTX, "Hostname": host, "namespace": "viz", "container": "r"}
+    series = [S(GR, base | {"GPU_I_PROFILE": "1g.24gb+gfx", "GPU_I_ID": "1", "pod": "render-1"}, 0.001)]
+    n = node(host, itype=None, gpus=None)
+    n["status"] = {"capacity": {"nvidia.com/mig-1g.24gb": "4"}, "allocatable": {"nvidia.com/mig-1g.24gb": "4"}}
+    sc = scan(tmp_path, series, [n, pod("viz", "render-1", host, resource="nvidia.com/mig-1g.24gb")], priced=False)
+    # THEN the slice is a quarter of the RTX PRO 6000 (4 slices), not a seventh
+    assert [(f.subject.pod, f.subject.gpu_share) for f in sc.of_kind(WasteKind.IDLE)] == [("render-1", Decimal("0.25"))]
