@@ -301,6 +301,10 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     )
     for note in inv.allocation_notes:  # capacity that is not GPUs, claims nobody uses, RBAC to grant (issue 11)
         out.print(f"allocation note: {note}", highlight=False, style="dim", markup=False)
+    if report.cluster_source:
+        out.print(f"cluster state: {report.cluster_source}", highlight=False, style="dim", markup=False)
+    for note in report.cluster_notes:
+        out.print(f"data quality: {note}", highlight=False, style="yellow", markup=False)
     if inv.metrics_present:
         dcgm = [m.removeprefix("DCGM_FI_") for m in inv.metrics_present if m.startswith("DCGM_FI_")]
         other = [m for m in inv.metrics_present if not m.startswith("DCGM_FI_")]
@@ -406,7 +410,8 @@ def warn_recording(sources: local.Sources, when: datetime, window_s: int, *, qui
                       f"{when:%H:%M:%SZ} ({_duration(int(held))}): coverage will be low and those pods get no verdict; "
                       f"use --window {max(10, int(held) // 60)}m or less.", highlight=False)
     if getattr(sources.cluster, "cluster_file", "") is None:
-        err.print("[yellow]warning:[/] the recording has no cluster state (cluster.json): GPUs cannot be tied to pods or "
+        err.print("[yellow]warning:[/] the recording has no cluster state (no cluster.json, no kube-state-metrics series): "
+                  "GPUs cannot be tied to pods or "
                   "nodes; pass --cluster-json FILE (kubectl get pods,nodes -A -o json) to judge them.", highlight=False)
 
 
@@ -502,7 +507,8 @@ def scan(
         warn_recording(sources, when, window_s, quiet=quiet)
     else:
         if prometheus is None and not cfg.clusters:
-            fail("nothing to scan: pass --recording DIR, or --prometheus URL (with a kubeconfig), or --config FILE. "
+            fail("nothing to scan: pass --recording DIR, or --prometheus URL (cluster state from kube-state-metrics, "
+                 "and from the Kubernetes API when a kubeconfig is found), or --config FILE. "
                  "Try `gpuwaste demo` for the bundled demo fleet.")
         cc = live_cluster(cfg, cluster, prometheus, kubeconfig, context)
         try:

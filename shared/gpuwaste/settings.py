@@ -155,13 +155,22 @@ class KubernetesSettings(BaseModel):
 
 
 class ClusterConfig(BaseModel):
-    """One cluster to scan."""
+    """One cluster to scan.
+
+    Attributes:
+        cluster_state: where pods, nodes and owners come from. "kube-state-metrics": the KSM series of the same
+            Prometheus (no Kubernetes access needed; AMP with SigV4 is enough); "kubernetes": the API only;
+            "both": the API for what exists now and KSM for the window's history; "auto" (default): "both"
+            when Kubernetes access is configured (an existing kubeconfig, in-cluster service account, or "eks"
+            mode), else "kube-state-metrics".
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     prometheus: PrometheusSettings | None = None
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    cluster_state: Literal["auto", "kubernetes", "kube-state-metrics", "both"] = "auto"
     labels: TelemetryLabels = Field(default_factory=TelemetryLabels)
     read: ClusterReadSettings = Field(default_factory=ClusterReadSettings)
     recording: str | None = Field(

@@ -67,12 +67,15 @@ def span_of(pod: Pod) -> tuple[datetime | None, datetime | None] | None:
 
     Scheduled and not terminal: from its start (else creation) on. Succeeded/Failed: from its start until its
     last container finished, when that is known (a Job that ended mid-window held its share until then; B11).
+    Deleted in the window (`gone_at`): until it was gone.
     """
     if not pod.node_name:
         return None
     start = pod.started_at or pod.created_at
     if pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
         return (start, pod.finished_at) if pod.finished_at is not None else None
+    if pod.gone_at is not None:  # deleted in the window (kube-state-metrics history): held until it was gone
+        return start, pod.gone_at
     return start, None
 
 

@@ -69,6 +69,10 @@ class Pod(Frozen):
         resource_claims: the pod's `spec.resourceClaims` (DRA), with the claim each resolved to.
         scheduler_name: `spec.schedulerName` ("kai-scheduler", "hami-scheduler", ...); None for the default.
         cpu_limit_cores: sum of the app containers' CPU limits (cores); None when any has no limit.
+        started_at / finished_at: the pod's start and completion (or disappearance) time; a pod holds its GPUs
+            between them at most (a Job that finished mid-window held them for its lifetime only).
+        gone_at: when the pod was last seen, for a pod that no longer existed at the observation time (deleted
+            in the window; from kube-state-metrics history). None while it exists.
     """
 
     namespace: str
@@ -94,6 +98,7 @@ class Pod(Frozen):
     share_requests: dict[str, int] = Field(default_factory=dict)
     resource_claims: tuple[PodClaimRef, ...] = ()
     scheduler_name: str | None = None
+    gone_at: datetime | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -102,8 +107,9 @@ class Pod(Frozen):
 
     @property
     def live(self) -> bool:
-        """True when the pod is scheduled and not terminal, so whatever it was allocated is held now (B11)."""
-        return bool(self.node_name) and self.phase in (PodPhase.RUNNING, PodPhase.PENDING, PodPhase.UNKNOWN)
+        """True when the pod is scheduled, not terminal and still exists, so whatever it was allocated is held now
+        (B11; a pod deleted in the window has `gone_at`)."""
+        return bool(self.node_name) and self.gone_at is None and self.phase in (PodPhase.RUNNING, PodPhase.PENDING, PodPhase.UNKNOWN)
 
     @property
     def holds_gpus(self) -> bool:
@@ -159,6 +165,10 @@ class ClusterState(Frozen):
             judged for these).
         resource_claims, resource_slices, device_classes: DRA objects (`resource.k8s.io`), empty when the
             cluster has none or the source could not list them (`dra_listed` False).
+        source: where the state came from (Kubernetes API URL, recording file, kube-state-metrics).
+        notes: data-quality notes about the state itself: what the source could not see and what it costs
+            (KSM label allow-lists missing, API and KSM disagreeing).
+        query_count: PromQL queries the read made (kube-state-metrics; 0 for the Kubernetes API and recordings).
     """
 
     cluster: str
@@ -176,6 +186,8 @@ class ClusterState(Frozen):
     resource_slices: tuple[ResourceSlice, ...] = ()
     device_classes: tuple[DeviceClass, ...] = ()
     dra_listed: bool = False
+    notes: tuple[str, ...] = ()
+    query_count: int = 0
 
 
 def gpu_share_for_request(resource: str, count: int, node: Node | None, *, model_name: str | None = None) -> Decimal:
