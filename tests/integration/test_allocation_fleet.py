@@ -1,5 +1,6 @@
 """Integration: the generated "allocation" fleet — device plugin, DRA, HAMi, KAI and Blackwell MIG on one cluster —
-read through the Kubernetes API source (fake apiserver, real wire format) and the recording path, resolved by the
+read through the Kubernetes API source (fake apiserver, real wire format), the recording path and kube-state-metrics
+series (where the kind is visible there), resolved by the
 allocation resolvers, and compared with the generator's ground truth: every GPU counted once, every share charged
 to the pod (and so the team) that holds it, no infrastructure pod named as an owner.
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gpuwaste.allocation import resolve
 from gpuwaste.allocation._index import devices_by_node
 from gpuwaste.allocation.dra import DraResolver
 from gpuwaste.allocation.hami import HamiResolver
@@ -22,6 +24,7 @@ from gpuwaste.allocation.vgpu import VgpuResolver
 from gpuwaste.fleet.generator import Fleet, FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.cluster import ClusterState, gpu_share_for_request
 from gpuwaste.settings import KubernetesSettings
+from gpuwaste.sources.ksm import KsmRecordingSource
 from gpuwaste.sources.kubernetes import KubernetesPodSource
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
 from tests.servers.kube_api import KubeApiFactory, write_kubeconfig
@@ -127,3 +130,25 @@ def test_the_fleet_truth_names_no_infrastructure_pod_as_a_finding_subject(fleet:
     assert all(t.kind is None for t in fleet.truth if (t.namespace, t.pod) in infra)
     idle = {(t.namespace, t.pod): t.gpus for t in fleet.truth if t.kind == "idle_allocation"}
     assert idle[("embed", "embed-k-0")] == 0.25 and idle[("ml", "notebook-1")] == 0.5 and idle[("viz", "render-1")] == 0.25
+
+
+def test_through_kube_state_metrics_every_kind_ksm_can_show_is_charged_to_its_holder(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory):
+    # GIVEN the mixed cluster only as kube-state-metrics series (no cluster.json), allow-listed as `gpuwaste doctor`
+    # recommends (gpu-fraction, runai-gpu-group, run.ai/reserve_for_gpu_index, hami.io/vgpu-devices-allocated)
+    out = write_recording(fleet, tmp_path_factory.mktemp("allocation-ksm"))
+    (out / "cluster.json").unlink()
+    at, window = fleet.spec.eval_time, timedelta(seconds=fleet.spec.history_s - 600)
+    cluster = KsmRecordingSource(out, window=window).cluster_state(at=at)
+    devices = tuple(RecordingTelemetrySource(out).telemetry(at=at, window=window).gpus)
+    # WHEN every registered resolver runs
+    resolved = resolve(cluster, devices)
+    got = {(h.pod.namespace, h.pod.name): h for h in resolved.holdings}
+    # THEN device-plugin, HAMi, KAI and MIG holders hold their true shares; reservation pods are infrastructure
+    visible = [t for t in fleet.allocation.holders if t.mechanism != "DRA"]
+    for t in visible:
+        h = got[(t.namespace, t.pod)]
+        assert (h.share, h.node) == (Decimal(str(t.share)), t.node), t.pod
+    assert set(resolved.infrastructure_pods) == set(fleet.allocation.infrastructure)
+    # AND DRA claims are not visible in KSM (no ResourceClaim metrics, no spec.resourceClaims): those pods hold nothing
+    # here rather than a guessed share
+    assert not any(t.mechanism == "DRA" and (t.namespace, t.pod) in got for t in fleet.allocation.holders)
