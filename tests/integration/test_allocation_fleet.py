@@ -134,7 +134,7 @@ def test_the_fleet_truth_names_no_infrastructure_pod_as_a_finding_subject(fleet:
 
 def test_through_kube_state_metrics_every_kind_ksm_can_show_is_charged_to_its_holder(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory):
     # GIVEN the mixed cluster only as kube-state-metrics series (no cluster.json), allow-listed as `gpuwaste doctor`
-    # recommends (gpu-fraction, runai-gpu-group, run.ai/reserve_for_gpu_index, hami.io/vgpu-devices-allocated)
+    # recommends: the fraction and memory annotations, the group label, the reserved device and the HAMi grant
     out = write_recording(fleet, tmp_path_factory.mktemp("allocation-ksm"))
     (out / "cluster.json").unlink()
     at, window = fleet.spec.eval_time, timedelta(seconds=fleet.spec.history_s - 600)
