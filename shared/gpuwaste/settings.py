@@ -274,6 +274,7 @@ class SlackSettings(BaseModel):
         timeout_s: per-request timeout (seconds).
         rate_limit_retries / server_error_retries: in-process retries (429 honours `Retry-After`) before a
             delivery fails and is retried through the queue.
+        workspace_url: e.g. https://acme.slack.com; Jira tickets then link to the finding's Slack thread.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -286,6 +287,7 @@ class SlackSettings(BaseModel):
     rate_limit_retries: int = Field(3, ge=0, le=10)
     server_error_retries: int = Field(1, ge=0, le=5)
     request_max_age_s: int = Field(300, ge=30, le=900)
+    workspace_url: str | None = Field(None, pattern=r"^https://")
 
 
 class JiraSettings(BaseModel):
@@ -296,6 +298,12 @@ class JiraSettings(BaseModel):
         api_token / api_token_secret_arn: the Atlassian API token (Basic auth with `email`).
         default_project: project key when routing names none (None: no ticket without a routed project).
         resolve_transition: transition id or name applied when a finding resolves (None: comment only).
+        set_priority: send a priority from USD/day (Highest ≥ $500, High ≥ $100, Medium ≥ $20, else Low); turn it off
+            for projects whose create screen has no priority field.
+        max_per_run / max_per_team: tickets opened per run, and per team per run; the overflow of a team is folded
+            into one ticket listing its findings.
+        quiet_start_days: for this many days after the first ticket request the caps are `quiet_start_per_run` /
+            1 per team, so a first run on a large fleet opens a handful of tickets, not dozens (0: off).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -310,6 +318,11 @@ class JiraSettings(BaseModel):
     components: tuple[str, ...] = ()
     resolve_transition: str | None = None
     timeout_s: float = Field(15.0, gt=0, le=60)
+    set_priority: bool = True
+    max_per_run: int = Field(10, ge=1, le=1000)
+    max_per_team: int = Field(3, ge=1, le=1000)
+    quiet_start_days: int = Field(7, ge=0, le=90)
+    quiet_start_per_run: int = Field(3, ge=1, le=1000)
 
 
 class DeliverySettings(BaseModel):

@@ -155,7 +155,7 @@ def test_hostile_names_checker_catches_an_unescaped_mention() -> None:
 
 
 # -- Jira -------------------------------------------------------------------------------------------------
-ADF_NODES = {"doc", "paragraph", "text", "bulletList", "listItem", "heading", "hardBreak", "rule"}
+ADF_NODES = {"doc", "paragraph", "text", "bulletList", "listItem", "heading", "hardBreak", "rule", "codeBlock"}
 ADF_MARKS = {"strong", "em", "code", "link"}
 
 

@@ -72,6 +72,28 @@ def recording_sources(
     return Sources(cluster=cl, telemetry=tel, recording=tel)
 
 
+#: Layouts of `gpuwaste generate-fleet` whose recordings are scanned with the wrong-hardware look-back shortened
+#: to the recorded window (a generated fleet holds 80 minutes, not the week a real verdict needs).
+GENERATED_LAYOUTS = ("demo", "scorecard")
+
+
+def recording_config(config: GpuWasteConfig, sources: Sources, *, config_given: bool) -> tuple[GpuWasteConfig, str | None]:
+    """The configuration to scan a recording with, and a note for the user when it differs from `config`.
+
+    A generated fleet (its `recording.json` names a demo or scorecard layout) holds about an hour of telemetry,
+    so its wrong-hardware look-back is the recorded window; a configuration file given by the user wins.
+    """
+    rec = sources.recording
+    if rec is None or config_given or rec.meta.generator.get("layout") not in GENERATED_LAYOUTS or not rec.meta.window_s:
+        return config, None
+    from gpuwaste.fleet.scorecard import scorecard_settings
+
+    window_s = rec.meta.window_s
+    cfg = config.model_copy(update={"detectors": scorecard_settings(window_s)})
+    return cfg, (f"generated fleet: the wrong-hardware look-back is the recorded {window_s // 60} min "
+                 "(a real cluster needs 7 days; --config overrides)")
+
+
 def kubernetes_configured(cluster: ClusterConfig) -> bool:
     """Whether Kubernetes API access is set up for `cluster`: "eks" mode, an in-cluster service account, or a
     kubeconfig file that exists (the configured one, else $KUBECONFIG, else ~/.kube/config)."""
@@ -94,9 +116,11 @@ def cluster_state_mode(cluster: ClusterConfig) -> str:
     return "both" if kubernetes_configured(cluster) else "kube-state-metrics"
 
 
-def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: int | None = None) -> Sources:
+def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: int | None = None,
+                 cluster_file: Path | None = None) -> Sources:
     """Sources over a live Prometheus, with the cluster state from the Kubernetes API, kube-state-metrics, or both
-    (`ClusterConfig.cluster_state`; "auto" reads KSM alone when no Kubernetes access is configured).
+    (`ClusterConfig.cluster_state`; "auto" reads KSM alone when no Kubernetes access is configured), or, with
+    `cluster_file`, cluster objects from a `kubectl get pods,nodes -A -o json` file instead of the API.
 
     Raises:
         ConfigError: when the cluster has no Prometheus URL, or the kubeconfig cannot be loaded.
@@ -109,6 +133,8 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: in
     tel = PrometheusGpuMetricsSource.from_settings(cluster.prometheus, cluster=cluster.name, labels=cluster.labels,
                                                    scrape_interval_s=config.scan.scrape_interval_s,
                                                    matchers=cluster.prometheus.matchers or None)
+    if cluster_file is not None:
+        return Sources(cluster=RecordingClusterSource(cluster_file, cluster=cluster.name, settings=cluster.read), telemetry=tel)
     mode = cluster_state_mode(cluster)
     ksm = PrometheusKsmSource(tel, cluster=cluster.name, settings=cluster.read, window=timedelta(seconds=window_s or config.scan.window_s),
                               scrape_interval_s=config.scan.scrape_interval_s, concurrency=cluster.prometheus.concurrency,

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuwaste.bootstrap import local
 from gpuwaste.cli import (
+    DEFAULT_STATE,
     KUBE_HINT,
     Output,
     _config,
@@ -27,14 +27,16 @@ from gpuwaste.cli import (
     parse_time,
     parse_window,
     render,
+    team_function,
 )
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
-from gpuwaste.models.messages import AlertAction, AlertMessage
 
-ACTION_STYLE = {
-    AlertAction.NEW: "bold red", AlertAction.WORSE: "red", AlertAction.REMINDER: "yellow",
-    AlertAction.ESCALATE: "magenta", AlertAction.RESOLVED: "green",
-}
+if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
+    from gpuwaste.bootstrap import local
+    from gpuwaste.models.messages import AlertMessage
+
+#: Rich style of each alert action's line.
+ACTION_STYLE = {"new": "bold red", "worse": "red", "reminder": "yellow", "escalate": "magenta", "resolved": "green"}
 
 
 def alert_line(alert: AlertMessage) -> str:
@@ -50,7 +52,7 @@ def alert_line(alert: AlertMessage) -> str:
 
 def print_alert(alert: AlertMessage) -> None:
     """Print one alert line (the local stand-in for the Slack message)."""
-    out.print(alert_line(alert), style=ACTION_STYLE.get(alert.action, ""), highlight=False, soft_wrap=True)
+    out.print(alert_line(alert), style=ACTION_STYLE.get(alert.action.value, ""), highlight=False, soft_wrap=True, markup=False)
 
 
 def _section(title: str) -> None:
@@ -61,6 +63,7 @@ def _slack_preview(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
     """notify_slack's local twin: the Slack messages printed (or posted, with a bot token in the config),
     then one line per alert."""
     from gpuwaste.bootstrap import notify
+    from gpuwaste.models.messages import AlertAction
     from gpuwaste.sinks.terminal_notify import TerminalNotifier
 
     def deliver(alerts, store, at):  # type: ignore[no-untyped-def]
@@ -82,7 +85,16 @@ def _ticket_preview(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
     config has `delivery.jira.base_url`, else printed as the ticket that would be created (LOCAL-<n>)."""
     from rich.console import Console
 
-    from gpuwaste.bootstrap import tickets
+    from gpuwaste.bootstrap import local, tickets
+    from gpuwaste.models.messages import AlertAction
+    from gpuwaste.services.tickets import plan_tickets
+
+    team = team_function(cfg)
+
+    def _started(store):  # type: ignore[no-untyped-def]
+        """The oldest sighting in the store: the quiet start counts from it."""
+        records = store.history(since=datetime(1970, 1, 1, tzinfo=UTC), until=datetime(9999, 1, 1, tzinfo=UTC))
+        return min((r.first_seen for r in records), default=None)
 
     def file_tickets(requests, store, at):  # type: ignore[no-untyped-def]
         _section(f"tickets · scan at {at:%Y-%m-%d %H:%M}Z ({len(requests)} requests)")
@@ -92,7 +104,23 @@ def _ticket_preview(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
             out.print(f"tickets left out: {exc}", style="red", highlight=False, soft_wrap=True)
             return
         assert service is not None
-        for request in requests:
+        service.now = lambda: at  # ages and "open since" read from the scan's time (a replay reads as it happened)
+        plan = plan_tickets(requests, team_of=team, jira=service.settings.jira, started_at=_started(store), now=at)
+        if plan.deferred:
+            local.release_ticket_requests(plan.deferred, store)
+            out.print(f"{len(plan.deferred)} ticket requests wait for a later run (ticket cap of this run"
+                      f"{', quiet start' if plan.quiet else ''}: delivery.jira.max_per_run / quiet_start_days)",
+                      style="yellow", highlight=False, soft_wrap=True, markup=False)
+        for team_name, folded in plan.folded.items():
+            try:
+                key = service.open_overflow(team_name, folded)
+            except GpuWasteError as exc:
+                out.print(f"overflow ticket failed for team {team_name}: {exc}", style="red", highlight=False, soft_wrap=True,
+                          markup=False)
+                continue
+            out.print(f"ticket {key}: {len(folded)} more findings of team {team_name} in one ticket (over the per-team cap)",
+                      style="magenta", highlight=False, soft_wrap=True, markup=False)
+        for request in plan.open:
             try:
                 key = service.handle(request)
             except GpuWasteError as exc:  # shown, not fatal: the rest of the chain carries on
@@ -131,11 +159,14 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
                     summary: bool = True, wide: bool = False, state_given: bool = True) -> local.ChainResult:
     """Run the chain and print each scan, its messages and tickets, then the daily summary; exits non-zero
     with a clear message on failure. `quiet` keeps only the one-line alerts and tickets."""
+    from gpuwaste.bootstrap import local
+    from gpuwaste.models.messages import AlertAction
+
     table = output is Output.table
 
     def on_scan(report):  # type: ignore[no-untyped-def]
         if table and not quiet:
-            render(report, output, quiet=quiet, wide=wide)
+            render(report, output, quiet=quiet, wide=wide, config=cfg)
 
     deliver = _slack_preview(cfg, panels=slack and not quiet) if table else None
     unfiled: list[AlertMessage] = []
@@ -157,7 +188,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
     except PermanentError as exc:
         fail(str(exc))
     if not table:
-        render(result.reports[-1], output, quiet=True, wide=wide)
+        render(result.reports[-1], output, quiet=True, wide=wide, config=cfg)
         return result
     out.print(f"[bold]alerts[/] ({len(result.alerts)}; {result.new_alerts} new), ticket requests {len(result.tickets)}"
               f" — state {state}", highlight=False)
@@ -182,7 +213,7 @@ def run_cmd(
     prometheus: Annotated[str | None, typer.Option("--prometheus", "-p", help="Prometheus base URL (live).", envvar="GPUWASTE_PROMETHEUS_URL")] = None,
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig (live).", envvar="KUBECONFIG")] = None,
     context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
-    state: Annotated[Path | None, typer.Option("--state", help=f"SQLite lifecycle store, kept between runs (default {local.DEFAULT_STATE}).")] = None,
+    state: Annotated[Path | None, typer.Option("--state", help=f"SQLite lifecycle store, kept between runs; `summary` reads the same default ({DEFAULT_STATE}).")] = None,
     scans: Annotated[int, typer.Option("--scans", min=1, max=1000, help="Successive scans, --interval apart, the last at --at.")] = 1,
     interval: Annotated[str, typer.Option("--interval", help="Time between successive scans, e.g. 10m.")] = "10m",
     at: Annotated[str | None, typer.Option("--at", help="Time of the last scan (RFC 3339 / unix s). Default: recording end, or now.")] = None,
@@ -196,6 +227,8 @@ def run_cmd(
     wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
 ) -> None:
     """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
+    from gpuwaste.bootstrap import local
+
     cfg = _config(config)
     step = timedelta(seconds=parse_positive(interval, "--interval"))
     window_s = parse_window(window) if window else None
@@ -211,6 +244,7 @@ def run_cmd(
                 fail(f"{recording}: no such file or directory")
             sources = local.recording_sources(recording, cfg, cluster_name=cluster)
             assert sources.recording is not None
+            cfg, _ = local.recording_config(cfg, sources, config_given=config is not None)
             check_recording(sources, when)
             when = when or sources.recording.end_time()
             window_s = window_s or sources.recording.meta.window_s or cfg.scan.window_s
@@ -230,6 +264,6 @@ def run_cmd(
     except GpuWasteError as exc:
         fail(str(exc) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
     times = local.replay_times(when, scans=scans, interval=step)
-    run_local_chain(sources, cfg, cluster=name, times=times, window_s=window_s, state=state or local.DEFAULT_STATE,
+    run_local_chain(sources, cfg, cluster=name, times=times, window_s=window_s, state=state or DEFAULT_STATE,
                     output=output, quiet=quiet, slack=slack, tickets=tickets, summary=summary, wide=wide,
                     state_given=state is not None)

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuwaste.models.findings import Evidence, Finding
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
+from gpuwaste.people import period_date
 
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
@@ -466,7 +467,7 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
         for n, o in enumerate(summary.top, start=1)
     ]
     blocks: list[dict[str, Any]] = [
-        _header(f"GPU waste summary {summary.since.astimezone(UTC):%Y-%m-%d}"),
+        _header(f"GPU waste summary {period_date(summary.until)}"),  # the same date as the report's title
         _context(period),
         _section(head),
         {"type": "divider"},

@@ -31,6 +31,10 @@ def adf_to_text(node: dict[str, Any]) -> str:
         return text
     if kind == "hardBreak":
         return "\n"
+    if kind == "heading":
+        return "## " + "".join(adf_to_text(c) for c in node.get("content") or [])
+    if kind == "codeBlock":
+        return "\n".join("  $ " + line for line in "".join(adf_to_text(c) for c in node.get("content") or []).splitlines())
     children = [adf_to_text(c) for c in node.get("content") or []]
     if kind == "paragraph":
         return "".join(children)
@@ -69,11 +73,12 @@ class TerminalTicketSink:
         """Print the ticket (summary, project, labels, components, ADF description as text); return `LOCAL-<n>`."""
         key = f"{LOCAL_PROJECT}-{next(self._numbers)}"
         self.created[key] = draft
-        head = [f"Summary: {draft.summary}", f"Project: {draft.project} · {draft.issue_type}",
+        head = [f"Summary: {draft.summary}",
+                f"Project: {draft.project} · {draft.issue_type}" + (f" · priority {draft.priority}" if draft.priority else ""),
                 f"Labels: {', '.join(draft.labels) or '-'}"]
         if draft.components:
             head.append(f"Components: {', '.join(draft.components)}")
-        body = adf_to_text(adf_document(draft.paragraphs, draft.facts, draft.links))
+        body = adf_to_text(adf_document(draft.paragraphs, draft.facts, draft.links, draft.sections))
         self._emit(f"jira ticket {key} (would be created in {draft.project})", "\n".join(head) + "\n" + "-" * 40 + "\n" + body)
         return key
 

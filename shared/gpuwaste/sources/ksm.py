@@ -679,6 +679,10 @@ class KsmRecordingSource:
         fmt = self._tel.fmt
         if fmt == "auto" and f.name.endswith((".om", ".om.gz")):
             fmt = "openmetrics"
+        from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json  # noqa: PLC0415
+
+        if fmt == "auto" and looks_like_api_json(data):  # a saved /api/v1/query(_range) answer
+            return list(parse_api_json(data, source=str(f), metric_filter=is_ksm_metric).series.values())
         default_ms = int(self._tel._default_time().timestamp() * 1000)
         return list(parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=is_ksm_metric).series.values())
 

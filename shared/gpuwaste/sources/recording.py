@@ -24,9 +24,11 @@ from gpuwaste.sources.dcgm import TelemetryLabels
 from gpuwaste.sources.exposition import ParsedExposition, parse_exposition
 from gpuwaste.sources.k8s_objects import ClusterReadSettings, cluster_state_from_objects
 from gpuwaste.sources.metrics_plan import SeriesSummary, assemble, spec_for, summarise_samples
+from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json
 from gpuwaste.sources.window import window_stats
 
-TELEMETRY_NAMES = ("telemetry.om", "telemetry.om.gz", "telemetry.prom", "telemetry.prom.gz", "telemetry.txt", "metrics.prom", "metrics.om")
+TELEMETRY_NAMES = ("telemetry.om", "telemetry.om.gz", "telemetry.prom", "telemetry.prom.gz", "telemetry.txt", "metrics.prom", "metrics.om",
+                   "telemetry.json", "telemetry.json.gz")
 CLUSTER_NAMES = ("cluster.json",)
 META_NAME = "recording.json"
 
@@ -176,7 +178,11 @@ class RecordingTelemetrySource:
             fmt = self.fmt
             if fmt == "auto" and f.name.endswith((".om", ".om.gz")):
                 fmt = "openmetrics"  # the extension says so: a missing `# EOF` is then reported as truncation
-            self._parsed = parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_wanted)
+            if fmt == "auto" and looks_like_api_json(data):  # a saved /api/v1/query(_range) answer
+                self._parsed = parse_api_json(data, source=str(f), metric_filter=_wanted)
+            else:
+                self._parsed = parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms,
+                                                metric_filter=_wanted)
         return self._parsed
 
     def end_time(self) -> datetime:
@@ -271,7 +277,14 @@ class RecordingClusterSource:
         """The cluster JSON read, or None when the recording has none (telemetry-only scrape)."""
         if self.path.is_dir():
             return find_in(self.path, CLUSTER_NAMES)
-        return self.path if self.path.suffix == ".json" else None
+        if self.path.suffix != ".json":
+            return None
+        try:  # a saved Prometheus API answer is telemetry, not cluster state
+            with self.path.open("rb") as fh:
+                head = fh.read(4096)
+        except OSError:
+            return self.path
+        return None if looks_like_api_json(head) else self.path
 
     def cluster_state(self, *, at: datetime) -> ClusterState:
         """Parse the List (an empty cluster when the recording holds only telemetry).
