@@ -766,7 +766,7 @@ def demo(
         seed_history(path_state, sources.recording.end_time(), cluster=sources.recording.cluster)
         chain = run_local_chain(sources, cfg, cluster=sources.recording.cluster, times=[sources.recording.end_time()],
                                 window_s=sources.recording.meta.window_s, state=path_state, output=output,
-                                quiet=quiet, slack=True)
+                                quiet=quiet, slack=True, state_kept=state is not None)
     report = chain.reports[-1]
     if output is Output.table:
         _print_truth(report, json.loads((path / "truth.json").read_text()), to=out)

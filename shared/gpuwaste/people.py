@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from gpuwaste.models.findings import Finding, WasteKind
+from gpuwaste.models.text import strip_controls
 
 CENT = Decimal("0.01")
 DOLLAR = Decimal("1")
@@ -24,12 +25,12 @@ DOLLAR = Decimal("1")
 DAYS_PER_MONTH = Decimal(30)
 HOURS_PER_DAY = Decimal(24)
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def plain(text: str) -> str:
-    """`text` without control characters (C0/C1, bidi overrides, zero-width): safe to print in one cell."""
-    return _CONTROL.sub("", text.replace("\n", " ").replace("\t", " "))
+    """`text` without escape sequences and control characters (C0/C1, bidi overrides, zero-width): safe to print in
+    one cell as plain text (`models.text.strip_controls`, the product's one sanitiser)."""
+    return strip_controls(text)
 
 
 def elide(text: str, width: int) -> str:

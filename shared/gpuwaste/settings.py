@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -23,6 +24,9 @@ from gpuwaste.detectors.settings import DetectorSettings
 from gpuwaste.errors import ConfigError
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.pricing.catalog import PriceOverrides
+
+#: The largest USD/day a threshold may be set to (a million dollars a day; "never" is not a number).
+MAX_USD_PER_DAY = Decimal(1_000_000)
 
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 
@@ -212,10 +216,10 @@ class LifecycleSettings(BaseModel):
     worse_share: Decimal = Field(Decimal("0.25"), gt=0, le=100)
     reminder_after: timedelta = Field(timedelta(hours=24), gt=timedelta(0))
     ticket_after: timedelta = Field(timedelta(days=3), gt=timedelta(0))
-    ticket_usd_per_day: Decimal = Field(Decimal(100), ge=0)
+    ticket_usd_per_day: Decimal = Field(Decimal(100), ge=0, le=MAX_USD_PER_DAY)
     resolve_after_missed_scans: int = Field(3, ge=1, le=1000)
     retention_days: int = Field(30, ge=1, le=3650)
-    min_usd_per_day: Decimal = Field(Decimal(0), ge=0)
+    min_usd_per_day: Decimal = Field(Decimal(0), ge=0, le=MAX_USD_PER_DAY)
     alert_data_quality: bool = False
 
 
@@ -452,13 +456,23 @@ def format_validation_error(exc: ValidationError, *, source: str = "config", mod
 def parse_config(text: str, *, source: str = "config") -> GpuWasteConfig:
     """Validate a YAML or JSON configuration document.
 
+    The document is bounded before and after parsing: at most `MAX_CONFIG_BYTES`, `MAX_CONFIG_DEPTH` levels of
+    nesting and `MAX_CONFIG_VALUES` values once YAML aliases are expanded (a "billion laughs" document), and no
+    number beyond ±`MAX_CONFIG_NUMBER` (`1e999999999` is refused, not taken as "never").
+
     Raises:
         ConfigError: naming each bad field path and what is allowed.
     """
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: {len(text):,} characters; a configuration document is at most "
+                          f"{MAX_CONFIG_BYTES:,}")
     try:
         data = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML/JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{source}: nested more than {MAX_CONFIG_DEPTH} levels deep") from exc
+    _check_bounds(data, source)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -467,6 +481,46 @@ def parse_config(text: str, *, source: str = "config") -> GpuWasteConfig:
         return GpuWasteConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source=source, model=GpuWasteConfig)) from exc
+
+
+#: Bounds on a configuration document (see `parse_config`).
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_VALUES = 100_000
+MAX_CONFIG_NUMBER = Decimal(10) ** 12
+_NUMBER_TEXT = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
+
+
+def _check_bounds(data: Any, source: str) -> None:
+    """Refuse nesting deeper than `MAX_CONFIG_DEPTH`, more than `MAX_CONFIG_VALUES` values, and numbers (or numeric
+    strings) beyond ±`MAX_CONFIG_NUMBER`, infinite or NaN.
+
+    Raises:
+        ConfigError: naming the path of the offending value.
+    """
+    budget = [MAX_CONFIG_VALUES]
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ConfigError(f"{source}: more than {MAX_CONFIG_VALUES:,} values (YAML aliases expanded?)")
+        if depth > MAX_CONFIG_DEPTH:
+            raise ConfigError(f"{source}: {path or '(root)'}: nested more than {MAX_CONFIG_DEPTH} levels deep")
+        where = path or "(root)"
+        if isinstance(value, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int | float) or (isinstance(value, str) and _NUMBER_TEXT.match(value)):
+            try:
+                number = Decimal(str(value).strip())
+            except ArithmeticError:
+                continue
+            if not number.is_finite() or (number != 0 and number.adjusted() >= MAX_CONFIG_NUMBER.adjusted() + 1):
+                raise ConfigError(f"{source}: {where}: {str(value)[:40]} is out of range (at most ±1e12)")
 
 
 def load_config(path: Path | None) -> GpuWasteConfig:
@@ -478,9 +532,15 @@ def load_config(path: Path | None) -> GpuWasteConfig:
     if path is None:
         return GpuWasteConfig()
     try:
-        text = Path(path).read_text()
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read configuration: {exc.strerror}") from exc
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {len(raw):,} bytes; a configuration document is at most {MAX_CONFIG_BYTES:,}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     return parse_config(text, source=str(path))
 
 

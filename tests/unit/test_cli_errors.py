@@ -488,15 +488,16 @@ def test_cli_run_with_state_has_no_use_state_hint(tmp_path: Path) -> None:
 def test_cli_run_no_tickets_keeps_the_requests_for_the_next_run(tmp_path: Path) -> None:
     # GIVEN a first run with --no-tickets
     state = tmp_path / "state.db"
-    first = invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary", "--no-tickets",
+    first = invoke("run", "--recording", str(DEMO), "--state", str(state), "--no-summary", "--no-tickets",
                    env={"COLUMNS": "200"})
-    # WHEN a later scan runs with tickets
-    later = invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary",
-                   "--at", "2024-01-01T01:25:00Z", env={"COLUMNS": "200"})
-    # THEN the first says the 2 requests were not filed, and the later run files them
-    assert first.exit_code == 0 and later.exit_code == 0, first.output + later.output
-    assert "2 ticket requests not filed (--no-tickets)" in first.output
-    assert later.output.count("ticket LOCAL-") == 2
+    # WHEN the same scan runs again with tickets (nothing new is decided)
+    later = invoke("run", "--recording", str(DEMO), "--state", str(state), "--no-summary", env={"COLUMNS": "200"})
+    again = invoke("run", "--recording", str(DEMO), "--state", str(state), "--no-summary", env={"COLUMNS": "200"})
+    # THEN the first says the 2 requests are kept, the later run files them from the state, the third files none
+    assert first.exit_code == 0 and later.exit_code == 0 and again.exit_code == 0, first.output + later.output
+    assert "not delivered yet (--no-tickets)" in first.output and "2 ticket requests kept" in first.output
+    assert len(re.findall(r"^ticket LOCAL-", later.output, flags=re.M)) == 2
+    assert len(re.findall(r"^ticket LOCAL-", again.output, flags=re.M)) == 0
     store = SqliteFindingStore(state)
     try:
         assert sum(1 for r in store.open_for_cluster("demo") if r.ticket_requested_at is not None) == 2

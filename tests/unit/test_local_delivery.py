@@ -62,7 +62,7 @@ def test_demo_command_shows_messages_tickets_and_summary_in_order() -> None:
 def test_local_ticket_service_continues_numbering_and_finds_earlier_tickets(tmp_path: Path) -> None:
     # GIVEN a state file where the demo run created LOCAL-1 and LOCAL-2
     state = tmp_path / "s.db"
-    CliRunner().invoke(app, ["run", "--recording", str(DEMO), "--state", str(state), "--quiet"])
+    CliRunner().invoke(app, ["run", "--recording", str(DEMO), "--state", str(state), "--no-summary"])
     store = SqliteFindingStore(state)
     try:
         # WHEN the local ticket service is built over it (no Jira configured)
@@ -82,7 +82,7 @@ def test_local_ticket_service_continues_numbering_and_finds_earlier_tickets(tmp_
 def test_local_ticket_service_comments_when_a_ticketed_finding_resolves(tmp_path: Path) -> None:
     # GIVEN a ticketed demo finding (LOCAL-1) and its RESOLVED alert, as the lifecycle sends it
     state = tmp_path / "s.db"
-    CliRunner().invoke(app, ["run", "--recording", str(DEMO), "--state", str(state), "--quiet"])
+    CliRunner().invoke(app, ["run", "--recording", str(DEMO), "--state", str(state), "--no-summary"])
     store = SqliteFindingStore(state)
     try:
         service = tickets.local_ticket_service(GpuWasteConfig(), store, terminal=True, console=Console(quiet=True))

@@ -1,8 +1,9 @@
 """Service: the daily cost summary from the lifecycle store's history (totals, trend, top offenders, savings).
 
-Money model (exact, checkable by hand): a record wastes `usd_per_day` from `first_seen` minus its evidence
-window (the waste was already there during the window that proved it) to `last_seen`; a period counts the
-overlapping part (USD = USD/day × overlapping seconds ÷ 86400). The trend compares the
+Money model (one ledger, `models/ledger.py`): a record wastes money only over the time its sightings' evidence
+covered, each stretch at the USD/day of the sighting that covered it first; a period counts the overlapping part
+(USD = USD/day × overlapping seconds ÷ 86400). The store's cumulative USD, Slack and Jira read the same ledger, so
+a period's total is the sum of its sub-periods' and matches what the other surfaces show. The trend compares the
 period with the one of equal length just before it. Savings: a finding resolved in the period saves its
 `saved_usd_per_day`; "realised" counts the days from its resolution to the end of the period.
 Data-quality findings carry no money and are left out of the waste counts (open, opened, and the per-group
@@ -20,7 +21,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gpuwaste.models.findings import WasteKind
-from gpuwaste.models.lifecycle import FindingRecord, FindingState
+from gpuwaste.models.ledger import waste_usd
+from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
 from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, PostedMessage, TrendDay
 from gpuwaste.ports import ChartRenderer, FindingStore, Notifier
 from gpuwaste.services.notify import finding_from_record
@@ -34,25 +36,23 @@ NO_CHART = "Chart left out: matplotlib is not installed (pip install 'gpuwaste[c
 NO_DATA_CHART = "No chart: no priced waste in the period."
 
 
-def overlap_days(record: FindingRecord, start: datetime, end: datetime, lead: timedelta = timedelta(0)) -> Decimal:
-    """Days (Decimal) of [first_seen - lead, last_seen] inside [start, end)."""
-    lo = max(record.first_seen - lead, start)
-    hi = min(record.last_seen, end)
-    if hi <= lo:
-        return Decimal(0)
-    return Decimal(int((hi - lo).total_seconds())) / DAY_S
-
-
 def wasted_usd(record: FindingRecord, start: datetime, end: datetime, lead: timedelta = timedelta(0)) -> Decimal:
-    """USD the record wasted inside [start, end) (0 when unpriced or data quality)."""
-    if record.usd_per_day is None or record.kind == WasteKind.DATA_QUALITY.value:
+    """USD the record wasted inside [start, end), from its ledger (0 when unpriced or data quality; unrounded).
+
+    `lead` is ignored: the ledger already holds the evidence window of each sighting (kept for callers)."""
+    if record.usd_per_day is None and not record.ledger or record.kind == WasteKind.DATA_QUALITY.value:
         return Decimal(0)
-    return record.usd_per_day * overlap_days(record, start, end, lead)
+    return waste_usd(money_spans(record), start, end)
+
+
+def _touches(record: FindingRecord, start: datetime, end: datetime) -> bool:
+    """The record's evidence covers part of [start, end)."""
+    return any(s.start < end and s.end > start for s in money_spans(record))
 
 
 def waste_in(record: FindingRecord, start: datetime, end: datetime, lead: timedelta = timedelta(0)) -> Decimal:
-    """USD the record wasted inside [start, end): the one function every summary number comes from (when the
-    money ledger lands, this is the line that changes)."""
+    """USD the record wasted inside [start, end): the one function every summary number comes from (the money
+    ledger, `models.ledger.waste_usd`, over the record's sightings)."""
     return wasted_usd(record, start, end, lead)
 
 
@@ -213,13 +213,13 @@ def summarize(
     open_n = opened = resolved = unpriced = 0
     offenders: list[Offender] = []
     for r in records:
-        lead = lead_of(r) if lead_of is not None else timedelta(0)
-        in_period = overlap_days(r, since, until, lead) > 0 or since <= r.first_seen < until or (
+        seen_in = r.first_seen < until and r.last_seen >= since
+        in_period = _touches(r, since, until) or seen_in or since <= r.first_seen < until or (
             r.resolved_at is not None and since <= r.resolved_at < until)
-        if not in_period and overlap_days(r, prev_start, since, lead) == 0:
+        if not in_period and not _touches(r, prev_start, since):
             continue
-        now_usd = waste_in(r, since, until, lead)
-        before_usd = waste_in(r, prev_start, since, lead)
+        now_usd = waste_in(r, since, until)
+        before_usd = waste_in(r, prev_start, since)
         wasted += now_usd
         previous += before_usd
         keys = {d: fn(r) for d, fn in dims.items()}

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape as rich_escape
 from rich.panel import Panel
 
 from gpuwaste.models.notices import TicketDraft
+from gpuwaste.models.text import for_terminal
 from gpuwaste.sinks.jira import adf_document
 
 LOCAL_PROJECT = "LOCAL"
@@ -60,7 +60,7 @@ class TerminalTicketSink:
         self.comments: list[tuple[str, str]] = []
 
     def _emit(self, title: str, text: str) -> None:
-        self.console.print(Panel(rich_escape(text), title=rich_escape(title), expand=False))
+        self.console.print(Panel(for_terminal(text, keep_lines=True), title=for_terminal(title), expand=False))
 
     def find_open(self, label: str) -> str | None:
         """A ticket this sink (or an earlier run, via `existing`) opened with `label`."""

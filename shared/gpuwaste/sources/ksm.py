@@ -35,7 +35,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.settings import ClusterReadSettings
 from gpuwaste.sources.k8s_objects import (
@@ -666,21 +665,14 @@ class KsmRecordingSource:
 
     def _parse(self) -> list[Any]:
         from gpuwaste.sources.exposition import parse_exposition  # noqa: PLC0415
+        from gpuwaste.sources.limits import RecordingLimits, read_recording  # noqa: PLC0415
+        from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json  # noqa: PLC0415
 
         f = self._tel.telemetry_file
-        data = f.read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            import gzip  # noqa: PLC0415
-
-            try:
-                data = gzip.decompress(data)
-            except (OSError, EOFError) as exc:
-                raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
+        data = read_recording(f, RecordingLimits.from_env())  # the same size/NUL/line limits as the telemetry parse
         fmt = self._tel.fmt
         if fmt == "auto" and f.name.endswith((".om", ".om.gz")):
             fmt = "openmetrics"
-        from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json  # noqa: PLC0415
-
         if fmt == "auto" and looks_like_api_json(data):  # a saved /api/v1/query(_range) answer
             return list(parse_api_json(data, source=str(f), metric_filter=is_ksm_metric).series.values())
         default_ms = int(self._tel._default_time().timestamp() * 1000)

@@ -8,7 +8,6 @@ an optional `recording.json` (cluster name, evaluation time, window). Single fil
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -23,6 +22,7 @@ from gpuwaste.models.telemetry import TelemetryWindow
 from gpuwaste.sources.dcgm import TelemetryLabels
 from gpuwaste.sources.exposition import ParsedExposition, parse_exposition
 from gpuwaste.sources.k8s_objects import ClusterReadSettings, cluster_state_from_objects
+from gpuwaste.sources.limits import RecordingLimits, check_series, read_recording
 from gpuwaste.sources.metrics_plan import SeriesSummary, assemble, spec_for, summarise_samples
 from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json
 from gpuwaste.sources.window import window_stats
@@ -164,15 +164,8 @@ class RecordingTelemetrySource:
             f = self.telemetry_file
             if self._progress:
                 self._progress(f"reading {f}")
-            try:
-                data = f.read_bytes()
-            except OSError as exc:
-                raise InputFormatError(f"cannot read recording: {exc.strerror}", source=str(f)) from exc
-            if data[:2] == b"\x1f\x8b":
-                try:
-                    data = gzip.decompress(data)
-                except (OSError, EOFError) as exc:
-                    raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
+            limits = RecordingLimits.from_env()
+            data = read_recording(f, limits)  # size, NUL-byte and line-length limits, gunzipped
             self.default_time = self._default_time(at)
             default_ms = int(self.default_time.timestamp() * 1000)
             fmt = self.fmt
@@ -183,6 +176,7 @@ class RecordingTelemetrySource:
             else:
                 self._parsed = parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms,
                                                 metric_filter=_wanted)
+            check_series(len(self._parsed.series), limits, source=str(f))
         return self._parsed
 
     def end_time(self) -> datetime:
@@ -299,6 +293,10 @@ class RecordingClusterSource:
             doc = json.loads(f.read_bytes())
         except json.JSONDecodeError as exc:
             raise InputFormatError(f"invalid JSON: {exc.msg}", source=str(f), line=exc.lineno) from exc
+        except UnicodeDecodeError as exc:
+            raise InputFormatError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(f)) from exc
+        except RecursionError as exc:
+            raise InputFormatError("JSON nested too deeply", source=str(f)) from exc
         except OSError as exc:
             raise InputFormatError(f"cannot read: {exc.strerror}", source=str(f)) from exc
         if isinstance(doc, dict) and isinstance(doc.get("items"), list):
