@@ -147,8 +147,18 @@ def scan(
     view = View(namespaces=tuple(namespace or ()), teams=tuple(team or ()), kinds=tuple(kind or ()), sort=sort, top=top,
                 group_by=group_by, verbose=verbose or VERBOSE.on, source=source_hint)
     report = run_scan(service, when, output, min_usd, quiet, wide=wide, dated=dated, view=view, config=cfg)
+    if recording is None and not any(m.startswith("DCGM_") for m in report.inventory.metrics_present):
+        err.print(f"no DCGM telemetry in Prometheus for the {(window_s or cfg.scan.window_s) // 60} min ending "
+                  f"{when:%Y-%m-%d %H:%M} UTC: no GPU was judged, so $0 is not an all-clear. Check that dcgm-exporter is "
+                  "scraped by this Prometheus (`gpuwaste doctor --prometheus URL`), or pass an --at inside the data.",
+                  style="red", highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(EXIT_NO_TELEMETRY)
     if truth_doc is not None:
         _print_truth(report, truth_doc, to=out if output is Output.table else err)
+
+
+#: `scan` of a live Prometheus whose window holds no DCGM series: nothing was judged (never reported as "no waste").
+EXIT_NO_TELEMETRY = 5
 
 
 def _read_truth(path: Path) -> list[dict]:  # type: ignore[type-arg]

@@ -421,6 +421,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
             out.print(Text(f"signals present ({len(inv.metrics_present)}): " + ", ".join(dcgm + other), style="dim"))
         if report.query_count:
             out.print(Text(f"{report.query_count} Prometheus queries", style="dim"))
+    for note in inv.allocation_notes:  # capacity that is not GPUs, claims nobody uses, RBAC to grant (issue 11)
+        out.print(Text(f"allocation note: {plain(note)}", style="dim"))
     if report.cluster_source:
         out.print(Text(f"cluster state: {plain(report.cluster_source)}", style="dim"))
     for note in report.cluster_notes:
