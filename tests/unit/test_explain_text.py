@@ -7,19 +7,13 @@ import re
 from decimal import Decimal
 
 import pytest
-from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local
-from gpuwaste.cli import app
 from gpuwaste.commands.explain import explain_text, share_text
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.settings import GpuWasteConfig
 
 DEMO = local.demo_recording()
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(app, list(args))
 
 
 @pytest.fixture(scope="module")

@@ -5,16 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from typer.testing import CliRunner
-
-from gpuwaste.cli import app
 from gpuwaste.commands.replay import DEFAULT_INSTANCE, DEFAULT_MODEL, mapping_origin, replay_summary, scan_window
 from gpuwaste.settings import GpuWasteConfig
 from gpuwaste.sources.alibaba import AlibabaReplaySource, AlibabaTrace, PodSeries
-
-
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(app, list(args))
 
 
 def _idle_trace(pods: int = 3, hours: int = 2) -> AlibabaTrace:

@@ -9,10 +9,8 @@ from decimal import Decimal
 
 import pytest
 from rich.console import Console
-from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local
-from gpuwaste.cli import app
 from gpuwaste.models.findings import Cost, Finding, WasteKind
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.services.tickets import TicketService, plan_tickets
@@ -21,10 +19,6 @@ from gpuwaste.sinks.jira import adf_document
 from gpuwaste.sinks.terminal_tickets import TerminalTicketSink, adf_to_text
 
 DEMO = local.demo_recording()
-
-
-def invoke(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(app, list(args), env=env)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,90 @@
+"""`gpuwaste doctor` against a real Prometheus: fresh signals exit 0, stale series are not called missing, and an
+activity signal never exported exits 1 (the documented codes)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuwaste.bootstrap import local
+from gpuwaste.cli import app
+
+if TYPE_CHECKING:
+    from tests.servers.prometheus import PrometheusFactory
+
+
+pytestmark = pytest.mark.integration
+
+DEMO = local.demo_recording()
+
+END = "2024-01-01T01:20:00Z"
+
+
+@pytest.fixture(scope="module")
+def demo_om(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo telemetry as a plain OpenMetrics file (what the Prometheus fixture backfills)."""
+    path = tmp_path_factory.mktemp("surfaces") / "demo.om"
+    path.write_bytes(gzip.decompress((DEMO / "telemetry.om.gz").read_bytes()))
+    return path
+
+
+@pytest.fixture(scope="module")
+def fb_only_om(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Prometheus where dcgm-exporter exports only framebuffer use: no activity signal at all."""
+    path = tmp_path_factory.mktemp("surfaces") / "fb.om"
+    lines = ["# TYPE DCGM_FI_DEV_FB_USED gauge"]
+    for k in range(40):
+        t = 1704070800 + 30 * k
+        lines.append(f'DCGM_FI_DEV_FB_USED{{gpu="0",UUID="GPU-1",Hostname="n1",modelName="NVIDIA A10G"}} 100 {t}')
+    path.write_text("\n".join([*lines, "# EOF", ""]))
+    return path
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(app, list(args))
+
+
+def test_doctor_fresh_signals_exit_0(prometheus_factory: PrometheusFactory, demo_om: Path) -> None:
+    # GIVEN a Prometheus holding the demo's telemetry, probed at its last sample
+    server = prometheus_factory(demo_om)
+    # WHEN doctor runs
+    result = invoke("doctor", "-p", server.url, "--at", END, "-o", "json")
+    # THEN exit 0: the main detectors' signals are present and fresh
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["exit_code"] == 0
+    assert {s["state"] for s in doc["signals"] if s["name"] == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"} == {"present"}
+
+
+def test_doctor_stale_series_are_not_missing(prometheus_factory: PrometheusFactory, demo_om: Path) -> None:
+    # GIVEN the same Prometheus probed 20 minutes after its data stopped
+    server = prometheus_factory(demo_om)
+    # WHEN doctor runs (as people read it, and as JSON)
+    text = invoke("doctor", "-p", server.url, "--at", "2024-01-01T01:40:00Z")
+    doc = json.loads(invoke("doctor", "-p", server.url, "--at", "2024-01-01T01:40:00Z", "-o", "json").stdout)
+    # THEN exit 4: stale with the newest sample's time, not "missing", and no Helm values (the wrong fix)
+    assert text.exit_code == 4, text.output
+    signal = next(s for s in doc["signals"] if s["name"] == "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    assert signal["state"] == "stale" and signal["newest"].startswith("2024-01-01T01:2")
+    assert "stale: newest sample at 2024-01-01 01:2" in text.stdout and "20m before the probe" in text.stdout
+    assert "never exported" not in text.stdout.split("detectors")[0].split("GR_ENGINE_ACTIVE")[1].splitlines()[0]
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in " ".join(doc["csv_lines"])
+    assert "dcgm-exporter pods" in text.stdout and "verdict: exit 4" in text.stdout
+    # AND nothing internal reaches the user
+    assert "B0" not in text.stdout and "B1" not in text.stdout and "../shared" not in text.stdout
+
+
+def test_doctor_never_exported_activity_exits_1(prometheus_factory: PrometheusFactory, fb_only_om: Path) -> None:
+    # GIVEN a Prometheus with framebuffer use only
+    server = prometheus_factory(fb_only_om)
+    # WHEN doctor runs
+    result = invoke("doctor", "-p", server.url, "--at", "2024-01-01T01:19:30Z")
+    # THEN exit 1, the idle detector off because no activity signal was ever exported, with the CSV line to add
+    assert result.exit_code == 1, result.output
+    assert "never exported" in result.stdout and "DCGM_FI_PROF_SM_ACTIVE," in result.stdout
+    assert "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html" in result.stdout
