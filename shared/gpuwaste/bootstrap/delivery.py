@@ -11,7 +11,8 @@ from gpuwaste.bootstrap import pipeline
 from gpuwaste.errors import ConfigError
 from gpuwaste.settings import DeliverySettings
 from gpuwaste.sinks.jira import JiraTicketSink
-from gpuwaste.sinks.slack import SlackNotifier
+from gpuwaste.models.notices import MessageRef
+from gpuwaste.sinks.slack import SlackNotifier, thread_link
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 
 SECRET_MAX_AGE_S = 300
@@ -88,6 +89,11 @@ def slack_notifier(settings: DeliverySettings, *, sleep: Callable[[float], None]
     """
     return SlackNotifier.from_settings(settings.slack, token=slack_bot_token(settings),
                                        default_channel=settings.default_channel, sleep=sleep)
+
+
+def message_link(settings: DeliverySettings) -> Callable[[MessageRef], tuple[str, str] | None]:
+    """What tickets link to: the finding's Slack thread when `delivery.slack.workspace_url` is set."""
+    return thread_link(settings.slack.workspace_url)
 
 
 def jira_sink(settings: DeliverySettings) -> JiraTicketSink | None:

@@ -45,9 +45,10 @@ def delivery_plan(event: dict[str, Any], context: Any) -> DeliveryPlan:
         return float(remaining()) / 1000.0 if remaining is not None else float("inf")
 
     service.time_left = time_left if remaining is not None else None
-    set_time_left = getattr(service.notifier, "set_time_left", None)
-    if set_time_left is not None:
-        set_time_left(service.time_left)
+    for notifier in service.notifiers:
+        set_time_left = getattr(notifier, "set_time_left", None)
+        if set_time_left is not None:
+            set_time_left(service.time_left)
     records = event.get("Records", [])
     bodies = [str(r.get("body", "")) for r in records]
     again = [str(r.get("body", "")) for r in records

@@ -168,7 +168,7 @@ class SummaryService:
             note = None if png is not None else NO_CHART
         channel = self.settings.summary_channel or self.settings.default_channel
         posted = self.notifier.post_summary(summary, channel=channel, chart_png=png, note=note)
-        logger.info("summary sent", extra={"channel": posted.channel, "wasted_usd": str(summary.wasted_usd)})
+        logger.info("summary sent", extra={"destination": posted.destination, "sink": posted.sink, "wasted_usd": str(summary.wasted_usd)})
         return posted
 
 
