@@ -31,12 +31,12 @@ class FindingRecord(Frozen):
         usd_per_day: the latest priced cost (USD/day); `peak_usd_per_day` the highest seen.
         cumulative_usd: USD wasted so far, to the cent: `waste_usd(ledger)` (models/ledger.py).
         ledger: the stretches of time the sightings' evidence covered, each at its USD/day — the one source of the
-            money of this finding over any period (store, Slack, Jira and the daily summary read it).
+            money of this finding over any period (store, chat, tickets and the daily summary read it).
         missed_scans: consecutive scans of the cluster that did not see it.
         saved_usd_per_day: on resolution, the USD/day no longer wasted.
         alerted_usd_per_day: the cost when the owner was last told (for "worse by a share").
         messages: where owners were told, one reference per chat sink (threads for updates, edits on resolution).
-            Records stored before carry two Slack fields instead; they are read into this list.
+            Records stored before carry the first chat sink's two fields instead (models/legacy.py); they are read into this list.
         ticket_requested_at: when a ticket was requested (requested once per open period).
         last_checked_scan_id: the last ScanCompleted applied (a redelivered completion is a no-op).
         outbox_json: messages decided but not yet confirmed sent (JSON list); flushed on redelivery.

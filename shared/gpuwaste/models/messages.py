@@ -85,7 +85,7 @@ class AlertMessage(_CarriesFinding):
         scan_id: the scan that caused the decision (with `fingerprint` and `action`, an idempotency key).
         reason: why, for people ("cost up 40 %", "open 3 days", "not seen for 3 scans").
         messages: the finding's earlier messages, one per chat sink (to thread an update on, or edit on resolution).
-            Messages queued before carry two Slack fields instead; they are read into this list.
+            Messages queued before carry the first chat sink's two fields instead (models/legacy.py); they are read into this list.
     """
 
     schema_version: Literal[1] = 1

@@ -8,7 +8,7 @@ Rules (design §5; thresholds in `LifecycleSettings`):
   covered (`models/ledger.py`); the cumulative USD is that ledger's total.
 * Open for `ticket_after`, or costing ≥ `ticket_usd_per_day` → one ticket request (ESCALATE) on the
   tickets queue per open period.
-* Snoozed (until `snoozed_until`, set by the Slack buttons or by the workload/namespace annotation
+* Snoozed (until `snoozed_until`, set by the chat buttons or by the workload/namespace annotation
   `gpuwaste.io/snooze-until`, read on every sighting) → stored but silent, tickets included; once the
   snooze is over, a finding never told is alerted NEW ("snooze ended"). A relative annotation (`7d`)
   counts from the finding's first sighting. Acknowledged → no reminders and no ticket until resolved

@@ -5,7 +5,7 @@ delivery has a key `fingerprint:action:scan_id:<sink>`. The key (and, for a new 
 reference) is written to the finding's lifecycle record right after the sink accepts each part of the message
 (not after the whole digest), before the queue message is acknowledged; a redelivered alert whose key is recorded
 for a sink is skipped for that sink. So a failure of one sink sends the message back through the queue, and the
-retry posts only to the sinks that have not accepted it yet (a Teams outage never re-posts to Slack). A
+retry posts only to the sinks that have not accepted it yet (one sink's outage never re-posts to another). A
 redelivered alert whose key is not recorded (the process died, or the Lambda timed out, between the sink's
 acceptance and the write) is first looked up in the sink (`Notifier.find_posted`): found, it is recorded instead
 of posted again.
@@ -223,7 +223,7 @@ class NotifyService:
     """Turns lifecycle alerts into notices for their owners, delivered to every configured chat sink.
 
     Args:
-        notifier / notifiers: the chat sinks (Slack, Teams, a JSON webhook, the terminal); each alert goes to each.
+        notifier / notifiers: the chat sinks (chat tools, webhooks, the terminal); each alert goes to each.
         store: the lifecycle store (idempotency keys, message refs); None disables both (dry runs).
         settings: routing, links and digest threshold.
         now: the clock (UTC).
