@@ -11,11 +11,11 @@ from urllib.parse import urlencode
 import pytest
 
 from gpuwaste.services.interactions import InteractionService, SignatureError
-from gpuwaste.sinks.slack_interactions import read_request
 from gpuwaste.services.tickets import TicketService
 from gpuwaste.settings import DeliverySettings, JiraSettings, SlackSettings
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
+from gpuwaste.sinks.slack_interactions import read_request
 from gpuwaste.sinks.slack_signature import SlackSignatureVerifier, sign
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, LambdaContext, finding, load_app, record_for

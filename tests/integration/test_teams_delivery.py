@@ -281,9 +281,10 @@ def test_teams_failure_never_re_posts_to_slack(slack_api: FakeSlack, teams: Fake
 
 def test_teams_summary_card_fits_and_notes_the_chart(notifier: TeamsNotifier, teams: FakeTeams) -> None:
     # GIVEN a daily summary with many teams
-    from tests.delivery_helpers import NOW as until
     from datetime import timedelta
+
     from gpuwaste.models.notices import DailySummary, GroupTotal
+    from tests.delivery_helpers import NOW as until
     groups = tuple(GroupTotal(name=f"team-{n:02d}-" + "x" * 80, wasted_usd=Decimal(n), findings=n) for n in range(200))
     s = DailySummary(since=until - timedelta(days=1), until=until, wasted_usd=Decimal("1234.56"), previous_usd=Decimal(1000),
                      open_usd_per_day=Decimal("900"), open_findings=12, opened=3, resolved=1,

@@ -23,7 +23,7 @@ import json
 import re
 import secrets
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tests.servers import FakeHttpServer, HttpRequest, HttpResponse

@@ -10,11 +10,11 @@ from collections.abc import Callable
 
 from gpuwaste.bootstrap import pipeline
 from gpuwaste.errors import ConfigError
+from gpuwaste.models.notices import MessageRef
+from gpuwaste.ports import Notifier
 from gpuwaste.settings import DeliverySettings
 from gpuwaste.sinks.http_delivery import JsonPoster
 from gpuwaste.sinks.jira import JiraTicketSink
-from gpuwaste.models.notices import MessageRef
-from gpuwaste.ports import Notifier
 from gpuwaste.sinks.slack import SlackNotifier, thread_link
 from gpuwaste.sinks.teams import TeamsNotifier
 from gpuwaste.sinks.webhook import WebhookNotifier

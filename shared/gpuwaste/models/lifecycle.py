@@ -6,7 +6,6 @@ import json
 from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
-
 from typing import Any
 
 from pydantic import Field, model_validator

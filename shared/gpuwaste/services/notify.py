@@ -31,7 +31,16 @@ from gpuwaste.errors import DeliveryError, StoreError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage
-from gpuwaste.models.notices import MessageRef, Notice, NoticeItem, NoticeKind, PostedMessage, Route, message_for, with_message
+from gpuwaste.models.notices import (
+    MessageRef,
+    Notice,
+    NoticeItem,
+    NoticeKind,
+    PostedMessage,
+    Route,
+    message_for,
+    with_message,
+)
 from gpuwaste.ports import FindingStore, Notifier
 from gpuwaste.services.routing import links_for, route_for, snoozed_until
 from gpuwaste.services.store_ops import get_many, update_many

@@ -19,7 +19,7 @@ words and numbers, and anything else there is escaped (`escape_markdown`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -214,20 +214,22 @@ def _frame(notice: Notice, items: list[NoticeItem], now: datetime, destination: 
     return body
 
 
+def _shorten(node: Any, limit: int) -> Any:
+    """`node` with every TextRun's text cut to `limit` characters."""
+    if isinstance(node, dict):
+        return {k: (truncate(v, limit) if k == "text" and isinstance(v, str) and node.get("type") == "TextRun"
+                    else _shorten(v, limit)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_shorten(v, limit) for v in node]
+    return node
+
+
 def _cut(message: TeamsMessage, max_bytes: int) -> TeamsMessage:
+    """`message` with its text runs cut shorter and shorter until it fits `max_bytes`."""
     limit = MAX_RUN_TEXT
     while message.size > max_bytes and limit > 40:
         limit //= 2
-
-        def shorten(node: Any) -> Any:
-            if isinstance(node, dict):
-                return {k: (truncate(v, limit) if k == "text" and isinstance(v, str) and node.get("type") == "TextRun"
-                            else shorten(v)) for k, v in node.items()}
-            if isinstance(node, list):
-                return [shorten(v) for v in node]
-            return node
-
-        message = TeamsMessage(shorten(message.body), message.fingerprints, message.summary)
+        message = TeamsMessage(_shorten(message.body, limit), message.fingerprints, message.summary)
     return message
 
 
