@@ -32,7 +32,7 @@ from gpuwaste.cli import (
 )
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
 from gpuwaste.models.messages import AlertAction, AlertMessage
-from gpuwaste.models.text import for_terminal
+from gpuwaste.models.text import for_terminal, strip_controls
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
     from gpuwaste.bootstrap import local
@@ -130,10 +130,10 @@ def _ticket_stage(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
             try:
                 key = service.open_overflow(team_name, folded)
             except GpuWasteError as exc:
-                out.print(f"overflow ticket failed for team {team_name}: {exc}", style="red", highlight=False, soft_wrap=True,
+                out.print(f"overflow ticket failed for team {strip_controls(team_name)}: {strip_controls(str(exc))}", style="red", highlight=False, soft_wrap=True,
                           markup=False)
                 continue
-            out.print(f"ticket {key}: {len(folded)} more findings of team {team_name} in one ticket (over the per-team cap)",
+            out.print(f"ticket {key}: {len(folded)} more findings of team {strip_controls(team_name)} in one ticket (over the per-team cap)",
                       style="magenta", highlight=False, soft_wrap=True, markup=False)
         for request in plan.open:
             try:

@@ -20,6 +20,7 @@ from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.models.notices import MessageRef, TicketDraft, TicketSection
+from gpuwaste.people import usd
 from gpuwaste.ports import FindingStore, TicketSink
 from gpuwaste.services.notify import decimal_or_zero, delivery_key, finding_from_record, record_delivery
 from gpuwaste.services.routing import links_for, route_for
@@ -90,6 +91,8 @@ class TicketService:
             ("Cluster", s.cluster),
             ("Finding", f"{fingerprint[:6]} ({finding.kind.value}; gpuwaste explain {fingerprint[:6]})"),
         ]
+        if cumulative_usd not in (None, ""):
+            facts.append(("Cumulative so far", usd(decimal_or_zero(str(cumulative_usd)))))  # the money ledger's figure
         thread_link = next((link for ref in messages if self.message_link and (link := self.message_link(ref))), None)
         sections = ticket_sections(finding, first_seen=first_seen, cumulative_usd=decimal_or_zero(str(cumulative_usd)),
                                    now=self.now(), thread_link=thread_link, snooze_key=self.settings.keys.snooze_until)

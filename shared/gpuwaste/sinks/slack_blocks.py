@@ -9,13 +9,13 @@ Names that come from the cluster are escaped for mrkdwn (`&`, `<`, `>`), so `<!c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from gpuwaste.models.findings import Evidence, Finding
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
-from gpuwaste.people import period_date
+from gpuwaste.people import age, period_date, usd, when  # one money/date/age format on every surface
 
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
@@ -77,28 +77,6 @@ def escape(text: str) -> str:
 def truncate(text: str, limit: int) -> str:
     """`text` cut to at most `limit` characters, ending with "…" when cut."""
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
-
-
-def usd(value: Decimal | None) -> str:
-    """USD with cents and thousands separators ("$1,234.50"), "unpriced" for None."""
-    return "unpriced" if value is None else f"${value.quantize(CENT):,}"
-
-
-def when(value: datetime) -> str:
-    """A UTC time as "2026-11-28 10:00 UTC"."""
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def age(since: datetime, now: datetime) -> str:
-    """A short age ("2d 4h", "35m")."""
-    seconds = max(0, int((now - since).total_seconds()))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {rest // 60}m"
-    return f"{rest // 60}m"
 
 
 def kind_label(finding: Finding) -> str:

@@ -25,16 +25,13 @@ from decimal import Decimal
 from typing import Any
 
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
-from gpuwaste.people import period_date
-from gpuwaste.sinks.slack_blocks import (
-    age,
+from gpuwaste.people import age, period_date, usd, when
+from gpuwaste.sinks.slack_blocks import (  # plain-text helpers shared by the chat renderers (no Block Kit)
     evidence_line,
     formula_text,
     kind_label,
     per_day,
     truncate,
-    usd,
-    when,
     workload_text,
 )
 
