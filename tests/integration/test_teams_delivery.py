@@ -4,6 +4,7 @@ per owner, hostile names, and a Teams failure that never re-posts to Slack. Coun
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 
 import pytest
@@ -64,6 +65,11 @@ def notifier(settings: DeliverySettings, urls: dict[str, str], sleeps: Sleeps) -
 @pytest.fixture
 def service(notifier: TeamsNotifier, settings: DeliverySettings, store: SqliteFindingStore) -> NotifyService:
     return NotifyService(notifier=notifier, store=store, settings=settings, now=lambda: NOW)
+
+
+def shown_ids(teams: FakeTeams) -> list[str]:
+    """The short finding ids the accepted cards show (a full finding's "Finding" fact, a tail line's "finding …")."""
+    return [m[1] for p in teams.posts for t in p.texts() if (m := re.fullmatch(r"(?:.* · finding )?([0-9a-f]{6})", t))]
 
 
 def _ml(name: str, usd: str = "98.30"):
@@ -131,12 +137,13 @@ def test_teams_digest_splits_under_the_28_kb_limit_and_every_finding_arrives_onc
     report = service.deliver([alert(f) for f in fs])
     # THEN the fake accepted several cards, each under its 28 KB limit, none refused, costliest first
     assert not report.failed and not teams.refused
-    assert 3 <= len(teams.posts) <= 10
+    assert 2 <= len(teams.posts) <= 4
     assert all(p.size <= LIMIT_BYTES for p in teams.posts)
-    assert teams.posts[0].texts()[0].startswith("GPU waste: 120 findings for ml") and "(part 1 of" in teams.posts[0].texts()[0]
-    shown = [t for p in teams.posts for t in p.texts() if t.startswith("1 GPU held by ml/w")]
-    assert sorted(shown) == sorted(f.title for f in fs)
-    assert "$120.00/day" in " ".join(teams.posts[0].texts())
+    assert teams.posts[0].texts()[0] == f"GPU waste: 120 findings for ml — $7,260.00/day (part 1 of {len(teams.posts)})"
+    assert sorted(shown_ids(teams)) == sorted(f.fingerprint[:6] for f in fs)
+    # AND the costliest are in full (title, facts) at the top of the first card, the rest one line each
+    first = teams.posts[0].texts()
+    assert first[2] == fs[-1].title and "$120.00/day" in first
     # AND every finding is recorded as delivered to Teams exactly once
     keys = [k for f in fs for k in store.get(f.fingerprint).delivery_keys]  # type: ignore[union-attr]
     assert sorted(keys) == sorted(f"{f.fingerprint}:new:scan-1:teams" for f in fs)
@@ -153,8 +160,7 @@ def test_teams_card_refused_for_its_size_is_resent_smaller(service: NotifyServic
     report = service.deliver([alert(f) for f in fs])
     # THEN the refused cards were sent again in smaller ones: every finding arrived, nothing failed
     assert not report.failed and any(code == 413 for code, _ in teams.refused)
-    shown = [t for p in teams.posts for t in p.texts() if t.startswith("1 GPU held by ml/job-")]
-    assert sorted(shown) == sorted(f.title for f in fs)
+    assert sorted(shown_ids(teams)) == sorted(f.fingerprint[:6] for f in fs)
 
 
 def test_teams_429_waits_retry_after_then_posts_once(service: NotifyService, teams: FakeTeams, sleeps: Sleeps,

@@ -41,6 +41,9 @@ CARD_SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
 CARD_VERSION = "1.4"
 #: Teams' documented message size limit is ~28 KB; the default budget leaves room for the envelope.
 MAX_PAYLOAD_BYTES = 27_000
+#: Findings of a digest shown in full (facts, recommendation, links); the rest are one compact line each, so a large
+#: digest is a few cards, not dozens (like the Slack digest's tail).
+DIGEST_FULL_ITEMS = 10
 #: Characters kept of one text run (a title or a name from the cluster can be arbitrarily long).
 MAX_RUN_TEXT = 2_000
 #: Characters that open a markdown construct Teams renders anywhere in a line (links and images need `[`, emphasis
@@ -146,6 +149,14 @@ def _item(item: NoticeItem, now: datetime, *, evidence: bool) -> dict[str, Any]:
     return {"type": "Container", "separator": True, "spacing": "Medium", "items": items}
 
 
+def _compact(item: NoticeItem) -> dict[str, Any]:
+    """One finding of a digest's tail as a single plain line (money, workload, kind, short id)."""
+    f = item.finding
+    state = f"resolved, saves {usd(item.saved_usd_per_day)}/day" if item.resolved else per_day(f.usd_per_day)
+    line = f"{state} · {workload_text(f)} · {kind_label(f)} · finding {item.fingerprint[:6]}"
+    return {"type": "RichTextBlock", "separator": True, "inlines": [{"type": "TextRun", "text": truncate(line, 400)}]}
+
+
 def _route(notice: Notice, destination: str, source: str, fell_back_from: str | None) -> dict[str, Any]:
     team = f"team {notice.route.team}" if notice.route.team else "no team"
     line = f"Sent to webhook {destination} ({source}; {team})"
@@ -178,8 +189,11 @@ def render_notice(notice: Notice, *, now: datetime, destination: str, source: st
     groups: list[list[tuple[NoticeItem, dict[str, Any]]]] = [[]]
     base = TeamsMessage(_message(_frame(notice, [], now, destination, source, fell_back_from, 1, 99))).size
     used = base
-    for item in items:
-        block = _item(item, now, evidence=len(items) == 1)
+    for index, item in enumerate(items):
+        if index >= DIGEST_FULL_ITEMS:
+            block = _compact(item)
+        else:
+            block = _item(item, now, evidence=len(items) == 1)
         size = len(json.dumps(block, ensure_ascii=False, separators=(",", ":")).encode()) + 1
         if size + base > max_bytes:
             block = _item(item, now, evidence=False)
@@ -191,7 +205,7 @@ def render_notice(notice: Notice, *, now: datetime, destination: str, source: st
         used += size
     out = []
     for n, group in enumerate(groups, start=1):
-        body = _frame(notice, [i for i, _ in group], now, destination, source, fell_back_from, n, len(groups))
+        body = _frame(notice, list(notice.items), now, destination, source, fell_back_from, n, len(groups))
         body.extend(block for _, block in group)
         message = TeamsMessage(_message(body), fingerprints=tuple(i.fingerprint for i, _ in group),
                                summary=body[0]["text"])
