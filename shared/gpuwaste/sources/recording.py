@@ -4,6 +4,11 @@ A recording is what `gpuwaste record` writes and what the demo, the tests and bu
 directory holding `telemetry.om` (OpenMetrics, second timestamps) or `telemetry.prom` (text
 exposition, millisecond timestamps), `cluster.json` (a `kubectl get pods,nodes -A -o json` List), and
 an optional `recording.json` (cluster name, evaluation time, window). Single files work too.
+
+A scan streams the file: each sample goes through a per-series accumulator (`sources.window`) and is
+dropped, so memory follows the series count, not the sample count. Unreadable samples (non-numeric,
+NaN/Inf, DCGM blanks, out of range for the unit) are counted with the file and line of the first one
+(`TelemetryWindow.problems`); the sample spacing is inferred from the data.
 """
 
 from __future__ import annotations
@@ -19,12 +24,18 @@ from pydantic import BaseModel, Field, ValidationError
 
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState
-from gpuwaste.models.telemetry import TelemetryWindow
+from gpuwaste.models.telemetry import MAX_WINDOW_S, MIN_WINDOW_S, BucketGrid, TelemetryWindow
 from gpuwaste.sources.dcgm import TelemetryLabels
-from gpuwaste.sources.exposition import ParsedExposition, parse_exposition
+from gpuwaste.sources.exposition import (
+    ParsedExposition,
+    RecordedSeries,
+    parse_exposition,
+    sniff_format,
+    stream_exposition,
+)
 from gpuwaste.sources.k8s_objects import ClusterReadSettings, cluster_state_from_objects
-from gpuwaste.sources.metrics_plan import SeriesSummary, assemble, spec_for, summarise_samples
-from gpuwaste.sources.window import window_stats
+from gpuwaste.sources.metrics_plan import MetricSpec, SeriesSummary, accumulator_for, assemble, spec_for, summary_from
+from gpuwaste.sources.window import RateAccumulator, WindowAccumulator
 
 TELEMETRY_NAMES = ("telemetry.om", "telemetry.om.gz", "telemetry.prom", "telemetry.prom.gz", "telemetry.txt", "metrics.prom", "metrics.om")
 CLUSTER_NAMES = ("cluster.json",)
@@ -223,39 +234,139 @@ class RecordingTelemetrySource:
         """
         return sum(1 for s in self.parsed().series.values() if s.name.startswith(("DCGM_", "dcgm_")))
 
+    def _open(self) -> tuple[Any, Any, Literal["text", "openmetrics"]]:
+        """(stream, raw file, format): the telemetry file opened for streaming (gunzipped when compressed); close both."""
+        f = self.telemetry_file
+        try:
+            raw = f.open("rb")  # noqa: SIM115 - closed by the caller
+            gz = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            stream: Any = gzip.open(raw) if gz else raw  # noqa: SIM115 - closed by the caller
+            fmt = self.fmt
+            if fmt == "auto" and f.name.endswith((".om", ".om.gz")):
+                fmt = "openmetrics"
+            if fmt == "auto":
+                head = stream.read(65536)
+                if gz:
+                    tail = head
+                    for chunk in iter(lambda: stream.read(1 << 20), b""):
+                        tail = chunk
+                    stream.seek(0)
+                else:
+                    size = f.stat().st_size
+                    raw.seek(max(0, size - 4096))
+                    tail = raw.read()
+                    raw.seek(0)
+                fmt = sniff_format(head, tail[-4096:])
+        except OSError as exc:
+            raise InputFormatError(f"cannot read recording: {exc.strerror or exc}", source=str(f)) from exc
+        except (EOFError, gzip.BadGzipFile) as exc:
+            raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
+        return stream, raw, fmt  # type: ignore[return-value]
+
     def telemetry(self, *, at: datetime, window: timedelta) -> TelemetryWindow:
-        """Summarise the recorded series over `[at − window, at]`."""
-        parsed = self.parsed(at)
-        eval_ms = int(at.timestamp() * 1000)
-        window_ms = int(window.total_seconds() * 1000)
-        recent_ms = min(600_000, window_ms)
-        summaries: list[SeriesSummary] = []
+        """Summarise the recorded series over `(at − window, at]`, time-resolved where the plan says, in one streaming pass.
+
+        Raises:
+            InputFormatError: a malformed telemetry file (file and line), a window outside 10 minutes – 7
+                days, or a window that starts before the recording's first sample by more than a bucket.
+        """
+        window_s = int(window.total_seconds())
+        if not MIN_WINDOW_S <= window_s <= MAX_WINDOW_S:
+            raise InputFormatError(f"window {window_s} s: a scan window must be between 10 minutes and 7 days", source=str(self.path))
+        grid = BucketGrid(at, window_s)
+        eval_ms = round(at.timestamp() * 1000)
+        window_ms = window_s * 1000
+        accs: dict[int, tuple[MetricSpec | None, Any]] = {}
         other_present: set[str] = set()
-        for s in parsed.series.values():
-            spec = spec_for(s.name)
-            if spec is None:
-                # DCGM fields outside the plan: reported as present (honest inventory), not summarised
-                if s.name.startswith(("DCGM_", "dcgm_fi_")) and window_stats(
-                    s.timestamps_ms, s.values, eval_ms=eval_ms, window_ms=window_ms, recent_ms=recent_ms
-                ) is not None:
-                    other_present.add(_canonical(s.name))
+
+        def acc_for(series: RecordedSeries) -> tuple[MetricSpec | None, Any]:
+            spec = spec_for(series.name)
+            acc: Any = WindowAccumulator(eval_ms, window_ms, None) if spec is None else accumulator_for(spec, grid)
+            entry = accs[id(series)] = (spec, acc)  # DCGM fields outside the plan: presence only
+            return entry
+
+        def on_sample(series: RecordedSeries, ts: int, value: float, line: int) -> None:
+            entry = accs.get(id(series)) or acc_for(series)
+            entry[1].add(ts, value, line)
+
+        def on_unreadable(series: RecordedSeries, ts: int | None, line: int, reason: str) -> None:
+            entry = accs.get(id(series)) or acc_for(series)
+            if not isinstance(entry[1], RateAccumulator):
+                entry[1].add_unreadable(ts, line, reason)
+
+        if self.default_time is None:
+            self.default_time = self._default_time(at)
+        default_ms = int(self.default_time.timestamp() * 1000)
+        stream, raw, fmt = self._open()
+        f = self.telemetry_file
+        if self._progress:
+            self._progress(f"reading {f}")
+        try:
+            parsed = stream_exposition(stream, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_wanted,
+                                       on_sample=on_sample, on_unreadable=on_unreadable)
+        except OSError as exc:
+            raise InputFormatError(f"cannot read recording: {exc.strerror or exc}", source=str(f)) from exc
+        except (EOFError, gzip.BadGzipFile) as exc:
+            raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
+        finally:
+            stream.close()
+            raw.close()
+        if self._parsed is None:
+            self._parsed = parsed
+        summaries: list[SeriesSummary] = []
+        for series in parsed.series.values():
+            entry = accs.get(id(series))
+            if entry is None:
                 continue
-            one = summarise_samples(spec, s.labels, s.timestamps_ms, s.values, eval_ms=eval_ms, window_ms=window_ms, recent_ms=recent_ms)
+            spec, acc = entry
+            if spec is None:
+                if acc.samples() and series.name.startswith(("DCGM_", "dcgm_fi_")):
+                    other_present.add(_canonical(series.name))
+                continue
+            one = summary_from(spec, series.labels, acc, str(f))
             if one is not None:
                 summaries.append(one)
-        parts = assemble(summaries, self.labels)
+        self._check_span(parsed, at, grid)
+        parts = assemble(summaries, self.labels, grid=grid)
         return TelemetryWindow(
             cluster=self.cluster,
             eval_time=at,
-            window_s=int(window.total_seconds()),
-            recent_s=recent_ms // 1000,
-            scrape_interval_s=self.scrape_interval_s,
+            window_s=window_s,
+            recent_s=min(grid.recent_s, window_s),
+            scrape_interval_s=parts.spacing_s or self.scrape_interval_s,
+            scrape_interval_inferred=parts.spacing_s is not None,
             gpus=parts.gpus,
             pods=parts.pods,
             metrics_present=parts.metrics_present | other_present,
             source=f"recording {self.telemetry_file}",
             single_instant=parts.single_instant,
+            bucket_s=grid.bucket_s,
+            problems=parts.problems,
+            plan="recording",
         )
+
+    def _check_span(self, parsed: ParsedExposition, at: datetime, grid: BucketGrid) -> None:
+        """Refuse a window the recording cannot fill: it holds less than half of it (a recording with `recording.json`).
+
+        A window that is only partly held (a scan just after the recording started, a short field-guide
+        input) is scanned: the missing time reads as partial coverage, never as idle (the CLI warns).
+        """
+        firsts = [s.timestamps_ms[0] for s in parsed.series.values() if len(s.timestamps_ms) > 1]
+        if not firsts or self.meta.eval_time is None:
+            return  # a bare file without recording.json is scanned as it is
+        first = datetime.fromtimestamp(min(firsts) / 1000, tz=UTC)
+        if self.meta.window_s is not None:  # what the recording says it holds counts too (series may start late)
+            first = min(first, self.meta.eval_time.astimezone(UTC) - timedelta(seconds=self.meta.window_s))
+        start = at - timedelta(seconds=grid.window_s)
+        held = (at - first).total_seconds()
+        if first > start and held < grid.window_s / 2:
+            raise InputFormatError(
+                f"the window starts {start:%Y-%m-%dT%H:%M:%SZ} but the recording begins at {first:%Y-%m-%dT%H:%M:%SZ}: it holds "
+                f"{max(0, int(held)) // 60} min of the {grid.window_s // 60}-min window; scan a shorter window (--window "
+                f"{max(10, int(held) // 60)}m) or a later time",
+                source=str(self.telemetry_file),
+            )
 
 
 class RecordingClusterSource:
