@@ -170,8 +170,11 @@ def _close(a: float | None, b: float | None) -> bool:
 
 
 def _same_stats(a: WindowStats, b: WindowStats) -> bool:
-    exact = (a.count, a.recent_count, a.changes, a.series) == (b.count, b.recent_count, b.changes, b.series)
-    return exact and all(_close(getattr(a, f), getattr(b, f)) for f in ("total", "max", "min", "p95", "max_avg_10m"))
+    exact = (a.count, a.recent_count, a.changes, a.series, a.unreadable, len(a.buckets)) == (
+        b.count, b.recent_count, b.changes, b.series, b.unreadable, len(b.buckets))
+    same_buckets = all(x.end == y.end and x.count == y.count and _close(x.total, y.total) and _close(x.max, y.max)
+                       for x, y in zip(a.buckets, b.buckets, strict=True)) if exact else False
+    return exact and same_buckets and all(_close(getattr(a, f), getattr(b, f)) for f in ("total", "max", "min", "p95", "max_avg_10m"))
 
 
 def _same_signals(a: dict[str, WindowStats], b: dict[str, WindowStats]) -> list[str]:
@@ -208,7 +211,7 @@ def window_diffs(a: TelemetryWindow, b: TelemetryWindow) -> list[str]:
         out.append(f"pods: {sorted(pa)} != {sorted(pb)}")
     else:
         out.extend(f"pod {k}: {d}" for k in pa for d in _same_signals(pa[k], pb[k]))
-    for f in ("metrics_present", "window_s", "recent_s", "single_instant", "eval_time"):
+    for f in ("metrics_present", "window_s", "recent_s", "single_instant", "eval_time", "bucket_s", "scrape_interval_s"):
         if getattr(a, f) != getattr(b, f):
             out.append(f"{f}: {getattr(a, f)} != {getattr(b, f)}")
     return out
@@ -261,7 +264,8 @@ def test_prometheus_source_window_and_findings_match_the_recording(
     rep_rec = _scan(sc, rec, at)
     rep_prom = _scan(sc, prom, at)
     # THEN the windows and the findings are the same (evidence floats within 1e-9 relative, counts exact)
-    assert tw_rec.gpus and tw_prom.query_count == len(PLAN)
+    assert tw_rec.gpus and tw_prom.query_count == len(PLAN) + 1  # + the recording-rules probe
+    assert tw_prom.plan == "raw" and tw_rec.bucket_s == tw_prom.bucket_s == 300
     assert window_diffs(tw_rec, tw_prom) == []
     assert rep_rec.findings, "the scenario must produce findings to compare"
     assert finding_diffs(rep_rec, rep_prom) == []
@@ -306,7 +310,7 @@ def test_prometheus_source_query_count_is_constant_in_fleet_size(
         counts[name], gpus[name] = tw.query_count, len(tw.gpus)
     # THEN the fleets differ in size but the query count is the same fixed number
     assert gpus["random-exported"] > gpus["random-pod"]
-    assert counts["random-exported"] == counts["random-pod"] == len(PLAN) == 26
+    assert counts["random-exported"] == counts["random-pod"] == len(PLAN) + 1 == 27  # + the recording-rules probe
 
 
 def test_prometheus_source_uses_the_explicit_evaluation_time(
@@ -324,7 +328,7 @@ def test_prometheus_source_uses_the_explicit_evaluation_time(
     # THEN the 2024 scan finds idle GPUs; the later window is empty and nothing is called idle or under-used
     assert any(f.kind is WasteKind.IDLE for f in in_data.findings)
     assert empty_window.gpus == () and empty_window.pods == () and empty_window.metrics_present == frozenset()
-    assert empty_window.query_count == len(PLAN)
+    assert empty_window.query_count == len(PLAN) + 1
     assert not [f for f in later.findings if f.kind in (WasteKind.IDLE, WasteKind.UNDERUSED)]
 
 
@@ -338,7 +342,7 @@ def test_prometheus_source_hostile_matcher_values_parse_in_real_prometheus(
     # WHEN every query of the plan is sent to a real Prometheus
     tw = prom.telemetry(at=RecordingTelemetrySource(sc.path).end_time(), window=timedelta(hours=1))
     # THEN Prometheus accepts them all (no PermanentError) and matches nothing
-    assert tw.query_count == len(PLAN) and tw.gpus == ()
+    assert tw.query_count == len(PLAN) + 1 and tw.gpus == ()
 
 
 def test_prometheus_source_probe_counts_series_per_metric(
@@ -493,10 +497,16 @@ def test_prometheus_source_sends_the_explicit_time_and_bearer_token(fake_prom: _
     source = _source(fake_prom.url, auth=PrometheusAuth(kind="bearer", bearer_token="tok-123"))
     # WHEN the whole window is read at a fixed time
     tw = source.telemetry(at=AT, window=timedelta(hours=1))
-    # THEN every request carries the token and the evaluation time (never the wall clock)
-    assert len(fake_prom.requests) == tw.query_count == len(PLAN)
+    # THEN every request carries the token; every query the evaluation time (never the wall clock): instant queries
+    # at T, the time-resolved ones as a range from T − 55 min to T (5-minute buckets); one retention check besides
+    queries = [r for r in fake_prom.requests if urlsplit(r["path"]).path != "/api/v1/status/flags"]
+    assert len(queries) == tw.query_count == len(PLAN) + 1
     assert {r["headers"]["Authorization"] for r in fake_prom.requests} == {"Bearer tok-123"}
-    assert {r["query"]["time"][0] for r in fake_prom.requests} == {f"{AT.timestamp():.3f}"}
+    instant = [r for r in queries if urlsplit(r["path"]).path.endswith("/query")]
+    ranged = [r for r in queries if urlsplit(r["path"]).path.endswith("/query_range")]
+    assert {r["query"]["time"][0] for r in instant} == {f"{AT.timestamp():.3f}"}
+    assert {(r["query"]["start"][0], r["query"]["end"][0], r["query"]["step"][0]) for r in ranged} == {
+        (f"{AT.timestamp() - 3300:.3f}", f"{AT.timestamp():.3f}", "300")}
 
 
 def test_prometheus_source_sends_basic_auth(fake_prom: _FakePrometheus) -> None:
