@@ -13,7 +13,7 @@ import json
 import math
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -563,3 +563,57 @@ def test_prometheus_source_matches_the_recording_at_an_off_grid_time_and_shorter
     tw_rec, tw_prom = rec.telemetry(at=at, window=window), prom.telemetry(at=at, window=window)
     # THEN range boundaries, subquery steps and the recent tail agree
     assert tw_rec.gpus and window_diffs(tw_rec, tw_prom) == []
+
+
+# -- recording rules -------------------------------------------------------------------------------------------
+RULES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "gpuwaste-recording-rules.yml"
+
+
+@pytest.fixture(scope="module")
+def ruled_prometheus(scenarios: dict[str, Scenario], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Scenario, str]]:
+    """The random-exported fleet in a real Prometheus, with the shipped recording rules backfilled by promtool."""
+    from tests.servers.prometheus import INSTALL_HINT, PrometheusServer, prometheus_available
+
+    if not prometheus_available():
+        pytest.skip(INSTALL_HINT)
+    sc = scenarios["random-exported"]
+    server = PrometheusServer(sc.telemetry_file, workdir=tmp_path_factory.mktemp("ruled")).start()
+    try:
+        end = int(RecordingTelemetrySource(sc.path).end_time().timestamp())
+        server.backfill_rules(RULES_FILE, start=end - sc.spec.history_s, end=end)
+        yield sc, server.url
+    finally:
+        server.stop()
+
+
+def test_recording_rules_plan_matches_the_recording_and_the_raw_plan(ruled_prometheus: tuple[Scenario, str]) -> None:
+    # GIVEN a fleet in Prometheus with the shipped recording rules backfilled by promtool (every 5 min, at the rule
+    # group's own offset), scanned at the rules' last evaluation so that their buckets fall on the scan's grid
+    sc, url = ruled_prometheus
+    rec = RecordingTelemetrySource(sc.path)
+    ruled = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url), cluster=rec.cluster)
+    marker = ruled.instant_query("gpuwaste:recording_rules:info[10m]", at=rec.end_time())
+    at = datetime.fromtimestamp(float(marker[0]["values"][-1][0]), tz=UTC)
+    window = timedelta(hours=1)
+    raw = PrometheusGpuMetricsSource(ruled.client, url=url, cluster=rec.cluster, use_rules="never")
+    # WHEN the window is read through the rules, through the raw series, and from the recording
+    tw_ruled, tw_raw, tw_rec = ruled.telemetry(at=at, window=window), raw.telemetry(at=at, window=window), rec.telemetry(at=at, window=window)
+    # THEN the scan says which plan it used, and the three windows are the same, bucket by bucket
+    assert (tw_ruled.plan, tw_raw.plan) == ("recording rules", "raw")
+    assert tw_ruled.query_count == len(PLAN) + 1 and tw_raw.query_count == len(PLAN)
+    assert tw_rec.gpus and window_diffs(tw_rec, tw_ruled) == [] and window_diffs(tw_rec, tw_raw) == []
+    assert ruled.rules_status(at=at)["installed"] is True
+    # AND the findings are the same
+    assert finding_diffs(_scan(sc, rec, at), _scan(sc, ruled, at)) == []
+
+
+def test_rules_are_not_used_when_they_do_not_cover_the_window(ruled_prometheus: tuple[Scenario, str]) -> None:
+    # GIVEN the same Prometheus, scanned at a time whose window starts before the rules were first evaluated
+    sc, url = ruled_prometheus
+    rec = RecordingTelemetrySource(sc.path)
+    at = rec.end_time() - timedelta(minutes=25)
+    source = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url), cluster=rec.cluster)
+    # WHEN a 1-hour window is read
+    tw = source.telemetry(at=at, window=timedelta(hours=1))
+    # THEN the raw plan serves it (the rules' buckets would be missing at the start), still equal to the recording
+    assert tw.plan == "raw" and window_diffs(rec.telemetry(at=at, window=timedelta(hours=1)), tw) == []

@@ -409,8 +409,10 @@ class PrometheusGpuMetricsSource:
 
         They can when: the source may use them (`use_rules`), the dropped labels are the rules' own
         (a custom label setting needs a label the rules aggregate away), the bucket width is a multiple of
-        the rules' 5 minutes, and the rules' marker was evaluated at least once per 5 minutes of the
-        window but one (one probe query).
+        the rules' 5 minutes, and the rules' marker was evaluated once per 5 minutes of the whole window
+        (one probe query). Rule evaluation runs at its own offset δ < 5 min from the scan's grid, so each
+        bucket read from the rules covers `(end − B − δ, end − δ]`: never outside the window, the last δ
+        before the evaluation time unread.
         """
         self._probed = False
         if self.use_rules == "never":
@@ -422,7 +424,7 @@ class PrometheusGpuMetricsSource:
         self._probed = True
         result = self.instant_query(rules_probe_query(window_s=window_s), at=at, what="recording rules probe")
         evaluations = max((float(r["value"][1]) for r in result if r.get("metric", {}).get("version") == RULES_VERSION), default=0.0)
-        return evaluations >= window_s // RULE_INTERVAL_S - 1
+        return evaluations >= window_s // RULE_INTERVAL_S
 
     def rules_status(self, *, at: datetime | None = None) -> dict[str, Any]:
         """Whether the shipped recording rules are installed and running (for `gpuwaste doctor`).
