@@ -225,15 +225,28 @@ def doctor(
         for label, query in LABEL_CHECKS.items():
             result = source.instant_query(query, at=when, what="doctor label")
             labels[label] = int(float(result[0]["value"][1])) if result else 0
+        rules = source.rules_status(at=when)
     except GpuWasteError as exc:
         message = str(exc)
         hint = "" if "check the url" in message.lower() else "\nCheck the URL and that Prometheus is reachable."
         fail(message + hint, code=3)
     report = diagnose(counts, labels)
     if as_json:
-        sys.stdout.write(json.dumps({**asdict(report), "helm_values": report.helm_values}, indent=1) + "\n")
+        sys.stdout.write(json.dumps({**asdict(report), "helm_values": report.helm_values, "recording_rules": rules}, indent=1) + "\n")
         return
     render(report)
+    render_rules(rules)
+
+
+def render_rules(rules: dict[str, object]) -> None:
+    """One line on the shipped recording rules (`PrometheusGpuMetricsSource.rules_status`)."""
+    if rules["installed"]:
+        out.print(f"[bold]recording rules[/] [green]✓[/] installed (version {rules['version']}, {rules['evaluations_last_hour']}/"
+                  f"{rules['expected_last_hour']} evaluations in the last hour): scans read their 5-minute buckets", highlight=False)
+    else:
+        out.print("[bold]recording rules[/] [yellow]✗[/] not installed: scans query the raw series (slower at fleet scale); install "
+                  "deploy/prometheus-rules.yaml (Prometheus Operator) or deploy/prometheus/gpuwaste-recording-rules.yml (rule_files)",
+                  highlight=False, soft_wrap=True)
 
 
 __all__ = ["CSV_LINES", "DetectorStatus", "DoctorReport", "SignalStatus", "diagnose", "doctor", "probe_names"]

@@ -218,8 +218,8 @@ class ScanContext:
             if sig is Signal.GPU_UTIL and device.device.gpu_i_id is not None:
                 continue
             stats = device.merged(sig)
-            if stats is not None and stats.count > 0:
-                found = sig
+            if stats is not None and (stats.count > 0 or stats.unreadable > 0):
+                found = sig  # a signal whose samples were unreadable is still this device's signal: no quiet fallback
                 break
         cache[id(device)] = found
         return found

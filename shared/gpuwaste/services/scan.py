@@ -10,13 +10,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from gpuwaste.detectors import DetectorSettings, NoVerdict, build_context, run_detectors
 from gpuwaste.detectors.context import ScanContext
 from gpuwaste.errors import ConfigError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
-from gpuwaste.models.telemetry import ACTIVITY_SIGNALS
+from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, TelemetryWindow
 from gpuwaste.ports import ClusterStateSource, FindingQueue, GpuTelemetrySource
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
@@ -64,6 +65,19 @@ class ScanReport:
     query_count: int = 0
     telemetry_source: str = ""
     cluster_source: str = ""
+    telemetry_quality: dict[str, Any] = field(default_factory=dict)
+
+
+def telemetry_quality(telemetry: TelemetryWindow) -> dict[str, Any]:
+    """How the telemetry was read, for the report: plan, sample spacing, bucket width, unreadable samples (with where)."""
+    return {
+        "plan": telemetry.plan,
+        "sample_interval_s": telemetry.scrape_interval_s,
+        "sample_interval_inferred": telemetry.scrape_interval_inferred,
+        "bucket_s": telemetry.bucket_s,
+        "unreadable_samples": telemetry.unreadable_samples,
+        "problems": [p.model_dump() for p in telemetry.problems],
+    }
 
 
 def inventory_of(ctx: ScanContext) -> Inventory:
@@ -227,6 +241,7 @@ class ScanService:
             query_count=telemetry.query_count,
             telemetry_source=telemetry.source,
             cluster_source=cluster.source,
+            telemetry_quality=telemetry_quality(telemetry),
         )
         logger.info(
             "scan finished",

@@ -278,12 +278,14 @@ class RecordingTelemetrySource:
         eval_ms = round(at.timestamp() * 1000)
         window_ms = window_s * 1000
         accs: dict[int, tuple[MetricSpec | None, Any]] = {}
+        seen: list[RecordedSeries] = []  # every series met, also one whose samples were all unreadable
         other_present: set[str] = set()
 
         def acc_for(series: RecordedSeries) -> tuple[MetricSpec | None, Any]:
             spec = spec_for(series.name)
             acc: Any = WindowAccumulator(eval_ms, window_ms, None) if spec is None else accumulator_for(spec, grid)
             entry = accs[id(series)] = (spec, acc)  # DCGM fields outside the plan: presence only
+            seen.append(series)
             return entry
 
         def on_sample(series: RecordedSeries, ts: int, value: float, line: int) -> None:
@@ -315,7 +317,7 @@ class RecordingTelemetrySource:
         if self._parsed is None:
             self._parsed = parsed
         summaries: list[SeriesSummary] = []
-        for series in parsed.series.values():
+        for series in seen:
             entry = accs.get(id(series))
             if entry is None:
                 continue
