@@ -123,6 +123,15 @@ def _b12_aliases_pods(fleet: Any, series: list[RecordedSeries]) -> list[Recorded
     return series + _pod_series(owner[0], owner[1], t_end_ms, fleet.spec.history_s)
 
 
+def _unreadable(fleet: Any, series: list[RecordedSeries]) -> list[RecordedSeries]:
+    """One GR-engine sample of 250 (a percent in a ratio field) on one GPU, a NaN power sample on another."""
+    gr = [s for s in series if s.name == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
+    power = [s for s in series if s.name == "DCGM_FI_DEV_POWER_USAGE" and s.labels.get("UUID") != gr[0].labels.get("UUID")]
+    gr[0].values[-40] = 250.0
+    power[0].values[-70] = math.nan
+    return series
+
+
 WEIGHTS = {"busy": 0.3, "idle": 0.2, "underused": 0.15, "bursty": 0.1, "gap": 0.1, "frozen": 0.05, "free": 0.1}
 
 
@@ -139,6 +148,10 @@ def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
                                                  instance_types=("g5.12xlarge", "g6.xlarge"))),
             _write("b12-aliases-pods", root, FleetSpec(layout="random", nodes=2, seed=3, label_style="pod", cluster="b12",
                                                        instance_types=("g5.12xlarge",)), _b12_aliases_pods),
+            _write("unreadable", root, FleetSpec(layout="random", nodes=2, seed=21, label_style="pod", cluster="bad",
+                                                 instance_types=("g5.12xlarge",)), _unreadable),
+            _write("five-minute-export", root, FleetSpec(layout="random", nodes=2, seed=9, cluster="slow", step_s=300,
+                                                         instance_types=("g5.12xlarge",))),
         )
     }
 
@@ -248,7 +261,7 @@ def finding_diffs(a: ScanReport, b: ScanReport) -> list[str]:
 
 
 # -- parity ----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["demo", "random-exported", "random-pod", "b12-aliases-pods"])
+@pytest.mark.parametrize("name", ["demo", "random-exported", "random-pod", "b12-aliases-pods", "unreadable", "five-minute-export"])
 def test_prometheus_source_window_and_findings_match_the_recording(
     name: str, scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
 ) -> None:
@@ -266,6 +279,8 @@ def test_prometheus_source_window_and_findings_match_the_recording(
     # THEN the windows and the findings are the same (evidence floats within 1e-9 relative, counts exact)
     assert tw_rec.gpus and tw_prom.query_count == len(PLAN) + 1  # + the recording-rules probe
     assert tw_prom.plan == "raw" and tw_rec.bucket_s == tw_prom.bucket_s == 300
+    assert tw_rec.scrape_interval_inferred and tw_rec.scrape_interval_s == tw_prom.scrape_interval_s == sc.spec.step_s
+    assert [(p.metric, p.count) for p in tw_rec.problems] == [(p.metric, p.count) for p in tw_prom.problems]
     assert window_diffs(tw_rec, tw_prom) == []
     assert rep_rec.findings, "the scenario must produce findings to compare"
     assert finding_diffs(rep_rec, rep_prom) == []
@@ -617,3 +632,44 @@ def test_rules_are_not_used_when_they_do_not_cover_the_window(ruled_prometheus: 
     tw = source.telemetry(at=at, window=timedelta(hours=1))
     # THEN the raw plan serves it (the rules' buckets would be missing at the start), still equal to the recording
     assert tw.plan == "raw" and window_diffs(rec.telemetry(at=at, window=timedelta(hours=1)), tw) == []
+
+
+def test_unreadable_samples_are_reported_alike_by_both_paths(scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory) -> None:
+    # GIVEN a ratio sample of 250 and a NaN power sample, recorded and backfilled into Prometheus
+    sc = scenarios["unreadable"]
+    rec, prom = _sources(sc, prometheus_factory(sc.telemetry_file).url)
+    at, window = rec.end_time(), timedelta(hours=1)
+    # WHEN both paths read the window
+    tw_rec, tw_prom = rec.telemetry(at=at, window=window), prom.telemetry(at=at, window=window)
+    # THEN each bad sample's 5-minute bucket is left out, counted, and located: file:line offline, the series live
+    problems = {p.metric: p for p in tw_rec.problems}
+    assert set(problems) == {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_POWER_USAGE"}
+    assert all(p.count == 10 for p in tw_rec.problems)
+    assert problems["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].where.startswith(f"{sc.telemetry_file}:")
+    assert "out of range for a ratio field" in problems["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].reason
+    live = {p.metric: p for p in tw_prom.problems}
+    assert live["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].where.startswith("{") and 'UUID="GPU-' in live["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].where
+    assert "NaN" in live["DCGM_FI_DEV_POWER_USAGE"].reason
+
+
+def test_a_window_beyond_prometheus_retention_is_refused_clearly(fake_prom: _FakePrometheus) -> None:
+    # GIVEN a Prometheus keeping 15 days (its flags say so) and a scan of a 2024 window
+    fake_prom.body = json.dumps({"status": "success", "data": {"storage.tsdb.retention.time": "15d"}}).encode()
+    source = _source(fake_prom.url)
+    # WHEN the window is read / THEN a PermanentError names the retention, before any query is sent
+    with pytest.raises(PermanentError, match="beyond what Prometheus .* keeps .*15 days"):
+        source.telemetry(at=AT, window=timedelta(hours=1))
+    assert [urlsplit(r["path"]).path for r in fake_prom.requests] == ["/api/v1/status/flags"]
+
+
+@pytest.mark.parametrize("window", [timedelta(minutes=5), timedelta(days=8)])
+def test_windows_outside_ten_minutes_to_seven_days_are_refused(window: timedelta, fake_prom: _FakePrometheus, scenarios: dict[str, Scenario]) -> None:
+    # GIVEN a window shorter than 10 minutes or longer than 7 days
+    # WHEN either source reads it / THEN a clear error, and no query
+    with pytest.raises(PermanentError, match="between 10 minutes and 7 days"):
+        _source(fake_prom.url).telemetry(at=AT, window=window)
+    from gpuwaste.errors import InputFormatError
+
+    with pytest.raises(InputFormatError, match="between 10 minutes and 7 days"):
+        RecordingTelemetrySource(scenarios["demo"].path).telemetry(at=AT, window=window)
+    assert fake_prom.requests == []
