@@ -65,6 +65,7 @@ def main(argv: list[str]) -> int:
         "pods_holding_gpus": report.inventory.pods_holding_gpus,
         "nodes": report.inventory.nodes,
         "usd_per_day": float(sum((f.usd_per_day or 0) for f in report.findings)),
+        "plan": report.telemetry_quality.get("plan"),
     }
     if args.get("dump_findings"):
         out["findings_json"] = [f.model_dump(mode="json") for f in report.findings]

@@ -495,62 +495,69 @@ class PrometheusGpuMetricsSource:
             )
 
     def _bucket_summaries(self, spec: MetricSpec, result: QueryResult, grid: BucketGrid, *, recorded: bool) -> list[SeriesSummary]:
-        """Buckets from a `query_range` answer (one point per bucket end) or from recorded 5-minute buckets (added up)."""
+        """Buckets from a `query_range` answer (one point per bucket end) or from recorded 5-minute buckets (added up).
+
+        The hot loop of a fleet-scale scan: every series shares the same timestamps, so each timestamp's bucket
+        index is computed once; NaN/±Inf and out-of-range values are checked per bucket afterwards.
+        """
         n = len(grid.ends)
         step_ms = grid.bucket_s * 1000
         start_ms = round(grid.eval_time.timestamp() * 1000) - n * step_ms
+        index: dict[Any, int] = {}
         groups: dict[frozenset[tuple[str, str]], list[list[float]]] = {}
-        bad: dict[frozenset[tuple[str, str]], dict[int, str]] = {}
+        suffix = len(f"{RULE_INTERVAL_S // 60}m")
+        cols = {"count": 0, "sum": 1, "max": 2}
         for item in result:
             labels = item.get("metric", {})
             name = labels.pop("__name__", "")
-            stat = labels.pop(STAT_LABEL, "") or name.rsplit(":", 1)[-1][: -len(f"{RULE_INTERVAL_S // 60}m")]
+            stat = labels.pop(STAT_LABEL, "") or name.rsplit(":", 1)[-1][:-suffix]
+            col = cols.get(stat)
+            if col is None:
+                continue
             key = frozenset(labels.items())
             acc = groups.get(key)
             if acc is None:
                 acc = groups[key] = [[0.0] * n, [0.0] * n, [-math.inf] * n]
                 self._guard(spec, len(groups))
-            col = {"count": 0, "sum": 1, "max": 2}.get(stat)
-            if col is None:
-                continue
-            for t, v in item.get("values", []):
-                k = (round(float(t) * 1000) - start_ms - 1) // step_ms
-                if not 0 <= k < n:
+            row = acc[col]
+            for t, v in item.get("values", ()):
+                k = index.get(t)
+                if k is None:
+                    k = (round(float(t) * 1000) - start_ms - 1) // step_ms
+                    index[t] = k = k if 0 <= k < n else -1
+                if k < 0:
                     continue
                 x = float(v)
-                if recorded:
-                    if col == 2:
-                        acc[2][k] = x if x > acc[2][k] or x != x else acc[2][k]
-                    else:
-                        acc[col][k] += x
-                    if x != x or x in (math.inf, -math.inf):
-                        bad.setdefault(key, {})[k] = "NaN or infinite sample"
+                if not recorded:
+                    row[k] = x
+                elif col == 2:
+                    if x > row[k] or x != x:
+                        row[k] = x
                 else:
-                    acc[col][k] = x
+                    row[k] += x
         out: list[SeriesSummary] = []
+        ends = grid.ends
         for key, (counts, totals, maxes) in groups.items():
             buckets: list[Bucket] = []
             unreadable = 0
             problem: str | None = None
-            marks = bad.get(key, {})
-            for k, end in enumerate(grid.ends):
+            for k in range(n):
                 c = counts[k]
                 if c <= 0:
-                    buckets.append(Bucket(end, 0, 0.0, 0.0))
+                    buckets.append(Bucket(ends[k], 0, 0.0, 0.0))
                     continue
-                why = marks.get(k) or bucket_problem(spec.unit, c, totals[k], maxes[k])
+                t, m = totals[k], maxes[k]
+                why = bucket_problem(spec.unit, c, t, m)
                 if why is not None:
                     unreadable += int(c)
                     problem = problem or why
-                    buckets.append(Bucket(end, 0, 0.0, 0.0))
+                    buckets.append(Bucket(ends[k], 0, 0.0, 0.0))
                 else:
-                    buckets.append(Bucket(end, int(c), totals[k], maxes[k]))
-            samples = sum(b.count for b in buckets) + unreadable
-            if not samples:
+                    buckets.append(Bucket(ends[k], int(c), t, m))
+            if not unreadable and not any(b.count for b in buckets):
                 continue
-            labels = clean_labels(dict(key))
             stats = bucketed_stats(buckets, grid, unreadable=unreadable)
-            out.append(SeriesSummary(spec, labels, samples, stats, ("", problem) if problem else None))
+            out.append(SeriesSummary(spec, clean_labels(dict(key)), stats.count + unreadable, stats, ("", problem) if problem else None))
         return out
 
     def _summaries(self, spec: MetricSpec, result: QueryResult) -> list[SeriesSummary]:

@@ -25,7 +25,7 @@ import math
 from array import array
 from collections.abc import Sequence
 
-from gpuwaste.models.telemetry import Bucket, BucketGrid, WindowStats, readable, stats_from_buckets
+from gpuwaste.models.telemetry import READABLE_RANGE, Bucket, BucketGrid, WindowStats, readable, stats_from_buckets
 
 AVG_STEP_MS = 600_000
 
@@ -51,6 +51,9 @@ def bucket_problem(unit: str | None, count: float, total: float, mx: float) -> s
     """
     if count <= 0:
         return None
+    lo, hi = READABLE_RANGE.get(unit or "", _ANY)
+    if lo <= mx <= hi and total >= 0 and total - total == 0.0:
+        return None  # the common case: finite, in range (NaN fails every comparison)
     for v in (total, mx):
         if v != v or v in (math.inf, -math.inf):
             return "NaN or infinite sample"
@@ -59,6 +62,9 @@ def bucket_problem(unit: str | None, count: float, total: float, mx: float) -> s
     if total < 0:
         return "negative sample"
     return None
+
+
+_ANY = (-math.inf, math.inf)
 
 
 class BucketAccumulator:
