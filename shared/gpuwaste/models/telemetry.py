@@ -231,31 +231,36 @@ def stats_from_buckets(buckets: Sequence[Bucket], grid: BucketGrid, *, series: i
     varying = 0
     steps = 0
     prev_max: float | None = None
-    for b in buckets:
-        if not b.count:
+    isclose = math.isclose
+    for _end, c, t, m in buckets:
+        if not c:
             continue
-        count += b.count
-        total += b.total
-        mx = b.max if mx is None or b.max > mx else mx
-        maxima.append(b.max)
-        if not math.isclose(b.total, b.max * b.count, rel_tol=1e-9, abs_tol=1e-12):
+        count += c
+        total += t
+        if mx is None or m > mx:
+            mx = m
+        maxima.append(m)
+        if t != m * c and not isclose(t, m * c, rel_tol=1e-9, abs_tol=1e-12):
             varying += 1
-        if prev_max is not None and b.max != prev_max:
+        if prev_max is not None and m != prev_max:
             steps += 1
-        prev_max = b.max
+        prev_max = m
     run = grid.avg_run
     best: float | None = None
     if count:
-        for i in range(len(buckets) - run + 1):
-            c = 0
-            t = 0.0
-            for b in buckets[i : i + run]:
-                c += b.count
-                t += b.total
-            if c:
-                v = t / c
-                best = v if best is None or v > best else best
-    recent = sum(b.count for b in buckets[len(buckets) - grid.recent_buckets :])
+        if run == 1:
+            best = max(t / c for _e, c, t, _m in buckets if c)
+        else:
+            for i in range(len(buckets) - run + 1):
+                c = 0
+                t = 0.0
+                for b in buckets[i : i + run]:
+                    c += b[1]
+                    t += b[2]
+                if c:
+                    v = t / c
+                    best = v if best is None or v > best else best
+    recent = sum(b[1] for b in buckets[len(buckets) - grid.recent_buckets :])
     return WindowStats.model_construct(
         count=count,
         total=total,

@@ -36,7 +36,15 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from urllib3.util.retry import Retry
 
 from gpuwaste.errors import ConfigError, GpuWasteError, PermanentError, SourceAuthError, SourceUnavailableError
-from gpuwaste.models.telemetry import MAX_WINDOW_S, MIN_WINDOW_S, Bucket, BucketGrid, TelemetryWindow, WindowStats
+from gpuwaste.models.telemetry import (
+    MAX_WINDOW_S,
+    MIN_WINDOW_S,
+    READABLE_RANGE,
+    Bucket,
+    BucketGrid,
+    TelemetryWindow,
+    WindowStats,
+)
 from gpuwaste.settings import PrometheusSettings, TelemetryLabels
 from gpuwaste.sources.exposition import RecordedSeries
 from gpuwaste.sources.metrics_plan import (
@@ -537,6 +545,8 @@ class PrometheusGpuMetricsSource:
                     row[k] += x
         out: list[SeriesSummary] = []
         ends = grid.ends
+        lo, hi = READABLE_RANGE.get(spec.unit or "", (-math.inf, math.inf))
+        new = tuple.__new__
         for key, (counts, totals, maxes) in groups.items():
             buckets: list[Bucket] = []
             unreadable = 0
@@ -544,17 +554,20 @@ class PrometheusGpuMetricsSource:
             for k in range(n):
                 c = counts[k]
                 if c <= 0:
-                    buckets.append(Bucket(ends[k], 0, 0.0, 0.0))
+                    buckets.append(new(Bucket, (ends[k], 0, 0.0, 0.0)))
                     continue
                 t, m = totals[k], maxes[k]
+                if lo <= m <= hi and t >= 0 and t - t == 0.0:  # the common case, without a call (NaN fails every comparison)
+                    buckets.append(new(Bucket, (ends[k], int(c), t, m)))
+                    continue
                 why = bucket_problem(spec.unit, c, t, m)
                 if why is not None:
                     unreadable += int(c)
                     problem = problem or why
-                    buckets.append(Bucket(ends[k], 0, 0.0, 0.0))
+                    buckets.append(new(Bucket, (ends[k], 0, 0.0, 0.0)))
                 else:
-                    buckets.append(Bucket(ends[k], int(c), t, m))
-            if not unreadable and not any(b.count for b in buckets):
+                    buckets.append(new(Bucket, (ends[k], int(c), t, m)))
+            if not unreadable and not any(b[1] for b in buckets):
                 continue
             stats = bucketed_stats(buckets, grid, unreadable=unreadable)
             out.append(SeriesSummary(spec, clean_labels(dict(key)), stats.count + unreadable, stats, ("", problem) if problem else None))
@@ -682,6 +695,11 @@ def make_client(settings: PrometheusSettings) -> PrometheusConnect:
     """
     session = requests.Session()
     session.verify = settings.verify_tls
+    if urlsplit(settings.url).scheme == "http":
+        # plain HTTP is a Prometheus next to the scan (in-cluster, loopback): gzip would cost its CPU and ours for no
+        # bandwidth worth saving (measured in bench/RESULTS.md); https (AMP, remote) keeps requests' gzip. A header in
+        # prometheus.headers overrides either.
+        session.headers["Accept-Encoding"] = "identity"
     session.hooks["response"].append(_raise_for_status)
     return PrometheusConnect(
         url=settings.url.rstrip("/"),
