@@ -306,7 +306,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     )
     out.print(
         "activity signal per device: " + ", ".join(f"{k.replace('DCGM_FI_', '')}×{v}" for k, v in sorted(inv.activity_signals.items()))
-        + " · attribution: " + (", ".join(f"{k}×{v}" for k, v in sorted(inv.attribution.items())) or "none"),
+        + " · attribution: " + (", ".join(f"{k}×{v}" for k, v in sorted(inv.attribution.items())) or "none")
+        + (f" · allocation: {inv.allocation}" if inv.allocation else ""),
         highlight=False, style="dim", markup=False,
     )
     if inv.metrics_present:

@@ -153,7 +153,7 @@ def test_pipeline_scheduled_event_reaches_the_alerts_queue(chain: Pipeline) -> N
     tickets = [AlertMessage.model_validate_json(m["Body"]) for m in chain.drain("TicketsQueue")]
     assert sorted(t.finding.subject.workload_name or "" for t in tickets) == ["eval-sweep", "llama-70b-vllm"]
     items = chain.ddb.scan(TableName=chain.stack.table_name)["Items"]
-    assert len(items) == 16 and all("expires_at" in i for i in items)
+    assert len(items) == 15 and all("expires_at" in i for i in items)  # 13 waste + 2 data quality
 
 
 def test_pipeline_same_waste_seen_by_two_scans_alerts_once(chain: Pipeline) -> None:

@@ -48,7 +48,8 @@ def test_summary_group_counts_each_sum_to_open_now(demo_state: Path) -> None:
     # THEN the team, namespace, kind and cluster counts each add up to the open waste findings
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert doc["open_findings"] == 13 and doc["data_quality_problems"] == 3
+    # (the demo's offline-eval Job finished mid-window: it held its GPU until then, so its pod label is no stale label)
+    assert doc["open_findings"] == 13 and doc["data_quality_problems"] == 2
     for section in ("by_team", "by_namespace", "by_kind", "by_cluster"):
         assert sum(g["findings"] for g in doc[section]) == doc["open_findings"], section
     # AND data quality is no kind of waste in the tables
@@ -125,6 +126,7 @@ def test_doctor_url_without_scheme_gets_the_scan_message() -> None:
     assert "String should match pattern" not in doctor.output
 
 
+@pytest.mark.loopback
 def test_doctor_unreachable_prometheus_hint_is_given_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a Prometheus URL where nothing listens (retry backoff skipped)
     monkeypatch.setattr(time, "sleep", lambda _s: None)

@@ -7,7 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Protocol
 
-from gpuwaste.models.cluster import ClusterState, Pod
+from gpuwaste.models.cluster import ClusterState, Pod, PodPhase
 from gpuwaste.models.telemetry import DeviceId, GpuTelemetry
 
 
@@ -83,3 +83,30 @@ class AllocationResolver(Protocol):
     ) -> AllocationResult:
         """The holdings of the pods this mechanism accounts for, skipping pods in `handled`."""
         ...
+
+
+def hold_span(pod: Pod) -> tuple[datetime | None, datetime | None] | None:
+    """When a pod holds its GPUs: (from, until), None for an open end; None when it holds none at all.
+
+    A pod holds GPUs only while it is scheduled and not terminal (field guide B11): a bound pod that is
+    Running, Pending (bound, not started: it holds its devices) or Unknown holds from its start (else its
+    creation) on; a Succeeded/Failed pod held them from its start until its last container finished — when
+    that time is known. A terminal pod whose end is unknown, or an unscheduled pod, holds nothing.
+    """
+    if not pod.node_name or not pod.gpu_requests:
+        return None
+    start = pod.started_at or pod.created_at
+    if pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+        if pod.finished_at is None:
+            return None
+        return start, pod.finished_at
+    return start, None
+
+
+def requests_of(pod: Pod, prefixes: tuple[str, ...]) -> dict[str, int]:
+    """The pod's effective GPU requests whose resource name starts with one of `prefixes`.
+
+    `Pod.gpu_requests` is already the effective request per resource: max(largest init container, sum of
+    the app containers) (the sources compute it; field guide B11).
+    """
+    return {r: c for r, c in pod.gpu_requests.items() if r.startswith(prefixes) and c > 0}

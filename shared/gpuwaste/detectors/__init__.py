@@ -13,9 +13,9 @@ from gpuwaste.detectors import (  # noqa: F401  (registration)
     stalled,
     starvation,
 )
-from gpuwaste.detectors.context import ScanContext, build_context
 from gpuwaste.detectors.registry import REGISTRY, DetectionResult, NoVerdict, run_detectors
 from gpuwaste.detectors.settings import DetectorSettings
+from gpuwaste.join import ScanContext, build_context
 
 __all__ = ["REGISTRY", "DetectionResult", "DetectorSettings", "NoVerdict", "ScanContext", "build_context", "run_detectors", "detect"]
 

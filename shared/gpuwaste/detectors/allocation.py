@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpuwaste.detectors.context import ActivityReading, Allocation, ScanContext
 from gpuwaste.detectors.readings import activity_confidence, judged_allocations
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.join import ActivityReading, Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Evidence, Finding, IdleMode, WasteKind
 from gpuwaste.models.telemetry import Signal

@@ -6,8 +6,8 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from gpuwaste.detectors.context import ScanContext
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.join import ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Confidence, Evidence, Finding, IdleMode, WasteKind
 from gpuwaste.models.telemetry import Signal

@@ -6,8 +6,8 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from gpuwaste.detectors.context import Allocation, ScanContext
 from gpuwaste.detectors.registry import DetectorOutput, detector
+from gpuwaste.join import Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Attribution, Confidence, Evidence, Finding, Subject, WasteKind

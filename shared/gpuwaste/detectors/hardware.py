@@ -14,9 +14,9 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from gpuwaste.detectors.context import Allocation, ScanContext
 from gpuwaste.detectors.readings import judged_allocations, pod_gauge
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.join import Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Confidence, Evidence, Finding, WasteKind
 from gpuwaste.models.telemetry import Signal

@@ -11,9 +11,9 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from gpuwaste.detectors.context import Allocation, ScanContext
 from gpuwaste.detectors.readings import pod_evidence, pod_gauge, pod_rate, rate_evidence
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.join import Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Confidence, Evidence, Finding, IdleMode, WasteKind

@@ -7,8 +7,8 @@ from datetime import datetime
 from pydantic import Field
 
 from gpuwaste.detectors.allocation import IdleSettings, idle_mode, is_idle
-from gpuwaste.detectors.context import Allocation, ScanContext
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.join import Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Confidence, Evidence, Finding, IdleMode, WasteKind

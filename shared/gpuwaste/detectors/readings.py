@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
-from gpuwaste.detectors.context import ActivityReading, Allocation, ScanContext
 from gpuwaste.detectors.registry import NoVerdict
+from gpuwaste.join import ActivityReading, Allocation, ScanContext
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Confidence, Evidence
 from gpuwaste.models.telemetry import GpuTelemetry, Signal, WindowStats

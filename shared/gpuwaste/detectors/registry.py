@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gpuwaste.detectors.context import ScanContext
+from gpuwaste.join import ScanContext
 from gpuwaste.models.findings import Finding
 
 

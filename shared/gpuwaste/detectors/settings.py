@@ -6,7 +6,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuwaste.detectors.allocation import IdleSettings, UnderusedSettings
 from gpuwaste.detectors.capacity import UnallocatedSettings
-from gpuwaste.detectors.context import CommonSettings
 from gpuwaste.detectors.data_quality import DataQualitySettings
 from gpuwaste.detectors.efficiency import LowBandwidthSettings, PowerAnomalySettings
 from gpuwaste.detectors.hardware import WrongHardwareSettings
@@ -14,6 +13,7 @@ from gpuwaste.detectors.inference import InferenceIdleSettings, KvCachePressureS
 from gpuwaste.detectors.orphaned import OrphanedSettings
 from gpuwaste.detectors.stalled import StalledSettings
 from gpuwaste.detectors.starvation import CpuBoundSettings
+from gpuwaste.join import CommonSettings
 
 
 class DetectorSettings(BaseModel):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuwaste.detectors.context import Allocation, ScanContext
 from gpuwaste.detectors.readings import physical_power, readable
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.join import Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Confidence, Evidence, Finding, WasteKind
 from gpuwaste.models.telemetry import Signal

@@ -6,9 +6,9 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from gpuwaste.detectors.context import ScanContext
 from gpuwaste.detectors.readings import activity_confidence, judged_allocations, pod_rate, rate_evidence
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.join import ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Finding, WasteKind
 from gpuwaste.models.telemetry import Signal

@@ -1,5 +1,11 @@
 """Join: GPU ↔ pod ↔ node ↔ owner over the window (pure; between sources and detectors, design §3.4).
 
 Inputs are the cluster state (with each pod's holding span) and the time-resolved telemetry; the
-allocation resolvers (`gpuwaste.allocation`) say who holds which share of which physical GPU.
+allocation resolvers (`gpuwaste.allocation`) say who holds which share of which physical GPU. The output,
+`ScanContext`, is the joined view every detector reads.
 """
+
+from gpuwaste.join.build import build_context, join
+from gpuwaste.join.view import ActivityReading, Allocation, CommonSettings, NodeInventory, ScanContext, gpu_ref
+
+__all__ = ["ActivityReading", "Allocation", "CommonSettings", "NodeInventory", "ScanContext", "build_context", "gpu_ref", "join"]

@@ -12,9 +12,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from gpuwaste.allocation import mix_text
 from gpuwaste.detectors import DetectorSettings, NoVerdict, build_context, run_detectors
-from gpuwaste.detectors.context import ScanContext
 from gpuwaste.errors import ConfigError
+from gpuwaste.join import ScanContext
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, TelemetryWindow
@@ -37,6 +38,8 @@ class Inventory:
         physical_gpus: distinct DCGM UUIDs. mig_instances: devices with a GPU_I_ID.
         models: GPU model → physical GPUs. activity_signals: signal → devices using it.
         attribution: how allocations were tied to devices (labels / elimination / unknown).
+        allocation: the allocation mix in words ("device plugin 212 GPUs (90 pods), MIG 2 GPUs (14 pods)").
+        allocation_mix: mechanism → {"pods": n, "gpus": physical-GPU equivalents held}.
     """
 
     nodes: int
@@ -48,6 +51,8 @@ class Inventory:
     attribution: dict[str, int]
     metrics_present: tuple[str, ...]
     single_instant: bool
+    allocation: str = ""
+    allocation_mix: dict[str, dict[str, float | int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -105,6 +110,8 @@ def inventory_of(ctx: ScanContext) -> Inventory:
         attribution=dict(attribution),
         metrics_present=tuple(sorted(ctx.telemetry.metrics_present)),
         single_instant=ctx.telemetry.single_instant,
+        allocation=mix_text(ctx.resolved.mix),
+        allocation_mix={k: {"pods": v.pods, "gpus": float(v.share)} for k, v in ctx.resolved.mix.items()},
     )
 
 

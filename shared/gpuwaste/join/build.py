@@ -1,0 +1,170 @@
+"""Join: GPU ↔ node ↔ pod over the window — cluster state + telemetry + allocation holdings in, `ScanContext` out.
+
+Pure. Implements the attribution rules of the field guide: exported_* labels (B02), node resolution from
+Hostname / exporter pod / IP / EC2 instance id (B03, `allocation.nodes`), attribution by elimination
+(B01, B23), MIG devices keyed by UUID + GPU_I_ID (B05–B08), cluster lifecycle over stale DCGM pod labels
+(B10, B11), physical GPUs counted by UUID (B17). Who holds which share from when to when comes from the
+allocation resolvers (`gpuwaste.allocation.resolve`); a pod holds GPUs only over its holding span, so a
+Job that finished mid-window held its GPU until it ended and the GPU is free afterwards.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from gpuwaste.allocation import AllocationResolver, Holding, Resolved, resolve
+from gpuwaste.allocation.nodes import devices_by_node
+from gpuwaste.join.view import Allocation, CommonSettings, NodeInventory, ScanContext
+from gpuwaste.models.cluster import ClusterState, Node, Pod
+from gpuwaste.models.findings import Attribution
+from gpuwaste.models.telemetry import GpuTelemetry, TelemetryWindow
+
+Stray = tuple[GpuTelemetry, str, str, str]
+
+
+def join(
+    cluster: ClusterState,
+    telemetry: TelemetryWindow,
+    common: CommonSettings | None = None,
+    *,
+    power_limits_w: dict[str, float] | None = None,
+    chain: Sequence[AllocationResolver] | None = None,
+) -> ScanContext:
+    """Join telemetry devices to nodes and to the pods that hold them in the window.
+
+    Holdings come from the allocation resolvers (`chain`, default `allocation.resolvers()`); holdings that
+    ended before the window started are dropped. A device labelled with a pod that holds nothing on that
+    node in the window (finished without a known end, deleted, moved) is treated as unheld (B10) and
+    recorded in `stray_labels`.
+    """
+    common = common or CommonSettings()
+    window_start = telemetry.eval_time - timedelta(seconds=telemetry.window_s)
+    resolved = resolve(cluster, telemetry.gpus, chain)
+    order = {p.key: i for i, p in enumerate(cluster.pods)}
+    holdings = sorted((h for h in resolved.holdings if h.held_until is None or h.held_until > window_start),
+                      key=lambda h: order.get(h.pod.key, len(order)))
+    by_node, unmapped = devices_by_node(cluster, telemetry.gpus)
+    nodes_by_name = {n.name: n for n in cluster.nodes}
+    inventories = _inventories(cluster, by_node, nodes_by_name)
+    held_by_node: dict[str, list[Holding]] = defaultdict(list)
+    for h in holdings:
+        held_by_node[h.node or ""].append(h)
+    labelled = _label_devices(inventories, cluster, {h.pod.key: h for h in holdings})
+    allocations: list[Allocation] = []
+    for name, inv in inventories.items():
+        inv.allocations = _attribute_node(inv, held_by_node.get(name, []), labelled, telemetry.eval_time)
+        allocations.extend(inv.allocations)
+    for name, node_holdings in held_by_node.items():
+        if name and name not in inventories:  # a pod on a node that shows no GPU at all
+            inv = inventories.setdefault(name, NodeInventory(name=name, node=nodes_by_name.get(name)))
+            inv.allocations = [_allocation(h, inv.node, (), Attribution.UNKNOWN, False) for h in node_holdings]
+            allocations.extend(inv.allocations)
+    return ScanContext(cluster, telemetry, common, allocations, inventories, unmapped, labelled.stray,
+                       dict(power_limits_w or {}), resolved)
+
+
+#: The name the detectors and tests used before the join became its own package.
+build_context = join
+
+
+def _inventories(cluster: ClusterState, by_node: dict[str, list[GpuTelemetry]], nodes: dict[str, Node]) -> dict[str, NodeInventory]:
+    """One inventory per node with devices, and per GPU node without any (a node whose exporter is missing)."""
+    out: dict[str, NodeInventory] = {}
+    for name, devs in by_node.items():
+        out[name] = NodeInventory(name=name, node=nodes.get(name), devices=list(devs))
+    for n in cluster.nodes:
+        if n.allocatable_gpu or n.capacity_gpu or n.gpu_product:
+            out.setdefault(n.name, NodeInventory(name=n.name, node=n))
+    return out
+
+
+@dataclass
+class _Labelled:
+    """Devices tied to pods by the exporter's pod labels, and the labels that contradict the cluster."""
+
+    owner: dict[int, tuple[str, str]] = field(default_factory=dict)
+    devices: dict[tuple[str, str], list[GpuTelemetry]] = field(default_factory=lambda: defaultdict(list))
+    stray: list[Stray] = field(default_factory=list)
+
+
+def _label_devices(inventories: dict[str, NodeInventory], cluster: ClusterState, holdings: dict[tuple[str, str], Holding]) -> _Labelled:
+    """GPU ↔ pod by the exporter's labels: a device belongs to every pod labelled on it that holds GPUs on its node
+    in the window (a time-sliced GPU is held by every sharer)."""
+    pods = {p.key: p for p in cluster.pods}
+    out = _Labelled()
+    for node_name, inv in inventories.items():
+        for dev in inv.devices:
+            current: list[tuple[str, str]] = []
+            for ns, name in dev.workloads:
+                reason = _stray_reason(pods.get((ns, name)), holdings.get((ns, name)), node_name)
+                if reason:
+                    out.stray.append((dev, ns, name, reason))
+                else:
+                    current.append((ns, name))
+            if current:
+                out.owner[id(dev)] = current[0]
+                for key in current:
+                    out.devices[key].append(dev)
+    return out
+
+
+def _stray_reason(pod: Pod | None, holding: Holding | None, node_name: str) -> str:
+    if pod is None:
+        return "pod not found in the cluster"
+    if holding is None:
+        return f"pod is {pod.phase.value}; its GPUs are free"
+    if holding.node != node_name:
+        return f"pod runs on {holding.node}, device on {node_name}"
+    return ""
+
+
+def _attribute_node(inv: NodeInventory, holdings: list[Holding], labelled: _Labelled, eval_time: datetime) -> list[Allocation]:
+    """The allocations of one node: labelled devices first, else elimination (B01), else unknown devices."""
+    node = inv.node
+    allocations = [
+        _allocation(h, node, tuple(labelled.devices[h.pod.key]), Attribution.LABELS, True)
+        for h in holdings if labelled.devices.get(h.pod.key)
+    ]
+    unlabelled = [d for d in inv.devices if id(d) not in labelled.owner]
+    uncovered = [h for h in holdings if not labelled.devices.get(h.pod.key)]
+    expected = inv.expected_gpus()
+    # B01 + B23: elimination is safe only when every GPU the node should have is seen in DCGM;
+    # otherwise the pod may hold the unmonitored GPU and the seen one be free.
+    fully_seen = expected is None or len(inv.physical_uuids) >= expected
+    if len(uncovered) == 1 and unlabelled and fully_seen and _fits(uncovered[0], unlabelled, node):
+        allocations.append(_allocation(uncovered[0], node, tuple(unlabelled), Attribution.ELIMINATION, False))
+        unlabelled = []
+    else:
+        allocations.extend(_allocation(h, node, (), Attribution.UNKNOWN, False) for h in uncovered)
+        if uncovered and unlabelled:
+            inv.ambiguous_pods.extend(h.pod for h in uncovered)
+            inv.unattributed_devices.extend(unlabelled)
+    inv.unheld_devices = [] if inv.ambiguous_pods else list(unlabelled)
+    return allocations
+
+
+def _allocation(h: Holding, node: Node | None, devices: tuple[GpuTelemetry, ...], attribution: Attribution, labelled: bool) -> Allocation:
+    return Allocation(h.pod, node, h.share, devices, attribution, labelled, held_from=h.held_from, held_until=h.held_until,
+                      mechanism=h.mechanism, per_pod_activity=h.per_pod_activity, note=h.note)
+
+
+def _fits(h: Holding, devices: list[GpuTelemetry], node: Node | None) -> bool:
+    """Elimination is safe when the pod's share matches the unlabelled devices exactly (B01).
+
+    MIG: the pod's MIG units equal the unlabelled instances. Otherwise the held physical-GPU share equals the
+    unlabelled physical GPUs (time-sliced replicas are compared as physical GPUs: 4 replicas of 1 GPU never
+    "fit" 4 GPUs).
+    """
+    mig = [d for d in devices if d.device.gpu_i_id is not None]
+    if mig:
+        return len(mig) == sum(h.pod.gpu_requests.values())
+    whole = sum(c for r, c in h.pod.gpu_requests.items() if "mig-" not in r)
+    replicas = max(1, node.gpu_replicas if node else 1)
+    return Decimal(whole) / replicas == len({d.device.uuid for d in devices})
+
+
+__all__ = ["Resolved", "build_context", "join"]

@@ -1,0 +1,445 @@
+"""Join: the joined view of one scan — GPUs ↔ pods ↔ nodes over the window — that every detector reads.
+
+Pure. `ScanContext` holds the allocations (who holds which devices, with what share, from when to when),
+the node inventories, and the signal access every detector shares (best activity signal, coverage against
+the sample spacing, pod-scoped samples, data problems). Built by `gpuwaste.join.build.join`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from pydantic import Field
+
+from gpuwaste.allocation import Resolved
+from gpuwaste.models.base import SettingsModel
+from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, gpu_share_for_request
+from gpuwaste.models.findings import Attribution, Evidence, GpuRef, Subject
+from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, GpuTelemetry, Signal, TelemetryWindow, WindowStats, summarises
+
+
+class CommonSettings(SettingsModel):
+    """Settings shared by every detector.
+
+    Attributes:
+        min_coverage: share 0–1 of the expected samples a window needs before any verdict.
+        pod_grace_s: pods younger than this (seconds) get no verdict.
+        node_grace_s: nodes younger than this (seconds) are not reported as unallocated capacity.
+    """
+
+    min_coverage: float = Field(0.8, gt=0, le=1)
+    pod_grace_s: int = Field(900, ge=0)
+    node_grace_s: int = Field(900, ge=0)
+
+
+@dataclass(frozen=True)
+class ActivityReading:
+    """Activity of a set of devices, as a 0–1 ratio.
+
+    Attributes:
+        signal: the DCGM field used (SM_ACTIVE, GR_ENGINE_ACTIVE, or GPU_UTIL ÷ 100).
+        avg: mean over devices of each device's window average. p95, max: the highest over devices.
+        max_avg_10m: the highest 10-minute average of any device.
+        coverage: the lowest device coverage (0–1). samples: total samples.
+    """
+
+    signal: Signal
+    avg: float
+    p95: float
+    max: float
+    min: float
+    max_avg_10m: float | None
+    coverage: float
+    samples: int
+    devices: int
+
+    def evidence(self, window_s: int, *, threshold: float | None = None, comparison: str = "") -> Evidence:
+        """Express this reading as finding evidence (unit: ratio 0–1)."""
+        return Evidence(
+            signal=self.signal.value,
+            unit="ratio",
+            window_s=window_s,
+            avg=round(self.avg, 6),
+            p95=round(self.p95, 6),
+            max=round(self.max, 6),
+            min=round(self.min, 6),
+            max_avg_10m=None if self.max_avg_10m is None else round(self.max_avg_10m, 6),
+            samples=self.samples,
+            coverage=round(min(1.0, self.coverage), 4),
+            threshold=threshold,
+            comparison=comparison,
+            note="GPU_UTIL is percent; shown here ÷ 100" if self.signal is Signal.GPU_UTIL else "",
+        )
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A pod that holds GPUs in the window, with the devices it holds and when.
+
+    Attributes:
+        held_from, held_until: the holding span clipped to the window (None: from the window start / to its
+            end, i.e. still held at the evaluation time). A Job that finished mid-window has `held_until`.
+        mechanism: the allocation resolver that found the holding ("device plugin", "MIG", "time-slicing", …).
+        share: physical-GPU equivalents requested (MIG slices N/7, time-slices 1/replicas).
+        devices: devices tied to the pod (empty when telemetry cannot tell which).
+        attribution: how `devices` were found.
+        labelled: True when the devices carry this pod's labels (use pod-scoped samples).
+    """
+
+    pod: Pod
+    node: Node | None
+    share: Decimal
+    devices: tuple[GpuTelemetry, ...]
+    attribution: Attribution
+    labelled: bool
+    held_from: datetime | None = None
+    held_until: datetime | None = None
+    mechanism: str = "device plugin"
+    per_pod_activity: bool = True
+    note: str = ""
+
+    def held_at(self, t: datetime) -> bool:
+        """True when the pod holds its share at time `t` (inside its holding span)."""
+        return (self.held_from is None or self.held_from < t) and (self.held_until is None or t <= self.held_until)
+
+    @property
+    def holds_now(self) -> bool:
+        """True when the pod still holds its share at the end of the window (not terminal)."""
+        return self.held_until is None
+
+
+@dataclass
+class NodeInventory:
+    """GPUs seen on one node and who holds them."""
+
+    name: str
+    node: Node | None
+    devices: list[GpuTelemetry] = field(default_factory=list)
+    allocations: list[Allocation] = field(default_factory=list)
+    unheld_devices: list[GpuTelemetry] = field(default_factory=list)
+    unattributed_devices: list[GpuTelemetry] = field(default_factory=list)
+    ambiguous_pods: list[Pod] = field(default_factory=list)
+
+    @property
+    def physical_uuids(self) -> set[str]:
+        """Distinct physical GPU UUIDs seen on the node (never series or requests; B17)."""
+        return {d.device.uuid for d in self.devices}
+
+    @property
+    def requested_share(self) -> Decimal:
+        """Physical-GPU equivalents held at the evaluation time by pods scheduled on the node and not terminal."""
+        return sum((a.share for a in self.allocations if a.holds_now), Decimal(0))
+
+    def requested_share_at(self, t: datetime) -> Decimal:
+        """Physical-GPU equivalents held at time `t` (pods whose holding span covers `t`)."""
+        return sum((a.share for a in self.allocations if a.held_at(t)), Decimal(0))
+
+    def capacity_gpus(self) -> int:
+        """Physical GPUs on the node: DCGM UUIDs when seen, else the node's advertised capacity."""
+        observed = len(self.physical_uuids)
+        return observed if observed else self.expected_gpus() or 0
+
+    def expected_gpus(self) -> int | None:
+        """Physical GPUs the node should have from its own description (None when unknown)."""
+        n = self.node
+        if n is None:
+            return None
+        if n.mig_strategy == "single" or (n.gpu_product and "-MIG-" in n.gpu_product.upper()):
+            return None  # gpu.count and capacity count MIG devices, not GPUs (B08)
+        cap = n.capacity_gpu.get("nvidia.com/gpu") or n.capacity_gpu.get("nvidia.com/gpu.shared")
+        if cap:
+            return cap // max(1, n.gpu_replicas)
+        return n.gpu_count_label
+
+
+@dataclass
+class ScanContext:
+    """The joined view of one scan.
+
+    Attributes:
+        allocations: every pod holding GPUs, across nodes.
+        nodes: node name → inventory.
+        unmapped_devices: devices whose node could not be resolved.
+        stray_labels: (device, namespace, pod, reason) for DCGM pod labels that contradict the cluster.
+        resolved: the merged answer of the allocation resolvers (holdings, mechanisms, notes).
+        power_limits_w: GPU model name as the telemetry spells it → bundled board power limit (W), filled
+            by the scan service from the pricing catalog; used when DCGM exports no power-limit field.
+    """
+
+    cluster: ClusterState
+    telemetry: TelemetryWindow
+    common: CommonSettings
+    allocations: list[Allocation]
+    nodes: dict[str, NodeInventory]
+    unmapped_devices: list[GpuTelemetry]
+    stray_labels: list[tuple[GpuTelemetry, str, str, str]]
+    power_limits_w: dict[str, float] = field(default_factory=dict)
+    resolved: Resolved = field(default_factory=Resolved)
+
+    @property
+    def window_start(self) -> datetime:
+        """The start of the scan window (UTC)."""
+        return self.eval_time - timedelta(seconds=self.window_s)
+
+    def held_span(self, alloc: Allocation) -> tuple[datetime, datetime]:
+        """An allocation's holding span clipped to the window."""
+        start = self.window_start if alloc.held_from is None else max(self.window_start, alloc.held_from)
+        end = self.eval_time if alloc.held_until is None else min(self.eval_time, alloc.held_until)
+        return start, max(start, end)
+
+    @property
+    def allocation_mix(self) -> dict[str, tuple[int, Decimal]]:
+        """Mechanism → (pods, physical-GPU equivalents held) over the scan (for the report header)."""
+        return {k: (v.pods, v.share) for k, v in self.resolved.mix.items()}
+
+    def pod_signals(self, namespace: str, pod: str) -> dict[str, WindowStats]:
+        """Pod-level signals (CPU, inference server) of one pod; empty when none were scraped."""
+        index = self.__dict__.get("_pod_index")
+        if index is None:
+            index = {(p.namespace, p.pod): p.signals for p in self.telemetry.pods}
+            self.__dict__["_pod_index"] = index
+        return index.get((namespace, pod), {})
+
+    def unscheduled_gpu_requests(self) -> list[Decimal]:
+        """Physical-GPU shares requested by Pending pods that no node took yet (smallest first)."""
+        return sorted(
+            sum((gpu_share_for_request(r, c, None) for r, c in p.gpu_requests.items()), Decimal(0))
+            for p in self.cluster.pods
+            if p.phase is PodPhase.PENDING and not p.node_name and p.gpu_requests
+        )
+
+    def stranded_by_fragmentation(self, free: Decimal) -> bool:
+        """True when GPU work waits unscheduled while `free` GPUs on a node are too few for the smallest request."""
+        waiting = self.unscheduled_gpu_requests()
+        return bool(waiting) and free < waiting[0]
+
+    def holder_of(self, device: GpuTelemetry) -> Allocation | None:
+        """The allocation that holds a device, or None."""
+        index = self.__dict__.get("_holder_index")
+        if index is None:
+            index = {id(d): a for a in self.allocations for d in a.devices}
+            self.__dict__["_holder_index"] = index
+        return index.get(id(device))
+
+    @property
+    def eval_time(self) -> datetime:
+        """The scan's evaluation time (UTC)."""
+        return self.telemetry.eval_time
+
+    @property
+    def window_s(self) -> int:
+        """The scan window (seconds)."""
+        return self.telemetry.window_s
+
+    # --- signal access -------------------------------------------------------------------------
+    def device_stats(self, device: GpuTelemetry, signal: Signal | str, pod: Pod | None = None) -> WindowStats | None:
+        """A device's window summary for `signal`, restricted to `pod`'s labelled samples when given."""
+        if pod is not None:
+            scoped = device.for_workload(pod.namespace, pod.name, signal)
+            if scoped is not None:
+                return scoped
+        return device.merged(signal)
+
+    def activity_signal(self, device: GpuTelemetry) -> Signal | None:
+        """Best activity signal present for a device (B04, B05, B15).
+
+        SM_ACTIVE, then GR_ENGINE_ACTIVE, then GPU_UTIL — except on MIG instances, where GPU_UTIL
+        is a whole-GPU value that reads 0, so only the PROF ratios count.
+        """
+        cache: dict[int, Signal | None] = self.__dict__.setdefault("_signal_cache", {})
+        if id(device) in cache:
+            return cache[id(device)]
+        found: Signal | None = None
+        for sig in ACTIVITY_SIGNALS:
+            if sig is Signal.GPU_UTIL and device.device.gpu_i_id is not None:
+                continue
+            stats = device.merged(sig)
+            if stats is not None and (stats.count > 0 or stats.unreadable > 0):  # unreadable samples: still this signal
+                found = sig
+                break
+        cache[id(device)] = found
+        return found
+
+    def expected_samples(self, pod: Pod | None = None) -> float:
+        """Samples expected in the window, shortened to the pod's lifetime when it started (or ended) inside it."""
+        span = float(self.window_s)
+        if pod is not None:
+            start = max(self.window_start, pod.started_at) if pod.started_at is not None else self.window_start
+            end = self.eval_time
+            if pod.finished_at is not None and pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+                end = min(end, pod.finished_at)
+            span = max(0.0, min(span, (end - start).total_seconds()))
+        return span / self.telemetry.scrape_interval_s
+
+    def coverage(self, stats: WindowStats | None, pod: Pod | None = None) -> float:
+        """Share 0–1 of the expected samples present (capped at 1)."""
+        if stats is None or stats.count == 0:
+            return 0.0
+        expected = self.expected_samples(pod)
+        if expected <= 0:
+            return 0.0
+        return min(1.0, stats.count / self._overlap(stats) / expected)
+
+    @staticmethod
+    def _overlap(stats: WindowStats) -> float:
+        """How many merged series ran side by side (duplicate exporters, B17), 1 for a restart (B12): copies that
+        both still report at the end of the window doubled the count; a restart's old series has stopped."""
+        return float(max(1, min(stats.series, stats.live_series)))
+
+    def activity(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> ActivityReading | None:
+        """Activity over `devices` as a ratio 0–1; None when any device lacks an activity signal.
+
+        Each device uses its own best signal; the reading names the weakest signal used (GPU_UTIL
+        when any device fell back to it).
+        """
+        if not devices:
+            return None
+        cache: dict[tuple[object, ...], ActivityReading | None] = self.__dict__.setdefault("_activity_cache", {})
+        key = (tuple(id(d) for d in devices), pod.key if pod is not None else None)
+        if key not in cache:
+            cache[key] = self._activity(devices, pod)
+        return cache[key]
+
+    def _activity(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None) -> ActivityReading | None:
+        readings: list[tuple[Signal, WindowStats]] = []
+        for dev in devices:
+            sig = self.activity_signal(dev)
+            if sig is None:
+                return None
+            stats = self.device_stats(dev, sig, pod if self._labelled_for(dev, pod) else None)
+            if stats is None or stats.count == 0:
+                return None
+            readings.append((sig, stats))
+        order = {s: i for i, s in enumerate(ACTIVITY_SIGNALS)}
+        weakest = max((s for s, _ in readings), key=lambda s: order[s])
+        ratio = [(s, st) for s, st in readings]
+        avgs = [s.to_ratio(st.avg) for s, st in ratio]
+        m10 = [s.to_ratio(st.max_avg_10m) for s, st in ratio if st.max_avg_10m is not None]
+        return ActivityReading(
+            signal=weakest,
+            avg=sum(avgs) / len(avgs),
+            p95=max(s.to_ratio(st.p95) for s, st in ratio),
+            max=max(s.to_ratio(st.max) for s, st in ratio),
+            min=min(s.to_ratio(st.min) for s, st in ratio),
+            max_avg_10m=max(m10) if m10 else None,
+            coverage=min(self.coverage(st, pod) for _, st in ratio),
+            samples=sum(st.count for _, st in ratio),
+            devices=len(ratio),
+        )
+
+    def signal_evidence(
+        self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None = None
+    ) -> Evidence | None:
+        """Evidence for a non-activity signal over devices (avg of averages, highest p95/max); None if absent."""
+        stats = [self.device_stats(d, signal, pod if self._labelled_for(d, pod) else None) for d in devices]
+        present = [s for s in stats if s is not None and s.count > 0]
+        if not present:
+            return None
+        m10 = [s.max_avg_10m for s in present if s.max_avg_10m is not None]
+        return Evidence(
+            signal=signal.value,
+            unit=signal.unit,
+            window_s=self.window_s,
+            avg=round(sum(s.avg for s in present) / len(present), 6),
+            p95=round(max(s.p95 for s in present), 6) if summarises(signal, "p95") else None,
+            max=round(max(s.max for s in present), 6),
+            min=round(min(s.min for s in present), 6) if summarises(signal, "min") else None,
+            max_avg_10m=round(max(m10), 6) if m10 else None,
+            samples=sum(s.count for s in present),
+            coverage=round(min(self.coverage(s, pod) for s in present), 4),
+        )
+
+    def device_problem(self, device: GpuTelemetry, stale_min_samples: int = 20) -> str | None:
+        """Why a device's telemetry cannot be trusted, or None: "no_activity_signal", "stale_series"
+        (stopped reporting before the window's end) or "frozen_exporter" (every value, energy counter
+        included, bit-identical for the window; field guide B12). Such devices are never judged idle.
+        """
+        sig = self.activity_signal(device)
+        if sig is None:
+            return "no_activity_signal"
+        if self.telemetry.single_instant:
+            return None
+        stats = device.merged(sig)
+        if stats is None:
+            return "no_activity_signal"
+        if stats.count > 0 and stats.recent_count == 0:
+            return "stale_series"
+        energy = device.merged(Signal.TOTAL_ENERGY)
+        if (
+            energy is not None
+            and energy.count >= stale_min_samples
+            and energy.changes == 0
+            and stats.changes == 0
+            and stats.count >= stale_min_samples
+        ):
+            return "frozen_exporter"
+        return None
+
+    @staticmethod
+    def _labelled_for(device: GpuTelemetry, pod: Pod | None) -> bool:
+        return pod is not None and (pod.namespace, pod.name) in device.workloads
+
+    # --- subjects ------------------------------------------------------------------------------
+    def subject_for(self, alloc: Allocation) -> Subject:
+        """The finding subject for an allocation (workload, node, devices, pricing inputs)."""
+        inv = self.nodes.get(alloc.pod.node_name or "")
+        return Subject(
+            cluster=self.cluster.cluster,
+            namespace=alloc.pod.namespace,
+            workload_kind=alloc.pod.workload.kind,
+            workload_name=alloc.pod.workload.name,
+            pod=alloc.pod.name,
+            node=alloc.pod.node_name,
+            gpus=tuple(gpu_ref(d) for d in alloc.devices),
+            gpu_model=_model_of(alloc.devices, alloc.node),
+            gpu_share=alloc.share,
+            instance_type=alloc.node.instance_type if alloc.node else None,
+            capacity_type=alloc.node.capacity_type if alloc.node else None,
+            region=alloc.node.region if alloc.node else None,
+            accelerator=alloc.node.labels.get("cloud.google.com/gke-accelerator") if alloc.node else None,
+            physical_gpus_on_node=len(inv.physical_uuids) if inv and inv.devices else None,
+            attribution=alloc.attribution,
+            labels=dict(alloc.pod.labels),
+            annotations=dict(alloc.pod.annotations),
+            namespace_labels=dict(self.cluster.namespace_labels.get(alloc.pod.namespace, {})),
+            namespace_annotations=dict(self.cluster.namespace_annotations.get(alloc.pod.namespace, {})),
+        )
+
+    def node_subject(self, inv: NodeInventory, devices: list[GpuTelemetry], share: Decimal) -> Subject:
+        """The finding subject for a node-level finding."""
+        n = inv.node
+        return Subject(
+            cluster=self.cluster.cluster,
+            node=inv.name,
+            workload_kind="Node",
+            workload_name=inv.name,
+            gpus=tuple(gpu_ref(d) for d in devices),
+            gpu_model=_model_of(tuple(inv.devices), n),
+            gpu_share=share,
+            instance_type=n.instance_type if n else None,
+            capacity_type=n.capacity_type if n else None,
+            region=n.region if n else None,
+            accelerator=n.labels.get("cloud.google.com/gke-accelerator") if n else None,
+            physical_gpus_on_node=len(inv.physical_uuids) or None,
+            attribution=Attribution.NODE,
+            labels=dict(n.labels) if n else {},
+        )
+
+
+def gpu_ref(device: GpuTelemetry) -> GpuRef:
+    """A finding's reference to a device."""
+    return GpuRef(
+        uuid=device.device.uuid,
+        gpu_i_id=device.device.gpu_i_id,
+        mig_profile=device.mig_profile,
+        model_name=device.model_name,
+    )
+
+
+def _model_of(devices: tuple[GpuTelemetry, ...], node: Node | None) -> str | None:
+    for d in devices:
+        if d.model_name:
+            return d.model_name
+    return node.gpu_product if node else None
