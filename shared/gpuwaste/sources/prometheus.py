@@ -18,6 +18,7 @@ result larger than `max_series` as `PermanentError`. Credentials never appear in
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -342,12 +343,35 @@ class PrometheusGpuMetricsSource:
     def range_query(self, promql: str, *, start: datetime, end: datetime, step_s: int, what: str = "query") -> QueryResult:
         """Run one `query_range` (start, end and step in exact seconds), with the retries and error translation of `instant_query`."""
         params = {"query": promql, "start": f"{start.timestamp():.3f}", "end": f"{end.timestamp():.3f}", "step": str(int(step_s))}
+        return self._get_result("query_range", params, what)
+
+    def _get_result(self, endpoint: str, params: Mapping[str, str], what: str, reader: Callable[[], _ItemReader] | None = None) -> Any:
+        """GET `/api/v1/<endpoint>` and decode its result, with the retries and error translation of `instant_query`.
+
+        With a `reader` factory, each result item (`{"metric": …, "values"/"value": …}`) is handed to a fresh
+        reader while the JSON is decoded (`object_pairs_hook`) and dropped at once, so a fleet-scale answer is
+        never held decoded as a whole; the reader is returned instead of the result list.
+        """
 
         def call() -> Any:
             session = self.client._session
-            response = session.request(method="GET", url=f"{self.client.url}/api/v1/query_range", params=params, verify=session.verify,
+            response = session.request(method="GET", url=f"{self.client.url}/api/v1/{endpoint}", params=params, verify=session.verify,
                                        headers=self.client.headers, auth=self.client.auth, timeout=self.timeout_s)
-            return response.json()["data"]["result"]
+            if reader is None:
+                return response.json()["data"]["result"]
+            r = reader()
+
+            def hook(pairs: list[tuple[str, Any]]) -> Any:
+                if len(pairs) == 2 and pairs[0][0] == "metric" and isinstance(pairs[0][1], dict):  # a result item, not a label set
+                    points = pairs[1][1] if pairs[1][0] == "values" else [pairs[1][1]]  # a vector answer: one point
+                    r.item(pairs[0][1], points)
+                    return None
+                return dict(pairs)
+
+            doc = json.loads(response.content, object_pairs_hook=hook)
+            if not isinstance(doc["data"]["result"], list):
+                raise TypeError("result is not a list")
+            return r
 
         retrying = Retrying(
             stop=stop_after_attempt(self.max_retries + 1),
@@ -359,7 +383,7 @@ class PrometheusGpuMetricsSource:
             result = retrying(call)
         except (_HttpStatusError, requests.RequestException, urllib3.exceptions.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise self._translate(exc, what) from exc
-        if not isinstance(result, list):
+        if reader is None and not isinstance(result, list):
             raise PermanentError(f"Prometheus at {self.url}: unexpected answer to the {what} query (not a result list)")
         return result
 
@@ -477,12 +501,15 @@ class PrometheusGpuMetricsSource:
         def one(q: PlannedQuery) -> list[SeriesSummary]:
             what = q.spec.name
             if q.kind == "range":
-                result = self.range_query(q.promql, start=start, end=at, step_s=int(q.step_s or grid.bucket_s), what=what)
-                return self._bucket_summaries(q.spec, result, grid, recorded=False)
-            result = self.instant_query(q.promql, at=at, what=what)
+                params = {"query": q.promql, "start": f"{start.timestamp():.3f}", "end": f"{at.timestamp():.3f}",
+                          "step": str(int(q.step_s or grid.bucket_s))}
+                reader = self._get_result("query_range", params, what, lambda: _ItemReader(self, q.spec, grid, recorded=False))
+                return reader.summaries()
             if q.kind == "recorded":
-                return self._bucket_summaries(q.spec, result, grid, recorded=True)
-            return self._summaries(q.spec, result)
+                params = {"query": q.promql, "time": f"{at.timestamp():.3f}"}
+                reader = self._get_result("query", params, what, lambda: _ItemReader(self, q.spec, grid, recorded=True))
+                return reader.summaries()
+            return self._summaries(q.spec, self.instant_query(q.promql, at=at, what=what))
 
         if self.concurrency <= 1 or len(jobs) <= 1:
             return [one(q) for _, q in jobs]
@@ -501,77 +528,6 @@ class PrometheusGpuMetricsSource:
                 f"Prometheus at {self.url}: the {spec.name} query returned more than max_series={self.max_series} "
                 "series; narrow it with label matchers or raise prometheus.max_series"
             )
-
-    def _bucket_summaries(self, spec: MetricSpec, result: QueryResult, grid: BucketGrid, *, recorded: bool) -> list[SeriesSummary]:
-        """Buckets from a `query_range` answer (one point per bucket end) or from recorded 5-minute buckets (added up).
-
-        The hot loop of a fleet-scale scan: every series shares the same timestamps, so each timestamp's bucket
-        index is computed once; NaN/±Inf and out-of-range values are checked per bucket afterwards.
-        """
-        n = len(grid.ends)
-        step_ms = grid.bucket_s * 1000
-        start_ms = round(grid.eval_time.timestamp() * 1000) - n * step_ms
-        index: dict[Any, int] = {}
-        groups: dict[frozenset[tuple[str, str]], list[list[float]]] = {}
-        suffix = len(f"{RULE_INTERVAL_S // 60}m")
-        cols = {"count": 0, "sum": 1, "max": 2}
-        for item in result:
-            labels = item.get("metric", {})
-            name = labels.pop("__name__", "")
-            stat = labels.pop(STAT_LABEL, "") or name.rsplit(":", 1)[-1][:-suffix]
-            col = cols.get(stat)
-            if col is None:
-                continue
-            key = frozenset(labels.items())
-            acc = groups.get(key)
-            if acc is None:
-                acc = groups[key] = [[0.0] * n, [0.0] * n, [-math.inf] * n]
-                self._guard(spec, len(groups))
-            row = acc[col]
-            for t, v in item.get("values", ()):
-                k = index.get(t)
-                if k is None:
-                    k = (round(float(t) * 1000) - start_ms - 1) // step_ms
-                    index[t] = k = k if 0 <= k < n else -1
-                if k < 0:
-                    continue
-                x = float(v)
-                if not recorded:
-                    row[k] = x
-                elif col == 2:
-                    if x > row[k] or x != x:
-                        row[k] = x
-                else:
-                    row[k] += x
-        out: list[SeriesSummary] = []
-        ends = grid.ends
-        lo, hi = READABLE_RANGE.get(spec.unit or "", (-math.inf, math.inf))
-        new = tuple.__new__
-        for key, (counts, totals, maxes) in groups.items():
-            buckets: list[Bucket] = []
-            unreadable = 0
-            problem: str | None = None
-            for k in range(n):
-                c = counts[k]
-                if c <= 0:
-                    buckets.append(new(Bucket, (ends[k], 0, 0.0, 0.0)))
-                    continue
-                t, m = totals[k], maxes[k]
-                if lo <= m <= hi and t >= 0 and t - t == 0.0:  # the common case, without a call (NaN fails every comparison)
-                    buckets.append(new(Bucket, (ends[k], int(c), t, m)))
-                    continue
-                why = bucket_problem(spec.unit, c, t, m)
-                if why is not None:
-                    unreadable += int(c)
-                    problem = problem or why
-                    buckets.append(new(Bucket, (ends[k], 0, 0.0, 0.0)))
-                else:
-                    buckets.append(new(Bucket, (ends[k], int(c), t, m)))
-            if not unreadable and not any(b[1] for b in buckets):
-                continue
-            stats = bucketed_stats(buckets, grid, unreadable=unreadable)
-            out.append(SeriesSummary(spec, clean_labels(dict(key)), stats.count + unreadable, stats, ("", problem) if problem else None))
-        return out
 
     def _summaries(self, spec: MetricSpec, result: QueryResult) -> list[SeriesSummary]:
         groups: dict[frozenset[tuple[str, str]], dict[str, float]] = {}
@@ -672,6 +628,96 @@ class PrometheusGpuMetricsSource:
             out.append(RecordedSeries(name, dict(pairs), [t for t, _ in ordered], [v for _, v in ordered]))
         out.sort(key=lambda s: (s.name, tuple(sorted(s.labels.items()))))
         return out
+
+
+class _ItemReader:
+    """Buckets of one time-resolved metric, fed one result item at a time while its answer is decoded.
+
+    A `query_range` answer has one point per bucket end; recorded 5-minute buckets are added up into the
+    scan's buckets (counts and sums add, max of maxima). The hot loop of a fleet-scale scan: every series
+    shares the same timestamps, so each timestamp's bucket index is computed once; NaN/±Inf and
+    out-of-range values are checked per bucket afterwards.
+    """
+
+    def __init__(self, source: PrometheusGpuMetricsSource, spec: MetricSpec, grid: BucketGrid, *, recorded: bool) -> None:
+        self.source = source
+        self.spec = spec
+        self.grid = grid
+        self.recorded = recorded
+        self.n = len(grid.ends)
+        self.step_ms = grid.bucket_s * 1000
+        self.start_ms = round(grid.eval_time.timestamp() * 1000) - self.n * self.step_ms
+        self.index: dict[Any, int] = {}
+        self.groups: dict[frozenset[tuple[str, str]], list[list[float]]] = {}
+        self.suffix = len(f"{RULE_INTERVAL_S // 60}m")
+
+    def item(self, labels: dict[str, str], values: Any) -> None:
+        """One result series: its labels (consumed) and its `[t, "v"]` points."""
+        n = self.n
+        name = labels.pop("__name__", "")
+        stat = labels.pop(STAT_LABEL, "") or name.rsplit(":", 1)[-1][: -self.suffix]
+        col = _COLS.get(stat)
+        if col is None or not isinstance(values, list):
+            return
+        key = frozenset(labels.items())
+        acc = self.groups.get(key)
+        if acc is None:
+            acc = self.groups[key] = [[0.0] * n, [0.0] * n, [-math.inf] * n]
+            self.source._guard(self.spec, len(self.groups))
+        row = acc[col]
+        index = self.index
+        recorded = self.recorded
+        for t, v in values:
+            k = index.get(t)
+            if k is None:
+                k = (round(float(t) * 1000) - self.start_ms - 1) // self.step_ms
+                index[t] = k = k if 0 <= k < n else -1
+            if k < 0:
+                continue
+            x = float(v)
+            if not recorded:
+                row[k] = x
+            elif col == 2:
+                if x > row[k] or x != x:
+                    row[k] = x
+            else:
+                row[k] += x
+
+    def summaries(self) -> list[SeriesSummary]:
+        """One summary per series, its bucket statistics checked (an unreadable bucket is emptied and counted)."""
+        spec, grid, n = self.spec, self.grid, self.n
+        out: list[SeriesSummary] = []
+        ends = grid.ends
+        lo, hi = READABLE_RANGE.get(spec.unit or "", (-math.inf, math.inf))
+        new = tuple.__new__
+        for key, (counts, totals, maxes) in self.groups.items():
+            buckets: list[Bucket] = []
+            unreadable = 0
+            problem: str | None = None
+            for k in range(n):
+                c = counts[k]
+                if c <= 0:
+                    buckets.append(new(Bucket, (ends[k], 0, 0.0, 0.0)))
+                    continue
+                t, m = totals[k], maxes[k]
+                if lo <= m <= hi and t >= 0 and t - t == 0.0:  # the common case, without a call (NaN fails every comparison)
+                    buckets.append(new(Bucket, (ends[k], int(c), t, m)))
+                    continue
+                why = bucket_problem(spec.unit, c, t, m)
+                if why is not None:
+                    unreadable += int(c)
+                    problem = problem or why
+                    buckets.append(new(Bucket, (ends[k], 0, 0.0, 0.0)))
+                else:
+                    buckets.append(new(Bucket, (ends[k], int(c), t, m)))
+            if not unreadable and not any(b[1] for b in buckets):
+                continue
+            stats = bucketed_stats(buckets, grid, unreadable=unreadable)
+            out.append(SeriesSummary(spec, clean_labels(dict(key)), stats.count + unreadable, stats, ("", problem) if problem else None))
+        return out
+
+
+_COLS = {"count": 0, "sum": 1, "max": 2}
 
 
 _DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")

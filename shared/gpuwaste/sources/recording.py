@@ -29,7 +29,6 @@ from gpuwaste.sources.dcgm import TelemetryLabels
 from gpuwaste.sources.exposition import (
     ParsedExposition,
     RecordedSeries,
-    parse_exposition,
     sniff_format,
     stream_exposition,
 )
@@ -164,7 +163,10 @@ class RecordingTelemetrySource:
         return datetime.fromtimestamp(mtime, tz=UTC)
 
     def parsed(self, at: datetime | None = None) -> ParsedExposition:
-        """The parsed exposition (parsed once).
+        """The recording's index, read once in one streaming pass: every series with its first and last timestamps.
+
+        No sample is kept (the series' `values` are empty): a time range, an "undated" check or a series count
+        need none, and a 10,000-GPU recording stays in bounded memory. `telemetry()` reads the samples.
 
         Raises:
             InputFormatError: with the file and line number of the first malformed line.
@@ -173,21 +175,19 @@ class RecordingTelemetrySource:
             f = self.telemetry_file
             if self._progress:
                 self._progress(f"reading {f}")
-            try:
-                data = f.read_bytes()
-            except OSError as exc:
-                raise InputFormatError(f"cannot read recording: {exc.strerror}", source=str(f)) from exc
-            if data[:2] == b"\x1f\x8b":
-                try:
-                    data = gzip.decompress(data)
-                except (OSError, EOFError) as exc:
-                    raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
             self.default_time = self._default_time(at)
             default_ms = int(self.default_time.timestamp() * 1000)
-            fmt = self.fmt
-            if fmt == "auto" and f.name.endswith((".om", ".om.gz")):
-                fmt = "openmetrics"  # the extension says so: a missing `# EOF` is then reported as truncation
-            self._parsed = parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_wanted)
+            stream, raw, fmt = self._open()
+            try:
+                self._parsed = stream_exposition(stream, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_wanted,
+                                                 on_sample=_ignore)
+            except OSError as exc:
+                raise InputFormatError(f"cannot read recording: {exc.strerror or exc}", source=str(f)) from exc
+            except (EOFError, gzip.BadGzipFile) as exc:
+                raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
+            finally:
+                stream.close()
+                raw.close()
         return self._parsed
 
     def end_time(self) -> datetime:
@@ -369,6 +369,10 @@ class RecordingTelemetrySource:
                 f"{max(10, int(held) // 60)}m) or a later time",
                 source=str(self.telemetry_file),
             )
+
+
+def _ignore(_series: RecordedSeries, _ts: int, _value: float, _line: int) -> None:
+    """A sample sink that keeps nothing (the index pass)."""
 
 
 class RecordingClusterSource:
