@@ -262,6 +262,7 @@ def stats_from_buckets(buckets: Sequence[Bucket], grid: BucketGrid, *, series: i
                     best = v if best is None or v > best else best
     recent = sum(b[1] for b in buckets[len(buckets) - grid.recent_buckets :])
     return WindowStats.model_construct(
+        _fields_set=STATS_FIELDS_SET,
         count=count,
         total=total,
         max=mx if mx is not None else 0.0,
@@ -275,6 +276,13 @@ def stats_from_buckets(buckets: Sequence[Bucket], grid: BucketGrid, *, series: i
         buckets=tuple(buckets),
         unreadable=unreadable,
     )
+
+
+#: One shared "fields set" for the WindowStats a source builds without validation (tens of thousands per scan:
+#: a set per instance would cost ~350 bytes each). Every field is given, and frozen models never change it.
+STATS_FIELDS_SET: Any = frozenset(
+    ("count", "total", "max", "min", "p95", "max_avg_10m", "recent_count", "changes", "series", "live_series", "buckets", "unreadable")
+)
 
 
 def _quantile(q: float, values: Sequence[float]) -> float:

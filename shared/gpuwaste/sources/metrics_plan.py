@@ -61,6 +61,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
 from gpuwaste.models.telemetry import (
+    STATS_FIELDS_SET,
     SUMMARY_STATS,
     TIME_RESOLVED,
     Bucket,
@@ -277,6 +278,7 @@ def neutral_stats(spec: MetricSpec, values: Mapping[str, float], *, series: int 
     count = int(values["count"])
     mx = values["max"] if "max" in computed else 0.0
     return WindowStats.model_construct(
+        _fields_set=STATS_FIELDS_SET,
         count=count,
         total=values["sum"] if "sum" in computed else 0.0,
         max=mx,
@@ -307,7 +309,7 @@ def _merge_aggregated(a: WindowStats, b: WindowStats, grid: BucketGrid | None) -
         return stats_from_buckets(merge_buckets(a.buckets, b.buckets), grid, series=1, unreadable=a.unreadable + b.unreadable)
     count = a.count + b.count
     return WindowStats.model_construct(
-        count=count, total=a.total + b.total, max=max(a.max, b.max) if a.count and b.count else (a.max if a.count else b.max),
+        _fields_set=STATS_FIELDS_SET, count=count, total=a.total + b.total, max=max(a.max, b.max) if a.count and b.count else (a.max if a.count else b.max),
         min=0.0, p95=max(a.p95, b.p95), max_avg_10m=None, recent_count=a.recent_count + b.recent_count,
         changes=a.changes + b.changes, series=1, live_series=1 if count else 0, buckets=(), unreadable=a.unreadable + b.unreadable,
     )
