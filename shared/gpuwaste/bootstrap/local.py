@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -60,17 +61,47 @@ def recording_sources(
         cc = ClusterConfig(name=cluster_name or "recording")
     tel = RecordingTelemetrySource(path, cluster=cluster_name, fmt=fmt, labels=cc.labels, progress=progress,
                                    scrape_interval_s=None if not config.clusters else config.scan.scrape_interval_s)
-    cl = RecordingClusterSource(cluster_file or path, cluster=cluster_name or tel.cluster, settings=cc.read)
+    cl: ClusterStateSource = RecordingClusterSource(cluster_file or path, cluster=cluster_name or tel.cluster, settings=cc.read)
+    if cl.cluster_file is None:  # type: ignore[attr-defined]  # no cluster.json: the KSM series in the recording, if any
+        from gpuwaste.sources.ksm import KsmRecordingSource
+
+        ksm = KsmRecordingSource(path, cluster=cluster_name or tel.cluster, settings=cc.read,
+                                 window=timedelta(seconds=tel.meta.window_s or config.scan.window_s))
+        if ksm.has_ksm():
+            cl = ksm
     return Sources(cluster=cl, telemetry=tel, recording=tel)
 
 
-def live_sources(cluster: ClusterConfig, config: GpuWasteConfig) -> Sources:
-    """Sources over a live Prometheus and Kubernetes API.
+def kubernetes_configured(cluster: ClusterConfig) -> bool:
+    """Whether Kubernetes API access is set up for `cluster`: "eks" mode, an in-cluster service account, or a
+    kubeconfig file that exists (the configured one, else $KUBECONFIG, else ~/.kube/config)."""
+    k = cluster.kubernetes
+    if k.mode == "eks":
+        return True
+    if k.mode == "in-cluster":
+        return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    if k.kubeconfig:
+        return Path(k.kubeconfig).expanduser().exists()
+    env = os.environ.get("KUBECONFIG", "")
+    candidates = [p for p in env.split(os.pathsep) if p] or [str(Path.home() / ".kube" / "config")]
+    return any(Path(p).expanduser().exists() for p in candidates)
+
+
+def cluster_state_mode(cluster: ClusterConfig) -> str:
+    """"kubernetes", "kube-state-metrics" or "both": the configured mode, with "auto" resolved."""
+    if cluster.cluster_state != "auto":
+        return cluster.cluster_state
+    return "both" if kubernetes_configured(cluster) else "kube-state-metrics"
+
+
+def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: int | None = None) -> Sources:
+    """Sources over a live Prometheus, with the cluster state from the Kubernetes API, kube-state-metrics, or both
+    (`ClusterConfig.cluster_state`; "auto" reads KSM alone when no Kubernetes access is configured).
 
     Raises:
-        ConfigError: when the cluster has no Prometheus URL.
+        ConfigError: when the cluster has no Prometheus URL, or the kubeconfig cannot be loaded.
     """
-    from gpuwaste.sources.kubernetes import KubernetesPodSource
+    from gpuwaste.sources.ksm import ApiWithKsmHistory, PrometheusKsmSource
     from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 
     if cluster.prometheus is None:
@@ -78,13 +109,43 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig) -> Sources:
     tel = PrometheusGpuMetricsSource.from_settings(cluster.prometheus, cluster=cluster.name, labels=cluster.labels,
                                                    scrape_interval_s=config.scan.scrape_interval_s,
                                                    matchers=cluster.prometheus.matchers or None)
-    cl = KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
-    return Sources(cluster=cl, telemetry=tel)
+    mode = cluster_state_mode(cluster)
+    ksm = PrometheusKsmSource(tel, cluster=cluster.name, settings=cluster.read, window=timedelta(seconds=window_s or config.scan.window_s),
+                              scrape_interval_s=config.scan.scrape_interval_s, concurrency=cluster.prometheus.concurrency,
+                              history_only=mode == "both")  # next to the API, KSM only supplies the window's history
+    if mode == "kube-state-metrics":
+        return Sources(cluster=ksm, telemetry=tel)
+    from gpuwaste.sources.kubernetes import KubernetesPodSource
+
+    # "auto" with a kubeconfig found by default: the API is optional (unreadable → KSM alone, with a note); an
+    # explicitly configured one (--kubeconfig/--context, kubernetes.kubeconfig, eks/in-cluster) must work
+    k = cluster.kubernetes
+    auto = cluster.cluster_state == "auto" and k.mode == "kubeconfig" and not (k.kubeconfig or k.context)
+    try:
+        api = KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
+    except ConfigError as exc:
+        if not auto:
+            raise
+        return Sources(cluster=ApiWithKsmHistory(None, ksm, api_optional=True, api_error=str(exc)), telemetry=tel)
+    return Sources(cluster=api if mode == "kubernetes" else ApiWithKsmHistory(api, ksm, api_optional=auto), telemetry=tel)
+
+
+def _window_for_history(sources: Sources, window_s: int) -> None:
+    """Tell a KSM cluster source how far back to look (the scan's window), through wrappers (`.inner`) and the
+    API + KSM merge (`.ksm`)."""
+    pending: list[object] = [sources.cluster]
+    while pending:
+        source = pending.pop()
+        own = vars(source) if hasattr(source, "__dict__") else {}
+        if "window" in own:
+            source.window = timedelta(seconds=window_s)  # type: ignore[attr-defined]
+        pending += [own[k] for k in ("inner", "ksm") if own.get(k) is not None]
 
 
 def scan_service(sources: Sources, config: GpuWasteConfig, *, window_s: int | None = None, priced: bool = True,
                  progress: Callable[[str], None] | None = None) -> ScanService:
     """A scan service over the given sources."""
+    _window_for_history(sources, window_s or config.scan.window_s)
     return ScanService(
         cluster_source=sources.cluster,
         telemetry_source=sources.telemetry,
@@ -164,6 +225,7 @@ def run_chain(
     owned = store is None
     the_store = store if store is not None else SqliteFindingStore(state_path)
     dispatch = DispatchService(clusters=[cluster], queue=requests_q)
+    _window_for_history(sources, window_s or config.scan.window_s)
     scanner = ScanService(
         cluster_source=sources.cluster,
         telemetry_source=sources.telemetry,

@@ -3,8 +3,9 @@
 The series carry dcgm-exporter's real label sets (`UUID`, `pci_bus_id`, `modelName`, `Hostname` or
 `hostname`, `DCGM_FI_DRIVER_VERSION`, workload labels as `pod`/`namespace`/`container` or, with the
 Helm default `honorLabels: false`, as `exported_*` next to the exporter's own `pod`), MIG instances
-with `GPU_I_PROFILE`/`GPU_I_ID`, kube-state-metrics and vLLM series, and the cluster objects a
-`kubectl get pods,nodes,replicasets,jobs,namespaces -A -o json` would return. Every GPU's scenario is
+with `GPU_I_PROFILE`/`GPU_I_ID`, vLLM series, the cluster objects a
+`kubectl get pods,nodes,replicasets,jobs,namespaces -A -o json` would return, and the same cluster as
+kube-state-metrics v2 series (`fleet.ksm_series`), so the recording is complete without cluster.json. Every GPU's scenario is
 recorded as ground truth, so tests and the demo check the scan against what was generated.
 
 Randomness comes from `random.Random(seed)` only: the same spec always gives the same fleet.
@@ -25,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from gpuwaste.fleet.ksm_series import ksm_series
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
 
 BASE_TS = 1704067200  # 2024-01-01T00:00:00Z, a multiple of 2 h (promtool block boundary)
@@ -80,6 +82,8 @@ class FleetSpec(BaseModel):
             average is complete). step_s: seconds between samples (dcgm-exporter collects every 30 s).
         label_style: "pod" (honorLabels: true), "exported" (Helm default), or "mixed".
         metrics: "full" (activity, tensor, DRAM, FB, power, energy) or "lean" (activity, FB, power).
+        ksm_step_s: the cluster is also written as kube-state-metrics v2 series (scraped every `ksm_step_s`), so a
+            recording scanned without cluster.json finds the same; 0 leaves them out.
     """
 
     layout: str = Field("demo", pattern="^(demo|random|scorecard)$")
@@ -94,6 +98,7 @@ class FleetSpec(BaseModel):
     label_style: str = Field("mixed", pattern="^(pod|exported|mixed)$")
     metrics: str = Field("full", pattern="^(full|lean)$")
     inference_metrics: bool = True
+    ksm_step_s: int = Field(60, ge=0, description="seconds between kube-state-metrics samples; 0: no KSM series")
 
 
 class TruthItem(BaseModel):
@@ -142,6 +147,16 @@ class Fleet:
         """Every telemetry series, generated lazily."""
         yield from _telemetry(self)
         yield from self.extra_series
+        yield from self.ksm_series()
+
+    def ksm_series(self) -> list[RecordedSeries]:
+        """The cluster objects as kube-state-metrics v2 series over the history (none when `ksm_step_s` is 0)."""
+        spec = self.spec
+        if not spec.ksm_step_s:
+            return []
+        t_end = int(spec.eval_time.timestamp())
+        times = list(range(t_end - (spec.history_s // spec.ksm_step_s - 1) * spec.ksm_step_s, t_end + 1, spec.ksm_step_s))
+        return ksm_series(self.objects, [t * 1000 for t in times])
 
     def kube_list(self) -> dict[str, Any]:
         """The cluster objects as a `kubectl get … -o json` List."""

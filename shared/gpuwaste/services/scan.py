@@ -71,6 +71,7 @@ class ScanReport:
     telemetry_source: str = ""
     cluster_source: str = ""
     telemetry_quality: dict[str, Any] = field(default_factory=dict)
+    cluster_notes: tuple[str, ...] = ()
 
 
 def telemetry_quality(telemetry: TelemetryWindow) -> dict[str, Any]:
@@ -245,10 +246,11 @@ class ScanService:
             no_verdict=list(result.no_verdict),
             inventory=inventory_of(ctx),
             timings_s=timings,
-            query_count=telemetry.query_count,
+            query_count=telemetry.query_count + cluster.query_count,
             telemetry_source=telemetry.source,
             cluster_source=cluster.source,
             telemetry_quality=telemetry_quality(telemetry),
+            cluster_notes=cluster.notes,
         )
         logger.info(
             "scan finished",
