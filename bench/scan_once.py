@@ -36,6 +36,7 @@ def main(argv: list[str]) -> int:
         name=args["cluster"],
         prometheus=PrometheusSettings(url=args["prometheus"], concurrency=args.get("concurrency", 4), timeout_s=120),
         kubernetes=KubernetesSettings(mode="kubeconfig", kubeconfig=args["kubeconfig"]),
+        cluster_state=args.get("cluster_state", "kubernetes"),
     )
     config = GpuWasteConfig(clusters=[cluster], scan=ScanSettings(window_s=args["window_s"], scrape_interval_s=args["step_s"]))
     sources = live_sources(cluster, config)
