@@ -140,3 +140,17 @@ def test_a_bursty_service_under_a_ten_minute_window_is_not_low_bandwidth_waste(t
     assert sm.p95 >= 0.9
     kinds = {f.kind for f in result.findings if f.subject.pod == "train-0"}
     assert not kinds & {WasteKind.LOW_MEMORY_BANDWIDTH, WasteKind.UNDERUSED, WasteKind.IDLE}
+
+
+def test_an_unreadable_sample_of_a_field_without_buckets_empties_its_window_statistics(tmp_path: Path):
+    # GIVEN a framebuffer series (window statistics only) with one NaN sample, next to a readable activity signal
+    fb = _series(Signal.FB_USED.value, lambda m: "NaN" if m == 30 else "1024", window_s=3600)
+    gr = _series(Signal.GR_ENGINE_ACTIVE.value, lambda m: "0.5", window_s=3600)
+    path = _write(tmp_path, fb + gr, window_s=3600)
+    # WHEN read
+    tel = RecordingTelemetrySource(path).telemetry(at=EVAL, window=timedelta(hours=1))
+    # THEN the framebuffer's window counts as unreadable (as Prometheus's NaN sum would show), reported with its line
+    st = tel.gpus[0].merged(Signal.FB_USED)
+    assert st is not None and st.count == 0 and st.unreadable == 120 and st.avg == 0.0
+    (problem,) = tel.problems
+    assert problem.metric == Signal.FB_USED.value and problem.where.endswith(":60") and "non-finite" in problem.reason

@@ -276,11 +276,11 @@ def neutral_stats(spec: MetricSpec, values: Mapping[str, float], *, series: int 
     """
     computed = spec.computed
     count = int(values["count"])
-    mx = values["max"] if "max" in computed else 0.0
+    mx = values.get("max", 0.0) if "max" in computed and count else 0.0
     return WindowStats.model_construct(
         _fields_set=STATS_FIELDS_SET,
         count=count,
-        total=values["sum"] if "sum" in computed else 0.0,
+        total=values.get("sum", 0.0) if "sum" in computed and count else 0.0,
         max=mx,
         min=0.0,
         p95=mx,
