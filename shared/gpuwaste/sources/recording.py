@@ -66,6 +66,12 @@ def _wanted(name: str) -> bool:
     return name.startswith(("DCGM_", "dcgm_")) or _is_pod_metric(name)
 
 
+def _telemetry_wanted(name: str) -> bool:
+    """The series a telemetry scan reads: DCGM fields (plan or not: presence) and the plan's pod series — not the
+    kube-state-metrics series, which the cluster-state source reads (keeping them would cost memory per series)."""
+    return name.startswith(("DCGM_", "dcgm_")) or spec_for(name) is not None
+
+
 def find_in(path: Path, names: tuple[str, ...]) -> Path | None:
     """The first of `names` inside directory `path`, or None."""
     for n in names:
@@ -305,7 +311,7 @@ class RecordingTelemetrySource:
         if self._progress:
             self._progress(f"reading {f}")
         try:
-            parsed = stream_exposition(stream, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_wanted,
+            parsed = stream_exposition(stream, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_telemetry_wanted,
                                        on_sample=on_sample, on_unreadable=on_unreadable)
         except OSError as exc:
             raise InputFormatError(f"cannot read recording: {exc.strerror or exc}", source=str(f)) from exc
@@ -314,8 +320,6 @@ class RecordingTelemetrySource:
         finally:
             stream.close()
             raw.close()
-        if self._parsed is None:
-            self._parsed = parsed
         summaries: list[SeriesSummary] = []
         for series in seen:
             entry = accs.get(id(series))
