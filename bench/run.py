@@ -387,7 +387,8 @@ def recording_path(recdir: Path) -> dict[str, Any]:
     Raises:
         RuntimeError: the scan failed.
     """
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+    # a 10,000-GPU recording is several GB: above the default size limit on recordings (sources/limits.py)
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}", "GPUWASTE_RECORDING_MAX_MB": "100000"}
     rc, out, err, wall, cpu, rss = run_child([sys.executable, "-m", "bench.recording_once", json.dumps({"path": str(recdir), "window_s": WINDOW_S})],
                                              env=env, timeout=3600)
     if rc != 0:

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from gpuwaste.bootstrap import local, pipeline
-from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor
+from gpuwaste.bootstrap.batch import process_batch
 from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_scan
 from gpuwaste.models.messages import ScanRequest
@@ -91,4 +91,4 @@ def scan_all(scheduled_time: datetime) -> list[ScanReport]:
     ]
 
 
-__all__ = ["METRICS_NAMESPACE", "DeadLetterBatchProcessor", "record_scan", "scan", "scan_all", "scan_service"]
+__all__ = ["METRICS_NAMESPACE", "process_batch", "record_scan", "scan", "scan_all", "scan_service"]

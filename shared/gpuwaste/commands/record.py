@@ -16,18 +16,17 @@ import gzip
 import io
 import json
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpuwaste.cli import _progress, app, err, fail, parse_positive, parse_time, parse_window
 from gpuwaste.errors import GpuWasteError, PermanentError, SourceAuthError, SourceUnavailableError
-from gpuwaste.settings import ClusterConfig, KubernetesSettings, PrometheusSettings, load_config
-from gpuwaste.sources.exposition import write_openmetrics
-from gpuwaste.sources.metrics_plan import PLAN
-from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+
+if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
+    from gpuwaste.settings import ClusterConfig
 
 AVG_LOOKBACK_S = 600
 
@@ -73,6 +72,11 @@ def record(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
 ) -> None:
     """Record telemetry and cluster state from a live Prometheus and cluster into a replayable directory."""
+    from gpuwaste.settings import ClusterConfig, KubernetesSettings, PrometheusSettings, load_config
+    from gpuwaste.sources.exposition import write_openmetrics
+    from gpuwaste.sources.metrics_plan import PLAN
+    from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+
     try:
         cfg = load_config(config)
         cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "recording"))
@@ -110,6 +114,10 @@ def record(
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except (SourceAuthError, PermanentError) as exc:
         fail(str(exc))
+    if not any(s.values for s in series if s.name.startswith(("DCGM_", "dcgm_"))):
+        fail(f"no GPU samples in Prometheus between {when - timedelta(seconds=window_s + AVG_LOOKBACK_S):%Y-%m-%d %H:%M} "
+             f"and {when:%Y-%m-%d %H:%M} UTC: nothing recorded (an empty recording scans as nothing). Pick an --at "
+             "inside the data, and check with `gpuwaste doctor` that dcgm-exporter's series are in this Prometheus.")
     ksm_pods = sum(1 for s in ksm_series if s.name == "kube_pod_info")
     if kube is None and not ksm_pods:
         err.print("[yellow]warning:[/] no kube-state-metrics pod series and no Kubernetes access: the recording has no cluster "

@@ -112,8 +112,19 @@ def detect_idle_allocation(ctx: ScanContext, settings: IdleSettings) -> Detector
             observed_at=ctx.eval_time,
             window_s=ctx.window_s,
             wasted_gpu_share=alloc.share,
-            details={"activity_signal": act.signal.value, "attribution": alloc.attribution.value, "note": note},
+            details={"activity_signal": act.signal.value, "attribution": alloc.attribution.value, "note": note, **allocation_details(alloc)},
         )
+
+
+def allocation_details(alloc: Allocation) -> dict[str, str]:
+    """How the pod holds its share, and whose activity the verdict reads (issue 11 §4): "per pod" when the
+    exporter reports the pod's own series, else "device-level, not attributable" (HAMi, KAI fractions, shared
+    DRA claims, time-slicing: every sharer sees the whole device's activity)."""
+    out = {"mechanism": alloc.mechanism,
+           "activity_scope": "per pod" if alloc.per_pod_activity else "device-level, not attributable"}
+    if alloc.note:
+        out["allocation"] = alloc.note
+    return out
 
 
 def _idle_advice(mode: IdleMode) -> str:
@@ -158,5 +169,5 @@ def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -
             wasted_gpu_share=wasted,
             details={"activity_signal": act.signal.value, "activity_avg_ratio": round(act.avg, 6),
                      "wasted_share_formula": f"{_fmt_share(alloc.share)} GPU held × (1 − {used} average activity) = {wasted} GPU",
-                     "attribution": alloc.attribution.value},
+                     "attribution": alloc.attribution.value, **allocation_details(alloc)},
         )

@@ -26,6 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from gpuwaste.fleet import allocation_kinds
+from gpuwaste.fleet.allocation_kinds import AllocationTruth
 from gpuwaste.fleet.ksm_series import ksm_series
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
 
@@ -75,7 +77,9 @@ class FleetSpec(BaseModel):
 
     Attributes:
         layout: "demo" (a hand-designed fleet that shows every finding kind of the main job),
-            "random" (`nodes` nodes drawn from `instance_types` with the scenario mix `weights`), or
+            "random" (`nodes` nodes drawn from `instance_types` with the scenario mix `weights`), "allocation"
+            (one cluster mixing device-plugin GPUs, DRA claims, HAMi shares, KAI fractions and Blackwell MIG, with
+            its allocation ground truth: `fleet.allocation_kinds`), or
             "scorecard" (every waste kind of the catalogue several times, plus look-alikes that must not
             be flagged; `nodes` is the number of repetitions).
         history_s: seconds of history before `eval_time` (window + 10 min so the first 10-minute
@@ -86,7 +90,7 @@ class FleetSpec(BaseModel):
             recording scanned without cluster.json finds the same; 0 leaves them out.
     """
 
-    layout: str = Field("demo", pattern="^(demo|random|scorecard)$")
+    layout: str = Field("demo", pattern="^(demo|random|scorecard|allocation)$")
     cluster: str = "demo"
     seed: int = 7
     nodes: int = Field(6, ge=1)
@@ -131,6 +135,7 @@ class _Gpu:
     hostname_value: str = ""
     exporter_pod: str = ""
     stale_owner: tuple[str, str, str] | None = None
+    extra_labels: dict[str, str] = field(default_factory=dict)  # e.g. the exporter's dra_* labels (B25)
 
 
 @dataclass
@@ -142,6 +147,7 @@ class Fleet:
     objects: list[dict[str, Any]]
     truth: list[TruthItem]
     extra_series: list[RecordedSeries] = field(default_factory=list)
+    allocation: AllocationTruth | None = None  # the "allocation" layout's holders, infrastructure pods, GPU counts
 
     def iter_series(self) -> Iterator[RecordedSeries]:
         """Every telemetry series, generated lazily."""
@@ -186,6 +192,7 @@ class _Builder:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.t_eval = spec.eval_time.timestamp()
         self.extra: list[RecordedSeries] = []
+        self.pod_metrics: list[tuple[str, str, str, str]] = []  # (namespace, pod, container, profile)
 
     # -- cluster objects ------------------------------------------------------------------------
     def namespace(self, ns: str, team: str, channel: str | None = None) -> None:
@@ -329,6 +336,10 @@ class _Builder:
             meta["ownerReferences"] = [{"apiVersion": api, "kind": pk, "name": pn, "uid": _uid(pk, ns, pn), "controller": True}]
         self.objects.append({"apiVersion": api, "kind": kind, "metadata": meta})
 
+    def _team(self, ns: str) -> str:
+        """The team of a namespace already declared (demo), else the namespace itself (scorecard)."""
+        return self.namespaces.get(ns, {}).get("gpuwaste.io/team", ns)
+
     def free_truth(self, node: str, free: float, capacity: int) -> None:
         self.truth.append(TruthItem(kind="unallocated_capacity", node=node, gpus=free, scenario="free"))
 
@@ -376,10 +387,22 @@ class _Builder:
         self.pod("vision", "ocr-worker-1", g[0].node, g[0:2], workload="ocr-worker", scenario="underused", team="vision")
         self.pod("vision", "ocr-warmup-2", g[0].node, g[2:3], workload="ocr-warmup", scenario="idle", started_ago_s=300, team="vision")
         self.free_truth(g[0].node, 1, 4)
+        # A100 node with the rest of the catalogue, one case each: power, bandwidth, stalled, wrong hardware,
+        # CPU-bound, KV-cache pressure, serving idle, orphaned (shapes shared with the scorecard layout)
+        g = self.node("ip-10-0-7-21.ec2.internal", "p4d.24xlarge", signal_set="sm")
+        node = g[0].node
+        self._sc("research", "kernel-bench-5d8-x0", node, g[0:1], "power_hog", "power_anomaly")
+        self._sc("search", "feature-etl-5d8-x1", node, g[1:2], "low_bandwidth", "low_memory_bandwidth")
+        self._sc("research", "pretrain-13b-worker-0", node, g[2:3], "stalled", "stalled", owner="PyTorchJob", workload="pretrain-13b")
+        self._sc("vision", "tiny-classifier-5d8-x3", node, g[3:4], "oversized", "wrong_hardware")
+        self._sc("vision", "video-decode-5d8-x4", node, g[4:5], "cpu_starved", "cpu_bound", cpu="starved")
+        vllm = "vllm/vllm-openai:v0.8.5"
+        self._sc("inference", "chat-api-0-b2c-y5", node, g[5:6], "kv_pressure", "kv_cache_pressure", image=vllm, serving="pressure")
+        self._sc("inference", "rerank-api-0-b2c-y6", node, g[6:7], "serving_idle", "inference_idle", image=vllm, serving="idle")
+        self._sc("search", "legacy-api-5d8-x7", node, g[7:8], "busy", "orphaned", owner_gone=True)
 
     def scorecard(self) -> None:
         """Every catalogue kind, `spec.nodes` times over, on varied label styles and signal sets, plus look-alikes."""
-        self.pod_metrics: list[tuple[str, str, str, str]] = []  # (namespace, pod, container, profile)
         for r in range(self.spec.nodes):
             style = "exported" if r % 2 else "pod"
             sigs = "sm" if r % 2 == 0 else "prof"
@@ -427,7 +450,7 @@ class _Builder:
 
     def _sc(self, ns: str, name: str, node: str, gpus: list[_Gpu], scenario: str, expect: str | None, *,
             cpu: str = "ok", serving: str | None = None, **kw: Any) -> None:
-        self.pod(ns, name, node, gpus, scenario=scenario, expect=expect, team=ns, **kw)
+        self.pod(ns, name, node, gpus, scenario=scenario, expect=expect, team=kw.pop("team", None) or self._team(ns), **kw)
         container = (kw.get("workload") or name.rsplit("-", 2)[0]).split("-")[0][:20] or "main"
         self.pod_metrics.append((ns, name, container, f"cpu:{cpu}"))
         if serving:
@@ -464,16 +487,19 @@ def generate_fleet(spec: FleetSpec | None = None) -> Fleet:
     """Build a fleet (objects and truth now; telemetry lazily via `Fleet.iter_series`)."""
     spec = spec or FleetSpec()
     b = _Builder(spec)
+    allocation = None
     if spec.layout == "demo":
         b.demo()
     elif spec.layout == "scorecard":
         b.scorecard()
+    elif spec.layout == "allocation":
+        allocation = allocation_kinds.build(b)
     else:
         b.random()
-    fleet = Fleet(spec, b.gpus, b.objects, b.truth)
+    fleet = Fleet(spec, b.gpus, b.objects, b.truth, allocation=allocation)
     if spec.inference_metrics:
         fleet.extra_series.extend(_vllm_series(fleet))
-    if spec.layout == "scorecard":
+    if b.pod_metrics:  # scorecard and demo: cAdvisor and serving series of the catalogue pods
         fleet.extra_series.extend(_pod_series(fleet, b.pod_metrics))
     return fleet
 
@@ -522,6 +548,7 @@ def _labels(g: _Gpu, pod: tuple[str, str, str] | None) -> dict[str, str]:
         labels["GPU_I_PROFILE"], labels["GPU_I_ID"] = g.mig[1], g.mig[0]
     labels[g.hostname_key] = g.hostname_value
     labels["DCGM_FI_DRIVER_VERSION"] = DRIVER
+    labels.update(g.extra_labels)
     if g.label_style == "exported":
         labels.update({"container": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "pod": g.exporter_pod, "job": "nvidia-dcgm-exporter",
                        "instance": "10.244.0.7:9400"})

@@ -60,6 +60,7 @@ class Attribution(StrEnum):
 
     LABELS = "labels"  # dcgm-exporter pod/exported_pod labels
     ELIMINATION = "elimination"  # the only GPU pod on the node, counts match (field guide B01)
+    ALLOCATION = "allocation"  # the allocation names the device (DRA claim, HAMi annotation, KAI reservation pod)
     UNKNOWN = "unknown"  # node-level only
     NODE = "node"  # the finding is about the node itself (unallocated capacity)
 

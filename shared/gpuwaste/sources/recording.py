@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -33,10 +34,13 @@ from gpuwaste.sources.exposition import (
     stream_exposition,
 )
 from gpuwaste.sources.k8s_objects import ClusterReadSettings, cluster_state_from_objects
+from gpuwaste.sources.limits import RecordingLimits, check_series, read_recording
 from gpuwaste.sources.metrics_plan import MetricSpec, SeriesSummary, accumulator_for, assemble, spec_for, summary_from
+from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json
 from gpuwaste.sources.window import RateAccumulator, WindowAccumulator
 
-TELEMETRY_NAMES = ("telemetry.om", "telemetry.om.gz", "telemetry.prom", "telemetry.prom.gz", "telemetry.txt", "metrics.prom", "metrics.om")
+TELEMETRY_NAMES = ("telemetry.om", "telemetry.om.gz", "telemetry.prom", "telemetry.prom.gz", "telemetry.txt", "metrics.prom", "metrics.om",
+                   "telemetry.json", "telemetry.json.gz")
 CLUSTER_NAMES = ("cluster.json",)
 META_NAME = "recording.json"
 
@@ -181,19 +185,14 @@ class RecordingTelemetrySource:
             f = self.telemetry_file
             if self._progress:
                 self._progress(f"reading {f}")
+            limits = RecordingLimits.from_env()
             self.default_time = self._default_time(at)
             default_ms = int(self.default_time.timestamp() * 1000)
-            stream, raw, fmt = self._open()
-            try:
-                self._parsed = stream_exposition(stream, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_wanted,
-                                                 on_sample=_ignore)
-            except OSError as exc:
-                raise InputFormatError(f"cannot read recording: {exc.strerror or exc}", source=str(f)) from exc
-            except (EOFError, gzip.BadGzipFile) as exc:
-                raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
-            finally:
-                stream.close()
-                raw.close()
+            if self._api_json():  # a saved /api/v1/query(_range) answer: JSON on one line, parsed in memory (size-limited)
+                self._parsed = parse_api_json(read_recording(f, limits), source=str(f), metric_filter=_wanted)
+            else:
+                self._parsed = self._stream(_wanted, _ignore, None, default_ms, limits)
+            check_series(len(self._parsed.series), limits, source=str(f))
         return self._parsed
 
     def end_time(self) -> datetime:
@@ -240,7 +239,7 @@ class RecordingTelemetrySource:
         """
         return sum(1 for s in self.parsed().series.values() if s.name.startswith(("DCGM_", "dcgm_")))
 
-    def _open(self) -> tuple[Any, Any, Literal["text", "openmetrics"]]:
+    def _open(self, *, sniff: bool = True) -> tuple[Any, Any, Literal["text", "openmetrics"]]:
         """(stream, raw file, format): the telemetry file opened for streaming (gunzipped when compressed); close both."""
         f = self.telemetry_file
         try:
@@ -251,7 +250,7 @@ class RecordingTelemetrySource:
             fmt = self.fmt
             if fmt == "auto" and f.name.endswith((".om", ".om.gz")):
                 fmt = "openmetrics"
-            if fmt == "auto":
+            if fmt == "auto" and sniff:
                 head = stream.read(65536)
                 if gz:
                     tail = head
@@ -269,6 +268,34 @@ class RecordingTelemetrySource:
         except (EOFError, gzip.BadGzipFile) as exc:
             raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
         return stream, raw, fmt  # type: ignore[return-value]
+
+    def _api_json(self) -> bool:
+        """True when the telemetry file is a saved Prometheus API answer (JSON) rather than an exposition."""
+        if self.fmt != "auto":
+            return False
+        stream, raw, _fmt = self._open(sniff=False)
+        try:
+            return looks_like_api_json(stream.read(4096))
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise InputFormatError(f"cannot read recording: {exc}", source=str(self.telemetry_file)) from exc
+        finally:
+            stream.close()
+            raw.close()
+
+    def _stream(self, wanted: Any, on_sample: Any, on_unreadable: Any, default_ms: int, limits: RecordingLimits) -> ParsedExposition:
+        """One streaming pass over the exposition, within the recording limits (size, NUL bytes, line length)."""
+        f = self.telemetry_file
+        stream, raw, fmt = self._open()
+        try:
+            return stream_exposition(_limited(stream, limits, str(f)), fmt=fmt, source=str(f), default_timestamp_ms=default_ms,
+                                     metric_filter=wanted, on_sample=on_sample, on_unreadable=on_unreadable)
+        except OSError as exc:
+            raise InputFormatError(f"cannot read recording: {exc.strerror or exc}", source=str(f)) from exc
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
+        finally:
+            stream.close()
+            raw.close()
 
     def telemetry(self, *, at: datetime, window: timedelta) -> TelemetryWindow:
         """Summarise the recorded series over `(at − window, at]`, time-resolved where the plan says, in one streaming pass.
@@ -306,20 +333,18 @@ class RecordingTelemetrySource:
         if self.default_time is None:
             self.default_time = self._default_time(at)
         default_ms = int(self.default_time.timestamp() * 1000)
-        stream, raw, fmt = self._open()
         f = self.telemetry_file
         if self._progress:
             self._progress(f"reading {f}")
-        try:
-            parsed = stream_exposition(stream, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_telemetry_wanted,
-                                       on_sample=on_sample, on_unreadable=on_unreadable)
-        except OSError as exc:
-            raise InputFormatError(f"cannot read recording: {exc.strerror or exc}", source=str(f)) from exc
-        except (EOFError, gzip.BadGzipFile) as exc:
-            raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
-        finally:
-            stream.close()
-            raw.close()
+        limits = RecordingLimits.from_env()
+        if self._api_json():
+            parsed = self.parsed(at)
+            for series in parsed.series.values():
+                for ts, value in zip(series.timestamps_ms, series.values, strict=True):
+                    on_sample(series, ts, value, 0)
+        else:
+            parsed = self._stream(_telemetry_wanted, on_sample, on_unreadable, default_ms, limits)
+            check_series(len(parsed.series), limits, source=str(f))
         summaries: list[SeriesSummary] = []
         for series in seen:
             entry = accs.get(id(series))
@@ -375,6 +400,26 @@ class RecordingTelemetrySource:
             )
 
 
+def _limited(stream: Any, limits: RecordingLimits, source: str) -> Iterator[bytes]:
+    """The stream's lines, refusing what `sources.limits` refuses: more than the size limit, a NUL byte, an endless line.
+
+    Raises:
+        InputFormatError: naming the limit and how to raise it.
+    """
+    size = 0
+    for lineno, line in enumerate(stream, 1):
+        size += len(line)
+        if size > limits.max_bytes:
+            raise InputFormatError(f"grows to more than {limits.max_bytes >> 20} MiB (the limit); if the recording is genuine, "
+                                   "raise it with GPUWASTE_RECORDING_MAX_MB=<MiB>", source=source, line=lineno)
+        if len(line) > limits.max_line_bytes + 1:
+            raise InputFormatError(f"a line longer than {limits.max_line_bytes >> 10} KiB (the limit); if genuine, raise it with "
+                                   "GPUWASTE_RECORDING_MAX_LINE_KB=<KiB>", source=source, line=lineno)
+        if b"\x00" in line:
+            raise InputFormatError("NUL byte: not a text exposition (a binary or corrupt file)", source=source, line=lineno)
+        yield line
+
+
 def _ignore(_series: RecordedSeries, _ts: int, _value: float, _line: int) -> None:
     """A sample sink that keeps nothing (the index pass)."""
 
@@ -392,7 +437,14 @@ class RecordingClusterSource:
         """The cluster JSON read, or None when the recording has none (telemetry-only scrape)."""
         if self.path.is_dir():
             return find_in(self.path, CLUSTER_NAMES)
-        return self.path if self.path.suffix == ".json" else None
+        if self.path.suffix != ".json":
+            return None
+        try:  # a saved Prometheus API answer is telemetry, not cluster state
+            with self.path.open("rb") as fh:
+                head = fh.read(4096)
+        except OSError:
+            return self.path
+        return None if looks_like_api_json(head) else self.path
 
     def cluster_state(self, *, at: datetime) -> ClusterState:
         """Parse the List (an empty cluster when the recording holds only telemetry).
@@ -407,6 +459,10 @@ class RecordingClusterSource:
             doc = json.loads(f.read_bytes())
         except json.JSONDecodeError as exc:
             raise InputFormatError(f"invalid JSON: {exc.msg}", source=str(f), line=exc.lineno) from exc
+        except UnicodeDecodeError as exc:
+            raise InputFormatError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(f)) from exc
+        except RecursionError as exc:
+            raise InputFormatError("JSON nested too deeply", source=str(f)) from exc
         except OSError as exc:
             raise InputFormatError(f"cannot read: {exc.strerror}", source=str(f)) from exc
         if isinstance(doc, dict) and isinstance(doc.get("items"), list):
