@@ -22,10 +22,14 @@ def invoke(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-un
 
 def _api_answers(kind: str) -> list[dict]:  # type: ignore[type-arg]
     """The demo's telemetry as the Prometheus HTTP API would answer it (vector: the last sample of each series)."""
-    sources = local.recording_sources(DEMO, GpuWasteConfig())
-    assert sources.recording is not None
+    import gzip
+
+    from gpuwaste.sources.exposition import parse_exposition
+
+    # every sample of the demo (RecordingTelemetrySource.parsed() is an index without samples: it streams)
+    parsed = parse_exposition(gzip.decompress((DEMO / "telemetry.om.gz").read_bytes()), fmt="openmetrics")
     answers = []
-    for s in sources.recording.parsed().series.values():
+    for s in parsed.series.values():
         metric = {"__name__": s.name, **s.labels}
         if kind == "matrix":
             item = {"metric": metric, "values": [[t / 1000, repr(v)] for t, v in zip(s.timestamps_ms, s.values, strict=True)]}

@@ -13,9 +13,11 @@ from rich.console import Console
 from gpuwaste.bootstrap import local
 from gpuwaste.models.findings import Cost, Finding, WasteKind
 from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.models.notices import MessageRef
 from gpuwaste.services.tickets import TicketService, plan_tickets
 from gpuwaste.settings import DeliverySettings, GpuWasteConfig, JiraSettings
 from gpuwaste.sinks.jira import adf_document
+from gpuwaste.sinks.slack import thread_link
 from gpuwaste.sinks.terminal_tickets import TerminalTicketSink, adf_to_text
 
 DEMO = local.demo_recording()
@@ -44,10 +46,11 @@ def test_jira_ticket_says_what_to_do_and_when_it_is_done(demo_report) -> None:  
     sink = TerminalTicketSink(Console(file=io.StringIO(), width=100, color_system=None))
     settings = DeliverySettings(jira=JiraSettings(default_project="OPS"))
     settings = settings.model_copy(update={"slack": settings.slack.model_copy(update={"workspace_url": "https://acme.slack.com"})})
-    service = TicketService(sink=sink, store=None, settings=settings, now=lambda: f.observed_at)
+    service = TicketService(sink=sink, store=None, settings=settings, now=lambda: f.observed_at,
+                            message_link=thread_link(settings.slack.workspace_url))
     # WHEN its ticket is drafted (Slack thread known)
     draft = service.draft(f, f.fingerprint, first_seen=f.observed_at - timedelta(days=2), cumulative_usd="1320.96",
-                          slack_channel="C0123", slack_ts="1704072000.000100")
+                          messages=(MessageRef(sink="slack", destination="C0123", message_id="1704072000.000100"),))
     doc = adf_document(draft.paragraphs, draft.facts, draft.links, draft.sections)
     text = adf_to_text(doc)
     # THEN the summary carries the money, the priority comes from USD/day, and the body has every heading in order

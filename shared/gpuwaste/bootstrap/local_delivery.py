@@ -30,11 +30,13 @@ def local_notifier(config: GpuWasteConfig, console: Console | None = None) -> No
 
 def local_notify_service(config: GpuWasteConfig, store: FindingStore | None, notifier: Notifier | None = None,
                          console: Console | None = None, now: Callable[[], datetime] | None = None) -> NotifyService:
-    """NotifyService for `gpuwaste run` (the in-process chain): terminal output unless Slack is configured.
+    """NotifyService for `gpuwaste run` (the in-process chain): Slack when configured, else the terminal; and Teams
+    and the JSON webhook when configured (each delivers through the state's outbox, recorded per sink).
 
     `now` defaults to the system clock; a replay of a recording passes the scan time so ages read right.
     """
-    return NotifyService(notifier=notifier or local_notifier(config, console), store=store,
+    return NotifyService(notifier=notifier or local_notifier(config, console),
+                         notifiers=delivery.extra_notifiers(config.delivery), store=store,
                          settings=config.delivery, now=now or pipeline.SystemClock().now)
 
 
@@ -58,7 +60,8 @@ def local_ticket_service(config: GpuWasteConfig, store: FindingStore | None, *, 
         if not settings.jira.default_project:
             settings = settings.model_copy(update={
                 "jira": settings.jira.model_copy(update={"default_project": LOCAL_PROJECT})})
-    return TicketService(sink=sink, store=store, settings=settings, now=pipeline.SystemClock().now)
+    return TicketService(sink=sink, store=store, settings=settings, now=pipeline.SystemClock().now,
+                         message_link=delivery.message_link(settings))
 
 
 def terminal_sink(store: FindingStore | None, console: Console | None = None) -> TerminalTicketSink:

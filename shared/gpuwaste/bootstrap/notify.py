@@ -1,5 +1,5 @@
-"""Bootstrap: composition root of notify_slack (alerts queue → Slack); the local chain's notifier is in
-`bootstrap.local_delivery`."""
+"""Bootstrap: composition root of notify_slack (alerts queue → every configured chat sink: Slack, Teams, a JSON
+webhook); the local chain's notifiers are in `bootstrap.local_delivery`."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ from gpuwaste.services.notify import DeliveryPlan, NotifyService
 
 @cache
 def notify_service() -> NotifyService:
-    """NotifyService over Slack (token from the config or Secrets Manager) and the DynamoDB lifecycle store.
+    """NotifyService over every configured chat sink (secrets from the config or Secrets Manager) and the DynamoDB
+    lifecycle store. Each sink records its own deliveries: a failure of one brings the message back for that one only.
 
     Raises:
-        ConfigError: no configuration, no Slack token, or FINDINGS_TABLE_NAME not set.
+        ConfigError: no configuration, no chat sink, or FINDINGS_TABLE_NAME not set.
     """
     settings = pipeline.config().delivery
-    return NotifyService(notifier=delivery.slack_notifier(settings), store=delivery.lambda_store(),
+    return NotifyService(notifiers=delivery.chat_notifiers(settings), store=delivery.lambda_store(),
                          settings=settings, now=pipeline.SystemClock().now)
 
 
@@ -39,9 +40,10 @@ def delivery_plan(event: dict[str, Any], context: Any) -> DeliveryPlan:
         return float(remaining()) / 1000.0 if remaining is not None else float("inf")
 
     service.time_left = time_left if remaining is not None else None
-    set_time_left = getattr(service.notifier, "set_time_left", None)
-    if set_time_left is not None:
-        set_time_left(service.time_left)
+    for notifier in service.notifiers:
+        set_time_left = getattr(notifier, "set_time_left", None)
+        if set_time_left is not None:
+            set_time_left(service.time_left)
     records = event.get("Records", [])
     bodies = [str(r.get("body", "")) for r in records]
     again = [str(r.get("body", "")) for r in records

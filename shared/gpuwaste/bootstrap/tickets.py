@@ -22,7 +22,8 @@ def ticket_service() -> TicketService:
     sink = delivery.jira_sink(settings)
     if sink is None:
         raise ConfigError("delivery.jira.base_url: create_tickets needs a Jira site")
-    return TicketService(sink=sink, store=delivery.lambda_store(), settings=settings, now=pipeline.SystemClock().now)
+    return TicketService(sink=sink, store=delivery.lambda_store(), settings=settings, now=pipeline.SystemClock().now,
+                         message_link=delivery.message_link(settings))
 
 
 __all__ = ["process_batch", "ticket_service"]

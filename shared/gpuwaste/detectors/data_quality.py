@@ -141,12 +141,21 @@ def _allocation_checks(ctx: ScanContext, alloc: Allocation, settings: DataQualit
 
 def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settings: DataQualitySettings) -> DetectorOutput:
     problem = ctx.device_problem(dev, settings.stale_min_samples)
-    if problem not in ("stale_series", "frozen_exporter"):
+    if problem not in ("stale_series", "frozen_exporter", "unreadable_samples"):
         return
     holder = ctx.holder_of(dev)
     if holder is not None:
         subject = ctx.subject_for(holder)
     where = f"{holder.pod.namespace}/{holder.pod.name} on {subject.node}" if holder else f"{subject.node}"
+    if problem == "unreadable_samples":
+        sig = ctx.activity_signal(dev)
+        st = dev.merged(sig) if sig is not None else None
+        yield _dq(ctx, subject, "unreadable_samples",
+                  f"Every sample of {sig.value if sig else 'the activity signal'} for GPU {dev.device} ({where}) was unreadable "
+                  "(non-numeric, NaN/Inf, a DCGM blank or out of range): state unknown, not idle",
+                  "Check the dcgm-exporter version and the field's counters CSV; the scan report lists where the samples were.",
+                  str(dev.device), details={"unreadable": st.unreadable if st else 0})
+        return
     if problem == "stale_series":
         yield _dq(ctx, subject, "stale_series",
                   f"GPU {dev.device} ({where}) stopped reporting before the end of the window: state unknown",
