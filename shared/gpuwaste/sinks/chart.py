@@ -76,8 +76,8 @@ def _nice_max(value: float) -> float:
     exp = 10 ** math.floor(math.log10(value))
     for step in (1, 2, 2.5, 5, 10):
         if step * exp >= value:
-            return step * exp
-    return 10 * exp
+            return float(step * exp)
+    return float(10 * exp)
 
 
 def _dollars(v: float) -> str:

@@ -152,7 +152,8 @@ def registry_for(current: Callable[[], MetricsSnapshot]) -> CollectorRegistry:
 def render_openmetrics(snapshot: MetricsSnapshot) -> bytes:
     """The snapshot in the OpenMetrics text format, ending with `# EOF` (node-exporter's textfile collector and
     `promtool tsdb create-blocks-from openmetrics` read it)."""
-    return generate_openmetrics(registry_for(lambda: snapshot))
+    text: bytes = generate_openmetrics(registry_for(lambda: snapshot))  # type: ignore[no-untyped-call]  # unannotated upstream
+    return text
 
 
 def render_text(snapshot: MetricsSnapshot) -> bytes:

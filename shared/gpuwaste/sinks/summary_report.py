@@ -159,7 +159,7 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
     for col in (*(("wasted",) if wide else ()), "USD/day", "open for", "state"):
         t.add_column(col, justify="right" if col in ("wasted", "USD/day") else "left", no_wrap=True)
     for n, (o, (work, kind, team)) in enumerate(zip(s.top, cells, strict=True), start=1):
-        row = [str(n), Text(elide(plain(work), text_w["workload"])), Text(elide(kind, text_w["kind"]))]
+        row: list[str | Text] = [str(n), Text(elide(plain(work), text_w["workload"])), Text(elide(kind, text_w["kind"]))]
         if wide:
             row += [Text(elide(plain(team), text_w["team"])), usd(o.wasted_usd)]
         row += [usd(o.usd_per_day), _open_for(o, s.until), Text(_state(o), style="red" if o.open else "green")]

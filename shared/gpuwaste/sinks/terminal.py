@@ -254,17 +254,17 @@ def findings_table(findings: Sequence[Finding], *, title: str | None = "GPU wast
         table.add_column("evidence", no_wrap=not wide, overflow="fold", width=widths["evidence"])
     table.add_column("USD/day", justify="right", no_wrap=True)
     for r in rows:
-        cells = [Text(r.id)]
+        row_cells: list[Text] = [Text(r.id)]
         for c in columns:
             value = getattr(r, c)
-            cells.append(Text(elide(value, widths[c])))
-        cells.append(Text(r.gpus))
+            row_cells.append(Text(elide(value, widths[c])))
+        row_cells.append(Text(r.gpus))
         if "conf." in chosen:
-            cells.append(Text(r.confidence))
+            row_cells.append(Text(r.confidence))
         if "evidence" in chosen:
-            cells.append(Text(r.evidence if wide else elide(r.evidence, widths["evidence"])))
-        cells.append(Text(r.usd, style=severity_style(r.finding.usd_per_day)))
-        table.add_row(*cells)
+            row_cells.append(Text(r.evidence if wide else elide(r.evidence, widths["evidence"])))
+        row_cells.append(Text(r.usd, style=severity_style(r.finding.usd_per_day)))
+        table.add_row(*row_cells)
     return table
 
 
@@ -354,7 +354,8 @@ def data_quality_table(findings: Sequence[Finding], *, width: int | None = None,
 
 def finding_dict(f: Finding) -> dict[str, Any]:
     """A finding as plain JSON-able data (Decimals as strings)."""
-    return json.loads(f.model_dump_json())
+    data: dict[str, Any] = json.loads(f.model_dump_json())
+    return data
 
 
 def to_json(findings: Sequence[Finding], **extra: Any) -> str:

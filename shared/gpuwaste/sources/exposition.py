@@ -38,7 +38,6 @@ from gpuwaste.errors import InputFormatError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
-    from typing import BinaryIO
 
 __all__ = [
     "DCGM_FP64_BLANK",
@@ -241,7 +240,7 @@ def parse_exposition(
 
 
 def stream_exposition(
-    stream: BinaryIO,
+    stream: Iterable[bytes],
     *,
     fmt: Literal["text", "openmetrics"],
     source: str = "<input>",
@@ -291,7 +290,7 @@ def stream_exposition(
     return result
 
 
-def _stream_lines(stream: BinaryIO, parser: _Parser) -> Iterator[str]:
+def _stream_lines(stream: Iterable[bytes], parser: _Parser) -> Iterator[str]:
     """Decoded lines of a binary stream (no line ending); a line that is not valid UTF-8 is repaired or refused as in the parser."""
     first = True
     for lineno, whole in enumerate(stream, 1):

@@ -238,7 +238,8 @@ def _pod_claims(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[Pod
     for entry in spec.get("resourceClaims") or []:
         if not isinstance(entry, Mapping) or not entry.get("name"):
             continue
-        src = entry.get("source") if isinstance(entry.get("source"), Mapping) else entry
+        source = entry.get("source")
+        src = source if isinstance(source, Mapping) else entry
         name = str(entry["name"])
         template = src.get("resourceClaimTemplateName") or None
         claim = src.get("resourceClaimName") or generated.get(name)
@@ -274,7 +275,8 @@ def resource_claim_from_dict(obj: Mapping[str, Any]) -> ResourceClaim:
     for req in (spec.get("devices") or {}).get("requests") or []:
         if not isinstance(req, Mapping):
             continue
-        exactly = req.get("exactly") if isinstance(req.get("exactly"), Mapping) else req  # v1 / v1beta1
+        exact = req.get("exactly")
+        exactly = exact if isinstance(exact, Mapping) else req  # v1 / v1beta1
         if exactly.get("deviceClassName"):
             classes.append(str(exactly["deviceClassName"]))
         for sub in req.get("firstAvailable") or []:
@@ -331,7 +333,8 @@ def resource_slice_from_dict(obj: Mapping[str, Any]) -> ResourceSlice:
     for d in spec.get("devices") or []:
         if not isinstance(d, Mapping) or not d.get("name"):
             continue
-        body = d.get("basic") if isinstance(d.get("basic"), Mapping) else d  # v1beta1 wraps attributes in `basic`
+        basic = d.get("basic")
+        body = basic if isinstance(basic, Mapping) else d  # v1beta1 wraps attributes in `basic`
         attrs: dict[str, str] = {}
         for key, raw in (body.get("attributes") or {}).items():
             value = _attr_value(raw)

@@ -165,7 +165,7 @@ def _eks_region(settings: KubernetesSettings, session: boto3.session.Session | N
     if match:
         return match.group("region")
     if session is not None and session.region_name:
-        return session.region_name
+        return str(session.region_name)
     raise ConfigError("kubernetes.eks_region: required when the server URL does not name the region")
 
 
@@ -267,14 +267,14 @@ class KubernetesPodSource:
         configuration = k8s_client.Configuration()
         try:
             if settings.mode == "kubeconfig":
-                k8s_config.load_kube_config(
+                k8s_config.load_kube_config(  # type: ignore[no-untyped-call]  # the kubernetes client is unannotated
                     config_file=settings.kubeconfig,
                     context=settings.context,
                     client_configuration=configuration,
                     persist_config=False,
                 )
             elif settings.mode == "in-cluster":
-                k8s_config.load_incluster_config(client_configuration=configuration)
+                k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             else:
                 configuration.host = str(settings.server)
                 if settings.ca_data:
@@ -314,7 +314,7 @@ class KubernetesPodSource:
 
     def close(self) -> None:
         """Release the HTTP connections."""
-        self.api_client.close()
+        self.api_client.close()  # type: ignore[no-untyped-call]
 
     def __enter__(self) -> KubernetesPodSource:
         return self

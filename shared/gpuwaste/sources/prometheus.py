@@ -343,7 +343,8 @@ class PrometheusGpuMetricsSource:
     def range_query(self, promql: str, *, start: datetime, end: datetime, step_s: int, what: str = "query") -> QueryResult:
         """Run one `query_range` (start, end and step in exact seconds), with the retries and error translation of `instant_query`."""
         params = {"query": promql, "start": f"{start.timestamp():.3f}", "end": f"{end.timestamp():.3f}", "step": str(int(step_s))}
-        return self._get_result("query_range", params, what)
+        result: QueryResult = self._get_result("query_range", params, what)
+        return result
 
     def _get_result(self, endpoint: str, params: Mapping[str, str], what: str, reader: Callable[[], _ItemReader] | None = None) -> Any:
         """GET `/api/v1/<endpoint>` and decode its result, with the retries and error translation of `instant_query`.
@@ -504,11 +505,13 @@ class PrometheusGpuMetricsSource:
                 params = {"query": q.promql, "start": f"{start.timestamp():.3f}", "end": f"{at.timestamp():.3f}",
                           "step": str(int(q.step_s or grid.bucket_s))}
                 reader = self._get_result("query_range", params, what, lambda: _ItemReader(self, q.spec, grid, recorded=False))
-                return reader.summaries()
+                summaries: list[SeriesSummary] = reader.summaries()
+                return summaries
             if q.kind == "recorded":
                 params = {"query": q.promql, "time": f"{at.timestamp():.3f}"}
                 reader = self._get_result("query", params, what, lambda: _ItemReader(self, q.spec, grid, recorded=True))
-                return reader.summaries()
+                recorded: list[SeriesSummary] = reader.summaries()
+                return recorded
             return self._summaries(q.spec, self.instant_query(q.promql, at=at, what=what))
 
         if self.concurrency <= 1 or len(jobs) <= 1:

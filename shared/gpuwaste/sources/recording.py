@@ -26,14 +26,14 @@ from pydantic import BaseModel, Field, ValidationError
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.telemetry import MAX_WINDOW_S, MIN_WINDOW_S, BucketGrid, TelemetryWindow
-from gpuwaste.sources.dcgm import TelemetryLabels
+from gpuwaste.settings import ClusterReadSettings, TelemetryLabels
 from gpuwaste.sources.exposition import (
     ParsedExposition,
     RecordedSeries,
     sniff_format,
     stream_exposition,
 )
-from gpuwaste.sources.k8s_objects import ClusterReadSettings, cluster_state_from_objects
+from gpuwaste.sources.k8s_objects import cluster_state_from_objects
 from gpuwaste.sources.limits import RecordingLimits, check_series, read_recording
 from gpuwaste.sources.metrics_plan import MetricSpec, SeriesSummary, accumulator_for, assemble, spec_for, summary_from
 from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json
