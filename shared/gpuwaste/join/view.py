@@ -17,7 +17,15 @@ from gpuwaste.allocation import Resolved
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, gpu_share_for_request
 from gpuwaste.models.findings import Attribution, Evidence, GpuRef, Subject
-from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, GpuTelemetry, Signal, TelemetryWindow, WindowStats, summarises
+from gpuwaste.models.telemetry import (
+    ACTIVITY_SIGNALS,
+    Bucket,
+    GpuTelemetry,
+    Signal,
+    TelemetryWindow,
+    WindowStats,
+    summarises,
+)
 
 
 class CommonSettings(SettingsModel):
@@ -27,11 +35,17 @@ class CommonSettings(SettingsModel):
         min_coverage: share 0–1 of the expected samples a window needs before any verdict.
         pod_grace_s: pods younger than this (seconds) get no verdict.
         node_grace_s: nodes younger than this (seconds) are not reported as unallocated capacity.
+        min_episode_s: the shortest stretch of waste (seconds) reported as an episode inside a longer observed
+            span; a stretch that covers everything observed of a subject is reported whatever its length.
+        confident_observed_s: findings resting on fewer observed seconds than this get LOW confidence (a short
+            window sees a bursty workload's quiet phase, not its pattern).
     """
 
     min_coverage: float = Field(0.8, gt=0, le=1)
     pod_grace_s: int = Field(900, ge=0)
     node_grace_s: int = Field(900, ge=0)
+    min_episode_s: int = Field(1800, ge=60)
+    confident_observed_s: int = Field(1800, ge=0)
 
 
 @dataclass(frozen=True)
@@ -233,6 +247,75 @@ class ScanContext:
         """The scan window (seconds)."""
         return self.telemetry.window_s
 
+    # --- time: the window's buckets ------------------------------------------------------------
+    @property
+    def slots(self) -> tuple[tuple[datetime, datetime], ...]:
+        """The window's buckets as (start, end] pairs, oldest first; empty when the telemetry did not resolve time.
+
+        They tile the window from its start (`models.telemetry.Bucket`), so none reaches outside it.
+        """
+        cached = self.__dict__.get("_slots")
+        if cached is None:
+            b = self.telemetry.bucket_s
+            if not b or self.telemetry.single_instant or b > self.window_s:
+                cached = ()
+            else:
+                start = self.window_start
+                cached = tuple((start + timedelta(seconds=k * b), start + timedelta(seconds=(k + 1) * b)) for k in range(self.window_s // b))
+            self.__dict__["_slots"] = cached
+        return cached
+
+    def buckets_of(self, stats: WindowStats | None) -> list[Bucket | None]:
+        """A summary's buckets aligned with `slots` (None where the bucket holds no sample)."""
+        if stats is None or not stats.buckets:
+            return [None] * len(self.slots)
+        by_end = {b.end: b for b in stats.buckets}
+        return [b if (b := by_end.get(end)) is not None and b.count else None for _, end in self.slots]
+
+    def resolved_time(self, stats: WindowStats | None) -> bool:
+        """True when `stats` carries buckets for this window's slots."""
+        return bool(self.slots) and stats is not None and bool(stats.buckets)
+
+    def peak_10m(self, stats: WindowStats) -> float | None:
+        """The highest 10-minute average inside the window, in the signal's unit.
+
+        From the buckets when there are any: 10-minute groups tiled backwards from the evaluation time, so no
+        group reaches before the window start; else the source's `max_avg_10m`.
+        """
+        if not self.resolved_time(stats):
+            return stats.max_avg_10m
+        groups: dict[int, list[float]] = {}
+        for (_, end), b in zip(self.slots, self.buckets_of(stats), strict=True):
+            if b is None:
+                continue
+            k = int((self.eval_time - end).total_seconds() // 600)
+            acc = groups.setdefault(k, [0.0, 0.0])
+            acc[0] += b.total
+            acc[1] += b.count
+        avgs = [t / n for t, n in groups.values() if n]
+        return max(avgs) if avgs else stats.max_avg_10m
+
+    def activity_series(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> list[float | None]:
+        """Per slot, the mean activity ratio 0–1 over `devices` (each on its own best signal); None where any lacks samples."""
+        per_dev: list[list[float | None]] = []
+        for dev in devices:
+            sig = self.activity_signal(dev)
+            if sig is None:
+                return [None] * len(self.slots)
+            st = self.device_stats(dev, sig, pod if self._labelled_for(dev, pod) else None)
+            per_dev.append([None if b is None or b.avg is None else sig.to_ratio(b.avg) for b in self.buckets_of(st)])
+        return _mean_columns(per_dev, len(self.slots))
+
+    def signal_series(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None = None,
+                      *, ratio: bool = False) -> list[float | None]:
+        """Per slot, the mean bucket average of `signal` over `devices` (÷ 100 for percent fields when `ratio`)."""
+        per_dev: list[list[float | None]] = []
+        for dev in devices:
+            st = self.device_stats(dev, signal, pod if self._labelled_for(dev, pod) else None)
+            conv = signal.to_ratio if ratio else (lambda v: v)
+            per_dev.append([None if b is None or b.avg is None else conv(b.avg) for b in self.buckets_of(st)])
+        return _mean_columns(per_dev, len(self.slots))
+
     # --- signal access -------------------------------------------------------------------------
     def device_stats(self, device: GpuTelemetry, signal: Signal | str, pod: Pod | None = None) -> WindowStats | None:
         """A device's window summary for `signal`, restricted to `pod`'s labelled samples when given."""
@@ -316,7 +399,7 @@ class ScanContext:
         weakest = max((s for s, _ in readings), key=lambda s: order[s])
         ratio = [(s, st) for s, st in readings]
         avgs = [s.to_ratio(st.avg) for s, st in ratio]
-        m10 = [s.to_ratio(st.max_avg_10m) for s, st in ratio if st.max_avg_10m is not None]
+        m10 = [s.to_ratio(p) for s, st in ratio if (p := self.peak_10m(st)) is not None]
         return ActivityReading(
             signal=weakest,
             avg=sum(avgs) / len(avgs),
@@ -337,7 +420,7 @@ class ScanContext:
         present = [s for s in stats if s is not None and s.count > 0]
         if not present:
             return None
-        m10 = [s.max_avg_10m for s in present if s.max_avg_10m is not None]
+        m10 = [p for s in present if (p := self.peak_10m(s)) is not None]
         return Evidence(
             signal=signal.value,
             unit=signal.unit,
@@ -443,3 +526,13 @@ def _model_of(devices: tuple[GpuTelemetry, ...], node: Node | None) -> str | Non
         if d.model_name:
             return d.model_name
     return node.gpu_product if node else None
+
+
+def _mean_columns(rows: list[list[float | None]], n: int) -> list[float | None]:
+    """Column-wise mean of equally long rows; None in a column where any row has None (or there are no rows)."""
+    if not rows:
+        return [None] * n
+    out: list[float | None] = []
+    for col in zip(*rows, strict=True):
+        out.append(None if any(v is None for v in col) else sum(v for v in col if v is not None) / len(col))
+    return out

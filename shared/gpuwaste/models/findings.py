@@ -31,11 +31,17 @@ class WasteKind(StrEnum):
     KV_CACHE_PRESSURE = "kv_cache_pressure"
     INFERENCE_IDLE = "inference_idle"
     ORPHANED = "orphaned"
+    UNREQUESTED_USE = "unrequested_use"  # governance: a GPU is busy although no pod requested it (no waste money)
 
     @property
     def is_waste(self) -> bool:
-        """False for data-quality findings, which report missing knowledge, not money."""
-        return self is not WasteKind.DATA_QUALITY
+        """False for data-quality findings (missing knowledge) and governance findings (a GPU used without a
+        request: used, not wasted), which carry no money."""
+        return self not in (WasteKind.DATA_QUALITY, WasteKind.UNREQUESTED_USE)
+
+
+#: Kind values that are no waste and carry no money (data quality, governance).
+NOT_WASTE_KINDS: frozenset[str] = frozenset(k.value for k in WasteKind if not k.is_waste)
 
 
 class Confidence(StrEnum):

@@ -1,0 +1,68 @@
+"""Episodes: waste that starts or stops inside the window is found as stretches with start, end and GPU-hours."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+from gpuwaste.detectors import DetectorSettings, detect
+from gpuwaste.models.findings import WasteKind
+from gpuwaste.models.telemetry import Signal
+from tests.unit.timeline_builders import T, cluster, const, gpu, node, pod, until, window
+
+H = 3600
+UTIL, SM, TENSOR, DRAM, POWER, LIMIT = (Signal.GPU_UTIL, Signal.SM_ACTIVE, Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE,
+                                        Signal.POWER_USAGE, Signal.POWER_LIMIT)
+
+
+def _training_gpu(i: int, *, hang_after_min: float, window_s: int, bucket_s: int) -> object:
+    """An H100 of a training pod: real work until `hang_after_min`, then a hung collective (B14)."""
+    signals = {
+        UTIL: until(hang_after_min, 96.0, 100.0),
+        SM: until(hang_after_min, 0.62, 0.97),
+        TENSOR: until(hang_after_min, 0.41, 0.0),
+        DRAM: until(hang_after_min, 0.52, 0.0),
+        POWER: until(hang_after_min, 560.0, 118.0),
+        LIMIT: const(700.0),
+    }
+    return gpu(f"GPU-{i:04d}", "n1", signals, pod="pretrain-0", namespace="ml", window_s=window_s, bucket_s=bucket_s)
+
+
+def test_a_training_job_that_hangs_after_its_first_hour_is_stalled_for_three_hours_times_its_gpus() -> None:
+    # GIVEN an 8×H100 training pod that works for the first hour of a 4-hour window, then hangs (busy-looking, no work)
+    gpus = [_training_gpu(i, hang_after_min=60, window_s=4 * H, bucket_s=300) for i in range(8)]
+    cl = cluster(node(gpus=8), pod("pretrain-0", 8, kind="PyTorchJob"))
+    # WHEN scanned over the 4 hours
+    found = detect(cl, window(*gpus, window_s=4 * H, bucket_s=300)).findings
+    # THEN it is stalled for 3 h × 8 GPUs = 24 GPU-hours, an episode from hour 1 still going on, and nothing else is priced
+    (stall,) = [f for f in found if f.kind is WasteKind.STALLED]
+    (ep,) = stall.episodes
+    assert (ep.start, ep.end, ep.ongoing) == (T - timedelta(hours=3), T, True)
+    assert stall.wasted_gpu_hours == Decimal(24) and stall.wasted_gpu_share == 8
+    assert stall.observed_s == 4 * H
+    assert not [f for f in found if f.kind.is_waste and f is not stall and f.wasted_gpu_share > 0 and f.money_owner is None]
+
+
+def test_a_job_that_goes_idle_after_40_minutes_of_an_hour_is_idle_for_20_minutes_only_when_long_enough() -> None:
+    # GIVEN two pods busy at first, then idle: one for the last 40 minutes, one for the last 20 minutes
+    a = gpu("GPU-a", "n1", {SM: until(20, 0.7, 0.0)}, pod="a-0", namespace="ml")
+    b = gpu("GPU-b", "n1", {SM: until(40, 0.7, 0.0)}, pod="b-0", namespace="ml")
+    cl = cluster(node(gpus=2), pod("a-0"), pod("b-0"))
+    # WHEN scanned over the hour (episodes need ≥ 30 minutes)
+    found = detect(cl, window(a, b), DetectorSettings(enabled=["idle_allocation"])).findings
+    # THEN only a is idle: one ongoing 40-minute episode = 0.6667 GPU-hours
+    (idle,) = found
+    assert idle.subject.pod == "a-0" and idle.kind is WasteKind.IDLE
+    (ep,) = idle.episodes
+    assert (ep.start, ep.ongoing, ep.wasted_gpu_hours) == (T - timedelta(minutes=40), True, Decimal("0.6667"))
+
+
+def test_an_idle_stretch_that_ended_before_the_evaluation_time_is_not_ongoing() -> None:
+    # GIVEN a pod idle for the first 45 minutes of the hour, then busy
+    g = gpu("GPU-a", "n1", {SM: lambda m: 0.0 if m <= 45 else 0.8}, pod="a-0", namespace="ml")
+    # WHEN scanned
+    (idle,) = detect(cluster(node(gpus=1), pod("a-0")), window(g), DetectorSettings(enabled=["idle_allocation"])).findings
+    # THEN the episode ends at minute 45 and is over
+    (ep,) = idle.episodes
+    assert (ep.start, ep.end, ep.ongoing) == (T - timedelta(hours=1), T - timedelta(minutes=15), False)
+    assert idle.details["ongoing"] is False and idle.wasted_gpu_hours == Decimal("0.75")
