@@ -131,10 +131,15 @@ def unrequested_use(ctx: ScanContext, inv: NodeInventory, busy: list[GpuTelemetr
 
 
 def busy_unrequested(ctx: ScanContext, inv: NodeInventory, settings: UnallocatedSettings) -> list[GpuTelemetry]:
-    """The devices of a node that no pod holds now but whose activity p95 reaches `busy_ratio` (trusted telemetry only)."""
+    """The devices of a node that no pod holds now but whose activity p95 reaches `busy_ratio` (trusted telemetry only),
+    or whose GPU_UTIL and power show work that a broken profiling ratio denies."""
     out = []
     for dev in inv.unheld_devices:
-        if ctx.device_problem(dev) is not None:
+        problem = ctx.device_problem(dev)
+        if problem in ("profiling_counter_broken", "activity_signals_disagree"):
+            out.append(dev)  # GPU_UTIL and power say it works: used, whatever the broken ratio reads
+            continue
+        if problem is not None:
             continue
         act = ctx.activity([dev])
         if act is not None and act.p95 >= settings.busy_ratio:

@@ -141,12 +141,15 @@ def _allocation_checks(ctx: ScanContext, alloc: Allocation, settings: DataQualit
 
 def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settings: DataQualitySettings) -> DetectorOutput:
     problem = ctx.device_problem(dev, settings.stale_min_samples)
-    if problem not in ("stale_series", "frozen_exporter"):
+    if problem not in ("stale_series", "frozen_exporter", "profiling_counter_broken", "activity_signals_disagree"):
         return
     holder = ctx.holder_of(dev)
     if holder is not None:
         subject = ctx.subject_for(holder)
     where = f"{holder.pod.namespace}/{holder.pod.name} on {subject.node}" if holder else f"{subject.node}"
+    if problem in ("profiling_counter_broken", "activity_signals_disagree"):
+        yield _contradiction(ctx, dev, subject, where, problem)
+        return
     if problem == "stale_series":
         yield _dq(ctx, subject, "stale_series",
                   f"GPU {dev.device} ({where}) stopped reporting before the end of the window: state unknown",
@@ -158,3 +161,23 @@ def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settin
                   f"Every value of GPU {dev.device} ({where}), energy counter included, stayed bit-identical for the window",
                   "dcgm-exporter is serving stale values (hung host engine): restart it; the GPU's real state is unknown, not idle.",
                   str(dev.device), details={"samples": energy.count if energy else 0})
+
+
+def _contradiction(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, where: str, problem: str) -> Finding:
+    """A profiling ratio that GPU_UTIL and power contradict: named, never turned into an idle verdict."""
+    sig = ctx.activity_signal(dev)
+    assert sig is not None
+    evidence = tuple(e for e in (ctx.signal_evidence([dev], s) for s in (sig, Signal.GPU_UTIL, Signal.POWER_USAGE)) if e is not None)
+    limit = ctx.power_limit_w(dev)
+    name = sig.value.removeprefix("DCGM_FI_PROF_")
+    if problem == "profiling_counter_broken":
+        title = f"Profiling counter broken on GPU {dev.device} ({where}): {name} reads 0 while GPU_UTIL and power show work"
+        advice = ("DCGM profiling fields read 0 while the GPU works (profiling module not loaded, another profiler such as Nsight "
+                  "or DCGM on the host holding the counters, or an unsupported GPU/driver): restart dcgm-exporter, check "
+                  "`dcgmi profile --list`; until then the GPU's activity is judged by no verdict, never as idle.")
+    else:
+        title = f"Activity signals disagree on GPU {dev.device} ({where}): {name} reads idle while GPU_UTIL and power show work"
+        advice = ("Two signals say the GPU works and the profiling ratio says it does not: check the exporter's profiling "
+                  "fields and the GPU's MIG/vGPU mode; no verdict until they agree.")
+    return _dq(ctx, subject, problem, title, advice, str(dev.device), evidence=evidence,
+               details={"signal": sig.value, "power_limit_w": limit})

@@ -115,4 +115,18 @@ def minutes_text(episodes: tuple[Episode, ...]) -> str:
     return f"{secs / 3600:.1f} h" if secs >= 5400 else f"{secs / 60:.0f} min"
 
 
-__all__ = ["Run", "episode", "finish", "from_runs", "minutes_text", "observed_slots", "qualifying", "runs", "span_seconds"]
+__all__ = ["Run", "complete", "episode", "finish", "from_runs", "minutes_text", "observed_slots", "qualifying", "runs", "span_seconds"]
+
+
+def complete(ctx: ScanContext, finding: Finding) -> Finding:
+    """Give a finding that a detector judged over its whole observed span (no episodes of its own) that span as its
+    one episode, its observed seconds and GPU-hours. Data-quality and governance findings are left as they are."""
+    if finding.observed_s or finding.episodes or not finding.kind.is_waste:
+        return finding
+    s = finding.subject
+    alloc = next((a for a in ctx.allocations if s.pod and a.pod.namespace == s.namespace and a.pod.name == s.pod), None)
+    span = ctx.held_span(alloc) if alloc is not None else (ctx.window_start, ctx.eval_time)
+    coverage = min((e.coverage for e in finding.evidence if e.samples and e.coverage), default=1.0)
+    share = finding.wasted_gpu_share
+    episodes = (episode(ctx, span[0], span[1], share),) if share > 0 else ()
+    return finish(ctx, finding, episodes, span_seconds(span) * coverage)

@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gpuwaste.detectors.episodes import complete
+from gpuwaste.detectors.money import assign_money_owners
 from gpuwaste.join import ScanContext
 from gpuwaste.models.findings import Finding
 
@@ -76,7 +78,8 @@ class DetectionResult:
 
 
 def run_detectors(ctx: ScanContext, settings_by_name: dict[str, BaseModel], enabled: Iterable[str] | None = None) -> DetectionResult:
-    """Run the enabled detectors over one scan context and resolve supersession.
+    """Run the enabled detectors over one scan context, resolve supersession, and price each GPU-hour once
+    (`money.assign_money_owners`): findings sharing GPU-hours point to the one that owns their money.
 
     Raises:
         KeyError: if `enabled` names a detector that is not registered.
@@ -90,8 +93,8 @@ def run_detectors(ctx: ScanContext, settings_by_name: dict[str, BaseModel], enab
             if isinstance(item, NoVerdict):
                 skipped.append(item)
             else:
-                findings.append(item)
-    return DetectionResult(tuple(_supersede(findings)), tuple(skipped))
+                findings.append(complete(ctx, item))
+    return DetectionResult(tuple(assign_money_owners(_supersede(findings))), tuple(skipped))
 
 
 def _subject_key(f: Finding) -> tuple[str | None, str | None, str | None]:

@@ -48,6 +48,12 @@ class CommonSettings(SettingsModel):
     confident_observed_s: int = Field(1800, ge=0)
 
 
+#: An activity ratio under this reads "idle" (the idle detector's default threshold).
+IDLE_RATIO = 0.05
+#: GPU_UTIL ÷ 100 and power ÷ limit at or above this show work that contradicts an idle profiling ratio.
+WORK_RATIO = 0.5
+
+
 @dataclass(frozen=True)
 class ActivityReading:
     """Activity of a set of devices, as a 0–1 ratio.
@@ -436,8 +442,9 @@ class ScanContext:
 
     def device_problem(self, device: GpuTelemetry, stale_min_samples: int = 20) -> str | None:
         """Why a device's telemetry cannot be trusted, or None: "no_activity_signal", "stale_series"
-        (stopped reporting before the window's end) or "frozen_exporter" (every value, energy counter
-        included, bit-identical for the window; field guide B12). Such devices are never judged idle.
+        (stopped reporting before the window's end), "frozen_exporter" (every value, energy counter
+        included, bit-identical for the window; field guide B12), or a contradiction (`contradiction`:
+        "profiling_counter_broken", "activity_signals_disagree"). Such devices are never judged idle.
         """
         sig = self.activity_signal(device)
         if sig is None:
@@ -458,7 +465,37 @@ class ScanContext:
             and stats.count >= stale_min_samples
         ):
             return "frozen_exporter"
-        return None
+        return self.contradiction(device)
+
+    def contradiction(self, device: GpuTelemetry) -> str | None:
+        """A profiling activity ratio that two other signals contradict, or None.
+
+        The PROF ratio (SM_ACTIVE / GR_ENGINE_ACTIVE) reads idle (window average < `IDLE_RATIO`) while GPU_UTIL
+        (window average ≥ `WORK_RATIO`) and power (≥ `WORK_RATIO` × the power limit) both show work:
+        "profiling_counter_broken" when the ratio never left 0, else "activity_signals_disagree". Either way the
+        device gets no idle (or any activity) verdict. Not on MIG instances (GPU_UTIL is whole-GPU there, B05),
+        and not when power is idle too (GPU_UTIL busy with no work and idle power is the stall, B14).
+        """
+        sig = self.activity_signal(device)
+        if sig is None or sig is Signal.GPU_UTIL or device.device.gpu_i_id is not None:
+            return None
+        prof, util, power = device.merged(sig), device.merged(Signal.GPU_UTIL), device.merged(Signal.POWER_USAGE)
+        if prof is None or util is None or power is None or not (prof.count and util.count and power.count):
+            return None
+        if sig.to_ratio(prof.avg) >= IDLE_RATIO or Signal.GPU_UTIL.to_ratio(util.avg) < WORK_RATIO:
+            return None
+        limit = self.power_limit_w(device)
+        if limit is None or power.avg < WORK_RATIO * limit:
+            return None
+        return "profiling_counter_broken" if prof.max == 0 else "activity_signals_disagree"
+
+    def power_limit_w(self, device: GpuTelemetry) -> float | None:
+        """The device's power limit (W): DCGM's enforced or management limit, else the bundled per-model limit."""
+        for sig in (Signal.POWER_LIMIT, Signal.POWER_MGMT_LIMIT):
+            st = device.merged(sig)
+            if st is not None and st.count and st.max > 0:
+                return st.max
+        return self.power_limits_w.get(device.model_name or "")
 
     @staticmethod
     def _labelled_for(device: GpuTelemetry, pod: Pod | None) -> bool:
