@@ -259,6 +259,7 @@ def test_cli_scan_invalid_kubeconfig_says_what_to_do(tmp_path: Path) -> None:
     assert_user_error(result, "--kubeconfig", "--context", "--recording")
 
 
+@pytest.mark.loopback
 def test_cli_scan_unreachable_kubernetes_api_exits_3_without_retry_warnings(tmp_path: Path) -> None:
     # GIVEN a kubeconfig pointing at a closed port
     kubeconfig = tmp_path / "kc"

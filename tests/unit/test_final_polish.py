@@ -126,6 +126,7 @@ def test_doctor_url_without_scheme_gets_the_scan_message() -> None:
     assert "String should match pattern" not in doctor.output
 
 
+@pytest.mark.loopback
 def test_doctor_unreachable_prometheus_hint_is_given_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a Prometheus URL where nothing listens (retry backoff skipped)
     monkeypatch.setattr(time, "sleep", lambda _s: None)

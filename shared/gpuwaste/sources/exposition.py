@@ -694,7 +694,11 @@ def write_openmetrics(
         out: a text stream.
         types: metric name → type; ``gauge`` and ``counter`` are kept, anything else (or a name not in
             the mapping) is written as ``unknown``, because histogram/summary families would need their
-            full ``_bucket``/``_sum``/``_count`` structure to be valid OpenMetrics.
+            full ``_bucket``/``_sum``/``_count`` structure to be valid OpenMetrics. OpenMetrics names a
+            counter's samples ``<family>_total``: a counter whose series name ends in ``_total`` is
+            declared as family ``<name minus _total>``; one whose name does not (DCGM's
+            ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``) is written as ``unknown`` so that the series keeps
+            its exact name once ingested (Prometheus' rate/increase work on either type).
 
     Raises:
         ValueError: a series with an invalid metric or label name, or with timestamps and values of
@@ -703,7 +707,13 @@ def write_openmetrics(
     for name, members in _families(series).items():
         family_type = (types or {}).get(name)
         om_type = family_type if family_type in ("gauge", "counter") else "unknown"
-        out.write(f"# TYPE {name} {om_type}\n")
+        family = name
+        if om_type == "counter":
+            if name.endswith("_total"):
+                family = name.removesuffix("_total")
+            else:
+                om_type = "unknown"
+        out.write(f"# TYPE {family} {om_type}\n")
         for one in members:
             prefix = name + _format_labels(one.labels) + " "
             out.writelines(
