@@ -66,3 +66,17 @@ def test_an_idle_stretch_that_ended_before_the_evaluation_time_is_not_ongoing() 
     (ep,) = idle.episodes
     assert (ep.start, ep.end, ep.ongoing) == (T - timedelta(hours=1), T - timedelta(minutes=15), False)
     assert idle.details["ongoing"] is False and idle.wasted_gpu_hours == Decimal("0.75")
+
+
+def test_the_highest_10_minute_average_never_reaches_outside_the_window() -> None:
+    # GIVEN a GPU idle for the whole hour whose source summary still carries a 0.9 "highest 10-minute average"
+    # from an epoch-aligned step that reached back before the window start (a burst that ended before it)
+    g = gpu("GPU-a", "n1", {SM: const(0.0)}, pod="a-0", namespace="ml")
+    grp = g.groups[0]
+    leaky = grp.signals[SM.value].model_copy(update={"max_avg_10m": 0.9})
+    g = g.model_copy(update={"groups": (grp.model_copy(update={"signals": {SM.value: leaky}}),)})
+    # WHEN scanned with the window's buckets
+    found = detect(cluster(node(gpus=1), pod("a-0")), window(g), DetectorSettings(enabled=["idle_allocation"])).findings
+    # THEN the 10-minute averages come from the buckets inside the window: idle for the whole hour
+    (idle,) = found
+    assert idle.evidence[0].max_avg_10m == 0.0 and idle.wasted_gpu_hours == Decimal(1)

@@ -184,8 +184,11 @@ def _episodes(ctx: ScanContext, segments: list[tuple[datetime, datetime, Decimal
             out.append(piece)
     whole = (ctx.eval_time - segments[0][0]).total_seconds() if segments else 0.0
     # a GPU free for a few minutes between two pods is scheduling, not waste: keep stretches of at least
-    # `min_episode_s`, or one that covers the whole judged span
-    return tuple(e for e in out if (e.end - e.start).total_seconds() >= min(ctx.common.min_episode_s, whole))
+    # `min_episode_s` (or one covering the whole judged span) that are going on now or add up to a sizeable share
+    kept = [e for e in out if (e.end - e.start).total_seconds() >= min(ctx.common.min_episode_s, whole)]
+    if kept and not kept[-1].ongoing and sum((e.end - e.start).total_seconds() for e in kept) < ctx.common.min_episode_share * whole:
+        return ()
+    return tuple(kept)
 
 
 def _peak(segments: list[tuple[datetime, datetime, Decimal]], ep: Episode) -> Decimal:

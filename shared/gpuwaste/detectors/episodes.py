@@ -5,7 +5,8 @@ window (wasted / not wasted / unknown) and `runs` finds the stretches; an unknow
 ends a stretch — missing telemetry is never waste. A stretch counts as an episode when it lasts at least
 `common.min_episode_s`, or when it covers everything observed of the subject (a short window that is
 wasted throughout). Without buckets the verdict is about the whole observed span, which is then the one
-episode. `finish` puts the episodes, the GPU-hours, the observed seconds and the confidence they allow on a
+episode. Stretches that ended before the evaluation time count only when together they are a sizeable share of
+the span (`common.min_episode_share`). `finish` puts the episodes, the GPU-hours, the observed seconds and the confidence they allow on a
 finding.
 """
 
@@ -17,7 +18,7 @@ from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 
 from gpuwaste.join import ScanContext
-from gpuwaste.models.findings import Confidence, Episode, Finding
+from gpuwaste.models.findings import Confidence, Episode, Finding, WasteKind
 
 HOURS = Decimal(3600)
 GPU_HOURS = Decimal("0.0001")
@@ -65,11 +66,23 @@ def observed_slots(ctx: ScanContext, series: Sequence[float | None], span: tuple
 
 
 def qualifying(ctx: ScanContext, found: list[Run], span: tuple[datetime, datetime], min_s: int | None = None) -> list[Run]:
-    """The stretches long enough to be episodes: ≥ `min_s` (default `common.min_episode_s`), or covering the whole span."""
+    """The stretches that make a verdict.
+
+    Each must last at least `min_s` (default `common.min_episode_s`) or cover the whole span. Together they must
+    matter: the last one still going on at the evaluation time (waste now), or all of them adding up to at
+    least `common.min_episode_share` of the span — a busy workload that paused for half an hour in a day is not
+    an idle workload.
+    """
     need = ctx.common.min_episode_s if min_s is None else min_s
     step = float(ctx.telemetry.bucket_s or 0)
     whole = (span[1] - span[0]).total_seconds()
-    return [r for r in found if r.seconds >= need or r.seconds >= whole - step]
+    long_enough = [r for r in found if r.seconds >= need or r.seconds >= whole - step]
+    if not long_enough:
+        return []
+    ongoing = long_enough[-1].end >= ctx.eval_time
+    if ongoing or sum(r.seconds for r in long_enough) >= ctx.common.min_episode_share * whole:
+        return long_enough
+    return []
 
 
 def episode(ctx: ScanContext, start: datetime, end: datetime, gpus: Decimal) -> Episode:
@@ -83,21 +96,23 @@ def from_runs(ctx: ScanContext, found: list[Run], gpus: Decimal | Callable[[Run]
     return tuple(episode(ctx, r.start, r.end, gpus(r) if callable(gpus) else gpus) for r in found)
 
 
-def finish(ctx: ScanContext, finding: Finding, episodes: tuple[Episode, ...], observed_s: float) -> Finding:
+def finish(ctx: ScanContext, finding: Finding, episodes: tuple[Episode, ...], observed_s: float, *, cap: bool = True) -> Finding:
     """The finding with its episodes, GPU-hours in the window, observed seconds, and a confidence capped by them.
 
     A finding resting on fewer than `common.confident_observed_s` observed seconds has LOW confidence: a short
-    window may see a bursty workload's quiet phase only.
+    window may see a bursty workload's quiet phase only (`cap=False` for verdicts on cluster facts, such as an
+    owner that no longer exists, which a short window cannot mislead).
     """
     hours = sum((e.wasted_gpu_hours for e in episodes), Decimal(0))
     conf = finding.confidence
-    if observed_s < ctx.common.confident_observed_s:
+    short = cap and observed_s < ctx.common.confident_observed_s
+    if short:
         conf = Confidence.LOW
     details = dict(finding.details)
     if episodes:
         details["episodes"] = "; ".join(f"{e.start:%Y-%m-%d %H:%M}–{e.end:%H:%M}Z{' (ongoing)' if e.ongoing else ''}" for e in episodes)
         details["ongoing"] = episodes[-1].ongoing
-    if observed_s < ctx.common.confident_observed_s:
+    if short:
         details["short_observation"] = (f"only {observed_s / 60:.0f} min observed (< {ctx.common.confident_observed_s // 60} min): "
                                         "low confidence, never ticketed")
     return finding.model_copy(update={"episodes": episodes, "wasted_gpu_hours": hours, "observed_s": int(observed_s),
@@ -124,9 +139,13 @@ def complete(ctx: ScanContext, finding: Finding) -> Finding:
     if finding.observed_s or finding.episodes or not finding.kind.is_waste:
         return finding
     s = finding.subject
-    alloc = next((a for a in ctx.allocations if s.pod and a.pod.namespace == s.namespace and a.pod.name == s.pod), None)
+    alloc = ctx.allocation_of(s.namespace or "", s.pod) if s.pod else None
     span = ctx.held_span(alloc) if alloc is not None else (ctx.window_start, ctx.eval_time)
     coverage = min((e.coverage for e in finding.evidence if e.samples and e.coverage), default=1.0)
     share = finding.wasted_gpu_share
     episodes = (episode(ctx, span[0], span[1], share),) if share > 0 else ()
-    return finish(ctx, finding, episodes, span_seconds(span) * coverage)
+    return finish(ctx, finding, episodes, span_seconds(span) * coverage, cap=finding.kind not in CLUSTER_FACT_KINDS)
+
+
+#: Kinds judged from cluster facts (owner gone, Pending for long, a finished container): no bursty phase to mislead.
+CLUSTER_FACT_KINDS = frozenset({WasteKind.ORPHANED})

@@ -218,10 +218,7 @@ def rate_evidence(ctx: ScanContext, name: str, value: float, *, unit: str, sampl
 
 def pod_alloc(ctx: ScanContext, namespace: str, pod: str) -> Allocation | None:
     """The allocation of a pod, or None."""
-    for a in ctx.allocations:
-        if a.pod.namespace == namespace and a.pod.name == pod:
-            return a
-    return None
+    return ctx.allocation_of(namespace, pod)
 
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuwaste.detectors.episodes import episode, finish, from_runs, runs, span_seconds
+from gpuwaste.detectors.episodes import episode, finish, from_runs, qualifying, runs, span_seconds
 from gpuwaste.detectors.readings import physical_power, power_ratio_series, readable
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
 from gpuwaste.join import Allocation, ScanContext
@@ -117,7 +117,7 @@ def detect_stalled(ctx: ScanContext, settings: StalledSettings) -> DetectorOutpu
                 continue
             episodes: tuple[Episode, ...] = (episode(ctx, span[0], span[1], alloc.share),)
         elif ctx.slots and power is not None:
-            found = [r for r in runs(ctx, _stall_flags(ctx, alloc, settings, sig), span) if r.seconds >= settings.min_duration_s]
+            found = qualifying(ctx, runs(ctx, _stall_flags(ctx, alloc, settings, sig), span), span, settings.min_duration_s)
             if not found:
                 continue
             episodes = from_runs(ctx, found, alloc.share)

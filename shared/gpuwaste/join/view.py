@@ -7,6 +7,7 @@ the sample spacing, pod-scoped samples, data problems). Built by `gpuwaste.join.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -37,6 +38,8 @@ class CommonSettings(SettingsModel):
         node_grace_s: nodes younger than this (seconds) are not reported as unallocated capacity.
         min_episode_s: the shortest stretch of waste (seconds) reported as an episode inside a longer observed
             span; a stretch that covers everything observed of a subject is reported whatever its length.
+        min_episode_share: stretches of waste that ended before the evaluation time make a verdict only when
+            together they cover at least this share 0–1 of the observed span (a stretch still going on always does).
         confident_observed_s: findings resting on fewer observed seconds than this get LOW confidence (a short
             window sees a bursty workload's quiet phase, not its pattern).
     """
@@ -45,6 +48,7 @@ class CommonSettings(SettingsModel):
     pod_grace_s: int = Field(900, ge=0)
     node_grace_s: int = Field(900, ge=0)
     min_episode_s: int = Field(1800, ge=60)
+    min_episode_share: float = Field(0.25, ge=0, le=1)
     confident_observed_s: int = Field(1800, ge=0)
 
 
@@ -235,6 +239,14 @@ class ScanContext:
         waiting = self.unscheduled_gpu_requests()
         return bool(waiting) and free < waiting[0]
 
+    def allocation_of(self, namespace: str, pod: str) -> Allocation | None:
+        """The allocation of a pod (namespace, name), or None when it holds no GPU in the window."""
+        index = self.__dict__.get("_alloc_index")
+        if index is None:
+            index = {(a.pod.namespace, a.pod.name): a for a in self.allocations}
+            self.__dict__["_alloc_index"] = index
+        return index.get((namespace, pod))
+
     def holder_of(self, device: GpuTelemetry) -> Allocation | None:
         """The allocation that holds a device, or None."""
         index = self.__dict__.get("_holder_index")
@@ -290,15 +302,15 @@ class ScanContext:
         """
         if not self.resolved_time(stats):
             return stats.max_avg_10m
-        groups: dict[int, list[float]] = {}
+        totals: dict[int, list[float]] = {}
+        counts: dict[int, int] = {}
         for (_, end), b in zip(self.slots, self.buckets_of(stats), strict=True):
             if b is None:
                 continue
             k = int((self.eval_time - end).total_seconds() // 600)
-            acc = groups.setdefault(k, [0.0, 0.0])
-            acc[0] += b.total
-            acc[1] += b.count
-        avgs = [t / n for t, n in groups.values() if n]
+            totals.setdefault(k, []).append(b.total)
+            counts[k] = counts.get(k, 0) + b.count
+        avgs = [math.fsum(totals[k]) / n for k, n in counts.items() if n]
         return max(avgs) if avgs else stats.max_avg_10m
 
     def activity_series(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> list[float | None]:
