@@ -80,3 +80,22 @@ def test_the_highest_10_minute_average_never_reaches_outside_the_window() -> Non
     # THEN the 10-minute averages come from the buckets inside the window: idle for the whole hour
     (idle,) = found
     assert idle.evidence[0].max_avg_10m == 0.0 and idle.wasted_gpu_hours == Decimal(1)
+
+
+def test_an_idle_stretch_before_a_stall_that_started_later_stays_its_own_finding() -> None:
+    # GIVEN a pod idle for the first 2 hours of a 4-hour window, then hung (busy-looking, no work) for the last 2
+    def sig(idle: float, stall: float):  # type: ignore[no-untyped-def]
+        return lambda m: idle if m <= 120 else stall
+    gpus = [gpu(f"GPU-{i}", "n1", {UTIL: sig(0.0, 100.0), SM: sig(0.0, 0.97), TENSOR: const(0.0), DRAM: const(0.0),
+                                   POWER: sig(70.0, 115.0), LIMIT: const(700.0)}, pod="pretrain-0", namespace="ml",
+                window_s=4 * H, bucket_s=300) for i in range(2)]
+    cl = cluster(node(gpus=2), pod("pretrain-0", 2, kind="PyTorchJob"))
+    # WHEN scanned
+    found = [f for f in detect(cl, window(*gpus, window_s=4 * H, bucket_s=300)).findings if f.kind.is_waste]
+    # THEN idle for the first 2 h (over) and stalled for the last 2 h (going on): 4 + 4 GPU-hours, each priced once
+    by_kind = {f.kind: f for f in found}
+    idle, stall = by_kind[WasteKind.IDLE], by_kind[WasteKind.STALLED]
+    assert [(e.start, e.end, e.ongoing) for e in idle.episodes] == [(T - timedelta(hours=4), T - timedelta(hours=2), False)]
+    assert [(e.start, e.end, e.ongoing) for e in stall.episodes] == [(T - timedelta(hours=2), T, True)]
+    assert (idle.wasted_gpu_hours, stall.wasted_gpu_hours) == (Decimal(4), Decimal(4))
+    assert idle.money_owner is None and stall.money_owner is None

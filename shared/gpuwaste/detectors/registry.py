@@ -103,13 +103,22 @@ def _subject_key(f: Finding) -> tuple[str | None, str | None, str | None]:
 
 
 def _supersede(findings: list[Finding]) -> list[Finding]:
-    present: dict[tuple[str | None, str | None, str | None], set[str]] = {}
+    """Drop a finding when a finding of a detector that supersedes it covers the same subject at the same time
+    (an idle hour before a stall that started later stays its own finding)."""
+    present: dict[tuple[str | None, str | None, str | None], list[Finding]] = {}
     for f in findings:
-        present.setdefault(_subject_key(f), set()).add(f.detector)
+        present.setdefault(_subject_key(f), []).append(f)
     out = []
     for f in findings:
         spec = REGISTRY.get(f.detector)
-        if spec and set(spec.superseded_by) & present.get(_subject_key(f), set()):
+        if spec and any(o.detector in spec.superseded_by and _overlap(o, f) for o in present.get(_subject_key(f), [])):
             continue
         out.append(f)
     return out
+
+
+def _overlap(a: Finding, b: Finding) -> bool:
+    """True when two findings' episodes share time (a finding without episodes covers the whole window)."""
+    if not a.episodes or not b.episodes:
+        return True
+    return any(x.start < y.end and y.start < x.end for x in a.episodes for y in b.episodes)
