@@ -1,8 +1,8 @@
 """Join: GPU ↔ node ↔ pod over the window — cluster state + telemetry + allocation holdings in, `ScanContext` out.
 
 Pure. Implements the attribution rules of the field guide: exported_* labels (B02), node resolution from
-Hostname / exporter pod / IP / EC2 instance id (B03, `allocation.nodes`), attribution by elimination
-(B01, B23), MIG devices keyed by UUID + GPU_I_ID (B05–B08), cluster lifecycle over stale DCGM pod labels
+Hostname / exporter pod / IP / EC2 instance id (B03, `allocation.nodes`), GPU ↔ pod by the exporter's pod
+labels, else by the devices the allocation names (node + device), else by elimination (B01, B23), MIG devices keyed by UUID + GPU_I_ID (B05–B08), cluster lifecycle over stale DCGM pod labels
 (B10, B11), physical GPUs counted by UUID (B17). Who holds which share from when to when comes from the
 allocation resolvers (`gpuwaste.allocation.resolve`); a pod holds GPUs only over its holding span, so a
 Job that finished mid-window held its GPU until it ended and the GPU is free afterwards.
@@ -123,14 +123,25 @@ def _stray_reason(pod: Pod | None, holding: Holding | None, node_name: str) -> s
 
 
 def _attribute_node(inv: NodeInventory, holdings: list[Holding], labelled: _Labelled, eval_time: datetime) -> list[Allocation]:
-    """The allocations of one node: labelled devices first, else elimination (B01), else unknown devices."""
+    """The allocations of one node: devices labelled with the pod first, else the devices its allocation names (node +
+    device), else elimination (B01), else unknown devices."""
     node = inv.node
     allocations = [
         _allocation(h, node, tuple(labelled.devices[h.pod.key]), Attribution.LABELS, True)
         for h in holdings if labelled.devices.get(h.pod.key)
     ]
-    unlabelled = [d for d in inv.devices if id(d) not in labelled.owner]
-    uncovered = [h for h in holdings if not labelled.devices.get(h.pod.key)]
+    # node + device: the resolver knows which devices the pod holds (DRA claim results, a device annotation)
+    named: set[int] = set()
+    for h in holdings:
+        if labelled.devices.get(h.pod.key) or not h.devices:
+            continue
+        devs = _named_devices(inv.devices, h)
+        if devs:
+            allocations.append(_allocation(h, node, devs, Attribution.DEVICE, False))
+            named |= {id(d) for d in devs}
+    unlabelled = [d for d in inv.devices if id(d) not in labelled.owner and id(d) not in named]
+    covered = {a.pod.key for a in allocations}
+    uncovered = [h for h in holdings if h.pod.key not in covered]
     expected = inv.expected_gpus()
     # B01 + B23: elimination is safe only when every GPU the node should have is seen in DCGM;
     # otherwise the pod may hold the unmonitored GPU and the seen one be free.
@@ -145,6 +156,13 @@ def _attribute_node(inv: NodeInventory, holdings: list[Holding], labelled: _Labe
             inv.unattributed_devices.extend(unlabelled)
     inv.unheld_devices = [] if inv.ambiguous_pods else list(unlabelled)
     return allocations
+
+
+def _named_devices(devices: list[GpuTelemetry], h: Holding) -> tuple[GpuTelemetry, ...]:
+    """The node's devices a holding names: a MIG instance by UUID + GPU_I_ID, a whole GPU by UUID (all its devices)."""
+    wanted = {(d.uuid, d.gpu_i_id) for d in h.devices}
+    whole = {d.uuid for d in h.devices if d.gpu_i_id is None}
+    return tuple(d for d in devices if (d.device.uuid, d.device.gpu_i_id) in wanted or d.device.uuid in whole)
 
 
 def _allocation(h: Holding, node: Node | None, devices: tuple[GpuTelemetry, ...], attribution: Attribution, labelled: bool) -> Allocation:

@@ -35,6 +35,8 @@ class Inventory:
 
     Attributes:
         physical_gpus: distinct DCGM UUIDs. mig_instances: devices with a GPU_I_ID.
+        pods_holding_gpus: pods holding GPUs at the evaluation time (a Job that finished inside the window held its
+            GPUs until it ended and is not counted).
         models: GPU model → physical GPUs. activity_signals: signal → devices using it.
         attribution: how allocations were tied to devices (labels / elimination / unknown).
         allocation: the allocation mix in words ("device plugin 212 GPUs (90 pods), MIG 2 GPUs (14 pods)").
@@ -90,7 +92,7 @@ def inventory_of(ctx: ScanContext) -> Inventory:
         nodes=len(ctx.nodes),
         physical_gpus=len(uuids),
         mig_instances=sum(1 for g in gpus if g.device.gpu_i_id),
-        pods_holding_gpus=len(ctx.allocations),
+        pods_holding_gpus=sum(1 for a in ctx.allocations if a.holds_now),
         models=dict(models),
         activity_signals=dict(signals),
         attribution=dict(attribution),
