@@ -99,3 +99,16 @@ def test_an_idle_stretch_before_a_stall_that_started_later_stays_its_own_finding
     assert [(e.start, e.end, e.ongoing) for e in stall.episodes] == [(T - timedelta(hours=2), T, True)]
     assert (idle.wasted_gpu_hours, stall.wasted_gpu_hours) == (Decimal(4), Decimal(4))
     assert idle.money_owner is None and stall.money_owner is None
+
+
+def test_a_gpu_that_starts_spinning_at_high_power_is_a_power_anomaly_for_that_stretch() -> None:
+    # GIVEN a pod computing for the first 20 minutes, then at 5 % SM activity while drawing 90 % of its 700 W limit
+    g = gpu("GPU-p", "n1", {SM: until(20, 0.8, 0.05), POWER: until(20, 600.0, 630.0), LIMIT: const(700.0), DRAM: until(20, 0.5, 0.8)},
+            pod="spin-0", namespace="ml")
+    # WHEN scanned
+    found = [f for f in detect(cluster(node(gpus=1), pod("spin-0")), window(g)).findings if f.kind.is_waste]
+    # THEN a power anomaly for the last 40 minutes, going on: 1 × (1 − 0.05) × 40/60 GPU-h
+    (pa,) = found
+    assert pa.kind is WasteKind.POWER_ANOMALY
+    (ep,) = pa.episodes
+    assert (ep.start, ep.ongoing, ep.wasted_gpu_hours) == (T - timedelta(minutes=40), True, Decimal("0.6333"))
