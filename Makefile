@@ -27,12 +27,12 @@ $(STAMP): shared/requirements.txt requirements-dev.txt pyproject.toml
 
 install: $(STAMP) ## create .venv and install runtime + dev dependencies (and the gpuwaste command)
 
-prometheus: ## install Debian's prometheus/promtool when missing (tests need a real Prometheus)
-	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
-	  echo "installing prometheus (Debian package)"; \
+prometheus: ## install Debian's prometheus/promtool (+ node-exporter, for the textfile test) when missing (tests need a real Prometheus)
+	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null || ! command -v prometheus-node-exporter >/dev/null; then \
+	  echo "installing prometheus, prometheus-node-exporter (Debian packages)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -q >/dev/null && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus >/dev/null; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus prometheus-node-exporter >/dev/null; \
 	fi
 	@prometheus --version 2>&1 | head -1
 

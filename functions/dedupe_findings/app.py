@@ -1,6 +1,6 @@
 """dedupe_findings: priced queue → finding lifecycle (DynamoDB, conditional writes) → alerts / tickets queues."""
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
@@ -11,6 +11,7 @@ from gpuwaste.bootstrap import dedupe as bootstrap
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 
 logger = Logger()
+metrics = Metrics(namespace=bootstrap.METRICS_NAMESPACE)  # EMF: docs/metrics.md (CloudWatch)
 copy_config_to_registered_loggers(source_logger=logger, include={"gpuwaste"})  # shared/ logs as JSON too
 
 
@@ -23,11 +24,14 @@ processor = bootstrap.DeadLetterBatchProcessor(model=PricedRecord)  # poison mes
 
 def record_handler(record: PricedRecord) -> None:
     if isinstance(record.body, ScanCompleted):
-        bootstrap.lifecycle_service().handle_scan_completed(record.body)
+        outcome = bootstrap.lifecycle_service().handle_scan_completed(record.body)
+        bootstrap.record_open_waste(record.body.cluster)
     else:
-        bootstrap.lifecycle_service().handle_finding(record.body)
+        outcome = bootstrap.lifecycle_service().handle_finding(record.body)
+    bootstrap.record_lifecycle(metrics, [outcome])
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.parser import BaseModel, parse
@@ -14,6 +14,7 @@ from gpuwaste.bootstrap import scan as bootstrap
 from gpuwaste.models.messages import ScanRequest
 
 logger = Logger()
+metrics = Metrics(namespace=bootstrap.METRICS_NAMESPACE)  # EMF: docs/metrics.md (CloudWatch)
 copy_config_to_registered_loggers(source_logger=logger, include={"gpuwaste"})  # shared/ logs as JSON too
 
 
@@ -29,12 +30,15 @@ processor = bootstrap.DeadLetterBatchProcessor(model=ScanRequestRecord)  # poiso
 
 
 def record_handler(record: ScanRequestRecord) -> None:
-    bootstrap.scan(record.body)
+    bootstrap.record_scan(metrics, bootstrap.scan(record.body))
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     if "Records" in event:
         return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
     reports = bootstrap.scan_all(parse(event=event, model=ScheduledEvent).time)  # the schedule's time, not the clock
+    for report in reports:
+        bootstrap.record_scan(metrics, report)
     return {"scans": [{"cluster": r.cluster, "scan_id": r.scan_id, "findings": len(r.findings)} for r in reports]}

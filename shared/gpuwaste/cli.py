@@ -20,6 +20,7 @@ from typer.core import TyperGroup, TyperOption
 from gpuwaste import __version__
 from gpuwaste.bootstrap import local
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
+from gpuwaste.models.findings import Finding
 from gpuwaste.services.scan import ScanReport
 from gpuwaste.settings import (
     ClusterConfig,
@@ -112,6 +113,8 @@ class Output(StrEnum):
     table = "table"
     json = "json"
     csv = "csv"
+    openmetrics = "openmetrics"
+    prometheus = "prometheus"
 
 
 class Fmt(StrEnum):
@@ -122,8 +125,9 @@ class Fmt(StrEnum):
     openmetrics = "openmetrics"
 
 
-OUTPUT_HELP = ("table for people; json or csv for machines. JSON keeps exact decimal strings (USD, GPU shares); "
-               "CSV rounds decimals to at most 6 places and has gpus_held (GPUs the workload holds) and wasted_gpus.")
+OUTPUT_HELP = ("table for people; JSON keeps exact decimal strings (USD, GPU shares); CSV rounds decimals to at most "
+               "6 places and has gpus_held (GPUs the workload holds) and wasted_gpus; openmetrics / prometheus print "
+               "gpuwaste's metric families (prometheus: the format of node-exporter's textfile collector).")
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -248,7 +252,7 @@ def _progress(quiet: bool):  # type: ignore[no-untyped-def]
 
 
 def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: bool = False, wide: bool = False,
-           dated: str | None = None) -> None:
+           dated: str | None = None, config: GpuWasteConfig | None = None) -> None:
     """Print a scan report in the chosen format.
 
     Args:
@@ -256,6 +260,11 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         dated: replaces "one scrape dated …" in the header (an undated scrape says where its time came from).
     """
     findings = [f for f in report.findings if (f.usd_per_day or 0) >= min_usd or f.usd_per_day is None]
+    if output in (Output.openmetrics, Output.prometheus):
+        sys.stdout.buffer.write(_exposition(report, findings, config or GpuWasteConfig(),
+                                            openmetrics=output is Output.openmetrics))
+        sys.stdout.flush()
+        return
     if output is Output.json:
         inv = report.inventory
         sys.stdout.write(terminal.to_json(
@@ -339,8 +348,24 @@ def live_cluster(cfg: GpuWasteConfig, cluster: str | None, prometheus: str | Non
     return cc
 
 
+def _exposition(report: ScanReport, findings: list[Finding], config: GpuWasteConfig, *, openmetrics: bool) -> bytes:
+    """The scan as gpuwaste's metric families (the builder `gpuwaste serve` uses): OpenMetrics, or the Prometheus
+    text format that node-exporter's textfile collector reads (docs/metrics.md)."""
+    from gpuwaste.services.metrics import health_of_scan, snapshot_of_scan
+    from gpuwaste.sinks.prometheus_metrics import render_openmetrics, render_text
+
+    health = health_of_scan(report.cluster, at=datetime.now(tz=UTC).replace(microsecond=0),
+                            duration_s=sum(report.timings_s.values()), window_s=report.window_s,
+                            gpus=report.inventory.physical_gpus, findings=findings,
+                            no_verdict_detectors=[nv.detector for nv in report.no_verdict])
+    snapshot = snapshot_of_scan(findings, health, config.delivery, top=config.serve.top_workloads,
+                                team_budgets=dict(config.serve.team_budgets_usd_per_day),
+                                default_budget=config.serve.default_team_budget_usd_per_day, version=__version__)
+    return render_openmetrics(snapshot) if openmetrics else render_text(snapshot)
+
+
 def _run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool, *, wide: bool = False,  # type: ignore[no-untyped-def]
-              dated: str | None = None) -> ScanReport:
+              dated: str | None = None, config: GpuWasteConfig | None = None) -> ScanReport:
     try:
         report: ScanReport = service.scan(at=at)
     except InputFormatError as exc:
@@ -349,7 +374,7 @@ def _run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool
         fail(f"{_plain(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
         fail(_plain(str(exc)))
-    render(report, output, min_usd=min_usd, quiet=quiet, wide=wide, dated=dated)
+    render(report, output, min_usd=min_usd, quiet=quiet, wide=wide, dated=dated, config=config)
     return report
 
 
@@ -487,7 +512,7 @@ def scan(
             fail(_plain(str(exc)) + hint)
         when = when or datetime.now(tz=UTC).replace(microsecond=0)
     service = local.scan_service(sources, cfg, window_s=window_s, progress=progress)
-    report = _run_scan(service, when, output, min_usd, quiet, wide=wide, dated=dated)
+    report = _run_scan(service, when, output, min_usd, quiet, wide=wide, dated=dated, config=cfg)
     if truth_doc is not None:
         _print_truth(report, truth_doc, to=out if output is Output.table else err)
 
@@ -607,7 +632,7 @@ def main(
     out.width = _stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 
 
-COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay")
+COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve")
 
 
 def _load_commands() -> None:

@@ -331,6 +331,34 @@ class DeliverySettings(BaseModel):
     summary_top: int = Field(10, ge=1, le=50)
 
 
+class ServeSettings(BaseModel):
+    """`gpuwaste serve`: the scan schedule and the metrics endpoint (docs/metrics.md).
+
+    Attributes:
+        interval_s: seconds between scans (each scan runs the whole local chain, as `gpuwaste run`).
+        window_s: look-back of each scan (seconds); None: `scan.window_s`.
+        host, port: where `/metrics` and `/healthz` listen (0.0.0.0 inside a cluster).
+        state: the SQLite lifecycle store kept between scans (and restarts, on a persistent volume).
+        top_workloads: workloads per namespace with their own series; the rest are summed into workload "other".
+        savings_credit_days: days a resolved finding's saved USD/day counts towards realised savings.
+        team_budgets_usd_per_day: waste budget per team (USD/day), exposed as gpuwaste_team_budget_usd_per_day for
+            the GpuWasteTeamOverBudget alert; default_team_budget_usd_per_day applies to every other team with waste
+            (None: no budget for them).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    interval_s: int = Field(600, ge=1, le=86400)
+    window_s: int | None = Field(None, ge=600, le=7 * 86400)
+    host: str = "127.0.0.1"
+    port: int = Field(9402, ge=1, le=65535)
+    state: str = ".gpuwaste/state.db"
+    top_workloads: int = Field(10, ge=1, le=1000)
+    savings_credit_days: int = Field(30, ge=1, le=365)
+    team_budgets_usd_per_day: dict[str, Decimal] = Field(default_factory=dict)
+    default_team_budget_usd_per_day: Decimal | None = Field(None, ge=0)
+
+
 class GpuWasteConfig(BaseModel):
     """The whole configuration document."""
 
@@ -342,6 +370,7 @@ class GpuWasteConfig(BaseModel):
     pricing: PriceOverrides = Field(default_factory=PriceOverrides)
     lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
+    serve: ServeSettings = Field(default_factory=ServeSettings)
     extra: dict[str, Any] = Field(default_factory=dict, description="free-form settings of later stages")
 
     def cluster(self, name: str) -> ClusterConfig:

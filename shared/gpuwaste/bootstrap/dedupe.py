@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from functools import cache
 
-from gpuwaste.bootstrap import pipeline
+from gpuwaste.bootstrap import cloudwatch, pipeline
 from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor, deferred_queue
+from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
+from gpuwaste.bootstrap.cloudwatch import record_lifecycle
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 
@@ -29,4 +31,10 @@ def lifecycle_service() -> LifecycleService:
     )
 
 
-__all__ = ["DeadLetterBatchProcessor", "lifecycle_service"]
+def record_open_waste(cluster: str) -> None:
+    """Emit the cluster's open waste (CloudWatch EMF) after its scan completion was applied."""
+    service = lifecycle_service()
+    cloudwatch.record_open_waste(cluster, service.store, service.delivery)
+
+
+__all__ = ["METRICS_NAMESPACE", "DeadLetterBatchProcessor", "lifecycle_service", "record_lifecycle", "record_open_waste"]

@@ -10,6 +10,8 @@ from rich.console import Console
 
 from gpuwaste.bootstrap import delivery, pipeline
 from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor
+from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
+from gpuwaste.bootstrap.cloudwatch import record_delivery
 from gpuwaste.ports import FindingStore, Notifier
 from gpuwaste.services.notify import NotifyService
 from gpuwaste.settings import GpuWasteConfig
@@ -45,4 +47,5 @@ def local_notify_service(config: GpuWasteConfig, store: FindingStore | None, not
                          settings=config.delivery, now=now or pipeline.SystemClock().now)
 
 
-__all__ = ["DeadLetterBatchProcessor", "local_notifier", "local_notify_service", "notify_service"]
+__all__ = ["METRICS_NAMESPACE", "DeadLetterBatchProcessor", "local_notifier", "local_notify_service", "notify_service",
+           "record_delivery"]

@@ -15,6 +15,8 @@ from pydantic import SecretStr
 
 from gpuwaste.bootstrap import local, pipeline
 from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor
+from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
+from gpuwaste.bootstrap.cloudwatch import record_scan
 from gpuwaste.models.messages import ScanRequest
 from gpuwaste.services.dispatch import scan_id_for
 from gpuwaste.services.scan import ScanReport, ScanService
@@ -87,4 +89,4 @@ def scan_all(scheduled_time: datetime) -> list[ScanReport]:
     ]
 
 
-__all__ = ["DeadLetterBatchProcessor", "scan", "scan_all", "scan_service"]
+__all__ = ["METRICS_NAMESPACE", "DeadLetterBatchProcessor", "record_scan", "scan", "scan_all", "scan_service"]

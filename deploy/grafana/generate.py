@@ -1,0 +1,147 @@
+"""Build the gpuwaste Grafana dashboard (deploy/grafana/gpuwaste.json) in code with grafana-foundation-sdk.
+
+Regenerate after a change:   python deploy/grafana/generate.py > deploy/grafana/gpuwaste.json
+A test (tests/unit/test_grafana_dashboard.py) fails when the committed JSON differs from this script's output, and
+tests/integration/test_metrics_stack.py runs every panel's PromQL against a real Prometheus (demo fleet + scraped
+`gpuwaste serve`) and fails when one returns nothing. Dev tooling: not part of the Lambda layer or the package.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from grafana_foundation_sdk.builders import common, stat, table, timeseries
+from grafana_foundation_sdk.builders.dashboard import Dashboard, DatasourceVariable, QueryVariable, Row
+from grafana_foundation_sdk.builders.prometheus import Dataquery
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import BigValueGraphMode, StackingMode
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh, VariableSort
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+UID = "gpuwaste"
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
+#: the waste kinds in which GPUs are held and not used at all (idle GPU-hours)
+IDLE_KINDS = "idle_allocation|inference_idle|orphaned|unallocated_capacity"
+SEL = 'cluster=~"$cluster", team=~"$team"'
+WORKLOAD_SEL = 'cluster=~"$cluster", namespace=~"$namespace", workload=~"$workload"'
+
+
+def _query(expr: str, legend: str = "", *, ref: str = "A", instant: bool = False) -> Dataquery:
+    q = Dataquery().expr(expr).ref_id(ref)
+    if legend:
+        q = q.legend_format(legend)
+    return q.instant().format(PromQueryFormat.TABLE) if instant else q.range()
+
+
+def _stat(title: str, expr: str, unit: str, description: str) -> stat.Panel:
+    return (stat.Panel().title(title).description(description).datasource(DS).unit(unit).height(5).span(6)
+            .graph_mode(BigValueGraphMode.AREA).with_target(_query(expr, ref="A")))
+
+
+def _series(title: str, description: str, unit: str, *targets: Dataquery, stacked: bool = False, span: int = 12) -> timeseries.Panel:
+    panel = timeseries.Panel().title(title).description(description).datasource(DS).unit(unit).height(8).span(span)
+    if stacked:
+        panel = panel.stacking(common.StackingConfig().mode(StackingMode.NORMAL)).fill_opacity(30)
+    for t in targets:
+        panel = panel.with_target(t)
+    return panel
+
+
+def _variable(name: str, label: str, query: str) -> QueryVariable:
+    return (QueryVariable(name).label(label).datasource(DS).query(query).refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC).multi(True).include_all(True).all_value(".*"))
+
+
+def dcgm_activity(namespace: str = "$namespace", workload: str = "$workload") -> str:
+    """DCGM graphics-engine activity (ratio 0–1) of the workload's pods, whichever label style dcgm-exporter uses
+    (pod/namespace with honorLabels, exported_pod/exported_namespace otherwise); GPU_UTIL (percent) ÷ 100 where the
+    profiling field is not collected. Pods are matched by name: `<workload>` or `<workload>-…`."""
+    pods = f'"{workload}(-.+)?"'
+
+    def by(metric: str, scale: str = "") -> str:
+        exported = (f'label_replace({metric}{{exported_namespace=~"{namespace}", exported_pod=~{pods}}}{scale}, '
+                    f'"workload_pod", "$1", "exported_pod", "(.+)")')
+        plain = (f'label_replace({metric}{{namespace=~"{namespace}", pod=~{pods}}}{scale}, '
+                 f'"workload_pod", "$1", "pod", "(.+)")')
+        return f"max by (workload_pod, gpu, Hostname) ({exported} or {plain})"
+
+    return f'{by("DCGM_FI_PROF_GR_ENGINE_ACTIVE")}\nor\n{by("DCGM_FI_DEV_GPU_UTIL", " / 100")}'
+
+
+def build() -> Dashboard:
+    """The dashboard."""
+    return (
+        Dashboard("GPU waste (gpuwaste)").uid(UID).tags(["gpuwaste", "gpu", "cost"]).refresh("1m").time("now-24h", "now")
+        .description("Open GPU waste found by gpuwaste (USD/day, wasted GPUs), its trend by team and kind, idle "
+                     "GPU-hours, realised savings, scan health, and a workload's raw DCGM activity next to its waste.")
+        .with_variable(DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+        .with_variable(_variable("cluster", "Cluster", "label_values(gpuwaste_last_success_timestamp_seconds, cluster)"))
+        .with_variable(_variable("team", "Team", 'label_values(gpuwaste_waste_usd_per_day{cluster=~"$cluster"}, team)'))
+        .with_variable(_variable("namespace", "Namespace",
+                                 'label_values(gpuwaste_waste_usd_per_day{cluster=~"$cluster", team=~"$team"}, namespace)'))
+        .with_variable(_variable("workload", "Workload",
+                                 'label_values(gpuwaste_waste_usd_per_day{cluster=~"$cluster", namespace=~"$namespace"}, workload)'))
+        .with_row(Row("Now"))
+        .with_panel(_stat("Open waste", f"sum(gpuwaste_waste_usd_per_day{{{SEL}}})", "currencyUSD",
+                          "USD/day of the open waste findings (priced ones; unpriced ones add 0)."))
+        .with_panel(_stat("Wasted GPUs", f"sum(gpuwaste_wasted_gpus{{{SEL}}})", "none",
+                          "Physical-GPU equivalents wasted by open findings (MIG slice = N/7)."))
+        .with_panel(_stat("Idle GPU-hours in range", f'sum(increase(gpuwaste_wasted_gpu_hours_total{{{SEL}, kind=~"{IDLE_KINDS}"}}[$__range]))',
+                          "none", "GPU-hours held and not used at all (idle, idle inference, orphaned, unallocated) "
+                                  "over the dashboard's time range."))
+        .with_panel(_stat("Realised savings in range", f"sum(increase(gpuwaste_realised_savings_usd_total{{{SEL}}}[$__range]))",
+                          "currencyUSD", "USD no longer wasted after findings were resolved, over the time range."))
+        .with_row(Row("Waste over time"))
+        .with_panel(_series("Waste by team", "Open waste in USD/day per team.", "currencyUSD",
+                            _query(f"sum by (team) (gpuwaste_waste_usd_per_day{{{SEL}}})", "{{team}}"), stacked=True))
+        .with_panel(_series("Waste by kind", "Open waste in USD/day per waste kind.", "currencyUSD",
+                            _query(f"sum by (kind) (gpuwaste_waste_usd_per_day{{{SEL}}})", "{{kind}}"), stacked=True))
+        .with_panel(_series("Idle GPU-hours per hour, by team", "GPU-hours held and unused, accumulated per hour "
+                            "(= GPUs idle on average).", "none",
+                            _query(f'sum by (team) (rate(gpuwaste_wasted_gpu_hours_total{{{SEL}, kind=~"{IDLE_KINDS}"}}[$__rate_interval])) * 3600',
+                                   "{{team}}"), stacked=True))
+        .with_panel(_series("Realised savings", "USD/day saved by resolved findings, per team.", "currencyUSD",
+                            _query(f"sum by (team) (rate(gpuwaste_realised_savings_usd_total{{{SEL}}}[$__rate_interval])) * 86400",
+                                   "{{team}}"), stacked=True))
+        .with_row(Row("Top workloads"))
+        .with_panel(table.Panel().title("Top workloads by waste").datasource(DS).unit("currencyUSD").height(10).span(24)
+                    .description("The 20 biggest open wastes (USD/day). Per namespace only the top-N workloads have "
+                                 "their own series; the rest are summed as workload \"other\" (docs/metrics.md).")
+                    .with_target(_query(f"topk(20, sum by (cluster, namespace, workload, kind, team) "
+                                        f"(gpuwaste_waste_usd_per_day{{{SEL}}}))", instant=True)))
+        .with_row(Row("Workload: $namespace / $workload"))
+        .with_panel(_series("DCGM activity of the workload", "Raw dcgm-exporter activity of the workload's pods "
+                            "(graphics engine active, ratio 0–1; GPU_UTIL ÷ 100 where profiling fields are off).",
+                            "percentunit", _query(dcgm_activity(), "{{workload_pod}} GPU {{gpu}}")))
+        .with_panel(_series("Waste of the workload", "The workload's open waste (USD/day) by kind, as gpuwaste "
+                            "judged the activity on the left.", "currencyUSD",
+                            _query(f"sum by (kind) (gpuwaste_waste_usd_per_day{{{WORKLOAD_SEL}}})", "{{kind}}")))
+        .with_row(Row("Scan health"))
+        .with_panel(_series("Time since the last successful scan", "Seconds since each cluster's last successful "
+                            "scan (alert: GpuWasteScanStale).", "s",
+                            _query('time() - max by (cluster) (gpuwaste_last_success_timestamp_seconds{cluster=~"$cluster"})',
+                                   "{{cluster}}"), span=8))
+        .with_panel(_series("Scan duration", "Seconds the last scan took (scan, price, dedupe, deliver).", "s",
+                            _query('max by (cluster) (gpuwaste_scan_duration_seconds{cluster=~"$cluster"})', "{{cluster}}"),
+                            span=8))
+        .with_panel(_series("Scan errors by source", "Failed scans per hour by the source that failed.", "none",
+                            _query('sum by (cluster, source) (increase(gpuwaste_scan_errors_total{cluster=~"$cluster"}[1h]))',
+                                   "{{cluster}} {{source}}"), span=8))
+        .with_panel(_series("Findings by kind (last scan)", "Findings of each cluster's last scan by kind.", "none",
+                            _query('sum by (kind) (gpuwaste_scan_findings{cluster=~"$cluster"})', "{{kind}}"), span=8))
+        .with_panel(_series("Data-quality problems", "GPUs gpuwaste could not judge, by problem (missing, stale or "
+                            "frozen telemetry is never idle).", "none",
+                            _query('sum by (problem) (gpuwaste_data_quality_problems{cluster=~"$cluster"})', "{{problem}}"),
+                            span=8))
+        .with_panel(_series("GPUs seen", "Physical GPUs (DCGM UUIDs) the last scan saw.", "none",
+                            _query('sum by (cluster) (gpuwaste_gpus{cluster=~"$cluster"})', "{{cluster}}"), span=8))
+    )
+
+
+def render() -> str:
+    """The dashboard JSON as committed (sorted keys, 2-space indent, trailing newline)."""
+    return JSONEncoder(sort_keys=True, indent=2).encode(build().build()) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

@@ -1,0 +1,346 @@
+"""`gpuwaste serve`: the local chain on a schedule, with the findings as Prometheus metrics.
+
+Every `serve.interval_s` it runs exactly what `gpuwaste run` runs once (scan → price → dedupe → alerts →
+Slack/Jira, the SQLite lifecycle store kept between scans), then exposes the store's open waste, running totals
+and scan health on `/metrics` (prometheus-client); `/healthz` answers 200 while the schedule is alive.
+Tokens come from the environment (a Kubernetes Secret), never from the configuration file: see `SECRET_ENV`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import typer
+from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+from pydantic import SecretStr
+from rich.markup import escape
+
+from gpuwaste import __version__
+from gpuwaste.bootstrap import local
+from gpuwaste.cli import KUBE_HINT, Output, _config, app, check_recording, err, fail, live_cluster, parse_window
+from gpuwaste.errors import (
+    ConfigError,
+    DeliveryError,
+    GpuWasteError,
+    InputFormatError,
+    PermanentDeliveryError,
+    SourceAuthError,
+    SourceUnavailableError,
+    StoreError,
+)
+from gpuwaste.models.lifecycle import FindingState
+from gpuwaste.models.metrics import MetricsSnapshot
+from gpuwaste.services.metrics import MetricsState
+from gpuwaste.settings import GpuWasteConfig
+from gpuwaste.sinks.prometheus_metrics import registry_for
+
+logger = logging.getLogger(__name__)
+
+#: Environment variables (set from a Kubernetes Secret) that fill the configuration's secret fields.
+SECRET_ENV: dict[str, tuple[str, ...]] = {
+    "GPUWASTE_SLACK_BOT_TOKEN": ("delivery", "slack", "bot_token"),
+    "GPUWASTE_SLACK_SIGNING_SECRET": ("delivery", "slack", "signing_secret"),
+    "GPUWASTE_JIRA_API_TOKEN": ("delivery", "jira", "api_token"),
+    "GPUWASTE_PROMETHEUS_BEARER_TOKEN": ("prometheus", "auth", "bearer_token"),
+    "GPUWASTE_PROMETHEUS_PASSWORD": ("prometheus", "auth", "password"),
+}
+
+
+def with_env_secrets(cfg: GpuWasteConfig, environ: Mapping[str, str]) -> GpuWasteConfig:
+    """The configuration with the secrets of `SECRET_ENV` taken from `environ` (empty values ignored).
+
+    Prometheus secrets apply to every configured cluster that has a Prometheus; a bearer token also sets
+    `auth.kind: bearer` (and a password `basic`) when the kind is still "none".
+    """
+    cfg = cfg.model_copy(deep=True)
+    for name, path in SECRET_ENV.items():
+        value = environ.get(name, "")
+        if not value:
+            continue
+        if path[0] == "delivery":
+            section = getattr(cfg.delivery, path[1])
+            setattr(section, path[2], SecretStr(value))
+            continue
+        for cluster in cfg.clusters:
+            if cluster.prometheus is None:
+                continue
+            auth = cluster.prometheus.auth
+            kind = auth.kind if auth.kind != "none" else ("bearer" if path[2] == "bearer_token" else "basic")
+            cluster.prometheus.auth = auth.model_copy(update={path[2]: SecretStr(value), "kind": kind})
+    return cfg
+
+
+class _Blame:
+    """Which source failed during a scan (set by the tracking wrappers, read after the chain)."""
+
+    def __init__(self) -> None:
+        self.source: str | None = None
+
+
+class _TrackedCluster:
+    """The cluster-state port, noting a failure as the "kubernetes" source's."""
+
+    def __init__(self, inner: Any, blame: _Blame) -> None:
+        self.inner, self.blame = inner, blame
+
+    def cluster_state(self, *, at: datetime) -> Any:
+        try:
+            return self.inner.cluster_state(at=at)
+        except Exception:
+            self.blame.source = self.blame.source or "kubernetes"
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _TrackedTelemetry:
+    """The telemetry port, noting a failure as the "prometheus" source's."""
+
+    def __init__(self, inner: Any, blame: _Blame) -> None:
+        self.inner, self.blame = inner, blame
+
+    def telemetry(self, *, at: datetime, window: timedelta) -> Any:
+        try:
+            return self.inner.telemetry(at=at, window=window)
+        except Exception:
+            self.blame.source = self.blame.source or "prometheus"
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def error_source(exc: BaseException, blame: _Blame) -> str:
+    """The `source` label of a failed scan: the port that raised, else by the error's type."""
+    if blame.source:
+        return blame.source
+    if isinstance(exc, StoreError):
+        return "store"
+    if isinstance(exc, DeliveryError | PermanentDeliveryError):
+        return "delivery"
+    if isinstance(exc, ConfigError):
+        return "config"
+    if isinstance(exc, SourceUnavailableError | SourceAuthError | InputFormatError):
+        return "prometheus"
+    return "other"
+
+
+def chain_once(sources: local.Sources, cfg: GpuWasteConfig, *, cluster: str, at: datetime, window_s: int | None,
+               state: Path) -> local.ChainResult:
+    """One scheduled pass of exactly what `gpuwaste run` does (the one call into the run command's chain)."""
+    from gpuwaste.commands.run import run_local_chain
+
+    return run_local_chain(sources, cfg, cluster=cluster, times=[at], window_s=window_s, state=state,
+                           output=Output.table, quiet=False, slack=True, tickets=True, summary=False, state_given=True)
+
+
+class Server:
+    """The schedule, the metrics state and the HTTP endpoints of one `serve` process."""
+
+    def __init__(self, sources: local.Sources, cfg: GpuWasteConfig, *, cluster: str, window_s: int | None,
+                 state: Path, interval_s: int, clock: Callable[[], datetime] | None = None,
+                 fixed_time: datetime | None = None) -> None:
+        self.sources, self.cfg, self.cluster, self.window_s, self.state = sources, cfg, cluster, window_s, state
+        self.interval_s = interval_s
+        self.clock = clock or (lambda: datetime.now(tz=UTC).replace(microsecond=0))
+        self.fixed_time = fixed_time  # a recording: every scan evaluates at its end
+        self.metrics = MetricsState(settings=cfg.delivery, top=cfg.serve.top_workloads,
+                                    first_span=timedelta(seconds=interval_s),
+                                    savings_credit=timedelta(days=cfg.serve.savings_credit_days),
+                                    team_budgets=dict(cfg.serve.team_budgets_usd_per_day),
+                                    default_budget=cfg.serve.default_team_budget_usd_per_day, version=__version__)
+        self._lock = threading.Lock()
+        self._snapshot = self.metrics.snapshot()
+        self._tick = time.monotonic()
+        self.stopped = threading.Event()
+
+    def snapshot(self) -> MetricsSnapshot:
+        with self._lock:
+            return self._snapshot
+
+    def scan_once(self) -> bool:
+        """Run the chain once and update the metrics; True on success (failures are counted, never raised)."""
+        blame = _Blame()
+        tracked = local.Sources(cluster=_TrackedCluster(self.sources.cluster, blame),  # type: ignore[arg-type]
+                                telemetry=_TrackedTelemetry(self.sources.telemetry, blame),  # type: ignore[arg-type]
+                                recording=self.sources.recording)
+        wall = self.clock()
+        at = self.fixed_time or wall
+        self._tick = t0 = time.monotonic()
+        ok = False
+        try:
+            result = chain_once(tracked, self.cfg, cluster=self.cluster, at=at, window_s=self.window_s, state=self.state)
+            report = result.reports[-1]
+            open_records, resolved = self._store_state(wall)
+            self.metrics.observe_success(self.cluster, at=wall, duration_s=time.monotonic() - t0,
+                                         window_s=report.window_s, gpus=report.inventory.physical_gpus,
+                                         findings=report.findings,
+                                         no_verdict_detectors=[nv.detector for nv in report.no_verdict],
+                                         open_records=open_records, resolved_records=resolved)
+            ok = True
+        except (typer.Exit, SystemExit) as exc:  # the chain printed the error (stderr) and exited: count it
+            self.metrics.observe_failure(self.cluster, at=wall, duration_s=time.monotonic() - t0,
+                                         source=error_source(exc, blame))
+        except Exception as exc:  # noqa: BLE001 - a failed scan is counted and logged; the schedule goes on
+            source = error_source(exc, blame)
+            err.print(f"[bold red]scan failed[/] ({source}): {escape(str(exc))}", highlight=False, soft_wrap=True, markup=True)
+            self.metrics.observe_failure(self.cluster, at=wall, duration_s=time.monotonic() - t0, source=source)
+        with self._lock:
+            self._snapshot = self.metrics.snapshot()
+        self._tick = time.monotonic()
+        return ok
+
+    def _store_state(self, at: datetime) -> tuple[list[Any], list[Any]]:
+        from gpuwaste.store.sqlite import SqliteFindingStore
+
+        store = SqliteFindingStore(self.state)
+        try:
+            open_records = store.open_for_cluster(self.cluster)
+            since = at - timedelta(days=self.cfg.serve.savings_credit_days)
+            resolved = [r for r in store.history(since=since - timedelta(days=1), until=at + timedelta(days=1))
+                        if r.cluster == self.cluster and r.state is FindingState.RESOLVED]
+        finally:
+            store.close()
+        return open_records, resolved
+
+    def healthy(self) -> bool:
+        """The schedule is alive: a scan started or ended within 2 intervals + 5 minutes."""
+        return not self.stopped.is_set() and time.monotonic() - self._tick < 2 * self.interval_s + 300
+
+    def health_body(self) -> dict[str, Any]:
+        snap = self.snapshot()
+        h = next((h for h in snap.health if h.cluster == self.cluster), None)
+        return {
+            "status": "ok" if self.healthy() else "stalled",
+            "cluster": self.cluster,
+            "last_success": h.last_success.isoformat() if h and h.last_success else None,
+            "last_attempt": h.last_attempt.isoformat() if h and h.last_attempt else None,
+            "scans": dict(h.scans) if h else {},
+            "errors": dict(h.errors) if h else {},
+        }
+
+    def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
+        """`/metrics` (prometheus-client, OpenMetrics when asked), `/healthz` (JSON), else 404."""
+        metrics = make_wsgi_app(registry_for(self.snapshot))
+
+        def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path == "/metrics":
+                return metrics(environ, start_response)  # type: ignore[no-any-return]
+            if path == "/healthz":
+                body = json.dumps(self.health_body()).encode()
+                status = "200 OK" if self.healthy() else "503 Service Unavailable"
+                start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+                return [body]
+            body = b"not found: use /metrics or /healthz\n"
+            start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+            return [body]
+
+        return application
+
+    def run(self, *, host: str, port: int, max_scans: int = 0) -> int:
+        """Serve HTTP on a thread and scan on schedule until SIGTERM/SIGINT (or `max_scans` scans); returns the
+        number of failed scans."""
+        httpd = make_server(host, port, self.wsgi_app(), server_class=ThreadingWSGIServer, handler_class=_Quiet)
+        thread = threading.Thread(target=httpd.serve_forever, name="gpuwaste-http", daemon=True)
+        thread.start()
+        err.print(f"gpuwaste serve: /metrics and /healthz on http://{host}:{httpd.server_port}, a scan of "
+                  f"{self.cluster} every {self.interval_s} s, state {self.state}", highlight=False, soft_wrap=True)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError):  # not the main thread (tests drive run() from a thread)
+                signal.signal(sig, lambda *_: self.stopped.set())
+        failed = scans = 0
+        try:
+            while not self.stopped.is_set():
+                started = time.monotonic()
+                failed += 0 if self.scan_once() else 1
+                scans += 1
+                if max_scans and scans >= max_scans:
+                    break
+                self.stopped.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+        finally:
+            self.stopped.set()
+            httpd.shutdown()
+            httpd.server_close()
+        return failed
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
+        pass
+
+
+@app.command("serve")
+def serve_cmd(
+    recording: Annotated[Path | None, typer.Option("--recording", "-r", help="Serve over a recording directory (every scan at its end) instead of live sources.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (YAML/JSON); its `serve` section sets the defaults below.")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster name (from --config).")] = None,
+    prometheus: Annotated[str | None, typer.Option("--prometheus", "-p", help="Prometheus base URL (live).", envvar="GPUWASTE_PROMETHEUS_URL")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig (live; in a pod set kubernetes.mode: in-cluster in the config).", envvar="KUBECONFIG")] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
+    state: Annotated[Path | None, typer.Option("--state", help="SQLite lifecycle store kept between scans (default: serve.state).")] = None,
+    interval: Annotated[str | None, typer.Option("--interval", help="Time between scans, e.g. 10m (default: serve.interval_s).")] = None,
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window per scan, 10m or more (default: serve.window_s, else scan.window_s).")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Listen address (default: serve.host, 127.0.0.1; 0.0.0.0 in a pod).")] = None,
+    port: Annotated[int | None, typer.Option("--port", min=0, max=65535, help="Listen port (default: serve.port, 9402; 0 picks a free one).")] = None,
+    top_workloads: Annotated[int | None, typer.Option("--top-workloads", min=1, max=1000, help="Workloads per namespace with their own series (default: serve.top_workloads, 10).")] = None,
+    max_scans: Annotated[int, typer.Option("--max-scans", min=0, help="Stop after this many scans (0: run until SIGTERM).")] = 0,
+) -> None:
+    """Scan on a schedule (the whole `gpuwaste run` chain) and expose the findings on /metrics for Prometheus."""
+    cfg = with_env_secrets(_config(config), os.environ)
+    serve = cfg.serve
+    from gpuwaste.cli import parse_duration
+
+    interval_s = parse_duration(interval) if interval else serve.interval_s
+    if interval_s < 1:
+        fail("--interval: must be 1s or more")
+    window_s = parse_window(window) if window else serve.window_s
+    if top_workloads is not None:
+        cfg.serve.top_workloads = top_workloads
+    fixed: datetime | None = None
+    try:
+        if recording is not None:
+            if not recording.exists():
+                fail(f"{recording}: no such file or directory")
+            sources = local.recording_sources(recording, cfg, cluster_name=cluster)
+            assert sources.recording is not None
+            check_recording(sources, None)
+            fixed = sources.recording.end_time()
+            window_s = window_s or sources.recording.meta.window_s
+            name = sources.recording.cluster
+        else:
+            if prometheus is None and not cfg.clusters:
+                fail("nothing to serve: pass --prometheus URL (with a kubeconfig), --config FILE, or --recording DIR.")
+            cc = live_cluster(cfg, cluster, prometheus, kubeconfig, context)
+            sources = local.live_sources(cc, cfg)
+            name = cc.name
+    except InputFormatError as exc:
+        fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
+    except SourceUnavailableError as exc:
+        fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
+    except GpuWasteError as exc:
+        fail(str(exc) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
+    server = Server(sources, cfg, cluster=name, window_s=window_s, state=state or Path(serve.state),
+                    interval_s=interval_s, fixed_time=fixed)
+    try:
+        failed = server.run(host=host or serve.host, port=serve.port if port is None else port, max_scans=max_scans)
+    except OSError as exc:
+        fail(f"cannot listen on {host or serve.host}:{serve.port if port is None else port}: {exc.strerror}")
+    if max_scans and failed == max_scans:
+        raise typer.Exit(1)
+
+
+__all__ = ["SECRET_ENV", "Server", "chain_once", "error_source", "with_env_secrets"]
