@@ -136,7 +136,7 @@ def findings_table(findings: Sequence[Finding], *, title: str = "GPU waste findi
     evidence = [evidence_text(f) for f in rows]
     caption = f"node names without {', '.join(sorted(removed))}" if removed else None
     table = Table(title=title, show_lines=False, header_style="bold", caption=caption, caption_justify="left")
-    usds = [_usd(f.usd_per_day) for f in rows] + [_usd(sum((f.usd_per_day or Decimal(0) for f in rows), Decimal(0)))]
+    usds = [_usd(f.usd_per_day) if f.kind.is_waste else "not waste" for f in rows] + [_usd(sum((f.usd_per_day or Decimal(0) for f in rows), Decimal(0)))]
     text_cols: dict[str, list[str]] = {"owner": owners, "workload": workloads, "node": nodes, "kind": kinds}
     if not narrow:
         text_cols["evidence"] = evidence
@@ -163,7 +163,7 @@ def findings_table(findings: Sequence[Finding], *, title: str = "GPU waste findi
         if not narrow:
             cells += [ev, f.confidence.value]
         caveat = " *" if f.cost is not None and f.cost.priced and f.cost.warnings else ""
-        table.add_row(*cells, _usd(usd) + caveat)
+        table.add_row(*cells, (_usd(usd) if f.kind.is_waste else "not waste") + caveat)
     note = f"+{unpriced} unpriced, not in the total" if unpriced else ""
     table.add_section()
     table.add_row("total", note, *[""] * (len(table.columns) - 3), _usd(total))
