@@ -152,3 +152,15 @@ def test_idle_and_power_anomaly_on_the_same_gpu_hours_are_priced_once() -> None:
     assert power.money_owner == idle.fingerprint and power.wasted_gpu_share == 0 and power.wasted_gpu_hours == 0
     assert power.cost is not None and power.cost.usd_per_day == 0 and power.cost.usd_in_window == 0
     assert sum(f.cost.usd_in_window or 0 for f in found if f.cost) == idle.cost.usd_in_window  # type: ignore[union-attr]
+
+
+def test_a_profiling_counter_that_breaks_late_never_makes_an_idle_or_power_stretch() -> None:
+    # GIVEN a working GPU for 4 hours whose SM_ACTIVE drops to 0 after hour 2 while GPU_UTIL (97 %) and power (600 W) go on
+    g = gpu("GPU-late", "n1", {SM: lambda m: 0.7 if m <= 120 else 0.0, UTIL: const(97.0), POWER: const(600.0), LIMIT: const(700.0)},
+            pod="train-0", namespace="ml", window_s=4 * 3600, bucket_s=300)
+    # WHEN scanned over the 4 hours
+    found = _scan(cluster(node(gpus=1), pod("train-0")), window(g, window_s=4 * 3600, bucket_s=300))
+    # THEN no stretch of idle, under-use or power anomaly comes from the contradicted buckets; data quality names it
+    assert _waste(found) == []
+    (dq,) = [f for f in found if f.kind is WasteKind.DATA_QUALITY]
+    assert dq.details["check"] == "activity_signals_disagree" and dq.details["since"] == (T - timedelta(hours=2)).isoformat()

@@ -85,7 +85,8 @@ def idle_episodes(ctx: ScanContext, alloc: Allocation, act: ActivityReading, set
 
     Idle over the whole span by the window criterion (`is_idle`: tolerates a few stray samples) → one episode
     over the span. Otherwise, with buckets, every stretch of at least `common.min_episode_s` whose buckets all
-    average under the threshold (a job that went idle after its first hour).
+    average under the threshold (a job that went idle after its first hour); a bucket whose profiling ratio GPU_UTIL
+    and power both contradict is unknown, never idle.
     """
     span = ctx.held_span(alloc)
     if is_idle(act, settings):
@@ -93,7 +94,8 @@ def idle_episodes(ctx: ScanContext, alloc: Allocation, act: ActivityReading, set
     if not ctx.slots:
         return ()
     series = ctx.activity_series(alloc.devices, alloc.pod)
-    flags = [None if v is None else v < settings.max_activity_ratio for v in series]
+    broken = ctx.contradicted_slots(alloc.devices, alloc.pod)
+    flags = [None if v is None or bad else v < settings.max_activity_ratio for v, bad in zip(series, broken, strict=True)]
     found = qualifying(ctx, runs(ctx, flags, span), span)
     return from_runs(ctx, found, alloc.share)
 
@@ -171,7 +173,8 @@ def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -
             episodes: tuple[Episode, ...] = (episode(ctx, span[0], span[1], _wasted(alloc.share, avg)),)
         elif ctx.slots:
             series = ctx.activity_series(alloc.devices, alloc.pod)
-            flags = [None if v is None else v < settings.max_avg_10m_ratio for v in series]
+            broken = ctx.contradicted_slots(alloc.devices, alloc.pod)
+            flags = [None if v is None or bad else v < settings.max_avg_10m_ratio for v, bad in zip(series, broken, strict=True)]
             found = qualifying(ctx, runs(ctx, flags, span), span)
             if not found:
                 continue

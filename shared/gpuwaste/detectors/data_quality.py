@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 
 from pydantic import Field
 
+from gpuwaste.detectors.episodes import runs
 from gpuwaste.detectors.registry import DetectorOutput, detector
 from gpuwaste.join import Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
@@ -141,6 +143,13 @@ def _allocation_checks(ctx: ScanContext, alloc: Allocation, settings: DataQualit
 
 def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settings: DataQualitySettings) -> DetectorOutput:
     problem = ctx.device_problem(dev, settings.stale_min_samples)
+    since = None
+    if problem is None and ctx.slots:
+        # the same contradiction for part of the window only (a counter that broke at some point)
+        broken = [b or None for b in ctx.contradicted_slots([dev])]
+        stretches = [r for r in runs(ctx, broken, (ctx.window_start, ctx.eval_time)) if r.seconds >= ctx.common.min_episode_s]
+        if stretches:
+            problem, since = "activity_signals_disagree", stretches[0].start
     if problem not in ("stale_series", "frozen_exporter", "profiling_counter_broken", "activity_signals_disagree"):
         return
     holder = ctx.holder_of(dev)
@@ -148,7 +157,7 @@ def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settin
         subject = ctx.subject_for(holder)
     where = f"{holder.pod.namespace}/{holder.pod.name} on {subject.node}" if holder else f"{subject.node}"
     if problem in ("profiling_counter_broken", "activity_signals_disagree"):
-        yield _contradiction(ctx, dev, subject, where, problem)
+        yield _contradiction(ctx, dev, subject, where, problem, since)
         return
     if problem == "stale_series":
         yield _dq(ctx, subject, "stale_series",
@@ -163,8 +172,10 @@ def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settin
                   str(dev.device), details={"samples": energy.count if energy else 0})
 
 
-def _contradiction(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, where: str, problem: str) -> Finding:
-    """A profiling ratio that GPU_UTIL and power contradict: named, never turned into an idle verdict."""
+def _contradiction(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, where: str, problem: str,
+                   since: datetime | None = None) -> Finding:
+    """A profiling ratio that GPU_UTIL and power contradict (for the window, or `since` a time): named, never turned
+    into an idle verdict."""
     sig = ctx.activity_signal(dev)
     assert sig is not None
     evidence = tuple(e for e in (ctx.signal_evidence([dev], s) for s in (sig, Signal.GPU_UTIL, Signal.POWER_USAGE)) if e is not None)
@@ -176,8 +187,9 @@ def _contradiction(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, where:
                   "or DCGM on the host holding the counters, or an unsupported GPU/driver): restart dcgm-exporter, check "
                   "`dcgmi profile --list`; until then the GPU's activity is judged by no verdict, never as idle.")
     else:
-        title = f"Activity signals disagree on GPU {dev.device} ({where}): {name} reads idle while GPU_UTIL and power show work"
+        title = (f"Activity signals disagree on GPU {dev.device} ({where}): {name} reads idle while GPU_UTIL and power show work"
+                 + (f" since {since:%Y-%m-%d %H:%M}Z" if since else ""))
         advice = ("Two signals say the GPU works and the profiling ratio says it does not: check the exporter's profiling "
                   "fields and the GPU's MIG/vGPU mode; no verdict until they agree.")
     return _dq(ctx, subject, problem, title, advice, str(dev.device), evidence=evidence,
-               details={"signal": sig.value, "power_limit_w": limit})
+               details={"signal": sig.value, "power_limit_w": limit, "since": since.isoformat() if since else None})

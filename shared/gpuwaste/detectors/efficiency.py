@@ -86,8 +86,9 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
         elif ctx.slots and not any(d.device.gpu_i_id is not None for d in alloc.devices):
             activity = ctx.activity_series(alloc.devices, alloc.pod)
             watts = power_ratio_series(ctx, alloc.devices)
-            flags = [None if a is None or w is None else (a < settings.max_activity_ratio and w >= settings.min_power_ratio)
-                     for a, w in zip(activity, watts, strict=True)]
+            broken = ctx.contradicted_slots(alloc.devices, alloc.pod)
+            flags = [None if a is None or w is None or bad else (a < settings.max_activity_ratio and w >= settings.min_power_ratio)
+                     for a, w, bad in zip(activity, watts, broken, strict=True)]
             found = qualifying(ctx, runs(ctx, flags, span), span)
             if not found:
                 continue

@@ -324,6 +324,27 @@ class ScanContext:
             per_dev.append([None if b is None or b.avg is None else sig.to_ratio(b.avg) for b in self.buckets_of(st)])
         return _mean_columns(per_dev, len(self.slots))
 
+    def contradicted_slots(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> list[bool]:
+        """Per slot, True where some device's profiling ratio reads idle while its GPU_UTIL and power both show work
+        (the bucket-level `contradiction`): such a slot is unknown, never idle."""
+        out = [False] * len(self.slots)
+        for dev in devices:
+            sig = self.activity_signal(dev)
+            limit = self.power_limit_w(dev)
+            if sig is None or sig is Signal.GPU_UTIL or dev.device.gpu_i_id is not None or limit is None:
+                continue
+            scoped = pod if self._labelled_for(dev, pod) else None
+            prof = self.buckets_of(self.device_stats(dev, sig, scoped))
+            util = self.buckets_of(self.device_stats(dev, Signal.GPU_UTIL, scoped))
+            power = self.buckets_of(dev.merged(Signal.POWER_USAGE))
+            for i, (p, u, w) in enumerate(zip(prof, util, power, strict=True)):
+                if p is None or u is None or w is None or p.avg is None or u.avg is None or w.avg is None:
+                    continue
+                if (sig.to_ratio(p.avg) < IDLE_RATIO and Signal.GPU_UTIL.to_ratio(u.avg) >= WORK_RATIO
+                        and w.avg >= WORK_RATIO * limit):
+                    out[i] = True
+        return out
+
     def signal_series(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None = None,
                       *, ratio: bool = False) -> list[float | None]:
         """Per slot, the mean bucket average of `signal` over `devices` (÷ 100 for percent fields when `ratio`)."""
