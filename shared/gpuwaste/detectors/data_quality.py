@@ -165,7 +165,7 @@ def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settin
                   "The exporter or its scrape stopped: restart the dcgm-exporter pod; until then the GPU's state is unknown.",
                   str(dev.device))
     else:
-        energy = dev.merged(Signal.TOTAL_ENERGY)
+        energy = ctx.device_stats(dev, Signal.TOTAL_ENERGY)
         yield _dq(ctx, subject, "frozen_exporter",
                   f"Every value of GPU {dev.device} ({where}), energy counter included, stayed bit-identical for the window",
                   "dcgm-exporter is serving stale values (hung host engine): restart it; the GPU's real state is unknown, not idle.",

@@ -96,7 +96,7 @@ def power_limit(ctx: ScanContext, device: GpuTelemetry) -> tuple[float, str] | N
     the parent on MIG), else the bundled per-model limit the service put in `ctx.power_limits_w`.
     """
     for sig in (Signal.POWER_LIMIT, Signal.POWER_MGMT_LIMIT):
-        st = device.merged(sig)
+        st = ctx.device_stats(device, sig)
         if st is not None and st.count and st.max > 0:
             return st.max, sig.value
     if device.model_name and device.model_name in ctx.power_limits_w:
@@ -110,7 +110,7 @@ def physical_power(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[Gp
     for dev in devices:
         if dev.device.uuid in seen:
             continue  # MIG instances of one GPU share one power value (B06)
-        st = dev.merged(Signal.POWER_USAGE)
+        st = ctx.device_stats(dev, Signal.POWER_USAGE)
         lim = power_limit(ctx, dev)
         if st is None or st.count == 0 or lim is None:
             return None
@@ -148,7 +148,7 @@ def power_ratio_series(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | lis
             continue
         seen.add(dev.device.uuid)
         lim = power_limit(ctx, dev)
-        st = dev.merged(Signal.POWER_USAGE)
+        st = ctx.device_stats(dev, Signal.POWER_USAGE)
         if lim is None or st is None:
             return [None] * len(ctx.slots)
         rows.append([None if b is None or b.avg is None else b.avg / lim[0] for b in ctx.buckets_of(st)])

@@ -283,12 +283,25 @@ class ScanContext:
             self.__dict__["_slots"] = cached
         return cached
 
+    def _slot_index(self) -> dict[datetime, int]:
+        """Slot end → slot index (cached)."""
+        index = self.__dict__.get("_slot_ends")
+        if index is None:
+            index = {end: i for i, (_, end) in enumerate(self.slots)}
+            self.__dict__["_slot_ends"] = index
+        return index
+
     def buckets_of(self, stats: WindowStats | None) -> list[Bucket | None]:
         """A summary's buckets aligned with `slots` (None where the bucket holds no sample)."""
+        out: list[Bucket | None] = [None] * len(self.slots)
         if stats is None or not stats.buckets:
-            return [None] * len(self.slots)
-        by_end = {b.end: b for b in stats.buckets}
-        return [b if (b := by_end.get(end)) is not None and b.count else None for _, end in self.slots]
+            return out
+        index = self._slot_index()
+        for b in stats.buckets:
+            i = index.get(b.end)
+            if i is not None and b.count:
+                out[i] = b
+        return out
 
     def resolved_time(self, stats: WindowStats | None) -> bool:
         """True when `stats` carries buckets for this window's slots."""
@@ -302,16 +315,26 @@ class ScanContext:
         """
         if not self.resolved_time(stats):
             return stats.max_avg_10m
+        cache: dict[int, tuple[WindowStats, float | None]] = self.__dict__.setdefault("_peak_cache", {})
+        hit = cache.get(id(stats))
+        if hit is not None and hit[0] is stats:
+            return hit[1]
+        group = self.__dict__.get("_ten_minute_group")
+        if group is None:  # slot end → its 10-minute group, counted backwards from the evaluation time
+            group = {end: int((self.eval_time - end).total_seconds() // 600) for _, end in self.slots}
+            self.__dict__["_ten_minute_group"] = group
         totals: dict[int, list[float]] = {}
         counts: dict[int, int] = {}
-        for (_, end), b in zip(self.slots, self.buckets_of(stats), strict=True):
-            if b is None:
+        for b in stats.buckets:
+            k = group.get(b.end)
+            if k is None or not b.count:
                 continue
-            k = int((self.eval_time - end).total_seconds() // 600)
             totals.setdefault(k, []).append(b.total)
             counts[k] = counts.get(k, 0) + b.count
         avgs = [math.fsum(totals[k]) / n for k, n in counts.items() if n]
-        return max(avgs) if avgs else stats.max_avg_10m
+        value = max(avgs) if avgs else stats.max_avg_10m
+        cache[id(stats)] = (stats, value)  # the entry keeps `stats` alive, so its id is never reused
+        return value
 
     def activity_series(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> list[float | None]:
         """Per slot, the mean activity ratio 0–1 over `devices` (each on its own best signal); None where any lacks samples."""
@@ -336,7 +359,7 @@ class ScanContext:
             scoped = pod if self._labelled_for(dev, pod) else None
             prof = self.buckets_of(self.device_stats(dev, sig, scoped))
             util = self.buckets_of(self.device_stats(dev, Signal.GPU_UTIL, scoped))
-            power = self.buckets_of(dev.merged(Signal.POWER_USAGE))
+            power = self.buckets_of(self.device_stats(dev, Signal.POWER_USAGE))
             for i, (p, u, w) in enumerate(zip(prof, util, power, strict=True)):
                 if p is None or u is None or w is None or p.avg is None or u.avg is None or w.avg is None:
                     continue
@@ -377,7 +400,7 @@ class ScanContext:
         for sig in ACTIVITY_SIGNALS:
             if sig is Signal.GPU_UTIL and device.device.gpu_i_id is not None:
                 continue
-            stats = device.merged(sig)
+            stats = self.device_stats(device, sig)
             if stats is not None and stats.count > 0:
                 found = sig
                 break
@@ -479,17 +502,25 @@ class ScanContext:
         included, bit-identical for the window; field guide B12), or a contradiction (`contradiction`:
         "profiling_counter_broken", "activity_signals_disagree"). Such devices are never judged idle.
         """
+        cache: dict[tuple[int, int], tuple[GpuTelemetry, str | None]] = self.__dict__.setdefault("_problem_cache", {})
+        key = (id(device), stale_min_samples)
+        hit = cache.get(key)
+        if hit is None or hit[0] is not device:
+            hit = cache[key] = (device, self._device_problem(device, stale_min_samples))
+        return hit[1]
+
+    def _device_problem(self, device: GpuTelemetry, stale_min_samples: int) -> str | None:
         sig = self.activity_signal(device)
         if sig is None:
             return "no_activity_signal"
         if self.telemetry.single_instant:
             return None
-        stats = device.merged(sig)
+        stats = self.device_stats(device, sig)
         if stats is None:
             return "no_activity_signal"
         if stats.count > 0 and stats.recent_count == 0:
             return "stale_series"
-        energy = device.merged(Signal.TOTAL_ENERGY)
+        energy = self.device_stats(device, Signal.TOTAL_ENERGY)
         if (
             energy is not None
             and energy.count >= stale_min_samples
@@ -512,7 +543,7 @@ class ScanContext:
         sig = self.activity_signal(device)
         if sig is None or sig is Signal.GPU_UTIL or device.device.gpu_i_id is not None:
             return None
-        prof, util, power = device.merged(sig), device.merged(Signal.GPU_UTIL), device.merged(Signal.POWER_USAGE)
+        prof, util, power = self.device_stats(device, sig), self.device_stats(device, Signal.GPU_UTIL), self.device_stats(device, Signal.POWER_USAGE)
         if prof is None or util is None or power is None or not (prof.count and util.count and power.count):
             return None
         if sig.to_ratio(prof.avg) >= IDLE_RATIO or Signal.GPU_UTIL.to_ratio(util.avg) < WORK_RATIO:
@@ -525,7 +556,7 @@ class ScanContext:
     def power_limit_w(self, device: GpuTelemetry) -> float | None:
         """The device's power limit (W): DCGM's enforced or management limit, else the bundled per-model limit."""
         for sig in (Signal.POWER_LIMIT, Signal.POWER_MGMT_LIMIT):
-            st = device.merged(sig)
+            st = self.device_stats(device, sig)
             if st is not None and st.count and st.max > 0:
                 return st.max
         return self.power_limits_w.get(device.model_name or "")
