@@ -2,11 +2,14 @@
 
 * **local chain**: N findings (10,000 by default) go through the same services the Lambda functions run
   (`PriceService`, `LifecycleService`, `NotifyService`) with the embedded pieces of the local command: the
-  in-process queue (`queue.memory.MemoryQueue`, JSON bodies like SQS), the SQLite store
-  (`store.sqlite.SqliteFindingStore`, a file) and the Slack notifier posting to the local Slack fake.
+  in-process queue (`queue.memory.MemoryQueue`, JSON bodies like SQS) between price and dedupe, the SQLite store
+  (`store.sqlite.SqliteFindingStore`, a file) with its durable alerts outbox table (`DeliveryQueue`), one
+  transaction per scan as `gpuwaste run`, and the Slack notifier posting to the local Slack fake.
   Every message crosses each queue as JSON and is parsed back, as in the deployed chain. Records are
   handled in batches of 10, as the SQS event source mappings deliver them, and each batch's outputs are
-  sent together (`queue.batching.SendBatch`, what `bootstrap.batch.DeadLetterBatchProcessor` does).
+  sent together (`queue.batching.SendBatch`, what `bootstrap.batch.process_batch` does); dedupe reads a batch's
+  records in one batch read and clears its sent outboxes in one batch write (`bootstrap.dedupe.process`), and
+  SQLite commits once per record batch.
 * **AWS calls per finding**: the same chain with `queue.sqs.SqsQueue` and `store.dynamodb.DynamoDbFindingStore`
   against moto's server, with the Lambda event source mappings played by a loop that receives 10 messages
   per call and deletes them in one batch. Every botocore call is counted with a `before-call` event hook.
@@ -121,8 +124,13 @@ def next_scan(messages: list[FindingMessage], at: datetime, seq: int) -> tuple[l
     return [m.model_copy(update={"scan_id": scan_id, "finding": m.finding.model_copy(update={"observed_at": later})}) for m in messages], later
 
 
-def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifier: Any) -> dict[str, Any]:
-    """Send the findings and the scan completion through price → dedupe → notify; return timings and counts."""
+def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifier: Any, *,
+              dedupe_batch: int = RECORD_BATCH, outbox: bool = True) -> dict[str, Any]:
+    """Send the findings and the scan completion through price → dedupe → notify; return timings and counts.
+
+    `dedupe_batch`: records per dedupe batch — 10 as the SQS event source mapping delivers them, or the whole scan
+    as `gpuwaste run` handles it (one SQLite transaction per scan). `outbox`: False as in `gpuwaste run`, whose alerts
+    queue is a table of the same SQLite state (decisions and queued alerts commit together)."""
     from gpuwaste.pricing.catalog import PriceBook
     from gpuwaste.queue.batching import DeferredQueue, SendBatch
     from gpuwaste.services.lifecycle import LifecycleService
@@ -137,14 +145,14 @@ def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifi
                                                      scheduled_time=at, fingerprints=tuple(m.finding.fingerprint for m in messages)))
     timings["enqueue"] = time.perf_counter() - t
 
-    # the Lambda functions' batch processor sends a whole record batch's outputs together
-    # (`bootstrap.batch.DeadLetterBatchProcessor` + `queue.batching`); played here batch by batch
+    # the Lambda functions' batch processing sends a whole record batch's outputs together
+    # (`bootstrap.batch.process_batch` + `queue.batching`); played here batch by batch
     sends = SendBatch()
     failed_records = 0
 
-    def batches(bodies: list[str]) -> Iterator[list[str]]:
-        for i in range(0, len(bodies), RECORD_BATCH):
-            yield bodies[i:i + RECORD_BATCH]
+    def batches(bodies: list[str], size: int = RECORD_BATCH) -> Iterator[list[str]]:
+        for i in range(0, len(bodies), size):
+            yield bodies[i:i + size]
 
     t = time.perf_counter()
     price = PriceService(price_book=PriceBook.bundled(), queue=DeferredQueue(ports.priced, sends))
@@ -162,18 +170,23 @@ def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifi
 
     t = time.perf_counter()
     lifecycle = LifecycleService(store=ports.store, alerts=DeferredQueue(ports.alerts, sends), tickets=None, settings=LifecycleSettings(),
-                                 clock=FixedClock(at))
+                                 clock=FixedClock(at), outbox=outbox)
     actions: Counter[str] = Counter()
-    for group in batches(ports.receive(ports.priced)):
-        sends.begin()
-        for i, body in enumerate(group):
-            sends.set_record(str(i))
-            doc = json.loads(body)
-            out = lifecycle.handle_finding(FindingMessage.model_validate(doc)) if "finding" in doc else \
-                lifecycle.handle_scan_completed(ScanCompleted.model_validate(doc))
-            for a in out.alerts:
-                actions[a.action.value] += 1
-        failed_records += len(sends.flush())
+    lifecycle.defer_clears = True  # as dedupe_findings' bootstrap: outboxes cleared per batch, in one write
+    unit = getattr(ports.store, "transaction", None)  # SQLite: one commit per record batch
+    for group in batches(ports.receive(ports.priced), dedupe_batch):
+        docs = [json.loads(body) for body in group]
+        with unit() if unit is not None else contextlib.nullcontext():
+            lifecycle.prefetch([d["finding"]["fingerprint"] for d in docs if "finding" in d])  # one batch read
+            sends.begin()
+            for i, doc in enumerate(docs):
+                sends.set_record(str(i))
+                out = lifecycle.handle_finding(FindingMessage.model_validate(doc)) if "finding" in doc else \
+                    lifecycle.handle_scan_completed(ScanCompleted.model_validate(doc))
+                for a in out.alerts:
+                    actions[a.action.value] += 1
+            failed_records += len(sends.flush())
+            lifecycle.clear_outboxes()
     timings["dedupe"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -196,8 +209,18 @@ def local_chain(n: int, workdir: Path) -> dict[str, Any]:
     db.unlink(missing_ok=True)
     store = SqliteFindingStore(db)
     with fake_slack() as slack:
-        ports = Ports(MemoryQueue("findings"), MemoryQueue("priced"), MemoryQueue("alerts"), store, receive=lambda q: q.drain())
-        result = run_chain(messages, at, ports, slack_notifier(slack))
+        alerts = store.delivery_queue("alerts")  # as `gpuwaste run`: the durable outbox table of the state
+
+        def receive(q: Any) -> list[str]:
+            if q is not alerts:
+                return list(q.drain())
+            pending = q.pending()
+            q.done([p.id for p in pending])
+            return [p.body for p in pending]
+
+        ports = Ports(MemoryQueue("findings"), MemoryQueue("priced"), alerts, store, receive=receive)
+        # as `gpuwaste run`: the scan's priced findings handled together, one SQLite transaction, no record outbox
+        result = run_chain(messages, at, ports, slack_notifier(slack), dedupe_batch=n + 1, outbox=False)
         result["slack_posts"] = len(slack.calls_to("chat.postMessage"))
     store.close()
     db.unlink(missing_ok=True)

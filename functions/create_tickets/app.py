@@ -1,7 +1,6 @@
 """create_tickets: tickets queue → Jira Cloud (open once per finding, comment when worse, resolve)."""
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -16,7 +15,6 @@ class TicketRecord(SqsRecordModel):
     body: Json[AlertMessage]
 
 
-processor = bootstrap.DeadLetterBatchProcessor(model=TicketRecord)  # 4xx from Jira → DLQ with the reason
 
 
 def record_handler(record: TicketRecord) -> None:
@@ -25,4 +23,5 @@ def record_handler(record: TicketRecord) -> None:
 
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    # Powertools BatchProcessor; poison messages → DLQ with the reason; outputs sent per batch
+    return bootstrap.process_batch(event, context, model=TicketRecord, record_handler=record_handler)

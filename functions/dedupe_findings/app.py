@@ -2,7 +2,6 @@
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
-from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -19,7 +18,6 @@ class PricedRecord(SqsRecordModel):
     body: Json[FindingMessage | ScanCompleted]
 
 
-processor = bootstrap.DeadLetterBatchProcessor(model=PricedRecord)  # poison messages → DLQ with the reason
 
 
 def record_handler(record: PricedRecord) -> None:
@@ -34,4 +32,5 @@ def record_handler(record: PricedRecord) -> None:
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    # Powertools BatchProcessor; records read ahead in one batch; poison messages → DLQ with the reason
+    return bootstrap.process(event, context, model=PricedRecord, record_handler=record_handler)

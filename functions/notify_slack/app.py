@@ -1,7 +1,6 @@
 """notify_slack: alerts queue → Slack (Block Kit alerts, one digest per owner and scan, thread updates, resolved edits)."""
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -17,7 +16,6 @@ class AlertRecord(SqsRecordModel):
     body: Json[AlertMessage]
 
 
-processor = bootstrap.DeadLetterBatchProcessor(model=AlertRecord)  # PermanentDeliveryError → DLQ with the reason
 
 
 @metrics.log_metrics
@@ -25,8 +23,9 @@ processor = bootstrap.DeadLetterBatchProcessor(model=AlertRecord)  # PermanentDe
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     # The batch is planned first (NEW alerts of one owner and scan → one digest); each record then reports
     # its group's outcome, so a failed post fails exactly its records and SQS redelivers them.
-    plan = bootstrap.notify_service().plan_bodies(r.get("body", "") for r in event.get("Records", []))
-    response = process_partial_response(event=event, record_handler=lambda record: plan.deliver(record.body),
-                                        processor=processor, context=context)
+    # Records received before are looked up in Slack before posting; waits are bounded by the remaining time.
+    plan = bootstrap.delivery_plan(event, context)
+    response = bootstrap.process_batch(event, context, model=AlertRecord,
+                                       record_handler=lambda record: plan.deliver(record.body))
     bootstrap.record_delivery(metrics, records=len(event.get("Records", [])), response=response)
     return response

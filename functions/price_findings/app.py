@@ -2,7 +2,6 @@
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
-from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -18,7 +17,6 @@ class FindingRecord(SqsRecordModel):
     body: Json[FindingMessage | ScanCompleted]
 
 
-processor = bootstrap.DeadLetterBatchProcessor(model=FindingRecord)  # poison messages → DLQ with the reason
 
 
 def record_handler(record: FindingRecord) -> None:
@@ -30,4 +28,5 @@ def record_handler(record: FindingRecord) -> None:
 
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    # Powertools BatchProcessor; poison messages → DLQ with the reason; outputs sent per batch
+    return bootstrap.process_batch(event, context, model=FindingRecord, record_handler=record_handler)

@@ -4,7 +4,6 @@ from datetime import datetime
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
-from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.parser import BaseModel, parse
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.parser.types import Json
@@ -26,7 +25,6 @@ class ScheduledEvent(BaseModel):
     time: datetime
 
 
-processor = bootstrap.DeadLetterBatchProcessor(model=ScanRequestRecord)  # poison messages → DLQ with the reason
 
 
 def record_handler(record: ScanRequestRecord) -> None:
@@ -37,7 +35,8 @@ def record_handler(record: ScanRequestRecord) -> None:
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     if "Records" in event:
-        return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+        # Powertools BatchProcessor; poison messages → DLQ with the reason; outputs sent per batch
+        return bootstrap.process_batch(event, context, model=ScanRequestRecord, record_handler=record_handler)
     reports = bootstrap.scan_all(parse(event=event, model=ScheduledEvent).time)  # the schedule's time, not the clock
     for report in reports:
         bootstrap.record_scan(metrics, report)

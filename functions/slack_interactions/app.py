@@ -15,5 +15,5 @@ logger = Logger()
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     body = event.get("body") or ""
     raw = base64.b64decode(body) if event.get("isBase64Encoded") else body.encode()  # the signature covers raw bytes
-    reply = bootstrap.interaction_service().handle(headers=event.get("headers") or {}, body=raw)
+    reply = bootstrap.handle(event.get("headers") or {}, raw)  # signature verified before any config is loaded
     return {"statusCode": reply.status, "headers": {"Content-Type": "application/json"}, "body": json.dumps(reply.body)}

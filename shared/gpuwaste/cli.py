@@ -7,47 +7,62 @@ import logging
 import os
 import re
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
+from rich.text import Text
 from typer.core import TyperGroup, TyperOption
 
 from gpuwaste import __version__
-from gpuwaste.bootstrap import local
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
-from gpuwaste.models.findings import Finding
-from gpuwaste.services.scan import ScanReport
-from gpuwaste.settings import (
-    ClusterConfig,
-    GpuWasteConfig,
-    PrometheusSettings,
-    config_json_schema,
-    format_validation_error,
-    load_config,
-)
-from gpuwaste.sinks import terminal
 
-#: Width of stdout when it is not a terminal and COLUMNS is not set.
-PIPE_WIDTH = 160
+if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydantic models, boto3 or requests
+    from gpuwaste.bootstrap import local
+    from gpuwaste.models.findings import Finding
+    from gpuwaste.services.scan import ScanReport
+    from gpuwaste.settings import ClusterConfig, GpuWasteConfig
+
+#: Width of stdout when it is not a terminal, COLUMNS is not set and no terminal is attached to stderr or stdin.
+PIPE_WIDTH = 80
+#: The SQLite lifecycle store `run` writes and `summary` reads when --state is not given.
+DEFAULT_STATE = Path(".gpuwaste/state.db")
 #: The detectors' rules use 10-minute averages: a shorter window cannot hold one.
 MIN_WINDOW_S = 600
 WINDOW_HINT = "the detectors' rules use 10-minute averages; use --window 10m or more"
 
 
 def _stdout_width() -> int | None:
-    """Rich's width for stdout: auto on a terminal; else COLUMNS when set; else PIPE_WIDTH."""
+    """Rich's width for stdout: COLUMNS when set; auto on a terminal; else the width of the terminal on stderr or
+    stdin (`gpuwaste scan | less` is as wide as the terminal); else PIPE_WIDTH."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
     if sys.stdout.isatty():
         return None
-    columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
+    for stream in (sys.stderr, sys.stdin):
+        try:
+            if stream is not None and stream.isatty():
+                return os.get_terminal_size(stream.fileno()).columns
+        except (OSError, ValueError, AttributeError):
+            continue
+    return PIPE_WIDTH
 
 
 out = Console(width=_stdout_width())
+
+
+class _Verbose:
+    """`gpuwaste -v COMMAND`: set by the top-level option, read by commands that hide details by default."""
+
+    on = False
+
+
+VERBOSE = _Verbose()
 err = Console(stderr=True)
 
 
@@ -70,6 +85,10 @@ class GuardedGroup(TyperGroup):
     cannot be reached: exit 3)."""
 
     def invoke(self, ctx):  # type: ignore[no-untyped-def]
+        from pydantic import ValidationError
+
+        from gpuwaste.settings import format_validation_error
+
         try:
             return super().invoke(ctx)
         except ValidationError as exc:
@@ -237,6 +256,8 @@ def quiet_http_logs(verbose: bool) -> None:
 
 
 def _config(path: Path | None) -> GpuWasteConfig:
+    from gpuwaste.settings import load_config
+
     try:
         return load_config(path)
     except ConfigError as exc:
@@ -251,16 +272,107 @@ def _progress(quiet: bool):  # type: ignore[no-untyped-def]
     return show
 
 
+class SortKey(StrEnum):
+    """Orders of the findings table."""
+
+    usd = "usd"
+    gpus = "gpus"
+    owner = "owner"
+    namespace = "namespace"
+    kind = "kind"
+    workload = "workload"
+
+
+class GroupBy(StrEnum):
+    """What the scan's rollup groups by."""
+
+    team = "team"
+    namespace = "namespace"
+    kind = "kind"
+
+
+@dataclass(frozen=True)
+class View:
+    """What of a scan report is shown, and how (filters, order, grouping, detail)."""
+
+    namespaces: tuple[str, ...] = ()
+    teams: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+    sort: SortKey = SortKey.usd
+    top: int | None = None
+    group_by: GroupBy = GroupBy.team
+    verbose: bool = False
+    source: str | None = None  # what `gpuwaste explain ID` needs to find the finding again (`-r DIR`)
+
+
+def team_function(config: GpuWasteConfig | None = None):  # type: ignore[no-untyped-def]
+    """finding → its team: the routing rules (annotations, labels, team/namespace maps), else the namespace."""
+    from gpuwaste.services.routing import route_for
+    from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.sinks import terminal
+
+    settings = (config or GpuWasteConfig()).delivery
+
+    def team(f):  # type: ignore[no-untyped-def]
+        owner = route_for(f, settings).team or terminal.owner_of(f)
+        return terminal.NODE_OWNER if owner.startswith("node ") else owner
+
+    return team
+
+
+def select(findings, view: View, team) -> list:  # type: ignore[no-untyped-def]
+    """The findings `view` keeps (namespace, team and kind filters), in its order (sort), at most `top`."""
+    from gpuwaste.people import parse_kind
+
+    kinds = set()
+    for k in view.kinds:
+        kind = parse_kind(k)
+        if kind is None:
+            from gpuwaste.models.findings import WasteKind
+
+            fail(f"--kind {_plain(k)}: not a kind; use one of " + ", ".join(w.value for w in WasteKind))
+        kinds.add(kind)
+    kept = [f for f in findings
+            if (not view.namespaces or (f.subject.namespace or "") in view.namespaces)
+            and (not view.teams or team(f) in view.teams)
+            and (not kinds or f.kind in kinds)]
+    order = {
+        SortKey.usd: lambda f: (-(f.usd_per_day if f.usd_per_day is not None else -1), f.fingerprint),
+        SortKey.gpus: lambda f: (-f.wasted_gpu_share, f.fingerprint),
+        SortKey.owner: lambda f: (team(f), f.fingerprint),
+        SortKey.namespace: lambda f: (f.subject.namespace or "~", f.fingerprint),
+        SortKey.kind: lambda f: (f.kind.value, f.fingerprint),
+        SortKey.workload: lambda f: (f.subject.workload_name or f.subject.node or "", f.fingerprint),
+    }[view.sort]
+    return sorted(kept, key=order)
+
+
 def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: bool = False, wide: bool = False,
-           dated: str | None = None, config: GpuWasteConfig | None = None) -> None:
+           dated: str | None = None, view: View | None = None, config: GpuWasteConfig | None = None) -> None:
     """Print a scan report in the chosen format.
 
+    The table format ends with what matters: one header line (`view.verbose`: the inventory too), data-quality
+    problems, the findings (one line each), price caveats, the rollup by team (or `view.group_by`) and, last,
+    the total per day and per month.
+
     Args:
-        wide: keep the evidence and confidence columns on a narrow terminal (< 120 columns).
+        wide: the node, evidence and confidence columns whatever the width.
         dated: replaces "one scrape dated …" in the header (an undated scrape says where its time came from).
+        view: filters, order, grouping and detail (default: everything, costliest first, by team).
     """
-    findings = [f for f in report.findings if (f.usd_per_day or 0) >= min_usd or f.usd_per_day is None]
+    from decimal import Decimal
+
+    from gpuwaste.people import kind_label, no_codes, plain
+    from gpuwaste.people import when as when_text
+    from gpuwaste.sinks import terminal
+
+    view = view or View()
+    team = team_function(config)
+    chosen = select(report.findings, view, team)
+    findings = [f for f in chosen if f.usd_per_day is None or f.usd_per_day >= Decimal(str(min_usd))]
     if output in (Output.openmetrics, Output.prometheus):
+        from gpuwaste.settings import GpuWasteConfig
+
         sys.stdout.buffer.write(_exposition(report, findings, config or GpuWasteConfig(),
                                             openmetrics=output is Output.openmetrics))
         sys.stdout.flush()
@@ -283,49 +395,70 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         return
     inv = report.inventory
     if inv.single_instant:
-        when = dated or f"one scrape dated {report.eval_time:%Y-%m-%d %H:%M:%SZ}"
+        span = dated or f"one scrape dated {when_text(report.eval_time)}"
     else:
-        when = f"window {report.window_s // 60} min ending {report.eval_time:%Y-%m-%d %H:%M:%SZ}"
-    models = ", ".join(f"{'unknown (no modelName label)' if k == 'unknown' else k}×{v}" for k, v in sorted(inv.models.items()))
-    out.print(
-        f"[bold]{_plain(report.cluster)}[/]: {_plain(when)} · "
-        f"{plural(inv.physical_gpus, 'GPU')} ({plural(inv.mig_instances, 'MIG instance')}) on {plural(inv.nodes, 'node')} · "
-        f"{inv.pods_holding_gpus} {'pod holds' if inv.pods_holding_gpus == 1 else 'pods hold'} GPUs · models: {_plain(models) or 'none'}",
-        highlight=False,
-    )
-    out.print(
-        "activity signal per device: " + ", ".join(f"{k.replace('DCGM_FI_', '')}×{v}" for k, v in sorted(inv.activity_signals.items()))
-        + " · attribution: " + (", ".join(f"{k}×{v}" for k, v in sorted(inv.attribution.items())) or "none")
-        + (f" · allocation: {inv.allocation}" if inv.allocation else ""),
-        highlight=False, style="dim", markup=False,
-    )
-    if inv.metrics_present:
-        dcgm = [m.removeprefix("DCGM_FI_") for m in inv.metrics_present if m.startswith("DCGM_FI_")]
-        other = [m for m in inv.metrics_present if not m.startswith("DCGM_FI_")]
-        out.print(f"signals present ({len(inv.metrics_present)}): " + ", ".join(dcgm + other), highlight=False, style="dim",
-                  markup=False)
+        span = f"{report.window_s // 60} min to {when_text(report.eval_time)}"
+    out.print(Text.assemble((plain(report.cluster), "bold"), f" · {plain(span)} · {plural(inv.physical_gpus, 'GPU')} on "
+                            f"{plural(inv.nodes, 'node')} · {inv.pods_holding_gpus} "
+                            f"{'pod holds' if inv.pods_holding_gpus == 1 else 'pods hold'} GPUs"))
+    if view.verbose:
+        models = ", ".join(f"{'unknown (no modelName label)' if k == 'unknown' else k}×{v}" for k, v in sorted(inv.models.items()))
+        out.print(Text(f"{plural(inv.mig_instances, 'MIG instance')} · models: {plain(models) or 'none'}", style="dim"))
+        out.print(Text("activity signal per device: "
+                       + ", ".join(f"{k.replace('DCGM_FI_', '')}×{v}" for k, v in sorted(inv.activity_signals.items()))
+                       + " · attribution: " + (", ".join(f"{k}×{v}" for k, v in sorted(inv.attribution.items())) or "none")
+                       + (f" · allocation: {inv.allocation}" if inv.allocation else ""),
+                       style="dim"))
+        if inv.metrics_present:
+            dcgm = [m.removeprefix("DCGM_FI_") for m in inv.metrics_present if m.startswith("DCGM_FI_")]
+            other = [m for m in inv.metrics_present if not m.startswith("DCGM_FI_")]
+            out.print(Text(f"signals present ({len(inv.metrics_present)}): " + ", ".join(dcgm + other), style="dim"))
+        if report.query_count:
+            out.print(Text(f"{report.query_count} Prometheus queries", style="dim"))
+    if report.cluster_source:
+        out.print(Text(f"cluster state: {plain(report.cluster_source)}", style="dim"))
+    for note in report.cluster_notes:
+        out.print(Text(f"data quality: {plain(note)}", style="yellow"))
     if inv.single_instant:
         out.print("[yellow]The telemetry holds ONE sample per series: it shows what is there, not sustained use; "
                   "no idle or under-used verdict is possible from one sample.[/]")
-    if inv.single_instant and not any(f.kind.is_waste for f in findings):
-        dq = terminal.data_quality_table(findings)
-        if dq is not None:
-            out.print(dq)
-    else:
-        terminal.print_findings(out, findings, wide=wide)
     if report.no_verdict and not quiet:
         subjects: dict[str, set[str]] = {}
         for nv in report.no_verdict:
-            reason = nv.reason
+            reason = no_codes(nv.reason)
             if inv.single_instant:  # one sample: a longer window cannot help, so no look-back hint
                 reason = re.sub(r"\s*\((scan with --window|needs \d+ day)[^)]*\)", "", reason)
             subjects.setdefault(reason, set()).add(nv.subject)  # count subjects (pods, nodes), not detectors
-        out.print("no verdict: " + "; ".join(f"{len(v)}× {r}" for r, v in sorted(subjects.items())), style="dim",
-                  highlight=False, markup=False)
-    hidden = len(report.findings) - len(findings)
+        every = set().union(*subjects.values())
+        if view.verbose:
+            out.print(Text("no verdict: " + "; ".join(f"{len(v)}× {r}" for r, v in sorted(subjects.items())), style="dim"))
+        else:
+            out.print(Text(f"no verdict on {len(every)} pods/nodes (-v says why)" if len(every) != 1
+                           else "no verdict on 1 pod/node (-v says why)", style="dim"))
+    dq = terminal.data_quality_table(findings, width=out.width, verbose=view.verbose)
+    if dq is not None:
+        out.print(dq)
+    if inv.single_instant and not any(f.kind.is_waste for f in findings):
+        return
+    waste = [f for f in findings if f.kind.is_waste]
+    shown = waste[: view.top] if view.top else waste
+    ids = terminal.short_ids(report.findings)
+    if shown:
+        title = "GPU waste findings" + (f" (top {len(shown)} of {len(waste)})" if len(shown) < len(waste) else "")
+        out.print(terminal.findings_table(shown, width=out.width, wide=wide, ids=ids, owner=team, title=title))
+    else:
+        out.print(Text("no waste found" + (" with these filters" if len(chosen) < len(report.findings) else ""), style="green"))
+    for line in terminal.price_caveat_lines(shown):
+        out.print(Text(line, style="yellow"))
+    hidden = len(chosen) - len(findings)
     if hidden:
-        out.print(f"{hidden} finding(s) under ${min_usd:g}/day hidden by --min-usd", style="dim", highlight=False)
-    out.print("[dim]USD/day = $/GPU-hour (instance price ÷ GPUs) × wasted GPUs × 24. `--output json` shows each formula and price source.[/]")
+        out.print(Text(f"{hidden} finding(s) under ${min_usd:g}/day hidden by --min-usd", style="dim"))
+    if shown and not quiet:
+        where = f" {view.source}" if view.source else ""
+        out.print(Text(f"why: gpuwaste explain ID{where}", style="dim"))
+    key = {GroupBy.team: team, GroupBy.namespace: lambda f: f.subject.namespace or "(node)",
+           GroupBy.kind: lambda f: kind_label(f.kind)}[view.group_by]
+    terminal.print_rollup(out, waste, key=key, by=view.group_by.value, window_s=report.window_s)
 
 
 def live_cluster(cfg: GpuWasteConfig, cluster: str | None, prometheus: str | None, kubeconfig: Path | None,
@@ -336,11 +469,15 @@ def live_cluster(cfg: GpuWasteConfig, cluster: str | None, prometheus: str | Non
     Raises:
         ConfigError: when --cluster names no configured cluster.
     """
+    from gpuwaste.settings import ClusterConfig
+
     if prometheus:
         check_prometheus_url(prometheus)
     check_kubeconfig(kubeconfig)
     cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "cluster"))
     if prometheus:
+        from gpuwaste.settings import PrometheusSettings
+
         cc.prometheus = PrometheusSettings(url=prometheus)
     if kubeconfig or context:
         cc.kubernetes.kubeconfig = str(kubeconfig) if kubeconfig else cc.kubernetes.kubeconfig
@@ -365,7 +502,7 @@ def _exposition(report: ScanReport, findings: list[Finding], config: GpuWasteCon
 
 
 def _run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool, *, wide: bool = False,  # type: ignore[no-untyped-def]
-              dated: str | None = None, config: GpuWasteConfig | None = None) -> ScanReport:
+              dated: str | None = None, view: View | None = None, config: GpuWasteConfig | None = None) -> ScanReport:
     try:
         report: ScanReport = service.scan(at=at)
     except InputFormatError as exc:
@@ -374,7 +511,7 @@ def _run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool
         fail(f"{_plain(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
         fail(_plain(str(exc)))
-    render(report, output, min_usd=min_usd, quiet=quiet, wide=wide, dated=dated, config=config)
+    render(report, output, min_usd=min_usd, quiet=quiet, wide=wide, dated=dated, view=view, config=config)
     return report
 
 
@@ -391,24 +528,46 @@ class PodLabel(StrEnum):
 AT_SLACK = timedelta(minutes=5)
 
 
-def warn_recording(sources: local.Sources, when: datetime, window_s: int, *, quiet: bool = False) -> None:
-    """Warn (stderr) when a recording cannot fill the window or carries no cluster state."""
+def held_before(sources: local.Sources, when: datetime) -> int | None:
+    """Seconds of telemetry a dated recording holds up to `when` (None: live, undated or empty)."""
     rec = sources.recording
-    if rec is None or quiet:
-        return
+    if rec is None:
+        return None
     span = rec.time_range()
-    if span is not None and not rec.undated():
-        held = (min(when, span[1]) - span[0]).total_seconds() + rec.scrape_interval_s
-        if window_s > held * 1.05:
-            err.print(f"[yellow]warning:[/] the window ({_duration(window_s)}) is longer than the recording holds before "
-                      f"{when:%H:%M:%SZ} ({_duration(int(held))}): coverage will be low and those pods get no verdict; "
-                      f"use --window {max(10, int(held) // 60)}m or less.", highlight=False)
+    if span is None or rec.undated():
+        return None
+    return int((min(when, span[1]) - span[0]).total_seconds() + rec.scrape_interval_s)
+
+
+def check_window(sources: local.Sources, when: datetime, window_s: int, *, given: bool = True) -> None:
+    """Refuse a window longer than the recording holds before `when`: one clear error, not a row per pod.
+
+    Raises:
+        typer.Exit: (exit 2) saying the longest window that fits.
+    """
+    held = held_before(sources, when)
+    if held is None or window_s <= held * 1.05:
+        return
+    fits = max(10, held // 60)
+    origin = "--window" if given else "the recording's window"
+    fail(f"{origin} {_duration(window_s)} is longer than the recording holds before {when:%Y-%m-%d %H:%M} UTC "
+         f"({_duration(held)} of telemetry): pass --window {fits}m or less" + (
+             f", or an --at at least {_duration(window_s)} after the recording starts." if given else "."))
+
+
+def warn_recording(sources: local.Sources, when: datetime, window_s: int, *, quiet: bool = False) -> None:
+    """Warn (stderr) when a recording carries no cluster state."""
+    if sources.recording is None or quiet:
+        return
     if getattr(sources.cluster, "cluster_file", "") is None:
-        err.print("[yellow]warning:[/] the recording has no cluster state (cluster.json): GPUs cannot be tied to pods or "
+        err.print("[yellow]warning:[/] the recording has no cluster state (no cluster.json, no kube-state-metrics series): "
+                  "GPUs cannot be tied to pods or "
                   "nodes; pass --cluster-json FILE (kubectl get pods,nodes -A -o json) to judge them.", highlight=False)
 
 
 def _duration(seconds: int) -> str:
+    if seconds % 60:
+        return f"{seconds // 60}m" if seconds >= 60 else f"{seconds}s"
     if seconds % 86400 == 0:
         return f"{seconds // 86400}d"
     if seconds % 3600 == 0:
@@ -434,7 +593,7 @@ def check_recording(sources: local.Sources, when: datetime | None) -> str | None
     if rec.undated():
         at = rec._default_time(when)
         origin = "set by --at" if when is not None else "file modification time; pass --at to set it"
-        return f"undated scrape (no timestamps), evaluated at {at:%Y-%m-%d %H:%M:%SZ} ({origin})"
+        return f"undated scrape (no timestamps), evaluated at {at:%Y-%m-%d %H:%M} UTC ({origin})"
     span = rec.time_range()
     if when is not None and span is not None:
         first, last = span
@@ -444,29 +603,44 @@ def check_recording(sources: local.Sources, when: datetime | None) -> str | None
     return None
 
 
+def _input_hint(message: str) -> str:
+    """Parser messages name the recording-format option by its old name; say the one `scan` documents."""
+    return message.replace("pass --format ", "pass --input-format ")
+
+
 @app.command()
 def scan(
-    recording: Annotated[Path | None, typer.Option("--recording", "-r", help="Scan a recording (directory from `gpuwaste record`, or an exposition file).")] = None,
-    cluster_file: Annotated[Path | None, typer.Option("--cluster-json", help="kubectl get pods,nodes -A -o json output to pair with a telemetry file (only with --recording).")] = None,
+    recording: Annotated[Path | None, typer.Option("--recording", "-r", help="Scan a recording (directory from `gpuwaste record`, an exposition file, or a Prometheus /api/v1/query(_range) JSON answer).")] = None,
+    cluster_file: Annotated[Path | None, typer.Option("--cluster-json", help="Cluster objects from a file (kubectl get pods,nodes -A -o json) instead of the Kubernetes API; with --recording or --prometheus.")] = None,
     prometheus: Annotated[str | None, typer.Option("--prometheus", "-p", help="Prometheus base URL, http:// or https:// (live scan).", envvar="GPUWASTE_PROMETHEUS_URL")] = None,
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file (live scan; default ~/.kube/config).", envvar="KUBECONFIG")] = None,
     context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (YAML/JSON); see `gpuwaste config-schema`.")] = None,
-    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster name (must be in --config when given, else a label for the report).")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster to scan (must be in --config when given, else a label for the report).")] = None,
     at: Annotated[str | None, typer.Option("--at", help="Evaluation time (RFC 3339 or unix seconds). Default: the recording's end, or now for live scans.")] = None,
     window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window, 10m or more, e.g. 1h, 90m (default: the recording's window, else 1h).")] = None,
-    fmt: Annotated[Fmt, typer.Option("--format", help="Recording format: OpenMetrics has second timestamps, text has milliseconds.")] = Fmt.auto,
+    input_format: Annotated[Fmt, typer.Option("--input-format", help="Recording format: OpenMetrics has second timestamps, text has milliseconds (auto also reads Prometheus API JSON).")] = Fmt.auto,
+    old_format: Annotated[Fmt | None, typer.Option("--format", hidden=True, help="Old name of --input-format.")] = None,
     pod_label: Annotated[PodLabel | None, typer.Option("--pod-label", help="Workload label on DCGM series (auto: exported_pod when present, else pod).")] = None,
     output: Annotated[Output, typer.Option("--output", "-o", help=OUTPUT_HELP)] = Output.table,
+    namespace: Annotated[list[str] | None, typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Only findings in this namespace (repeatable).")] = None,
+    team: Annotated[list[str] | None, typer.Option("--team", metavar="TEAM", help="Only findings of this team (repeatable; teams as routing sees them).")] = None,
+    kind: Annotated[list[str] | None, typer.Option("--kind", "-k", metavar="KIND", help="Only findings of this kind (repeatable): idle, under-used, unallocated, stalled, wrong-hw, cpu-bound, kv-cache, serving-idle, orphaned, power, bandwidth (or the JSON names).")] = None,
+    sort: Annotated[SortKey, typer.Option("--sort", help="Order of the findings table (usd: costliest first).")] = SortKey.usd,
+    top: Annotated[int | None, typer.Option("--top", min=1, help="Show only the first N findings (the rollup and total still count all).")] = None,
+    group_by: Annotated[GroupBy, typer.Option("--group-by", help="What the rollup at the end groups by.")] = GroupBy.team,
     min_usd: Annotated[float, typer.Option("--min-usd", min=0, help="Hide findings below this USD/day (≥ 0).")] = 0.0,
     truth: Annotated[Path | None, typer.Option("--truth", help="Compare the findings with a truth.json (from `gpuwaste generate-fleet`); exit 1 on a mismatch.")] = None,
-    wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Show the node, evidence and confidence columns whatever the terminal width.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print what the scan saw (models, signals, attribution) and why some pods got no verdict.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
 ) -> None:
-    """Scan a cluster (live, or from a recording) and print priced findings."""
+    """Scan a cluster (live, or from a recording) and print priced findings, the waste per team and the total."""
+    from gpuwaste.bootstrap import local
+    from gpuwaste.settings import ClusterConfig
+
+    fmt = old_format or input_format
     cfg = _config(config)
-    if cluster_file is not None and recording is None:
-        fail("--cluster-json only with --recording (it pairs cluster objects with a telemetry file)")
     if cluster and cfg.clusters:
         try:
             cfg.cluster(cluster)
@@ -484,6 +658,9 @@ def scan(
     truth_doc = _read_truth(truth) if truth is not None else None
     progress = _progress(quiet or output is not Output.table)
     dated: str | None = None
+    source_hint: str | None = None
+    if cluster_file is not None and not cluster_file.exists():
+        fail(f"--cluster-json {_plain(str(cluster_file))}: no such file")
     if recording is not None:
         if not recording.exists():
             fail(f"{_plain(str(recording))}: no such file or directory")
@@ -494,17 +671,28 @@ def scan(
             if when is None:
                 when = sources.recording.end_time()
         except InputFormatError as exc:
-            fail(f"{_plain(str(exc))}\nThe recording is malformed at the place shown; fix or re-record it.")
-        if window_s is None:
-            window_s = sources.recording.meta.window_s or cfg.scan.window_s
+            fail(f"{_plain(_input_hint(str(exc)))}\nThe recording is malformed at the place shown; fix or re-record it.")
+        cfg, note = local.recording_config(cfg, sources, config_given=config is not None)
+        if note and output is Output.table and not quiet:
+            err.print(f"[dim]{_plain(note)}[/]", highlight=False)
+        window_given = window_s is not None
+        if window_s is None and sources.recording.meta.window_s:
+            window_s = sources.recording.meta.window_s
+        if window_s is None:  # neither --window nor recording.json: the default, or what the data holds if less
+            held = held_before(sources, when)
+            window_s = cfg.scan.window_s if held is None else max(MIN_WINDOW_S, min(cfg.scan.window_s, held))
+        else:
+            check_window(sources, when, window_s, given=window_given)
         warn_recording(sources, when, window_s, quiet=quiet)
+        source_hint = f"-r {_plain(str(recording))}"
     else:
         if prometheus is None and not cfg.clusters:
-            fail("nothing to scan: pass --recording DIR, or --prometheus URL (with a kubeconfig), or --config FILE. "
+            fail("nothing to scan: pass --recording DIR, or --prometheus URL (cluster state from kube-state-metrics, "
+                 "and from the Kubernetes API when a kubeconfig is found), or --config FILE. "
                  "Try `gpuwaste demo` for the bundled demo fleet.")
-        cc = live_cluster(cfg, cluster, prometheus, kubeconfig, context)
+        cc = live_cluster(cfg, cluster, prometheus, None if cluster_file else kubeconfig, context)
         try:
-            sources = local.live_sources(cc, cfg)
+            sources = local.live_sources(cc, cfg, cluster_file=cluster_file)
         except SourceUnavailableError as exc:
             fail(f"{_plain(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
         except GpuWasteError as exc:
@@ -512,7 +700,9 @@ def scan(
             fail(_plain(str(exc)) + hint)
         when = when or datetime.now(tz=UTC).replace(microsecond=0)
     service = local.scan_service(sources, cfg, window_s=window_s, progress=progress)
-    report = _run_scan(service, when, output, min_usd, quiet, wide=wide, dated=dated, config=cfg)
+    view = View(namespaces=tuple(namespace or ()), teams=tuple(team or ()), kinds=tuple(kind or ()), sort=sort, top=top,
+                group_by=group_by, verbose=verbose or VERBOSE.on, source=source_hint)
+    report = _run_scan(service, when, output, min_usd, quiet, wide=wide, dated=dated, view=view, config=cfg)
     if truth_doc is not None:
         _print_truth(report, truth_doc, to=out if output is Output.table else err)
 
@@ -552,24 +742,54 @@ def _print_truth(report: ScanReport, truth: list[dict], *, to: Console) -> None:
 def demo(
     output: Annotated[Output, typer.Option("--output", "-o", help=OUTPUT_HELP)] = Output.table,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the alerts, ticket lines and the ground-truth check: no scan tables, Slack previews or summary.")] = False,
+    state: Annotated[Path | None, typer.Option("--state", help="Keep the demo's state file here (with its 30 days of history), e.g. for `gpuwaste summary --state FILE -o html --open`.")] = None,
 ) -> None:
     """Run the whole local pipeline on the bundled demo fleet (no setup): scan → price → dedupe → alerts,
-    with a temporary SQLite store, and check the findings against the fleet's ground truth."""
+    with a temporary SQLite store holding 30 days of generated history (so the summary has a trend), and check the
+    findings against the fleet's ground truth."""
     import tempfile
 
+    from gpuwaste.bootstrap import local
     from gpuwaste.commands.run import run_local_chain
+    from gpuwaste.settings import GpuWasteConfig
 
     path = local.demo_recording()
-    cfg = GpuWasteConfig()
-    sources = local.recording_sources(path, cfg)
+    sources = local.recording_sources(path, GpuWasteConfig())
     assert sources.recording is not None
+    cfg, _ = local.recording_config(GpuWasteConfig(), sources, config_given=False)
     with tempfile.TemporaryDirectory(prefix="gpuwaste-demo-") as tmp:
+        path_state = state or Path(tmp) / "state.db"
+        if state is not None and state.exists():
+            fail(f"--state {_plain(str(state))}: exists; the demo writes a fresh state file (remove it or choose another path)")
+        seed_history(path_state, sources.recording.end_time(), cluster=sources.recording.cluster)
         chain = run_local_chain(sources, cfg, cluster=sources.recording.cluster, times=[sources.recording.end_time()],
-                                window_s=sources.recording.meta.window_s, state=Path(tmp) / "state.db", output=output,
-                                quiet=quiet, slack=True)
+                                window_s=sources.recording.meta.window_s, state=path_state, output=output,
+                                quiet=quiet, slack=True, state_kept=state is not None)
     report = chain.reports[-1]
     if output is Output.table:
         _print_truth(report, json.loads((path / "truth.json").read_text()), to=out)
+        from gpuwaste.sinks import terminal
+
+        # the demo ends as `scan` does: what the waste costs per team, then the total
+        out.rule("[bold]waste now · per team and total[/]", align="left", style="dim")
+        terminal.print_rollup(out, [f for f in report.findings if f.kind.is_waste], key=team_function(cfg), by="team",
+                              window_s=report.window_s)
+
+
+def seed_history(state: Path, end: datetime, *, cluster: str) -> int:
+    """Write the demo's 30 days of past findings (`fleet.history`) into a new state file; returns how many."""
+    from gpuwaste.fleet.history import demo_history
+    from gpuwaste.store.sqlite import SqliteFindingStore
+
+    state.parent.mkdir(parents=True, exist_ok=True)
+    store = SqliteFindingStore(state)
+    try:
+        records = demo_history(end=end, cluster=cluster)
+        for record in records:
+            store.put_new(record)
+    finally:
+        store.close()
+    return len(records)
 
 
 class Layout(StrEnum):
@@ -610,6 +830,8 @@ def generate_fleet_cmd(
 @app.command("config-schema")
 def config_schema() -> None:
     """Print the JSON Schema of the configuration document."""
+    from gpuwaste.settings import config_json_schema
+
     sys.stdout.write(config_json_schema() + "\n")
 
 
@@ -623,9 +845,10 @@ def version_callback(value: bool) -> None:
 @app.callback()
 def main(
     version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at debug level to stderr.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at debug level to stderr, and print the details every command hides by default.")] = False,
 ) -> None:
     """gpuwaste: which GPUs burn money, whose are they, and what does it cost per day."""
+    VERBOSE.on = verbose
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s %(message)s")
     quiet_http_logs(verbose)

@@ -57,3 +57,7 @@ class DeliveryError(RetryableError):
 
 class PermanentDeliveryError(PermanentError):
     """A Slack or Jira delivery failed in a way retrying cannot fix (invalid_auth, 4xx other than 429)."""
+
+
+class RequestSignatureError(PermanentError):
+    """An inbound request is not from the chat service: missing, wrong or replayed signature."""

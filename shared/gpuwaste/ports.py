@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -99,6 +99,23 @@ class FindingStore(Protocol):
         """Open (unresolved) records of a cluster."""
         ...
 
+    def get_many(self, fingerprints: list[str]) -> dict[str, FindingRecord]:
+        """Records of the given fingerprints, absent ones left out (one batch read per 100, not one per record).
+
+        Raises:
+            StoreError: throttling or a transient failure (retryable).
+        """
+        ...
+
+    def update_many(self, updates: list[tuple[FindingRecord, int]]) -> list[bool]:
+        """`update` for each (record, expected_version), grouped into as few calls as the store allows; one outcome
+        per update, in order (False: that record's version had moved on).
+
+        Raises:
+            StoreError: throttling or a transient failure (retryable).
+        """
+        ...
+
     def history(self, *, since: datetime, until: datetime) -> list[FindingRecord]:
         """Records whose latest activity (`activity_at`: last seen or resolved) is in [since, until].
 
@@ -110,15 +127,23 @@ class FindingStore(Protocol):
 class Notifier(Protocol):
     """Tells owners in chat (Slack, or the terminal locally); renders notices its own way."""
 
-    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None) -> list[PostedMessage]:
+    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None,
+             on_posted: Callable[[PostedMessage], None] | None = None) -> list[PostedMessage]:
         """Post a notice to `channel` (default: its route's), split over several messages when it is too long.
 
         A routed channel that does not exist falls back to the default channel, and the message says so.
+        `on_posted` is called with each part as soon as the chat accepted it (the caller records the delivery
+        before the next part is tried, so a failure on part 2 never re-posts part 1).
 
         Raises:
             DeliveryError: rate-limited after retries, 5xx, timeout (retry through the queue).
             PermanentDeliveryError: bad token, bad payload, no channel at all.
         """
+        ...
+
+    def find_posted(self, notice: Notice) -> list[PostedMessage]:
+        """Messages already posted for this notice (same scan, kind and findings) — a post the chat accepted
+        but whose answer was lost (crash, timeout). Empty when the chat cannot be searched."""
         ...
 
     def update(self, notice: Notice, *, channel: str, ts: str) -> PostedMessage:
@@ -142,6 +167,18 @@ class Notifier(Protocol):
         self, summary: DailySummary, *, channel: str, chart_png: bytes | None, note: str | None = None
     ) -> PostedMessage:
         """Post the daily summary, with the chart image when given (`note` says why it is missing)."""
+        ...
+
+
+class RequestVerifier(Protocol):
+    """Authenticates an inbound request from the chat service (Slack's request signatures)."""
+
+    def verify(self, headers: Mapping[str, str], body: bytes) -> None:
+        """Accept the request or raise.
+
+        Raises:
+            RequestSignatureError: the request is not authentic or is a replay.
+        """
         ...
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -23,6 +24,9 @@ from gpuwaste.detectors.settings import DetectorSettings
 from gpuwaste.errors import ConfigError
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.pricing.catalog import PriceOverrides
+
+#: The largest USD/day a threshold may be set to (a million dollars a day; "never" is not a number).
+MAX_USD_PER_DAY = Decimal(1_000_000)
 
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 
@@ -155,13 +159,22 @@ class KubernetesSettings(BaseModel):
 
 
 class ClusterConfig(BaseModel):
-    """One cluster to scan."""
+    """One cluster to scan.
+
+    Attributes:
+        cluster_state: where pods, nodes and owners come from. "kube-state-metrics": the KSM series of the same
+            Prometheus (no Kubernetes access needed; AMP with SigV4 is enough); "kubernetes": the API only;
+            "both": the API for what exists now and KSM for the window's history; "auto" (default): "both"
+            when Kubernetes access is configured (an existing kubeconfig, in-cluster service account, or "eks"
+            mode), else "kube-state-metrics".
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     prometheus: PrometheusSettings | None = None
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    cluster_state: Literal["auto", "kubernetes", "kube-state-metrics", "both"] = "auto"
     labels: TelemetryLabels = Field(default_factory=TelemetryLabels)
     read: ClusterReadSettings = Field(default_factory=ClusterReadSettings)
     recording: str | None = Field(
@@ -205,11 +218,11 @@ class LifecycleSettings(BaseModel):
     worse_share: Decimal = Field(Decimal("0.25"), gt=0, le=100)
     reminder_after: timedelta = Field(timedelta(hours=24), gt=timedelta(0))
     ticket_after: timedelta = Field(timedelta(days=3), gt=timedelta(0))
-    ticket_usd_per_day: Decimal = Field(Decimal(100), ge=0)
+    ticket_usd_per_day: Decimal = Field(Decimal(100), ge=0, le=MAX_USD_PER_DAY)
     ticket_min_observed_s: int = Field(1800, ge=0)
     resolve_after_missed_scans: int = Field(3, ge=1, le=1000)
     retention_days: int = Field(30, ge=1, le=3650)
-    min_usd_per_day: Decimal = Field(Decimal(0), ge=0)
+    min_usd_per_day: Decimal = Field(Decimal(0), ge=0, le=MAX_USD_PER_DAY)
     alert_data_quality: bool = False
 
 
@@ -268,6 +281,7 @@ class SlackSettings(BaseModel):
         timeout_s: per-request timeout (seconds).
         rate_limit_retries / server_error_retries: in-process retries (429 honours `Retry-After`) before a
             delivery fails and is retried through the queue.
+        workspace_url: e.g. https://acme.slack.com; Jira tickets then link to the finding's Slack thread.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -280,6 +294,7 @@ class SlackSettings(BaseModel):
     rate_limit_retries: int = Field(3, ge=0, le=10)
     server_error_retries: int = Field(1, ge=0, le=5)
     request_max_age_s: int = Field(300, ge=30, le=900)
+    workspace_url: str | None = Field(None, pattern=r"^https://")
 
 
 class JiraSettings(BaseModel):
@@ -290,6 +305,12 @@ class JiraSettings(BaseModel):
         api_token / api_token_secret_arn: the Atlassian API token (Basic auth with `email`).
         default_project: project key when routing names none (None: no ticket without a routed project).
         resolve_transition: transition id or name applied when a finding resolves (None: comment only).
+        set_priority: send a priority from USD/day (Highest ≥ $500, High ≥ $100, Medium ≥ $20, else Low); turn it off
+            for projects whose create screen has no priority field.
+        max_per_run / max_per_team: tickets opened per run, and per team per run; the overflow of a team is folded
+            into one ticket listing its findings.
+        quiet_start_days: for this many days after the first ticket request the caps are `quiet_start_per_run` /
+            1 per team, so a first run on a large fleet opens a handful of tickets, not dozens (0: off).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -304,6 +325,11 @@ class JiraSettings(BaseModel):
     components: tuple[str, ...] = ()
     resolve_transition: str | None = None
     timeout_s: float = Field(15.0, gt=0, le=60)
+    set_priority: bool = True
+    max_per_run: int = Field(10, ge=1, le=1000)
+    max_per_team: int = Field(3, ge=1, le=1000)
+    quiet_start_days: int = Field(7, ge=0, le=90)
+    quiet_start_per_run: int = Field(3, ge=1, le=1000)
 
 
 class DeliverySettings(BaseModel):
@@ -433,13 +459,23 @@ def format_validation_error(exc: ValidationError, *, source: str = "config", mod
 def parse_config(text: str, *, source: str = "config") -> GpuWasteConfig:
     """Validate a YAML or JSON configuration document.
 
+    The document is bounded before and after parsing: at most `MAX_CONFIG_BYTES`, `MAX_CONFIG_DEPTH` levels of
+    nesting and `MAX_CONFIG_VALUES` values once YAML aliases are expanded (a "billion laughs" document), and no
+    number beyond ±`MAX_CONFIG_NUMBER` (`1e999999999` is refused, not taken as "never").
+
     Raises:
         ConfigError: naming each bad field path and what is allowed.
     """
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: {len(text):,} characters; a configuration document is at most "
+                          f"{MAX_CONFIG_BYTES:,}")
     try:
         data = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML/JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{source}: nested more than {MAX_CONFIG_DEPTH} levels deep") from exc
+    _check_bounds(data, source)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -448,6 +484,46 @@ def parse_config(text: str, *, source: str = "config") -> GpuWasteConfig:
         return GpuWasteConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source=source, model=GpuWasteConfig)) from exc
+
+
+#: Bounds on a configuration document (see `parse_config`).
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_VALUES = 100_000
+MAX_CONFIG_NUMBER = Decimal(10) ** 12
+_NUMBER_TEXT = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
+
+
+def _check_bounds(data: Any, source: str) -> None:
+    """Refuse nesting deeper than `MAX_CONFIG_DEPTH`, more than `MAX_CONFIG_VALUES` values, and numbers (or numeric
+    strings) beyond ±`MAX_CONFIG_NUMBER`, infinite or NaN.
+
+    Raises:
+        ConfigError: naming the path of the offending value.
+    """
+    budget = [MAX_CONFIG_VALUES]
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ConfigError(f"{source}: more than {MAX_CONFIG_VALUES:,} values (YAML aliases expanded?)")
+        if depth > MAX_CONFIG_DEPTH:
+            raise ConfigError(f"{source}: {path or '(root)'}: nested more than {MAX_CONFIG_DEPTH} levels deep")
+        where = path or "(root)"
+        if isinstance(value, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int | float) or (isinstance(value, str) and _NUMBER_TEXT.match(value)):
+            try:
+                number = Decimal(str(value).strip())
+            except ArithmeticError:
+                continue
+            if not number.is_finite() or (number != 0 and number.adjusted() >= MAX_CONFIG_NUMBER.adjusted() + 1):
+                raise ConfigError(f"{source}: {where}: {str(value)[:40]} is out of range (at most ±1e12)")
 
 
 def load_config(path: Path | None) -> GpuWasteConfig:
@@ -459,9 +535,15 @@ def load_config(path: Path | None) -> GpuWasteConfig:
     if path is None:
         return GpuWasteConfig()
     try:
-        text = Path(path).read_text()
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read configuration: {exc.strerror}") from exc
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {len(raw):,} bytes; a configuration document is at most {MAX_CONFIG_BYTES:,}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     return parse_config(text, source=str(path))
 
 

@@ -1,8 +1,10 @@
 """Hardening suite fixtures: the session's figures collector, printed at the end of the run.
 
 Every test of this folder adds what it did to the :class:`Figures` of the session (``figures`` fixture):
-faults injected, bad inputs tried, and the invariant's counts (findings produced, delivered, dead-lettered,
-lost, duplicates). ``pytest_terminal_summary`` prints them, so CI logs carry the figures issue 6 asks for.
+faults injected (as counted by the fakes that injected them), bad inputs tried, and the invariant's counts
+(alerts produced, accepted by the fakes, dead-lettered, lost, duplicates, and the product's records checked
+against the fakes both ways). ``pytest_terminal_summary`` prints them, and ``pytest_sessionfinish`` fails the
+run when a figure that must be zero is not (even if the test that added it did not assert).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class Figures:
     dead_lettered: int = 0
     lost: int = 0
     duplicates: int = 0
+    unconfirmed: int = 0
+    unrecorded: int = 0
     scans: int = 0
     notes: dict[str, str] = field(default_factory=dict)
 
@@ -51,6 +55,14 @@ class Figures:
         self.dead_lettered += report.dead_lettered
         self.lost += len(report.lost)
         self.duplicates += len(report.duplicates)
+        self.unconfirmed += len(report.unconfirmed)
+        self.unrecorded += len(report.unrecorded)
+
+    def off(self) -> list[str]:
+        """The figures that must be zero and are not."""
+        named = {"lost": self.lost, "duplicates": self.duplicates, "recorded but not accepted": self.unconfirmed,
+                 "accepted but not recorded": self.unrecorded}
+        return [f"{k} {v}" for k, v in named.items() if v]
 
     def lines(self) -> list[str]:
         """The figures as printable lines."""
@@ -61,8 +73,10 @@ class Figures:
             f"bad inputs tried: {sum(self.bad_inputs.values())} ({inputs or '-'})",
             f"hostile names tried: {self.hostile_names}",
             f"scans run: {self.scans}",
-            f"alerts produced: {self.produced} / delivered: {self.delivered} / dead-lettered: {self.dead_lettered}"
-            f" / lost: {self.lost} / duplicates: {self.duplicates}",
+            f"alerts produced: {self.produced} / accepted by the fakes: {self.delivered} / dead-lettered:"
+            f" {self.dead_lettered} / lost: {self.lost} / duplicates: {self.duplicates}",
+            f"product records vs the fakes: recorded but not accepted {self.unconfirmed} / accepted but not recorded"
+            f" {self.unrecorded}",
             *(f"{k}: {v}" for k, v in sorted(self.notes.items())),
         ]
 
@@ -98,3 +112,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("gpuwaste hardening figures")
     for line in _FIGURES.lines():
         terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when any figure that must be zero is not."""
+    off = _FIGURES.off()
+    if off:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"hardening figures off: {', '.join(off)}", red=True)

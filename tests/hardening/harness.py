@@ -4,14 +4,21 @@ and the one invariant every fault test checks.
 The local chain (`gpuwaste run`) uses `MemoryQueue`, which has no redelivery and no DLQ. This harness
 plays SQS's contract instead: a message whose handler raises a retryable error comes back (up to
 ``max_receive`` receives, as the template's ``maxReceiveCount``), a permanent failure goes to the DLQ at
-once with its reason (as ``bootstrap.batch.DeadLetterBatchProcessor`` does, using its own
-``is_permanent``/``reason_of``), and duplicates can be injected (SQS may deliver a message twice).
+once with its reason (as ``bootstrap.batch.process_batch`` does; the harness classifies failures with its
+own ``is_permanent``/``reason_of``), and duplicates can be injected (SQS may deliver a message twice).
 The stages call the same services as the Lambda functions: price → lifecycle → notify (Slack) / tickets
 (Jira).
 
 Invariant (:func:`check_invariant`): every alert the lifecycle produced is either delivered exactly once
-— its idempotency key is in the lifecycle record *and* the fake Slack accepted exactly the posts that
-key explains — or sits in a dead-letter queue with a non-empty reason. Never both, never neither.
+or sits in a dead-letter queue with a non-empty reason. Never both, never neither. "Delivered" is counted at
+the fakes, not taken from the product: the fake Slack's accepted posts, keyed by the finding and scan each
+message's metadata names, and the fake Jira's issues by dedupe label. The product's own records are then
+checked against them in both directions: every recorded delivery was accepted by the fake (recorded ≤
+accepted), and every accepted post is recorded (accepted ≤ recorded: otherwise a retry would post it again).
+
+The queue here classifies failures by the error hierarchy's two roots (`RetryableError` comes back,
+anything else — `PermanentError`, a body that does not parse — goes to the DLQ at once), as the template's
+redrive contract says; it does not ask the product's own batch processor.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from gpuwaste.bootstrap.batch import is_permanent, reason_of
+from gpuwaste.errors import RetryableError
 from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted, ScanRequest
 from gpuwaste.ports import FindingStore
 from gpuwaste.services.lifecycle import LifecycleService
@@ -98,8 +105,31 @@ class AuditedSlack(FakeSlack):
         """Accepted top-level posts that carry `fingerprint`."""
         return sum(1 for a in self.accepted if a.top_level and a.mentions(fingerprint))
 
+    def accepted_keys(self, method: str = "chat.postMessage") -> Counter[tuple[str, str]]:
+        """(fingerprint prefix, scan id) → accepted calls of `method` whose message metadata names them."""
+        out: Counter[tuple[str, str]] = Counter()
+        with self._lock:
+            calls = list(self.accepted)
+        for call in calls:
+            if call.method != method:
+                continue
+            payload = (call.params.get("metadata") or {}).get("event_payload") or {}
+            for fp in payload.get("fps") or []:
+                out[(str(fp), str(payload.get("scan")))] += 1
+        return out
+
 
 # -- an at-least-once queue with a DLQ ---------------------------------------------------------------------
+def is_permanent(exc: BaseException) -> bool:
+    """The harness's own classification: only `RetryableError` is worth a redelivery."""
+    return not isinstance(exc, RetryableError)
+
+
+def reason_of(exc: BaseException) -> str:
+    """`<type>: <message>` of a failure (what the DLQ entry carries)."""
+    return f"{type(exc).__name__}: {exc}"[:1000]
+
+
 @dataclass
 class DeadLetter:
     """A message in a dead-letter queue, with why it is there."""
@@ -315,14 +345,17 @@ def build_chain(*, store: FindingStore, slack: FakeSlack, jira: FakeJira | None,
 # -- the invariant -----------------------------------------------------------------------------------------
 @dataclass
 class InvariantReport:
-    """Outcome of one invariant check.
+    """Outcome of one invariant check, counted at the fakes.
 
     Attributes:
-        produced: distinct alert keys (fingerprint:action:scan_id) the lifecycle sent to Slack's queue and
-            ticket requests sent to Jira's. delivered / dead_lettered: how many of them ended each way.
-        lost: keys neither delivered nor dead-lettered (must be empty).
-        duplicates: fingerprints with more Slack top-level posts than recorded deliveries explain, keys both
-            delivered and dead-lettered, or more than one Jira issue (must be empty).
+        produced: distinct alerts (fingerprint:action:scan_id) the lifecycle sent to Slack's queue and ticket
+            requests sent to Jira's. delivered: how many the fakes accepted; dead_lettered: how many sit in a DLQ.
+        lost: produced, neither accepted by a fake nor dead-lettered (must be empty).
+        duplicates: more than one accepted post for one (finding, scan), more than one Jira issue for a finding, or
+            accepted *and* dead-lettered (must be empty).
+        unconfirmed: the product recorded a delivery the fake never accepted (recorded ≤ accepted fails).
+        unrecorded: the fake accepted a delivery the product did not record (accepted ≤ recorded fails: a retry
+            would repeat it).
         unreasoned: dead letters without a reason (must be empty).
     """
 
@@ -331,16 +364,19 @@ class InvariantReport:
     dead_lettered: int = 0
     lost: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
+    unconfirmed: list[str] = field(default_factory=list)
+    unrecorded: list[str] = field(default_factory=list)
     unreasoned: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """Nothing lost, nothing twice, every dead letter explained."""
-        return not (self.lost or self.duplicates or self.unreasoned)
+        """Nothing lost, nothing twice, the product's records match the fakes, every dead letter explained."""
+        return not (self.lost or self.duplicates or self.unreasoned or self.unconfirmed or self.unrecorded)
 
     def __str__(self) -> str:
         return (f"produced {self.produced}, delivered {self.delivered}, dead-lettered {self.dead_lettered}, "
-                f"lost {self.lost[:5]}, duplicates {self.duplicates[:5]}, unreasoned {self.unreasoned[:5]}")
+                f"lost {self.lost[:5]}, duplicates {self.duplicates[:5]}, unconfirmed {self.unconfirmed[:5]}, "
+                f"unrecorded {self.unrecorded[:5]}, unreasoned {self.unreasoned[:5]}")
 
 
 def _alert_key(alert: AlertMessage, sink: str) -> str:
@@ -358,13 +394,16 @@ def _parse_alerts(bodies: Iterable[str]) -> list[AlertMessage]:
 
 
 def check_invariant(chain: Chain, slack: AuditedSlack, jira: FakeJira | None = None, *,
-                    silenced: Callable[[AlertMessage], bool] | None = None) -> InvariantReport:
-    """Every produced alert is delivered exactly once or dead-lettered with its reason.
+                    silenced: Callable[[AlertMessage], bool] | None = None,
+                    explained: set[tuple[str, str]] | None = None) -> InvariantReport:
+    """Every produced alert is delivered exactly once (counted at the fakes) or dead-lettered with its reason,
+    and the product's records agree with the fakes in both directions.
 
-    Slack side: the key is in the finding's `delivery_keys` (written only after Slack accepted the post),
-    and the fake Slack accepted no more top-level posts carrying the fingerprint than delivered keys
-    explain. Jira side: an ESCALATE either left a `ticket_key` on the record matching exactly one issue
-    with the finding's dedupe label, or sits in the DLQ.
+    Slack: an alert is accepted when the fake accepted a `chat.postMessage` (or, for RESOLVED, a `chat.update`)
+    whose metadata names its finding and scan; more than one accepted post per (finding, scan) is a duplicate.
+    Jira: an ESCALATE is accepted when the fake holds an issue with the finding's dedupe label; more than one is a
+    duplicate. `explained`: (fingerprint prefix, scan) of alerts produced earlier whose harness state was dropped
+    (a long soak); updated with this check's alerts.
     """
     report = InvariantReport()
     dead_keys: dict[str, DeadLetter] = {}
@@ -375,28 +414,42 @@ def check_invariant(chain: Chain, slack: AuditedSlack, jira: FakeJira | None = N
             sink = "jira" if letter.queue == "tickets" else "slack"
             dead_keys[_alert_key(alert, sink)] = letter
     # Slack
+    posts = slack.accepted_keys("chat.postMessage")
+    edits = slack.accepted_keys("chat.update")
     slack_alerts = {_alert_key(a, "slack"): a for a in _parse_alerts(chain.alerts_q.sent)}
-    delivered_per_fp: Counter[str] = Counter()
+    expected: set[tuple[str, str]] = set()
     for key, alert in slack_alerts.items():
-        if silenced is not None and silenced(alert):
-            continue
-        report.produced += 1
+        mark = (alert.fingerprint[:16], alert.scan_id)
+        accepted = posts[mark] + (edits[mark] if alert.action is AlertAction.RESOLVED else 0)
         record = chain.store.get(alert.fingerprint)
-        delivered = record is not None and key in record.delivery_keys
+        recorded = record is not None and key in record.delivery_keys
+        if silenced is not None and silenced(alert):
+            if accepted:
+                report.duplicates.append(f"{key}: silenced, yet posted {accepted}×")
+            continue
+        expected.add(mark)
+        report.produced += 1
         dead = key in dead_keys
-        if delivered and dead:
-            report.duplicates.append(f"{key} delivered and dead-lettered")
-        elif delivered:
+        if posts[mark] > 1:
+            report.duplicates.append(f"{key}: {posts[mark]} accepted posts")
+        if recorded and not accepted:
+            report.unconfirmed.append(key)
+        if accepted and not recorded and not dead:
+            report.unrecorded.append(key)
+        if accepted and dead:
+            report.duplicates.append(f"{key} accepted and dead-lettered")
+        elif accepted:
             report.delivered += 1
-            delivered_per_fp[alert.fingerprint] += 1
         elif dead:
             report.dead_lettered += 1
         else:
             report.lost.append(key)
-    for fp in {a.fingerprint for a in slack_alerts.values()}:
-        posts = slack.top_level_posts(fp)
-        if posts > delivered_per_fp[fp]:
-            report.duplicates.append(f"{fp[:16]}: {posts} Slack posts for {delivered_per_fp[fp]} deliveries")
+    scans = {a.scan_id for a in slack_alerts.values()}
+    explained = explained if explained is not None else set()
+    explained.update((a.fingerprint[:16], a.scan_id) for a in slack_alerts.values())
+    for mark, n in posts.items():
+        if mark[1] in scans and mark not in explained:
+            report.duplicates.append(f"{mark}: {n} accepted posts no alert explains")
     # Jira
     if jira is not None:
         escalations = {_alert_key(a, "jira"): a for a in _parse_alerts(chain.tickets_q.sent)
@@ -405,9 +458,14 @@ def check_invariant(chain: Chain, slack: AuditedSlack, jira: FakeJira | None = N
             report.produced += 1
             record = chain.store.get(alert.fingerprint)
             labelled = [i for i in jira.issues.values() if dedupe_label(alert.fingerprint) in i.labels]
+            recorded_key = record.ticket_key if record is not None else None
             if len(labelled) > 1:
                 report.duplicates.append(f"{alert.fingerprint[:16]}: {len(labelled)} Jira issues")
-            if record is not None and record.ticket_key and any(i.key == record.ticket_key for i in labelled):
+            if recorded_key and not any(i.key == recorded_key for i in labelled):
+                report.unconfirmed.append(f"{key}: {recorded_key} recorded, no such issue")
+            if labelled and not recorded_key and key not in dead_keys:
+                report.unrecorded.append(f"{key}: {labelled[0].key} not recorded")
+            if labelled:
                 report.delivered += 1
             elif key in dead_keys:
                 report.dead_lettered += 1
@@ -509,6 +567,8 @@ class PromProxy(FakeHttpServer):
         self.release = threading.Event()
         self.bearer: str | None = None
         self.seen_authorization: set[str] = set()
+        #: faults this proxy answered, by mode (counted where they are injected)
+        self.faults_served: Counter[str] = Counter()
 
     def stop(self) -> None:
         """Release held requests, then stop."""
@@ -543,6 +603,7 @@ class PromProxy(FakeHttpServer):
             if mode == "401":
                 if self.times > 0:
                     self.times -= 1
+                    self.faults_served["401"] += 1
                     return HttpResponse(401, b"unauthorized", content_type="text/plain")
                 mode = "pass"
             if mode == "5xx":
@@ -550,6 +611,9 @@ class PromProxy(FakeHttpServer):
                     self.times -= 1
                 else:
                     mode = "pass"
+        if mode != "pass":
+            with self._lock:
+                self.faults_served[mode] += 1
         if mode == "5xx":
             return HttpResponse(503, b"overloaded", content_type="text/plain")
         if mode == "slow":

@@ -262,6 +262,17 @@ BAD_CONFIGS: list[tuple[str, str, str, str]] = [
     ("not-a-decimal", "lifecycle: {worse_share: abc}", "lifecycle.worse_share", "valid decimal"),
     ("not-yaml", "a: [", "cfg.yaml", "not valid YAML"),
     ("not-a-mapping", "- 1", "cfg.yaml", "must be a mapping"),
+    ("huge-number-means-never", "lifecycle: {ticket_usd_per_day: 1e999999999}", "lifecycle.ticket_usd_per_day",
+     "out of range"),
+    ("threshold-beyond-bound", "lifecycle: {ticket_usd_per_day: 2000000}", "lifecycle.ticket_usd_per_day",
+     "less than or equal to 1000000"),
+    ("infinite-float", "lifecycle: {worse_share: .inf}", "lifecycle.worse_share", "out of range"),
+    ("nesting-bomb", "a: " + "[" * 50_000 + "]" * 50_000, "cfg.yaml", "nested more than"),
+    ("deep-mapping", "a: " + "{b: " * 40 + "1" + "}" * 40, "cfg.yaml", "nested more than"),
+    ("billion-laughs", "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)),
+     "cfg.yaml", "more than 100,000 values"),
+    ("size-bomb", "a: '" + "x" * (1 << 20) + "'", "cfg.yaml", "a configuration document is at most"),
 ]
 
 
@@ -391,7 +402,28 @@ CLI_INPUTS = [
     ("non-utf8-name", lambda p: _write(p / "bad.prom", GOOD.encode() + b"DCGM_\xff 1 1700000060000\n"), "bad.prom:2:"),
     ("openmetrics-no-eof", lambda p: _write(p / "bad.om", "# TYPE x gauge\n# UNIT x s\nx 1 1700000000\n"), "bad.om:"),
     ("truncated-gzip", _truncated_gzip, "corrupt gzip file"),
+    ("gzip-of-nul-bytes", lambda p: _gzip(p, b"\x00" * (8 << 20)), "NUL byte at offset 0"),
+    ("gzip-bomb", lambda p: _gzip(p, (GOOD * 260_000).encode()), "GPUWASTE_RECORDING_MAX_MB",
+     {"GPUWASTE_RECORDING_MAX_MB": "8"}),
+    ("endless-line", lambda p: _gzip(p, GOOD.encode() + b"# " + b"x" * (3 << 20) + b"\n"), "GPUWASTE_RECORDING_MAX_LINE_KB"),
+    ("non-utf8-cluster-json", lambda p: _with_cluster(p, b"\xff\xfe{\"items\": []}"), "not UTF-8 text"),
+    ("deep-cluster-json", lambda p: _with_cluster(p, b"[" * 100_000 + b"]" * 100_000), "nested too deeply"),
 ]
+
+
+def _gzip(path: Path, data: bytes) -> Path:
+    (path / "telemetry.om.gz").write_bytes(gzip.compress(data, compresslevel=1))
+    return path
+
+
+def _with_cluster(path: Path, data: bytes) -> Path:
+    import shutil
+
+    from gpuwaste.bootstrap.local import demo_recording
+
+    shutil.copytree(demo_recording(), path / "rec")
+    (path / "rec" / "cluster.json").write_bytes(data)
+    return path / "rec"
 
 
 def _write(path: Path, data: str | bytes) -> Path:
@@ -403,17 +435,18 @@ def _write(path: Path, data: str | bytes) -> Path:
 
 
 @pytest.mark.parametrize("command", ["scan", "run"])
-@pytest.mark.parametrize(("make", "expect"), [pytest.param(m, e, id=i) for i, m, e in CLI_INPUTS])
+@pytest.mark.parametrize(("make", "expect", "env"), [pytest.param(m, e, x[0] if x else {}, id=i)
+                                                    for i, m, e, *x in CLI_INPUTS])
 def test_bad_input_cli_exits_non_zero_with_file_and_line(tmp_path: Path, command: str, make: Any, expect: str,
-                                                         figures: Figures) -> None:
+                                                         env: dict[str, str], figures: Figures) -> None:
     # GIVEN a broken recording
     figures.bad_input("cli recording")
     path = make(tmp_path)
     args = [command, "--recording", str(path)] + (["--state", str(tmp_path / "s.db")] if command == "run" else [])
     # WHEN `gpuwaste scan|run --recording` reads it
-    result = CliRunner().invoke(app, args)
-    # THEN it exits non-zero with where and what, and no traceback
-    assert result.exit_code != 0
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300", **env})
+    # THEN it exits 2 with where and what (for a limit: which, and how to raise it), and no traceback
+    assert result.exit_code == 2, result.output
     assert expect in result.output
     assert "Traceback" not in result.output
     assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)

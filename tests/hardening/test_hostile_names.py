@@ -155,7 +155,7 @@ def test_hostile_names_checker_catches_an_unescaped_mention() -> None:
 
 
 # -- Jira -------------------------------------------------------------------------------------------------
-ADF_NODES = {"doc", "paragraph", "text", "bulletList", "listItem", "heading", "hardBreak", "rule"}
+ADF_NODES = {"doc", "paragraph", "text", "bulletList", "listItem", "heading", "hardBreak", "rule", "codeBlock"}
 ADF_MARKS = {"strong", "em", "code", "link"}
 
 
@@ -257,3 +257,58 @@ def test_hostile_names_escape_keeps_the_selector_one_matcher(value: str) -> None
     escaped = escape_label_value(value)
     assert f'tenant="{escaped}"' in sel
     assert "\n" not in escaped and not re.search(r'(?<!\\)"', escaped.replace('\\\\', ''))
+
+
+# -- the terminal -----------------------------------------------------------------------------------------
+TERMINAL = {
+    "ansi clear screen + colour": "\x1b[2J\x1b[H\x1b[31mFAKE: all clear",
+    "osc 8 hidden hyperlink": "\x1b]8;;https://evil.example\x1b\\click me\x1b]8;;\x1b\\",
+    "rich closing tag": "team[/]",
+    "rich link markup": "[link=https://evil.example]docs[/link]",
+    "rich style markup": "[bold red]URGENT[/bold red]",
+    "c1 csi + bidi override": "\x9b31m\u202eevil",
+}
+
+
+def _hostile_recording(tmp: Path, team: str) -> Path:
+    """The demo recording with every pod labelled `gpuwaste.io/team: <team>` (what anyone who creates a pod sets)."""
+    import shutil
+
+    from gpuwaste.bootstrap.local import demo_recording
+
+    target = tmp / "rec"
+    shutil.copytree(demo_recording(), target)
+    doc = json.loads((target / "cluster.json").read_text())
+    for item in doc["items"]:
+        if item["kind"] == "Pod":
+            item["metadata"].setdefault("labels", {})["gpuwaste.io/team"] = team
+            item["metadata"].setdefault("annotations", {})["note"] = team
+    (target / "cluster.json").write_text(json.dumps(doc))
+    return target
+
+
+@pytest.mark.parametrize("name", sorted(TERMINAL))
+def test_hostile_names_never_drive_the_terminal_or_crash_it(name: str, tmp_path: Path, figures: Figures) -> None:
+    # GIVEN the demo fleet whose pods carry a hostile team label
+    from typer.testing import CliRunner
+
+    from gpuwaste.cli import app
+
+    rec = _hostile_recording(tmp_path, TERMINAL[name])
+    runner = CliRunner()
+    # WHEN `scan` and `run` (terminal output, Slack previews, tickets, summary) show it, on a colour terminal
+    results = [runner.invoke(app, ["scan", "--recording", str(rec)], env={"COLUMNS": "400", "FORCE_COLOR": "1"}),
+               runner.invoke(app, ["run", "--recording", str(rec), "--state", str(tmp_path / "s.db")],
+                             env={"COLUMNS": "400", "FORCE_COLOR": "1"})]
+    figures.hostile_names += 1
+    for result in results:
+        # THEN no traceback, and the output holds no escape sequence but the terminal library's own colours
+        assert result.exit_code == 0, result.output[-2000:]
+        assert "Traceback" not in result.output
+        foreign = re.sub(r"\x1b\[[0-9;]*m", "", result.output)  # rich's own SGR colour codes
+        assert "\x1b" not in foreign and "\x9b" not in foreign and "\u202e" not in foreign
+        # ... no hyperlink was formed (rich writes links as OSC 8) and the markup was shown, not obeyed
+        assert "\x1b]8;" not in result.output
+        if name.startswith("rich"):
+            literal = TERMINAL[name]
+            assert literal in re.sub(r"\x1b\[[0-9;]*m", "", result.output).replace("\n", ""), name

@@ -304,7 +304,8 @@ def test_least_privilege_slack_manifest_requests_only_the_scopes_used() -> None:
     manifests = [p for p in DEPLOY.glob("*slack*") if p.suffix in (".yaml", ".yml", ".json")]
     if not manifests:
         pytest.skip("no Slack app manifest in deploy/ yet")
-    allowed = {"chat:write", "chat:write.public", "users:read", "users:read.email", "files:write", "channels:read"}
+    allowed = {"chat:write", "chat:write.public", "users:read", "users:read.email", "files:write", "channels:read",
+               "channels:history", "groups:history"}  # history: SlackNotifier.find_posted (conversations.history)
     for path in manifests:
         doc = yaml.safe_load(path.read_text())
         scopes = set(((doc.get("oauth_config") or {}).get("scopes") or {}).get("bot") or [])

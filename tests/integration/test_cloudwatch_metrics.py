@@ -98,7 +98,7 @@ def test_scan_handler_emits_duration_gpus_and_findings_by_kind(monkeypatch: pyte
         [json.loads(b) for b in queue.drain()]) if isinstance(m, FindingMessage)]
     by_kind = Counter(f.kind.value for f in sent)
     assert {k: values(docs, "Findings", cluster="demo", kind=k) for k in by_kind} == {k: [n] for k, n in by_kind.items()}
-    assert values(docs, "GpusSeen", cluster="demo") == [28]
+    assert values(docs, "GpusSeen", cluster="demo") == [36]  # the demo fleet: 36 physical GPUs
     assert values(docs, "DataQualityProblems", cluster="demo") == [by_kind[WasteKind.DATA_QUALITY.value]]
     (duration,) = values(docs, "ScanDuration", cluster="demo")
     assert 0 < duration < 60

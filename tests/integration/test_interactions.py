@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from datetime import timedelta
 from urllib.parse import urlencode
 
 import pytest
 
-from gpuwaste.services.interactions import InteractionService, SignatureError, sign, verify_signature
+from gpuwaste.services.interactions import InteractionService, SignatureError
 from gpuwaste.services.tickets import TicketService
 from gpuwaste.settings import DeliverySettings, JiraSettings, SlackSettings
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
+from gpuwaste.sinks.slack_signature import SlackSignatureVerifier, sign
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, LambdaContext, finding, load_app, record_for
 from tests.servers.jira_api import FakeJira
@@ -52,7 +54,7 @@ def service(store: SqliteFindingStore, slack_api: FakeSlack, jira_api: FakeJira)
     notifier = SlackNotifier.from_settings(settings.slack, token=slack_api.token, default_channel="#gpu-waste")
     tickets = TicketService(sink=JiraTicketSink.from_settings(settings.jira, api_token=str(jira_api.api_token)),
                             store=store, settings=settings, now=lambda: NOW)
-    return InteractionService(signing_secret=SECRET, store=store, now=lambda: NOW, notifier=notifier, tickets=tickets)
+    return InteractionService(verifier=SlackSignatureVerifier(SECRET, now=lambda: NOW), store=store, now=lambda: NOW, notifier=notifier, tickets=tickets)
 
 
 def test_verify_signature_matches_slacks_documented_example() -> None:
@@ -135,7 +137,7 @@ def test_interaction_replayed_request_is_refused(service: InteractionService, st
     assert reply.status == 401
     assert store.get(f.fingerprint).snoozed_until is None  # type: ignore[union-attr]
     with pytest.raises(SignatureError, match="replay"):
-        verify_signature(SECRET, _headers(body, at=old), body, now=NOW)
+        SlackSignatureVerifier(SECRET, now=lambda: NOW).verify(_headers(body, at=old), body)
     assert service.handle(headers=_headers(body, at=int(NOW.timestamp()) - 240), body=body).status == 200
 
 
@@ -150,8 +152,43 @@ def test_slack_interactions_handler_reads_a_function_url_event(service: Interact
              "body": base64.b64encode(body).decode(), "requestContext": {"http": {"method": "POST"}}}
     app = load_app("slack_interactions")
     monkeypatch.setattr(app.bootstrap, "interaction_service", lambda: service)
+    monkeypatch.setattr(app.bootstrap, "request_verifier", lambda: SlackSignatureVerifier(SECRET, now=lambda: NOW))
     # WHEN invoked
     result = app.lambda_handler(event, LambdaContext())
     # THEN it answers 200 and the snooze is stored
     assert result["statusCode"] == 200
     assert store.get(f.fingerprint).snoozed_until == NOW + timedelta(days=1)  # type: ignore[union-attr]
+
+
+def test_slack_interactions_handler_refuses_a_forged_request_before_loading_the_configuration(
+        service: InteractionService, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the Function URL with only SLACK_SECRET_ARN set, and a configuration that must not be read for a forgery
+    from gpuwaste.bootstrap import delivery, pipeline
+
+    app = load_app("slack_interactions")
+    read: list[str] = []
+    monkeypatch.setenv(delivery.SLACK_SECRET_ENV, "arn:aws:secretsmanager:us-east-1:123456789012:secret:gpuwaste/slack")
+    monkeypatch.setattr(delivery, "_secret_field", lambda arn, name: read.append(name) or SECRET)
+
+    def config() -> None:
+        read.append("config")
+        raise AssertionError("configuration loaded")
+
+    monkeypatch.setattr(pipeline, "config", config)
+    monkeypatch.setattr(app.bootstrap, "interaction_service", lambda: read.append("service") or service)
+    app.bootstrap.request_verifier.cache_clear()
+    body = _body("gpuwaste_snooze_1d", "snooze_1d|" + "0" * 64)
+    fresh = str(int(time.time()))
+    forged = {"x-slack-request-timestamp": fresh, "x-slack-signature": "v0=" + "0" * 64}
+    event = {"version": "2.0", "headers": forged, "isBase64Encoded": False, "body": body.decode()}
+    # WHEN a forged request arrives (its timestamp fresh, so only the signature can refuse it)
+    result = app.lambda_handler(event, LambdaContext())
+    # THEN it is refused with 401 having read the signing secret and nothing else
+    assert result["statusCode"] == 401
+    assert read == ["signing_secret"]
+    # WHEN a correctly signed one arrives
+    signed = {"x-slack-request-timestamp": fresh, "x-slack-signature": sign(SECRET, fresh, body)}
+    result = app.lambda_handler({**event, "headers": signed}, LambdaContext())
+    # THEN only then is the service (configuration, store, tokens) built
+    assert read == ["signing_secret", "service"]
+    app.bootstrap.request_verifier.cache_clear()

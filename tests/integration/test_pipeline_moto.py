@@ -143,17 +143,17 @@ def test_pipeline_scheduled_event_reaches_the_alerts_queue(chain: Pipeline) -> N
     scan_responses = chain.pump("ScanRequestsQueue")
     chain.pump("FindingsQueue")
     chain.pump("PricedQueue")
-    # THEN one scan ran; each of the 13 waste findings is alerted NEW once, priced; 2 tickets are requested
+    # THEN one scan ran; each of the 21 waste findings is alerted NEW once, priced; 2 tickets are requested
     assert dispatched["scan_requests"] == 1 and scan_responses == [{"batchItemFailures": []}]
     alerts = chain.alerts()
-    assert len(alerts) == 13 and {a.action for a in alerts} == {AlertAction.NEW}
+    assert len(alerts) == 21 and {a.action for a in alerts} == {AlertAction.NEW}
     top = max(alerts, key=lambda a: a.finding.usd_per_day or 0)
     assert top.finding.subject.workload_name == "llama-70b-vllm" and str(top.finding.usd_per_day) == "660.48"
     assert all(a.finding.observed_at == DEMO_END for a in alerts)  # the schedule's time, not the wall clock
     tickets = [AlertMessage.model_validate_json(m["Body"]) for m in chain.drain("TicketsQueue")]
     assert sorted(t.finding.subject.workload_name or "" for t in tickets) == ["eval-sweep", "llama-70b-vllm"]
     items = chain.ddb.scan(TableName=chain.stack.table_name)["Items"]
-    assert len(items) == 15 and all("expires_at" in i for i in items)  # 13 waste + 2 data quality
+    assert len(items) == 23 and all("expires_at" in i for i in items)  # 21 waste + 2 data quality
 
 
 def test_pipeline_same_waste_seen_by_two_scans_alerts_once(chain: Pipeline) -> None:

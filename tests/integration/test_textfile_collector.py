@@ -76,7 +76,7 @@ def test_node_exporter_reads_the_prometheus_output_and_refuses_openmetrics(tmp_p
     assert scraped["node_textfile_scrape_error"] == [({}, 0.0)]
     workloads = {labels["workload"] for labels, _ in scraped["gpuwaste_waste_usd_per_day"]}
     assert {"llama-70b-vllm", "eval-sweep", "ocr-worker"} <= workloads
-    assert len(scraped["gpuwaste_waste_usd_per_day"]) == 13
+    assert len(scraped["gpuwaste_waste_usd_per_day"]) == 21  # one per waste finding of the demo
     # AND the OpenMetrics output in the same place is refused (the reason the textfile format is `-o prometheus`)
     bad = tmp_path / "bad"
     bad.mkdir()

@@ -27,6 +27,7 @@ import base64
 import binascii
 import copy
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +120,8 @@ class FakeJira(FakeHttpServer):
         self.requests: list[tuple[str, str]] = []
         self._faults: list[_Fault] = []
         self._next_id = 10000
+        #: faults this fake answered, by HTTP status (counted where they are injected)
+        self.faults_served: Counter[int] = Counter()
 
     @property
     def url(self) -> str:
@@ -142,6 +145,7 @@ class FakeJira(FakeHttpServer):
             self.requests = []
             self._faults = []
             self._next_id = 10000
+            self.faults_served = Counter()
 
     def fail_next(
         self,
@@ -181,6 +185,7 @@ class FakeJira(FakeHttpServer):
     def _take_fault(self, path: str) -> _Fault | None:
         for fault in self._faults:
             if path.startswith(fault.path_prefix):
+                self.faults_served[fault.status] += 1
                 fault.remaining -= 1
                 if fault.remaining <= 0:
                     self._faults.remove(fault)

@@ -35,6 +35,7 @@ import binascii
 import copy
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -209,6 +210,8 @@ class FakeKubeApi(FakeHttpServer):
         self._compacted_below = 0  # continue tokens for resourceVersions below this are expired
         self._snapshots: dict[int, dict[str, list[dict[str, Any]]]] = {}
         self._faults: list[_Fault] = []
+        #: faults this fake answered, by HTTP status (counted where they are injected)
+        self.faults_served: Counter[int] = Counter()
         self._objects: dict[str, list[dict[str, Any]]] = {}
         self._has_explicit_namespaces = False
         self.set_objects(pods=pods, nodes=nodes, others=others or {})
@@ -299,6 +302,7 @@ class FakeKubeApi(FakeHttpServer):
         if not self._faults:
             return None
         fault = self._faults[0]
+        self.faults_served[fault.status] += 1
         fault.remaining -= 1
         if fault.remaining <= 0:
             self._faults.pop(0)

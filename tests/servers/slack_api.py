@@ -3,7 +3,8 @@
 Point ``slack_sdk.WebClient(token=FakeSlack.token, base_url=fake.url)`` at it; ``url`` ends with ``/api/``.
 
 Methods: ``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.postEphemeral``,
-``conversations.info``, ``users.lookupByEmail``, and the ``files_upload_v2`` flow
+``conversations.info``, ``conversations.history`` (top-level messages, newest first, ``metadata`` only with
+``include_all_metadata``, ``cursor`` pagination), ``users.lookupByEmail``, and the ``files_upload_v2`` flow
 (``files.getUploadURLExternal`` → POST to the returned upload URL → ``files.completeUploadExternal``).
 Any other method answers HTTP 404 ``{"ok": false, "error": "unknown_method"}``.
 
@@ -29,6 +30,9 @@ a section needs ``text`` or ``fields``     ``invalid_blocks``
 top-level ``text`` at most 40000 chars     ``msg_too_long`` (Slack's error for an over-long text)
 ========================================  =====================================================
 
+Beyond the documented limits, like Slack (field guide B33): a message whose blocks carry more than
+``blocks_text_limit`` characters of text in total (11,300 by default) is refused with ``msg_blocks_too_long``.
+
 ``invalid_blocks`` responses carry ``response_metadata.messages`` with a JSON pointer to the offending
 block, as Slack does.
 """
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import parse_qsl
@@ -54,6 +59,7 @@ MAX_SECTION_FIELDS = 10
 MAX_SECTION_FIELD_TEXT = 2000
 MAX_HEADER_TEXT = 150
 MAX_TEXT = 40000
+BLOCKS_TEXT_LIMIT = 11_300
 
 DEFAULT_TOKEN = "xoxb-test-token"
 _BOT = {"user_id": "U0FAKEBOT", "bot_id": "B0FAKEBOT", "team_id": "T0FAKETEAM"}
@@ -120,6 +126,9 @@ class FakeSlack(FakeHttpServer):
         self.token = token
         self.users: dict[str, str] = dict(users or {})
         self.missing_channels: set[str] = set()
+        self.blocks_text_limit = BLOCKS_TEXT_LIMIT
+        #: faults this fake answered, by "<status>" or "<error>" (counted where they are injected)
+        self.faults_served: Counter[str] = Counter()
         self._state = _State()
         self._handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "auth.test": self._auth_test,
@@ -127,6 +136,7 @@ class FakeSlack(FakeHttpServer):
             "chat.update": self._update,
             "chat.postEphemeral": self._post_ephemeral,
             "conversations.info": self._conversations_info,
+            "conversations.history": self._conversations_history,
             "users.lookupByEmail": self._lookup_by_email,
             "files.getUploadURLExternal": self._get_upload_url,
             "files.completeUploadExternal": self._complete_upload,
@@ -172,6 +182,8 @@ class FakeSlack(FakeHttpServer):
         with self._lock:
             self._state = _State()
             self.missing_channels = set()
+            self.faults_served = Counter()
+            self.blocks_text_limit = BLOCKS_TEXT_LIMIT
             self.token, users = self._initial
             self.users = dict(users)
 
@@ -223,6 +235,7 @@ class FakeSlack(FakeHttpServer):
     def _take_fault(self, method: str) -> _Fault | None:
         for fault in self._state.faults:
             if fault.method in (method, "*"):
+                self.faults_served[fault.error or str(fault.status)] += 1
                 fault.remaining -= 1
                 if fault.remaining <= 0:
                     self._state.faults.remove(fault)
@@ -269,7 +282,7 @@ class FakeSlack(FakeHttpServer):
         channel = self._channel_or_error(params)
         if isinstance(channel, dict):
             return channel
-        if error := _message_error(params):
+        if error := _message_error(params) or self._too_long(params):
             return error
         ts = self._next_ts()
         message = _message(params, ts)
@@ -283,11 +296,33 @@ class FakeSlack(FakeHttpServer):
         ts = str(params.get("ts") or "")
         if (channel, ts) not in self._state.messages:
             return {"ok": False, "error": "message_not_found"}
-        if error := _message_error(params):
+        if error := _message_error(params) or self._too_long(params):
             return error
         message = _message(params, ts) | {"edited": {"user": _BOT["user_id"], "ts": self._next_ts()}}
         self._state.messages[(channel, ts)] = message
         return {"ok": True, "channel": channel, "ts": ts, "text": message["text"], "message": message}
+
+    def _too_long(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        blocks = params.get("blocks")
+        if isinstance(blocks, list) and _blocks_text(blocks) > self.blocks_text_limit:
+            return {"ok": False, "error": "msg_blocks_too_long"}
+        return None
+
+    def _conversations_history(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = self._channel_or_error(params)
+        if isinstance(channel, dict):
+            return channel
+        top = [m for (c, ts), m in self._state.messages.items()
+               if c == channel and (not m.get("thread_ts") or m.get("thread_ts") == ts)]
+        top.sort(key=lambda m: float(m["ts"]), reverse=True)
+        start = int(params.get("cursor") or 0)
+        limit = int(params.get("limit") or 100)
+        page = top[start:start + limit]
+        with_meta = str(params.get("include_all_metadata")).lower() in ("true", "1")
+        messages = [m if with_meta else {k: v for k, v in m.items() if k != "metadata"} for m in page]
+        more = start + limit < len(top)
+        return {"ok": True, "channel": channel, "messages": messages, "has_more": more,
+                "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
 
     def _post_ephemeral(self, params: dict[str, Any]) -> dict[str, Any]:
         channel = self._channel_or_error(params)
@@ -397,6 +432,16 @@ def _fault_response(fault: _Fault) -> HttpResponse:
             429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(fault.retry_after)}
         )
     return HttpResponse.json_body(fault.status, {"ok": False, "error": "internal_error"})
+
+
+def _blocks_text(node: Any) -> int:
+    """Characters of text carried by blocks (every ``text`` string, at any depth)."""
+    if isinstance(node, list):
+        return sum(_blocks_text(n) for n in node)
+    if isinstance(node, dict):
+        own = len(node["text"]) if isinstance(node.get("text"), str) else 0
+        return own + sum(_blocks_text(v) for v in node.values() if isinstance(v, dict | list))
+    return 0
 
 
 def _looks_like_channel_id(value: str) -> bool:

@@ -102,7 +102,7 @@ def test_sqs_queue_retries_only_failed_entries() -> None:
         stub.add_response("send_message_batch", {"Successful": [{"Id": "1", "MessageId": "b", "MD5OfMessageBody": "x"}], "Failed": []},
                           expected_params={"QueueUrl": URL, "Entries": [{"Id": "1", "MessageBody": bodies[1]}]})
         # WHEN the three are sent
-        SqsQueue(client=sqs, queue_url=URL).send_scan_requests(requests(3))
+        SqsQueue(client=sqs, queue_url=URL, sleep=lambda s: None).send_scan_requests(requests(3))
         # THEN the second call carried only the failed entry
         stub.assert_no_pending_responses()
 
@@ -115,9 +115,12 @@ def test_sqs_queue_raises_retryable_when_entries_keep_failing() -> None:
         for _ in range(3):
             stub.add_response("send_message_batch", failed)
         # WHEN a message is sent
-        # THEN RetryableError after the bounded attempts (the calling record fails and SQS redelivers it)
+        sleeps: list[float] = []
+        # THEN RetryableError after the bounded attempts (the calling record fails and SQS redelivers it), backing
+        # off exponentially between them
         with pytest.raises(RetryableError, match="1 of 1 messages not sent"):
-            SqsQueue(client=sqs, queue_url=URL, max_attempts=3).send_scan_requests(requests(1))
+            SqsQueue(client=sqs, queue_url=URL, max_attempts=3, sleep=sleeps.append).send_scan_requests(requests(1))
+        assert sleeps == [0.1, 0.2]
 
 
 def test_sqs_queue_sender_fault_is_permanent() -> None:

@@ -61,10 +61,12 @@ def test_explain_prints_evidence_thresholds_formula_and_money(tmp_path: Path):
     assert listed.exit_code != 0 and result.exit_code == 0, result.output
     text = result.output
     assert "kind: stalled" in text
-    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE [ratio]" in text and "every 10-min avg ≤ 0.02" in text
-    assert "thresholds (detector settings): min_busy_ratio=0.8" in text
+    # (ratios in percent, money rounded: one unit for people, exact values in JSON)
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE ·" in text and "every 10-min avg ≤ 2 %" in text
+    assert "thresholds (detector settings): min busy: 80 %" in text and "min duration: 30 min" in text
     assert "waste formula: wasted GPUs = all GPUs held" in text
-    assert "/GPU-h × 2 GPU × 24 h = $131.75/day" in text
+    assert "/GPU-h × 2 GPUs × 24 h = $131.75/day" in text
+    assert "0.02" not in text.split("waste formula")[0]
 
 
 def test_explain_text_for_a_finding_without_cost():
@@ -79,6 +81,6 @@ def test_explain_text_for_a_finding_without_cost():
     # WHEN explained
     text = explain_text(f)
     # THEN the evidence rule, the formula and the advice are there, and no cost line is invented
-    assert "pod_age_s [s] · avg 300000" in text and "> 259200 s" in text
+    assert "pod_age_s (s) · avg 300000" in text and "> 259200 s" in text
     assert "waste formula: wasted GPUs = all GPUs the pod holds" in text and "cost:" not in text
     assert text.endswith("recommendation: delete it")

@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import logging
+import re
 import shutil
 import subprocess
 from datetime import UTC, datetime, timedelta
@@ -218,8 +219,8 @@ def test_cli_scan_bare_scrape_is_undated_and_names_the_missing_model_label(tmp_p
     path = tmp_path / "scrape.prom"
     path.write_text('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1"} 5\n')
     # WHEN scanned (not quiet: the no-verdict reasons are printed)
-    result = invoke("scan", "--recording", str(path), env={"COLUMNS": "200"})
-    # THEN the header says it is undated and where its time came from; no --window 7d hint; the model is explained
+    result = invoke("scan", "--recording", str(path), "-v", env={"COLUMNS": "200"})
+    # THEN the header says it is undated and where its time came from; no --window 7d hint; the model is explained (-v)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())  # rich wraps long lines
     assert "undated scrape (no timestamps)" in text
@@ -241,12 +242,25 @@ def test_cli_scan_cluster_not_in_config_lists_the_configured_names(tmp_path: Pat
     assert_user_error(result, "nope", "configured: prod")
 
 
-def test_cli_scan_cluster_json_needs_recording(tmp_path: Path) -> None:
-    # GIVEN --cluster-json with a live Prometheus
+def test_cli_scan_cluster_json_must_exist(tmp_path: Path) -> None:
+    # GIVEN --cluster-json naming no file, with a live Prometheus
     # WHEN scanned
     result = invoke("scan", "--cluster-json", str(tmp_path / "c.json"), "--prometheus", "http://127.0.0.1:1")
-    # THEN exit 2: only with --recording
-    assert_user_error(result, "only with --recording")
+    # THEN exit 2 naming the file, before anything is fetched
+    assert_user_error(result, "--cluster-json", "c.json", "no such file")
+
+
+@pytest.mark.loopback
+def test_cli_scan_cluster_json_with_a_live_prometheus_needs_no_kubeconfig(tmp_path: Path) -> None:
+    # GIVEN a cluster file and a Prometheus URL nothing listens on, and no kubeconfig at all
+    cluster = tmp_path / "c.json"
+    cluster.write_text((DEMO / "cluster.json").read_text())
+    # WHEN scanned live with --cluster-json
+    result = invoke("scan", "--cluster-json", str(cluster), "--prometheus", "http://127.0.0.1:1", "-q",
+                    env={"HOME": str(tmp_path)})
+    # THEN it gets as far as Prometheus (exit 3: unreachable), never asking for a kubeconfig
+    assert result.exit_code == 3, result.output
+    assert "kubeconfig" not in result.output.lower()
 
 
 def test_cli_scan_invalid_kubeconfig_says_what_to_do(tmp_path: Path) -> None:
@@ -288,10 +302,12 @@ def test_cli_scan_format_mismatch_names_the_cli_flag(tmp_path: Path) -> None:
     # GIVEN an OpenMetrics file (second timestamps) read as text
     path = tmp_path / "t.om"
     path.write_text('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1"} 5 1704067200\n# EOF\n')
-    # WHEN scanned with --format text
-    result = invoke("scan", "--recording", str(path), "--format", "text", "-q")
-    # THEN the message says which flag to pass
-    assert_user_error(result, "--format openmetrics")
+    # WHEN scanned with --input-format text, and with its old name --format text
+    result = invoke("scan", "--recording", str(path), "--input-format", "text", "-q")
+    old = invoke("scan", "--recording", str(path), "--format", "text", "-q")
+    # THEN the message says which flag to pass, by the name scan documents; the old name still works
+    assert_user_error(result, "--input-format openmetrics")
+    assert old.output == result.output
 
 
 # -- 7. tables, make help ------------------------------------------------------------------------------------
@@ -315,14 +331,16 @@ def _render(table, width: int) -> str:  # type: ignore[no-untyped-def]
     return console.file.getvalue()  # type: ignore[attr-defined]
 
 
-def test_terminal_table_narrow_drops_evidence_unless_wide() -> None:
+def test_terminal_table_narrow_moves_evidence_to_wide_and_says_so() -> None:
     # GIVEN the demo findings
     findings = _demo_findings()
     # WHEN drawn at 100 columns, and at 100 with wide
     narrow = _render(findings_table(findings, width=100), 100)
     wide = _render(findings_table(findings, width=100, wide=True), 100)
-    # THEN the narrow table has no evidence/confidence columns, the wide one has them; no line is wider than 100
-    assert "evidence" not in narrow and "conf." not in narrow
+    # THEN the narrow table has no evidence column and says --wide shows it; the wide one has evidence and
+    # confidence; no line of the narrow table is wider than 100
+    header = next(line for line in narrow.splitlines() if line.startswith("ID"))
+    assert "evidence" not in header and "evidence: --wide" in narrow
     assert "evidence" in wide and "conf." in wide
     assert max(len(line) for line in narrow.splitlines()) <= 100
 
@@ -330,23 +348,25 @@ def test_terminal_table_narrow_drops_evidence_unless_wide() -> None:
 def test_terminal_table_keeps_workload_names_whole_and_shortens_nodes() -> None:
     # GIVEN the demo findings
     findings = _demo_findings()
-    # WHEN drawn at 160 columns (a pipe's default width)
+    # WHEN drawn at 160 columns
     text = _render(findings_table(findings, width=160), 160)
-    # THEN every workload word is on one line, node names lose .ec2.internal (the caption says so)
-    assert "(nightly-embed-28711440-x7k2p)" in text and "Deployment/llama-70b-vllm" in text
+    # THEN workloads are whole (Kind/name at this width), one line per finding, node names lose .ec2.internal
+    assert "CronJob/nightly-embed" in text and "Deployment/llama-70b-vllm" in text
     assert "ip-10-0-2-31 " in text and "ip-10-0-2-31.ec2.internal" not in text
     assert "node names without .ec2.internal" in text
     assert max(len(line) for line in text.splitlines()) <= 160
+    rows = [line for line in text.splitlines() if re.match(r"^[0-9a-f]{6,} ", line)]
+    assert len(rows) == len([f for f in findings if f.kind.is_waste])
 
 
 def test_cli_scan_uses_columns_when_stdout_is_not_a_tty() -> None:
     # GIVEN COLUMNS=100 and a captured (non-TTY) stdout
     # WHEN the demo is scanned
     result = invoke("scan", "--recording", str(DEMO), "-q", env={"COLUMNS": "100"})
-    # THEN lines fit in 100 columns, and the narrow table is used; the header pluralises
+    # THEN lines fit in 100 columns, and the narrow table is used (evidence behind --wide)
     assert result.exit_code == 0, result.output
     assert max(len(line) for line in result.stdout.splitlines()) <= 100
-    assert "evidence" not in result.stdout
+    assert "evidence: --wide" in result.stdout
 
 
 def test_make_help_has_no_escape_codes_off_a_tty() -> None:
@@ -380,8 +400,10 @@ def test_csv_has_gpus_held_and_wasted_gpus_rounded_to_six_places() -> None:
 def test_cli_help_documents_csv_and_json_numbers_and_has_no_bool_noise() -> None:
     # GIVEN the scan and demo help
     # WHEN shown
-    scan_help = invoke("scan", "--help", env={"COLUMNS": "200"}).output
-    demo_help = invoke("demo", "--help", env={"COLUMNS": "200"}).output
+    def words(text: str) -> str:  # the help is a boxed table: join its wrapped cells
+        return " ".join(text.replace("│", " ").split())
+    scan_help = words(invoke("scan", "--help", env={"COLUMNS": "200"}).output)
+    demo_help = words(invoke("demo", "--help", env={"COLUMNS": "200"}).output)
     # THEN the output formats are explained, flags have no <bool>, and demo --quiet has help text
     assert "exact decimal strings" in scan_help and "6 places" in scan_help
     assert "<bool>" not in scan_help and "<bool>" not in demo_help
@@ -421,7 +443,7 @@ def test_cli_summary_until_after_last_scan_shows_open_state_at_last_scan(tmp_pat
     result = invoke("summary", "--state", str(state), "--until", "2024-01-05T00:00:00Z", env={"COLUMNS": "200"})
     # THEN it says what was open at the last scan, not "Open now 0"
     assert result.exit_code == 0, result.output
-    assert "Open at the last scan" in result.output and "13 findings" in result.output
+    assert "Open at the last scan" in result.output and "21 findings" in result.output
     assert "Open now" not in result.output
 
 
@@ -466,15 +488,16 @@ def test_cli_run_with_state_has_no_use_state_hint(tmp_path: Path) -> None:
 def test_cli_run_no_tickets_keeps_the_requests_for_the_next_run(tmp_path: Path) -> None:
     # GIVEN a first run with --no-tickets
     state = tmp_path / "state.db"
-    first = invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary", "--no-tickets",
+    first = invoke("run", "--recording", str(DEMO), "--state", str(state), "--no-summary", "--no-tickets",
                    env={"COLUMNS": "200"})
-    # WHEN a later scan runs with tickets
-    later = invoke("run", "--recording", str(DEMO), "--state", str(state), "-q", "--no-summary",
-                   "--at", "2024-01-01T01:25:00Z", env={"COLUMNS": "200"})
-    # THEN the first says the 2 requests were not filed, and the later run files them
-    assert first.exit_code == 0 and later.exit_code == 0, first.output + later.output
-    assert "2 ticket requests not filed (--no-tickets)" in first.output
-    assert later.output.count("ticket LOCAL-") == 2
+    # WHEN the same scan runs again with tickets (nothing new is decided)
+    later = invoke("run", "--recording", str(DEMO), "--state", str(state), "--no-summary", env={"COLUMNS": "200"})
+    again = invoke("run", "--recording", str(DEMO), "--state", str(state), "--no-summary", env={"COLUMNS": "200"})
+    # THEN the first says the 2 requests are kept, the later run files them from the state, the third files none
+    assert first.exit_code == 0 and later.exit_code == 0 and again.exit_code == 0, first.output + later.output
+    assert "not delivered yet (--no-tickets)" in first.output and "2 ticket requests kept" in first.output
+    assert len(re.findall(r"^ticket LOCAL-", later.output, flags=re.M)) == 2
+    assert len(re.findall(r"^ticket LOCAL-", again.output, flags=re.M)) == 0
     store = SqliteFindingStore(state)
     try:
         assert sum(1 for r in store.open_for_cluster("demo") if r.ticket_requested_at is not None) == 2

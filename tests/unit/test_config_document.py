@@ -26,6 +26,7 @@ def test_config_example_validates_with_lifecycle_defaults_spelled_out() -> None:
     # GIVEN the example document
     # WHEN it is loaded
     config = load_config(ROOT / "deploy" / "config.example.yaml")
-    # THEN it is valid, names two clusters, and its lifecycle section states the defaults
-    assert [c.name for c in config.clusters] == ["prod-gpu", "research"]
+    # THEN it is valid, names three clusters (one Prometheus-only), and its lifecycle section states the defaults
+    assert [c.name for c in config.clusters] == ["prod-gpu", "research", "inference-west"]
+    assert config.clusters[2].cluster_state == "kube-state-metrics"
     assert config.lifecycle == type(config.lifecycle)()

@@ -9,14 +9,15 @@ from pathlib import Path
 from gpuwaste.bootstrap import local
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 from gpuwaste.fleet.truth import compare
+from gpuwaste.models.findings import WasteKind
 from gpuwaste.services.scan import ScanReport
 from gpuwaste.settings import GpuWasteConfig
 
 
 def _scan(path: Path) -> ScanReport:
-    cfg = GpuWasteConfig()
-    sources = local.recording_sources(path, cfg)
+    sources = local.recording_sources(path, GpuWasteConfig())
     assert sources.recording is not None
+    cfg, _ = local.recording_config(GpuWasteConfig(), sources, config_given=False)  # as `gpuwaste scan/demo` do
     service = local.scan_service(sources, cfg, window_s=sources.recording.meta.window_s)
     return service.scan(at=sources.recording.end_time())
 
@@ -30,7 +31,9 @@ def test_demo_truth_bundled_recording_scan_matches_truth_json():
     result = compare(report.findings, truth)
     # THEN every expected finding is found and nothing else
     assert result.ok, result.missed + result.unexpected
-    assert result.matched == result.expected == 15
+    assert result.matched == result.expected == 23
+    # AND every waste kind of the catalogue has at least one case in the demo
+    assert {f.kind for f in report.findings if f.kind.is_waste} == {k for k in WasteKind if k.is_waste}
 
 
 def test_demo_truth_checked_in_recording_equals_a_fresh_generation(tmp_path):

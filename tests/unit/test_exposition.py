@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
 from gpuwaste.errors import InputFormatError
 from gpuwaste.sources.exposition import (
     ParsedExposition,

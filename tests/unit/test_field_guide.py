@@ -2,12 +2,16 @@
 
 Each minimal input is written as a recording — text exposition with millisecond timestamps (the item's
 values repeated every 30 s over one hour) plus a `kubectl get -o json` List — read by the recording
-adapters and scanned by the detectors, exactly as `gpuwaste scan --recording` does.
+adapters and scanned by the detectors, exactly as `gpuwaste scan --recording` does. Every test runs twice:
+with the cluster as a kubectl List (the Kubernetes API's shape) and as kube-state-metrics series in the same
+file (a Prometheus-only cluster); the right value is the same.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
+
+import pytest
 
 from gpuwaste.detectors import DetectorSettings
 from gpuwaste.models.cluster import gpu_share_for_request
@@ -15,7 +19,15 @@ from gpuwaste.models.findings import Attribution, IdleMode, WasteKind
 from gpuwaste.models.telemetry import Signal
 from gpuwaste.settings import DEFAULT_GPU_RESOURCES, ClusterReadSettings
 from gpuwaste.sources.k8s_objects import pod_from_dict
+from tests.fixtures.field_guide import builders
 from tests.fixtures.field_guide.builders import S, node, pod, scan
+
+
+@pytest.fixture(autouse=True, params=["api", "ksm"])
+def cluster_via(request, monkeypatch):
+    """Each field-guide case through the API-shaped List and through kube-state-metrics series."""
+    monkeypatch.setattr(builders, "CLUSTER_VIA", request.param)
+    return request.param
 
 UTIL = Signal.GPU_UTIL.value
 GR = Signal.GR_ENGINE_ACTIVE.value

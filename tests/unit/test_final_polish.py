@@ -49,7 +49,7 @@ def test_summary_group_counts_each_sum_to_open_now(demo_state: Path) -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     # (the demo's offline-eval Job finished mid-window: it held its GPU until then, so its pod label is no stale label)
-    assert doc["open_findings"] == 13 and doc["data_quality_problems"] == 2
+    assert doc["open_findings"] == 21 and doc["data_quality_problems"] == 2
     for section in ("by_team", "by_namespace", "by_kind", "by_cluster"):
         assert sum(g["findings"] for g in doc[section]) == doc["open_findings"], section
     # AND data quality is no kind of waste in the tables
@@ -61,12 +61,12 @@ def test_summary_markdown_tables_count_open_findings(demo_state: Path, tmp_path:
     out = tmp_path / "s.md"
     # WHEN the Markdown report is written
     result = invoke("summary", "--state", str(demo_state), "-o", "markdown", "--out", str(out))
-    # THEN the cluster row counts the 13 open findings, as the "Open now" line does
+    # THEN the cluster row counts the 21 open findings, as the "Open now" line does
     assert result.exit_code == 0, result.output
     text = out.read_text()
-    assert "**Open now:** 13 findings" in text
+    assert "**Open now:** 21 findings" in text
     assert "| cluster | wasted | before | trend | open |" in text
-    assert re.search(r"\| demo \| \$[\d.,]+ \| \$0\.00 \| new \| 13 \|", text), text
+    assert re.search(r"\| demo \| \$[\d.,]+ \| \$0\.00 \| new \| 21 \|", text), text
 
 
 # -- 2. summary -o is the format, --out the file ------------------------------------------------------------
@@ -204,12 +204,12 @@ def test_explain_node_level_finding_says_free_and_prints_counts(demo_findings) -
     # WHEN explained
     text = explain_text(finding)
     subject = next(line for line in text.splitlines() if line.startswith("subject:"))
-    counts = [line for line in text.splitlines() if "[count]" in line]
+    counts = [line for line in text.splitlines() if line.startswith("  - ") and line.split()[1].endswith("_gpus:")]
     # THEN the share is "free", with at most 4 decimals, and count evidence prints its value and note only
     assert "GPU(s) free" in subject and "held" not in subject
     assert not re.search(r"\d\.\d{5,}", subject)
     assert counts and all("samples" not in line and "coverage" not in line for line in counts)
-    assert any(re.search(r"physical_gpus \[count\] \d+ · note: \w", line) for line in counts), counts
+    assert any(re.search(r"physical_gpus: \d+ · note: \w", line) for line in counts), counts
 
 
 def test_explain_pod_finding_says_held_and_never_prints_an_empty_note(demo_findings) -> None:  # type: ignore[no-untyped-def]

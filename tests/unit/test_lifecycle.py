@@ -93,10 +93,11 @@ def test_lifecycle_still_open_is_silent_and_accrues_cost(h: Harness) -> None:
     # WHEN the next two scans (10 min apart) see it at the same cost
     for n in (1, 2):
         h.service.handle_finding(seen(finding("48.00", at=T0 + n * SCAN), n))
-    # THEN nobody is told again; the 1 h evidence window counted at first sight ($2.00) plus 20 minutes accrued
+    # THEN nobody is told again; the evidence covers the 1 h window of the first sight plus the 20 minutes the next
+    # windows add (each moment once), rounded once: 48 × 80/1440 = 2.666… → $2.67
     assert h.sent() == []
     record = h.store.get(finding().fingerprint)
-    assert record is not None and record.cumulative_usd == Decimal("2.66")  # 48 × 60/1440 + 2 × round(48 × 10/1440)
+    assert record is not None and record.cumulative_usd == Decimal("2.67")
 
 
 def test_lifecycle_cost_up_by_the_share_alerts_worse(h: Harness) -> None:

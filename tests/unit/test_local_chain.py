@@ -28,9 +28,9 @@ def test_run_chain_alerts_each_priced_waste_once_and_prices_the_report(tmp_path:
     # GIVEN the demo recording and an empty SQLite store
     # WHEN the chain runs once
     result = run_demo_chain(tmp_path / "state.db")
-    # THEN each of the 13 waste findings is alerted NEW once, the report is priced, and 2 tickets are due (≥ $100/day)
-    assert result.new_alerts == 13 and {a.action for a in result.alerts} == {AlertAction.NEW}
-    assert len({a.fingerprint for a in result.alerts}) == 13
+    # THEN each of the 21 waste findings is alerted NEW once, the report is priced, and 2 tickets are due (≥ $100/day)
+    assert result.new_alerts == 21 and {a.action for a in result.alerts} == {AlertAction.NEW}
+    assert len({a.fingerprint for a in result.alerts}) == 21
     assert max(f.usd_per_day or 0 for f in result.reports[0].findings) > 600
     assert len(result.tickets) == 2 and result.dead_letters == []
 
@@ -59,8 +59,8 @@ def test_run_command_twice_reports_zero_new_alerts(tmp_path: Path) -> None:
     # WHEN it is run twice
     first = CliRunner().invoke(app, args)
     second = CliRunner().invoke(app, args)
-    # THEN the first prints 13 new alerts, the second none
-    assert first.exit_code == 0 and "alerts (13; 13 new)" in first.stdout and "[NEW] inference/llama-70b-vllm" in first.stdout
+    # THEN the first prints 21 new alerts, the second none
+    assert first.exit_code == 0 and "alerts (21; 21 new)" in first.stdout and "[NEW] inference/llama-70b-vllm" in first.stdout
     assert second.exit_code == 0 and "alerts (0; 0 new)" in second.stdout
 
 
@@ -81,4 +81,4 @@ def test_demo_command_runs_the_chain_and_matches_ground_truth() -> None:
     assert result.exit_code == 0, result.output
     assert "GPU waste findings" in result.stdout and "[NEW] inference/llama-70b-vllm" in result.stdout
     assert "→ #gpu-waste" in result.stdout
-    assert "ground truth: 15/15 expected findings found, 0 unexpected, 0 missed" in result.stdout
+    assert "ground truth: 23/23 expected findings found, 0 unexpected, 0 missed" in result.stdout

@@ -29,7 +29,7 @@ def test_run_command_twice_creates_each_ticket_once(tmp_path: Path) -> None:
     second = CliRunner().invoke(app, args)
     # THEN the first run alerts and creates LOCAL-1 and LOCAL-2 (the findings ≥ $100/day), the second neither
     assert first.exit_code == 0, first.output
-    assert "alerts (13; 13 new), ticket requests 2" in first.stdout
+    assert "alerts (21; 21 new), ticket requests 2" in first.stdout
     assert "ticket LOCAL-1: [ESCALATE] inference/llama-70b-vllm" in first.stdout
     assert "ticket LOCAL-2: [ESCALATE] research/eval-sweep" in first.stdout
     assert second.exit_code == 0, second.output
@@ -52,8 +52,8 @@ def test_demo_command_shows_messages_tickets_and_summary_in_order() -> None:
     # THEN the scan table, then the Slack messages (a digest), the tickets, the summary and the ground truth
     assert result.exit_code == 0, result.output
     marks = ["GPU waste findings", "messages · scan at", "slack digest →", "tickets · scan at",
-             "jira ticket LOCAL-1", "Summary: GPU waste: idle allocation in demo/inference/llama-70b-vllm",
-             "summary · the day up to the last scan", "Top offenders", "ground truth: 15/15"]
+             "jira ticket LOCAL-1", "Summary: $660.48/day GPU waste: idle, inference/llama-70b-vllm (demo)",
+             "summary · the day up to the last scan", "Top offenders", "ground truth: 23/23"]
     positions = [out.find(m) for m in marks]
     assert -1 not in positions, dict(zip(marks, positions, strict=True))
     assert positions == sorted(positions)
@@ -62,7 +62,7 @@ def test_demo_command_shows_messages_tickets_and_summary_in_order() -> None:
 def test_local_ticket_service_continues_numbering_and_finds_earlier_tickets(tmp_path: Path) -> None:
     # GIVEN a state file where the demo run created LOCAL-1 and LOCAL-2
     state = tmp_path / "s.db"
-    CliRunner().invoke(app, ["run", "--recording", str(DEMO), "--state", str(state), "--quiet"])
+    CliRunner().invoke(app, ["run", "--recording", str(DEMO), "--state", str(state), "--no-summary"])
     store = SqliteFindingStore(state)
     try:
         # WHEN the local ticket service is built over it (no Jira configured)
@@ -82,7 +82,7 @@ def test_local_ticket_service_continues_numbering_and_finds_earlier_tickets(tmp_
 def test_local_ticket_service_comments_when_a_ticketed_finding_resolves(tmp_path: Path) -> None:
     # GIVEN a ticketed demo finding (LOCAL-1) and its RESOLVED alert, as the lifecycle sends it
     state = tmp_path / "s.db"
-    CliRunner().invoke(app, ["run", "--recording", str(DEMO), "--state", str(state), "--quiet"])
+    CliRunner().invoke(app, ["run", "--recording", str(DEMO), "--state", str(state), "--no-summary"])
     store = SqliteFindingStore(state)
     try:
         service = tickets.local_ticket_service(GpuWasteConfig(), store, terminal=True, console=Console(quiet=True))

@@ -75,8 +75,8 @@ def test_scan_handler_scans_at_the_requested_time(monkeypatch: pytest.MonkeyPatc
     messages = parse_bodies(queue)
     findings = [m for m in messages if isinstance(m, FindingMessage)]
     assert result == {"batchItemFailures": []}
-    assert len(findings) == 15 and {m.finding.observed_at for m in findings} == {DEMO_TIME}
-    assert isinstance(messages[-1], ScanCompleted) and len(messages[-1].fingerprints) == 15
+    assert len(findings) == 23 and {m.finding.observed_at for m in findings} == {DEMO_TIME}
+    assert isinstance(messages[-1], ScanCompleted) and len(messages[-1].fingerprints) == 23
 
 
 def test_scan_handler_on_a_schedule_scans_every_configured_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def test_scan_handler_on_a_schedule_scans_every_configured_cluster(monkeypatch: 
     result = handler.lambda_handler(load_event("scheduled_scan"), FakeLambdaContext())
     pipeline.reset()
     # THEN the demo cluster was scanned at the event's time
-    assert result["scans"][0]["cluster"] == "demo" and result["scans"][0]["findings"] == 15
+    assert result["scans"][0]["cluster"] == "demo" and result["scans"][0]["findings"] == 23
 
 
 def test_price_handler_prices_findings_and_forwards_completion(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -117,13 +117,14 @@ def test_real_scrape_cli_prints_one_sample_report():
     path = SCRAPES / "a08-upcloud-l40s-idle-scrape.prom"
     _need(path)
     # WHEN `gpuwaste scan --recording FILE` runs
-    result = CliRunner().invoke(app, ["scan", "--recording", str(path), "-q"])
-    # THEN exit 0, and the report says one scrape, the model, the signals present, and no verdict
+    result = CliRunner().invoke(app, ["scan", "--recording", str(path), "-q", "-v"], env={"COLUMNS": "200"})
+    text = " ".join(result.output.split())  # long lines wrap at spaces
+    # THEN exit 0, and the report says one scrape, the model, the signals present (-v), and no verdict
     assert result.exit_code == 0, result.output
-    assert "undated scrape (no timestamps)" in result.output and "file modification time" in result.output
-    assert "NVIDIA L40S×1" in result.output
-    assert "PROF_GR_ENGINE_ACTIVE" in result.output and "signals present" in result.output
-    assert "ONE sample per series" in result.output and "single_sample" in result.output
+    assert "undated scrape (no timestamps)" in text and "file modification time" in text
+    assert "NVIDIA L40S×1" in text
+    assert "PROF_GR_ENGINE_ACTIVE" in text and "signals present" in text
+    assert "ONE sample per series" in text and "single sample" in text
 
 
 # --- Alibaba GenTD26 ---------------------------------------------------------------------------------------
@@ -206,8 +207,10 @@ def test_real_scrape_cli_at_dates_the_bare_scrape():
     path = SCRAPES / "a09-nvidia-docs-a100-mig-1g5gb-scrape.prom"
     _need(path)
     # WHEN `gpuwaste scan --recording FILE --at T` runs
-    result = CliRunner().invoke(app, ["scan", "--recording", str(path), "--at", "2025-01-02T03:04:05Z", "-q"])
-    # THEN the samples without timestamps are dated to T, and the MIG instance is counted on one GPU
+    result = CliRunner().invoke(app, ["scan", "--recording", str(path), "--at", "2025-01-02T03:04:05Z", "-q", "-v"],
+                                env={"COLUMNS": "200"})
+    text = " ".join(result.output.split())
+    # THEN the samples without timestamps are dated to T, and the MIG instance is counted on one GPU (-v)
     assert result.exit_code == 0, result.output
-    assert "evaluated at 2025-01-02 03:04:05Z (set by --at)" in result.output
-    assert "1 GPU (1 MIG instance)" in result.output and "unknown (no modelName label)×1" in result.output
+    assert "evaluated at 2025-01-02 03:04 UTC (set by --at)" in text
+    assert "1 GPU on" in text and "1 MIG instance" in text and "unknown (no modelName label)×1" in text

@@ -102,7 +102,7 @@ def test_cli_min_usd_says_how_many_findings_it_hid_and_refuses_negatives() -> No
     # WHEN it is scanned with --min-usd 50, and with a negative --min-usd
     shown = runner.invoke(app, ["scan", "--recording", str(demo_recording()), "--min-usd", "50", "-q"])
     negative = runner.invoke(app, ["scan", "--recording", str(demo_recording()), "--min-usd", "-5", "-q"])
-    # THEN the hidden count is printed (8 waste findings under $50/day in the demo) and a negative is refused
+    # THEN the hidden count is printed (11 waste findings under $50/day in the demo) and a negative is refused
     assert shown.exit_code == 0
-    assert "8 finding(s) under $50/day hidden by --min-usd" in shown.output.replace("\n", " ")
+    assert "11 finding(s) under $50/day hidden by --min-usd" in shown.output.replace("\n", " ")
     assert negative.exit_code == 2

@@ -207,9 +207,13 @@ def test_template_queues_have_dlq_and_visibility_six_times_consumer_timeout(temp
         dlq_retention = int(queues[props["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]]["Properties"]["MessageRetentionPeriod"])
         if dlq_retention <= int(props["MessageRetentionPeriod"]):
             problems.append(f"{name}: DLQ must keep messages longer than the source")
-    # THEN every queue is either a DLQ or a consumed source queue with a DLQ, and the numbers hold
+    schedule_dlqs = {event["Properties"]["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]
+                     for res in of_type(template, "AWS::Serverless::Function").values()
+                     for event in res["Properties"].get("Events", {}).values() if event["Type"] == "ScheduleV2"}
+    # THEN every queue is a DLQ (of a queue or of the schedules) or a consumed source queue with a DLQ
     assert problems == []
-    assert set(queues) == set(sources) | dlqs
+    assert schedule_dlqs == {"SchedulesDlq"}
+    assert set(queues) == set(sources) | dlqs | schedule_dlqs
     assert set(sources) == {"ScanRequestsQueue", "FindingsQueue", "PricedQueue", "AlertsQueue", "TicketsQueue"}
 
 
@@ -247,3 +251,38 @@ def test_template_outputs_cover_queues_table_and_functions(template: dict[str, A
     wanted = set(of_type(template, "AWS::SQS::Queue")) | set(of_type(template, "AWS::Serverless::Function")) | {"FindingsTable"}
     # THEN each queue, the table and each function has an output
     assert wanted - referenced == set()
+
+
+def test_template_alarms_cover_every_function_every_queue_age_and_every_dlq(template: dict[str, Any]) -> None:
+    # GIVEN the alarms
+    alarms = of_type(template, "AWS::CloudWatch::Alarm").values()
+
+    def watched(metric: str) -> set[str]:
+        out = set()
+        for a in alarms:
+            p = a["Properties"]
+            if p["MetricName"] == metric:
+                value = p["Dimensions"][0]["Value"]
+                out.add(value.get("Ref") or value.get("Fn::GetAtt", [""])[0])
+        return out
+
+    functions = set(of_type(template, "AWS::Serverless::Function"))
+    queues = of_type(template, "AWS::SQS::Queue")
+    main = {k for k, v in queues.items() if "RedrivePolicy" in v["Properties"]}
+    # THEN every function has an Errors alarm, every main queue an age-of-oldest-message alarm, every DLQ a depth alarm
+    assert watched("Errors") == functions
+    assert watched("ApproximateAgeOfOldestMessage") == main
+    assert watched("ApproximateNumberOfMessagesVisible") == set(queues) - main
+    # ... and every alarm notifies the topic when one is given
+    assert all(a["Properties"]["AlarmActions"]["Fn::If"][0] == "HasAlarmTopic" for a in alarms)
+
+
+def test_template_interactions_url_has_reserved_concurrency_and_no_topic_is_a_visible_warning(
+        template: dict[str, Any]) -> None:
+    # GIVEN the Slack interactions function and the alarm topic parameter
+    fn = template["Resources"]["SlackInteractionsFunction"]["Properties"]
+    param = template["Parameters"]["AlarmTopicArn"]
+    # THEN a flood is capped by reserved concurrency, and deploying without a topic says so (parameter and output)
+    assert fn["ReservedConcurrentExecutions"] == {"Ref": "InteractionsConcurrency"}
+    assert param["Description"].startswith("WARNING")
+    assert template["Outputs"]["AlarmTopicWarning"]["Condition"] == "NoAlarmTopic"

@@ -20,6 +20,8 @@ Grant = tuple[str, str]  # (IAM action, resource: a logical id, "<Table>/index/<
 
 CONFIG: set[Grant] = {("ssm:GetParameter", "ConfigParameterName")}  # bootstrap/pipeline.read_config_text
 ITEM: set[Grant] = {("dynamodb:GetItem", "FindingsTable"), ("dynamodb:PutItem", "FindingsTable")}  # get / put_new / update
+#: get_many (BatchGetItem) and update_many (TransactWriteItems, authorised by PutItem): dedupe's and notify's batches
+BATCH: set[Grant] = ITEM | {("dynamodb:BatchGetItem", "FindingsTable")}
 VPC: set[Grant] = {(a, "*") for a in ("ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface",
                                       "ec2:DescribeNetworkInterfaces", "ec2:DetachNetworkInterface")}
 
@@ -43,8 +45,8 @@ EXPECTED: dict[str, set[Grant]] = {
     "ScanGpuWasteFunction": CONFIG | send("FindingsQueue", "ScanRequestsDlq") | secret("PrometheusSecretArn")
     | {("aps:QueryMetrics", "PrometheusWorkspaceArn")} | VPC,
     "PriceFindingsFunction": CONFIG | send("PricedQueue", "FindingsDlq"),
-    "DedupeFindingsFunction": CONFIG | send("AlertsQueue", "TicketsQueue", "PricedDlq") | ITEM | query(BY_CLUSTER_STATE),
-    "NotifySlackFunction": CONFIG | secret("SlackSecretArn") | send("AlertsDlq") | ITEM | query(BY_ACTIVITY_DAY),
+    "DedupeFindingsFunction": CONFIG | send("AlertsQueue", "TicketsQueue", "PricedDlq") | BATCH | query(BY_CLUSTER_STATE),
+    "NotifySlackFunction": CONFIG | secret("SlackSecretArn") | send("AlertsDlq") | BATCH | query(BY_ACTIVITY_DAY),
     "CreateTicketsFunction": CONFIG | secret("JiraSecretArn") | send("TicketsDlq") | ITEM,
     "SendDailySummaryFunction": CONFIG | secret("SlackSecretArn") | query(BY_ACTIVITY_DAY),
     "SlackInteractionsFunction": CONFIG | secret("SlackSecretArn") | secret("JiraSecretArn") | ITEM,

@@ -91,11 +91,14 @@ def hold_span(pod: Pod) -> tuple[datetime | None, datetime | None] | None:
     A pod holds GPUs only while it is scheduled and not terminal (field guide B11): a bound pod that is
     Running, Pending (bound, not started: it holds its devices) or Unknown holds from its start (else its
     creation) on; a Succeeded/Failed pod held them from its start until its last container finished — when
-    that time is known. A terminal pod whose end is unknown, or an unscheduled pod, holds nothing.
+    that time is known; a pod deleted in the window (`gone_at`) held them until then. A terminal pod whose end is
+    unknown, or an unscheduled pod, holds nothing.
     """
     if not pod.node_name or not pod.gpu_requests:
         return None
     start = pod.started_at or pod.created_at
+    if pod.gone_at is not None:  # deleted in the window (kube-state-metrics history): held until it was last seen
+        return start, pod.gone_at
     if pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
         if pod.finished_at is None:
             return None

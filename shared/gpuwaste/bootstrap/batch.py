@@ -1,31 +1,36 @@
-"""Bootstrap: SQS batch processing that dead-letters poison messages at once, with their reason.
+"""Bootstrap: SQS batch processing over Powertools' public `BatchProcessor` API, with a per-invocation outbox and
+poison messages dead-lettered at once with their reason.
 
-Powertools' `BatchProcessor` reports a failed record in `batchItemFailures`; SQS then redelivers it and,
-after the queue's `maxReceiveCount`, its redrive policy moves it to the DLQ — without saying why.
-`DeadLetterBatchProcessor` keeps that path for retryable failures (throttling, timeouts: retrying may
-help, and the reason is logged with the message id, which the DLQ copy keeps). For permanent failures
-— a body that is not JSON, fails the message schema, has an unknown `schema_version`, or raises
-`PermanentError` — retrying cannot help, so it sends the original body to the function's DLQ
-(`DEAD_LETTER_QUEUE_URL`) with the reason in message attributes (`error_type`, `error_reason`,
-`source_message_id`) and reports the record as done. If that send fails, the record fails as usual and
-the redrive still delivers it to the DLQ. The rest of the batch is unaffected either way.
+`process_batch(event, context, model=..., record_handler=...)` is what an SQS-fed function's handler calls. It
+uses only Powertools' public surface — `BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=
+False)`, `process_partial_response`, the `SQSRecord` it hands the record handler, and the partial batch response
+it returns — and wraps the function's record handler:
 
-Outputs are sent per batch, not per record: the services of price_findings and dedupe_findings send
-through `queue.batching.DeferredQueue`s bound to `SEND_BATCH`, which the processor opens before the
-first record and flushes after the last (SendMessageBatch of 10 instead of one call per record). A
-record whose outputs could not all be sent is then reported as a failure (SQS redelivers it; an output
-rejected as invalid dead-letters the record as above), so a record is only reported successful once its
-outputs are sent.
+* **Parsing** happens in the wrapper (`model.model_validate(record.raw_event)`), so a body that is not JSON or
+  fails the message schema is an exception the wrapper sees.
+* **Permanent failures** (a malformed body, an unknown `schema_version`, `PermanentError`): retrying cannot help,
+  so the original body goes to the function's DLQ (`DEAD_LETTER_QUEUE_URL`) with the reason in message attributes
+  (`error_type`, `error_reason`, `source_message_id`, `source_queue`) and the record counts as done. If that send
+  fails, the record fails as usual and the queue's redrive policy still delivers it to the DLQ.
+* **Retryable failures** (throttling, timeouts) fail the record: SQS redelivers it (reason logged with the id).
+* **Outputs are sent per batch** (SendMessageBatch of 10 instead of one call per record): the services send through
+  `queue.batching.DeferredQueue`s that collect into the invocation's own `SendBatch` (a context variable set for the
+  duration of `process_batch`, never a module global). After the last record the outbox is flushed; a record whose
+  outputs were not all sent is added to `batchItemFailures` (or dead-lettered when SQS rejected an output as
+  invalid), so a record is only reported successful once its outputs are sent.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
@@ -37,24 +42,17 @@ logger = logging.getLogger(__name__)
 DLQ_ENV = "DEAD_LETTER_QUEUE_URL"
 MAX_REASON_CHARS = 1000
 
-#: The sends of the batch being processed (one function per container, one batch at a time).
-SEND_BATCH = SendBatch()
+#: The outbox of the invocation being processed (set by `process_batch`; None outside one: sends go out at once).
+OUTBOX: contextvars.ContextVar[SendBatch | None] = contextvars.ContextVar("gpuwaste_outbox", default=None)
 
 
 def deferred_queue(env_name: str) -> DeferredQueue:
-    """The SQS queue of the named setting, its sends collected per batch by `SEND_BATCH`.
+    """The SQS queue of the named setting, its sends collected into the current invocation's outbox.
 
     Raises:
         ConfigError: the env var is not set.
     """
-    return DeferredQueue(pipeline.queue(env_name), SEND_BATCH)
-
-
-def _message_id(record: Any) -> str | None:
-    """The SQS message id of a raw record (dict), a parsed model or an `SQSRecord`."""
-    if isinstance(record, dict):
-        return record.get("messageId")
-    return getattr(record, "messageId", None) or getattr(record, "message_id", None)
+    return DeferredQueue(pipeline.queue(env_name), OUTBOX)
 
 
 def is_permanent(exc: BaseException | None) -> bool:
@@ -72,88 +70,72 @@ def reason_of(exc: BaseException) -> str:
     return text[:MAX_REASON_CHARS]
 
 
-class DeadLetterBatchProcessor(BatchProcessor):
-    """`BatchProcessor(EventType.SQS)` that dead-letters permanent failures itself, with the reason."""
+def dead_letter(raw: dict[str, Any], exc: BaseException) -> bool:
+    """Send the record's original body to the function's DLQ with the reason; False when that is not possible."""
+    url = os.environ.get(DLQ_ENV)
+    if not url:
+        return False
+    reason = reason_of(exc)
+    message_id = str(raw.get("messageId", ""))
+    attributes = {
+        "error_type": {"DataType": "String", "StringValue": type(exc).__name__},
+        "error_reason": {"DataType": "String", "StringValue": reason or "-"},
+        "source_message_id": {"DataType": "String", "StringValue": message_id or "-"},
+        "source_queue": {"DataType": "String", "StringValue": str(raw.get("eventSourceARN", "-"))},
+    }
+    try:
+        pipeline.client("sqs").send_message(QueueUrl=url, MessageBody=str(raw.get("body", "")) or "<empty>",
+                                            MessageAttributes=attributes)
+    except (ClientError, BotoCoreError) as send_exc:
+        logger.error("dead-letter send failed; leaving the record to the redrive policy",
+                     extra={"message_id": message_id, "error": str(send_exc)})
+        return False
+    logger.warning("message dead-lettered", extra={"message_id": message_id, "error_type": type(exc).__name__,
+                                                   "reason": reason})
+    return True
 
-    def __init__(self, *, model: Any = None) -> None:
-        super().__init__(event_type=EventType.SQS, model=model, raise_on_entire_batch_failure=False)
-        self._raw: dict[str, Any] | None = None
-        self.dead_lettered: list[dict[str, str]] = []
 
-    def _prepare(self) -> None:
-        super()._prepare()
-        self.dead_lettered = []
-        self._raws: dict[str, dict[str, Any]] = {}
-        SEND_BATCH.begin()
+def process_batch(event: dict[str, Any], context: Any, *, model: Any, record_handler: Callable[[Any], Any]
+                  ) -> dict[str, Any]:
+    """Process an SQS event with Powertools' `BatchProcessor`: parse each record as `model`, run `record_handler`,
+    dead-letter permanent failures, send the records' outputs per batch, and return the partial batch response.
+    """
+    outbox = SendBatch()
+    outbox.begin()
+    token = OUTBOX.set(outbox)
+    raws: dict[str, dict[str, Any]] = {}
 
-    def _process_record(self, record: dict) -> Any:  # type: ignore[override]
-        self._raw = record
-        message_id = record.get("messageId") if isinstance(record, dict) else None
-        if message_id:
-            self._raws[message_id] = record
-        SEND_BATCH.set_record(message_id)
-        return super()._process_record(record)
-
-    def _clean(self) -> None:
-        failed = SEND_BATCH.flush()
-        if failed:
-            self._fail_unsent(failed)
-        super()._clean()
-
-    def _fail_unsent(self, failed: dict[str | None, BaseException]) -> None:
-        """Report records whose outputs were not all sent as failures (or dead-letter them when rejected)."""
-        from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-
-        keep = []
-        for rec in self.success_messages:
-            message_id = _message_id(rec)
-            exc = failed.get(message_id)
-            if exc is None or message_id in {_message_id(m) for m in self.fail_messages}:
-                keep.append(rec)
-                continue
-            raw = self._raws.get(message_id or "", rec if isinstance(rec, dict) else {})
-            if is_permanent(exc) and self._dead_letter(raw, exc):
-                keep.append(rec)
-                continue
-            logger.warning("record outputs not sent; SQS will redeliver it",
-                           extra={"message_id": message_id, "error_type": type(exc).__name__, "reason": reason_of(exc)})
-            self.exceptions.append((type(exc), exc, exc.__traceback__))
-            self.fail_messages.append(SQSRecord(raw))
-        self.success_messages[:] = keep
-
-    def failure_handler(self, record: Any, exception: Any) -> Any:
-        exc = exception[1] if exception else None
-        raw = self._raw or {}
-        if exc is not None and is_permanent(exc) and self._dead_letter(raw, exc):
-            return self.success_handler(record=record, result=None)
-        logger.warning("record failed; SQS will redeliver it",
-                       extra={"message_id": raw.get("messageId"), "error_type": type(exc).__name__,
-                              "reason": reason_of(exc) if exc else ""})
-        return super().failure_handler(record, exception)
-
-    def _dead_letter(self, raw: dict[str, Any], exc: BaseException) -> bool:
-        url = os.environ.get(DLQ_ENV)
-        if not url:
-            return False
-        reason = reason_of(exc)
-        message_id = str(raw.get("messageId", ""))
-        attributes = {
-            "error_type": {"DataType": "String", "StringValue": type(exc).__name__},
-            "error_reason": {"DataType": "String", "StringValue": reason or "-"},
-            "source_message_id": {"DataType": "String", "StringValue": message_id or "-"},
-            "source_queue": {"DataType": "String", "StringValue": str(raw.get("eventSourceARN", "-"))},
-        }
+    def handle(record: SQSRecord) -> Any:
+        raw = record.raw_event
+        raws[record.message_id] = raw
+        outbox.set_record(record.message_id)
         try:
-            pipeline.client("sqs").send_message(QueueUrl=url, MessageBody=str(raw.get("body", "")) or "<empty>",
-                                                MessageAttributes=attributes)
-        except (ClientError, BotoCoreError) as send_exc:
-            logger.error("dead-letter send failed; leaving the record to the redrive policy",
-                         extra={"message_id": message_id, "error": str(send_exc)})
-            return False
-        logger.warning("message dead-lettered", extra={"message_id": message_id, "error_type": type(exc).__name__,
-                                                       "reason": reason})
-        self.dead_lettered.append({"message_id": message_id, "reason": reason})
-        return True
+            return record_handler(model.model_validate(raw))
+        except Exception as exc:
+            if is_permanent(exc) and dead_letter(raw, exc):
+                return None
+            logger.warning("record failed; SQS will redeliver it",
+                           extra={"message_id": record.message_id, "error_type": type(exc).__name__,
+                                  "reason": reason_of(exc)})
+            raise
+
+    try:
+        processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+        response = process_partial_response(event=event, record_handler=handle, processor=processor, context=context)
+        unsent = outbox.flush()
+    finally:
+        OUTBOX.reset(token)
+    failures: list[dict[str, str]] = list(response.get("batchItemFailures", []))
+    failed = {f["itemIdentifier"] for f in failures}
+    for message_id, exc in unsent.items():
+        if message_id is None or message_id in failed:
+            continue
+        if is_permanent(exc) and dead_letter(raws.get(message_id, {}), exc):
+            continue
+        logger.warning("record outputs not sent; SQS will redeliver it",
+                       extra={"message_id": message_id, "error_type": type(exc).__name__, "reason": reason_of(exc)})
+        failures.append({"itemIdentifier": message_id})
+    return {**response, "batchItemFailures": failures}
 
 
-__all__ = ["DLQ_ENV", "SEND_BATCH", "DeadLetterBatchProcessor", "deferred_queue", "is_permanent", "reason_of"]
+__all__ = ["DLQ_ENV", "OUTBOX", "deferred_queue", "dead_letter", "is_permanent", "process_batch", "reason_of"]

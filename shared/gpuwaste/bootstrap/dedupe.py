@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 from gpuwaste.bootstrap import cloudwatch, pipeline
-from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor, deferred_queue
+from gpuwaste.bootstrap.batch import deferred_queue, process_batch
 from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_lifecycle
+from gpuwaste.errors import StoreError
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
+
+logger = logging.getLogger(__name__)
 
 
 @cache
@@ -31,10 +38,34 @@ def lifecycle_service() -> LifecycleService:
     )
 
 
+def process(event: dict[str, Any], context: Any, *, model: Any, record_handler: Callable[[Any], Any]) -> dict[str, Any]:
+    """dedupe_findings' batch: the records of every finding of the batch read in one batch read, the records
+    handled (`process_batch`), then the outboxes whose messages went out cleared in one batch write."""
+    service = lifecycle_service()
+    fingerprints = []
+    for raw in event.get("Records", []):
+        try:
+            fp = json.loads(raw.get("body") or "{}").get("finding", {}).get("fingerprint")
+        except (ValueError, AttributeError):
+            continue  # a poison body: process_batch dead-letters it
+        if isinstance(fp, str):
+            fingerprints.append(fp)
+    service.defer_clears = True
+    try:
+        service.prefetch(fingerprints)
+        return process_batch(event, context, model=model, record_handler=record_handler)
+    finally:
+        try:
+            service.clear_outboxes()  # a failure leaves outboxes set: the next decision carries them (keys dedupe)
+        except StoreError:
+            logger.warning("outboxes not cleared; the next sighting re-sends them (delivered once by their keys)")
+        service.defer_clears = False
+
+
 def record_open_waste(cluster: str) -> None:
     """Emit the cluster's open waste (CloudWatch EMF) after its scan completion was applied."""
     service = lifecycle_service()
     cloudwatch.record_open_waste(cluster, service.store, service.delivery)
 
 
-__all__ = ["METRICS_NAMESPACE", "DeadLetterBatchProcessor", "lifecycle_service", "record_lifecycle", "record_open_waste"]
+__all__ = ["METRICS_NAMESPACE", "lifecycle_service", "process", "process_batch", "record_lifecycle", "record_open_waste"]

@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from functools import cache
+from typing import Any
 
 from rich.console import Console
 
 from gpuwaste.bootstrap import delivery, pipeline
-from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor
+from gpuwaste.bootstrap.batch import process_batch
 from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_delivery
 from gpuwaste.ports import FindingStore, Notifier
-from gpuwaste.services.notify import NotifyService
+from gpuwaste.services.notify import DeliveryPlan, NotifyService
 from gpuwaste.settings import GpuWasteConfig
 from gpuwaste.sinks.terminal_notify import TerminalNotifier
 
@@ -28,6 +29,30 @@ def notify_service() -> NotifyService:
     settings = pipeline.config().delivery
     return NotifyService(notifier=delivery.slack_notifier(settings), store=delivery.lambda_store(),
                          settings=settings, now=pipeline.SystemClock().now)
+
+
+def delivery_plan(event: dict[str, Any], context: Any) -> DeliveryPlan:
+    """The invocation's delivery plan over its SQS records.
+
+    Records received before (`ApproximateReceiveCount` > 1: a failure or a timeout of an earlier invocation) are
+    looked up in Slack before they are posted; in-process waits (429 `Retry-After`) and new groups are bounded by
+    the invocation's remaining time (`context.get_remaining_time_in_millis`), the rest is deferred to the queue.
+    """
+    service = notify_service()
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+
+    def time_left() -> float:
+        return float(remaining()) / 1000.0 if remaining is not None else float("inf")
+
+    service.time_left = time_left if remaining is not None else None
+    set_time_left = getattr(service.notifier, "set_time_left", None)
+    if set_time_left is not None:
+        set_time_left(service.time_left)
+    records = event.get("Records", [])
+    bodies = [str(r.get("body", "")) for r in records]
+    again = [str(r.get("body", "")) for r in records
+             if int((r.get("attributes") or {}).get("ApproximateReceiveCount", "1") or 1) > 1]
+    return service.plan_bodies(bodies, redelivered=again)
 
 
 def local_notifier(config: GpuWasteConfig, console: Console | None = None) -> Notifier:
@@ -47,5 +72,5 @@ def local_notify_service(config: GpuWasteConfig, store: FindingStore | None, not
                          settings=config.delivery, now=now or pipeline.SystemClock().now)
 
 
-__all__ = ["METRICS_NAMESPACE", "DeadLetterBatchProcessor", "local_notifier", "local_notify_service", "notify_service",
-           "record_delivery"]
+__all__ = ["METRICS_NAMESPACE", "delivery_plan", "local_notifier", "local_notify_service", "notify_service",
+           "process_batch", "record_delivery"]

@@ -121,9 +121,11 @@ def read_config_text(source: ConfigSourceSettings) -> tuple[str, str]:
     """
     if source.config_file:
         try:
-            return Path(source.config_file).read_text(), source.config_file
+            return Path(source.config_file).read_bytes().decode("utf-8"), source.config_file
         except OSError as exc:
             raise ConfigError(f"{source.config_file}: cannot read configuration: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{source.config_file}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     if source.config_parameter_name:
         from aws_lambda_powertools.utilities import parameters
 
@@ -140,7 +142,10 @@ def read_config_text(source: ConfigSourceSettings) -> tuple[str, str]:
             body = client("s3").get_object(Bucket=uri.netloc, Key=uri.path.lstrip("/"))["Body"].read()
         except (ClientError, BotoCoreError) as exc:
             raise ConfigError(f"{source.config_s3_uri}: cannot read configuration: {exc}") from exc
-        return body.decode(), source.config_s3_uri
+        try:
+            return body.decode("utf-8"), source.config_s3_uri
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{source.config_s3_uri}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     raise ConfigError("environment: set CONFIG_PARAMETER_NAME (SSM), CONFIG_S3_URI or CONFIG_FILE to the configuration document")
 
 

@@ -1,7 +1,8 @@
 """Bootstrap: composition root of scan_gpu_waste (scan request or schedule → findings queue).
 
-A cluster is scanned from its live Prometheus + Kubernetes API, or from `recording` when the config
-names one (offline runs, tests). Prometheus secrets given by ARN are fetched from Secrets Manager
+A cluster is scanned from its live Prometheus (+ the Kubernetes API when access is configured; without it the
+cluster state comes from the kube-state-metrics series of the same Prometheus, e.g. AMP with SigV4), or from
+`recording` when the config names one (offline runs, tests). Prometheus secrets given by ARN are fetched from Secrets Manager
 (Powertools parameters, cached `max_age`) and held as SecretStr, never logged.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from gpuwaste.bootstrap import local, pipeline
-from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor
+from gpuwaste.bootstrap.batch import process_batch
 from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_scan
 from gpuwaste.models.messages import ScanRequest
@@ -62,7 +63,8 @@ def scan_service(cluster_name: str) -> ScanService:
         if sources.recording is not None and sources.recording.meta.window_s:
             window_s = sources.recording.meta.window_s
     else:
-        sources = local.live_sources(_with_secrets(cluster), cfg)
+        # the cluster state comes from kube-state-metrics when no Kubernetes access is configured (cluster_state "auto")
+        sources = local.live_sources(_with_secrets(cluster), cfg, window_s=window_s)
     return ScanService(
         cluster_source=sources.cluster,
         telemetry_source=sources.telemetry,
@@ -89,4 +91,4 @@ def scan_all(scheduled_time: datetime) -> list[ScanReport]:
     ]
 
 
-__all__ = ["METRICS_NAMESPACE", "DeadLetterBatchProcessor", "record_scan", "scan", "scan_all", "scan_service"]
+__all__ = ["METRICS_NAMESPACE", "process_batch", "record_scan", "scan", "scan_all", "scan_service"]

@@ -8,7 +8,7 @@ from functools import cache
 from rich.console import Console
 
 from gpuwaste.bootstrap import delivery, pipeline
-from gpuwaste.bootstrap.batch import DeadLetterBatchProcessor
+from gpuwaste.bootstrap.batch import process_batch
 from gpuwaste.errors import ConfigError
 from gpuwaste.ports import FindingStore, TicketSink
 from gpuwaste.services.tickets import TicketService, dedupe_label
@@ -64,4 +64,4 @@ def terminal_sink(store: FindingStore | None, console: Console | None = None) ->
     return TerminalTicketSink(console, first_number=max(numbers, default=0) + 1, existing=keys.get)
 
 
-__all__ = ["DeadLetterBatchProcessor", "local_ticket_service", "terminal_sink", "ticket_service"]
+__all__ = ["process_batch", "local_ticket_service", "terminal_sink", "ticket_service"]

@@ -6,18 +6,21 @@ tests check the output without a terminal.
 
 from __future__ import annotations
 
+import re
 import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import BaseModel
 
-from gpuwaste.bootstrap import local
-from gpuwaste.cli import _config, app, fail, out, parse_time, parse_window
+from gpuwaste.cli import _config, _plain, app, fail, out, parse_time, parse_window
 from gpuwaste.errors import InputFormatError
-from gpuwaste.models.findings import Evidence, Finding, WasteKind
+
+if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
+    from pydantic import BaseModel
+
+    from gpuwaste.models.findings import Evidence, Finding
 
 
 def _num(v: float | None) -> str:
@@ -31,58 +34,77 @@ def share_text(v: Decimal | float) -> str:
 
 
 def _evidence_line(e: Evidence) -> str:
+    from gpuwaste.people import no_codes, percent
+
     if e.unit == "count":
         # a count (e.g. physical or requested GPUs) is one number, not a sampled series: no samples or coverage
-        parts = [f"{e.signal} [count] {'-' if e.avg is None else share_text(e.avg)}"]
+        parts = [f"{e.signal}: {'-' if e.avg is None else share_text(e.avg)}"]
         if e.note:
-            parts.append(f"note: {e.note}")
+            parts.append(f"note: {no_codes(e.note)}")
         return " · ".join(parts)
-    parts = [f"{e.signal} [{e.unit}]", f"avg {_num(e.avg)}", f"p95 {_num(e.p95)}", f"max {_num(e.max)}",
-             f"min {_num(e.min)}", f"max 10-min avg {_num(e.max_avg_10m)}", f"{e.samples} samples",
-             f"coverage {e.coverage:.0%}"]
+    if e.unit == "ratio":  # ratios (0–1) are shown as percent: one unit for people
+        def show(v: float | None) -> str:
+            return percent(v)
+        unit = ""
+    else:
+        def show(v: float | None) -> str:
+            return _num(v)
+        unit = f" ({e.unit})" if e.unit not in ("", "count") else ""
+    stats = (("avg", e.avg), ("p95", e.p95), ("max", e.max), ("min", e.min), ("highest 10-min avg", e.max_avg_10m))
+    parts = [f"{e.signal}{unit}", *(f"{name} {show(v)}" for name, v in stats if v is not None),
+             f"{e.samples} samples", f"coverage {percent(e.coverage)}"]
     if e.threshold is not None or e.comparison:
-        parts.append(f"rule: {e.comparison or ''} (threshold {_num(e.threshold)})".replace("rule:  ", "rule: "))
+        rule = e.comparison or ""
+        if e.unit == "ratio":  # "p95 < 0.05 … (5 %)" → "p95 < 5 % …": one unit
+            rule = re.sub(r"(?<![\w.])(0(?:\.\d+)?|1(?:\.0+)?)(?![\w.])", lambda m: percent(float(m.group(1))), rule)
+            rule = re.sub(r"(< |> |<= |>= |≤ |≥ )(\S+ %) \(\2\)", r"\1\2", rule)
+        threshold = f" (threshold {show(e.threshold)})" if e.threshold is not None else ""
+        parts.append(f"rule: {rule}{threshold}".replace("rule:  ", "rule: "))
     if e.note:
-        parts.append(f"note: {e.note}")
+        parts.append(f"note: {no_codes(e.note)}")
     return " · ".join(parts)
 
 
 def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
-    """Plain text: what was found, on whom, with which evidence, thresholds, formula and money."""
+    """Plain text: what was found, on whom, with which evidence, thresholds, formula and money (for people:
+    ratios as percent, money rounded to the cent; `scan -o json` keeps the exact values)."""
+    from gpuwaste.models.findings import WasteKind
+    from gpuwaste.people import no_codes, people_formula, plain, setting_text, when
+
     s = finding.subject
     who = f"{s.namespace}/{s.pod}" if s.pod else f"node {s.node}"
     node_level = s.pod is None or finding.kind is WasteKind.UNALLOCATED  # capacity nobody holds: it is free
     workload = f"{s.workload_kind}/{s.workload_name}" if s.workload_kind or s.workload_name else "-"
     lines = [
-        f"{finding.title}",
+        f"{plain(finding.title)}",
         f"kind: {finding.kind.value} (detector {finding.detector}) · confidence: {finding.confidence.value}"
         + (f" · idle mode: {finding.idle_mode.value}" if finding.idle_mode else ""),
-        f"fingerprint: {finding.fingerprint}",
-        f"subject: {who} · workload {workload} · node {s.node or '-'} · {s.instance_type or 'unknown instance'} "
-        f"({s.capacity_type or 'capacity type unknown'}) · {s.gpu_model or 'unknown GPU'} · "
-        f"{share_text(s.gpu_share)} GPU(s) {'free' if node_level else 'held'} · "
-        f"attribution {s.attribution.value}",
-        f"window: {finding.window_s} s ending {finding.observed_at.isoformat()}",
+        f"ID: {finding.fingerprint[:6]} (fingerprint {finding.fingerprint})",
+        plain(f"subject: {who} · workload {workload} · node {s.node or '-'} · {s.instance_type or 'unknown instance'} "
+              f"({s.capacity_type or 'capacity type unknown'}) · {s.gpu_model or 'unknown GPU'} · "
+              f"{share_text(s.gpu_share)} GPU(s) {'free' if node_level else 'held'} · "
+              f"attribution {s.attribution.value}"),
+        f"window: {finding.window_s // 60} min ending {when(finding.observed_at)}",
         "evidence:",
-        *(f"  - {_evidence_line(e)}" for e in finding.evidence),
+        *(f"  - {plain(_evidence_line(e))}" for e in finding.evidence),
     ]
     if settings is not None:
-        lines.append("thresholds (detector settings): " + ", ".join(f"{k}={v}" for k, v in settings.model_dump().items()))
+        lines.append("thresholds (detector settings): " + ", ".join(setting_text(k, v) for k, v in settings.model_dump().items()))
     formula = finding.details.get("formula")
     if formula:
         lines.append(f"waste formula: {formula} → {share_text(finding.wasted_gpu_share)} GPU(s) wasted")
     other = {k: v for k, v in finding.details.items() if k != "formula" and v not in ("", None)}
     if other:
-        lines.append("details: " + ", ".join(f"{k}={v}" for k, v in other.items()))
+        lines.append("details: " + plain(", ".join(f"{k}={v}" for k, v in other.items())))
     if finding.cost is not None:
         c = finding.cost
-        lines.append(f"cost: {c.formula}")
+        lines.append(f"cost: {people_formula(finding)} (exact values: scan -o json)")
         if c.basis:
-            lines.append(f"price basis: {c.basis}")
+            lines.append(f"price basis: {no_codes(c.basis)}")
         if c.source:
-            lines.append(f"price source: {c.source} (effective {c.effective_date or 'undated'})")
-        lines.extend(f"warning: {w}" for w in c.warnings)
-    lines.append(f"recommendation: {finding.recommendation}")
+            lines.append(f"price source: {no_codes(c.source)} (effective {c.effective_date or 'undated'})")
+        lines.extend(f"warning: {no_codes(w)}" for w in c.warnings)
+    lines.append(f"recommendation: {no_codes(finding.recommendation)}")
     return "\n".join(lines)
 
 
@@ -94,19 +116,22 @@ def find(findings: list[Finding], prefix: str) -> list[Finding]:
 
 @app.command()
 def explain(
-    fingerprint: Annotated[str, typer.Argument(help="Fingerprint (or its first characters) from `gpuwaste scan -o json`.")],
+    fingerprint: Annotated[str, typer.Argument(help="The finding's ID from the scan table (any unique start of its fingerprint).")],
     recording: Annotated[Path, typer.Option("--recording", "-r", help="The recording the finding came from.")],
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (thresholds).")] = None,
     at: Annotated[str | None, typer.Option("--at", help="Evaluation time (default: the recording's end).")] = None,
     window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window (default: the recording's).")] = None,
 ) -> None:
-    """Explain one finding: its evidence, thresholds, formula and numbers."""
+    """Explain one finding (its ID from `gpuwaste scan`): evidence, thresholds, formula and numbers."""
+    from gpuwaste.bootstrap import local
+
     cfg = _config(config)
     if not recording.exists():
         fail(f"{recording}: no such file or directory")
     try:
         sources = local.recording_sources(recording, cfg)
         assert sources.recording is not None
+        cfg, _ = local.recording_config(cfg, sources, config_given=config is not None)
         when = parse_time(at) or sources.recording.end_time()
         window_s = parse_window(window) if window else (sources.recording.meta.window_s or cfg.scan.window_s)
         report = local.scan_service(sources, cfg, window_s=window_s).scan(at=when)
@@ -114,9 +139,14 @@ def explain(
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
     matches = find(report.findings, fingerprint)
     if not matches:
-        known = "\n".join(f"  {f.fingerprint[:12]}  {f.kind.value:22} {f.subject.namespace or ''}/{f.subject.pod or f.subject.node or ''}"
+        from gpuwaste.people import plain
+        from gpuwaste.sinks.terminal import short_ids
+
+        ids = short_ids(report.findings)
+        known = "\n".join(f"  {ids[f.fingerprint]:8}  {f.kind.value:22} "
+                          f"{plain(f.subject.namespace or '')}/{plain(f.subject.pod or f.subject.node or '')}"
                           for f in report.findings)
-        fail(f"no finding with fingerprint {fingerprint!r} in this scan; the scan found:\n{known}")
+        fail(_plain(f"no finding with ID {fingerprint!r} in this scan; the scan found:\n{known}"))
     if len(matches) > 1:
         fail(f"{fingerprint!r} matches {len(matches)} findings; give more characters")
     finding = matches[0]

@@ -5,7 +5,9 @@ reads: `telemetry.om.gz` (OpenMetrics, second timestamps), `cluster.json` (a `ku
 List) and `recording.json` (cluster, evaluation time, window, scrape interval). The telemetry holds the
 raw samples of every metric of the scan plan over `[at − window − 10 min, at]` (the extra 10 minutes
 make the first 10-minute average of the window complete), fetched with instant queries of range
-vectors at explicit evaluation times, in chunks.
+vectors at explicit evaluation times, in chunks, and the kube-state-metrics series the cluster state is read
+from (GPU pods and exporter pods, nodes, namespaces, owners), so a recording is complete without
+`cluster.json`. `cluster.json` is written too when `--cluster-json` is given or Kubernetes access is configured.
 """
 
 from __future__ import annotations
@@ -14,18 +16,17 @@ import gzip
 import io
 import json
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpuwaste.cli import _progress, app, err, fail, parse_positive, parse_time, parse_window
 from gpuwaste.errors import GpuWasteError, PermanentError, SourceAuthError, SourceUnavailableError
-from gpuwaste.settings import ClusterConfig, KubernetesSettings, PrometheusSettings, load_config
-from gpuwaste.sources.exposition import write_openmetrics
-from gpuwaste.sources.metrics_plan import PLAN
-from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+
+if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
+    from gpuwaste.settings import ClusterConfig
 
 AVG_LOOKBACK_S = 600
 
@@ -71,6 +72,11 @@ def record(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
 ) -> None:
     """Record telemetry and cluster state from a live Prometheus and cluster into a replayable directory."""
+    from gpuwaste.settings import ClusterConfig, KubernetesSettings, PrometheusSettings, load_config
+    from gpuwaste.sources.exposition import write_openmetrics
+    from gpuwaste.sources.metrics_plan import PLAN
+    from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+
     try:
         cfg = load_config(config)
         cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "recording"))
@@ -89,24 +95,42 @@ def record(
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         fail(f"{out_dir}: not empty; choose another directory or pass --force")
     progress = _progress(quiet)
+    from gpuwaste.bootstrap.local import cluster_state_mode
+    from gpuwaste.sources.ksm import KSM_METRICS, PrometheusKsmSource
+
+    kube: dict[str, Any] | None = None
     try:
-        source = PrometheusGpuMetricsSource.from_settings(cc.prometheus, cluster=cc.name, labels=cc.labels, scrape_interval_s=step_s)
+        source = PrometheusGpuMetricsSource.from_settings(cc.prometheus, cluster=cc.name, labels=cc.labels, scrape_interval_s=step_s,
+                                                          matchers=cc.prometheus.matchers or None)
         progress(f"fetching {len(PLAN)} metrics over {window_s + AVG_LOOKBACK_S} s ending {when.isoformat()}")
         series = source.raw_series(at=when, range_s=window_s + AVG_LOOKBACK_S, chunk_s=chunk_s, progress=progress)
-        progress("reading cluster state")
-        kube = _cluster_objects(cluster_json, cc, progress)
+        progress("fetching the kube-state-metrics series (cluster state)")
+        ksm = PrometheusKsmSource(source, cluster=cc.name, settings=cc.read, scrape_interval_s=step_s)
+        ksm_series = ksm.raw_series(at=when, range_s=window_s + AVG_LOOKBACK_S, chunk_s=chunk_s, progress=progress)
+        if cluster_json is not None or cluster_state_mode(cc) != "kube-state-metrics":
+            progress("reading cluster state")
+            kube = _cluster_objects(cluster_json, cc, progress)
     except SourceUnavailableError as exc:
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except (SourceAuthError, PermanentError) as exc:
         fail(str(exc))
+    if not any(s.values for s in series if s.name.startswith(("DCGM_", "dcgm_"))):
+        fail(f"no GPU samples in Prometheus between {when - timedelta(seconds=window_s + AVG_LOOKBACK_S):%Y-%m-%d %H:%M} "
+             f"and {when:%Y-%m-%d %H:%M} UTC: nothing recorded (an empty recording scans as nothing). Pick an --at "
+             "inside the data, and check with `gpuwaste doctor` that dcgm-exporter's series are in this Prometheus.")
+    ksm_pods = sum(1 for s in ksm_series if s.name == "kube_pod_info")
+    if kube is None and not ksm_pods:
+        err.print("[yellow]warning:[/] no kube-state-metrics pod series and no Kubernetes access: the recording has no cluster "
+                  "state (run `gpuwaste doctor`, or pass --cluster-json FILE / --kubeconfig)", highlight=False)
     buf = io.StringIO()
-    types = {name: spec.kind for spec in PLAN for name in spec.names}
-    write_openmetrics(series, buf, types=types)
+    types = {name: spec.kind for spec in PLAN for name in spec.names} | dict.fromkeys(KSM_METRICS, "gauge")
+    write_openmetrics([*series, *ksm_series], buf, types=types)
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     (tmp / "telemetry.om.gz").write_bytes(gzip.compress(buf.getvalue().encode(), compresslevel=6, mtime=0))
-    (tmp / "cluster.json").write_text(json.dumps(kube, indent=1, sort_keys=True) + "\n")
+    if kube is not None:
+        (tmp / "cluster.json").write_text(json.dumps(kube, indent=1, sort_keys=True) + "\n")
     meta = {
         "cluster": cc.name,
         "eval_time": when.isoformat(),
@@ -120,4 +144,6 @@ def record(
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
     samples = sum(len(s.values) for s in series)
-    err.print(f"wrote {out_dir}: {len(series)} series, {samples} samples, {len(kube.get('items', []))} cluster objects", highlight=False)
+    cluster = f"{len(kube.get('items', []))} cluster objects" if kube is not None else "no cluster.json"
+    err.print(f"wrote {out_dir}: {len(series)} series, {samples} samples, {cluster}, {len(ksm_series)} kube-state-metrics series "
+              f"({ksm_pods} pods)", highlight=False)

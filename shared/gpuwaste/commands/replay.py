@@ -17,18 +17,17 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuwaste.bootstrap import local
 from gpuwaste.cli import app, err, fail, out, parse_window
 from gpuwaste.errors import InputFormatError
-from gpuwaste.models.findings import WasteKind
-from gpuwaste.models.telemetry import Signal
-from gpuwaste.services.scan import ScanReport, ScanService
-from gpuwaste.settings import GpuWasteConfig
-from gpuwaste.sources.alibaba import AlibabaReplaySource, AlibabaTrace, load_trace
+
+if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
+    from gpuwaste.services.scan import ScanReport
+    from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.sources.alibaba import AlibabaReplaySource, AlibabaTrace
 
 replay_app = typer.Typer(help="Replay public GPU traces through the scan.", no_args_is_help=True)
 app.add_typer(replay_app, name="replay")
@@ -90,6 +89,9 @@ def replay_summary(report: ScanReport, source: AlibabaReplaySource) -> ReplaySum
     Order: idle finding → "idle"; under-used finding → "underused"; any no-verdict or data-quality
     finding on the pod, or no activity samples in the window → "no_verdict"; else "busy".
     """
+    from gpuwaste.models.findings import WasteKind
+    from gpuwaste.models.telemetry import Signal
+
     pods = [p.pod_name for p in source.trace.pods.values()]
     verdicts: dict[str, str] = {}
     reasons: dict[str, str] = {}
@@ -169,7 +171,9 @@ def replay_summary(report: ScanReport, source: AlibabaReplaySource) -> ReplaySum
 
 
 def _rate(source: AlibabaReplaySource) -> tuple[Decimal | None, str]:
+    from gpuwaste.bootstrap import local
     from gpuwaste.pricing.catalog import GpuHourRate
+    from gpuwaste.settings import GpuWasteConfig
 
     rate = local.price_book(GpuWasteConfig()).gpu_hour_rate(
         instance_type=source.instance_type, capacity_type="on-demand", gpu_model=source.gpu_model, physical_gpus=1
@@ -181,6 +185,10 @@ def _rate(source: AlibabaReplaySource) -> tuple[Decimal | None, str]:
 
 def scan_window(source: AlibabaReplaySource, *, at: datetime, window_s: int, config: GpuWasteConfig | None = None) -> ScanReport:
     """One priced scan of the replayed trace over `[at − window, at]`, with the main job's detectors."""
+    from gpuwaste.bootstrap import local
+    from gpuwaste.services.scan import ScanService
+    from gpuwaste.settings import GpuWasteConfig
+
     cfg = config or GpuWasteConfig()
     settings = cfg.detectors.model_copy(update={"enabled": list(CORE_DETECTORS)})
     service = ScanService(cluster_source=source, telemetry_source=source, settings=settings,
@@ -271,12 +279,15 @@ def alibaba(
     output: Annotated[ReplayOutput, typer.Option("--output", "-o", help="table for people; json for machines (exact decimal strings).")] = ReplayOutput.table,
 ) -> None:
     """Replay Alibaba's GenTD26 per-pod GPU trace through the scan (each pod = one GPU of a stated model)."""
+    from gpuwaste.sources.alibaba import AlibabaReplaySource, load_trace
+
     window_arg = parse_window(window) if window else None
     w = parse_window(sliding_window, "--sliding") if sliding_window else None
     try:
         trace = load_trace(trace_dir)
     except InputFormatError as exc:
-        fail(f"{exc}\nPass --trace-dir with the two GenTD26 tarballs (see ../shared/data/real/README.md).")
+        fail(f"{exc}\nPass --trace-dir with the two GenTD26 tarballs (pod_gpu_duty_cycle_anon.tar.gz and "
+             "pod_gpu_memory_used_bytes_anon.tar.gz from https://github.com/alibaba/clusterdata).")
     source = AlibabaReplaySource(trace, gpu_model=gpu_model, instance_type=instance_type)
     window_s = window_arg or whole_trace_window_s(trace)
     if window and window_s > whole_trace_window_s(trace):

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuwaste.bootstrap import local
 from gpuwaste.cli import (
+    DEFAULT_STATE,
     KUBE_HINT,
     Output,
     _config,
     _progress,
     app,
     check_recording,
+    err,
     fail,
     live_cluster,
     out,
@@ -27,14 +28,18 @@ from gpuwaste.cli import (
     parse_time,
     parse_window,
     render,
+    team_function,
 )
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
 from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.models.text import for_terminal, strip_controls
 
-ACTION_STYLE = {
-    AlertAction.NEW: "bold red", AlertAction.WORSE: "red", AlertAction.REMINDER: "yellow",
-    AlertAction.ESCALATE: "magenta", AlertAction.RESOLVED: "green",
-}
+if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
+    from gpuwaste.bootstrap import local
+    from gpuwaste.models.messages import AlertMessage
+
+#: Rich style of each alert action's line.
+ACTION_STYLE = {"new": "bold red", "worse": "red", "reminder": "yellow", "escalate": "magenta", "resolved": "green"}
 
 
 def alert_line(alert: AlertMessage) -> str:
@@ -45,70 +50,113 @@ def alert_line(alert: AlertMessage) -> str:
     usd = f.usd_per_day
     cost = "unpriced" if usd is None else f"${usd:,.2f}/day"
     extra = f" · saved ${alert.saved_usd_per_day}/day" if alert.saved_usd_per_day else ""
-    return f"[{alert.action.value.upper()}] {who} · {f.kind.value} · {cost}{extra} · {alert.reason or ''}".rstrip(" ·")
+    # names come from the cluster: no escape sequences, no markup reach the terminal
+    line = f"[{alert.action.value.upper()}] {for_terminal(who)} · {f.kind.value} · {cost}{extra} · {for_terminal(alert.reason)}"
+    return line.rstrip(" ·")
 
 
 def print_alert(alert: AlertMessage) -> None:
     """Print one alert line (the local stand-in for the Slack message)."""
-    out.print(alert_line(alert), style=ACTION_STYLE.get(alert.action, ""), highlight=False, soft_wrap=True)
+    out.print(alert_line(alert), style=ACTION_STYLE.get(alert.action.value, ""), highlight=False, soft_wrap=True, markup=False)
 
 
 def _section(title: str) -> None:
     out.rule(f"[bold]{title}[/]", align="left", style="dim")
 
 
-def _slack_preview(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
-    """notify_slack's local twin: the Slack messages printed (or posted, with a bot token in the config),
-    then one line per alert."""
+#: `gpuwaste run` exit code when a delivery (Slack post, ticket) failed: it stays pending in the state's outbox.
+EXIT_UNDELIVERED = 4
+
+
+def _slack_stage(cfg):  # type: ignore[no-untyped-def]
+    """notify_slack's local twin over the state's outbox: each pending alert posted to Slack (with a bot token in the
+    config) or printed as the message notify_slack would send; returns the deliveries that failed."""
     from gpuwaste.bootstrap import notify
     from gpuwaste.sinks.terminal_notify import TerminalNotifier
 
-    def deliver(alerts, store, at):  # type: ignore[no-untyped-def]
-        _section(f"messages · scan at {at:%Y-%m-%d %H:%M}Z ({len(alerts)} alerts)")
-        if panels:
-            # ages and "since" read from the scan's time, so a replayed recording reads as it happened
-            printer = TerminalNotifier(out, now=at) if cfg.delivery.slack.bot_token is None else None
-            report = notify.local_notify_service(cfg, store, notifier=printer, console=out, now=lambda: at).deliver(alerts)
-            for alert, exc in report.failed:
-                out.print(f"not delivered: {alert_line(alert)}: {exc}", style="red", highlight=False, soft_wrap=True)
-        for alert in sorted(alerts, key=lambda a: (list(AlertAction).index(a.action), -(a.finding.usd_per_day or 0))):
-            print_alert(alert)
+    def deliver(alerts, store, at, redelivered):  # type: ignore[no-untyped-def]
+        # ages and "since" read from the scan's time, so a replayed recording reads as it happened
+        printer = TerminalNotifier(out, now=at) if cfg.delivery.slack.bot_token is None else None
+        service = notify.local_notify_service(cfg, store, notifier=printer, console=out, now=lambda: at)
+        report = service.plan(alerts, redelivered=redelivered).deliver_all()
+        for alert, exc in report.failed:
+            out.print(f"not delivered (kept for the next run): {alert_line(alert)}: {for_terminal(str(exc))}", style="red",
+                      highlight=False, soft_wrap=True)
+        return report.failed
 
     return deliver
 
 
-def _ticket_preview(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
-    """create_tickets' local twin: each ticket request handled by the ticket service — with Jira when the
-    config has `delivery.jira.base_url`, else printed as the ticket that would be created (LOCAL-<n>)."""
+def _show_told(alerts, at):  # type: ignore[no-untyped-def]
+    _section(f"messages · scan at {at:%Y-%m-%d %H:%M}Z ({len(alerts)} alerts)")
+    for alert in sorted(alerts, key=lambda a: (list(AlertAction).index(a.action), -(a.finding.usd_per_day or 0))):
+        print_alert(alert)
+
+
+def _ticket_stage(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
+    """create_tickets' local twin over the state's outbox: each pending ticket request handled by the ticket service —
+    with Jira when the config has `delivery.jira.base_url`, else printed as the ticket that would be created
+    (LOCAL-<n>); returns the requests that failed."""
     from rich.console import Console
 
-    from gpuwaste.bootstrap import tickets
+    from gpuwaste.bootstrap import local, tickets
+    from gpuwaste.models.messages import AlertAction
+    from gpuwaste.services.tickets import plan_tickets
 
-    def file_tickets(requests, store, at):  # type: ignore[no-untyped-def]
+    team = team_function(cfg)
+
+    def _started(store):  # type: ignore[no-untyped-def]
+        """The oldest sighting in the store: the quiet start counts from it."""
+        records = store.history(since=datetime(1970, 1, 1, tzinfo=UTC), until=datetime(9999, 1, 1, tzinfo=UTC))
+        return min((r.first_seen for r in records), default=None)
+
+    def file_tickets(requests, store, at, redelivered):  # type: ignore[no-untyped-def]
         _section(f"tickets · scan at {at:%Y-%m-%d %H:%M}Z ({len(requests)} requests)")
         try:
             service = tickets.local_ticket_service(cfg, store, terminal=True, console=out if panels else Console(quiet=True))
         except GpuWasteError as exc:
-            out.print(f"tickets left out: {exc}", style="red", highlight=False, soft_wrap=True)
-            return
+            out.print(f"tickets left out (kept for the next run): {exc}", style="red", highlight=False, soft_wrap=True)
+            return [(r, exc) for r in requests]
         assert service is not None
-        for request in requests:
+        failed = []
+        service.now = lambda: at  # ages and "open since" read from the scan's time (a replay reads as it happened)
+        plan = plan_tickets(requests, team_of=team, jira=service.settings.jira, started_at=_started(store), now=at)
+        if plan.deferred:
+            local.release_ticket_requests(plan.deferred, store)
+            out.print(f"{len(plan.deferred)} ticket requests wait for a later run (ticket cap of this run"
+                      f"{', quiet start' if plan.quiet else ''}: delivery.jira.max_per_run / quiet_start_days)",
+                      style="yellow", highlight=False, soft_wrap=True, markup=False)
+        for team_name, folded in plan.folded.items():
+            try:
+                key = service.open_overflow(team_name, folded)
+            except GpuWasteError as exc:
+                out.print(f"overflow ticket failed for team {strip_controls(team_name)}: {strip_controls(str(exc))}", style="red", highlight=False, soft_wrap=True,
+                          markup=False)
+                continue
+            out.print(f"ticket {key}: {len(folded)} more findings of team {strip_controls(team_name)} in one ticket (over the per-team cap)",
+                      style="magenta", highlight=False, soft_wrap=True, markup=False)
+        for request in plan.open:
             try:
                 key = service.handle(request)
             except GpuWasteError as exc:  # shown, not fatal: the rest of the chain carries on
-                out.print(f"ticket failed: {alert_line(request)}: {exc}", style="red", highlight=False, soft_wrap=True)
+                out.print(f"ticket failed (kept for the next run): {alert_line(request)}: {for_terminal(str(exc))}", style="red",
+                          highlight=False, soft_wrap=True)
+                failed.append((request, exc))
                 continue
             verb = {AlertAction.ESCALATE: "ticket", AlertAction.WORSE: "comment on",
                     AlertAction.RESOLVED: "resolved"}.get(request.action, request.action.value)
             out.print(f"{verb} {key or '-'}: {alert_line(request)}", style="magenta", highlight=False, soft_wrap=True)
+        return failed
 
     return file_tickets
 
 
 def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-untyped-def]
-    """The daily summary (services/summary) of the state file for the day ending at the last scan."""
+    """The daily summary (services/summary) of the state file for the day ending at the last scan; marks the
+    state's pending summaries done once shown."""
     from gpuwaste.bootstrap import summary as summary_root
     from gpuwaste.sinks.summary_report import SummaryNotes, render_terminal
+    from gpuwaste.store.sqlite import SqliteFindingStore
 
     _section("summary · the day up to the last scan")
     try:
@@ -120,57 +168,91 @@ def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-un
         end = at + timedelta(seconds=1)
         notes = SummaryNotes(data_quality=service.data_quality_problems(since=end - timedelta(days=1), until=end))
         render_terminal(service.build(since=end - timedelta(days=1), until=end), out, notes)
+        if isinstance(service.store, SqliteFindingStore):
+            queue = service.store.delivery_queue("summary")
+            queue.done([p.id for p in queue.pending()])  # the newest summary shown supersedes older pending ones
     finally:
         close = getattr(service.store, "close", None)
         if close is not None:
             close()
 
 
+def _pending_line(result: local.ChainResult, why: list[str], *, kept: bool = True) -> str | None:
+    parts = []
+    if result.pending_alerts:
+        parts.append(f"{result.pending_alerts} alert{'s' if result.pending_alerts != 1 else ''}")
+    if result.pending_tickets:
+        parts.append(f"{result.pending_tickets} ticket request{'s' if result.pending_tickets != 1 else ''}")
+    if not parts:
+        return None
+    reason = f" ({', '.join(why)})" if why else ""
+    if not kept:
+        return f"not delivered{reason}: {' and '.join(parts)}"
+    return (f"not delivered yet{reason}: {' and '.join(parts)} kept in the state; the next `gpuwaste run` that delivers"
+            " sends them, once")
+
+
 def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[datetime], window_s: int | None,  # type: ignore[no-untyped-def]
                     state: Path, output: Output, quiet: bool, slack: bool = False, tickets: bool = True,
-                    summary: bool = True, wide: bool = False, state_given: bool = True) -> local.ChainResult:
+                    summary: bool = True, wide: bool = False, state_given: bool = True,
+                    state_kept: bool = True) -> local.ChainResult:
     """Run the chain and print each scan, its messages and tickets, then the daily summary; exits non-zero
-    with a clear message on failure. `quiet` keeps only the one-line alerts and tickets."""
+    with a clear message on failure (exit `EXIT_UNDELIVERED` when a delivery failed). `quiet` keeps only the
+    one-line alerts. Modes that do not deliver (`-q`, `-o json|csv`, `--no-slack`, `--no-tickets`) leave the
+    deliveries pending in the state and say so."""
+
+    from gpuwaste.bootstrap import local
+
     table = output is Output.table
 
     def on_scan(report):  # type: ignore[no-untyped-def]
         if table and not quiet:
-            render(report, output, quiet=quiet, wide=wide)
+            render(report, output, quiet=quiet, wide=wide, config=cfg)
 
-    deliver = _slack_preview(cfg, panels=slack and not quiet) if table else None
-    unfiled: list[AlertMessage] = []
-    if table and tickets:
-        file_tickets = _ticket_preview(cfg, panels=not quiet)
+    delivering = table and slack and not quiet
+    deliver = _slack_stage(cfg) if delivering else None
+    file_tickets = _ticket_stage(cfg, panels=True) if table and tickets and not quiet else None
+    why = []
+    if not table:
+        why.append(f"-o {output.value}")
+    elif quiet:
+        why.append("-q")
     else:
-        def file_tickets(requests, store, at):  # type: ignore[no-untyped-def]
-            # not filed here (--no-tickets, or machine output): release them so a later run requests them again
-            unfiled.extend(requests)
-            local.release_ticket_requests(requests, store)
+        if not slack:
+            why.append("--no-slack")
+        if not tickets:
+            why.append("--no-tickets")
     try:
         result = local.run_chain(sources, cfg, state_path=state, cluster=cluster, times=times, window_s=window_s,
-                                 on_scan=on_scan, deliver=deliver, file_tickets=file_tickets,
-                                 progress=_progress(quiet or not table))
+                                 on_scan=on_scan, on_told=_show_told if table else None, deliver=deliver,
+                                 file_tickets=file_tickets, progress=_progress(quiet or not table))
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
     except SourceUnavailableError as exc:
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
         fail(str(exc))
+    pending = _pending_line(result, why, kept=state_kept)
     if not table:
-        render(result.reports[-1], output, quiet=True, wide=wide)
-        return result
-    out.print(f"[bold]alerts[/] ({len(result.alerts)}; {result.new_alerts} new), ticket requests {len(result.tickets)}"
-              f" — state {state}", highlight=False)
-    if unfiled:
-        n = len({r.finding.fingerprint for r in unfiled if r.action is AlertAction.ESCALATE})
-        out.print(f"{n} ticket {'request' if n == 1 else 'requests'} not filed (--no-tickets); they will be requested "
-                  "again by the next scan (a later --at, or a live run) made without --no-tickets", style="yellow", highlight=False)
-    if not result.alerts:
-        hint = "" if state_given else " (run again later, or use --state FILE for a fresh store)"
-        out.print(f"no new alerts: every finding is already known to the store {state}{hint}",
-                  style="dim", highlight=False)
-    if summary and not quiet:
-        print_summary(cfg, state, times[-1])
+        render(result.reports[-1], output, quiet=True, wide=wide, config=cfg)
+        if pending:
+            err.print(pending, style="yellow", highlight=False)
+    else:
+        out.print(f"[bold]alerts[/] ({len(result.alerts)}; {result.new_alerts} new), ticket requests {len(result.tickets)}"
+                  f", delivered {result.delivered_alerts} alerts and {result.delivered_tickets} ticket requests"
+                  f" — state {state}", highlight=False)
+        if pending:
+            out.print(pending, style="yellow", highlight=False)
+        if not result.alerts and not result.delivered_alerts:
+            hint = "" if state_given else " (run again later, or use --state FILE for a fresh store)"
+            out.print(f"no new alerts: every finding is already known to the store {state}{hint}",
+                      style="dim", highlight=False)
+        if summary and not quiet:
+            print_summary(cfg, state, times[-1])
+    if result.failed:
+        err.print(f"{len(result.failed)} deliveries failed (first: {result.failed[0][1]}); they stay pending in "
+                  f"{state} and the next run retries them", style="red", highlight=False)
+        raise typer.Exit(EXIT_UNDELIVERED)
     return result
 
 
@@ -182,7 +264,7 @@ def run_cmd(
     prometheus: Annotated[str | None, typer.Option("--prometheus", "-p", help="Prometheus base URL (live).", envvar="GPUWASTE_PROMETHEUS_URL")] = None,
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig (live).", envvar="KUBECONFIG")] = None,
     context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
-    state: Annotated[Path | None, typer.Option("--state", help=f"SQLite lifecycle store, kept between runs (default {local.DEFAULT_STATE}).")] = None,
+    state: Annotated[Path | None, typer.Option("--state", help=f"SQLite lifecycle store, kept between runs; `summary` reads the same default ({DEFAULT_STATE}).")] = None,
     scans: Annotated[int, typer.Option("--scans", min=1, max=1000, help="Successive scans, --interval apart, the last at --at.")] = 1,
     interval: Annotated[str, typer.Option("--interval", help="Time between successive scans, e.g. 10m.")] = "10m",
     at: Annotated[str | None, typer.Option("--at", help="Time of the last scan (RFC 3339 / unix s). Default: recording end, or now.")] = None,
@@ -196,6 +278,8 @@ def run_cmd(
     wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
 ) -> None:
     """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
+    from gpuwaste.bootstrap import local
+
     cfg = _config(config)
     step = timedelta(seconds=parse_positive(interval, "--interval"))
     window_s = parse_window(window) if window else None
@@ -211,6 +295,7 @@ def run_cmd(
                 fail(f"{recording}: no such file or directory")
             sources = local.recording_sources(recording, cfg, cluster_name=cluster)
             assert sources.recording is not None
+            cfg, _ = local.recording_config(cfg, sources, config_given=config is not None)
             check_recording(sources, when)
             when = when or sources.recording.end_time()
             window_s = window_s or sources.recording.meta.window_s or cfg.scan.window_s
@@ -230,6 +315,6 @@ def run_cmd(
     except GpuWasteError as exc:
         fail(str(exc) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
     times = local.replay_times(when, scans=scans, interval=step)
-    run_local_chain(sources, cfg, cluster=name, times=times, window_s=window_s, state=state or local.DEFAULT_STATE,
+    run_local_chain(sources, cfg, cluster=name, times=times, window_s=window_s, state=state or DEFAULT_STATE,
                     output=output, quiet=quiet, slack=slack, tickets=tickets, summary=summary, wide=wide,
                     state_given=state is not None)

@@ -18,17 +18,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import typer
-from prometheus_client import make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
-from pydantic import SecretStr
 from rich.markup import escape
 
 from gpuwaste import __version__
-from gpuwaste.bootstrap import local
 from gpuwaste.cli import KUBE_HINT, Output, _config, app, check_recording, err, fail, live_cluster, parse_window
 from gpuwaste.errors import (
     ConfigError,
@@ -40,11 +36,11 @@ from gpuwaste.errors import (
     SourceUnavailableError,
     StoreError,
 )
-from gpuwaste.models.lifecycle import FindingState
-from gpuwaste.models.metrics import MetricsSnapshot
-from gpuwaste.services.metrics import MetricsState
-from gpuwaste.settings import GpuWasteConfig
-from gpuwaste.sinks.prometheus_metrics import registry_for
+
+if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` starts without prometheus_client or the models
+    from gpuwaste.bootstrap import local
+    from gpuwaste.models.metrics import MetricsSnapshot
+    from gpuwaste.settings import GpuWasteConfig
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +60,8 @@ def with_env_secrets(cfg: GpuWasteConfig, environ: Mapping[str, str]) -> GpuWast
     Prometheus secrets apply to every configured cluster that has a Prometheus; a bearer token also sets
     `auth.kind: bearer` (and a password `basic`) when the kind is still "none".
     """
+    from pydantic import SecretStr
+
     cfg = cfg.model_copy(deep=True)
     for name, path in SECRET_ENV.items():
         value = environ.get(name, "")
@@ -157,6 +155,8 @@ class Server:
         self.interval_s = interval_s
         self.clock = clock or (lambda: datetime.now(tz=UTC).replace(microsecond=0))
         self.fixed_time = fixed_time  # a recording: every scan evaluates at its end
+        from gpuwaste.services.metrics import MetricsState
+
         self.metrics = MetricsState(settings=cfg.delivery, top=cfg.serve.top_workloads,
                                     first_span=timedelta(seconds=interval_s),
                                     savings_credit=timedelta(days=cfg.serve.savings_credit_days),
@@ -173,6 +173,8 @@ class Server:
 
     def scan_once(self) -> bool:
         """Run the chain once and update the metrics; True on success (failures are counted, never raised)."""
+        from gpuwaste.bootstrap import local
+
         blame = _Blame()
         tracked = local.Sources(cluster=_TrackedCluster(self.sources.cluster, blame),  # type: ignore[arg-type]
                                 telemetry=_TrackedTelemetry(self.sources.telemetry, blame),  # type: ignore[arg-type]
@@ -204,6 +206,7 @@ class Server:
         return ok
 
     def _store_state(self, at: datetime) -> tuple[list[Any], list[Any]]:
+        from gpuwaste.models.lifecycle import FindingState
         from gpuwaste.store.sqlite import SqliteFindingStore
 
         store = SqliteFindingStore(self.state)
@@ -234,6 +237,10 @@ class Server:
 
     def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
         """`/metrics` (prometheus-client, OpenMetrics when asked), `/healthz` (JSON), else 404."""
+        from prometheus_client import make_wsgi_app
+
+        from gpuwaste.sinks.prometheus_metrics import registry_for
+
         metrics = make_wsgi_app(registry_for(self.snapshot))
 
         def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -254,6 +261,8 @@ class Server:
     def run(self, *, host: str, port: int, max_scans: int = 0) -> int:
         """Serve HTTP on a thread and scan on schedule until SIGTERM/SIGINT (or `max_scans` scans); returns the
         number of failed scans."""
+        from prometheus_client.exposition import ThreadingWSGIServer
+
         httpd = make_server(host, port, self.wsgi_app(), server_class=ThreadingWSGIServer, handler_class=_Quiet)
         thread = threading.Thread(target=httpd.serve_forever, name="gpuwaste-http", daemon=True)
         thread.start()
@@ -300,6 +309,8 @@ def serve_cmd(
     max_scans: Annotated[int, typer.Option("--max-scans", min=0, help="Stop after this many scans (0: run until SIGTERM).")] = 0,
 ) -> None:
     """Scan on a schedule (the whole `gpuwaste run` chain) and expose the findings on /metrics for Prometheus."""
+    from gpuwaste.bootstrap import local
+
     cfg = with_env_secrets(_config(config), os.environ)
     serve = cfg.serve
     from gpuwaste.cli import parse_duration

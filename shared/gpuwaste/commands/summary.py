@@ -7,6 +7,7 @@ older name); `--out PATH` writes the report to a file.
 from __future__ import annotations
 
 import io
+import os
 import sys
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -16,11 +17,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpuwaste.bootstrap import summary as bootstrap
-from gpuwaste.cli import _config, app, err, fail, out, parse_positive, parse_time
+from gpuwaste.cli import DEFAULT_STATE, _config, app, err, fail, out, parse_positive, parse_time
 from gpuwaste.errors import GpuWasteError
-from gpuwaste.sinks.chart import MatplotlibChartRenderer
-from gpuwaste.sinks.summary_report import SummaryNotes, render_html, render_json, render_markdown, render_terminal
 
 
 class SummaryFormat(StrEnum):
@@ -34,19 +32,27 @@ class SummaryFormat(StrEnum):
 
 @app.command("summary")
 def summary_cmd(
-    state: Annotated[Path, typer.Option("--state", help="SQLite state file written by `gpuwaste run --state`.")],
+    state: Annotated[Path, typer.Option("--state", help=f"SQLite state file written by `gpuwaste run` (the same default: {DEFAULT_STATE}).")] = DEFAULT_STATE,
     since: Annotated[str, typer.Option("--since", help="Period length before --until, e.g. 1d, 12h, 7d.")] = "1d",
     until: Annotated[str, typer.Option("--until", help="End of the period: 'latest' (newest activity in the state), 'now', or a time.")] = "latest",
     output: Annotated[SummaryFormat | None, typer.Option("--output", "-o", help="Output format: terminal, markdown, html or json.")] = None,
     fmt: Annotated[SummaryFormat | None, typer.Option("--format", "-f", help="Same as --output (the format).")] = None,
     out_path: Annotated[Path | None, typer.Option("--out", help="Write the report to this file instead of stdout (default format there: markdown).")] = None,
-    chart: Annotated[Path | None, typer.Option("--chart", help="Also draw the stacked-bar chart to this PNG (needs the 'charts' extra).")] = None,
+    chart: Annotated[Path | None, typer.Option("--chart", help="Also draw the stacked-bar chart to this PNG (needs the 'charts' extra); the HTML report embeds it.")] = None,
+    open_it: Annotated[bool, typer.Option("--open", help="Write the HTML report (to --out, else a temporary file) and open it in the browser.")] = False,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides teams).")] = None,
 ) -> None:
     """Summarise the waste in a state file: totals by team, namespace, kind and cluster, trend, top offenders, savings."""
+    from gpuwaste.bootstrap import summary as bootstrap
+    from gpuwaste.sinks.chart import MatplotlibChartRenderer
+    from gpuwaste.sinks.summary_report import SummaryNotes, render_html, render_json, render_markdown, render_terminal
+
     if output is not None and fmt is not None and output is not fmt:
         fail(f"--output {output.value} and --format {fmt.value} disagree: give one of them (both choose the format)")
-    chosen = output or fmt or (SummaryFormat.markdown if out_path is not None else SummaryFormat.terminal)
+    if open_it and (output or fmt) not in (None, SummaryFormat.html):
+        fail("--open shows the HTML report: leave -o out or use -o html")
+    chosen = SummaryFormat.html if open_it else (
+        output or fmt or (SummaryFormat.markdown if out_path is not None else SummaryFormat.terminal))
     cfg = _config(config)
     span = timedelta(seconds=parse_positive(since, "--since"))
     if until not in ("latest", "now"):
@@ -70,7 +76,7 @@ def summary_cmd(
                                  open_usd_per_day=then.open_usd_per_day)
     except GpuWasteError as exc:
         fail(str(exc))
-    png_name: str | None = None
+    png: bytes | None = None
     if chart is not None and not result.by_kind_and_team:
         err.print("no chart: no priced waste in the period")
     elif chart is not None:
@@ -79,7 +85,6 @@ def summary_cmd(
             err.print("chart left out: matplotlib is not installed (pip install 'gpuwaste[charts]')")
         else:
             chart.write_bytes(png)
-            png_name = chart.name
             err.print(f"wrote the chart to {chart}", highlight=False, markup=False, soft_wrap=True)
     if chosen is SummaryFormat.terminal:
         if out_path is None:
@@ -93,7 +98,20 @@ def summary_cmd(
     elif chosen is SummaryFormat.json:
         text = render_json(result, notes)
     else:
-        text = render_html(result, chart_png_name=png_name, notes=notes)
+        text = render_html(result, chart_png=png, notes=notes)
+    if open_it:
+        import tempfile
+        import webbrowser
+
+        if out_path is None:
+            handle, name = tempfile.mkstemp(prefix="gpuwaste-summary-", suffix=".html")
+            os.close(handle)
+            out_path = Path(name)
+        out_path.write_text(text)
+        err.print(f"wrote the html summary to {out_path}; opening it", highlight=False, markup=False, soft_wrap=True)
+        if not webbrowser.open(out_path.resolve().as_uri()):
+            err.print("no browser found: open the file yourself", highlight=False, markup=False)
+        return
     if out_path is None:
         if chosen is SummaryFormat.json:
             sys.stdout.write(text)

@@ -3,8 +3,9 @@
 The series carry dcgm-exporter's real label sets (`UUID`, `pci_bus_id`, `modelName`, `Hostname` or
 `hostname`, `DCGM_FI_DRIVER_VERSION`, workload labels as `pod`/`namespace`/`container` or, with the
 Helm default `honorLabels: false`, as `exported_*` next to the exporter's own `pod`), MIG instances
-with `GPU_I_PROFILE`/`GPU_I_ID`, kube-state-metrics and vLLM series, and the cluster objects a
-`kubectl get pods,nodes,replicasets,jobs,namespaces -A -o json` would return. Every GPU's scenario is
+with `GPU_I_PROFILE`/`GPU_I_ID`, vLLM series, the cluster objects a
+`kubectl get pods,nodes,replicasets,jobs,namespaces -A -o json` would return, and the same cluster as
+kube-state-metrics v2 series (`fleet.ksm_series`), so the recording is complete without cluster.json. Every GPU's scenario is
 recorded as ground truth, so tests and the demo check the scan against what was generated.
 
 Randomness comes from `random.Random(seed)` only: the same spec always gives the same fleet.
@@ -25,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from gpuwaste.fleet.ksm_series import ksm_series
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
 
 BASE_TS = 1704067200  # 2024-01-01T00:00:00Z, a multiple of 2 h (promtool block boundary)
@@ -80,6 +82,8 @@ class FleetSpec(BaseModel):
             average is complete). step_s: seconds between samples (dcgm-exporter collects every 30 s).
         label_style: "pod" (honorLabels: true), "exported" (Helm default), or "mixed".
         metrics: "full" (activity, tensor, DRAM, FB, power, energy) or "lean" (activity, FB, power).
+        ksm_step_s: the cluster is also written as kube-state-metrics v2 series (scraped every `ksm_step_s`), so a
+            recording scanned without cluster.json finds the same; 0 leaves them out.
     """
 
     layout: str = Field("demo", pattern="^(demo|random|scorecard)$")
@@ -94,6 +98,7 @@ class FleetSpec(BaseModel):
     label_style: str = Field("mixed", pattern="^(pod|exported|mixed)$")
     metrics: str = Field("full", pattern="^(full|lean)$")
     inference_metrics: bool = True
+    ksm_step_s: int = Field(60, ge=0, description="seconds between kube-state-metrics samples; 0: no KSM series")
 
 
 class TruthItem(BaseModel):
@@ -142,6 +147,16 @@ class Fleet:
         """Every telemetry series, generated lazily."""
         yield from _telemetry(self)
         yield from self.extra_series
+        yield from self.ksm_series()
+
+    def ksm_series(self) -> list[RecordedSeries]:
+        """The cluster objects as kube-state-metrics v2 series over the history (none when `ksm_step_s` is 0)."""
+        spec = self.spec
+        if not spec.ksm_step_s:
+            return []
+        t_end = int(spec.eval_time.timestamp())
+        times = list(range(t_end - (spec.history_s // spec.ksm_step_s - 1) * spec.ksm_step_s, t_end + 1, spec.ksm_step_s))
+        return ksm_series(self.objects, [t * 1000 for t in times])
 
     def kube_list(self) -> dict[str, Any]:
         """The cluster objects as a `kubectl get … -o json` List."""
@@ -171,6 +186,7 @@ class _Builder:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.t_eval = spec.eval_time.timestamp()
         self.extra: list[RecordedSeries] = []
+        self.pod_metrics: list[tuple[str, str, str, str]] = []  # (namespace, pod, container, profile)
 
     # -- cluster objects ------------------------------------------------------------------------
     def namespace(self, ns: str, team: str, channel: str | None = None) -> None:
@@ -314,6 +330,10 @@ class _Builder:
             meta["ownerReferences"] = [{"apiVersion": api, "kind": pk, "name": pn, "uid": _uid(pk, ns, pn), "controller": True}]
         self.objects.append({"apiVersion": api, "kind": kind, "metadata": meta})
 
+    def _team(self, ns: str) -> str:
+        """The team of a namespace already declared (demo), else the namespace itself (scorecard)."""
+        return self.namespaces.get(ns, {}).get("gpuwaste.io/team", ns)
+
     def free_truth(self, node: str, free: float, capacity: int) -> None:
         self.truth.append(TruthItem(kind="unallocated_capacity", node=node, gpus=free, scenario="free"))
 
@@ -361,10 +381,22 @@ class _Builder:
         self.pod("vision", "ocr-worker-1", g[0].node, g[0:2], workload="ocr-worker", scenario="underused", team="vision")
         self.pod("vision", "ocr-warmup-2", g[0].node, g[2:3], workload="ocr-warmup", scenario="idle", started_ago_s=300, team="vision")
         self.free_truth(g[0].node, 1, 4)
+        # A100 node with the rest of the catalogue, one case each: power, bandwidth, stalled, wrong hardware,
+        # CPU-bound, KV-cache pressure, serving idle, orphaned (shapes shared with the scorecard layout)
+        g = self.node("ip-10-0-7-21.ec2.internal", "p4d.24xlarge", signal_set="sm")
+        node = g[0].node
+        self._sc("research", "kernel-bench-5d8-x0", node, g[0:1], "power_hog", "power_anomaly")
+        self._sc("search", "feature-etl-5d8-x1", node, g[1:2], "low_bandwidth", "low_memory_bandwidth")
+        self._sc("research", "pretrain-13b-worker-0", node, g[2:3], "stalled", "stalled", owner="PyTorchJob", workload="pretrain-13b")
+        self._sc("vision", "tiny-classifier-5d8-x3", node, g[3:4], "oversized", "wrong_hardware")
+        self._sc("vision", "video-decode-5d8-x4", node, g[4:5], "cpu_starved", "cpu_bound", cpu="starved")
+        vllm = "vllm/vllm-openai:v0.8.5"
+        self._sc("inference", "chat-api-0-b2c-y5", node, g[5:6], "kv_pressure", "kv_cache_pressure", image=vllm, serving="pressure")
+        self._sc("inference", "rerank-api-0-b2c-y6", node, g[6:7], "serving_idle", "inference_idle", image=vllm, serving="idle")
+        self._sc("search", "legacy-api-5d8-x7", node, g[7:8], "busy", "orphaned", owner_gone=True)
 
     def scorecard(self) -> None:
         """Every catalogue kind, `spec.nodes` times over, on varied label styles and signal sets, plus look-alikes."""
-        self.pod_metrics: list[tuple[str, str, str, str]] = []  # (namespace, pod, container, profile)
         for r in range(self.spec.nodes):
             style = "exported" if r % 2 else "pod"
             sigs = "sm" if r % 2 == 0 else "prof"
@@ -412,7 +444,7 @@ class _Builder:
 
     def _sc(self, ns: str, name: str, node: str, gpus: list[_Gpu], scenario: str, expect: str | None, *,
             cpu: str = "ok", serving: str | None = None, **kw: Any) -> None:
-        self.pod(ns, name, node, gpus, scenario=scenario, expect=expect, team=ns, **kw)
+        self.pod(ns, name, node, gpus, scenario=scenario, expect=expect, team=kw.pop("team", None) or self._team(ns), **kw)
         container = (kw.get("workload") or name.rsplit("-", 2)[0]).split("-")[0][:20] or "main"
         self.pod_metrics.append((ns, name, container, f"cpu:{cpu}"))
         if serving:
@@ -458,7 +490,7 @@ def generate_fleet(spec: FleetSpec | None = None) -> Fleet:
     fleet = Fleet(spec, b.gpus, b.objects, b.truth)
     if spec.inference_metrics:
         fleet.extra_series.extend(_vllm_series(fleet))
-    if spec.layout == "scorecard":
+    if b.pod_metrics:  # scorecard and demo: cAdvisor and serving series of the catalogue pods
         fleet.extra_series.extend(_pod_series(fleet, b.pod_metrics))
     return fleet
 

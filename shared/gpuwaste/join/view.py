@@ -413,7 +413,7 @@ class ScanContext:
         if pod is not None:
             start = max(self.window_start, pod.started_at) if pod.started_at is not None else self.window_start
             end = self.eval_time
-            if pod.finished_at is not None and pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+            if pod.finished_at is not None and (pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED) or pod.gone_at is not None):
                 end = min(end, pod.finished_at)
             span = max(0.0, min(span, (end - start).total_seconds()))
         return span / self.telemetry.scrape_interval_s

@@ -62,6 +62,10 @@ class Pod(Frozen):
         gpu_requests: effective request per GPU resource name (limits first, else requests;
             max(largest init container, sum of app containers)), as integers.
         cpu_limit_cores: sum of the app containers' CPU limits (cores); None when any has no limit.
+        started_at / finished_at: the pod's start and completion (or disappearance) time; a pod holds its GPUs
+            between them at most (a Job that finished mid-window held them for its lifetime only).
+        gone_at: when the pod was last seen, for a pod that no longer existed at the observation time (deleted
+            in the window; from kube-state-metrics history). None while it exists.
     """
 
     namespace: str
@@ -84,6 +88,7 @@ class Pod(Frozen):
     container_images: tuple[str, ...] = ()
     container_args: tuple[str, ...] = ()
     cpu_limit_cores: float | None = None
+    gone_at: datetime | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -93,7 +98,7 @@ class Pod(Frozen):
     @property
     def holds_gpus(self) -> bool:
         """True when the pod holds its GPUs now: scheduled and not terminal (field guide B11)."""
-        if not self.node_name or not self.gpu_requests:
+        if not self.node_name or not self.gpu_requests or self.gone_at is not None:
             return False
         return self.phase in (PodPhase.RUNNING, PodPhase.PENDING, PodPhase.UNKNOWN)
 
@@ -141,6 +146,10 @@ class ClusterState(Frozen):
         workloads_known: "Kind/namespace/name" of controllers the source listed, to tell orphans.
         owner_kinds_listed: controller kinds the source listed completely (existence is only
             judged for these).
+        source: where the state came from (Kubernetes API URL, recording file, kube-state-metrics).
+        notes: data-quality notes about the state itself: what the source could not see and what it costs
+            (KSM label allow-lists missing, API and KSM disagreeing).
+        query_count: PromQL queries the read made (kube-state-metrics; 0 for the Kubernetes API and recordings).
     """
 
     cluster: str
@@ -154,6 +163,8 @@ class ClusterState(Frozen):
     workloads_known: frozenset[str] = frozenset()
     owner_kinds_listed: frozenset[str] = frozenset()
     source: str = ""
+    notes: tuple[str, ...] = ()
+    query_count: int = 0
 
 
 def gpu_share_for_request(resource: str, count: int, node: Node | None) -> Decimal:

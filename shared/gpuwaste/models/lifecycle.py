@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 
 from pydantic import Field
 
 from gpuwaste.models.base import Frozen
+from gpuwaste.models.ledger import LedgerSpan
 
 
 class FindingState(StrEnum):
@@ -23,8 +25,9 @@ class FindingRecord(Frozen):
 
     Attributes:
         usd_per_day: the latest priced cost (USD/day); `peak_usd_per_day` the highest seen.
-        cumulative_usd: USD wasted so far: usd_per_day × the evidence window at first sight, then × the time
-            between scans, summed per scan (the summary's money model).
+        cumulative_usd: USD wasted so far, to the cent: `waste_usd(ledger)` (models/ledger.py).
+        ledger: the stretches of time the sightings' evidence covered, each at its USD/day — the one source of the
+            money of this finding over any period (store, Slack, Jira and the daily summary read it).
         missed_scans: consecutive scans of the cluster that did not see it.
         saved_usd_per_day: on resolution, the USD/day no longer wasted.
         alerted_usd_per_day: the cost when the owner was last told (for "worse by a share").
@@ -68,5 +71,22 @@ class FindingRecord(Frozen):
     outbox_json: str = ""
     activity_at: datetime | None = None
     delivery_keys: tuple[str, ...] = ()
+    ledger: tuple[LedgerSpan, ...] = ()
     version: int = Field(0, ge=0)
     expires_at: int = 0
+
+
+def money_spans(record: FindingRecord) -> tuple[LedgerSpan, ...]:
+    """The record's ledger; for a record written before the ledger existed, one span [first_seen − its evidence
+    window, last_seen] at its USD/day (the model it was accounted with)."""
+    if record.ledger or record.usd_per_day is None:
+        return record.ledger
+    window_s = 0
+    if record.finding_json:
+        try:
+            window_s = int(json.loads(record.finding_json).get("window_s") or 0)
+        except (ValueError, TypeError, AttributeError):
+            window_s = 0
+    start = record.first_seen - timedelta(seconds=window_s)
+    return (LedgerSpan(start=start, end=record.last_seen, usd_per_day=record.usd_per_day),) \
+        if record.last_seen > start else ()

@@ -97,3 +97,16 @@ class AlertMessage(_CarriesFinding):
     scan_id: str = ""
     reason: str | None = None
 
+
+
+class SummaryDue(Frozen):
+    """A daily summary to show or post for the day ending at `until` (the local chain's summary outbox entry)."""
+
+    schema_version: Literal[1] = 1
+    cluster: str
+    until: datetime
+
+    @property
+    def dedupe_key(self) -> str:
+        """One summary per cluster and period end."""
+        return f"summary:{self.cluster}:{self.until.isoformat()}"

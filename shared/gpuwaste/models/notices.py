@@ -95,12 +95,23 @@ class PostedMessage(Frozen):
     fell_back_from: str | None = None
 
 
+class TicketSection(Frozen):
+    """One headed part of a ticket: its lines (paragraphs, or a bullet list) and commands to copy (code block)."""
+
+    heading: str
+    lines: tuple[str, ...] = ()
+    bullets: bool = False
+    commands: tuple[str, ...] = ()
+
+
 class TicketDraft(Frozen):
     """A ticket to open in the owner's project (the Jira sink renders it as ADF).
 
     Attributes:
         dedupe_label: the `gpuwaste-<fingerprint[:16]>` label used to find an existing ticket.
         facts: (name, value) pairs shown as a list. paragraphs: free text, in order.
+        sections: headed parts (What, Evidence, Cost, How to fix, Done when, Snooze), after the paragraphs.
+        priority: the Jira priority name (from USD/day), or None to leave the project's default.
     """
 
     project: str
@@ -112,6 +123,8 @@ class TicketDraft(Frozen):
     paragraphs: tuple[str, ...] = ()
     facts: tuple[tuple[str, str], ...] = ()
     links: tuple[tuple[str, str], ...] = ()
+    sections: tuple[TicketSection, ...] = ()
+    priority: str | None = None
 
 
 class GroupTotal(Frozen):
@@ -140,6 +153,26 @@ class Offender(Frozen):
     usd_per_day: Decimal | None
     cumulative_usd: Decimal
     open: bool
+    first_seen: datetime | None = None
+    resolved_at: datetime | None = None
+
+
+class TrendDay(Frozen):
+    """One UTC day of the trend: USD wasted per team that day, and USD saved that day by earlier resolutions.
+
+    Attributes:
+        day: the day's start (00:00 UTC). by_team: (team, USD wasted that day), costliest first.
+        saved_usd: realised savings that day (saved USD/day × the part of the day after the resolution).
+    """
+
+    day: datetime
+    by_team: tuple[tuple[str, Decimal], ...] = ()
+    saved_usd: Decimal = Decimal(0)
+
+    @property
+    def wasted_usd(self) -> Decimal:
+        """USD wasted that day, all teams."""
+        return sum((v for _, v in self.by_team), Decimal(0))
 
 
 class DailySummary(Frozen):
@@ -155,6 +188,7 @@ class DailySummary(Frozen):
         realised_savings_usd: USD not spent inside the period thanks to resolutions (saved/day × days since).
         by_kind_and_team: (team, kind) → USD wasted in the period, for the stacked chart.
         unpriced: findings of the period without a price (not in the totals).
+        trend: the last 30 UTC days up to the period's end, oldest first (the report's 7- and 30-day charts).
     """
 
     since: datetime
@@ -174,6 +208,7 @@ class DailySummary(Frozen):
     top: tuple[Offender, ...] = ()
     by_kind_and_team: tuple[tuple[str, str, Decimal], ...] = ()
     unpriced: int = 0
+    trend: tuple[TrendDay, ...] = ()
 
     @property
     def trend_usd(self) -> Decimal:

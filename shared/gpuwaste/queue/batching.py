@@ -4,9 +4,9 @@ price_findings and dedupe_findings handle one SQS record at a time, and each rec
 message (a priced finding, an alert). Sent record by record that is one `SendMessageBatch` call per
 finding; collected over the batch it is one call per 10. `SendBatch` does the collecting:
 
-* the batch processor (`bootstrap.batch.DeadLetterBatchProcessor`) calls `begin()` before the batch,
-  `set_record(message_id)` before each record and `flush()` after the last one;
-* the services send through `DeferredQueue`s bound to the `SendBatch`; between `begin()` and `flush()`
+* `bootstrap.batch.process_batch` creates one `SendBatch` per invocation, makes it the current outbox (a
+  context variable), calls `begin()`, `set_record(message_id)` before each record and `flush()` after the last;
+* the services send through `DeferredQueue`s that look up the current outbox; between `begin()` and `flush()`
   a send is only remembered, under the current record; outside a batch it goes out at once, as before;
 * `after_sent(callback)` runs the callback once the current record's messages are all sent (the
   lifecycle clears its outbox there, so an unsent alert stays in the outbox for the redelivery);
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,17 +110,27 @@ def _send_each(queue: Any, messages: list[BaseModel]) -> list[BaseException | No
     return [None] * len(messages)
 
 
+_IDLE = SendBatch()
+
+
 class DeferredQueue(EnvelopeSender):
-    """Every queue port over `inner`, deferring sends to `batch` while a batch is being processed.
+    """Every queue port over `inner`, deferring sends to the current outbox while a batch is being processed.
 
     Args:
         inner: the real queue (`SqsQueue`, `MemoryQueue`).
-        batch: the shared `SendBatch` of the function.
+        outbox: where the current invocation's `SendBatch` is found (a context variable), or one `SendBatch`.
     """
 
-    def __init__(self, inner: Any, batch: SendBatch) -> None:
+    def __init__(self, inner: Any, outbox: ContextVar[SendBatch | None] | SendBatch) -> None:
         self.inner = inner
-        self.batch = batch
+        self._outbox = outbox
+
+    @property
+    def batch(self) -> SendBatch:
+        """The current outbox (an inactive one outside a batch: sends go out at once)."""
+        if isinstance(self._outbox, SendBatch):
+            return self._outbox
+        return self._outbox.get() or _IDLE
 
     def send(self, messages: Sequence[BaseModel]) -> None:
         """Defer the messages (in a batch) or send them now.

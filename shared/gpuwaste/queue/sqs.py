@@ -1,14 +1,16 @@
 """Adapter: an SQS queue carrying the pipeline's JSON envelopes (batched 10 per call).
 
 `send_message_batch` may accept some entries and fail others; only the failed entries are retried
-(a bounded number of times), and a `RetryableError` is raised if some still fail, so the calling
+(a bounded number of times, with exponential back-off; one implementation for `send` and `send_each`), and a
+`RetryableError` is raised if some still fail, so the calling
 Lambda record fails and SQS redelivers it. Entries SQS rejects as the sender's fault (too large,
 invalid) raise `PermanentError` at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -33,23 +35,31 @@ class SqsQueue(EnvelopeSender):
         client: a boto3 SQS client (built by the bootstrap).
         queue_url: the queue (template output, passed in an env var).
         max_attempts: sends of a batch's failed entries before giving up (≥ 1).
+        backoff_s: wait before the first retry, doubled for each further one.
+        sleep: the wait (injectable for tests).
     """
 
-    def __init__(self, *, client: SQSClient, queue_url: str, max_attempts: int = 3) -> None:
+    def __init__(self, *, client: SQSClient, queue_url: str, max_attempts: int = 3, backoff_s: float = 0.1,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.client = client
         self.queue_url = queue_url
         self.max_attempts = max(1, max_attempts)
+        self.backoff_s = backoff_s
+        self.sleep = sleep
 
     def send(self, messages: Sequence[BaseModel]) -> None:
         """Send the messages' JSON bodies in batches of up to 10.
 
         Raises:
-            RetryableError: some entries still failed after `max_attempts` (or SQS was unreachable).
             PermanentError: SQS rejected an entry as invalid (the sender's fault).
+            RetryableError: some entries still failed after `max_attempts` (or SQS was unreachable).
         """
-        bodies = [m.model_dump_json() for m in messages]
-        for batch in _batches(bodies):
-            self._send_batch(batch)
+        errors = [e for e in self.send_each(messages) if e is not None]
+        permanent = next((e for e in errors if isinstance(e, PermanentError)), None)
+        if permanent is not None:
+            raise permanent
+        if errors:
+            raise RetryableError(f"sqs {self.queue_url}: {len(errors)} of {len(messages)} messages not sent: {errors[0]}")
 
     def send_each(self, messages: Sequence[BaseModel]) -> list[GpuWasteError | None]:
         """Send the messages in batches of up to 10 and say, per message, whether it went out.
@@ -64,34 +74,18 @@ class SqsQueue(EnvelopeSender):
         bodies = [m.model_dump_json() for m in messages]
         out: list[GpuWasteError | None] = []
         for batch in _batches(bodies):
-            out.extend(self._send_batch_each(batch))
+            out.extend(self._send_batch(batch))
         return out
 
-    def _send_batch(self, bodies: list[str]) -> None:
-        pending = {str(i): body for i, body in enumerate(bodies)}
-        last_error = ""
-        for _attempt in range(self.max_attempts):
-            entries = [{"Id": i, "MessageBody": b} for i, b in pending.items()]
-            try:
-                resp = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)  # type: ignore[arg-type]
-            except (ClientError, BotoCoreError) as exc:
-                raise _translate(exc) from exc
-            failed = resp.get("Failed", [])
-            for f in failed:
-                if f.get("SenderFault"):
-                    raise PermanentError(f"sqs {self.queue_url}: entry rejected: {f.get('Code')}: {f.get('Message', '')}")
-            pending = {f["Id"]: pending[f["Id"]] for f in failed}
-            if not pending:
-                return
-            last_error = "; ".join(f"{f.get('Code')}: {f.get('Message', '')}" for f in failed)
-        raise RetryableError(f"sqs {self.queue_url}: {len(pending)} of {len(bodies)} messages not sent: {last_error}")
-
-    def _send_batch_each(self, bodies: list[str]) -> list[GpuWasteError | None]:
-        """`_send_batch` with a per-entry outcome: rejected entries are not retried, the others up to `max_attempts`."""
+    def _send_batch(self, bodies: list[str]) -> list[GpuWasteError | None]:
+        """One SendMessageBatch with per-entry outcomes: rejected entries are not retried, the others up to
+        `max_attempts` times, backing off `backoff_s` × 2^attempt between attempts."""
         errors: list[GpuWasteError | None] = [None] * len(bodies)
         pending = {str(i): body for i, body in enumerate(bodies)}
         last: dict[str, str] = {}
-        for _attempt in range(self.max_attempts):
+        for attempt in range(self.max_attempts):
+            if attempt:
+                self.sleep(self.backoff_s * 2 ** (attempt - 1))
             entries = [{"Id": i, "MessageBody": b} for i, b in pending.items()]
             try:
                 resp = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)  # type: ignore[arg-type]
@@ -115,7 +109,6 @@ class SqsQueue(EnvelopeSender):
         for i in pending:
             errors[int(i)] = RetryableError(f"sqs {self.queue_url}: message not sent after {self.max_attempts} attempt(s): {last.get(i, '')}")
         return errors
-
 
 
 def _batches(bodies: list[str]) -> list[list[str]]:

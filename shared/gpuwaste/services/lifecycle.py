@@ -4,8 +4,8 @@ Rules (design §5; thresholds in `LifecycleSettings`):
 
 * New fingerprint → record it, alert NEW.
 * Still open → silent, unless its USD/day rose by `worse_share` over the cost last alerted (WORSE) or
-  the last alert is `reminder_after` old (REMINDER). Cumulative USD accrues per scan:
-  usd_per_day × days since it was last seen.
+  the last alert is `reminder_after` old (REMINDER). Its money is the ledger of the time its sightings' evidence
+  covered (`models/ledger.py`); the cumulative USD is that ledger's total.
 * Open for `ticket_after`, or costing ≥ `ticket_usd_per_day` → one ticket request (ESCALATE) on the
   tickets queue per open period.
 * Snoozed (until `snoozed_until`, set by the Slack buttons or by the workload/namespace annotation
@@ -42,10 +42,12 @@ from decimal import Decimal
 
 from gpuwaste.errors import StoreError
 from gpuwaste.models.findings import Finding
-from gpuwaste.models.lifecycle import FindingRecord, FindingState
+from gpuwaste.models.ledger import add_sighting, waste_usd
+from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
 from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted
 from gpuwaste.ports import AlertQueue, Clock, FindingStore
 from gpuwaste.services.routing import snoozed_until
+from gpuwaste.services.store_ops import get_many, update_many
 from gpuwaste.settings import DeliverySettings, LifecycleSettings
 
 logger = logging.getLogger(__name__)
@@ -75,16 +77,50 @@ class LifecycleService:
         settings: thresholds.
         clock: real time, for the store TTL only.
         delivery: routing settings (the snooze annotation's key); defaults to `DeliverySettings()`.
+        outbox: keep each decision's messages in the record until they are sent (see the module docstring); pass
+            False only when the queues write in the store's own transaction.
     """
 
     def __init__(self, *, store: FindingStore, alerts: AlertQueue, tickets: AlertQueue | None,
-                 settings: LifecycleSettings, clock: Clock, delivery: DeliverySettings | None = None) -> None:
+                 settings: LifecycleSettings, clock: Clock, delivery: DeliverySettings | None = None,
+                 outbox: bool = True) -> None:
         self.store = store
         self.alerts = alerts
         self.tickets = tickets
         self.settings = settings
         self.clock = clock
         self.delivery = delivery or DeliverySettings()
+        #: keep decided messages in the record's outbox until sent; False only when the queues commit in the same
+        #: transaction as the store (the local chain's SQLite state), where a record and its messages cannot part
+        self.outbox = outbox
+        #: records read ahead for the batch being handled (`prefetch`); each is used once, for a first attempt
+        self._prefetched: dict[str, FindingRecord | None] = {}
+        #: with `defer_clears`, sent outboxes are cleared together by `clear_outboxes` (one batch write)
+        self.defer_clears = False
+        self._to_clear: list[FindingRecord] = []
+
+    # -- batches ---------------------------------------------------------------------------------------------
+    def prefetch(self, fingerprints: list[str]) -> None:
+        """Read the records of a batch's findings in one batch read (instead of one read per finding)."""
+        found = get_many(self.store, fingerprints)
+        self._prefetched = {fp: found.get(fp) for fp in fingerprints}
+
+    def clear_outboxes(self) -> int:
+        """Clear, in one batch write, the outboxes whose messages were sent since the last call (`defer_clears`).
+        A record that moved on meanwhile keeps its outbox (the next decision carries or re-sends it; delivery keys
+        keep that from reaching an owner twice). Returns how many were cleared."""
+        pending, self._to_clear = self._to_clear, []
+        self._prefetched = {}
+        updates = [(r.model_copy(update={"outbox_json": "", "version": r.version + 1}), r.version) for r in pending]
+        return sum(update_many(self.store, updates))
+
+    def _outboxed(self, record: FindingRecord, out: Outcome) -> FindingRecord:
+        return _with_outbox(record, out) if self.outbox else record
+
+    def _read(self, fingerprint: str, attempt: int) -> FindingRecord | None:
+        if attempt == 0 and fingerprint in self._prefetched:
+            return self._prefetched.pop(fingerprint)
+        return self.store.get(fingerprint)
 
     # -- findings ------------------------------------------------------------------------------------
     def handle_finding(self, message: FindingMessage) -> Outcome:
@@ -95,8 +131,8 @@ class LifecycleService:
             RetryableError: a queue could not take the messages (the outbox keeps them for the redelivery).
         """
         finding = message.finding
-        for _ in range(MAX_ATTEMPTS):
-            current = self.store.get(finding.fingerprint)
+        for attempt in range(MAX_ATTEMPTS):
+            current = self._read(finding.fingerprint, attempt)
             if current is None:
                 record, out = self._first_sight(finding, message.scan_id)
                 if self.store.put_new(record):
@@ -125,8 +161,9 @@ class LifecycleService:
             last_scan_id=scan_id,
             usd_per_day=usd,
             peak_usd_per_day=usd,
-            # the waste was already there during the window that proved it (same money model as the summary)
-            cumulative_usd=((usd or Decimal(0)) * Decimal(finding.window_s) / DAY).quantize(CENT),
+            # the waste was already there during the window that proved it: the time its evidence covers
+            ledger=(ledger := add_sighting((), finding)),
+            cumulative_usd=waste_usd(ledger).quantize(CENT),
             team=_team(finding),
             finding_json=finding.model_dump_json(exclude={"fingerprint"}),
             activity_at=at,
@@ -137,31 +174,32 @@ class LifecycleService:
         until = snoozed_until(finding, self.delivery, now=at, anchor=at)
         if until is not None:  # snoozed by annotation: stored, told nothing until then
             record = record.model_copy(update={"snoozed_until": until})
-            return _with_outbox(record, out), out
+            return self._outboxed(record, out), out
         if self._alertable(finding):
             out.alerts.append(self._alert(record, finding, AlertAction.NEW, scan_id, "new waste"))
             record = record.model_copy(update={"alerted_usd_per_day": usd, "last_alert_at": at})
         record, ticket = self._maybe_ticket(record, finding, scan_id)
         if ticket is not None:
             out.tickets.append(ticket)
-        return _with_outbox(record, out), out
+        return self._outboxed(record, out), out
 
     def _seen_again(self, current: FindingRecord, finding: Finding, scan_id: str) -> tuple[FindingRecord, Outcome]:
         record, out = self._decide_seen_again(current, finding, scan_id)
-        return _carry_unsent(current, record, out)
+        return _carry_unsent(current, record, out, keep=self.outbox)
 
     def _decide_seen_again(self, current: FindingRecord, finding: Finding, scan_id: str) -> tuple[FindingRecord, Outcome]:
         if current.state is FindingState.RESOLVED:
             record, out = self._first_sight(finding, scan_id)
-            return record.model_copy(update={"version": current.version + 1}), out
+            ledger = add_sighting(money_spans(current), finding)  # the finding's money over all its open periods
+            return record.model_copy(update={"version": current.version + 1, "ledger": ledger,
+                                             "cumulative_usd": waste_usd(ledger).quantize(CENT)}), out
         at = finding.observed_at
         usd = finding.usd_per_day
-        elapsed_days = Decimal((at - current.last_seen).total_seconds()) / DAY
-        accrued = ((usd or Decimal(0)) * elapsed_days).quantize(CENT)
+        ledger = add_sighting(money_spans(current), finding)  # only time its evidence covers, each moment once
         peak = max((v for v in (current.peak_usd_per_day, usd) if v is not None), default=None)
         record = current.model_copy(update={
             "last_seen": at, "last_scan_id": scan_id, "usd_per_day": usd, "peak_usd_per_day": peak,
-            "cumulative_usd": current.cumulative_usd + accrued, "missed_scans": 0,
+            "ledger": ledger, "cumulative_usd": waste_usd(ledger).quantize(CENT), "missed_scans": 0,
             "finding_json": finding.model_dump_json(exclude={"fingerprint"}), "team": _team(finding) or current.team,
             "activity_at": at, "version": current.version + 1, "expires_at": self._expiry(),
         })
@@ -182,7 +220,7 @@ class LifecycleService:
             record, ticket = self._maybe_ticket(record, finding, scan_id)
             if ticket is not None:
                 out.tickets.append(ticket)
-        return _with_outbox(record, out), out
+        return self._outboxed(record, out), out
 
     def _repeat_alert(self, current: FindingRecord, usd: Decimal | None, at: datetime) -> tuple[AlertAction | None, str]:
         base = current.alerted_usd_per_day
@@ -265,10 +303,24 @@ class LifecycleService:
                         out.tickets.append(alert)  # create_tickets comments and transitions
             else:
                 record = current.model_copy(update=update)
-            record, out = _carry_unsent(current, _with_outbox(record, out), out)
+            record, out = _carry_unsent(current, self._outboxed(record, out), out, keep=self.outbox)
             if self.store.update(record, expected_version=current.version):
                 return self._flush(record, out)
         raise StoreError(f"finding {fingerprint}: conflicting writes, gave up after {MAX_ATTEMPTS} attempts")
+
+    def recover(self, records: list[FindingRecord]) -> Outcome:
+        """Send what the outboxes of `records` still hold (left by a crash between a decision and its send) and
+        clear them; the delivery queues drop messages they already hold.
+
+        Raises:
+            StoreError, RetryableError: as `handle_finding`.
+        """
+        total = Outcome()
+        for record in records:
+            out = self._resend(record, stale=False)
+            total.alerts += out.alerts
+            total.tickets += out.tickets
+        return total
 
     # -- helpers -------------------------------------------------------------------------------------
     def _alertable(self, finding: Finding) -> bool:
@@ -296,6 +348,9 @@ class LifecycleService:
             self.tickets.send_alerts(out.tickets)
         if record.outbox_json:
             def clear_outbox() -> None:
+                if self.defer_clears:
+                    self._to_clear.append(record)
+                    return
                 # a lost race here only means someone else moved the record on; the messages are sent
                 self.store.update(record.model_copy(update={"outbox_json": "", "version": record.version + 1}),
                                   expected_version=record.version)
@@ -322,14 +377,15 @@ class LifecycleService:
         return self._flush(current, out)
 
 
-def _carry_unsent(current: FindingRecord, record: FindingRecord, out: Outcome) -> tuple[FindingRecord, Outcome]:
+def _carry_unsent(current: FindingRecord, record: FindingRecord, out: Outcome, *, keep: bool = True
+                  ) -> tuple[FindingRecord, Outcome]:
     """Keep messages a failed send left in `current`'s outbox: they go out with this decision's messages."""
     if not current.outbox_json:
         return record, out
     alerts, tickets = _read_outbox(current.outbox_json)
     out.alerts[:0] = alerts
     out.tickets[:0] = tickets
-    return _with_outbox(record, out), out
+    return (_with_outbox(record, out) if keep else record), out
 
 
 def _read_outbox(text: str) -> tuple[list[AlertMessage], list[AlertMessage]]:
@@ -349,9 +405,10 @@ def _read_outbox(text: str) -> tuple[list[AlertMessage], list[AlertMessage]]:
 
 
 def _with_outbox(record: FindingRecord, out: Outcome) -> FindingRecord:
-    entries = [{"to": "alerts", "message": json.loads(m.model_dump_json())} for m in out.alerts]
-    entries += [{"to": "tickets", "message": json.loads(m.model_dump_json())} for m in out.tickets]
-    return record.model_copy(update={"outbox_json": json.dumps(entries) if entries else ""})
+    # the same JSON as `json.dumps([{"to": …, "message": …}])`, with each message serialised once, by pydantic
+    entries = [f'{{"to": "alerts", "message": {m.model_dump_json()}}}' for m in out.alerts]
+    entries += [f'{{"to": "tickets", "message": {m.model_dump_json()}}}' for m in out.tickets]
+    return record.model_copy(update={"outbox_json": f"[{', '.join(entries)}]" if entries else ""})
 
 
 def _older_than_known(current: FindingRecord, finding: Finding) -> bool:

@@ -1,8 +1,14 @@
 """Service: lifecycle alerts → owner notices (alert, digest, thread update, resolved edit), delivered once.
 
 Idempotency: every delivery has a key `fingerprint:action:scan_id:slack`. The key (and, for a new alert,
-the posted channel + ts) is written to the finding's lifecycle record right after Slack accepts the message
-and before the queue message is acknowledged; a redelivered alert whose key is recorded is skipped.
+the posted channel + ts) is written to the finding's lifecycle record right after Slack accepts each part of
+the message (not after the whole digest), before the queue message is acknowledged; a redelivered alert whose
+key is recorded is skipped. A redelivered alert whose key is not recorded (the process died, or the Lambda
+timed out, between Slack's acceptance and the write) is first looked up in the chat (`Notifier.find_posted`):
+found, it is recorded instead of posted again.
+
+Time: with `time_left` set (a Lambda's remaining seconds), a group is not started when less than
+`DEFER_RESERVE_S` is left: it fails with DeliveryError and comes back through the queue.
 """
 
 from __future__ import annotations
@@ -18,13 +24,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpuwaste.errors import StoreError
+from gpuwaste.errors import DeliveryError, StoreError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, PostedMessage, Route
 from gpuwaste.ports import FindingStore, Notifier
 from gpuwaste.services.routing import links_for, route_for, snoozed_until
+from gpuwaste.services.store_ops import get_many, update_many
 from gpuwaste.settings import DeliverySettings
 
 logger = logging.getLogger(__name__)
@@ -33,6 +40,8 @@ MAX_DELIVERY_KEYS = 20
 _STORE_ATTEMPTS = 5
 _STORE_BACKOFF_S = 0.05  # 0.05, 0.1, 0.2, 0.4, 0.8 s between attempts after a store error (1.55 s at most)
 EXPECTED = "expected"
+#: Seconds of an invocation's remaining time under which no new delivery group is started.
+DEFER_RESERVE_S = 15.0
 
 
 def delivery_key(alert: AlertMessage, sink: str) -> str:
@@ -98,6 +107,35 @@ def record_delivery(
     raise StoreError(f"finding {fingerprint[:16]}: lifecycle record kept changing; delivery key not recorded")
 
 
+def record_deliveries(store: FindingStore | None, entries: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
+    """`record_delivery` for many (fingerprint, key, changes) at once: one batch read and one batch write (a digest
+    part's findings), then one by one, with re-reads and back-off, for any that lost a race or failed.
+
+    Raises:
+        StoreError: as `record_delivery`.
+    """
+    if store is None or not entries:
+        return
+    try:
+        records = get_many(store, [fp for fp, _, _ in entries])
+        updates, pending = [], []
+        for fp, key, changes in entries:
+            record = records.get(fp)
+            if record is None or key in record.delivery_keys:
+                continue
+            update = dict(changes)
+            update["delivery_keys"] = (*record.delivery_keys, key)[-MAX_DELIVERY_KEYS:]
+            update["version"] = record.version + 1
+            updates.append((record.model_copy(update=update), record.version))
+            pending.append((fp, key, changes))
+        outcomes = update_many(store, updates)
+    except StoreError:
+        outcomes, pending = [], list(entries)
+    for ok, (fp, key, changes) in zip(outcomes + [False] * (len(pending) - len(outcomes)), pending, strict=True):
+        if not ok:
+            record_delivery(store, fp, key, changes)
+
+
 @dataclass
 class DeliveryReport:
     """What one `deliver` call did.
@@ -118,6 +156,7 @@ class _Group:
     alerts: list[AlertMessage]
     done: bool = False
     error: Exception | None = None
+    redelivered: bool = False
 
 
 class DeliveryPlan:
@@ -127,9 +166,11 @@ class DeliveryPlan:
     re-raises the group's error for every member, so a queue batch processor reports each failed record.
     """
 
-    def __init__(self, service: NotifyService, groups: list[list[AlertMessage]]) -> None:
+    def __init__(self, service: NotifyService, groups: list[list[AlertMessage]],
+                 redelivered: Iterable[tuple[str, str, str]] = ()) -> None:
         self._service = service
-        self._groups = [_Group(g) for g in groups]
+        again = set(redelivered)
+        self._groups = [_Group(g, redelivered=any(self._key(a) in again for a in g)) for g in groups]
         self._index = {self._key(a): grp for grp in self._groups for a in grp.alerts}
         self.report = DeliveryReport()
 
@@ -150,7 +191,7 @@ class DeliveryPlan:
         if not group.done:
             group.done = True
             try:
-                self._service.deliver_group(group.alerts, self.report)
+                self._service.deliver_group(group.alerts, self.report, redelivered=group.redelivered)
             except Exception as exc:  # every member of the group re-raises it below
                 group.error = exc
                 self.report.failed.extend((a, exc) for a in group.alerts)
@@ -186,15 +227,21 @@ class NotifyService:
         store: FindingStore | None,
         settings: DeliverySettings,
         now: Callable[[], datetime],
+        time_left: Callable[[], float] | None = None,
     ) -> None:
         self.notifier = notifier
         self.store = store
         self.settings = settings
         self.now = now
+        self.time_left = time_left
 
     # -- planning ----------------------------------------------------------------------------------------
-    def plan(self, alerts: Sequence[AlertMessage]) -> DeliveryPlan:
-        """Group alerts: NEW alerts of one owner (channel + team) and one scan become one digest at `digest_threshold` or more."""
+    def plan(self, alerts: Sequence[AlertMessage], *, redelivered: Iterable[AlertMessage] = ()) -> DeliveryPlan:
+        """Group alerts: NEW alerts of one owner (channel + team) and one scan become one digest at `digest_threshold` or more.
+
+        `redelivered`: alerts whose delivery may have been tried before (an SQS receive count above 1, a local
+        outbox entry with attempts): their group looks for an accepted post before posting.
+        """
         groups: list[list[AlertMessage]] = []
         new_by_route: dict[tuple[str, str, str], list[AlertMessage]] = {}
         for alert in alerts:
@@ -208,17 +255,22 @@ class NotifyService:
                 groups.append(members)
             else:
                 groups.extend([m] for m in members)
-        return DeliveryPlan(self, groups)
+        return DeliveryPlan(self, groups, redelivered=(DeliveryPlan._key(a) for a in redelivered))
 
-    def plan_bodies(self, bodies: Iterable[str]) -> DeliveryPlan:
-        """`plan` over raw queue bodies; unreadable bodies are left out (the batch processor fails them)."""
-        alerts = []
+    def plan_bodies(self, bodies: Iterable[str], *, redelivered: Iterable[str] = ()) -> DeliveryPlan:
+        """`plan` over raw queue bodies (`redelivered`: bodies received before); unreadable bodies are left out
+        (the batch processor fails them)."""
+        again = set(redelivered)
+        alerts, repeated = [], []
         for body in bodies:
             try:
-                alerts.append(AlertMessage.model_validate_json(body))
+                alert = AlertMessage.model_validate_json(body)
             except ValidationError:
                 continue
-        return self.plan(alerts)
+            alerts.append(alert)
+            if body in again:
+                repeated.append(alert)
+        return self.plan(alerts, redelivered=repeated)
 
     def deliver(self, alerts: Sequence[AlertMessage]) -> DeliveryReport:
         """Plan and deliver a batch (the local chain); failures are in the report."""
@@ -255,7 +307,7 @@ class NotifyService:
     def _mention(self, route: Route) -> str | None:
         return self.notifier.user_id(route.user_email) if route.user_email else None
 
-    def deliver_group(self, alerts: Sequence[AlertMessage], report: DeliveryReport) -> None:
+    def deliver_group(self, alerts: Sequence[AlertMessage], report: DeliveryReport, *, redelivered: bool = False) -> None:
         """Deliver one planned group (one digest, or one alert).
 
         Raises:
@@ -264,10 +316,13 @@ class NotifyService:
             StoreError: the delivery could not be recorded (retrying is safe: Slack is not called twice
                 for keys already recorded).
         """
+        if self.time_left is not None and self.time_left() < DEFER_RESERVE_S:
+            raise DeliveryError(f"deferred: {self.time_left():.0f} s left in this invocation; the queue retries it")
         now = self.now()
         pending: list[tuple[AlertMessage, FindingRecord | None]] = []
+        known = get_many(self.store, [a.fingerprint for a in alerts]) if self.store is not None else {}
         for alert in alerts:
-            record = self._record(alert.fingerprint)
+            record = known.get(alert.fingerprint)
             if record is not None and delivery_key(alert, "slack") in record.delivery_keys:
                 report.skipped.append(alert)
                 continue
@@ -284,7 +339,7 @@ class NotifyService:
             kind = NoticeKind.DIGEST if len(pending) > 1 else NoticeKind.ALERT
             notice = Notice(kind=kind, route=route, items=tuple(self._item(a, r) for a, r in pending),
                             scan_id=first.scan_id, reason=first.reason, mention=mention)
-            self._post_new(notice, pending, report, now)
+            self._post_new(notice, pending, report, now, redelivered=redelivered)
         elif first.action in (AlertAction.WORSE, AlertAction.REMINDER):
             self._post_update(first, first_record, route, mention, report, now)
         else:
@@ -292,16 +347,33 @@ class NotifyService:
 
     def _post_new(
         self, notice: Notice, pending: list[tuple[AlertMessage, FindingRecord | None]], report: DeliveryReport,
-        now: datetime,
+        now: datetime, *, redelivered: bool = False,
     ) -> None:
-        posted = self.notifier.post(notice)
-        report.notices.append(notice)
-        report.posted.extend(posted)
         by_fp = {a.fingerprint: a for a, _ in pending}
-        for message in posted:
-            for fp in message.fingerprints:
-                changes = {"slack_channel": message.channel, "slack_ts": message.ts, "last_alert_at": now}
-                record_delivery(self.store, fp, delivery_key(by_fp[fp], "slack"), changes)
+
+        def record(message: PostedMessage) -> None:
+            changes = {"slack_channel": message.channel, "slack_ts": message.ts, "last_alert_at": now}
+            record_deliveries(self.store, [(fp, delivery_key(by_fp[fp], "slack"), changes)
+                                           for fp in message.fingerprints])
+
+        if redelivered:
+            found = self.notifier.find_posted(notice)
+            seen: set[str] = set()
+            for message in found:
+                record(message)
+                seen.update(message.fingerprints)
+            if seen:
+                logger.info("already posted before a crash or timeout; recorded, not posted again",
+                            extra={"findings": len(seen)})
+                rest = tuple(i for i in notice.items if i.fingerprint not in seen)
+                if not rest:
+                    report.skipped.extend(a for a, _ in pending)
+                    return
+                notice = notice.model_copy(update={"items": rest})
+        report.notices.append(notice)
+        # each part is recorded as soon as the chat accepted it: a failure on a later part never re-posts it
+        posted = self.notifier.post(notice, on_posted=record)
+        report.posted.extend(posted)
 
     def _post_update(
         self, alert: AlertMessage, record: FindingRecord | None, route: Route, mention: str | None,
@@ -314,16 +386,17 @@ class NotifyService:
         if channel and ts:
             notice = Notice(kind=NoticeKind.UPDATE, route=route, items=(item,), scan_id=alert.scan_id,
                             reason=alert.reason or default_reason, mention=mention)
-            posted = self.notifier.post(notice, channel=channel, thread_ts=ts)
             changes: dict[str, Any] = {"last_alert_at": now}
+            posted = self.notifier.post(notice, channel=channel, thread_ts=ts, on_posted=lambda _m: record_delivery(
+                self.store, alert.fingerprint, delivery_key(alert, "slack"), changes))
         else:  # the original was never posted (or was lost): post a full alert and remember it
             notice = Notice(kind=NoticeKind.ALERT, route=route, items=(item,), scan_id=alert.scan_id,
                             reason=alert.reason or default_reason, mention=mention)
             posted = self.notifier.post(notice)
             changes = {"last_alert_at": now, "slack_channel": posted[0].channel, "slack_ts": posted[0].ts}
+            record_delivery(self.store, alert.fingerprint, delivery_key(alert, "slack"), changes)
         report.notices.append(notice)
         report.posted.extend(posted)
-        record_delivery(self.store, alert.fingerprint, delivery_key(alert, "slack"), changes)
 
     def _siblings(self, record: FindingRecord) -> list[FindingRecord]:
         """Records carried by the same Slack message (a digest), this one included."""

@@ -71,6 +71,7 @@ class ScanReport:
     query_count: int = 0
     telemetry_source: str = ""
     cluster_source: str = ""
+    cluster_notes: tuple[str, ...] = ()
 
 
 def inventory_of(ctx: ScanContext) -> Inventory:
@@ -261,9 +262,10 @@ class ScanService:
             no_verdict=list(result.no_verdict),
             inventory=inventory_of(ctx),
             timings_s=timings,
-            query_count=telemetry.query_count,
+            query_count=telemetry.query_count + cluster.query_count,
             telemetry_source=telemetry.source,
             cluster_source=cluster.source,
+            cluster_notes=cluster.notes,
         )
         logger.info(
             "scan finished",

@@ -1,8 +1,9 @@
 """Service: the daily cost summary from the lifecycle store's history (totals, trend, top offenders, savings).
 
-Money model (exact, checkable by hand): a record wastes `usd_per_day` from `first_seen` minus its evidence
-window (the waste was already there during the window that proved it) to `last_seen`; a period counts the
-overlapping part (USD = USD/day × overlapping seconds ÷ 86400). The trend compares the
+Money model (one ledger, `models/ledger.py`): a record wastes money only over the time its sightings' evidence
+covered, each stretch at the USD/day of the sighting that covered it first; a period counts the overlapping part
+(USD = USD/day × overlapping seconds ÷ 86400). The store's cumulative USD, Slack and Jira read the same ledger, so
+a period's total is the sum of its sub-periods' and matches what the other surfaces show. The trend compares the
 period with the one of equal length just before it. Savings: a finding resolved in the period saves its
 `saved_usd_per_day`; "realised" counts the days from its resolution to the end of the period.
 Data-quality findings carry no money and are left out of the waste counts (open, opened, and the per-group
@@ -20,8 +21,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gpuwaste.models.findings import NOT_WASTE_KINDS, WasteKind
-from gpuwaste.models.lifecycle import FindingRecord, FindingState
-from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, PostedMessage
+from gpuwaste.models.ledger import waste_usd
+from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
+from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, PostedMessage, TrendDay
 from gpuwaste.ports import ChartRenderer, FindingStore, Notifier
 from gpuwaste.services.notify import finding_from_record
 from gpuwaste.services.routing import route_for
@@ -34,20 +36,56 @@ NO_CHART = "Chart left out: matplotlib is not installed (pip install 'gpuwaste[c
 NO_DATA_CHART = "No chart: no priced waste in the period."
 
 
-def overlap_days(record: FindingRecord, start: datetime, end: datetime, lead: timedelta = timedelta(0)) -> Decimal:
-    """Days (Decimal) of [first_seen - lead, last_seen] inside [start, end)."""
-    lo = max(record.first_seen - lead, start)
-    hi = min(record.last_seen, end)
-    if hi <= lo:
-        return Decimal(0)
-    return Decimal(int((hi - lo).total_seconds())) / DAY_S
-
-
 def wasted_usd(record: FindingRecord, start: datetime, end: datetime, lead: timedelta = timedelta(0)) -> Decimal:
-    """USD the record wasted inside [start, end) (0 when unpriced or data quality)."""
-    if record.usd_per_day is None or record.kind == WasteKind.DATA_QUALITY.value:
+    """USD the record wasted inside [start, end), from its ledger (0 when unpriced or data quality; unrounded).
+
+    `lead` is ignored: the ledger already holds the evidence window of each sighting (kept for callers)."""
+    if record.usd_per_day is None and not record.ledger or record.kind == WasteKind.DATA_QUALITY.value:
         return Decimal(0)
-    return record.usd_per_day * overlap_days(record, start, end, lead)
+    return waste_usd(money_spans(record), start, end)
+
+
+def _touches(record: FindingRecord, start: datetime, end: datetime) -> bool:
+    """The record's evidence covers part of [start, end)."""
+    return any(s.start < end and s.end > start for s in money_spans(record))
+
+
+def waste_in(record: FindingRecord, start: datetime, end: datetime, lead: timedelta = timedelta(0)) -> Decimal:
+    """USD the record wasted inside [start, end): the one function every summary number comes from (the money
+    ledger, `models.ledger.waste_usd`, over the record's sightings)."""
+    return wasted_usd(record, start, end, lead)
+
+
+#: Days of trend the summary carries (the report draws the last 7 and the last 30).
+TREND_DAYS = 30
+
+
+def trend(records: Iterable[FindingRecord], *, until: datetime, team_of: Callable[[FindingRecord], str],
+          days: int = TREND_DAYS, lead_of: Callable[[FindingRecord], timedelta] | None = None) -> tuple[TrendDay, ...]:
+    """Pure: USD wasted per team on each of the `days` UTC days up to `until` (the last day is partial, up to
+    `until`), and the savings realised each day by findings resolved earlier (saved USD/day × the part of the day
+    after the resolution). Oldest day first."""
+    end_day = until.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    starts = [end_day - timedelta(days=n) for n in range(days - 1, -1, -1)]
+    waste: dict[datetime, dict[str, Decimal]] = {d: defaultdict(Decimal) for d in starts}
+    saved: dict[datetime, Decimal] = defaultdict(Decimal)
+    for r in records:
+        lead = lead_of(r) if lead_of is not None else timedelta(0)
+        team = None
+        for d in starts:
+            hi = min(d + timedelta(days=1), until)
+            usd = waste_in(r, d, hi, lead)
+            if usd:
+                team = team or team_of(r)
+                waste[d][team] += usd
+            if r.state is FindingState.RESOLVED and r.resolved_at is not None and r.saved_usd_per_day:
+                lo = max(d, r.resolved_at)
+                if hi > lo:
+                    saved[d] += r.saved_usd_per_day * Decimal(int((hi - lo).total_seconds())) / DAY_S
+    return tuple(
+        TrendDay(day=d, by_team=tuple(sorted(waste[d].items(), key=lambda kv: (-kv[1], kv[0]))), saved_usd=saved[d])
+        for d in starts
+    )
 
 
 def evidence_window(record: FindingRecord) -> timedelta:
@@ -91,9 +129,13 @@ class SummaryService:
         """The summary of [since, until) against the period of equal length before it."""
         span = until - since
         prev_start = since - span
-        records = self.store.history(since=prev_start, until=until)
-        return summarize(records, since=since, until=until, team_of=self.team_of, top=self.settings.summary_top,
-                         lead_of=evidence_window)
+        start = min(prev_start, until - timedelta(days=TREND_DAYS + 1))
+        records = self.store.history(since=start, until=until)
+        current = [r for r in records if max(r.last_seen, r.resolved_at or r.last_seen) >= prev_start]
+        summary = summarize(current, since=since, until=until, team_of=self.team_of, top=self.settings.summary_top,
+                            lead_of=evidence_window)
+        return summary.model_copy(update={"trend": trend(records, until=until, team_of=self.team_of,
+                                                         lead_of=evidence_window)})
 
     def data_quality_problems(self, *, since: datetime, until: datetime) -> int:
         """Open data-quality findings seen in [since, until) (telemetry problems, not waste)."""
@@ -171,13 +213,13 @@ def summarize(
     open_n = opened = resolved = unpriced = 0
     offenders: list[Offender] = []
     for r in records:
-        lead = lead_of(r) if lead_of is not None else timedelta(0)
-        in_period = overlap_days(r, since, until, lead) > 0 or since <= r.first_seen < until or (
+        seen_in = r.first_seen < until and r.last_seen >= since
+        in_period = _touches(r, since, until) or seen_in or since <= r.first_seen < until or (
             r.resolved_at is not None and since <= r.resolved_at < until)
-        if not in_period and overlap_days(r, prev_start, since, lead) == 0:
+        if not in_period and not _touches(r, prev_start, since):
             continue
-        now_usd = wasted_usd(r, since, until, lead)
-        before_usd = wasted_usd(r, prev_start, since, lead)
+        now_usd = waste_in(r, since, until)
+        before_usd = waste_in(r, prev_start, since)
         wasted += now_usd
         previous += before_usd
         keys = {d: fn(r) for d, fn in dims.items()}
@@ -211,7 +253,7 @@ def summarize(
             offenders.append(Offender(
                 fingerprint=r.fingerprint, cluster=r.cluster, namespace=r.namespace, workload=r.workload,
                 kind=r.kind, team=keys["team"], wasted_usd=now_usd, usd_per_day=r.usd_per_day,
-                cumulative_usd=r.cumulative_usd, open=is_open,
+                cumulative_usd=r.cumulative_usd, open=is_open, first_seen=r.first_seen, resolved_at=r.resolved_at,
             ))
     offenders.sort(key=lambda o: (-o.wasted_usd, o.fingerprint))
     return DailySummary(

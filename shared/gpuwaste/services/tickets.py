@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from gpuwaste.errors import PermanentDeliveryError, StoreError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertAction, AlertMessage
-from gpuwaste.models.notices import TicketDraft
+from gpuwaste.models.notices import TicketDraft, TicketSection
+from gpuwaste.people import usd
 from gpuwaste.ports import FindingStore, TicketSink
 from gpuwaste.services.notify import decimal_or_zero, delivery_key, finding_from_record, record_delivery
 from gpuwaste.services.routing import links_for, route_for
-from gpuwaste.settings import DeliverySettings
+from gpuwaste.services.ticket_content import priority_for, slack_thread_url, ticket_sections, ticket_summary, where_of
+from gpuwaste.settings import DeliverySettings, JiraSettings
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +65,10 @@ class TicketService:
         self.settings = settings
         self.now = now
 
-    def draft(self, finding: Finding, fingerprint: str, *, first_seen: datetime, cumulative_usd: str) -> TicketDraft:
-        """The ticket for a finding in its owner's project.
+    def draft(self, finding: Finding, fingerprint: str, *, first_seen: datetime, cumulative_usd: str,
+              slack_channel: str | None = None, slack_ts: str | None = None) -> TicketDraft:
+        """The ticket for a finding in its owner's project: money in the summary, a priority from USD/day, and
+        the sections of `services.ticket_content` (what, evidence, cost, how to fix, done when, snooze, Slack).
 
         Raises:
             PermanentDeliveryError: no Jira project is routed for the finding and none is configured.
@@ -74,37 +80,32 @@ class TicketService:
                 " map entry, or delivery.jira.default_project)"
             )
         s = finding.subject
-        where = "/".join(x for x in (s.cluster, s.namespace, s.workload_name or s.node) if x)
         jira = self.settings.jira
-        cost = finding.cost
         facts = [
-            ("Kind", finding.kind.value.replace("_", " ")),
-            ("Cluster", s.cluster),
-            ("Namespace", s.namespace or "-"),
-            ("Workload", f"{s.workload_kind or '-'}/{s.workload_name or '-'}"),
             ("Team", route.team or "unassigned"),
-            ("Open since", first_seen.strftime("%Y-%m-%d %H:%M UTC")),
-            ("USD/day", _usd(finding.usd_per_day)),
-            ("Cumulative so far", _usd(cumulative_usd)),
-            ("Cost formula", cost.formula if cost else "unpriced"),
-            ("Confidence", finding.confidence.value),
+            ("Workload", f"{s.workload_kind or '-'}/{s.workload_name or '-'}" if s.namespace else f"node {s.node or '-'}"),
+            ("Namespace", s.namespace or "-"),
+            ("Cluster", s.cluster),
+            ("Finding", f"{fingerprint[:6]} ({finding.kind.value}; gpuwaste explain {fingerprint[:6]})"),
         ]
-        paragraphs = [finding.title, f"Recommendation: {finding.recommendation}"]
-        paragraphs += [f"Evidence: {e.signal} avg {e.avg} p95 {e.p95} max {e.max} ({e.unit}), coverage {e.coverage:.0%}"
-                       for e in finding.evidence[:5]]
+        if cumulative_usd not in (None, ""):
+            facts.append(("Cumulative so far", usd(decimal_or_zero(str(cumulative_usd)))))  # the money ledger's figure
+        slack_url = slack_thread_url(self.settings.slack.workspace_url, slack_channel, slack_ts)
+        sections = ticket_sections(finding, first_seen=first_seen, cumulative_usd=decimal_or_zero(str(cumulative_usd)),
+                                   now=self.now(), slack_url=slack_url, snooze_key=self.settings.keys.snooze_until)
         label = dedupe_label(fingerprint)
         labels = tuple(dict.fromkeys((*jira.labels, *route.jira_labels, label)))
-        summary = f"GPU waste: {finding.kind.value.replace('_', ' ')} in {where}"
         return TicketDraft(
             project=route.jira_project,
-            summary=one_line(summary)[:255],
+            summary=one_line(ticket_summary(finding))[:255],
             issue_type=jira.issue_type,
             dedupe_label=label,
             labels=labels,
             components=tuple(dict.fromkeys((*jira.components, *route.jira_components))),
-            paragraphs=tuple(paragraphs),
-            facts=tuple(facts),
+            facts=tuple((k, one_line(v)) for k, v in facts),
             links=links_for(finding, self.settings),
+            sections=sections,
+            priority=priority_for(finding.usd_per_day) if jira.set_priority else None,
         )
 
     def handle(self, alert: AlertMessage) -> str | None:
@@ -157,12 +158,31 @@ class TicketService:
         """
         if record is not None and record.ticket_key:
             return record.ticket_key
-        draft = self.draft(finding, fingerprint, first_seen=first_seen, cumulative_usd=cumulative_usd)
+        draft = self.draft(finding, fingerprint, first_seen=first_seen, cumulative_usd=cumulative_usd,
+                           slack_channel=record.slack_channel if record else None,
+                           slack_ts=record.slack_ts if record else None)
         key = self.sink.find_open(draft.dedupe_label)
         if key is None:
             key = self.sink.create(draft)
             logger.info("ticket created", extra={"ticket": key, "fingerprint": fingerprint[:16]})
         self._store_key(fingerprint, key)
+        return key
+
+    def open_overflow(self, team: str, alerts: Sequence[AlertMessage]) -> str:
+        """Open (or comment on the open) overflow ticket of `team` listing `alerts`; returns its key.
+
+        Raises:
+            PermanentDeliveryError: no Jira project is routed for the team's findings; as `handle`.
+        """
+        project = next((p for a in alerts if (p := route_for(a.finding, self.settings).jira_project)), None)
+        if project is None:
+            raise PermanentDeliveryError(f"team {team}: no Jira project for its overflow ticket")
+        draft = overflow_draft(team, alerts, project=project, settings=self.settings)
+        key = self.sink.find_open(draft.dedupe_label)
+        if key is None:
+            return self.sink.create(draft)
+        self.sink.comment(key, [f"{len(alerts)} more findings: " + "; ".join(
+            f"{a.fingerprint[:6]} {_usd(a.finding.usd_per_day)}/day" for a in alerts)])
         return key
 
     def open_ticket_for(self, fingerprint: str) -> str:
@@ -189,3 +209,83 @@ class TicketService:
             if self.store.update(updated, expected_version=record.version):
                 return
         raise StoreError(f"finding {fingerprint[:16]}: could not record ticket {key}")
+
+
+# -- how many tickets a run opens (caps per run and per team, quiet start, overflow folded per team) ----------
+
+
+@dataclass(frozen=True)
+class TicketPlan:
+    """What a run does with its ticket requests.
+
+    Attributes:
+        open: requests handled one by one (every WORSE/RESOLVED, and the ESCALATEs within the caps).
+        folded: team → ESCALATEs over that team's cap, folded into one overflow ticket for the team.
+        deferred: ESCALATEs over the run's cap: not filed now (release them, so a later run requests them again).
+        quiet: True while the quiet start applies (see `JiraSettings.quiet_start_days`).
+    """
+
+    open: tuple[AlertMessage, ...]
+    folded: dict[str, tuple[AlertMessage, ...]]
+    deferred: tuple[AlertMessage, ...]
+    quiet: bool
+
+
+def plan_tickets(requests: Sequence[AlertMessage], *, team_of: Callable[[Finding], str], jira: JiraSettings,
+                 started_at: datetime | None, now: datetime) -> TicketPlan:
+    """Pure: which ticket requests of one run open a ticket, which fold into a team's overflow ticket, which wait.
+
+    ESCALATEs are ranked by USD/day (highest first). Each team gets at most `max_per_team` tickets of its own and the
+    run at most `max_per_run` tickets in all, overflow tickets included (one per team, listing the rest of the
+    team's findings). During the quiet start — the first `quiet_start_days` after `started_at`, the oldest
+    sighting in the store (None: this run is the first) — the caps are `quiet_start_per_run` and 1 per team, so a
+    first run on a large fleet opens a handful of tickets, not dozens. What does not fit waits for a later run.
+    """
+    quiet = jira.quiet_start_days > 0 and (started_at is None or now - started_at < timedelta(days=jira.quiet_start_days))
+    per_run = min(jira.max_per_run, jira.quiet_start_per_run) if quiet else jira.max_per_run
+    per_team = 1 if quiet else jira.max_per_team
+    escalate = [r for r in requests if r.action is AlertAction.ESCALATE]
+    other = [r for r in requests if r.action is not AlertAction.ESCALATE]
+    ranked = sorted(escalate, key=lambda r: (-(r.finding.usd_per_day or Decimal(0)), r.fingerprint))
+    own: list[AlertMessage] = []
+    taken: dict[str, int] = {}
+    over: dict[str, list[AlertMessage]] = {}
+    for r in ranked:
+        team = team_of(r.finding)
+        if taken.get(team, 0) < per_team and len(own) < per_run:
+            own.append(r)
+            taken[team] = taken.get(team, 0) + 1
+        else:
+            over.setdefault(team, []).append(r)
+    room = max(0, per_run - len(own))
+    teams = sorted(over, key=lambda t: (-sum((r.finding.usd_per_day or Decimal(0) for r in over[t]), Decimal(0)), t))
+    folded = {t: tuple(over[t]) for t in teams[:room]}
+    deferred = tuple(r for t in teams[room:] for r in over[t])
+    return TicketPlan(open=(*other, *own), folded=folded, deferred=deferred, quiet=quiet)
+
+
+def overflow_label(team: str) -> str:
+    """The Jira label of a team's overflow ticket (`gpuwaste-team-<team>`, spaces and odd characters as dashes)."""
+    return "gpuwaste-team-" + re.sub(r"[^a-z0-9]+", "-", team.lower()).strip("-")[:40]
+
+
+def overflow_draft(team: str, alerts: Sequence[AlertMessage], *, project: str, settings: DeliverySettings) -> TicketDraft:
+    """One ticket for the findings of `team` over its cap: the money in the summary, one line per finding."""
+    total = sum((a.finding.usd_per_day or Decimal(0) for a in alerts), Decimal(0))
+    lines = tuple(f"{_usd(a.finding.usd_per_day)}/day · {a.finding.kind.value.replace('_', ' ')} · "
+                  f"{one_line(where_of(a.finding))} · finding {a.fingerprint[:6]}" for a in alerts)
+    sections = (
+        TicketSection(heading="What", lines=(
+            f"{len(alerts)} more GPU waste findings of team {team}, over the ticket cap of this run. Each has its own "
+            "Slack alert; open a ticket for one of them with its Create ticket button.",)),
+        TicketSection(heading="Findings", lines=lines, bullets=True),
+        TicketSection(heading="Done when", lines=("Every finding above is resolved (gpuwaste comments here as they go).",)),
+    )
+    label = overflow_label(team)
+    jira = settings.jira
+    return TicketDraft(
+        project=project, summary=one_line(f"{_usd(total)}/day GPU waste: {len(alerts)} more findings of team {team}")[:255],
+        issue_type=jira.issue_type, dedupe_label=label, labels=tuple(dict.fromkeys((*jira.labels, label))),
+        components=jira.components, sections=sections,
+        priority=priority_for(total) if jira.set_priority else None,
+    )

@@ -14,7 +14,7 @@ from typing import Any
 import requests
 
 from gpuwaste.errors import DeliveryError, PermanentDeliveryError
-from gpuwaste.models.notices import TicketDraft
+from gpuwaste.models.notices import TicketDraft, TicketSection
 from gpuwaste.settings import JiraSettings
 
 logger = logging.getLogger(__name__)
@@ -36,15 +36,44 @@ def _paragraph(*nodes: dict[str, Any]) -> dict[str, Any]:
     return {"type": "paragraph", "content": list(nodes)}
 
 
+#: ADF text nodes refuse control characters other than newline; names from the cluster may carry them.
+_CONTROL = str.maketrans(dict.fromkeys([*range(0, 9), *range(11, 32), 127], " "))
+
+
+def _clean(text: str) -> str:
+    return text.translate(_CONTROL)
+
+
+def _bullets(items: Sequence[str]) -> dict[str, Any]:
+    return {"type": "bulletList",
+            "content": [{"type": "listItem", "content": [_paragraph(_text(_clean(i)))]} for i in items if i]}
+
+
+def section_nodes(section: TicketSection) -> list[dict[str, Any]]:
+    """One ticket section as ADF: a level-3 heading, its lines (paragraphs or a bullet list), its commands (code block)."""
+    nodes: list[dict[str, Any]] = [{"type": "heading", "attrs": {"level": 3}, "content": [_text(_clean(section.heading))]}]
+    lines = [x for x in section.lines if x]
+    if section.bullets and lines:
+        nodes.append(_bullets(lines))
+    else:
+        nodes.extend(_paragraph(_text(_clean(x))) for x in lines)
+    if section.commands:
+        nodes.append({"type": "codeBlock", "attrs": {"language": "shell"},
+                      "content": [_text(_clean("\n".join(section.commands)).replace("\t", " "))]})
+    return nodes
+
+
 def adf_document(paragraphs: Sequence[str], facts: Sequence[tuple[str, str]] = (),
-                 links: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
-    """An Atlassian Document Format doc: paragraphs, then a bullet list of `name: value` facts, then links."""
-    content: list[dict[str, Any]] = [_paragraph(_text(p)) for p in paragraphs if p]
+                 links: Sequence[tuple[str, str]] = (), sections: Sequence[TicketSection] = ()) -> dict[str, Any]:
+    """An Atlassian Document Format doc: paragraphs, headed sections, a bullet list of `name: value` facts, links."""
+    content: list[dict[str, Any]] = [_paragraph(_text(_clean(p))) for p in paragraphs if p]
+    for section in sections:
+        content.extend(section_nodes(section))
     if facts:
         content.append({
             "type": "bulletList",
             "content": [
-                {"type": "listItem", "content": [_paragraph(_text(f"{name}: ", strong=True), _text(value or "-"))]}
+                {"type": "listItem", "content": [_paragraph(_text(f"{_clean(name)}: ", strong=True), _text(_clean(value or "-")))]}
                 for name, value in facts
             ],
         })
@@ -53,7 +82,7 @@ def adf_document(paragraphs: Sequence[str], facts: Sequence[tuple[str, str]] = (
         for n, (label, url) in enumerate(links):
             if n:
                 nodes.append(_text(" · "))
-            nodes.append(_text(label, href=url))
+            nodes.append(_text(_clean(label), href=url))
         content.append(_paragraph(*nodes))
     if not content:
         content.append(_paragraph(_text("-")))
@@ -120,8 +149,10 @@ class JiraTicketSink:
             "summary": draft.summary,
             "issuetype": {"name": draft.issue_type},
             "labels": [label.replace(" ", "-") for label in draft.labels],
-            "description": adf_document(draft.paragraphs, draft.facts, draft.links),
+            "description": adf_document(draft.paragraphs, draft.facts, draft.links, draft.sections),
         }
+        if draft.priority:
+            fields["priority"] = {"name": draft.priority}
         if draft.components:
             fields["components"] = [{"name": c} for c in draft.components]
         data = self._request("POST", "issue", {"fields": fields})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,14 +24,29 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 
 from gpuwaste.errors import DeliveryError, PermanentDeliveryError
-from gpuwaste.models.notices import DailySummary, Notice, PostedMessage
+from gpuwaste.models.notices import DailySummary, Notice, NoticeKind, PostedMessage
 from gpuwaste.settings import SlackSettings
-from gpuwaste.sinks.slack_blocks import SlackPayload, render_notice, render_summary
+from gpuwaste.sinks.slack_blocks import (
+    MESSAGE_TEXT_BUDGET,
+    SlackPayload,
+    render_notice,
+    render_summary,
+    render_text_only,
+)
 
 logger = logging.getLogger(__name__)
 
 _RETRYABLE = {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
 _CHANNEL_MISSING = {"channel_not_found", "is_archived", "not_in_channel"}
+#: Slack's answers to a message that is too large as a whole (B33); retried smaller, then as text only.
+_TOO_LARGE = {"msg_blocks_too_long", "invalid_blocks", "msg_too_long"}
+#: `event_type` of the message metadata that marks gpuwaste's top-level posts (so a retry after a crash or a
+#: Lambda timeout can find a post Slack accepted but whose answer was lost, instead of posting it again).
+DELIVERY_EVENT = "gpuwaste_delivery"
+#: Recent channel messages searched for such a post (pages of 200).
+HISTORY_PAGES = 3
+#: Seconds kept free of in-process waits before the invocation's deadline.
+DEADLINE_RESERVE_S = 5.0
 
 
 class ChannelMissingError(PermanentDeliveryError):
@@ -41,12 +57,48 @@ class MessageMissingError(PermanentDeliveryError):
     """The message to edit no longer exists."""
 
 
+class MessageTooLargeError(PermanentDeliveryError):
+    """Slack refused the message for its size or its blocks (`msg_blocks_too_long`, `invalid_blocks`)."""
+
+
+def _retry_after_s(response: HttpResponse) -> float:
+    header = next((v for k, v in response.headers.items() if k.lower() == "retry-after"), None)
+    value = header[0] if isinstance(header, list) else header
+    try:
+        return float(value) if value is not None else 1.0
+    except ValueError:
+        return 1.0
+
+
 class RetryAfterHandler(RateLimitErrorRetryHandler):
     """RateLimitErrorRetryHandler that sleeps exactly `Retry-After` seconds through an injectable `sleep`."""
 
-    def __init__(self, max_retry_count: int = 3, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, max_retry_count: int = 3, sleep: Callable[[float], None] = time.sleep,
+                 time_left: Callable[[], float] | None = None) -> None:
         super().__init__(max_retry_count=max_retry_count)
         self.sleep = sleep
+        #: seconds left to the caller (a Lambda's remaining time); a longer `Retry-After` is not waited for
+        self.time_left = time_left
+
+    def can_retry(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        """Retry a 429 only when its `Retry-After` ends well before the caller's deadline (else the message is
+        deferred through the queue: the 429 surfaces as DeliveryError)."""
+        if not super().can_retry(state=state, request=request, response=response, error=error):
+            return False
+        if self.time_left is not None and response is not None:
+            wait = _retry_after_s(response)
+            if wait > self.time_left() - DEADLINE_RESERVE_S:
+                logger.info("slack rate limit outlasts the time left; deferring to the queue",
+                            extra={"retry_after_s": wait})
+                return False
+        return True
 
     def prepare_for_next_attempt(
         self,
@@ -59,14 +111,8 @@ class RetryAfterHandler(RateLimitErrorRetryHandler):
         """Wait `Retry-After` seconds (1 s when absent), then ask for another attempt."""
         if response is None:
             raise error or DeliveryError("slack: rate limited without a response")
-        header = next((v for k, v in response.headers.items() if k.lower() == "retry-after"), None)
-        value = header[0] if isinstance(header, list) else header
-        try:
-            duration = float(value) if value is not None else 1.0
-        except ValueError:
-            duration = 1.0
         state.next_attempt_requested = True
-        self.sleep(duration)
+        self.sleep(_retry_after_s(response))
         state.increment_current_attempt()
 
 
@@ -105,9 +151,39 @@ def _translate(exc: SlackClientError, method: str) -> Exception:
         if error in _CHANNEL_MISSING:
             return ChannelMissingError(f"slack {method}: {error}")
         detail = exc.response.get("response_metadata", {}).get("messages") if exc.response.data else None
+        if error in _TOO_LARGE:
+            extra = f" ({'; '.join(detail)})" if isinstance(detail, list) else ""
+            return MessageTooLargeError(f"slack {method}: {error}{extra}")
+        detail = exc.response.get("response_metadata", {}).get("messages") if exc.response.data else None
         extra = f" ({'; '.join(detail)})" if isinstance(detail, list) else ""
         return PermanentDeliveryError(f"slack {method}: {error or status}{extra}")
     return DeliveryError(f"slack {method}: {type(exc).__name__}: {exc}")
+
+
+@dataclass
+class _PostContext:
+    target: str
+    thread_ts: str | None
+    on_posted: Callable[[PostedMessage], None] | None
+    fell_back: str | None = None
+    posted: list[PostedMessage] = field(default_factory=list)
+
+
+def _sub_notice(notice: Notice, fingerprints: tuple[str, ...]) -> Notice:
+    keep = set(fingerprints)
+    items = tuple(i for i in notice.items if i.fingerprint in keep)
+    return notice.model_copy(update={"items": items}) if items else notice
+
+
+def _family(kind: str) -> str:
+    """Alerts and digests are one family (a retried digest may shrink to one alert)."""
+    return "new" if kind in (NoticeKind.ALERT.value, NoticeKind.DIGEST.value) else kind
+
+
+def _marker(notice: Notice, fingerprints: tuple[str, ...]) -> dict[str, Any]:
+    """Message metadata naming the scan, the notice kind and the findings (first 16 hex of each fingerprint)."""
+    return {"event_type": DELIVERY_EVENT,
+            "event_payload": {"scan": notice.scan_id, "kind": notice.kind.value, "fps": [f[:16] for f in fingerprints]}}
 
 
 class SlackNotifier:
@@ -124,6 +200,13 @@ class SlackNotifier:
         self.default_channel = default_channel
         self._now = now or (lambda: datetime.now(UTC))
         self._user_ids: dict[str, str | None] = {}
+        self._history_denied = False
+
+    def set_time_left(self, time_left: Callable[[], float] | None) -> None:
+        """Cap in-process `Retry-After` waits by the caller's remaining seconds (a Lambda's remaining time)."""
+        for handler in self.client.retry_handlers:
+            if isinstance(handler, RetryAfterHandler):
+                handler.time_left = time_left
 
     @classmethod
     def from_settings(
@@ -159,33 +242,107 @@ class SlackNotifier:
         logger.warning("slack channel not found, using the default channel", extra={"channel": channel})
         return {}, channel
 
-    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None) -> list[PostedMessage]:
-        """See `gpuwaste.ports.Notifier.post`."""
-        target = channel or notice.route.channel
-        extra = {"thread_ts": thread_ts} if thread_ts else {}
-        posted: list[PostedMessage] = []
-        fell_back: str | None = None
-        for payload in render_notice(notice, now=self._now()):
-            data, missing = self._send("chat.postMessage", payload, target, **extra)
-            if missing is not None:
-                fell_back, target = missing, self.default_channel
-                fixed = render_notice(notice, now=self._now(), fell_back_from=fell_back)
-                payload = next(p for p in fixed if p.fingerprints == payload.fingerprints)
-                data = self._call("chat.postMessage", channel=target, **payload.as_kwargs(), **extra)
-            posted.append(
-                PostedMessage(channel=str(data.get("channel") or target), ts=str(data["ts"]), fingerprints=payload.fingerprints,
-                              fell_back_from=fell_back)
-            )
-        return posted
+    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None,
+             on_posted: Callable[[PostedMessage], None] | None = None) -> list[PostedMessage]:
+        """See `gpuwaste.ports.Notifier.post`.
+
+        Each part is handed to `on_posted` as soon as Slack accepts it (so the caller records it before the next
+        part is tried). A part Slack refuses for its size (`msg_blocks_too_long`, `invalid_blocks`) is split at half
+        the text budget and retried, then sent as text only: never dropped for its size. Top-level posts carry
+        message metadata naming the scan and findings, which `find_posted` looks for.
+        """
+        ctx = _PostContext(target=channel or notice.route.channel, thread_ts=thread_ts, on_posted=on_posted)
+        self._post_payloads(notice, render_notice(notice, now=self._now()), ctx, level=0)
+        return ctx.posted
+
+    def _post_payloads(self, notice: Notice, payloads: list[SlackPayload], ctx: _PostContext, *, level: int) -> None:
+        for payload in payloads:
+            try:
+                self._post_payload(notice, payload, ctx)
+            except MessageTooLargeError as exc:
+                sub = _sub_notice(notice, payload.fingerprints)
+                if not payload.blocks:
+                    raise  # already text only: nothing smaller to send
+                logger.warning("slack refused the message for its size; retrying smaller",
+                               extra={"error": str(exc), "level": level, "findings": len(payload.fingerprints)})
+                if level == 0:
+                    smaller = render_notice(sub, now=self._now(), fell_back_from=ctx.fell_back,
+                                            budget=MESSAGE_TEXT_BUDGET // 2)
+                    self._post_payloads(sub, smaller, ctx, level=1)
+                else:
+                    self._post_payloads(sub, render_text_only(sub, now=self._now(), fell_back_from=ctx.fell_back),
+                                        ctx, level=2)
+
+    def _post_payload(self, notice: Notice, payload: SlackPayload, ctx: _PostContext) -> None:
+        extra: dict[str, Any] = {"thread_ts": ctx.thread_ts} if ctx.thread_ts else {}
+        extra["metadata"] = _marker(notice, payload.fingerprints)
+        try:
+            data = self._call("chat.postMessage", channel=ctx.target, **payload.as_kwargs(), **extra)
+        except ChannelMissingError:
+            if ctx.target == self.default_channel:
+                raise
+            logger.warning("slack channel not found, using the default channel", extra={"channel": ctx.target})
+            ctx.fell_back, ctx.target = ctx.target, self.default_channel
+            sub = _sub_notice(notice, payload.fingerprints)
+            for fixed in render_notice(sub, now=self._now(), fell_back_from=ctx.fell_back):
+                self._post_payload(sub, fixed, ctx)
+            return
+        message = PostedMessage(channel=str(data.get("channel") or ctx.target), ts=str(data["ts"]),
+                                fingerprints=payload.fingerprints, fell_back_from=ctx.fell_back)
+        ctx.posted.append(message)
+        if ctx.on_posted is not None:
+            ctx.on_posted(message)
+
+    def find_posted(self, notice: Notice) -> list[PostedMessage]:
+        """See `gpuwaste.ports.Notifier.find_posted`: recent top-level messages of the routed and the default channel
+        whose metadata names this notice's scan and kind, with the notice's findings they carry.
+
+        Needs the `channels:history` scope (and `groups:history` for private channels); without it nothing is found
+        (logged once) and the caller posts again: at least once rather than never.
+        """
+        if self._history_denied:
+            return []
+        wanted = {item.fingerprint[:16]: item.fingerprint for item in notice.items}
+        found: list[PostedMessage] = []
+        for channel in dict.fromkeys((notice.route.channel, self.default_channel)):
+            cursor: str | None = None
+            for _ in range(HISTORY_PAGES):
+                args: dict[str, Any] = {"channel": channel, "limit": 200, "include_all_metadata": True}
+                if cursor:
+                    args["cursor"] = cursor
+                try:
+                    data = self._call("conversations.history", **args)
+                except ChannelMissingError:
+                    break
+                except PermanentDeliveryError as exc:
+                    logger.warning("cannot read channel history; a retried post may repeat", extra={"error": str(exc)})
+                    self._history_denied = True
+                    return found
+                for message in data.get("messages") or []:
+                    meta = message.get("metadata") or {}
+                    payload = meta.get("event_payload") or {}
+                    if meta.get("event_type") != DELIVERY_EVENT or payload.get("scan") != notice.scan_id \
+                            or _family(str(payload.get("kind"))) != _family(notice.kind.value):
+                        continue
+                    fps = tuple(wanted[p] for p in payload.get("fps") or [] if p in wanted)
+                    if fps:
+                        found.append(PostedMessage(channel=str(data.get("channel") or channel),
+                                                   ts=str(message.get("ts")), fingerprints=fps))
+                cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
+                if not cursor:
+                    break
+        return found
 
     def update(self, notice: Notice, *, channel: str, ts: str) -> PostedMessage:
         """See `gpuwaste.ports.Notifier.update` (a long notice keeps only its first part in the edit)."""
         payload = render_notice(notice, now=self._now())[0]
         try:
-            data = self._call("chat.update", channel=channel, ts=ts, **payload.as_kwargs())
+            data = self._call("chat.update", channel=channel, ts=ts, metadata=_marker(notice, payload.fingerprints),
+                              **payload.as_kwargs())
         except MessageMissingError:  # the original was deleted: say it in a new message instead
             logger.warning("slack message to edit is gone; posting a new one", extra={"channel": channel})
-            data = self._call("chat.postMessage", channel=channel, **payload.as_kwargs())
+            data = self._call("chat.postMessage", channel=channel, metadata=_marker(notice, payload.fingerprints),
+                              **payload.as_kwargs())
         return PostedMessage(channel=str(data.get("channel") or channel), ts=str(data.get("ts") or ts),
                              fingerprints=payload.fingerprints)
 

@@ -9,12 +9,13 @@ Names that come from the cluster are escaped for mrkdwn (`&`, `<`, `>`), so `<!c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from gpuwaste.models.findings import Evidence, Finding
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
+from gpuwaste.people import age, period_date, usd, when  # one money/date/age format on every surface
 
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
@@ -29,6 +30,12 @@ DIGEST_ITEMS_PER_MESSAGE = 40
 #: `MAX_SECTION_TEXT` characters each (without action menus), so one owner's 50 findings are one message.
 DIGEST_TAIL_SECTIONS = MAX_BLOCKS - 3 - DIGEST_ITEMS_PER_MESSAGE
 MAX_TAIL_LINE = 400
+#: Slack also refuses a message whose blocks carry too much text in total (`msg_blocks_too_long`, undocumented,
+#: measured at ~11,300 characters; field guide B33). Digests are split so each message's blocks carry at most
+#: this many characters of text; a refused message is retried at half this budget, then as text only.
+MESSAGE_TEXT_BUDGET = 10_000
+#: Characters per message of the text-only fallback (Slack shows up to 4,000 before "show more").
+TEXT_ONLY_CHARS = 3_500
 
 ACTION_SNOOZE_1D = "snooze_1d"
 ACTION_SNOOZE_7D = "snooze_7d"
@@ -55,7 +62,10 @@ class SlackPayload:
 
     def as_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `WebClient.chat_postMessage` / `chat_update`."""
-        return {"text": self.text, "blocks": self.blocks, **self.extra}
+        out: dict[str, Any] = {"text": self.text, **self.extra}
+        if self.blocks:
+            out["blocks"] = self.blocks
+        return out
 
 
 # -- text helpers (also used by the terminal notifier) -----------------------------------------------------
@@ -67,28 +77,6 @@ def escape(text: str) -> str:
 def truncate(text: str, limit: int) -> str:
     """`text` cut to at most `limit` characters, ending with "…" when cut."""
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
-
-
-def usd(value: Decimal | None) -> str:
-    """USD with cents and thousands separators ("$1,234.50"), "unpriced" for None."""
-    return "unpriced" if value is None else f"${value.quantize(CENT):,}"
-
-
-def when(value: datetime) -> str:
-    """A UTC time as "2026-11-28 10:00 UTC"."""
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def age(since: datetime, now: datetime) -> str:
-    """A short age ("2d 4h", "35m")."""
-    seconds = max(0, int((now - since).total_seconds()))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {rest // 60}m"
-    return f"{rest // 60}m"
 
 
 def kind_label(finding: Finding) -> str:
@@ -308,23 +296,60 @@ def _tail_line(index: int, item: NoticeItem) -> str:
     return truncate(line, MAX_TAIL_LINE)
 
 
-def _digest_messages(items: list[NoticeItem]) -> list[tuple[list[NoticeItem], list[NoticeItem]]]:
+def blocks_text_chars(blocks: list[dict[str, Any]]) -> int:
+    """Characters of text the blocks carry (what Slack's cumulative `msg_blocks_too_long` limit counts)."""
+    total = 0
+    stack: list[Any] = list(blocks)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            text = node.get("text")
+            if isinstance(text, str):
+                total += len(text)
+            stack.extend(v for k, v in node.items() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend(node)
+    return total
+
+
+#: Text reserved per message for the header, the intro and the footer.
+_FRAME_CHARS = 1_200
+
+
+def _digest_messages(items: list[NoticeItem], *, now: datetime, interactive: bool,
+                     budget: int = MESSAGE_TEXT_BUDGET) -> list[tuple[list[NoticeItem], list[NoticeItem]]]:
     """(full items, tail items) per message: up to `DIGEST_ITEMS_PER_MESSAGE` full, then as many tail lines as
-    `DIGEST_TAIL_SECTIONS` sections of `MAX_SECTION_TEXT` characters hold (one reserved line heads the tail)."""
+    `DIGEST_TAIL_SECTIONS` sections of `MAX_SECTION_TEXT` characters hold (one reserved line heads the tail),
+    all within `budget` characters of text per message (Slack's cumulative limit)."""
     out: list[tuple[list[NoticeItem], list[NoticeItem]]] = []
     k = 0
+    room = max(budget - _FRAME_CHARS, 500)
     while k < len(items):
-        full = items[k : k + DIGEST_ITEMS_PER_MESSAGE]
-        k += len(full)
+        full: list[NoticeItem] = []
+        used_text = 0
+        # the costliest findings get a full section (with the action menu) in the first message, within half its
+        # text; the rest are compact lines, so a large digest needs few messages
+        full_room = room if len(items) - k <= DIGEST_ITEMS_PER_MESSAGE else (room // 2 if not out else 0)
+        while k < len(items) and len(full) < DIGEST_ITEMS_PER_MESSAGE:
+            n = blocks_text_chars([_digest_item(k + 1, items[k], now, interactive)])
+            if (full or out) and used_text + n > full_room:
+                break
+            full.append(items[k])
+            used_text += n
+            k += 1
         tail: list[NoticeItem] = []
         sections, used = 1, MAX_TAIL_LINE + 1  # the tail's heading line
+        used_text += MAX_TAIL_LINE + 1
         while k < len(items):
             n = len(_tail_line(k + 1, items[k])) + 1
+            if used_text + n > room:
+                break
             if used + n > MAX_SECTION_TEXT:
                 if sections == DIGEST_TAIL_SECTIONS:
                     break
                 sections, used = sections + 1, 0
             used += n
+            used_text += n
             tail.append(items[k])
             k += 1
         out.append((full, tail))
@@ -360,13 +385,16 @@ def _fallback_text(notice: Notice) -> str:
     return escape(f"GPU waste: {len(items)} findings for {notice.route.team or notice.route.channel} — {usd(total)}/day")
 
 
-def render_notice(notice: Notice, *, now: datetime, fell_back_from: str | None = None) -> list[SlackPayload]:
+def render_notice(notice: Notice, *, now: datetime, fell_back_from: str | None = None,
+                  budget: int = MESSAGE_TEXT_BUDGET) -> list[SlackPayload]:
     """Block Kit payloads for `notice`, split so each respects Slack's limits.
 
     ALERT/RESOLVED of one item: one message. DIGEST (or a RESOLVED digest): a header, an intro, one section
-    per finding for the costliest `DIGEST_ITEMS_PER_MESSAGE` (with an overflow menu of actions), then the
-    rest as compact lines ("…and N more, $X/day together") packed into up to `DIGEST_TAIL_SECTIONS`
-    sections, and a footer; only what still does not fit continues in further messages ("part 2/3").
+    per finding for the costliest (at most `DIGEST_ITEMS_PER_MESSAGE`, within half the message's text budget when
+    more follow; with an overflow menu of actions), then the rest as compact lines ("…and N more, $X/day
+    together") packed into up to `DIGEST_TAIL_SECTIONS` sections, and a footer; each message's blocks carry at
+    most `budget` characters of text (Slack's cumulative limit, B33), and what does not fit continues in further
+    messages of compact lines ("part 2/3").
     UPDATE: a short thread reply.
     """
     text = _fallback_text(notice)
@@ -376,7 +404,7 @@ def render_notice(notice: Notice, *, now: datetime, fell_back_from: str | None =
         item = notice.items[0]
         return [SlackPayload(text=text, blocks=_alert_blocks(notice, item, now, fell_back_from), fingerprints=(item.fingerprint,))]
     items = sorted(notice.items, key=lambda i: (-(i.finding.usd_per_day or Decimal(-1)), i.fingerprint))
-    chunks = _digest_messages(items)
+    chunks = _digest_messages(items, now=now, interactive=notice.interactive, budget=budget)
     total = sum((i.finding.usd_per_day or Decimal(0) for i in items if not i.resolved), Decimal(0))
     resolved = sum(1 for i in items if i.resolved)
     owner = notice.route.team or notice.route.channel
@@ -407,6 +435,44 @@ def render_notice(notice: Notice, *, now: datetime, fell_back_from: str | None =
         offset += len(carried)
         payloads.append(SlackPayload(text=text + part, blocks=blocks, fingerprints=tuple(i.fingerprint for i in carried)))
     return payloads
+
+
+def render_text_only(notice: Notice, *, now: datetime, fell_back_from: str | None = None) -> list[SlackPayload]:
+    """The notice as plain mrkdwn text without blocks, in messages of at most `TEXT_ONLY_CHARS` characters.
+
+    The last resort when Slack refuses the Block Kit rendering for its size (`msg_blocks_too_long`,
+    `invalid_blocks`): the owner still hears about every finding, without buttons.
+    """
+    items = sorted(notice.items, key=lambda i: (-(i.finding.usd_per_day or Decimal(-1)), i.fingerprint))
+    head = _fallback_text(notice)
+    lines = []
+    for n, item in enumerate(items, start=1):
+        f = item.finding
+        state = " (resolved)" if item.resolved else ""
+        lines.append(truncate(
+            f"{n}. {escape(workload_text(f))} — {escape(kind_label(f))} · {per_day(f.usd_per_day)}{state}"
+            f" · since {when(item.first_seen)} · cumulative {usd(item.cumulative_usd)} · {escape(f.subject.cluster)}"
+            f" · finding {item.fingerprint[:16]}", MAX_TAIL_LINE))
+    footer = _route_line(notice, fell_back_from) + (f" · scan {escape(notice.scan_id)}" if notice.scan_id else "")
+    chunks: list[tuple[list[str], list[str]]] = []
+    current: list[str] = []
+    fps: list[str] = []
+    size = len(head) + len(footer) + 40
+    for line, item in zip(lines, items, strict=True):
+        if current and size + len(line) + 1 > TEXT_ONLY_CHARS:
+            chunks.append((current, fps))
+            current, fps, size = [], [], len(head) + len(footer) + 40
+        current.append(line)
+        fps.append(item.fingerprint)
+        size += len(line) + 1
+    if current:
+        chunks.append((current, fps))
+    out = []
+    for n, (chunk, chunk_fps) in enumerate(chunks, start=1):
+        part = f" (part {n}/{len(chunks)})" if len(chunks) > 1 else ""
+        text = "\n".join([f"*{head}{part}*", *chunk, f"_{footer}_"])
+        out.append(SlackPayload(text=truncate(text, MAX_TEXT), blocks=[], fingerprints=tuple(chunk_fps)))
+    return out
 
 
 def _update_payload(notice: Notice, now: datetime, fell_back_from: str | None) -> SlackPayload:
@@ -466,7 +532,7 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
         for n, o in enumerate(summary.top, start=1)
     ]
     blocks: list[dict[str, Any]] = [
-        _header(f"GPU waste summary {summary.since.astimezone(UTC):%Y-%m-%d}"),
+        _header(f"GPU waste summary {period_date(summary.until)}"),  # the same date as the report's title
         _context(period),
         _section(head),
         {"type": "divider"},

@@ -1,18 +1,30 @@
-"""Adapter: the daily summary as terminal tables (rich), Markdown, HTML and JSON."""
+"""Adapter: the daily summary as a trend report — terminal tables (rich), Markdown, a self-contained HTML page
+(styles and the 7- and 30-day charts inline, as SVG) and JSON (money as decimal strings rounded to the cent).
+
+Every date reads the same as on the other surfaces (`people.when`, `people.day`); every amount goes through
+`people.usd` / `people.per_month`; names from the cluster are escaped for the format at hand.
+"""
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from gpuwaste.models.notices import DailySummary, GroupTotal
-from gpuwaste.sinks.slack_blocks import usd, when
+from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, TrendDay
+from gpuwaste.people import DAYS_PER_MONTH, age, elide, kind_label, money, per_month, plain, usd, usd_whole, when
+from gpuwaste.people import period_date as _period_date
+from gpuwaste.sinks.chart import team_order, trend_svg
+from gpuwaste.sinks.terminal import fit_widths
 
 
 def _trend(current: Decimal, previous: Decimal) -> str:
@@ -40,22 +52,31 @@ class SummaryNotes:
 
 def period_date(s: DailySummary) -> str:
     """The date a report is titled with: the period's last day (`until` is exclusive)."""
-    return f"{(s.until - timedelta(microseconds=1)).astimezone(UTC):%Y-%m-%d}"
+    return _period_date(s.until)
+
+
+def _open_now(s: DailySummary, notes: SummaryNotes) -> tuple[int, Decimal]:
+    if notes.last_scan is not None:
+        return notes.open_findings, notes.open_usd_per_day
+    return s.open_findings, s.open_usd_per_day
 
 
 def _headline(s: DailySummary, notes: SummaryNotes | None = None) -> list[tuple[str, str]]:
     notes = notes or SummaryNotes()
+    n, rate = _open_now(s, notes)
     if notes.last_scan is not None:
-        open_line = ("Open at the last scan", f"{_findings(notes.open_findings)}, {usd(notes.open_usd_per_day)}/day "
-                                              f"(last scan {when(notes.last_scan)}; nothing was scanned after it)")
+        open_line = ("Open at the last scan", f"{_findings(n)}, {usd(rate)}/day ({per_month(rate)}; last scan "
+                                              f"{when(notes.last_scan)}; nothing was scanned after it)")
     else:
-        open_line = ("Open now", f"{_findings(s.open_findings)}, {usd(s.open_usd_per_day)}/day")
+        open_line = ("Open now", f"{_findings(n)}, {usd(rate)}/day ({per_month(rate)})")
+    realised_30 = sum((d.saved_usd for d in s.trend), Decimal(0))
     rows = [
         ("Period", f"{when(s.since)} → {when(s.until)}"),
         ("Wasted", f"{usd(s.wasted_usd)} ({_trend(s.wasted_usd, s.previous_usd)} vs {usd(s.previous_usd)} the period before)"),
         open_line,
         ("Opened / resolved", f"{s.opened} / {s.resolved}"),
-        ("Savings", f"{usd(s.saved_usd_per_day)}/day from resolutions, {usd(s.realised_savings_usd)} realised in the period"),
+        ("Savings", f"{usd(s.saved_usd_per_day)}/day from resolutions in the period, {usd(s.realised_savings_usd)} realised"
+                    + (f"; {usd(realised_30)} realised over the last {len(s.trend)} days" if s.trend else "")),
         ("Unpriced findings", str(s.unpriced)),
     ]
     if notes.data_quality:
@@ -71,92 +92,206 @@ def _findings(n: int) -> str:
 _SECTIONS = (("team", "by_team"), ("namespace", "by_namespace"), ("kind", "by_kind"), ("cluster", "by_cluster"))
 
 
+def _open_for(o: Offender, until: datetime) -> str:
+    """How long an offender has been open (to its resolution, or to the period's end)."""
+    if o.first_seen is None:
+        return "-"
+    end = o.resolved_at if (not o.open and o.resolved_at is not None) else until
+    return age(o.first_seen, end)
+
+
+def _state(o: Offender) -> str:
+    return "open" if o.open else "resolved"
+
+
+def _last(days: tuple[TrendDay, ...], n: int) -> tuple[TrendDay, ...]:
+    return days[-n:] if days else ()
+
+
+def _table(title: str) -> Table:
+    return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold",
+                 title_justify="left", title_style="bold")
+
+
 def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | None = None) -> None:
-    """Print the summary as rich tables."""
-    head = Table(title=f"GPU waste summary {period_date(s)}", show_header=False)
+    """Print the summary as compact tables that fit the console (one line per row, names elided in the middle):
+    headline, the last 7 days, groups, top offenders with how long they have been open."""
+    width = console.width or 80
+    head = Table(title=f"GPU waste summary {period_date(s)}", show_header=False, box=box.SIMPLE, show_edge=False,
+                 pad_edge=False, title_justify="left", title_style="bold")
+    head.add_column(style="bold", no_wrap=True)
+    head.add_column(overflow="fold")
     for k, v in _headline(s, notes):
-        head.add_row(k, v)
+        head.add_row(k, Text(v))
     console.print(head)
+    week = _last(s.trend, 7)
+    if week:
+        t = _table("Last 7 days (UTC)")
+        for col in ("day", "wasted", "saved", "costliest team"):
+            t.add_column(col, justify="left" if col in ("day", "costliest team") else "right", no_wrap=True)
+        for d in week:
+            top = f"{d.by_team[0][0]} {usd(d.by_team[0][1])}" if d.by_team else "-"
+            t.add_row(f"{d.day:%Y-%m-%d}", usd(d.wasted_usd), usd(d.saved_usd), Text(elide(plain(top), max(10, width - 40))))
+        console.print(t)
     for label, attr in _SECTIONS:
         groups: tuple[GroupTotal, ...] = getattr(s, attr)
-        t = Table(title=f"By {label}")
-        for col in (label, "wasted", "before", "trend", "open"):
-            t.add_column(col, justify="left" if col == label else "right")
-        for g in groups:
-            t.add_row(g.name, usd(g.wasted_usd), usd(g.previous_usd), _trend(g.wasted_usd, g.previous_usd), str(g.findings))
+        t = _table(f"By {label}")
+        names = [plain(kind_label(g.name) if label == "kind" else g.name) for g in groups]
+        name_w = max(4, min(max([len(label), *(len(n) for n in names)]), width - 52))
+        t.add_column(label, no_wrap=True, width=name_w)
+        for col in ("wasted", "before", "trend", "open"):
+            t.add_column(col, justify="right", no_wrap=True)
+        for g, name in zip(groups, names, strict=True):
+            t.add_row(Text(elide(name, name_w)), usd(g.wasted_usd), usd(g.previous_usd), _trend(g.wasted_usd, g.previous_usd),
+                      str(g.findings))
         console.print(t)
-    t = Table(title="Top offenders")
-    for col in ("#", "workload", "namespace", "kind", "team", "wasted", "USD/day", "state"):
-        t.add_column(col)
-    for n, o in enumerate(s.top, start=1):
-        t.add_row(str(n), o.workload or "-", o.namespace or "-", o.kind, o.team, usd(o.wasted_usd), usd(o.usd_per_day),
-                  "open" if o.open else "resolved")
+    t = _table("Top offenders")
+    wide = width >= 110  # team and the period's amount only when they fit
+    cells = [(o.workload or o.namespace or "-", kind_label(o.kind), o.team) for o in s.top]
+    fixed = 2 + 9 + 8 + 8 + (8 + 9 + 6) * wide + 3 * (5 + 2 * wide)
+    columns = {"workload": [c[0] for c in cells], "kind": [c[1] for c in cells]}
+    if wide:
+        columns["team"] = [c[2] for c in cells]
+    text_w = fit_widths(columns, width - fixed, {"workload": 12, "kind": 12, "team": 6})
+    t.add_column("#", justify="right", no_wrap=True)
+    for col in columns:
+        t.add_column(col, no_wrap=True, width=text_w[col])
+    for col in (*(("wasted",) if wide else ()), "USD/day", "open for", "state"):
+        t.add_column(col, justify="right" if col in ("wasted", "USD/day") else "left", no_wrap=True)
+    for n, (o, (work, kind, team)) in enumerate(zip(s.top, cells, strict=True), start=1):
+        row = [str(n), Text(elide(plain(work), text_w["workload"])), Text(elide(kind, text_w["kind"]))]
+        if wide:
+            row += [Text(elide(plain(team), text_w["team"])), usd(o.wasted_usd)]
+        row += [usd(o.usd_per_day), _open_for(o, s.until), Text(_state(o), style="red" if o.open else "green")]
+        t.add_row(*row)
     console.print(t)
 
 
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return plain(text).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
-    """The summary as GitHub-flavoured Markdown."""
+    """The summary as GitHub-flavoured Markdown (the 7-day trend as a table)."""
     out = [f"# GPU waste summary {period_date(s)}", ""]
     out += [f"- **{k}:** {_md_cell(v)}" for k, v in _headline(s, notes)]
+    week = _last(s.trend, 7)
+    if week:
+        out += ["", "## Last 7 days (UTC)", "", "| day | wasted | saved | costliest team |", "|---|---:|---:|---|"]
+        out += [f"| {d.day:%Y-%m-%d} | {usd(d.wasted_usd)} | {usd(d.saved_usd)} | "
+                f"{_md_cell(d.by_team[0][0]) if d.by_team else '-'} |" for d in week]
     for label, attr in _SECTIONS:
         out += ["", f"## By {label}", "", f"| {label} | wasted | before | trend | open |", "|---|---:|---:|---:|---:|"]
         out += [
             f"| {_md_cell(g.name)} | {usd(g.wasted_usd)} | {usd(g.previous_usd)} | {_trend(g.wasted_usd, g.previous_usd)} | {g.findings} |"
             for g in getattr(s, attr)
         ]
-    out += ["", "## Top offenders", "", "| # | workload | namespace | kind | team | wasted | USD/day | state |",
-            "|---:|---|---|---|---|---:|---:|---|"]
+    out += ["", "## Top offenders", "", "| # | workload | namespace | kind | team | wasted | USD/day | open for | state |",
+            "|---:|---|---|---|---|---:|---:|---|---|"]
     out += [
         f"| {n} | {_md_cell(o.workload or '-')} | {_md_cell(o.namespace or '-')} | {o.kind} | {_md_cell(o.team)} |"
-        f" {usd(o.wasted_usd)} | {usd(o.usd_per_day)} | {'open' if o.open else 'resolved'} |"
+        f" {usd(o.wasted_usd)} | {usd(o.usd_per_day)} | {_open_for(o, s.until)} | {_state(o)} |"
         for n, o in enumerate(s.top, start=1)
     ]
     return "\n".join(out) + "\n"
 
 
-def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: SummaryNotes | None = None) -> str:
-    """The summary as a self-contained HTML page (names escaped)."""
+#: The report's stylesheet (inline: the page is one file that works wherever it is written or mailed).
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:960px;color:#222;
+padding:0 16px;line-height:1.4}
+h1{font-size:24px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+.sub{color:#666;margin:0 0 16px}
+.cards{display:flex;flex-wrap:wrap;gap:12px;margin:12px 0}
+.card{flex:1 1 160px;border:1px solid #e3e3e3;border-radius:8px;padding:10px 14px;background:#fafafa}
+.card b{display:block;font-size:20px}.card span{color:#666;font-size:13px}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{border-bottom:1px solid #eee;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+ul.head{padding-left:18px;font-size:14px}.chart{margin:8px 0;overflow-x:auto}
+.state-open{color:#b00020}.state-resolved{color:#1b7f3b}
+footer{color:#777;font-size:12px;margin-top:28px}
+"""
+
+
+def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: SummaryNotes | None = None,
+                chart_png: bytes | None = None) -> str:
+    """The summary as one self-contained HTML page: inline styles, the 7- and 30-day trend charts as inline SVG
+    (a PNG, when given as bytes, as a data URI); every name escaped."""
     e = html.escape
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>GPU waste summary {period_date(s)}</title>",
-        "<style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}"
-        "td.n{text-align:right}</style></head><body>",
-        f"<h1>GPU waste summary {period_date(s)}</h1><ul>",
+    notes = notes or SummaryNotes()
+    n_open, rate = _open_now(s, notes)
+    realised_30 = sum((d.saved_usd for d in s.trend), Decimal(0))
+    cards = [
+        (usd(s.wasted_usd), f"wasted {when(s.since)} → {when(s.until)}"),
+        (f"{usd(rate)}/day", f"{_findings(n_open)} open · {per_month(rate)}"),
+        (usd_whole(rate * DAYS_PER_MONTH), "per month at today's rate"),
+        (usd(realised_30), f"realised savings, last {len(s.trend) or 1} days"),
     ]
-    parts += [f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in _headline(s, notes)]
-    parts.append("</ul>")
-    if chart_png_name:
-        parts.append(f"<img src='{e(chart_png_name)}' alt='GPU waste per team by kind'>")
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>GPU waste summary {period_date(s)}</title><style>{CSS}</style></head><body>",
+        f"<h1>GPU waste summary {period_date(s)}</h1>",
+        f"<p class='sub'>{e(when(s.since))} → {e(when(s.until))} · trend against the period before: "
+        f"{e(_trend(s.wasted_usd, s.previous_usd))}</p>",
+        "<div class='cards'>" + "".join(f"<div class='card'><b>{e(v)}</b><span>{e(k)}</span></div>" for v, k in cards)
+        + "</div>",
+        "<ul class='head'>" + "".join(f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in _headline(s, notes)) + "</ul>",
+    ]
+    if s.trend:
+        order = team_order(s.trend)  # the same colour for a team in both charts
+        parts.append("<h2>Trend</h2>")
+        parts.append(f"<div class='chart'>{trend_svg(_last(s.trend, 7), title='USD wasted per day and team, last 7 days', order=order)}</div>")
+        parts.append(f"<div class='chart'>{trend_svg(s.trend, title=f'USD wasted per day and team, last {len(s.trend)} days', order=order)}</div>")
+    if chart_png is not None:
+        data = base64.b64encode(chart_png).decode()
+        parts.append(f"<div class='chart'><img alt='GPU waste per team by kind' src='data:image/png;base64,{data}'></div>")
+    elif chart_png_name:
+        parts.append(f"<p><img src='{e(chart_png_name)}' alt='GPU waste per team by kind'></p>")
     for label, attr in _SECTIONS:
-        parts.append(f"<h2>By {e(label)}</h2><table><tr><th>{e(label)}</th><th>wasted</th><th>before</th><th>trend</th><th>open</th></tr>")
+        parts.append(f"<h2>By {e(label)}</h2><table><tr><th>{e(label)}</th><th class=n>wasted</th><th class=n>before</th>"
+                     "<th class=n>trend</th><th class=n>open</th></tr>")
         parts += [
-            f"<tr><td>{e(g.name)}</td><td class=n>{usd(g.wasted_usd)}</td><td class=n>{usd(g.previous_usd)}</td>"
+            f"<tr><td>{e(plain(g.name))}</td><td class=n>{usd(g.wasted_usd)}</td><td class=n>{usd(g.previous_usd)}</td>"
             f"<td class=n>{e(_trend(g.wasted_usd, g.previous_usd))}</td><td class=n>{g.findings}</td></tr>"
             for g in getattr(s, attr)
         ]
         parts.append("</table>")
-    parts.append("<h2>Top offenders</h2><table><tr><th>#</th><th>workload</th><th>namespace</th><th>kind</th><th>team</th>"
-                 "<th>wasted</th><th>USD/day</th><th>state</th></tr>")
+    parts.append("<h2>Top offenders</h2><table><tr><th class=n>#</th><th>workload</th><th>namespace</th><th>kind</th>"
+                 "<th>team</th><th class=n>wasted</th><th class=n>USD/day</th><th>open for</th><th>state</th></tr>")
     parts += [
-        f"<tr><td>{n}</td><td>{e(o.workload or '-')}</td><td>{e(o.namespace or '-')}</td><td>{e(o.kind)}</td><td>{e(o.team)}</td>"
-        f"<td class=n>{usd(o.wasted_usd)}</td><td class=n>{usd(o.usd_per_day)}</td><td>{'open' if o.open else 'resolved'}</td></tr>"
+        f"<tr><td class=n>{n}</td><td>{e(plain(o.workload or '-'))}</td><td>{e(plain(o.namespace or '-'))}</td>"
+        f"<td>{e(o.kind.replace('_', ' '))}</td><td>{e(plain(o.team))}</td><td class=n>{usd(o.wasted_usd)}</td>"
+        f"<td class=n>{usd(o.usd_per_day)}</td><td>{e(_open_for(o, s.until))}</td>"
+        f"<td class='state-{_state(o)}'>{_state(o)}</td></tr>"
         for n, o in enumerate(s.top, start=1)
     ]
-    parts.append("</table></body></html>")
+    parts.append("</table><footer>Generated by gpuwaste. Money: USD, rounded to the cent (the JSON report has the "
+                 "same rounding; per month = per day × 30). Days are UTC.</footer></body></html>")
     return "\n".join(parts) + "\n"
 
 
+def _rounded(value: Any) -> Any:
+    """Every Decimal in a dumped document as a decimal string rounded to the cent."""
+    if isinstance(value, Decimal):
+        return money(value)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_rounded(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
 def render_json(s: DailySummary, notes: SummaryNotes | None = None) -> str:
-    """The summary as JSON for machines (money as exact decimal strings, times in RFC 3339)."""
+    """The summary as JSON for machines: money as decimal strings rounded to the cent ("76.77"), times in RFC 3339."""
     notes = notes or SummaryNotes()
-    doc = s.model_dump(mode="json")
+    doc = _rounded(s.model_dump(mode="python"))
     doc["data_quality_problems"] = notes.data_quality
+    doc["open_usd_per_month"] = money(s.open_usd_per_day * DAYS_PER_MONTH)
     if notes.last_scan is not None:
         doc["last_scan"] = {"at": notes.last_scan.isoformat(), "open_findings": notes.open_findings,
-                            "open_usd_per_day": str(notes.open_usd_per_day)}
+                            "open_usd_per_day": money(notes.open_usd_per_day)}
     return json.dumps(doc, indent=1) + "\n"

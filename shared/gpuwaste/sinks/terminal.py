@@ -1,28 +1,46 @@
-"""Adapter: findings → terminal tables (rich), JSON and CSV for machines."""
+"""Adapter: findings → terminal tables (rich), JSON and CSV for machines.
+
+A scan prints, top to bottom: one header line, data-quality problems, the findings (one line each, an 80-column
+terminal included), the rollup per team (or namespace, or kind) and, last, the total. Every name from the
+cluster goes through `people.plain` (no control characters) and is drawn as `rich.text.Text` (never parsed as
+markup), so a hostile pod name cannot colour, move or hide anything.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpuwaste.models.findings import Finding, WasteKind
+from gpuwaste.people import (
+    DAYS_PER_MONTH,
+    counted_usd_per_day,
+    elide,
+    kind_label,
+    percent,
+    plain,
+    usd_whole,
+    wasted_gpu_hours,
+)
+from gpuwaste.people import gpus as gpus_text
+from gpuwaste.people import hours as hours_text
+from gpuwaste.people import usd as usd_text
 
 CENT = Decimal("0.01")
 
 
 def _usd(v: Decimal | None) -> str:
-    return "unpriced" if v is None else f"${v.quantize(CENT):,}"
-
-
-def _share(v: Decimal) -> str:
-    return f"{v.normalize():f}" if v == v.to_integral() else f"{v:.2f}"
+    return usd_text(v)
 
 
 def owner_of(f: Finding) -> str:
@@ -51,24 +69,32 @@ def _num(v: float | None) -> str:
 
 
 def evidence_text(f: Finding) -> str:
-    """The main evidence in one short line."""
+    """The main evidence in one short line, ratios as percent ("SM_ACTIVE avg 0.2 % p95 1 % cov 100 %")."""
     if not f.evidence:
-        return f.details.get("check", "") if isinstance(f.details.get("check"), str) else ""  # type: ignore[return-value]
+        check = f.details.get("check")
+        return check.replace("_", " ") if isinstance(check, str) else ""
     e = f.evidence[0]
+    short = e.signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "")
     if e.unit == "ratio":
-        short = e.signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "")
-        m10 = f" max10m {e.max_avg_10m:.1%}" if e.max_avg_10m is not None else ""
-        return f"{short} avg {e.avg or 0:.1%} p95 {e.p95 or 0:.1%}{m10} cov {e.coverage:.0%}"
+        m10 = f" max10m {percent(e.max_avg_10m)}" if e.max_avg_10m is not None else ""
+        return f"{short} avg {percent(e.avg or 0)} p95 {percent(e.p95 or 0)}{m10} cov {percent(e.coverage)}"
     if e.unit == "count" and len(f.evidence) > 1:
         n = f.evidence[0].avg
         return f"{_num(n)} GPU{'' if n == 1 else 's'}, {_num(f.evidence[1].avg)} requested"
-    return f"{e.signal} avg {e.avg}"
+    unit = {"percent": " %", "MiB": " MiB", "W": " W"}.get(e.unit, f" {e.unit}" if e.unit not in ("", "count") else "")
+    return f"{short} avg {_num(e.avg)}{unit}"
 
 
-#: Terminals narrower than this drop the evidence and confidence columns (unless `wide`).
-NARROW_COLUMNS = 120
 #: Cloud DNS suffixes left out of node names in tables (the caption says which).
 NODE_SUFFIXES = (".ec2.internal", ".compute.internal")
+#: Characters of a finding's fingerprint shown as its ID (more when two findings of the scan share them).
+SHORT_ID = 6
+#: USD/day from which a finding's amount is shown in red (high) or yellow (medium).
+SEVERITY_USD = ((Decimal(100), "bold red"), (Decimal(20), "yellow"))
+#: The rollup's name for node-level findings nobody owns (free GPUs, node-wide problems).
+NODE_OWNER = "(nodes: no owner)"
+#: Least width of the elided text columns (owner, workload).
+MIN_TEXT = {"owner": 6, "workload": 10, "node": 8, "evidence": 20}
 
 
 def short_node(name: str) -> tuple[str, str]:
@@ -79,109 +105,250 @@ def short_node(name: str) -> tuple[str, str]:
     return name, ""
 
 
-def fit_widths(columns: dict[str, list[str]], room: int) -> dict[str, int]:
-    """Widths of text columns sharing `room` characters: each gets at least its longest word (so text wraps at
-    spaces, never mid-word) and the rest goes where the text is longest; when even the longest words do not fit,
-    every column shrinks in proportion (then words break: unavoidable).
+def short_ids(findings: Sequence[Finding], least: int = SHORT_ID) -> dict[str, str]:
+    """fingerprint → the shortest prefix (≥ `least` hex characters) that no other finding of the scan shares.
+
+    `gpuwaste explain ID` accepts any unique prefix, so the ID shown is enough to find the finding again.
+    """
+    prints = sorted({f.fingerprint for f in findings})
+    out: dict[str, str] = {}
+    for n, fp in enumerate(prints):
+        size = least
+        for other in (prints[n - 1] if n else "", prints[n + 1] if n + 1 < len(prints) else ""):
+            common = next((i for i, (a, b) in enumerate(zip(fp, other, strict=False)) if a != b), min(len(fp), len(other)))
+            size = max(size, common + 1)
+        out[fp] = fp[:size]
+    return out
+
+
+def severity_style(usd_per_day: Decimal | None) -> str:
+    """Rich style of an amount: red from $100/day, yellow from $20/day, magenta when unpriced (NO_COLOR: none)."""
+    if usd_per_day is None:
+        return "magenta"
+    for floor, style in SEVERITY_USD:
+        if usd_per_day >= floor:
+            return style
+    return ""
+
+
+def fit_widths(columns: dict[str, list[str]], room: int, least: dict[str, int] | None = None) -> dict[str, int]:
+    """Widths of single-line text columns sharing `room` characters: each column gets its longest cell when all
+    fit; otherwise the widest column gives way first, down to its least width (`least`, default 6), so short
+    names (kinds, owners) stay whole and long ones (workloads, evidence) are elided in the middle.
     """
     want = {c: max([len(c), *(len(t) for t in texts)]) for c, texts in columns.items()}
-    least = {c: min(want[c], max([4, *(len(w) for t in texts for w in t.split())])) for c, texts in columns.items()}
-    if "evidence" in least and sum(least.values()) > room:  # evidence is numbers and signal names: it may break first
-        least["evidence"] = max(8, least["evidence"] - (sum(least.values()) - room))
-    room = max(room, 4 * len(columns))
-    if sum(want.values()) <= room:
-        return want
-    if sum(least.values()) >= room:
-        # the widest column gives way first, so short names (nodes, kinds) stay whole
-        cut = dict(least)
-        while sum(cut.values()) > room and max(cut.values()) > 4:
-            widest = max(cut, key=lambda c: cut[c])
-            cut[widest] -= 1
-        return cut
-    spare = room - sum(least.values())
-    extra = {c: want[c] - least[c] for c in columns}
-    total_extra = sum(extra.values()) or 1
-    return {c: least[c] + spare * extra[c] // total_extra for c in columns}
+    floor = {c: min(want[c], max(len(c), (least or {}).get(c, 6))) for c in columns}
+    cut = dict(want)
+    while sum(cut.values()) > room:
+        shrinkable = [c for c in cut if cut[c] > floor[c]]
+        if not shrinkable:
+            break
+        widest = max(shrinkable, key=lambda c: cut[c])
+        cut[widest] -= 1
+    return cut
 
 
-def findings_table(findings: Sequence[Finding], *, title: str = "GPU waste findings", width: int | None = None,
-                   wide: bool = False) -> Table:
-    """A rich table: owner, workload, node, wasted GPUs, kind, evidence, confidence, USD/day, with a total row.
+def table_overhead(columns: int) -> int:
+    """Characters a findings table spends beside its cells (SIMPLE_HEAD box, no outer edge: 3 per gap)."""
+    return 3 * (columns - 1)
 
-    Node names lose their cloud DNS suffix (NODE_SUFFIXES; the caption says so) and names wrap at spaces only
-    where the width allows (each text column is at least as wide as its longest word, up to a cap).
 
-    Args:
-        width: the console width; below NARROW_COLUMNS the evidence and confidence columns are left out unless `wide`.
-        wide: keep every column whatever the width.
-    """
-    narrow = width is not None and width < NARROW_COLUMNS and not wide
-    rows = [f for f in findings if f.kind is not WasteKind.DATA_QUALITY]
+@dataclass(frozen=True)
+class Row:
+    """One finding as the table shows it (every cell plain text: control characters removed)."""
+
+    finding: Finding
+    id: str
+    owner: str
+    workload: str
+    node: str
+    kind: str
+    gpus: str
+    usd: str
+    evidence: str
+    confidence: str
+
+
+def _rows(findings: Sequence[Finding], ids: dict[str, str], owner: Callable[[Finding], str], *,
+          long_names: bool) -> tuple[list[Row], set[str]]:
     removed: set[str] = set()
-
-    def shorten(text: str, node: str | None) -> str:
-        if not node:
-            return text
+    rows = []
+    for f in findings:
+        s = f.subject
+        node = s.node or "-"
         short, suffix = short_node(node)
-        if suffix and node in text:
+        if suffix:
             removed.add(suffix)
-            return text.replace(node, short)
-        return text
-
-    # a node finding's owner is its node, which the node column shows
-    owners = ["(node)" if owner_of(f).startswith("node ") else owner_of(f) for f in rows]
-    workloads = [shorten(workload_of(f), f.subject.node) for f in rows]
-    nodes = [shorten(f.subject.node or "-", f.subject.node) for f in rows]
-    kinds = [f.kind.value + (f" ({f.idle_mode.value})" if f.idle_mode else "") for f in rows]
-    evidence = [evidence_text(f) for f in rows]
-    caption = f"node names without {', '.join(sorted(removed))}" if removed else None
-    table = Table(title=title, show_lines=False, header_style="bold", caption=caption, caption_justify="left")
-    usds = [_usd(f.usd_per_day) if f.kind.is_waste else "not waste" for f in rows] + [_usd(sum((f.usd_per_day or Decimal(0) for f in rows), Decimal(0)))]
-    text_cols: dict[str, list[str]] = {"owner": owners, "workload": workloads, "node": nodes, "kind": kinds}
-    if not narrow:
-        text_cols["evidence"] = evidence
-    fixed = {"wasted GPUs": 6, "conf.": 6 if not narrow else 0, "USD/day": max(7, *(len(u) for u in usds))}
-    widths = fit_widths(text_cols, (width or 10_000) - 3 * (len(text_cols) + 3 - narrow) - 1 - sum(fixed.values()))
-    table.add_column("owner", overflow="fold", width=widths["owner"])
-    table.add_column("workload", overflow="fold", width=widths["workload"])
-    table.add_column("node", overflow="fold", width=widths["node"])
-    table.add_column("wasted GPUs", justify="right", width=fixed["wasted GPUs"])
-    table.add_column("kind", overflow="fold", width=widths["kind"])
-    if not narrow:
-        table.add_column("evidence", overflow="fold", width=widths["evidence"])
-        table.add_column("conf.", width=fixed["conf."])
-    table.add_column("USD/day", justify="right", width=fixed["USD/day"])
-    total = Decimal(0)
-    unpriced = 0
-    for f, owner, workload, node, kind, ev in zip(rows, owners, workloads, nodes, kinds, evidence, strict=True):
-        usd = f.usd_per_day
-        if usd is not None:
-            total += usd
-        elif f.kind.is_waste:
-            unpriced += 1
-        cells = [owner, workload, node, _share(f.wasted_gpu_share), kind]
-        if not narrow:
-            cells += [ev, f.confidence.value]
+        if s.workload_kind and s.workload_kind != "Node" and s.workload_name:
+            work = f"{s.workload_kind}/{s.workload_name}" if long_names else s.workload_name
+        else:
+            work = f"node {short}" if s.node else (s.pod or "-")
+        who = owner(f)
+        kind = kind_label(f.kind)
         caveat = " *" if f.cost is not None and f.cost.priced and f.cost.warnings else ""
-        table.add_row(*cells, (_usd(usd) if f.kind.is_waste else "not waste") + caveat)
-    note = f"+{unpriced} unpriced, not in the total" if unpriced else ""
-    table.add_section()
-    table.add_row("total", note, *[""] * (len(table.columns) - 3), _usd(total))
+        usd = "(shared)" if f.money_owner else usd_text(counted_usd_per_day(f)) if f.kind.is_waste else "not waste"
+        rows.append(Row(f, ids.get(f.fingerprint, f.fingerprint[:SHORT_ID]),
+                        plain("(node)" if who.startswith("node ") or who == NODE_OWNER else who),
+                        plain(work), plain(short), kind, gpus_text(f.wasted_gpu_share), usd + caveat,
+                        plain(evidence_text(f)), f.confidence.value))
+    return rows, removed
+
+
+def findings_table(findings: Sequence[Finding], *, title: str | None = "GPU waste findings", width: int | None = None,
+                   wide: bool = False, ids: dict[str, str] | None = None,
+                   owner: Callable[[Finding], str] | None = None) -> Table:
+    """The findings, one line each: ID, owner, workload, kind, wasted GPUs, USD/day (+ node, evidence and
+    confidence when they fit, or with `wide`).
+
+    No cell ever wraps: names are shortened in the middle (`llama-70b-…-vllm`), node names lose their cloud
+    DNS suffix (the caption says so), and the optional columns are left out when they do not fit `width`
+    (the caption says `--wide` shows them). With `wide` the evidence wraps at spaces instead.
+    """
+    waste = [f for f in findings if f.kind is not WasteKind.DATA_QUALITY]
+    ids = ids or short_ids(waste)
+    rows, removed = _rows(waste, ids, owner or owner_of, long_names=wide or (width or 10_000) >= 120)
+    room = width or 10_000
+    fixed = {"ID": max([2, *(len(r.id) for r in rows)]), "GPUs": max([4, *(len(r.gpus) for r in rows)]),
+             "USD/day": max([7, *(len(r.usd) for r in rows)])}
+    text: dict[str, list[str]] = {"owner": [r.owner for r in rows], "workload": [r.workload for r in rows],
+                                  "kind": [r.kind for r in rows]}
+    kind_w = max([4, *(len(k) for k in text["kind"])])
+    optional: list[tuple[str, list[str]]] = [("node", [r.node for r in rows]), ("conf.", [r.confidence for r in rows]),
+                                             ("evidence", [r.evidence for r in rows])]
+    chosen: list[str] = []
+    left_out: list[str] = []
+    for name, cells in optional:
+        trial = {**text, name: cells} if name != "conf." else text
+        extra_fixed = 6 if name == "conf." or "conf." in chosen else 0
+        cols = len(fixed) + len(text) + len(chosen) + 1
+        need = sum(fixed.values()) + extra_fixed + table_overhead(cols)
+        natural = sum(max([len(c), *(len(t) for t in v)]) for c, v in trial.items())
+        others = sum(max([len(c), *(len(t) for t in text[c])]) for c in text)
+        if wide or need + natural <= room or (name == "conf." and need + others <= room):
+            chosen.append(name)
+            if name != "conf.":
+                text[name] = cells
+        else:
+            left_out.append(name)
+    n_cols = len(fixed) + len(text) + (1 if "conf." in chosen else 0)
+    room_text = room - sum(fixed.values()) - (6 if "conf." in chosen else 0) - table_overhead(n_cols)
+    least = {**MIN_TEXT, "kind": kind_w}
+    if wide and "evidence" in text:  # --wide: the evidence wraps at spaces, so it can give way to the names
+        least["evidence"] = min(max([8, *(len(w) for e in text["evidence"] for w in e.split())]), 24)
+    widths = fit_widths(text, room_text, least)
+    caption_bits = []
+    if removed:
+        caption_bits.append(f"node names without {', '.join(sorted(removed))}")
+    if left_out:
+        caption_bits.append(f"{', '.join('confidence' if c == 'conf.' else c for c in left_out)}: --wide")
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold",
+                  caption=" · ".join(caption_bits) or None, caption_justify="left", title_justify="left")
+    table.add_column("ID", no_wrap=True, style="cyan")
+    columns = ["owner", "workload", *(["node"] if "node" in chosen else []), "kind"]
+    for c in columns:
+        table.add_column(c, no_wrap=True, width=widths[c])
+    table.add_column("GPUs", justify="right", no_wrap=True)
+    if "conf." in chosen:
+        table.add_column("conf.", no_wrap=True, width=6)
+    if "evidence" in chosen:
+        table.add_column("evidence", no_wrap=not wide, overflow="fold", width=widths["evidence"])
+    table.add_column("USD/day", justify="right", no_wrap=True)
+    for r in rows:
+        cells = [Text(r.id)]
+        for c in columns:
+            value = getattr(r, c)
+            cells.append(Text(elide(value, widths[c])))
+        cells.append(Text(r.gpus))
+        if "conf." in chosen:
+            cells.append(Text(r.confidence))
+        if "evidence" in chosen:
+            cells.append(Text(r.evidence if wide else elide(r.evidence, widths["evidence"])))
+        cells.append(Text(r.usd, style=severity_style(r.finding.usd_per_day)))
+        table.add_row(*cells)
     return table
 
 
-def data_quality_table(findings: Sequence[Finding]) -> Table | None:
-    """Data-quality findings (never idle) in their own table, or None when there are none."""
+@dataclass(frozen=True)
+class Group:
+    """One line of the rollup: a team (or namespace, or kind) and what its findings waste."""
+
+    name: str
+    findings: int
+    gpu_hours: Decimal
+    usd_per_day: Decimal
+    unpriced: int
+
+
+def rollup(findings: Sequence[Finding], key: Callable[[Finding], str]) -> list[Group]:
+    """Waste findings grouped by `key`, costliest first (money counted once: see `counted_usd_per_day`)."""
+    acc: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.kind.is_waste:
+            acc.setdefault(key(f), []).append(f)
+    groups = []
+    for name, fs in acc.items():
+        usd = sum((counted_usd_per_day(f) or Decimal(0) for f in fs), Decimal(0))
+        unpriced = sum(1 for f in fs if f.usd_per_day is None and not f.money_owner)
+        groups.append(Group(name, len(fs), sum((wasted_gpu_hours(f) for f in fs), Decimal(0)), usd, unpriced))
+    return sorted(groups, key=lambda g: (-g.usd_per_day, -g.gpu_hours, g.name))
+
+
+def rollup_table(groups: Sequence[Group], *, by: str = "team", width: int | None = None, window_s: int | None = None) -> Table:
+    """The per-owner rollup: name, findings, GPU-hours wasted in the window, USD/day, USD/month (no total row:
+    the total is the line printed after it)."""
+    hours_head = "GPU-h"
+    span = f" (GPU-hours in the {window_s // 60}-min window)" if window_s else ""
+    title = f"Waste by {by}{span}"
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold",
+                  title_justify="left", min_width=min(len(title), width or 10_000))
+    fixed = 8 + len(hours_head) + 11 + 12 + table_overhead(5)
+    name_w = max(4, min(max([len(by), *(len(g.name) for g in groups)]), (width or 10_000) - fixed))
+    table.add_column(by, no_wrap=True, width=name_w)
+    table.add_column("findings", justify="right", no_wrap=True)
+    table.add_column(hours_head, justify="right", no_wrap=True)
+    table.add_column("USD/day", justify="right", no_wrap=True)
+    table.add_column("USD/month", justify="right", no_wrap=True)
+    for g in groups:
+        table.add_row(Text(elide(plain(g.name), name_w)), str(g.findings), hours_text(g.gpu_hours),
+                      Text(usd_text(g.usd_per_day), style=severity_style(g.usd_per_day)),
+                      usd_whole(g.usd_per_day * DAYS_PER_MONTH))
+    return table
+
+
+def total_line(findings: Sequence[Finding], *, window_s: int | None = None) -> str:
+    """The last line of a scan: what all shown waste costs, per day and per month, and what is not in it."""
+    waste = [f for f in findings if f.kind.is_waste]
+    usd = sum((counted_usd_per_day(f) or Decimal(0) for f in waste), Decimal(0))
+    unpriced = sum(1 for f in waste if f.usd_per_day is None and not f.money_owner)
+    hrs = sum((wasted_gpu_hours(f) for f in waste), Decimal(0))
+    del window_s  # the rollup's GPU-h column says the window
+    more = f" (+{unpriced} unpriced)" if unpriced else ""
+    return (f"Total: {usd_text(usd)}/day · {usd_whole(usd * DAYS_PER_MONTH)}/month · "
+            f"{len(waste)} finding{'s' if len(waste) != 1 else ''}{more} · {hours_text(hrs)} GPU-h")
+
+
+def data_quality_table(findings: Sequence[Finding], *, width: int | None = None, verbose: bool = False) -> Table | None:
+    """Data-quality findings (never idle) in their own table, one line each (`verbose`: with what was seen), or
+    None when there are none."""
     rows = [f for f in findings if f.kind is WasteKind.DATA_QUALITY]
     if not rows:
         return None
-    table = Table(title="Data quality (no verdict on these)", header_style="bold")
-    table.add_column("check")
-    table.add_column("where", overflow="fold")
-    table.add_column("what", overflow="fold")
-    for f in rows:
-        where = f"{f.subject.namespace}/{f.subject.pod}" if f.subject.pod else (f.subject.node or "-")
-        table.add_row(str(f.details.get("check", "")), where, f.title)
+    table = Table(title="Data quality: no verdict on these", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  header_style="bold", title_justify="left")
+    checks = [str(f.details.get("check", "")).replace("_", " ") for f in rows]
+    wheres = [plain(f"{f.subject.namespace}/{f.subject.pod}" if f.subject.pod else (short_node(f.subject.node or "-")[0]))
+              for f in rows]
+    check_w = max([5, *(len(c) for c in checks)])
+    where_w = max(8, min(max([5, *(len(w) for w in wheres)]), (width or 10_000) - check_w - table_overhead(2)))
+    table.add_column("check", no_wrap=True)
+    table.add_column("where", no_wrap=True, width=where_w)
+    if verbose:
+        table.add_column("what", overflow="fold")
+    for f, check, where in zip(rows, checks, wheres, strict=True):
+        cells = [Text(check), Text(elide(where, where_w))]
+        if verbose:
+            cells.append(Text(plain(f.title)))
+        table.add_row(*cells)
     return table
 
 
@@ -250,13 +417,30 @@ def price_caveats(findings: Sequence[Finding]) -> list[str]:
 
 
 def print_findings(console: Console, findings: Sequence[Finding], *, wide: bool = False) -> None:
-    """Print the waste table and the data-quality table (narrow consoles drop evidence and confidence unless `wide`)."""
-    console.print(findings_table(findings, width=console.width, wide=wide))
-    caveats = price_caveats(findings)
-    if caveats:
-        console.print("* price caveats:", style="yellow", highlight=False)
-        for line in caveats:
-            console.print(f"  {line}", style="yellow", highlight=False)
-    dq = data_quality_table(findings)
+    """Print the data-quality table, the findings table and the price caveats (the scan's middle part)."""
+    dq = data_quality_table(findings, width=console.width)
     if dq is not None:
         console.print(dq)
+    console.print(findings_table(findings, width=console.width, wide=wide))
+    for line in price_caveat_lines(findings):
+        console.print(Text(line, style="yellow"))
+
+
+def price_caveat_lines(findings: Sequence[Finding]) -> list[str]:
+    """'* price caveat: …' lines, one per distinct warning, with how many findings it applies to."""
+    where: dict[str, int] = {}
+    for f in findings:
+        if f.cost is None or not f.cost.priced:
+            continue
+        for w in f.cost.warnings:
+            where[w] = where.get(w, 0) + 1
+    return [f"* {plain(w)} ({n} finding{'s' if n != 1 else ''})" for w, n in where.items()]
+
+
+def print_rollup(console: Console, findings: Sequence[Finding], *, key: Callable[[Finding], str], by: str = "team",
+                 window_s: int | None = None) -> None:
+    """Print the rollup by `by` and, as the very last line, the total."""
+    groups = rollup(findings, key)
+    if groups:
+        console.print(rollup_table(groups, by=by, width=console.width, window_s=window_s))
+    console.print(Text(total_line(findings, window_s=window_s), style="bold"))

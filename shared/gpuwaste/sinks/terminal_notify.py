@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape as rich_escape
 from rich.panel import Panel
 
 from gpuwaste.models.notices import DailySummary, Notice, PostedMessage
+from gpuwaste.models.text import for_terminal
 from gpuwaste.sinks.slack_blocks import render_notice, render_summary
 
 
@@ -53,19 +54,26 @@ class TerminalNotifier:
     def _emit(self, channel: str, title: str, text: str, thread_ts: str | None = None) -> PostedMessage:
         ts = f"{next(self._ts)}.000000"
         where = f"{channel} (thread {thread_ts})" if thread_ts else channel
-        self.console.print(Panel(rich_escape(text), title=rich_escape(f"{title} → {where}"), expand=False))
+        self.console.print(Panel(for_terminal(text, keep_lines=True), title=for_terminal(f"{title} → {where}"), expand=False))
         self.sent.append((channel, ts, text))
         return PostedMessage(channel=channel, ts=ts)
 
-    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None) -> list[PostedMessage]:
-        """Print the notice (each part of a long digest separately)."""
+    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None,
+             on_posted: Callable[[PostedMessage], None] | None = None) -> list[PostedMessage]:
+        """Print the notice (each part of a long digest separately; `on_posted` after each)."""
         now = self._now or datetime.now(UTC)
         target = channel or notice.route.channel
         out = []
         for payload in render_notice(notice, now=now):
             posted = self._emit(target, f"slack {notice.kind.value}", blocks_to_text(payload.blocks), thread_ts)
             out.append(posted.model_copy(update={"fingerprints": payload.fingerprints}))
+            if on_posted is not None:
+                on_posted(out[-1])
         return out
+
+    def find_posted(self, notice: Notice) -> list[PostedMessage]:
+        """A terminal keeps nothing to look up: always empty."""
+        return []
 
     def update(self, notice: Notice, *, channel: str, ts: str) -> PostedMessage:
         """Print the edited message."""

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape as rich_escape
 from rich.panel import Panel
 
 from gpuwaste.models.notices import TicketDraft
+from gpuwaste.models.text import for_terminal
 from gpuwaste.sinks.jira import adf_document
 
 LOCAL_PROJECT = "LOCAL"
@@ -31,6 +31,10 @@ def adf_to_text(node: dict[str, Any]) -> str:
         return text
     if kind == "hardBreak":
         return "\n"
+    if kind == "heading":
+        return "## " + "".join(adf_to_text(c) for c in node.get("content") or [])
+    if kind == "codeBlock":
+        return "\n".join("  $ " + line for line in "".join(adf_to_text(c) for c in node.get("content") or []).splitlines())
     children = [adf_to_text(c) for c in node.get("content") or []]
     if kind == "paragraph":
         return "".join(children)
@@ -56,7 +60,7 @@ class TerminalTicketSink:
         self.comments: list[tuple[str, str]] = []
 
     def _emit(self, title: str, text: str) -> None:
-        self.console.print(Panel(rich_escape(text), title=rich_escape(title), expand=False))
+        self.console.print(Panel(for_terminal(text, keep_lines=True), title=for_terminal(title), expand=False))
 
     def find_open(self, label: str) -> str | None:
         """A ticket this sink (or an earlier run, via `existing`) opened with `label`."""
@@ -69,11 +73,12 @@ class TerminalTicketSink:
         """Print the ticket (summary, project, labels, components, ADF description as text); return `LOCAL-<n>`."""
         key = f"{LOCAL_PROJECT}-{next(self._numbers)}"
         self.created[key] = draft
-        head = [f"Summary: {draft.summary}", f"Project: {draft.project} · {draft.issue_type}",
+        head = [f"Summary: {draft.summary}",
+                f"Project: {draft.project} · {draft.issue_type}" + (f" · priority {draft.priority}" if draft.priority else ""),
                 f"Labels: {', '.join(draft.labels) or '-'}"]
         if draft.components:
             head.append(f"Components: {', '.join(draft.components)}")
-        body = adf_to_text(adf_document(draft.paragraphs, draft.facts, draft.links))
+        body = adf_to_text(adf_document(draft.paragraphs, draft.facts, draft.links, draft.sections))
         self._emit(f"jira ticket {key} (would be created in {draft.project})", "\n".join(head) + "\n" + "-" * 40 + "\n" + body)
         return key
 

@@ -8,7 +8,6 @@ an optional `recording.json` (cluster name, evaluation time, window). Single fil
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -23,10 +22,13 @@ from gpuwaste.models.telemetry import TelemetryWindow
 from gpuwaste.sources.dcgm import TelemetryLabels
 from gpuwaste.sources.exposition import ParsedExposition, parse_exposition
 from gpuwaste.sources.k8s_objects import ClusterReadSettings, cluster_state_from_objects
+from gpuwaste.sources.limits import RecordingLimits, check_series, read_recording
 from gpuwaste.sources.metrics_plan import SeriesSummary, assemble, spec_for, summarise_samples
+from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json
 from gpuwaste.sources.window import window_stats
 
-TELEMETRY_NAMES = ("telemetry.om", "telemetry.om.gz", "telemetry.prom", "telemetry.prom.gz", "telemetry.txt", "metrics.prom", "metrics.om")
+TELEMETRY_NAMES = ("telemetry.om", "telemetry.om.gz", "telemetry.prom", "telemetry.prom.gz", "telemetry.txt", "metrics.prom", "metrics.om",
+                   "telemetry.json", "telemetry.json.gz")
 CLUSTER_NAMES = ("cluster.json",)
 META_NAME = "recording.json"
 
@@ -162,21 +164,19 @@ class RecordingTelemetrySource:
             f = self.telemetry_file
             if self._progress:
                 self._progress(f"reading {f}")
-            try:
-                data = f.read_bytes()
-            except OSError as exc:
-                raise InputFormatError(f"cannot read recording: {exc.strerror}", source=str(f)) from exc
-            if data[:2] == b"\x1f\x8b":
-                try:
-                    data = gzip.decompress(data)
-                except (OSError, EOFError) as exc:
-                    raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
+            limits = RecordingLimits.from_env()
+            data = read_recording(f, limits)  # size, NUL-byte and line-length limits, gunzipped
             self.default_time = self._default_time(at)
             default_ms = int(self.default_time.timestamp() * 1000)
             fmt = self.fmt
             if fmt == "auto" and f.name.endswith((".om", ".om.gz")):
                 fmt = "openmetrics"  # the extension says so: a missing `# EOF` is then reported as truncation
-            self._parsed = parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=_wanted)
+            if fmt == "auto" and looks_like_api_json(data):  # a saved /api/v1/query(_range) answer
+                self._parsed = parse_api_json(data, source=str(f), metric_filter=_wanted)
+            else:
+                self._parsed = parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms,
+                                                metric_filter=_wanted)
+            check_series(len(self._parsed.series), limits, source=str(f))
         return self._parsed
 
     def end_time(self) -> datetime:
@@ -271,7 +271,14 @@ class RecordingClusterSource:
         """The cluster JSON read, or None when the recording has none (telemetry-only scrape)."""
         if self.path.is_dir():
             return find_in(self.path, CLUSTER_NAMES)
-        return self.path if self.path.suffix == ".json" else None
+        if self.path.suffix != ".json":
+            return None
+        try:  # a saved Prometheus API answer is telemetry, not cluster state
+            with self.path.open("rb") as fh:
+                head = fh.read(4096)
+        except OSError:
+            return self.path
+        return None if looks_like_api_json(head) else self.path
 
     def cluster_state(self, *, at: datetime) -> ClusterState:
         """Parse the List (an empty cluster when the recording holds only telemetry).
@@ -286,6 +293,10 @@ class RecordingClusterSource:
             doc = json.loads(f.read_bytes())
         except json.JSONDecodeError as exc:
             raise InputFormatError(f"invalid JSON: {exc.msg}", source=str(f), line=exc.lineno) from exc
+        except UnicodeDecodeError as exc:
+            raise InputFormatError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(f)) from exc
+        except RecursionError as exc:
+            raise InputFormatError("JSON nested too deeply", source=str(f)) from exc
         except OSError as exc:
             raise InputFormatError(f"cannot read: {exc.strerror}", source=str(f)) from exc
         if isinstance(doc, dict) and isinstance(doc.get("items"), list):

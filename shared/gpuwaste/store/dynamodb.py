@@ -19,6 +19,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpuwaste.errors import GpuWasteError, PermanentError, StoreError
@@ -47,38 +48,43 @@ def _activity(record: FindingRecord) -> datetime:
     return record.activity_at or max(t for t in (record.last_seen, record.resolved_at) if t is not None)
 
 
+_SERIALIZER = TypeSerializer()
+_DESERIALIZER = TypeDeserializer()
+
+
 def to_item(record: FindingRecord) -> dict[str, Any]:
-    """A record as a DynamoDB item in the low-level wire format ({"S": ...}, {"N": ...})."""
+    """A record as a DynamoDB item in the low-level wire format ({"S": ...}, {"N": ...}), via boto3's TypeSerializer.
+
+    Times become fixed-format UTC strings (they sort as text), enums their values, tuples lists; empty strings and
+    None are left out.
+    """
     item: dict[str, Any] = {}
     for name, value in record.model_dump(mode="python").items():
         if value is None or value == "":
             continue
-        item[name] = _attr(value)
+        item[name] = _SERIALIZER.serialize(_plain(value))
     activity = _activity(record)
-    item["cluster_state"] = {"S": f"{record.cluster}#{record.state.value}"}
-    item["activity_ts"] = {"S": _time(activity)}
-    item["activity_day"] = {"S": activity.astimezone(UTC).date().isoformat()}
+    item["cluster_state"] = _SERIALIZER.serialize(f"{record.cluster}#{record.state.value}")
+    item["activity_ts"] = _SERIALIZER.serialize(_time(activity))
+    item["activity_day"] = _SERIALIZER.serialize(activity.astimezone(UTC).date().isoformat())
     return item
 
 
-def _attr(value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"BOOL": value}
+def _plain(value: Any) -> Any:
+    """A record value in the types TypeSerializer takes (str, Decimal/int, bool, list)."""
     if isinstance(value, Enum):
-        return {"S": str(value.value)}
-    if isinstance(value, int | Decimal):
-        return {"N": str(value)}
+        return str(value.value)
     if isinstance(value, datetime):
-        return {"S": _time(value)}
-    if isinstance(value, str):
-        return {"S": value}
+        return _time(value)
     if isinstance(value, list | tuple):
-        return {"L": [_attr(v) for v in value]}
-    raise TypeError(f"cannot store {type(value).__name__} in DynamoDB")
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    return value
 
 
 def from_item(item: dict[str, Any]) -> FindingRecord:
-    """A DynamoDB item (wire format) back to a record.
+    """A DynamoDB item (wire format) back to a record, via boto3's TypeDeserializer.
 
     Raises:
         PermanentError: the item does not hold a valid record.
@@ -87,22 +93,12 @@ def from_item(item: dict[str, Any]) -> FindingRecord:
     for name, attr in item.items():
         if name in _INDEX_ONLY:
             continue
-        data[name] = _value(name, attr)
+        value = _DESERIALIZER.deserialize(attr)
+        data[name] = int(value) if name in _INT_FIELDS and isinstance(value, Decimal) else value
     try:
         return FindingRecord.model_validate(data)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise PermanentError(f"dynamodb store: item {item.get('fingerprint')} is not a finding record: {exc}") from exc
-
-
-def _value(name: str, attr: dict[str, Any]) -> Any:
-    ((kind, raw),) = attr.items()
-    if kind == "N":
-        return int(raw) if name in _INT_FIELDS else Decimal(raw)
-    if kind == "BOOL":
-        return bool(raw)
-    if kind == "L":
-        return [_value(name, v) for v in raw]
-    return raw
 
 
 class DynamoDbFindingStore:
@@ -126,6 +122,69 @@ class DynamoDbFindingStore:
             raise _translate(exc) from exc
         item = resp.get("Item")
         return from_item(item) if item else None
+
+    def get_many(self, fingerprints: list[str]) -> dict[str, FindingRecord]:
+        """Records of the given fingerprints (strongly consistent BatchGetItem, 100 keys per call; absent ones left
+        out). Unprocessed keys (throttling) are asked again, then read one by one."""
+        out: dict[str, FindingRecord] = {}
+        keys = list(dict.fromkeys(fingerprints))
+        for k in range(0, len(keys), 100):
+            pending = [{"fingerprint": {"S": fp}} for fp in keys[k:k + 100]]
+            for _ in range(3):
+                if not pending:
+                    break
+                try:
+                    resp = self.client.batch_get_item(RequestItems={self.table_name: {"Keys": pending, "ConsistentRead": True}})
+                except (ClientError, BotoCoreError) as exc:
+                    raise _translate(exc) from exc
+                for item in resp.get("Responses", {}).get(self.table_name, []):
+                    record = from_item(item)
+                    out[record.fingerprint] = record
+                pending = list(resp.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", []))
+            for key in pending:  # still unprocessed: read them one by one
+                record_or_none = self.get(key["fingerprint"]["S"])
+                if record_or_none is not None:
+                    out[record_or_none.fingerprint] = record_or_none
+        return out
+
+    def update_many(self, updates: list[tuple[FindingRecord, int]]) -> list[bool]:
+        """`update` for each (record, expected_version): conditional puts in TransactWriteItems of up to 100 (one
+        call instead of one per record). A failed condition is that record's False; the others are written."""
+        results: list[bool | None] = [None] * len(updates)
+        for k in range(0, len(updates), 100):
+            todo = list(range(k, min(k + 100, len(updates))))
+            for _ in range(3):
+                if not todo:
+                    break
+                todo = self._transact(updates, todo, results)
+            for i in todo:  # kept conflicting with other transactions: one by one
+                record, version = updates[i]
+                results[i] = self.update(record, expected_version=version)
+        return [bool(r) for r in results]
+
+    def _transact(self, updates: list[tuple[FindingRecord, int]], todo: list[int], results: list[bool | None]) -> list[int]:
+        items = [{"Put": {"TableName": self.table_name, "Item": to_item(updates[i][0]),
+                          "ConditionExpression": "version = :expected",
+                          "ExpressionAttributeValues": {":expected": {"N": str(updates[i][1])}}}} for i in todo]
+        try:
+            self.client.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            if _code(exc) != "TransactionCanceledException":
+                raise _translate(exc) from exc
+            reasons = exc.response.get("CancellationReasons") or []
+            retry = []
+            for i, reason in zip(todo, reasons, strict=False):
+                code = (reason or {}).get("Code", "None")
+                if code == "ConditionalCheckFailed":
+                    results[i] = False
+                else:
+                    retry.append(i)  # written by nobody: the transaction was cancelled because of another item
+            return retry if len(reasons) == len(todo) else todo
+        except BotoCoreError as exc:
+            raise _translate(exc) from exc
+        for i in todo:
+            results[i] = True
+        return []
 
     def put_new(self, record: FindingRecord) -> bool:
         """Create the record; False when the fingerprint exists."""

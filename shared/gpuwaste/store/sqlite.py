@@ -9,10 +9,16 @@ corrupt the file — the next scan re-sends every open finding anyway).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import sqlite3
 import threading
-from datetime import datetime
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+
+from pydantic import BaseModel
 
 from gpuwaste.errors import StoreError
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
@@ -28,6 +34,19 @@ CREATE TABLE IF NOT EXISTS findings (
 );
 CREATE INDEX IF NOT EXISTS findings_by_cluster_state ON findings (cluster, state);
 CREATE INDEX IF NOT EXISTS findings_by_activity ON findings (activity_at);
+CREATE TABLE IF NOT EXISTS deliveries (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue TEXT NOT NULL,
+    dedupe_key TEXT NOT NULL,
+    body TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL,
+    done_at TEXT,
+    UNIQUE (queue, dedupe_key)
+);
+CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries (queue, state, id);
 """
 
 
@@ -45,7 +64,7 @@ class SqliteFindingStore:
 
     def __init__(self, path: Path | str = ":memory:") -> None:
         self.path = str(path)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: `transaction()` holds it around the calls it groups
         self._db: sqlite3.Connection | None = None
 
     def _conn(self) -> sqlite3.Connection:
@@ -65,6 +84,36 @@ class SqliteFindingStore:
                 raise _translate(exc) from exc
             self._db = db
         return self._db
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group the writes made inside into one transaction (one commit): each conditional write keeps its own
+        semantics, and a crash before the end undoes them all (the caller redoes them: scans are idempotent).
+        Nested use joins the outer transaction."""
+        with self._lock:
+            db = self._conn()
+            if db.in_transaction:
+                yield
+                return
+            try:
+                db.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise _translate(exc) from exc
+            try:
+                yield
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+            try:
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise _translate(exc) from exc
+
+    def update_many(self, updates: Sequence[tuple[FindingRecord, int]]) -> list[bool]:
+        """`update` for each (record, expected_version), in one transaction; one outcome per update."""
+        with self.transaction():
+            return [self.update(record, expected_version=version) for record, version in updates]
 
     def close(self) -> None:
         """Close the connection (a later call reopens it)."""
@@ -117,11 +166,139 @@ class SqliteFindingStore:
         # activity_at strings may carry different offsets; compare as datetimes, not text
         return [r for r in records if since <= _activity_dt(r) <= until]
 
+    def with_outbox(self) -> list[FindingRecord]:
+        """Records whose outbox holds messages decided but not yet handed to a delivery queue (a crash between
+        the lifecycle's write and its send)."""
+        with self._lock:
+            rows = self._execute("SELECT body FROM findings WHERE json_extract(body, '$.outbox_json') != ''", ()).fetchall()
+        return [FindingRecord.model_validate_json(r[0]) for r in rows]
+
+    def get_many(self, fingerprints: list[str]) -> dict[str, FindingRecord]:
+        """Records of the given fingerprints (absent ones left out), in one query per 500."""
+        out: dict[str, FindingRecord] = {}
+        with self._lock:
+            for k in range(0, len(fingerprints), 500):
+                chunk = fingerprints[k:k + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._execute(f"SELECT body FROM findings WHERE fingerprint IN ({marks})", tuple(chunk)).fetchall()
+                for (body,) in rows:
+                    record = FindingRecord.model_validate_json(body)
+                    out[record.fingerprint] = record
+        return out
+
+    def delivery_queue(self, name: str) -> DeliveryQueue:
+        """The durable delivery queue `name` ("alerts", "tickets", "summary") kept in this database."""
+        return DeliveryQueue(self, name)
+
     def _execute(self, sql: str, params: tuple[object, ...]) -> sqlite3.Cursor:
         try:
             return self._conn().execute(sql, params)
         except sqlite3.Error as exc:
             raise _translate(exc) from exc
+
+
+@dataclass(frozen=True)
+class PendingDelivery:
+    """A message waiting in a delivery queue: its row id, JSON body and how often delivery was tried."""
+
+    id: int
+    body: str
+    attempts: int
+    last_error: str
+
+
+class DeliveryQueue:
+    """A durable outbox in the SQLite state (the local chain's alerts / tickets / summary queues).
+
+    `send` stores each message as *pending*, once per identity (`dedupe_key` of the message: an alert's
+    `fingerprint:action:scan_id`), so a lifecycle outbox re-sent after a crash is not queued twice. A consumer
+    takes `pending()` messages, calls `attempt()` before it calls the sink (so a later run knows the sink may
+    already have it), and `done()` only once the sink accepted the message. What is left pending is delivered
+    by the next run; nothing is marked done on the producer's side.
+    """
+
+    def __init__(self, store: SqliteFindingStore, name: str) -> None:
+        self.store = store
+        self.name = name
+        self.sent: list[str] = []  # bodies queued by this process (for the run's own report)
+
+    def send(self, messages: Sequence[BaseModel]) -> None:
+        """Store the messages as pending (an identity already stored, pending or done, is ignored)."""
+        if not messages:
+            return
+        now = datetime.now(tz=UTC).isoformat()
+        rows = []
+        for m in messages:
+            body = m.model_dump_json()
+            rows.append((self.name, _dedupe_key(m, body), body, "pending", now))
+            self.sent.append(body)
+        with self.store.transaction():
+            try:
+                self.store._conn().executemany("INSERT OR IGNORE INTO deliveries (queue, dedupe_key, body, state, "
+                                               "created_at) VALUES (?, ?, ?, ?, ?)", rows)
+            except sqlite3.Error as exc:
+                raise _translate(exc) from exc
+
+    def send_alerts(self, messages: Sequence[BaseModel]) -> None:
+        """`ports.AlertQueue.send_alerts`."""
+        self.send(messages)
+
+    def pending(self) -> list[PendingDelivery]:
+        """Pending messages, oldest first."""
+        with self.store._lock:
+            rows = self.store._execute(
+                "SELECT id, body, attempts, last_error FROM deliveries WHERE queue = ? AND state = 'pending' ORDER BY id",
+                (self.name,)).fetchall()
+        return [PendingDelivery(int(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in rows]
+
+    def count_pending(self) -> int:
+        """How many messages wait."""
+        with self.store._lock:
+            row = self.store._execute("SELECT COUNT(*) FROM deliveries WHERE queue = ? AND state = 'pending'",
+                                      (self.name,)).fetchone()
+        return int(row[0])
+
+    def attempt(self, ids: Sequence[int]) -> None:
+        """Count a delivery attempt for these messages (before the sink is called)."""
+        self._many("UPDATE deliveries SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in ids])
+
+    def done(self, ids: Sequence[int]) -> None:
+        """Mark messages delivered (the sink accepted them)."""
+        now = datetime.now(tz=UTC).isoformat()
+        self._many("UPDATE deliveries SET state = 'done', done_at = ?, last_error = '' WHERE id = ?",
+                   [(now, i) for i in ids])
+
+    def failed(self, id_: int, error: str) -> None:
+        """Keep a message pending with the reason its delivery failed."""
+        self._many("UPDATE deliveries SET last_error = ? WHERE id = ?", [(error[:1000], id_)])
+
+    def prune(self, *, done_before: datetime) -> int:
+        """Forget messages delivered before `done_before` (the state file does not grow without bound); returns how many."""
+        with self.store.transaction():
+            cur = self.store._execute("DELETE FROM deliveries WHERE queue = ? AND state = 'done' AND done_at < ?",
+                                      (self.name, done_before.astimezone(UTC).isoformat()))
+            return int(cur.rowcount)
+
+    def _many(self, sql: str, rows: list[tuple[object, ...]]) -> None:
+        if not rows:
+            return
+        with self.store.transaction():
+            try:
+                self.store._conn().executemany(sql, rows)
+            except sqlite3.Error as exc:
+                raise _translate(exc) from exc
+
+
+def _dedupe_key(message: BaseModel, body: str) -> str:
+    """A message's identity in a delivery queue: `fingerprint:action:scan_id` for alerts, else the body's hash."""
+    fingerprint = getattr(message, "fingerprint", None)
+    action = getattr(message, "action", None)
+    if fingerprint and action is not None:
+        return f"{fingerprint}:{getattr(action, 'value', action)}:{getattr(message, 'scan_id', '') or '-'}"
+    key = getattr(message, "dedupe_key", None)
+    if isinstance(key, str) and key:
+        return key
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def _activity_dt(record: FindingRecord) -> datetime:
@@ -133,4 +310,4 @@ def _translate(exc: Exception) -> StoreError:
     return StoreError(f"sqlite store: {type(exc).__name__}: {exc}")
 
 
-__all__ = ["SqliteFindingStore"]
+__all__ = ["DeliveryQueue", "PendingDelivery", "SqliteFindingStore"]

@@ -1,0 +1,160 @@
+"""Cluster-state benchmark (issue 13 §4): the Kubernetes API (raw JSON) and kube-state-metrics (five PromQL queries).
+
+For each size (default 1,000 and 10,000 GPUs) it generates the bench's random fleet (`bench.run.make_fleet`),
+serves its objects from the fake kube-apiserver, writes the same cluster as kube-state-metrics v2 series
+(`Fleet.ksm_series`, one sample a minute over 1 h 10 min) and backfills a real Prometheus with them (promtool). Then
+a child process (its own interpreter, so the fake apiserver does not share its GIL) reads the cluster state
+`--repeats` times from each source: `KubernetesPodSource.cluster_state` (pages of 500, `_preload_content=False`,
+`json.loads`, no client model objects) and `PrometheusKsmSource.cluster_state` (window 1 h; five instant queries,
+4 in flight). The median wall time
+of each is compared with the scan's wall time at 10,000 GPUs: `--scan-s`, else the 10,004-GPU scan recorded in
+bench/RESULTS.md (`make bench`).
+
+Run: `PYTHONPATH=shared:. .venv/bin/python bench/cluster_state.py [--sizes 1000,10000] [--repeats 3] [--scan-s S]`.
+Prints a table (markdown) on stdout; progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT / "shared", ROOT):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+TARGET_SHARE = 0.10
+
+
+def child(args: dict[str, Any]) -> dict[str, Any]:
+    """Read the cluster state `repeats` times from each source; wall seconds per read, and what was read."""
+    from datetime import timedelta
+
+    from gpuwaste.settings import KubernetesSettings, PrometheusSettings
+    from gpuwaste.sources.ksm import PrometheusKsmSource
+    from gpuwaste.sources.kubernetes import KubernetesPodSource
+    from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+
+    at = datetime.fromisoformat(args["at"])
+    out: dict[str, Any] = {}
+    api = KubernetesPodSource.from_settings(KubernetesSettings(mode="kubeconfig", kubeconfig=args["kubeconfig"], timeout_s=120),
+                                            cluster="bench")
+    prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=args["prometheus"], timeout_s=120), cluster="bench")
+    ksm = PrometheusKsmSource(prom, cluster="bench", window=timedelta(seconds=args["window_s"]), scrape_interval_s=60)
+    for name, source in (("api", api), ("ksm", ksm)):
+        walls, cpus = [], []
+        state = None
+        for _ in range(args["repeats"]):
+            c0, t0 = time.process_time(), time.perf_counter()
+            state = source.cluster_state(at=at)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+        assert state is not None
+        out[name] = {"wall_s": walls, "cpu_s": cpus, "pods": len(state.pods), "holding": sum(p.holds_gpus for p in state.pods),
+                     "nodes": len(state.nodes), "exporters": len(state.exporter_pods)}
+    out["ksm"]["queries"] = ksm.query_count
+    return out
+
+
+def bench_size(gpus: int, repeats: int, workroot: Path) -> dict[str, Any]:
+    """Build, serve and backfill one fleet; measure both sources in a child process."""
+    from bench.run import EVAL_TS, WINDOW_S, backfill, kube_objects, log, make_fleet, prometheus
+    from gpuwaste.sources.exposition import write_openmetrics
+    from gpuwaste.sources.ksm import KSM_METRICS
+    from tests.servers.kube_api import FakeKubeApi, write_kubeconfig
+
+    work = workroot / f"g{gpus}"
+    work.mkdir(parents=True)
+    fleet = make_fleet(gpus, "lean")
+    series = fleet.ksm_series()
+    om = work / "ksm.om"
+    with om.open("w") as fh:
+        write_openmetrics(series, fh, types=dict.fromkeys(KSM_METRICS, "gauge"))
+    samples = sum(len(s.values) for s in series)
+    log(f"{gpus} GPUs: {len(series)} KSM series, {samples} samples; backfilling")
+    del series
+    data_dir = work / "data"
+    backfill(om, data_dir)
+    om.unlink()
+    objects = kube_objects(fleet)
+    kube = FakeKubeApi(pods=objects.pop("pods", []), nodes=objects.pop("nodes", []), others=objects).start()
+    try:
+        kubeconfig = write_kubeconfig(work / "kubeconfig", kube.url)
+        with prometheus(data_dir) as (url, _proc, _ready):
+            args = {"kubeconfig": str(kubeconfig), "prometheus": url, "repeats": repeats, "window_s": WINDOW_S,
+                    "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat()}
+            proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(args)], capture_output=True, text=True,
+                                  timeout=1800, cwd=ROOT, env={**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}:{ROOT}"}, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(proc.stderr[-3000:])
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+    finally:
+        kube.stop()
+    result["gpus"] = len({g.uuid for g in fleet.gpus})
+    result["ksm_series"] = len(fleet.ksm_series())
+    return result
+
+
+def recorded_scan_s() -> float | None:
+    """The 10,004-GPU scan wall time recorded in bench/RESULTS.md by `make bench` (None when not found)."""
+    try:
+        text = (ROOT / "bench" / "RESULTS.md").read_text()
+    except OSError:
+        return None
+    found = re.findall(r"scan of 10,0\d\d GPUs end to end \| [^|]* \| ([\d.]+) s", text)
+    return float(found[-1]) if found else None  # the latest run
+
+
+def main() -> int:
+    """Run the benchmark and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--scan-s", type=float, default=None, help="the scan's wall time at 10,000 GPUs (default: bench/RESULTS.md)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.child:
+        sys.stdout.write(json.dumps(child(json.loads(opts.child))) + "\n")
+        return 0
+    scan_s = opts.scan_s or recorded_scan_s()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpuwaste-bench-cs-") as tmp:
+        for gpus in (int(x) for x in opts.sizes.split(",")):
+            rows.append(bench_size(gpus, opts.repeats, Path(tmp)))
+    load = os.getloadavg()
+    print(f"Cluster state ({platform.node()}, {os.cpu_count()} CPUs, load {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}, "
+          f"Python {platform.python_version()}); median of {opts.repeats} reads, wall seconds (CPU seconds of the reading process)")
+    print(f"Scan wall time at 10,000 GPUs used for the share: {scan_s if scan_s is not None else 'unknown'} s "
+          f"({'--scan-s' if opts.scan_s else 'bench/RESULTS.md'}); target ≤ {TARGET_SHARE:.0%} each")
+    print()
+    print("| GPUs | GPU + exporter pods | nodes | Kubernetes API (raw JSON) | share of scan | kube-state-metrics (queries) | share of scan | KSM series |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        api_s, ksm_s = statistics.median(r["api"]["wall_s"]), statistics.median(r["ksm"]["wall_s"])
+        api_cpu, ksm_cpu = statistics.median(r["api"]["cpu_s"]), statistics.median(r["ksm"]["cpu_s"])
+        big = bool(scan_s) and r["gpus"] >= 10_000
+
+        def share(seconds: float, big: bool = big) -> str:
+            return f"{seconds / scan_s:.1%}" if big and scan_s else "–"
+
+        print(f"| {r['gpus']:,} | {r['api']['pods'] + r['api']['exporters']:,} | {r['api']['nodes']:,} | {api_s:.2f} s ({api_cpu:.2f}) | "
+              f"{share(api_s)} | {ksm_s:.2f} s ({ksm_cpu:.2f}) ({r['ksm']['queries']}) | {share(ksm_s)} | {r['ksm_series']:,} |")
+        if r["api"]["pods"] != r["ksm"]["pods"] or r["api"]["holding"] != r["ksm"]["holding"]:
+            print(f"  MISMATCH at {r['gpus']} GPUs: API {r['api']}, KSM {r['ksm']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,223 @@
+"""Adapter (pure): numbers, dates and names as people read them, one format across every surface.
+
+Terminal tables, Jira tickets, the summary report (terminal, Markdown, HTML) and the Slack summary header use
+these helpers, so a date or an amount reads the same wherever it appears. Exact values stay in JSON.
+
+- money: `$1,234.57` (cents), `$2.74/GPU-h` (price per GPU-hour), `$84.20/day`, `$2,526/month` (whole dollars);
+- dates: `2026-11-28 10:00 UTC` (`when`), `2026-11-28` (`day`);
+- ratios (0–1) shown as percent (`4 %`): one unit for people, whatever the detector stores;
+- names from the cluster: `plain` drops control characters (a pod name cannot move the cursor or ring a
+  bell) and `elide` shortens a name in the middle (`llama-70b-…-vllm`) so a table cell never wraps.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+
+from gpuwaste.models.findings import Finding, WasteKind
+from gpuwaste.models.text import strip_controls
+
+CENT = Decimal("0.01")
+DOLLAR = Decimal("1")
+#: Days in the "USD/month" figures people read (30; the JSON keeps USD/day exact).
+DAYS_PER_MONTH = Decimal(30)
+HOURS_PER_DAY = Decimal(24)
+
+
+
+def plain(text: str) -> str:
+    """`text` without escape sequences and control characters (C0/C1, bidi overrides, zero-width): safe to print in
+    one cell as plain text (`models.text.strip_controls`, the product's one sanitiser)."""
+    return strip_controls(text)
+
+
+def elide(text: str, width: int) -> str:
+    """`text` shortened to at most `width` characters by cutting its middle (`llama-70b-…-vllm`)."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    if width <= 2:
+        return text[:width]
+    head = (width - 1 + 1) // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def usd(value: Decimal | None) -> str:
+    """USD with cents and thousands separators ("$1,234.50"); "unpriced" for None."""
+    if value is None:
+        return "unpriced"
+    return f"${value.quantize(CENT, rounding=ROUND_HALF_UP):,}"
+
+
+def usd_whole(value: Decimal | None) -> str:
+    """USD rounded to whole dollars ("$2,526") for monthly figures; cents below $10 ("$7.20")."""
+    if value is None:
+        return "unpriced"
+    if abs(value) < 10:
+        return usd(value)
+    return f"${value.quantize(DOLLAR, rounding=ROUND_HALF_UP):,}"
+
+
+def per_gpu_hour(value: Decimal | None) -> str:
+    """A price per GPU-hour as people read it: "$2.74/GPU-h" (exact value in JSON)."""
+    return "unpriced" if value is None else f"{usd(value)}/GPU-h"
+
+
+def per_day(value: Decimal | None) -> str:
+    """"$84.20/day"; "unpriced" for None."""
+    return "unpriced" if value is None else f"{usd(value)}/day"
+
+
+def per_month(usd_per_day: Decimal | None) -> str:
+    """USD/day × 30 as "$2,526/month"; "unpriced" for None."""
+    return "unpriced" if usd_per_day is None else f"{usd_whole(usd_per_day * DAYS_PER_MONTH)}/month"
+
+
+def money(value: Decimal) -> str:
+    """Money for machines that people also read (summary JSON): a decimal string rounded to the cent."""
+    return f"{value.quantize(CENT, rounding=ROUND_HALF_UP)}"
+
+
+def gpus(value: Decimal | float) -> str:
+    """A GPU count or share with at most 2 decimals, trailing zeros dropped ("2", "0.29")."""
+    d = Decimal(str(value)).quantize(CENT, rounding=ROUND_HALF_UP).normalize()
+    return f"{d:f}"
+
+
+def hours(value: Decimal | float) -> str:
+    """GPU-hours with one decimal ("12.5")."""
+    return f"{Decimal(str(value)).quantize(Decimal('0.1'), rounding=ROUND_HALF_UP):,}"
+
+
+def percent(ratio: float | None) -> str:
+    """A ratio 0–1 as percent for people: "4 %", "0.5 %", "96 %"; "-" for None."""
+    if ratio is None:
+        return "-"
+    p = ratio * 100
+    if p != 0 and abs(p) < 1:
+        return f"{p:.1f} %"
+    return f"{p:.0f} %"
+
+
+def when(value: datetime) -> str:
+    """A UTC time as "2026-11-28 10:00 UTC" (the one date-time format of every surface)."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def day(value: datetime) -> str:
+    """A UTC date as "2026-11-28"."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d")
+
+
+def period_date(until: datetime) -> str:
+    """The date a report for a period ending at `until` (exclusive) is titled with: the period's last day."""
+    return day(until - timedelta(microseconds=1))
+
+
+def age(since: datetime, now: datetime) -> str:
+    """How long ago, from the scan's time (not the wall clock): "3d 4h", "5h 10m", "35m"."""
+    seconds = max(0, int((now - since).total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    hrs, rest = divmod(rest, 3600)
+    if days:
+        return f"{days}d {hrs}h"
+    if hrs:
+        return f"{hrs}h {rest // 60}m"
+    return f"{rest // 60}m"
+
+
+#: Kind names for people (short enough for an 80-column table).
+KIND_LABELS: dict[WasteKind, str] = {
+    WasteKind.IDLE: "idle",
+    WasteKind.UNDERUSED: "under-used",
+    WasteKind.UNALLOCATED: "unallocated",
+    WasteKind.DATA_QUALITY: "data quality",
+    WasteKind.POWER_ANOMALY: "power",
+    WasteKind.LOW_MEMORY_BANDWIDTH: "bandwidth",
+    WasteKind.STALLED: "stalled",
+    WasteKind.WRONG_HARDWARE: "wrong hw",
+    WasteKind.CPU_BOUND: "CPU-bound",
+    WasteKind.KV_CACHE_PRESSURE: "KV cache",
+    WasteKind.INFERENCE_IDLE: "serving idle",
+    WasteKind.ORPHANED: "orphaned",
+}
+
+
+def kind_label(kind: WasteKind | str) -> str:
+    """A kind as people read it ("idle", "wrong hw", "KV cache")."""
+    try:
+        return KIND_LABELS[WasteKind(kind)]
+    except ValueError:
+        return str(kind).replace("_", " ")
+
+
+def parse_kind(text: str) -> WasteKind | None:
+    """A kind from its value (`idle_allocation`), its label (`idle`, `wrong hw`) or a dashed form; None if unknown."""
+    t = text.strip().lower().replace("-", "_").replace(" ", "_")
+    for kind, label in KIND_LABELS.items():
+        if t in (kind.value, label.lower().replace("-", "_").replace(" ", "_")):
+            return kind
+    return None
+
+
+def people_formula(finding: Finding) -> str:
+    """The cost formula with rounded numbers: "$2.74/GPU-h × 2 GPUs × 24 h = $131.75/day"."""
+    c = finding.cost
+    if c is None or not c.priced or c.usd_per_gpu_hour is None:
+        return "unpriced (no price for this instance type or GPU)"
+    share = c.wasted_gpu_share
+    unit = "GPU" if share == 1 else "GPUs"
+    return f"{per_gpu_hour(c.usd_per_gpu_hour)} × {gpus(share)} {unit} × 24 h = {per_day(c.usd_per_day)}"
+
+
+def wasted_gpu_hours(finding: Finding) -> Decimal:
+    """GPU-hours wasted in the scan window: the finding's own figure, else share × observed (or window) hours."""
+    if finding.wasted_gpu_hours:
+        return finding.wasted_gpu_hours
+    seconds = finding.observed_s or finding.window_s
+    return finding.wasted_gpu_share * Decimal(seconds) / Decimal(3600)
+
+
+def counted_usd_per_day(finding: Finding) -> Decimal | None:
+    """The finding's USD/day as it counts in totals: None when another finding owns the money (priced once)."""
+    if finding.money_owner:
+        return None
+    return finding.usd_per_day
+
+
+_CODE = re.compile(r"\s*\((?:field guide )?B\d{2}\)|,?\s*\bB\d{2}\b(?=[;,)])|\s*\(see \.\./shared/[^)]*\)")
+
+
+def no_codes(text: str) -> str:
+    """`text` without the field guide's internal codes ("(B16)", ", B15") that users do not have."""
+    return _CODE.sub("", text)
+
+
+def setting_text(name: str, value: object) -> str:
+    """A detector setting as people read it: ratios as percent, seconds as durations, MiB and W with units."""
+    label = name.replace("_", " ")
+    if isinstance(value, bool) or value is None:
+        return f"{label}: {value}"
+    if isinstance(value, float | int) and name.endswith("_ratio"):
+        return f"{label.removesuffix(' ratio')}: {percent(float(value))}"
+    if isinstance(value, int | float) and name.endswith("_s"):
+        return f"{label.removesuffix(' s')}: {duration(int(value))}"
+    for suffix, unit in (("_mib", "MiB"), ("_w", "W"), ("_pct", "%"), ("_percent", "%")):
+        if name.endswith(suffix) and isinstance(value, int | float):
+            return f"{label.removesuffix(suffix.replace('_', ' '))}: {value:g} {unit}"
+    return f"{label}: {value}"
+
+
+def duration(seconds: int) -> str:
+    """Seconds as people say them: "7 d", "2 h", "90 min", "45 s"."""
+    if seconds and seconds % 86400 == 0:
+        return f"{seconds // 86400} d"
+    if seconds and seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"

@@ -1,0 +1,217 @@
+"""Service (pure): what a Jira ticket says — a summary line with the money, a priority from USD/day, and sections
+a reader acts on: what, evidence (people's units), cost and since when, how to fix (a concrete command), done
+when, how to snooze, where the Slack thread is.
+
+The Jira sink renders `TicketDraft.sections` as ADF headings, paragraphs, bullet lists and code blocks; the
+terminal ticket printer renders the same document as text, so `make demo` shows what Jira would get.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from gpuwaste.models.findings import Evidence, Finding, WasteKind
+from gpuwaste.models.notices import TicketSection
+from gpuwaste.people import (
+    age,
+    kind_label,
+    no_codes,
+    people_formula,
+    per_day,
+    per_month,
+    percent,
+    plain,
+    usd,
+    when,
+)
+
+#: Jira priority by USD/day wasted (first floor reached wins); below the last: "Low".
+PRIORITY_FLOORS: tuple[tuple[Decimal, str], ...] = ((Decimal(500), "Highest"), (Decimal(100), "High"), (Decimal(20), "Medium"))
+
+#: What each kind means, in one sentence for the ticket's reader.
+MEANING: dict[WasteKind, str] = {
+    WasteKind.IDLE: "The GPUs are allocated to the workload but do (almost) nothing.",
+    WasteKind.UNDERUSED: "The workload holds more GPU than it uses: every 10-minute average stayed low.",
+    WasteKind.UNALLOCATED: "GPUs on this node are paid for but no pod requests them.",
+    WasteKind.POWER_ANOMALY: "The GPU draws near its power limit while doing little compute work.",
+    WasteKind.LOW_MEMORY_BANDWIDTH: "The GPU is neither compute- nor memory-bound: most of it waits.",
+    WasteKind.STALLED: "The GPU looks busy but does no work (no tensor or memory traffic, idle power): the job is stuck.",
+    WasteKind.WRONG_HARDWARE: "The workload would fit a smaller, cheaper GPU: its memory and compute peaks are low.",
+    WasteKind.CPU_BOUND: "The GPU waits for the CPU: the container is throttled by its CPU limit.",
+    WasteKind.KV_CACHE_PRESSURE: "The inference server's KV cache is full: requests queue and get preempted.",
+    WasteKind.INFERENCE_IDLE: "The inference server is loaded but serves no traffic.",
+    WasteKind.ORPHANED: "The GPUs are held by a pod whose owner is gone or whose work has finished.",
+    WasteKind.DATA_QUALITY: "The telemetry cannot be judged: no verdict, no money.",
+}
+
+
+def priority_for(usd_per_day: Decimal | None) -> str:
+    """Jira priority from USD/day: Highest ≥ $500, High ≥ $100, Medium ≥ $20, else Low (unpriced: Medium)."""
+    if usd_per_day is None:
+        return "Medium"
+    for floor, name in PRIORITY_FLOORS:
+        if usd_per_day >= floor:
+            return name
+    return "Low"
+
+
+def where_of(finding: Finding) -> str:
+    """"namespace/workload (cluster)" or "node NAME (cluster)"."""
+    s = finding.subject
+    if s.namespace and (s.workload_name or s.pod):
+        return f"{s.namespace}/{s.workload_name or s.pod} ({s.cluster})"
+    return f"node {s.node or '-'} ({s.cluster})"
+
+
+def ticket_summary(finding: Finding) -> str:
+    """The summary line: money first ("$660.48/day GPU waste: idle, inference/llama-70b-vllm (demo)")."""
+    money = per_day(finding.usd_per_day) if finding.usd_per_day is not None else "unpriced"
+    return plain(f"{money} GPU waste: {kind_label(finding.kind)}, {where_of(finding)}")
+
+
+def _resource(finding: Finding) -> str | None:
+    """`kind/name` for kubectl, from the workload (None for node-level findings)."""
+    s = finding.subject
+    if not s.namespace:
+        return None
+    kind = (s.workload_kind or "Pod").lower()
+    name = s.workload_name or s.pod
+    if kind in ("node", "") or not name:
+        return None
+    if kind == "pod":
+        return f"pod/{s.pod or name}"
+    return f"{kind}/{name}"
+
+
+def fix_commands(finding: Finding) -> list[str]:
+    """Concrete commands that stop the waste (the reader checks them before running them)."""
+    s = finding.subject
+    res = _resource(finding)
+    ns = f"-n {s.namespace} " if s.namespace else ""
+    kind = finding.kind
+    wk = (s.workload_kind or "").lower()
+    if res is None:
+        node = s.node or "NODE"
+        return [f"kubectl cordon {node}",
+                f"kubectl drain {node} --ignore-daemonsets --delete-emptydir-data   # then let the autoscaler remove it"]
+    scalable = wk in ("deployment", "statefulset", "replicaset")
+    if kind is WasteKind.STALLED:
+        pod = s.pod or "POD"
+        return [f"kubectl {ns}logs {pod} --all-containers --tail=200", f"kubectl {ns}delete pod/{pod}   # restarts it"]
+    if kind is WasteKind.CPU_BOUND and scalable:
+        return [f"kubectl {ns}set resources {res} --limits=cpu=16 --requests=cpu=8   # raise the CPU limit"]
+    if kind is WasteKind.KV_CACHE_PRESSURE and scalable:
+        return [f"kubectl {ns}scale {res} --replicas=2   # one more replica (or raise --gpu-memory-utilization)"]
+    if kind in (WasteKind.UNDERUSED, WasteKind.WRONG_HARDWARE) and scalable:
+        return [f"kubectl {ns}set resources {res} --limits=nvidia.com/gpu=1 --requests=nvidia.com/gpu=1   # fewer GPUs",
+                f"kubectl {ns}patch {res} -p '{{\"spec\":{{\"template\":{{\"spec\":{{\"nodeSelector\":"
+                f"{{\"node.kubernetes.io/instance-type\":\"g6.xlarge\"}}}}}}}}}}'   # a smaller GPU"]
+    if kind in (WasteKind.POWER_ANOMALY, WasteKind.LOW_MEMORY_BANDWIDTH):
+        pod = s.pod or "POD"
+        return [f"kubectl {ns}exec {pod} -- nvidia-smi dmon -s pucm -c 10   # see what the GPU does"]
+    if wk == "cronjob":
+        return [f"kubectl {ns}patch {res} -p '{{\"spec\":{{\"suspend\":true}}}}'   # stop new runs",
+                f"kubectl {ns}delete pod/{s.pod}" if s.pod else f"kubectl {ns}delete jobs --field-selector status.successful=1"]
+    if scalable:
+        return [f"kubectl {ns}scale {res} --replicas=0"]
+    if res.startswith("pod/"):
+        return [f"kubectl {ns}delete {res}"]
+    return [f"kubectl {ns}delete {res}   # or stop it the way it was started"]
+
+
+def done_when(finding: Finding) -> str:
+    """When the ticket is done, in terms gpuwaste checks (it comments and resolves the ticket by itself)."""
+    by_kind = {
+        WasteKind.IDLE: "the GPUs are released, or their activity stays above the idle threshold for a whole scan window",
+        WasteKind.UNDERUSED: "the workload requests fewer GPUs, or its 10-minute averages rise above the threshold",
+        WasteKind.UNALLOCATED: "the node's GPUs are requested by pods, or the node is gone",
+        WasteKind.STALLED: "the job does work again (tensor or memory traffic) or is gone",
+        WasteKind.ORPHANED: "the pod is gone and its GPUs are free",
+        WasteKind.CPU_BOUND: "CPU throttling stays under the threshold",
+        WasteKind.KV_CACHE_PRESSURE: "the KV cache stays below its limit and no request waits",
+        WasteKind.INFERENCE_IDLE: "the server is scaled to zero, shares its GPU, or serves traffic",
+    }
+    what = by_kind.get(finding.kind, "the next scans no longer see this waste")
+    return f"{what[0].upper()}{what[1:]}."
+
+
+#: How a ticket gets closed (said under "Done when").
+AUTO_RESOLVE = "gpuwaste checks at every scan; once the waste is gone it comments here with the saving and resolves the ticket."
+
+
+#: Signal names as people say them (others: the name without its DCGM prefix, in lower case).
+SIGNAL_NAMES = {
+    "DCGM_FI_PROF_SM_ACTIVE": "SM activity", "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "graphics engine activity",
+    "DCGM_FI_DEV_GPU_UTIL": "GPU utilisation", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor core activity",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "memory bandwidth use", "DCGM_FI_DEV_FB_USED": "GPU memory used",
+    "DCGM_FI_DEV_POWER_USAGE": "power draw", "physical_gpus": "GPUs on the node", "requested_gpus": "GPUs requested by pods",
+}
+
+
+def signal_name(signal: str) -> str:
+    """A signal as people say it ("SM activity", "GPU memory used")."""
+    return SIGNAL_NAMES.get(signal) or signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "").replace("_", " ").lower()
+
+
+def _evidence_line(e: Evidence) -> str:
+    name = signal_name(e.signal)
+    if e.unit == "count":
+        return f"{name}: {e.avg:g}" if e.avg is not None else f"{name}: -"
+    if e.unit == "ratio":
+        parts = [f"avg {percent(e.avg)}"]
+        if e.max_avg_10m is not None:
+            parts.append(f"highest 10-min avg {percent(e.max_avg_10m)}")
+        rule = f" (flagged under {percent(e.threshold)})" if e.threshold is not None else ""
+    else:
+        unit = {"MiB": " MiB", "W": " W", "percent": " %", "s": " s"}.get(e.unit, f" {e.unit}")
+        parts = [f"avg {e.avg:,.0f}{unit}" if e.avg is not None else "avg -"]
+        if e.max is not None:
+            parts.append(f"max {e.max:,.0f}{unit}")
+        rule = ""
+    return f"{name}: {', '.join(parts)}{rule}; telemetry covers {percent(e.coverage)} of the window"
+
+
+def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: Decimal | None, now: datetime,
+                    slack_url: str | None = None, snooze_key: str = "gpuwaste.io/snooze-until") -> tuple[TicketSection, ...]:
+    """The ticket body: What · Evidence · Cost · How to fix · Done when · Snooze (· Slack thread)."""
+    s = finding.subject
+    what = [no_codes(finding.title), MEANING.get(finding.kind, "")]  # the sink drops unsafe control characters
+    evidence = [plain(_evidence_line(e)) for e in finding.evidence[:5]] or ["no signal evidence (decided from cluster state)"]
+    evidence.append(f"window: {finding.window_s // 60} min ending {when(finding.observed_at)}; confidence {finding.confidence.value}")
+    cost = [
+        f"{per_day(finding.usd_per_day)} ({per_month(finding.usd_per_day)})" if finding.usd_per_day is not None
+        else "unpriced: no price for this instance type (add one under pricing in the config)",
+        people_formula(finding),
+        f"open since {when(first_seen)} ({age(first_seen, now)})"
+        + (f"; {usd(cumulative_usd)} wasted so far" if cumulative_usd else ""),
+    ]
+    fix = [plain(no_codes(finding.recommendation))]
+    res = _resource(finding)
+    target = f"kubectl -n {s.namespace} annotate {res} {snooze_key}=YYYY-MM-DD" if res else (
+        f"kubectl annotate node {s.node} {snooze_key}=YYYY-MM-DD" if s.node else "")
+    snooze = ["In Slack: the Snooze 1 day / Snooze 7 days / Expected buttons on the alert."]
+    if target:
+        snooze += ["Or annotate the workload (until a date, or +7d):", target]
+    sections = [
+        TicketSection(heading="What", lines=tuple(x for x in what if x)),
+        TicketSection(heading="Evidence", lines=tuple(evidence), bullets=True),
+        TicketSection(heading="Cost", lines=tuple(cost), bullets=True),
+        TicketSection(heading="How to fix", lines=tuple(fix), commands=tuple(plain(c) for c in fix_commands(finding))),
+        TicketSection(heading="Done when", lines=(done_when(finding), AUTO_RESOLVE)),
+        TicketSection(heading="Snooze", lines=tuple(snooze[:2]), commands=tuple(snooze[2:])),
+    ]
+    if slack_url:
+        sections.append(TicketSection(heading="Slack thread", lines=(slack_url,)))
+    return tuple(sections)
+
+
+def slack_thread_url(workspace_url: str | None, channel: str | None, ts: str | None) -> str | None:
+    """The permalink of a Slack message (https://WORKSPACE.slack.com/archives/CHANNEL/pTS), when all are known."""
+    if not (workspace_url and channel and ts):
+        return None
+    return f"{workspace_url.rstrip('/')}/archives/{channel}/p{ts.replace('.', '')}"
+
+
+__all__ = ["MEANING", "PRIORITY_FLOORS", "done_when", "fix_commands", "priority_for", "slack_thread_url",
+           "ticket_sections", "ticket_summary"]
