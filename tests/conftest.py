@@ -55,8 +55,9 @@ def kube_api() -> Iterator[KubeApiFactory]:
         nodes: Iterable[Mapping[str, Any]] = (),
         others: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
         token: str | None = None,
+        **options: Any,
     ) -> FakeKubeApi:
-        server = FakeKubeApi(pods, nodes, others, token=token).start()
+        server = FakeKubeApi(pods, nodes, others, token=token, **options).start()
         started.append(server)
         return server
 

@@ -415,6 +415,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
             out.print(Text(f"signals present ({len(inv.metrics_present)}): " + ", ".join(dcgm + other), style="dim"))
         if report.query_count:
             out.print(Text(f"{report.query_count} Prometheus queries", style="dim"))
+    for note in inv.allocation_notes:  # capacity that is not GPUs, claims nobody uses, RBAC to grant (issue 11)
+        out.print(Text(f"allocation note: {plain(note)}", style="dim"))
     if report.cluster_source:
         out.print(Text(f"cluster state: {plain(report.cluster_source)}", style="dim"))
     for note in report.cluster_notes:
@@ -703,8 +705,18 @@ def scan(
     view = View(namespaces=tuple(namespace or ()), teams=tuple(team or ()), kinds=tuple(kind or ()), sort=sort, top=top,
                 group_by=group_by, verbose=verbose or VERBOSE.on, source=source_hint)
     report = _run_scan(service, when, output, min_usd, quiet, wide=wide, dated=dated, view=view, config=cfg)
+    if recording is None and not any(m.startswith("DCGM_") for m in report.inventory.metrics_present):
+        err.print(f"no DCGM telemetry in Prometheus for the {(window_s or cfg.scan.window_s) // 60} min ending "
+                  f"{when:%Y-%m-%d %H:%M} UTC: no GPU was judged, so $0 is not an all-clear. Check that dcgm-exporter is "
+                  "scraped by this Prometheus (`gpuwaste doctor --prometheus URL`), or pass an --at inside the data.",
+                  style="red", highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(EXIT_NO_TELEMETRY)
     if truth_doc is not None:
         _print_truth(report, truth_doc, to=out if output is Output.table else err)
+
+
+#: `scan` of a live Prometheus whose window holds no DCGM series: nothing was judged (never reported as "no waste").
+EXIT_NO_TELEMETRY = 5
 
 
 def _read_truth(path: Path) -> list[dict]:  # type: ignore[type-arg]
@@ -842,6 +854,19 @@ def version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
+def _log_to_stderr(level: int) -> None:
+    """Log to the current stderr: one handler of ours on the root logger, replaced at each invocation (an earlier
+    invocation's stderr may be closed by now — tests, embedding), leaving other handlers alone."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if h.get_name() == "gpuwaste-cli"]:
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name("gpuwaste-cli")
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
 @app.callback()
 def main(
     version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version.")] = False,
@@ -849,8 +874,7 @@ def main(
 ) -> None:
     """gpuwaste: which GPUs burn money, whose are they, and what does it cost per day."""
     VERBOSE.on = verbose
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s %(message)s")
+    _log_to_stderr(logging.DEBUG if verbose else logging.WARNING)
     quiet_http_logs(verbose)
     out.width = _stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 

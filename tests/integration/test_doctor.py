@@ -82,3 +82,16 @@ def test_catalogue_findings_identical_through_prometheus_and_recording(prometheu
         return sorted((f.kind.value, f.subject.namespace or "", f.subject.pod or f.subject.node or "", str(f.usd_per_day)) for f in r.findings)
     assert key(a) == key(b)
     assert {"cpu_bound", "kv_cache_pressure", "inference_idle", "stalled", "power_anomaly"} <= {f.kind.value for f in b.findings}
+
+
+def test_live_scan_without_dcgm_telemetry_is_not_an_all_clear(prometheus_factory: PrometheusFactory, tmp_path: Path):
+    # GIVEN a real Prometheus that holds series, but none from dcgm-exporter in the window
+    om = tmp_path / "no-dcgm.om"
+    t0 = int(SPEC.eval_time.timestamp()) - 3600
+    om.write_text("# TYPE up gauge\n" + "".join(f'up{{job="node"}} 1 {t0 + 30 * i}\n' for i in range(121)) + "# EOF\n")
+    server = prometheus_factory(om)
+    # WHEN a live scan reads it (cluster state from kube-state-metrics: none either)
+    result = CliRunner().invoke(app, ["scan", "--prometheus", server.url, "--at", SPEC.eval_time.isoformat(), "-q"])
+    # THEN it exits 5 and says that nothing was judged, instead of printing a $0 total as if all were well
+    assert result.exit_code == 5, result.output
+    assert "no DCGM telemetry" in result.output and "not an all-clear" in result.output

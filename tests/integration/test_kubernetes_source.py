@@ -22,7 +22,7 @@ from gpuwaste.errors import ConfigError, PermanentError, SourceAuthError, Source
 from gpuwaste.fleet.generator import FleetSpec, generate_fleet
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.settings import ClusterReadSettings, KubernetesSettings
-from gpuwaste.sources.kubernetes import LISTS, KubernetesPodSource
+from gpuwaste.sources.kubernetes import DRA_VERSIONS, LISTS, KubernetesPodSource, _dra_lists
 from gpuwaste.sources.recording import RecordingClusterSource
 from tests.servers.kube_api import FakeKubeApi, KubeApiFactory, kube_status, write_kubeconfig
 
@@ -274,7 +274,7 @@ def test_kubernetes_source_eks_mode_sends_a_fresh_token_per_request(kube_api: Ku
         source.cluster_state(at=AT)
     # THEN each request asked the provider and sent what it returned
     sent = [r.headers.get("authorization") for r in server.requests]
-    assert len(sent) == 9
+    assert len(sent) == 12  # nine core/apps/batch lists + ResourceClaims, ResourceSlices, DeviceClasses
     assert all(h and h.startswith("Bearer k8s-aws-v1.tok") for h in sent)
     assert sent[-1] == f"Bearer {issued[-1]}"
 
@@ -382,9 +382,9 @@ def test_kubernetes_source_only_reads(kube_api: KubeApiFactory, tmp_path: Path) 
     # WHEN
     with _source(server, tmp_path) as source:
         source.cluster_state(at=AT)
-    # THEN the adapter only read: nine lists, all GET
+    # THEN the adapter only read: nine lists and the three DRA lists (resource.k8s.io/v1), all GET
     assert {r.method for r in server.requests} == {"GET"}
-    assert len(server.requests) == 9
+    assert len(server.requests) == 12
 
 
 def test_kubernetes_source_times_out_on_a_silent_server(tmp_path: Path) -> None:
@@ -408,9 +408,11 @@ def test_rbac_grants_exactly_the_reads_the_adapter_makes() -> None:
     # WHEN the rules are flattened to (group, resource, verb)
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     # THEN every list the adapter makes is granted, and nothing beyond get/list/watch on those resources
+    dra = {(s.group, s.plural) for version, api in DRA_VERSIONS for s in _dra_lists(version, api)}
     assert {(s.group, s.plural, "list") for s in LISTS} <= granted
+    assert {(g, r, "list") for g, r in dra} <= granted
     assert {v for _, _, v in granted} == {"get", "list", "watch"}
-    assert {(g, r) for g, r, _ in granted} == {(s.group, s.plural) for s in LISTS}
+    assert {(g, r) for g, r, _ in granted} == {(s.group, s.plural) for s in LISTS} | dra
     subjects = {(s["kind"], s["name"]) for d in docs if d["kind"] == "ClusterRoleBinding" for s in d["subjects"]}
     assert subjects == {("Group", "gpuwaste-readers"), ("ServiceAccount", "gpuwaste")}
 

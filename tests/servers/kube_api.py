@@ -6,7 +6,12 @@ It serves objects given as Python dicts, shaped as ``kubectl get -o json`` print
 * core: ``/api/v1/pods``, ``/api/v1/nodes``, ``/api/v1/namespaces`` and their by-name forms
   (``/api/v1/namespaces/{ns}/pods[/{name}]``, ``/api/v1/nodes/{name}``, ``/api/v1/namespaces/{name}``);
 * ``/apis/apps/v1/{replicasets,deployments,statefulsets,daemonsets}`` and
-  ``/apis/batch/v1/{jobs,cronjobs}``, all-namespaces, namespaced and by-name.
+  ``/apis/batch/v1/{jobs,cronjobs}``, all-namespaces, namespaced and by-name;
+* Dynamic Resource Allocation: ``/apis/resource.k8s.io/<version>/resourceclaims`` (all-namespaces,
+  namespaced, by-name), ``/resourceslices`` and ``/deviceclasses`` (cluster-scoped), served at the versions
+  given by ``dra_versions`` (default ``v1``, as Kubernetes 1.34+; ``("v1beta1",)`` plays a 1.32 cluster, ``()``
+  a cluster without DRA, where those paths are 404 like on a real apiserver). Items are served with the
+  ``apiVersion`` of the version asked for.
 
 What it does like a real apiserver:
 
@@ -115,7 +120,11 @@ _RESOURCES: dict[str, _ResourceType] = {
     "daemonsets": _ResourceType("apps", "v1", "DaemonSet", namespaced=True),
     "jobs": _ResourceType("batch", "v1", "Job", namespaced=True),
     "cronjobs": _ResourceType("batch", "v1", "CronJob", namespaced=True),
+    "resourceclaims": _ResourceType("resource.k8s.io", "v1", "ResourceClaim", namespaced=True),
+    "resourceslices": _ResourceType("resource.k8s.io", "v1", "ResourceSlice", namespaced=False),
+    "deviceclasses": _ResourceType("resource.k8s.io", "v1", "DeviceClass", namespaced=False),
 }
+_DRA_PLURALS = frozenset({"resourceclaims", "resourceslices", "deviceclasses"})
 
 # Field selectors each resource's registry accepts on a real apiserver (pkg/registry/*/strategy.go).
 _NAMESPACED_META = frozenset({"metadata.name", "metadata.namespace"})
@@ -139,6 +148,9 @@ _SELECTABLE_FIELDS: dict[str, frozenset[str]] = {
     "daemonsets": _NAMESPACED_META,
     "jobs": _NAMESPACED_META | {"status.successful"},
     "cronjobs": _NAMESPACED_META,
+    "resourceclaims": _NAMESPACED_META,
+    "resourceslices": frozenset({"metadata.name", "spec.nodeName", "spec.driver"}),
+    "deviceclasses": frozenset({"metadata.name"}),
 }
 # Fields whose Go zero value is "false" / "0" rather than "" when absent from the JSON.
 _BOOL_FIELDS = frozenset({"spec.hostNetwork", "spec.unschedulable"})
@@ -188,9 +200,12 @@ class FakeKubeApi(FakeHttpServer):
         pods: Pod objects (``kubectl get pods -A -o json`` ``items``).
         nodes: Node objects.
         others: other objects keyed by resource plural: ``replicasets``, ``deployments``,
-            ``statefulsets``, ``daemonsets``, ``jobs``, ``cronjobs``, ``namespaces``. When
-            ``namespaces`` is absent, one Namespace per namespace used by any object is synthesised.
+            ``statefulsets``, ``daemonsets``, ``jobs``, ``cronjobs``, ``namespaces``, ``resourceclaims``,
+            ``resourceslices``, ``deviceclasses``. When ``namespaces`` is absent, one Namespace per namespace
+            used by any object is synthesised.
         token: when set, every request needs ``Authorization: Bearer <token>``.
+        dra_versions: the ``resource.k8s.io`` versions served (first = preferred); ``()`` serves no DRA API.
+        forbidden: resource plurals every request for which is answered 403 (RBAC that does not grant them).
     """
 
     server_name = "fake-kube-apiserver"
@@ -202,9 +217,13 @@ class FakeKubeApi(FakeHttpServer):
         others: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
         *,
         token: str | None = None,
+        dra_versions: tuple[str, ...] = ("v1",),
+        forbidden: Iterable[str] = (),
     ) -> None:
         super().__init__()
         self.token = token
+        self.dra_versions = tuple(dra_versions)
+        self.forbidden = frozenset(forbidden)
         self.requests: list[RecordedRequest] = []
         self._resource_version = 1000
         self._compacted_below = 0  # continue tokens for resourceVersions below this are expired
@@ -318,8 +337,16 @@ class FakeKubeApi(FakeHttpServer):
             groups = match.groupdict()
             plural, name, namespace, group = groups["res"], groups["name"], groups.get("ns"), groups.get("group") or ""
             resource = _RESOURCES.get(plural)
+            if resource is not None and plural in _DRA_PLURALS and match["version"] in self.dra_versions:
+                resource = _ResourceType(resource.group, match["version"], resource.kind, resource.namespaced)
             if resource is None or resource.group != group or resource.version != match["version"]:
                 break
+            if plural in _DRA_PLURALS and match["version"] not in self.dra_versions:
+                break  # a version (or the whole API) the server does not serve: 404
+            if plural in self.forbidden:
+                qualified = f"{plural}.{group}" if group else plural
+                scope = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+                raise _Rejected(403, f'{qualified} is forbidden: User "system:serviceaccount:gpuwaste:gpuwaste" cannot list resource "{plural}" in API group "{group}"{scope}', "Forbidden")
             if namespace is not None and not resource.namespaced:
                 break
             if resource.namespaced and namespace is None and name is not None:
@@ -384,7 +411,7 @@ class FakeKubeApi(FakeHttpServer):
                 "kind": f"{resource.kind}List",
                 "apiVersion": resource.api_version,
                 "metadata": metadata,
-                "items": copy.deepcopy(matching[start:end]),
+                "items": [_with_api_version(o, resource) for o in matching[start:end]],
             },
         )
 
@@ -511,6 +538,15 @@ def _encode_continue(resource_version: int, start: int) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+def _with_api_version(obj: Mapping[str, Any], resource: _ResourceType) -> dict[str, Any]:
+    """A copy of a list item; DRA items carry the apiVersion of the version served, as the apiserver converts them."""
+    item = copy.deepcopy(dict(obj))
+    if resource.group == "resource.k8s.io":
+        item.pop("apiVersion", None)
+        item.pop("kind", None)
+    return item
+
+
 def _sort_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata", {})
     return (meta.get("namespace") or "", meta.get("name") or "")
@@ -538,6 +574,7 @@ class KubeApiFactory(Protocol):
         nodes: Iterable[Mapping[str, Any]] = (),
         others: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
         token: str | None = None,
+        **options: Any,
     ) -> FakeKubeApi: ...
 
 

@@ -531,3 +531,19 @@ def test_cli_scan_gzip_recording_still_reads(tmp_path: Path) -> None:
     result = invoke("scan", "--recording", str(path), "--at", "2024-01-01T01:20:00Z", "-q")
     # THEN it scans (the --at check reads the file's own range)
     assert result.exit_code == 0, result.output
+
+
+def test_cli_replay_refuses_a_gpu_model_the_instance_type_does_not_carry(tmp_path: Path) -> None:
+    # GIVEN an H100 mapped onto the default g5.xlarge (whose GPU is an A10G)
+    # WHEN the replay is asked for
+    result = invoke("replay", "alibaba", "--trace-dir", str(tmp_path), "--gpu-model", "NVIDIA H100 80GB HBM3")
+    # THEN it refuses before reading anything: the price would be the A10G's
+    assert_user_error(result, "H100-SXM-80GB", "g5.xlarge", "A10G")
+
+
+def test_cli_replay_accepts_a_gpu_model_its_instance_type_carries(tmp_path: Path) -> None:
+    # GIVEN an H100 on a p5.48xlarge (8 × H100) and an empty trace directory
+    result = invoke("replay", "alibaba", "--trace-dir", str(tmp_path), "--gpu-model", "NVIDIA H100 80GB HBM3",
+                    "--instance-type", "p5.48xlarge")
+    # THEN the mapping passes and the missing trace is what is reported
+    assert_user_error(result, "GenTD26")

@@ -127,5 +127,5 @@ def test_gpus_without_pod_labels_are_tied_to_pods_by_the_devices_their_allocatio
     ctx = join(cl, tel, chain=(_NamesDevices(), DevicePluginResolver()))
     # THEN each pod holds its own GPU (node + device), nothing is ambiguous or unheld
     got = {a.pod.name: ([d.device.uuid for d in a.devices], a.attribution) for a in ctx.allocations}
-    assert got == {"a-0": (["GPU-a"], Attribution.DEVICE), "b-0": (["GPU-b"], Attribution.DEVICE)}
+    assert got == {"a-0": (["GPU-a"], Attribution.ALLOCATION), "b-0": (["GPU-b"], Attribution.ALLOCATION)}
     assert ctx.nodes["n1"].ambiguous_pods == [] and ctx.nodes["n1"].unheld_devices == []

@@ -16,8 +16,12 @@ from decimal import Decimal
 
 from gpuwaste.allocation.base import AllocationResolver, AllocationResult, Holding, hold_span
 from gpuwaste.allocation.device_plugin import DevicePluginResolver
+from gpuwaste.allocation.dra import DraResolver
+from gpuwaste.allocation.hami import HamiResolver
+from gpuwaste.allocation.kai import KaiResolver
 from gpuwaste.allocation.mig import MigResolver
 from gpuwaste.allocation.sharing import SharingResolver
+from gpuwaste.allocation.vgpu import VgpuResolver
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.telemetry import DeviceId, GpuTelemetry
 
@@ -28,7 +32,7 @@ def resolvers() -> tuple[AllocationResolver, ...]:
     Mechanisms that re-use `nvidia.com/gpu` for something other than whole GPUs (DRA, HAMi shares, KAI
     fractions, vGPU guests) must come before MIG, sharing and the device plugin.
     """
-    return (MigResolver(), SharingResolver(), DevicePluginResolver())
+    return (DraResolver(), HamiResolver(), KaiResolver(), VgpuResolver(), MigResolver(), SharingResolver(), DevicePluginResolver())
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from gpuwaste.allocation.base import AllocationResult, Holding, hold_span
+from gpuwaste.allocation.nodes import devices_by_node
 from gpuwaste.models.cluster import ClusterState, Node, Pod, gpu_share_for_request
 from gpuwaste.models.telemetry import GpuTelemetry
 
@@ -41,6 +42,7 @@ class MigResolver:
                 handled: frozenset[tuple[str, str]]) -> AllocationResult:
         """One holding per scheduled MIG pod: share = Σ units × slices ÷ the GPU's compute slices."""
         nodes = {n.name: n for n in cluster.nodes}
+        models = _models_by_node(cluster, devices)
         holdings: list[Holding] = []
         for pod in cluster.pods:
             node = nodes.get(pod.node_name or "")
@@ -49,11 +51,18 @@ class MigResolver:
             span = hold_span(pod)
             if span is None:
                 continue
-            share = sum((gpu_share_for_request(r, c, node) for r, c in pod.gpu_requests.items()), Decimal(0))
+            model = models.get(pod.node_name or "")
+            share = sum((gpu_share_for_request(r, c, node, model_name=model) for r, c in pod.gpu_requests.items()), Decimal(0))
             profiles = ", ".join(f"{c} × {r.removeprefix('nvidia.com/')}" for r, c in sorted(pod.gpu_requests.items()))
             holdings.append(Holding(pod=pod, node=pod.node_name, share=share, mechanism=self.name,
                                     held_from=span[0], held_until=span[1], note=f"MIG {profiles}"))
         return AllocationResult(holdings=tuple(holdings), handled_pods=frozenset(h.pod.key for h in holdings))
+
+
+def _models_by_node(cluster: ClusterState, devices: tuple[GpuTelemetry, ...]) -> dict[str, str]:
+    """Node → the GPU model DCGM reports there (the slice count then comes from the catalogue even without GFD labels)."""
+    by_node, _ = devices_by_node(cluster, devices)
+    return {name: next((d.model_name for d in devs if d.model_name), "") for name, devs in by_node.items()}
 
 
 __all__ = ["MIG_PREFIX", "MigResolver", "is_mig_single"]

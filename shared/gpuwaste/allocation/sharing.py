@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from gpuwaste.allocation._index import measured_per_pod
 from gpuwaste.allocation.base import AllocationResult, Holding, hold_span
 from gpuwaste.allocation.mig import is_mig_single
 from gpuwaste.models.cluster import ClusterState, Node, Pod
@@ -61,9 +62,11 @@ class SharingResolver:
             replicas = max(1, node.gpu_replicas if node is not None else 1)
             units = sum(pod.gpu_requests.values())
             mech = mechanism_of(node)
+            measured = measured_per_pod(pod, devices)
             holdings.append(Holding(pod=pod, node=pod.node_name, share=Decimal(units) / Decimal(replicas), mechanism=mech,
-                                    per_pod_activity=False, held_from=span[0], held_until=span[1],
-                                    note=f"{units} of {replicas} {mech} replicas per GPU"))
+                                    per_pod_activity=measured, held_from=span[0], held_until=span[1],
+                                    note=f"{units} of {replicas} {mech} replicas per GPU"
+                                    + ("; the exporter reports this pod's own activity" if measured else "")))
         return AllocationResult(holdings=tuple(holdings), handled_pods=frozenset(h.pod.key for h in holdings))
 
 

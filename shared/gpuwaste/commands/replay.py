@@ -253,6 +253,19 @@ def _print_summary(s: ReplaySummary, source: AlibabaReplaySource) -> None:
         out.print("no verdict: " + "; ".join(f"{n}× {r}" for r, n in reasons.most_common()), style="dim", highlight=False)
 
 
+def _check_mapping(gpu_model: str, instance_type: str) -> None:
+    """Refuse a GPU model that the instance type does not carry (an H100 priced as a g5.xlarge's A10G is ~7× off)."""
+    from gpuwaste.pricing.catalog import PriceBook
+
+    book = PriceBook.bundled()
+    carried = {p.gpu_model for p in book.prices if p.instance_type == instance_type}
+    spec = book.catalog.resolve(gpu_model)
+    if carried and spec is not None and spec.key not in carried:
+        fail(f"--gpu-model {gpu_model} ({spec.key}) is not the GPU of --instance-type {instance_type} "
+             f"({', '.join(sorted(carried))}): the price would be another GPU's. Pass an instance type that carries "
+             f"{spec.key}, or leave --gpu-model at the instance's GPU.")
+
+
 def mapping_origin(gpu_model: str, instance_type: str) -> str:
     """Where the mapping's GPU model and instance type came from: the defaults, or the options that set them."""
     given = [opt for opt, value, default in (("--gpu-model", gpu_model, DEFAULT_MODEL),
@@ -283,6 +296,7 @@ def alibaba(
 
     window_arg = parse_window(window) if window else None
     w = parse_window(sliding_window, "--sliding") if sliding_window else None
+    _check_mapping(gpu_model, instance_type)
     try:
         trace = load_trace(trace_dir)
     except InputFormatError as exc:

@@ -240,7 +240,8 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
     else:
         out.print(f"[bold]alerts[/] ({len(result.alerts)}; {result.new_alerts} new), ticket requests {len(result.tickets)}"
                   f", delivered {result.delivered_alerts} alerts and {result.delivered_tickets} ticket requests"
-                  f" — state {state}", highlight=False)
+                  f" — state {state if state_kept else 'temporary (keep it with: gpuwaste demo --state FILE)'}",
+                  highlight=False)
         if pending:
             out.print(pending, style="yellow", highlight=False)
         if not result.alerts and not result.delivered_alerts:

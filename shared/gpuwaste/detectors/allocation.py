@@ -137,10 +137,20 @@ def detect_idle_allocation(ctx: ScanContext, settings: IdleSettings) -> Detector
             observed_at=ctx.eval_time,
             window_s=ctx.window_s,
             wasted_gpu_share=alloc.share,
-            details={"activity_signal": act.signal.value, "attribution": alloc.attribution.value, "note": note,
-                     "allocation": alloc.mechanism, **_shared_note(alloc)},
+            details={"activity_signal": act.signal.value, "attribution": alloc.attribution.value, "note": note, **allocation_details(alloc)},
         )
         yield finish(ctx, finding, episodes, span_seconds(span) * act.coverage)
+
+
+def allocation_details(alloc: Allocation) -> dict[str, str]:
+    """How the pod holds its share, and whose activity the verdict reads (issue 11 §4): "per pod" when the
+    exporter reports the pod's own series, else "device-level, not attributable" (HAMi, KAI fractions, shared
+    DRA claims, time-slicing: every sharer sees the whole device's activity)."""
+    out = {"mechanism": alloc.mechanism,
+           "activity_scope": "per pod" if alloc.per_pod_activity else "device-level, not attributable"}
+    if alloc.note:
+        out["allocation"] = alloc.note
+    return out
 
 
 def _idle_advice(mode: IdleMode) -> str:
@@ -200,16 +210,9 @@ def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -
             wasted_gpu_share=wasted,
             details={"activity_signal": act.signal.value, "activity_avg_ratio": round(avg, 6),
                      "wasted_share_formula": f"{_fmt_share(alloc.share)} GPU held × (1 − {used} average activity) = {wasted} GPU",
-                     "attribution": alloc.attribution.value, "allocation": alloc.mechanism, **_shared_note(alloc)},
+                     "attribution": alloc.attribution.value, **allocation_details(alloc)},
         )
         yield finish(ctx, finding, episodes, span_seconds(span) * act.coverage)
-
-
-def _shared_note(alloc: Allocation) -> dict[str, str]:
-    """Say when a shared GPU's activity is device-level (every sharer sees the same value)."""
-    if alloc.per_pod_activity:
-        return {}
-    return {"activity_scope": f"device-level, not attributable to one pod ({alloc.note or alloc.mechanism})"}
 
 
 def _wasted(share: Decimal, activity: float) -> Decimal:

@@ -48,7 +48,7 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
         capacity = inv.capacity_gpus()
         if capacity == 0:
             continue
-        if node is not None and inv.devices and not _known_gpu_resource(node.allocatable_gpu, node.capacity_gpu):
+        if node is not None and inv.devices and not inv.gpus_known_otherwise and not _known_gpu_resource(node.allocatable_gpu, node.capacity_gpu):
             # B20: the device plugin advertises a resource we do not know, so requests are unknown;
             # data quality warns (unknown_gpu_resource) instead of a made-up free share.
             yield NoVerdict("unallocated_capacity", inv.name, "node advertises no known GPU resource")

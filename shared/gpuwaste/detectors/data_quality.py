@@ -87,7 +87,7 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
                       f"dcgm-exporter pod mapping is not working on node {inv.name}: {len(inv.unattributed_devices)} GPU(s) carry no pod labels",
                       "Enable the exporter's Kubernetes mapping (DCGM_EXPORTER_KUBERNETES=true, pod-resources mounted; on GKE set DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE=device-name).",
                       inv.name, details={"candidate_pods": pods})
-        if inv.devices and node is not None and not any(
+        if inv.devices and node is not None and not inv.gpus_known_otherwise and not any(
             r.startswith(KNOWN_GPU_RESOURCE_PREFIXES) for r in {**node.allocatable_gpu, **node.capacity_gpu}
         ):
             yield _dq(ctx, subject, "unknown_gpu_resource",

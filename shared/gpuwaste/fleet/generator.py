@@ -26,6 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from gpuwaste.fleet import allocation_kinds
+from gpuwaste.fleet.allocation_kinds import AllocationTruth
 from gpuwaste.fleet.ksm_series import ksm_series
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
 
@@ -75,7 +77,9 @@ class FleetSpec(BaseModel):
 
     Attributes:
         layout: "demo" (a hand-designed fleet that shows every finding kind of the main job),
-            "random" (`nodes` nodes drawn from `instance_types` with the scenario mix `weights`), or
+            "random" (`nodes` nodes drawn from `instance_types` with the scenario mix `weights`), "allocation"
+            (one cluster mixing device-plugin GPUs, DRA claims, HAMi shares, KAI fractions and Blackwell MIG, with
+            its allocation ground truth: `fleet.allocation_kinds`), or
             "scorecard" (every waste kind of the catalogue several times, plus look-alikes that must not
             be flagged; `nodes` is the number of repetitions).
         history_s: seconds of history before `eval_time` (window + 10 min so the first 10-minute
@@ -86,7 +90,7 @@ class FleetSpec(BaseModel):
             recording scanned without cluster.json finds the same; 0 leaves them out.
     """
 
-    layout: str = Field("demo", pattern="^(demo|random|scorecard)$")
+    layout: str = Field("demo", pattern="^(demo|random|scorecard|allocation)$")
     cluster: str = "demo"
     seed: int = 7
     nodes: int = Field(6, ge=1)
@@ -131,6 +135,7 @@ class _Gpu:
     hostname_value: str = ""
     exporter_pod: str = ""
     stale_owner: tuple[str, str, str] | None = None
+    extra_labels: dict[str, str] = field(default_factory=dict)  # e.g. the exporter's dra_* labels (B25)
 
 
 @dataclass
@@ -142,6 +147,7 @@ class Fleet:
     objects: list[dict[str, Any]]
     truth: list[TruthItem]
     extra_series: list[RecordedSeries] = field(default_factory=list)
+    allocation: AllocationTruth | None = None  # the "allocation" layout's holders, infrastructure pods, GPU counts
 
     def iter_series(self) -> Iterator[RecordedSeries]:
         """Every telemetry series, generated lazily."""
@@ -481,13 +487,16 @@ def generate_fleet(spec: FleetSpec | None = None) -> Fleet:
     """Build a fleet (objects and truth now; telemetry lazily via `Fleet.iter_series`)."""
     spec = spec or FleetSpec()
     b = _Builder(spec)
+    allocation = None
     if spec.layout == "demo":
         b.demo()
     elif spec.layout == "scorecard":
         b.scorecard()
+    elif spec.layout == "allocation":
+        allocation = allocation_kinds.build(b)
     else:
         b.random()
-    fleet = Fleet(spec, b.gpus, b.objects, b.truth)
+    fleet = Fleet(spec, b.gpus, b.objects, b.truth, allocation=allocation)
     if spec.inference_metrics:
         fleet.extra_series.extend(_vllm_series(fleet))
     if b.pod_metrics:  # scorecard and demo: cAdvisor and serving series of the catalogue pods
@@ -539,6 +548,7 @@ def _labels(g: _Gpu, pod: tuple[str, str, str] | None) -> dict[str, str]:
         labels["GPU_I_PROFILE"], labels["GPU_I_ID"] = g.mig[1], g.mig[0]
     labels[g.hostname_key] = g.hostname_value
     labels["DCGM_FI_DRIVER_VERSION"] = DRIVER
+    labels.update(g.extra_labels)
     if g.label_style == "exported":
         labels.update({"container": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "pod": g.exporter_pod, "job": "nvidia-dcgm-exporter",
                        "instance": "10.244.0.7:9400"})

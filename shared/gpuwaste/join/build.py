@@ -49,11 +49,11 @@ def join(
                       key=lambda h: order.get(h.pod.key, len(order)))
     by_node, unmapped = devices_by_node(cluster, telemetry.gpus)
     nodes_by_name = {n.name: n for n in cluster.nodes}
-    inventories = _inventories(cluster, by_node, nodes_by_name)
+    inventories = _inventories(cluster, by_node, nodes_by_name, resolved.physical_gpus)
     held_by_node: dict[str, list[Holding]] = defaultdict(list)
     for h in holdings:
         held_by_node[h.node or ""].append(h)
-    labelled = _label_devices(inventories, cluster, {h.pod.key: h for h in holdings})
+    labelled = _label_devices(inventories, cluster, {h.pod.key: h for h in holdings}, resolved.infrastructure_pods)
     allocations: list[Allocation] = []
     for name, inv in inventories.items():
         inv.allocations = _attribute_node(inv, held_by_node.get(name, []), labelled, telemetry.eval_time)
@@ -71,14 +71,17 @@ def join(
 build_context = join
 
 
-def _inventories(cluster: ClusterState, by_node: dict[str, list[GpuTelemetry]], nodes: dict[str, Node]) -> dict[str, NodeInventory]:
-    """One inventory per node with devices, and per GPU node without any (a node whose exporter is missing)."""
+def _inventories(cluster: ClusterState, by_node: dict[str, list[GpuTelemetry]], nodes: dict[str, Node],
+                 known: dict[str, int] | None = None) -> dict[str, NodeInventory]:
+    """One inventory per node with devices, and per GPU node without any (a node whose exporter is missing,
+    or a DRA node whose GPUs only its ResourceSlices show)."""
+    known = known or {}
     out: dict[str, NodeInventory] = {}
     for name, devs in by_node.items():
-        out[name] = NodeInventory(name=name, node=nodes.get(name), devices=list(devs))
+        out[name] = NodeInventory(name=name, node=nodes.get(name), devices=list(devs), known_gpus=known.get(name))
     for n in cluster.nodes:
-        if n.allocatable_gpu or n.capacity_gpu or n.gpu_product:
-            out.setdefault(n.name, NodeInventory(name=n.name, node=n))
+        if n.allocatable_gpu or n.capacity_gpu or n.gpu_product or n.name in known:
+            out.setdefault(n.name, NodeInventory(name=n.name, node=n, known_gpus=known.get(n.name)))
     return out
 
 
@@ -91,15 +94,19 @@ class _Labelled:
     stray: list[Stray] = field(default_factory=list)
 
 
-def _label_devices(inventories: dict[str, NodeInventory], cluster: ClusterState, holdings: dict[tuple[str, str], Holding]) -> _Labelled:
+def _label_devices(inventories: dict[str, NodeInventory], cluster: ClusterState, holdings: dict[tuple[str, str], Holding],
+                   infrastructure: frozenset[tuple[str, str]] = frozenset()) -> _Labelled:
     """GPU ↔ pod by the exporter's labels: a device belongs to every pod labelled on it that holds GPUs on its node
-    in the window (a time-sliced GPU is held by every sharer)."""
+    in the window (a time-sliced GPU is held by every sharer). Infrastructure pods (KAI/Run:ai reservation pods)
+    are labelled on devices they hold for others: neither owners nor stray labels."""
     pods = {p.key: p for p in cluster.pods}
     out = _Labelled()
     for node_name, inv in inventories.items():
         for dev in inv.devices:
             current: list[tuple[str, str]] = []
             for ns, name in dev.workloads:
+                if (ns, name) in infrastructure:
+                    continue
                 reason = _stray_reason(pods.get((ns, name)), holdings.get((ns, name)), node_name)
                 if reason:
                     out.stray.append((dev, ns, name, reason))
@@ -130,17 +137,14 @@ def _attribute_node(inv: NodeInventory, holdings: list[Holding], labelled: _Labe
         _allocation(h, node, tuple(labelled.devices[h.pod.key]), Attribution.LABELS, True)
         for h in holdings if labelled.devices.get(h.pod.key)
     ]
-    # node + device: the resolver knows which devices the pod holds (DRA claim results, a device annotation)
     named: set[int] = set()
-    for h in holdings:
-        if labelled.devices.get(h.pod.key) or not h.devices:
-            continue
-        devs = _named_devices(inv.devices, h)
-        if devs:
-            allocations.append(_allocation(h, node, devs, Attribution.DEVICE, False))
-            named |= {id(d) for d in devs}
-    unlabelled = [d for d in inv.devices if id(d) not in labelled.owner and id(d) not in named]
+    for h in [h for h in holdings if not labelled.devices.get(h.pod.key) and h.devices]:
+        devs = _named_devices(inv, h)
+        if devs:  # the allocation itself names the device (DRA claim, HAMi annotation, KAI reservation)
+            allocations.append(_allocation(h, node, devs, Attribution.ALLOCATION, False))
+            named.update(id(d) for d in devs)
     covered = {a.pod.key for a in allocations}
+    unlabelled = [d for d in inv.devices if id(d) not in labelled.owner and id(d) not in named]
     uncovered = [h for h in holdings if h.pod.key not in covered]
     expected = inv.expected_gpus()
     # B01 + B23: elimination is safe only when every GPU the node should have is seen in DCGM;
@@ -158,11 +162,15 @@ def _attribute_node(inv: NodeInventory, holdings: list[Holding], labelled: _Labe
     return allocations
 
 
-def _named_devices(devices: list[GpuTelemetry], h: Holding) -> tuple[GpuTelemetry, ...]:
-    """The node's devices a holding names: a MIG instance by UUID + GPU_I_ID, a whole GPU by UUID (all its devices)."""
-    wanted = {(d.uuid, d.gpu_i_id) for d in h.devices}
-    whole = {d.uuid for d in h.devices if d.gpu_i_id is None}
-    return tuple(d for d in devices if (d.device.uuid, d.device.gpu_i_id) in wanted or d.device.uuid in whole)
+def _named_devices(inv: NodeInventory, h: Holding) -> tuple[GpuTelemetry, ...]:
+    """The node's devices a holding names: a MIG instance by (UUID, GPU_I_ID), a physical GPU by UUID (with all its
+    MIG instances when it is split)."""
+    out: list[GpuTelemetry] = []
+    for want in h.devices:
+        for d in inv.devices:
+            if d.device.uuid == want.uuid and (want.gpu_i_id is None or d.device.gpu_i_id == want.gpu_i_id) and d not in out:
+                out.append(d)
+    return tuple(out)
 
 
 def _allocation(h: Holding, node: Node | None, devices: tuple[GpuTelemetry, ...], attribution: Attribution, labelled: bool) -> Allocation:

@@ -15,6 +15,7 @@ from decimal import Decimal
 from pydantic import Field
 
 from gpuwaste.allocation import Resolved
+from gpuwaste.allocation.physical import physical_gpu_count
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, gpu_share_for_request
 from gpuwaste.models.findings import Attribution, Evidence, GpuRef, Subject
@@ -145,6 +146,14 @@ class NodeInventory:
     unheld_devices: list[GpuTelemetry] = field(default_factory=list)
     unattributed_devices: list[GpuTelemetry] = field(default_factory=list)
     ambiguous_pods: list[Pod] = field(default_factory=list)
+    known_gpus: int | None = None  # physical GPUs an allocation resolver knows (DRA ResourceSlices), never capacity
+
+    @property
+    def gpus_known_otherwise(self) -> bool:
+        """True when the node's GPUs are known without a device-plugin resource: a resolver knows them (DRA
+        ResourceSlices) or a pod holds a share of them (DRA claims, HAMi, KAI) — an unknown resource name is
+        then not a configuration gap (B20 does not apply)."""
+        return bool(self.known_gpus) or bool(self.allocations)
 
     @property
     def physical_uuids(self) -> set[str]:
@@ -166,10 +175,19 @@ class NodeInventory:
         return observed if observed else self.expected_gpus() or 0
 
     def expected_gpus(self) -> int | None:
-        """Physical GPUs the node should have from its own description (None when unknown)."""
+        """Physical GPUs the node should have from its own description (None when unknown).
+
+        From `allocation.physical.physical_gpu_count`: ResourceSlices, GFD `nvidia.com/gpu.count` (with
+        `nvidia.com/mig.config` under MIG single, B08), the instance type's catalogue entry. Node capacity is
+        a last resort only where nothing else describes the node, because it counts HAMi shares (B27),
+        time-slicing replicas and MIG devices, not GPUs.
+        """
         n = self.node
         if n is None:
-            return None
+            return self.known_gpus
+        described = physical_gpu_count(n, 0, known_by_resolvers=self.known_gpus).expected
+        if described is not None:
+            return described
         if n.mig_strategy == "single" or (n.gpu_product and "-MIG-" in n.gpu_product.upper()):
             return None  # gpu.count and capacity count MIG devices, not GPUs (B08)
         cap = n.capacity_gpu.get("nvidia.com/gpu") or n.capacity_gpu.get("nvidia.com/gpu.shared")

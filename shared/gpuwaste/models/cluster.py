@@ -13,6 +13,8 @@ from enum import StrEnum
 from pydantic import Field
 
 from gpuwaste.models.base import Frozen
+from gpuwaste.models.dra import DeviceClass, PodClaimRef, ResourceClaim, ResourceSlice
+from gpuwaste.models.gpu_models import DEFAULT_MIG_TOTAL_SLICES, mig_total_slices_of
 
 
 class PodPhase(StrEnum):
@@ -56,11 +58,16 @@ class Workload(Frozen):
 
 
 class Pod(Frozen):
-    """A pod that requests at least one GPU resource.
+    """A pod that may hold a GPU: it requests a GPU resource, holds a DRA ResourceClaim, or asks for a share
+    (HAMi `nvidia.com/gpucores`/`gpumem`, KAI/Run:ai `gpu-fraction`/`gpu-memory` annotations).
 
     Attributes:
         gpu_requests: effective request per GPU resource name (limits first, else requests;
             max(largest init container, sum of app containers)), as integers.
+        share_requests: effective request of resources that size a GPU share without being GPUs (HAMi
+            `nvidia.com/gpucores` percent, `nvidia.com/gpumem` MiB, `nvidia.com/gpumem-percentage` percent).
+        resource_claims: the pod's `spec.resourceClaims` (DRA), with the claim each resolved to.
+        scheduler_name: `spec.schedulerName` ("kai-scheduler", "hami-scheduler", ...); None for the default.
         cpu_limit_cores: sum of the app containers' CPU limits (cores); None when any has no limit.
         started_at / finished_at: the pod's start and completion (or disappearance) time; a pod holds its GPUs
             between them at most (a Job that finished mid-window held them for its lifetime only).
@@ -88,6 +95,9 @@ class Pod(Frozen):
     container_images: tuple[str, ...] = ()
     container_args: tuple[str, ...] = ()
     cpu_limit_cores: float | None = None
+    share_requests: dict[str, int] = Field(default_factory=dict)
+    resource_claims: tuple[PodClaimRef, ...] = ()
+    scheduler_name: str | None = None
     gone_at: datetime | None = None
 
     @property
@@ -96,11 +106,18 @@ class Pod(Frozen):
         return (self.namespace, self.name)
 
     @property
+    def live(self) -> bool:
+        """True when the pod is scheduled, not terminal and still exists, so whatever it was allocated is held now
+        (B11; a pod deleted in the window has `gone_at`)."""
+        return bool(self.node_name) and self.gone_at is None and self.phase in (PodPhase.RUNNING, PodPhase.PENDING, PodPhase.UNKNOWN)
+
+    @property
     def holds_gpus(self) -> bool:
-        """True when the pod holds its GPUs now: scheduled and not terminal (field guide B11)."""
-        if not self.node_name or not self.gpu_requests or self.gone_at is not None:
-            return False
-        return self.phase in (PodPhase.RUNNING, PodPhase.PENDING, PodPhase.UNKNOWN)
+        """True when the pod holds its GPUs now: scheduled and not terminal (field guide B11), with a GPU request,
+        a GPU-share request (HAMi), a DRA claim, or a KAI/Run:ai fraction annotation."""
+        asks = self.gpu_requests or self.share_requests or self.resource_claims or (
+            "gpu-fraction" in self.annotations or "gpu-memory" in self.annotations)
+        return bool(asks) and self.live
 
 
 class Node(Frozen):
@@ -146,6 +163,8 @@ class ClusterState(Frozen):
         workloads_known: "Kind/namespace/name" of controllers the source listed, to tell orphans.
         owner_kinds_listed: controller kinds the source listed completely (existence is only
             judged for these).
+        resource_claims, resource_slices, device_classes: DRA objects (`resource.k8s.io`), empty when the
+            cluster has none or the source could not list them (`dra_listed` False).
         source: where the state came from (Kubernetes API URL, recording file, kube-state-metrics).
         notes: data-quality notes about the state itself: what the source could not see and what it costs
             (KSM label allow-lists missing, API and KSM disagreeing).
@@ -163,33 +182,49 @@ class ClusterState(Frozen):
     workloads_known: frozenset[str] = frozenset()
     owner_kinds_listed: frozenset[str] = frozenset()
     source: str = ""
+    resource_claims: tuple[ResourceClaim, ...] = ()
+    resource_slices: tuple[ResourceSlice, ...] = ()
+    device_classes: tuple[DeviceClass, ...] = ()
+    dra_listed: bool = False
     notes: tuple[str, ...] = ()
     query_count: int = 0
 
 
-def gpu_share_for_request(resource: str, count: int, node: Node | None) -> Decimal:
+def gpu_share_for_request(resource: str, count: int, node: Node | None, *, model_name: str | None = None) -> Decimal:
     """Physical-GPU equivalents held by `count` units of GPU `resource` on `node`.
 
-    MIG mixed (`nvidia.com/mig-3g.40gb`) and MIG single (`nvidia.com/gpu` on a node whose GFD
-    product ends in `-MIG-<N>g.<M>gb`) units are N/S of a GPU, S being the GPU's compute slices
-    (7; 4 on A30) (field guide B07/B08). Time-sliced
-    units are 1/replicas of a GPU. Anything else counts as one GPU per unit.
+    MIG mixed (`nvidia.com/mig-3g.40gb`, `nvidia.com/mig-1g.24gb+gfx`) and MIG single (`nvidia.com/gpu` on a
+    node whose GFD product ends in `-MIG-<N>g.<M>gb[+xxx|-xxx]`) units are N/S of a GPU, S being the GPU
+    model's compute slices from the GPU catalogue (`models.gpu_models`: 7 on A100/H100/H200/B200/GB200, 4 on A30
+    and RTX PRO 6000 Blackwell; field guide B07/B08/B31). Time-sliced units are 1/replicas of a GPU. Anything
+    else counts as one GPU per unit.
+
+    Args:
+        model_name: the GPU model as DCGM spells it, when known (preferred over the node's GFD product).
     """
     fraction = Decimal(1)
     slices = _mig_slices(resource)
     if slices is None and node is not None and node.gpu_product and "-MIG-" in node.gpu_product.upper():
         slices = _mig_slices(node.gpu_product.upper().split("-MIG-", 1)[1].lower())
     if slices is not None:
-        fraction = Decimal(slices) / Decimal(mig_total_slices(node))
+        fraction = Decimal(slices) / Decimal(mig_total_slices(node, model_name=model_name))
     elif node is not None and node.gpu_replicas > 1:
         fraction = Decimal(1) / Decimal(node.gpu_replicas)
     return fraction * count
 
 
-def mig_total_slices(node: Node | None) -> int:
-    """Compute slices of a MIG-capable GPU: 4 on A30 (NVIDIA MIG user guide), 7 on A100/H100/H200/B200."""
-    product = (node.gpu_product or "").upper() if node else ""
-    return 4 if "A30" in product.replace("-", " ").split() or "-A30-" in f"-{product}-" else 7
+def mig_total_slices(node: Node | None, *, model_name: str | None = None) -> int:
+    """Compute slices of the node's MIG GPU from the GPU catalogue (`models.gpu_models`).
+
+    The model comes from `model_name` (DCGM `modelName`) when given, else the node's GFD product / GKE
+    accelerator. A model the catalogue does not know (or no model at all) falls back to 7, the slice count of
+    every MIG GPU except A30 and RTX PRO 6000 Blackwell.
+    """
+    for name in (model_name, node.gpu_product if node else None):
+        slices = mig_total_slices_of(name)
+        if slices is not None:
+            return slices
+    return DEFAULT_MIG_TOTAL_SLICES
 
 
 def _mig_slices(text: str) -> int | None:

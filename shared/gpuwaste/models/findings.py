@@ -66,7 +66,7 @@ class Attribution(StrEnum):
 
     LABELS = "labels"  # dcgm-exporter pod/exported_pod labels
     ELIMINATION = "elimination"  # the only GPU pod on the node, counts match (field guide B01)
-    DEVICE = "device"  # node + device named by the allocation (a DRA claim's result, a HAMi/KAI device annotation)
+    ALLOCATION = "allocation"  # the allocation names the device (DRA claim, HAMi annotation, KAI reservation pod)
     UNKNOWN = "unknown"  # node-level only
     NODE = "node"  # the finding is about the node itself (unallocated capacity)
 

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from gpuwaste.models.base import Frozen
+from gpuwaste.models.dra import DraDeviceLabels
 
 
 class Signal(StrEnum):
@@ -246,6 +247,8 @@ class GpuTelemetry(Frozen):
         parent_signals: on a MIG instance, the whole-GPU signals of its physical GPU.
         is_mig_parent: True for the whole-GPU entity of a GPU split into MIG instances (not allocatable).
         groups: one entry per distinct workload label set seen on the device in the window (B10).
+        dra: the distinct `dra_*` label sets seen on the device (claim, driver, pool, device; field guide B25);
+            empty when the exporter runs without DRA attribution.
     """
 
     device: DeviceId
@@ -257,6 +260,7 @@ class GpuTelemetry(Frozen):
     groups: tuple[AttributedSeries, ...] = ()
     parent_signals: dict[str, WindowStats] = Field(default_factory=dict)
     is_mig_parent: bool = False
+    dra: tuple[DraDeviceLabels, ...] = ()
 
     def merged(self, signal: Signal | str) -> WindowStats | None:
         """The signal over the whole window, all label groups merged; None when never sampled.

@@ -1,4 +1,7 @@
-"""Pricing (pure): GPU model catalog, MIG profile parsing and the dated price book.
+"""Pricing (pure): the dated price book (USD per GPU-hour).
+
+The GPU model catalogue and MIG geometry live in `gpuwaste.models.gpu_models` (hardware facts every layer
+reads); they are re-exported here so existing imports keep working.
 
 Data in, data out: no I/O except reading the bundled YAML (or a file the caller names), no SDKs. Money is
 `Decimal` end to end; nothing here rounds except the human-readable `basis` text.
@@ -6,21 +9,31 @@ Data in, data out: no I/O except reading the bundled YAML (or a file the caller 
 
 from __future__ import annotations
 
-import re
 from datetime import date
 from decimal import Decimal
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from gpuwaste.errors import ConfigError, InputFormatError
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
+from gpuwaste.errors import ConfigError
+from gpuwaste.models.gpu_models import (
+    _SEPARATORS,
+    DEFAULT_MIG_TOTAL_SLICES,
+    GfdProduct,
+    GpuModelCatalog,
+    GpuModelSpec,
+    MigProfile,
+    MigProfileSpec,
+    ResolvedProduct,
+    _load_yaml,
+    _read_text,
+    normalise_model_name,
+    parse_mig_profile,
+    split_gfd_product,
+)
 
 Provider = Literal["aws", "gcp", "azure"]
 CapacityType = Literal["on-demand", "spot"]
@@ -32,359 +45,7 @@ RateMethod = Literal[
     "default_rate",
 ]
 
-DEFAULT_MIG_TOTAL_SLICES = 7
-_DATA_PACKAGE = "gpuwaste.pricing"
-
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-
-
-# --------------------------------------------------------------------------------------------------
-# Model names
-# --------------------------------------------------------------------------------------------------
-
-_SEPARATORS = re.compile(r"[\s_\-]+")
-_VENDOR_PREFIXES = ("nvidia ", "tesla ")
-_SHARED_SUFFIX = re.compile(r"[-_ ]shared$", re.IGNORECASE)
-_MIG_SUFFIX = re.compile(r"[-_ ]mig[-_ ](?P<profile>\d+g\.\d+gb(?:\+me)?)$", re.IGNORECASE)
-
-
-def normalise_model_name(raw: str) -> str:
-    """Return the matching form of a GPU model spelling.
-
-    Case-folds, turns every run of '-', '_' and blanks into one space and drops leading "NVIDIA" / "Tesla"
-    words, so "NVIDIA-A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB" and "a100 sxm4 40gb" compare equal, as do
-    "Tesla-T4", "Tesla T4" and "nvidia-tesla-t4".
-    """
-    text = _SEPARATORS.sub(" ", raw.casefold()).strip()
-    stripped = True
-    while stripped:
-        stripped = False
-        for prefix in _VENDOR_PREFIXES:
-            if text.startswith(prefix):
-                text = text[len(prefix) :]
-                stripped = True
-    return text
-
-
-class GfdProduct(BaseModel):
-    """A GFD `nvidia.com/gpu.product` value split into its parts.
-
-    Attributes:
-        model_name: the physical GPU's product name ("NVIDIA-H100-NVL" from "NVIDIA-H100-NVL-MIG-1g.12gb").
-        mig_profile: the MIG profile of a MIG-single node ("1g.12gb"), or None.
-        shared: True when GFD appended "-SHARED" (time-slicing / MPS with renamed resources).
-    """
-
-    model_config = _FROZEN
-
-    model_name: str
-    mig_profile: str | None = None
-    shared: bool = False
-
-
-def split_gfd_product(product: str) -> GfdProduct:
-    """Split a GFD product label: "A100-SXM4-40GB-MIG-1g.5gb-SHARED" → model, "1g.5gb", shared.
-
-    Plain model names (DCGM `modelName`, GKE accelerator names) come back unchanged with no profile.
-    """
-    text = product.strip()
-    shared = False
-    match = _SHARED_SUFFIX.search(text)
-    if match:
-        text, shared = text[: match.start()], True
-    mig_profile = None
-    match = _MIG_SUFFIX.search(text)
-    if match:
-        mig_profile = match.group("profile")
-        text = text[: match.start()]
-    return GfdProduct(model_name=text, mig_profile=mig_profile, shared=shared)
-
-
-# --------------------------------------------------------------------------------------------------
-# MIG profiles
-# --------------------------------------------------------------------------------------------------
-
-_MIG_PROFILE = re.compile(r"^(?P<slices>\d+)g(?:\.(?P<mem>\d+)gb)?(?P<me>\+me)?$")
-
-
-class MigProfile(BaseModel):
-    """A parsed MIG profile.
-
-    Attributes:
-        compute_slices: the leading N of "Ng": compute slices of the instance.
-        memory_gb: the memory figure in the name, informational only: DCGM and the device plugin disagree
-            ("1g.11gb" vs "1g.12gb", field guide B07). None when the text had no memory part ("3g").
-        fraction: compute_slices / total_slices, the share of the physical GPU one instance holds.
-        total_slices: compute slices of the whole GPU (7, but 4 on A30).
-        media_extensions: True for "+me" profiles.
-    """
-
-    model_config = _FROZEN
-
-    compute_slices: int = Field(ge=1)
-    memory_gb: int | None = Field(default=None, ge=1)
-    fraction: Decimal
-    total_slices: int = DEFAULT_MIG_TOTAL_SLICES
-    media_extensions: bool = False
-
-
-def parse_mig_profile(text: str, *, total_slices: int = DEFAULT_MIG_TOTAL_SLICES) -> MigProfile:
-    """Parse a MIG profile in any spelling seen in the wild.
-
-    Accepts "1g.5gb", "3g.40gb", "1g.11gb" (DCGM), "1g.10gb+me", "mig-2g.10gb", "nvidia.com/mig-1g.12gb",
-    "MIG 1g.5gb" and a bare "3g". The fraction comes from the leading Ng only, so spellings that
-    disagree on memory give the same fraction (field guide B07).
-
-    Args:
-        text: the profile text.
-        total_slices: compute slices of the parent GPU; 7 for A100/H100/H200/B200, 4 for A30. Use
-            `GpuModelSpec.mig_profile` to take it from the catalog.
-
-    Raises:
-        InputFormatError: the text is not a MIG profile, or claims more slices than the GPU has.
-    """
-    if total_slices < 1:
-        raise InputFormatError(f"total_slices must be >= 1, got {total_slices}", source="mig profile")
-    cleaned = text.strip().casefold()
-    cleaned = cleaned.removeprefix("nvidia.com/")
-    cleaned = re.sub(r"^mig[-_ ]?", "", cleaned)
-    match = _MIG_PROFILE.match(cleaned)
-    if match is None:
-        raise InputFormatError(
-            f"not a MIG profile: {text!r} (expected e.g. '1g.5gb', 'nvidia.com/mig-3g.40gb')", source="mig profile"
-        )
-    slices = int(match.group("slices"))
-    memory = int(match.group("mem")) if match.group("mem") is not None else None
-    if not 1 <= slices <= total_slices:
-        raise InputFormatError(
-            f"MIG profile {text!r} has {slices} compute slices; a GPU has 1..{total_slices}", source="mig profile"
-        )
-    if memory == 0:
-        raise InputFormatError(f"MIG profile {text!r} has 0 GB of memory", source="mig profile")
-    return MigProfile(
-        compute_slices=slices,
-        memory_gb=memory,
-        fraction=Decimal(slices) / Decimal(total_slices),
-        total_slices=total_slices,
-        media_extensions=match.group("me") is not None,
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# GPU model catalog
-# --------------------------------------------------------------------------------------------------
-
-
-class MigProfileSpec(BaseModel):
-    """One MIG profile a model supports, named as the device plugin spells it."""
-
-    model_config = _FROZEN
-
-    name: str
-    compute_slices: int = Field(ge=1)
-    memory_mib: int = Field(ge=1, description="nominal: the GB in the name × 1024")
-
-
-class GpuModelSpec(BaseModel):
-    """A canonical GPU model.
-
-    Attributes:
-        key: canonical key, e.g. "H100-SXM-80GB".
-        memory_mib: nominal memory (see memory_source); usable memory is slightly lower.
-        power_limit_w: board power limit in watts, or None when reference/formats.md has no figure.
-        power_source: where power_limit_w comes from (or why it is unknown).
-        mig_profiles: supported MIG profiles; empty for parts without MIG (or with an unverified list).
-        mig_total_slices: compute slices of the whole GPU for MIG parts (7; A30 4), else None.
-        aliases: spellings that resolve to this model.
-    """
-
-    model_config = _FROZEN
-
-    key: str
-    memory_mib: int = Field(ge=1)
-    memory_source: str
-    power_limit_w: int | None = Field(default=None, ge=1)
-    power_source: str
-    mig_profiles: tuple[MigProfileSpec, ...] = ()
-    mig_total_slices: int | None = Field(default=None, ge=1)
-    aliases: tuple[str, ...] = ()
-
-    @model_validator(mode="after")
-    def _check_mig(self) -> GpuModelSpec:
-        if self.mig_profiles and self.mig_total_slices is None:
-            raise ValueError(f"{self.key}: mig_profiles given without mig_total_slices")
-        for spec in self.mig_profiles:
-            parsed = parse_mig_profile(spec.name, total_slices=self.mig_total_slices or DEFAULT_MIG_TOTAL_SLICES)
-            if parsed.compute_slices != spec.compute_slices:
-                raise ValueError(f"{self.key}: profile {spec.name} declares compute_slices {spec.compute_slices}")
-        return self
-
-    @property
-    def mig_capable(self) -> bool:
-        """True when the catalog lists MIG profiles for this model."""
-        return bool(self.mig_profiles)
-
-    def mig_profile(self, text: str) -> MigProfile:
-        """Parse `text` as a MIG profile of this model, so the fraction uses the model's slice count.
-
-        Raises:
-            InputFormatError: the text is not a MIG profile or does not fit this GPU's slice count.
-        """
-        return parse_mig_profile(text, total_slices=self.mig_total_slices or DEFAULT_MIG_TOTAL_SLICES)
-
-
-class ResolvedProduct(BaseModel):
-    """What a model / product label names: the physical model, and a MIG slice of it if any."""
-
-    model_config = _FROZEN
-
-    model: GpuModelSpec
-    mig_profile: MigProfile | None = None
-    shared: bool = False
-
-
-class _MigProfileEntry(BaseModel):
-    model_config = _FROZEN
-
-    compute_slices: int = Field(ge=1)
-    memory_mib: int = Field(ge=1)
-
-
-class _GpuModelEntry(BaseModel):
-    model_config = _FROZEN
-
-    aliases: list[str] = Field(default_factory=list)
-    memory_mib: int = Field(ge=1)
-    memory_source: str = Field(min_length=1)
-    power_limit_w: int | None = Field(default=None, ge=1)
-    power_source: str = Field(min_length=1)
-    mig_total_slices: int | None = Field(default=None, ge=1)
-    mig_profiles: dict[str, _MigProfileEntry] = Field(default_factory=dict)
-
-
-class _GpuModelFile(BaseModel):
-    model_config = _FROZEN
-
-    schema_version: Literal[1]
-    models: dict[str, _GpuModelEntry]
-
-
-class GpuModelCatalog:
-    """Canonical GPU models and the spellings that name them."""
-
-    def __init__(self, models: tuple[GpuModelSpec, ...]) -> None:
-        """Index `models` by key and by every normalised alias.
-
-        Raises:
-            ConfigError: two models claim the same spelling.
-        """
-        self._models: dict[str, GpuModelSpec] = {}
-        self._index: dict[str, str] = {}
-        for spec in models:
-            if spec.key in self._models:
-                raise ConfigError(f"GPU model {spec.key!r} is defined twice")
-            self._models[spec.key] = spec
-            for spelling in (spec.key, *spec.aliases):
-                norm = normalise_model_name(spelling)
-                owner = self._index.setdefault(norm, spec.key)
-                if owner != spec.key:
-                    raise ConfigError(f"GPU model spelling {spelling!r} matches both {owner!r} and {spec.key!r}")
-
-    @classmethod
-    def bundled(cls) -> GpuModelCatalog:
-        """Return the catalog shipped in gpuwaste/pricing/data/gpu_models.yaml (loaded once per process)."""
-        return _bundled_catalog()
-
-    @classmethod
-    def from_yaml(cls, path: Path) -> GpuModelCatalog:
-        """Load a catalog file with the same layout as the bundled one.
-
-        Raises:
-            ConfigError: the file is missing, not YAML, or does not match the layout.
-        """
-        return cls._from_text(_read_text(path), origin=str(path))
-
-    @classmethod
-    def _from_text(cls, text: str, *, origin: str) -> GpuModelCatalog:
-        data = _load_yaml(text, origin=origin)
-        try:
-            parsed = _GpuModelFile.model_validate(data)
-            specs = tuple(
-                GpuModelSpec(
-                    key=key,
-                    memory_mib=entry.memory_mib,
-                    memory_source=entry.memory_source,
-                    power_limit_w=entry.power_limit_w,
-                    power_source=entry.power_source,
-                    mig_total_slices=entry.mig_total_slices,
-                    mig_profiles=tuple(
-                        MigProfileSpec(name=name, compute_slices=p.compute_slices, memory_mib=p.memory_mib)
-                        for name, p in entry.mig_profiles.items()
-                    ),
-                    aliases=tuple(entry.aliases),
-                )
-                for key, entry in parsed.models.items()
-            )
-        except (ValidationError, InputFormatError) as exc:
-            raise ConfigError(f"{origin}: invalid GPU model catalog: {exc}") from exc
-        return cls(specs)
-
-    def __iter__(self) -> Iterator[GpuModelSpec]:
-        """Iterate over the models in file order."""
-        return iter(self._models.values())
-
-    def __len__(self) -> int:
-        """Number of models."""
-        return len(self._models)
-
-    def get(self, key: str) -> GpuModelSpec:
-        """Return the model with canonical key `key`.
-
-        Raises:
-            KeyError: no such key.
-        """
-        return self._models[key]
-
-    def resolve(self, raw_name: str | None) -> GpuModelSpec | None:
-        """Return the model a spelling names, or None when it names none (or is empty).
-
-        Accepts DCGM `modelName` ("NVIDIA H100 80GB HBM3", "Tesla T4"), GFD products ("Tesla-T4",
-        "NVIDIA-H100-NVL-MIG-1g.12gb", "A100-SXM4-40GB-MIG-1g.5gb-SHARED": the MIG / SHARED suffix is
-        stripped to find the physical model), GKE accelerator names ("nvidia-tesla-t4") and canonical keys,
-        in any case.
-        """
-        resolved = self.resolve_product(raw_name)
-        return resolved.model if resolved is not None else None
-
-    def resolve_product(self, raw_name: str | None) -> ResolvedProduct | None:
-        """Like `resolve`, but also return the MIG profile (with this model's slice count) and SHARED flag.
-
-        Returns None when the name is empty or names no known model. A MIG suffix the model cannot hold
-        (e.g. "7g.80gb" claimed on an A30) also gives None rather than a guessed fraction.
-        """
-        if raw_name is None or not raw_name.strip():
-            return None
-        key = self._index.get(normalise_model_name(raw_name))
-        if key is not None:
-            return ResolvedProduct(model=self._models[key])
-        product = split_gfd_product(raw_name)
-        key = self._index.get(normalise_model_name(product.model_name))
-        if key is None:
-            return None
-        spec = self._models[key]
-        profile = None
-        if product.mig_profile is not None:
-            try:
-                profile = spec.mig_profile(product.mig_profile)
-            except InputFormatError:
-                return None
-        return ResolvedProduct(model=spec, mig_profile=profile, shared=product.shared)
-
-
-@cache
-def _bundled_catalog() -> GpuModelCatalog:
-    text = resources.files(_DATA_PACKAGE).joinpath("data/gpu_models.yaml").read_text(encoding="utf-8")
-    return GpuModelCatalog._from_text(text, origin="gpuwaste/pricing/data/gpu_models.yaml")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -900,24 +561,19 @@ def _short_source(source: str) -> str:
 
 @cache
 def _bundled_price_book() -> PriceBook:
-    text = resources.files(_DATA_PACKAGE).joinpath("data/prices.yaml").read_text(encoding="utf-8")
+    text = resources.files("gpuwaste.pricing").joinpath("data/prices.yaml").read_text(encoding="utf-8")
     return PriceBook._from_text(text, origin="gpuwaste/pricing/data/prices.yaml", catalog=GpuModelCatalog.bundled())
 
 
-# --------------------------------------------------------------------------------------------------
-# File helpers
-# --------------------------------------------------------------------------------------------------
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-
-
-def _load_yaml(text: str, *, origin: str) -> object:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{origin}: not valid YAML: {exc}") from exc
+__all__ = [
+    "DEFAULT_MIG_TOTAL_SLICES",
+    "GfdProduct",
+    "GpuModelCatalog",
+    "GpuModelSpec",
+    "MigProfile",
+    "MigProfileSpec",
+    "ResolvedProduct",
+    "normalise_model_name",
+    "parse_mig_profile",
+    "split_gfd_product",
+]

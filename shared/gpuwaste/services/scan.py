@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from gpuwaste.allocation import mix_text
+from gpuwaste.allocation.physical import physical_gpu_count
 from gpuwaste.detectors import DetectorSettings, NoVerdict, build_context, run_detectors
 from gpuwaste.errors import ConfigError
 from gpuwaste.join import ScanContext
@@ -41,6 +42,8 @@ class Inventory:
         attribution: how allocations were tied to devices (labels / elimination / unknown).
         allocation: the allocation mix in words ("device plugin 212 GPUs (90 pods), MIG 2 GPUs (14 pods)").
         allocation_mix: mechanism → {"pods": n, "gpus": physical-GPU equivalents held}.
+        allocation_notes: data-quality notes of the allocation resolvers and the physical GPU counts ("node n1
+            advertises 40 nvidia.com/gpu, DCGM sees 4 GPUs: HAMi shares"; claims nobody uses; RBAC to grant).
     """
 
     nodes: int
@@ -54,6 +57,7 @@ class Inventory:
     single_instant: bool
     allocation: str = ""
     allocation_mix: dict[str, dict[str, float | int]] = field(default_factory=dict)
+    allocation_notes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -101,7 +105,18 @@ def inventory_of(ctx: ScanContext) -> Inventory:
         single_instant=ctx.telemetry.single_instant,
         allocation=mix_text(ctx.resolved.mix),
         allocation_mix={k: {"pods": v.pods, "gpus": float(v.share)} for k, v in ctx.resolved.mix.items()},
+        allocation_notes=allocation_notes(ctx),
     )
+
+
+def allocation_notes(ctx: ScanContext) -> tuple[str, ...]:
+    """The resolvers' notes, then each node's physical-count disagreements (capacity is never a GPU count)."""
+    notes: dict[str, None] = dict.fromkeys(ctx.resolved.notes)
+    for inv in ctx.nodes.values():
+        reason = "HAMi shares" if any(a.mechanism == "HAMi" for a in inv.allocations) else None
+        count = physical_gpu_count(inv.node, len(inv.physical_uuids), known_by_resolvers=inv.known_gpus, share_reason=reason)
+        notes.update(dict.fromkeys(count.notes))
+    return tuple(notes)
 
 
 def merge_replicas(findings: list[Finding]) -> list[Finding]:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpuwaste.models.dra import DraDeviceLabels
 from gpuwaste.models.telemetry import AttributedSeries, DeviceId, GpuTelemetry, Signal, WindowStats
 from gpuwaste.settings import TelemetryLabels
 
@@ -58,6 +59,23 @@ class _Dev:
     hostname: str | None = None
     instances: set[str] = field(default_factory=set)
     groups: dict[tuple[str | None, str | None, str | None, str | None], dict[str, WindowStats]] = field(default_factory=dict)
+    dra: dict[DraDeviceLabels, None] = field(default_factory=dict)
+
+
+#: dcgm-exporter's DRA attribution labels (PR NVIDIA/dcgm-exporter#532; field guide B25).
+DRA_LABELS = {
+    "dra_claim_namespace": "claim_namespace",
+    "dra_claim_name": "claim_name",
+    "dra_driver_name": "driver",
+    "dra_pool_name": "pool",
+    "dra_device_name": "device",
+}
+
+
+def dra_labels(labels: dict[str, str]) -> DraDeviceLabels | None:
+    """The `dra_*` labels of a series, or None when it carries none (or only empty ones)."""
+    found = {field_name: labels[name] for name, field_name in DRA_LABELS.items() if labels.get(name)}
+    return DraDeviceLabels(**found) if found else None
 
 
 def build_gpu_telemetry(rows: Iterable[tuple[str, dict[str, str], WindowStats]], settings: TelemetryLabels | None = None) -> list[GpuTelemetry]:
@@ -86,6 +104,9 @@ def build_gpu_telemetry(rows: Iterable[tuple[str, dict[str, str], WindowStats]],
         dev.hostname = dev.hostname or _first(labels, settings.hostname_labels)
         if labels.get("instance"):
             dev.instances.add(labels["instance"])
+        dra = dra_labels(labels)
+        if dra is not None:
+            dev.dra[dra] = None
         gkey = workload_labels(labels, settings, exporter_re)
         sigs = dev.groups.setdefault(gkey, {})
         prev = sigs.get(metric)
@@ -124,6 +145,7 @@ def build_gpu_telemetry(rows: Iterable[tuple[str, dict[str, str], WindowStats]],
                 groups=groups,
                 parent_signals=parent_sigs,
                 is_mig_parent=gi is None and uuid in mig_uuids,
+                dra=tuple(dev.dra),
             )
         )
     out.sort(key=lambda g: (g.hostname or "", g.device.uuid, g.device.gpu_i_id or ""))

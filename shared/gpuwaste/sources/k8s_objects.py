@@ -14,6 +14,15 @@ from typing import Any
 
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState, Node, OwnerRef, Pod, PodPhase, Workload
+from gpuwaste.models.dra import (
+    ClaimDeviceResult,
+    ConsumerRef,
+    DeviceClass,
+    PodClaimRef,
+    ResourceClaim,
+    ResourceSlice,
+    SliceDevice,
+)
 from gpuwaste.settings import DEFAULT_GPU_RESOURCES, ClusterReadSettings
 
 _HASH_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<hash>[a-z0-9]{5,10})$")
@@ -33,6 +42,43 @@ def _annotations(meta: Mapping[str, Any]) -> dict[str, str]:
 def is_gpu_resource(name: str, patterns: Iterable[str]) -> bool:
     """True when a resource name matches one of the GPU resource patterns."""
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+#: Resources that size a GPU share without being GPUs (HAMi: percent of SMs, MiB or percent of memory; B27).
+SHARE_RESOURCES = ("nvidia.com/gpucores", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage")
+#: Pod annotations / labels that ask for a GPU share without any GPU request (KAI/Run:ai fractions, B28; HAMi, B27).
+SHARE_ANNOTATIONS = ("gpu-fraction", "gpu-memory")
+SHARE_ANNOTATION_PREFIXES = ("hami.io/",)
+SHARE_LABELS = ("runai-gpu-group",)
+#: DRA object kinds read from `resource.k8s.io` (v1; v1beta1/v1beta2 read the same way).
+DRA_KINDS = ("ResourceClaim", "ResourceSlice", "DeviceClass")
+
+
+def is_gpu_relevant_pod(obj: Mapping[str, Any], patterns: Iterable[str]) -> bool:
+    """True for a pod JSON object that may hold a GPU: a GPU or GPU-share resource in any container, a DRA
+    `spec.resourceClaims` entry, or a fraction/HAMi annotation or KAI group label."""
+    patterns = tuple(patterns)
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        return False
+    if spec.get("resourceClaims"):
+        return True
+    annotations = meta.get("annotations") or {}
+    if isinstance(annotations, Mapping) and any(
+        k in SHARE_ANNOTATIONS or str(k).startswith(SHARE_ANNOTATION_PREFIXES) for k in annotations
+    ):
+        return True
+    labels = meta.get("labels") or {}
+    if isinstance(labels, Mapping) and any(k in SHARE_LABELS for k in labels):
+        return True
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        resources = (container or {}).get("resources") or {} if isinstance(container, Mapping) else {}
+        for section in ("limits", "requests"):
+            for key in resources.get(section) or {}:
+                if is_gpu_resource(str(key), patterns) or str(key) in SHARE_RESOURCES:
+                    return True
+    return False
 
 
 def _ts(value: Any, where: str) -> datetime | None:
@@ -165,6 +211,9 @@ def pod_from_dict(obj: Mapping[str, Any], patterns: tuple[str, ...] = DEFAULT_GP
         container_images=tuple(str(c.get("image", "")) for c in containers),
         container_args=tuple(" ".join(map(str, (c.get("command") or []) + (c.get("args") or []))) for c in containers),
         cpu_limit_cores=_cpu_limit(containers),
+        share_requests=_gpu_requests(spec, SHARE_RESOURCES, where),
+        resource_claims=_pod_claims(spec, status),
+        scheduler_name=spec.get("schedulerName") or None,
         created_at=_ts(meta.get("creationTimestamp"), f"{where}.metadata.creationTimestamp"),
         started_at=_ts(status.get("startTime"), f"{where}.status.startTime"),
         finished_at=finished,
@@ -172,6 +221,143 @@ def pod_from_dict(obj: Mapping[str, Any], patterns: tuple[str, ...] = DEFAULT_GP
         pod_ip=status.get("podIP") or None,
         host_ip=status.get("hostIP") or None,
     )
+
+
+def _pod_claims(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[PodClaimRef, ...]:
+    """`spec.resourceClaims` with each entry's claim name (generated names from `status.resourceClaimStatuses`).
+
+    Reads the GA shape (`resourceClaimName` / `resourceClaimTemplateName` on the entry) and the 1.27-1.30 alpha
+    shape (`source.resourceClaimName`).
+    """
+    generated = {
+        str(s.get("name")): s.get("resourceClaimName") or None
+        for s in status.get("resourceClaimStatuses") or []
+        if isinstance(s, Mapping) and s.get("name")
+    }
+    out: list[PodClaimRef] = []
+    for entry in spec.get("resourceClaims") or []:
+        if not isinstance(entry, Mapping) or not entry.get("name"):
+            continue
+        src = entry.get("source") if isinstance(entry.get("source"), Mapping) else entry
+        name = str(entry["name"])
+        template = src.get("resourceClaimTemplateName") or None
+        claim = src.get("resourceClaimName") or generated.get(name)
+        out.append(PodClaimRef(name=name, claim_name=str(claim) if claim else None, template=str(template) if template else None))
+    return tuple(out)
+
+
+def _attr_value(raw: Any) -> str | None:
+    """A DRA device attribute (`{"string": "GPU-…"}`, `{"int": 0}`, `{"version": "12.4.0"}`, `{"bool": true}`) as text."""
+    if not isinstance(raw, Mapping):
+        return None if raw is None else str(raw)
+    for key in ("string", "int", "version", "bool"):
+        if key in raw and raw[key] is not None:
+            value = raw[key]
+            return ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return None
+
+
+def resource_claim_from_dict(obj: Mapping[str, Any]) -> ResourceClaim:
+    """Build a `ResourceClaim` from `resource.k8s.io/v1` JSON (v1beta1/v1beta2 tolerated).
+
+    Raises:
+        InputFormatError: when metadata.name is missing, an allocation result lacks driver/pool/device, or a
+            time is malformed.
+    """
+    meta = _meta(obj, "ResourceClaim")
+    ns = str(meta.get("namespace") or "default")
+    name = str(meta["name"])
+    where = f"ResourceClaim {ns}/{name}"
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    classes: list[str] = []
+    for req in (spec.get("devices") or {}).get("requests") or []:
+        if not isinstance(req, Mapping):
+            continue
+        exactly = req.get("exactly") if isinstance(req.get("exactly"), Mapping) else req  # v1 / v1beta1
+        if exactly.get("deviceClassName"):
+            classes.append(str(exactly["deviceClassName"]))
+        for sub in req.get("firstAvailable") or []:
+            if isinstance(sub, Mapping) and sub.get("deviceClassName"):
+                classes.append(str(sub["deviceClassName"]))
+    allocation = status.get("allocation") or {}
+    results: list[ClaimDeviceResult] = []
+    for i, r in enumerate((allocation.get("devices") or {}).get("results") or []):
+        if not isinstance(r, Mapping) or not all(r.get(k) for k in ("driver", "pool", "device")):
+            raise InputFormatError(f"{where}.status.allocation.devices.results[{i}]: needs driver, pool and device")
+        results.append(
+            ClaimDeviceResult(
+                request=str(r.get("request", "")),
+                driver=str(r["driver"]),
+                pool=str(r["pool"]),
+                device=str(r["device"]),
+                share_id=str(r["shareID"]) if r.get("shareID") else None,
+            )
+        )
+    reserved = tuple(
+        ConsumerRef(resource=str(c.get("resource", "pods")), name=str(c["name"]), uid=str(c.get("uid", "")))
+        for c in status.get("reservedFor") or []
+        if isinstance(c, Mapping) and c.get("name")
+    )
+    return ResourceClaim(
+        namespace=ns,
+        name=name,
+        uid=str(meta.get("uid", "")),
+        api_version=str(obj.get("apiVersion") or "resource.k8s.io/v1"),
+        device_classes=tuple(dict.fromkeys(classes)),
+        results=tuple(results),
+        reserved_for=reserved,
+        created_at=_ts(meta.get("creationTimestamp"), f"{where}.metadata.creationTimestamp"),
+        allocated_at=_ts(allocation.get("allocationTimestamp"), f"{where}.status.allocation.allocationTimestamp"),
+        deletion_requested=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def resource_slice_from_dict(obj: Mapping[str, Any]) -> ResourceSlice:
+    """Build a `ResourceSlice` from `resource.k8s.io/v1` JSON (v1beta1's `devices[].basic` tolerated).
+
+    Attribute names are kept without their domain (`gpu.nvidia.com/uuid` → `uuid`).
+
+    Raises:
+        InputFormatError: when metadata.name, spec.driver or spec.pool.name is missing.
+    """
+    meta = _meta(obj, "ResourceSlice")
+    name = str(meta["name"])
+    spec = obj.get("spec") or {}
+    pool = (spec.get("pool") or {}).get("name") if isinstance(spec.get("pool"), Mapping) else None
+    if not spec.get("driver") or not pool:
+        raise InputFormatError(f"ResourceSlice {name}: spec.driver and spec.pool.name are required")
+    devices: list[SliceDevice] = []
+    for d in spec.get("devices") or []:
+        if not isinstance(d, Mapping) or not d.get("name"):
+            continue
+        body = d.get("basic") if isinstance(d.get("basic"), Mapping) else d  # v1beta1 wraps attributes in `basic`
+        attrs: dict[str, str] = {}
+        for key, raw in (body.get("attributes") or {}).items():
+            value = _attr_value(raw)
+            if value is not None:
+                attrs[str(key).rsplit("/", 1)[-1]] = value
+        devices.append(SliceDevice(name=str(d["name"]), attributes=attrs))
+    return ResourceSlice(name=name, driver=str(spec["driver"]), pool=str(pool), node_name=spec.get("nodeName") or None, devices=tuple(devices))
+
+
+_CEL_DRIVER = re.compile(r"device\.driver\s*==\s*['\"](?P<driver>[^'\"]+)['\"]")
+
+
+def device_class_from_dict(obj: Mapping[str, Any]) -> DeviceClass:
+    """Build a `DeviceClass` (its name, and the drivers its CEL selectors compare `device.driver` with).
+
+    Raises:
+        InputFormatError: when metadata.name is missing.
+    """
+    meta = _meta(obj, "DeviceClass")
+    expressions = tuple(
+        str(((s or {}).get("cel") or {}).get("expression", ""))
+        for s in (obj.get("spec") or {}).get("selectors") or []
+        if isinstance(s, Mapping)
+    )
+    drivers = tuple(dict.fromkeys(m.group("driver") for e in expressions for m in _CEL_DRIVER.finditer(e)))
+    return DeviceClass(name=str(meta["name"]), drivers=drivers, expressions=expressions)
 
 
 def _label_int(labels: Mapping[str, str], key: str) -> int | None:
@@ -305,12 +491,15 @@ def cluster_state_from_objects(
     settings: ClusterReadSettings | None = None,
     listed_kinds: Iterable[str] | None = None,
     source: str = "",
+    dra_listed: bool | None = None,
 ) -> ClusterState:
-    """Build `ClusterState` from a mixed list of Pod, Node, Namespace and controller objects.
+    """Build `ClusterState` from a mixed list of Pod, Node, Namespace, controller and DRA objects.
 
     Args:
         listed_kinds: controller kinds that were listed completely (so a missing owner of that
             kind means it is gone); defaults to the kinds present in `items`.
+        dra_listed: True when the source listed the DRA kinds (ResourceClaim/ResourceSlice/DeviceClass), so
+            their absence means the cluster has none; defaults to "any DRA object present".
 
     Raises:
         InputFormatError: on an object without `kind`, or a malformed Pod/Node.
@@ -325,6 +514,9 @@ def cluster_state_from_objects(
     exporters: dict[str, str] = {}
     exporter_ips: dict[str, str] = {}
     kinds_seen: set[str] = set()
+    claims: list[ResourceClaim] = []
+    slices: list[ResourceSlice] = []
+    classes: list[DeviceClass] = []
     for i, obj in enumerate(items):
         if not isinstance(obj, Mapping):
             raise InputFormatError(f"items[{i}] is not an object")
@@ -339,10 +531,16 @@ def cluster_state_from_objects(
                     exporters[pod.name] = pod.node_name
                     if pod.pod_ip:
                         exporter_ips[pod.pod_ip] = pod.node_name
-                if pod.gpu_requests:
+                if is_gpu_relevant_pod(obj, settings.gpu_resource_names):
                     pods.append(pod)
             elif kind == "Node":
                 nodes.append(node_from_dict(obj, settings))
+            elif kind == "ResourceClaim":
+                claims.append(resource_claim_from_dict(obj))
+            elif kind == "ResourceSlice":
+                slices.append(resource_slice_from_dict(obj))
+            elif kind == "DeviceClass":
+                classes.append(device_class_from_dict(obj))
             elif kind == "Namespace":
                 meta = _meta(obj, "Namespace")
                 ns_labels[str(meta["name"])] = dict(meta.get("labels") or {})
@@ -353,9 +551,14 @@ def cluster_state_from_objects(
         except (AttributeError, TypeError, ValueError) as exc:  # a field of the wrong JSON type (list for a map, ...)
             name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), Mapping) else None
             raise InputFormatError(f"items[{i}] ({kind} {name or '?'}): malformed object, a field has the wrong type: {exc}") from exc
-    listed = frozenset(listed_kinds) if listed_kinds is not None else frozenset(k for k in kinds_seen if k not in ("Pod", "Node", "Namespace"))
+    listed = frozenset(listed_kinds) if listed_kinds is not None else frozenset(k for k in kinds_seen if k not in ("Pod", "Node", "Namespace", *DRA_KINDS))
     resolved = [p.model_copy(update={"workload": resolve_owners(p, controllers, listed)}) for p in pods]
-    gpu_nodes = [n for n in nodes if n.capacity_gpu or n.allocatable_gpu or n.gpu_product or n.name in {p.node_name for p in pods} or n.name in exporters.values()]
+    slice_nodes = {s.node_name for s in slices if s.node_name}
+    gpu_nodes = [
+        n for n in nodes
+        if n.capacity_gpu or n.allocatable_gpu or n.gpu_product or n.gpu_count_label
+        or n.name in {p.node_name for p in pods} or n.name in exporters.values() or n.name in slice_nodes
+    ]
     return ClusterState(
         cluster=cluster,
         observed_at=observed_at,
@@ -368,4 +571,8 @@ def cluster_state_from_objects(
         workloads_known=frozenset(controllers),
         owner_kinds_listed=listed,
         source=source,
+        resource_claims=tuple(claims),
+        resource_slices=tuple(slices),
+        device_classes=tuple(classes),
+        dra_listed=bool(dra_listed) if dra_listed is not None else bool(kinds_seen & set(DRA_KINDS)),
     )

@@ -37,7 +37,13 @@ from typing import Any, Protocol
 
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.settings import ClusterReadSettings
-from gpuwaste.sources.k8s_objects import cluster_state_from_objects, is_gpu_resource
+from gpuwaste.sources.k8s_objects import (
+    SHARE_ANNOTATION_PREFIXES,
+    SHARE_ANNOTATIONS,
+    SHARE_LABELS,
+    cluster_state_from_objects,
+    is_gpu_resource,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +123,9 @@ POD_KEYS = (
     "gpuwaste.io/team", "gpuwaste.io/slack-channel", "gpuwaste.io/slack-user", "gpuwaste.io/jira-project",
     "gpuwaste.io/snooze-until", "gpuwaste.io/model-weights-gib", "notebooks.kubeflow.org/last-activity",
     "batch.kubernetes.io/job-name", "job-name", "controller-uid",
+    # GPU shares (issue 11): KAI/Run:ai fractions, group and reserved device (B28), HAMi's device grant (B27)
+    "gpu-fraction", "gpu-memory", "gpu-fraction-num-devices", "runai-gpu-group", "run.ai/reserve_for_gpu_index",
+    "hami.io/vgpu-devices-allocated",
 )
 
 #: The labels and annotations the scan reads, per kind: what KSM's allow-lists should export (`gpuwaste doctor`
@@ -127,12 +136,16 @@ ALLOWLIST: dict[str, dict[str, tuple[str, ...]]] = {
                   "topology.kubernetes.io/region", "topology.kubernetes.io/zone", "kubernetes.io/hostname",
                   "nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory", "nvidia.com/gpu.replicas",
                   "nvidia.com/mig.strategy", "cloud.google.com/gke-accelerator", "cloud.google.com/gke-spot"),
-        "pods": ("pod-template-hash", "app", "app.kubernetes.io/name", "team", "gpuwaste.io/team"),
+        "pods": ("pod-template-hash", "app", "app.kubernetes.io/name", "team", "gpuwaste.io/team",
+                 "runai-gpu-group"),  # KAI/Run:ai: fractional pods and their reservation pod (B28)
         "namespaces": ("team",),
     },
     "annotations": {
         "pods": ("gpuwaste.io/team", "gpuwaste.io/slack-channel", "gpuwaste.io/slack-user", "gpuwaste.io/jira-project",
-                 "gpuwaste.io/snooze-until", "notebooks.kubeflow.org/last-activity", "gpuwaste.io/model-weights-gib"),
+                 "gpuwaste.io/snooze-until", "notebooks.kubeflow.org/last-activity", "gpuwaste.io/model-weights-gib",
+                 # GPU shares (issue 11): KAI/Run:ai fractions and reserved device (B28), HAMi's device grant (B27)
+                 "gpu-fraction", "gpu-memory", "gpu-fraction-num-devices", "run.ai/reserve_for_gpu_index",
+                 "hami.io/vgpu-devices-allocated"),
         "namespaces": ("gpuwaste.io/team", "gpuwaste.io/slack-channel", "gpuwaste.io/slack-user", "gpuwaste.io/jira-project"),
     },
 }
@@ -421,7 +434,7 @@ class _Builder:
     # -- objects ----------------------------------------------------------------------------------------
     def pod_objects(self) -> Iterable[tuple[dict[str, Any], _PodFacts]]:
         for (ns, name), f in self.pods.items():
-            if not f.has_gpu and not self.exporter.search(name):
+            if not f.has_gpu and not self.exporter.search(name) and not _asks_share(f):
                 continue
 
             def containers(init: bool, f: _PodFacts = f) -> list[dict[str, Any]]:
@@ -506,6 +519,12 @@ class _Builder:
             out.append("KSM: no pod or namespace annotations exported (metricAnnotationsAllowlist): routing annotations "
                        "(gpuwaste.io/team, slack-channel) and snoozes are not seen; findings go to the configured routes")
         return out
+
+
+def _asks_share(f: _PodFacts) -> bool:
+    """A pod that asks for a GPU share without a GPU request: KAI/Run:ai fraction or group (B28), HAMi grant (B27)."""
+    return any(k in SHARE_ANNOTATIONS or k.startswith(SHARE_ANNOTATION_PREFIXES) for k in f.annotations) or any(
+        k in SHARE_LABELS for k in f.labels)
 
 
 def cluster_state_from_ksm(

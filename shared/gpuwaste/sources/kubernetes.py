@@ -1,13 +1,17 @@
 """Adapter: the Kubernetes API (official client, read-only) → `ClusterState`.
 
 Lists pods, nodes, namespaces and the controller kinds (ReplicaSet, Deployment, StatefulSet,
-DaemonSet, Job, CronJob) page by page (`limit` + `continue`), asks the client for the raw JSON
+DaemonSet, Job, CronJob), and the Dynamic Resource Allocation objects (ResourceClaim, ResourceSlice,
+DeviceClass of `resource.k8s.io`: v1, else v1beta2, else v1beta1, whichever the server serves; field guide
+B25) page by page (`limit` + `continue`), asks the client for the raw JSON
 (`_preload_content=False`) and builds the state with `sources.k8s_objects`, the same parser the
 recordings use, so a live scan and a `kubectl get -o json` recording give the same answer.
 
 The API cannot select pods by extended resource (`nvidia.com/gpu` is not a selectable field), so every
 pod is listed; each page is filtered to GPU pods (and dcgm-exporter pods) before the next is read,
 so memory holds one page plus the GPU pods. Controllers are kept as name + owner references only.
+A cluster without DRA (404 for every version) has no claims; a service account not granted the DRA kinds
+(403) still scans, with a warning, and the DRA resolver names the missing RBAC for pods that use claims.
 
 Access modes: a kubeconfig file and context, the in-cluster service account, or EKS with a bearer
 token signed from the caller's IAM credentials (`sources.eks_token`) and renewed before it expires.
@@ -47,7 +51,7 @@ from gpuwaste.errors import (
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.settings import ClusterReadSettings, KubernetesSettings
 from gpuwaste.sources.eks_token import EksTokenProvider
-from gpuwaste.sources.k8s_objects import CONTROLLER_KINDS, cluster_state_from_objects, is_gpu_resource
+from gpuwaste.sources.k8s_objects import CONTROLLER_KINDS, cluster_state_from_objects, is_gpu_relevant_pod
 
 if TYPE_CHECKING:
     import boto3
@@ -69,6 +73,7 @@ class _ListSpec:
     api: str  # "core" | "apps" | "batch"
     all_namespaces: str  # client method for the cluster-wide list
     namespaced: str | None  # client method for one namespace (None: cluster-scoped kind)
+    optional: bool = False  # 403/404 mean "not served / not granted", not a failed scan (DRA kinds)
 
     @property
     def api_version(self) -> str:
@@ -92,8 +97,27 @@ LISTS: tuple[_ListSpec, ...] = (
 )
 
 
+#: DRA kinds per `resource.k8s.io` version, preferred first (GA v1 since Kubernetes 1.34).
+DRA_VERSIONS: tuple[tuple[str, str], ...] = (("v1", "ResourceV1Api"), ("v1beta2", "ResourceV1beta2Api"), ("v1beta1", "ResourceV1beta1Api"))
+
+
+def _dra_lists(version: str, api: str) -> tuple[_ListSpec, ...]:
+    return (
+        _ListSpec("resourceclaims", "ResourceClaim", "resource.k8s.io", version, api,
+                  "list_resource_claim_for_all_namespaces", "list_namespaced_resource_claim", optional=True),
+        _ListSpec("resourceslices", "ResourceSlice", "resource.k8s.io", version, api, "list_resource_slice", None, optional=True),
+        _ListSpec("deviceclasses", "DeviceClass", "resource.k8s.io", version, api, "list_device_class", None, optional=True),
+    )
+
+
 class _ContinueExpired(Exception):  # noqa: N818 - internal control flow: restart the list
     pass
+
+
+class _NotServed(Exception):  # noqa: N818 - internal control flow: an optional kind is not served (404) or not granted (403)
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def safe_url(url: str) -> str:
@@ -146,17 +170,12 @@ def _eks_region(settings: KubernetesSettings, session: boto3.session.Session | N
 
 
 def _is_relevant_pod(obj: Mapping[str, Any], patterns: tuple[str, ...], exporter: re.Pattern[str]) -> bool:
-    """True for pods that ask for a GPU resource (any container) and for GPU exporter pods."""
+    """True for pods that may hold a GPU (GPU or share resources, DRA claims, fraction annotations) and for
+    GPU exporter pods."""
     name = str((obj.get("metadata") or {}).get("name") or "")
     if exporter.search(name):
         return True
-    spec = obj.get("spec") or {}
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        resources = (container or {}).get("resources") or {}
-        for section in ("limits", "requests"):
-            if any(is_gpu_resource(str(key), patterns) for key in resources.get(section) or {}):
-                return True
-    return False
+    return is_gpu_relevant_pod(obj, patterns)
 
 
 def _owner_only(obj: Mapping[str, Any], spec: _ListSpec) -> dict[str, Any]:
@@ -217,6 +236,11 @@ class KubernetesPodSource:
             "apps": k8s_client.AppsV1Api(api_client),
             "batch": k8s_client.BatchV1Api(api_client),
         }
+        for _, api_name in DRA_VERSIONS:  # older clients lack some versions: those are skipped
+            api_class = getattr(k8s_client, api_name, None)
+            if api_class is not None:
+                self._apis[api_name] = api_class(api_client)
+        self.dra_listed = False
         self.url = safe_url(str(api_client.configuration.host))
 
     @classmethod
@@ -352,8 +376,43 @@ class KubernetesPodSource:
             counts[spec.plural] = len(kept)
             if spec.kind in CONTROLLER_KINDS:
                 listed.add(spec.kind)
+        dra = self._collect_dra()
+        items.extend(dra)
+        counts["dra"] = len(dra)
         logger.info("kubernetes cluster listed", extra={"cluster": self.cluster, "url": self.url, "kept": counts})
         return items, frozenset(listed)
+
+    def _collect_dra(self) -> list[dict[str, Any]]:
+        """ResourceClaims, ResourceSlices and DeviceClasses at the newest `resource.k8s.io` version served.
+
+        Sets `dra_listed` when all three kinds were read (possibly empty). A version the server does not serve
+        (404) falls through to the next; a kind the RBAC does not grant (403) is skipped with a warning.
+        """
+        self.dra_listed = False
+        for version, api_name in DRA_VERSIONS:
+            if api_name not in self._apis:
+                continue
+            out: list[dict[str, Any]] = []
+            try:
+                for spec in _dra_lists(version, api_name):
+
+                    def keep(obj: dict[str, Any], spec: _ListSpec = spec) -> dict[str, Any]:
+                        obj["kind"] = spec.kind
+                        obj["apiVersion"] = spec.api_version
+                        return obj
+
+                    out.extend(self._list(spec, keep))
+            except _NotServed as exc:
+                if exc.status == 404:
+                    continue
+                logger.warning(
+                    "kubernetes DRA objects not readable; pods holding GPUs through ResourceClaims are judged from the exporter's dra_* labels only",
+                    extra={"cluster": self.cluster, "url": self.url, "reason": str(exc), "hint": RBAC_HINT},
+                )
+                return out
+            self.dra_listed = True
+            return out
+        return []
 
     # -- listing -----------------------------------------------------------------------------------------
     def _list(self, spec: _ListSpec, keep: Callable[[dict[str, Any]], dict[str, Any] | None]) -> list[dict[str, Any]]:
@@ -415,6 +474,8 @@ class KubernetesPodSource:
         except ApiException as exc:
             if exc.status == 410 and token:
                 raise _ContinueExpired from exc
+            if spec.optional and exc.status in (403, 404):
+                raise _NotServed(int(exc.status), f"list {spec.resource}/{spec.version}: HTTP {exc.status}: {_status_message(exc)}") from exc
             raise self._translate(exc, spec) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise SourceUnavailableError(
