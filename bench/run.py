@@ -49,6 +49,8 @@ from bench.latency_proxy import LatencyProxy  # noqa: E402
 from bench.report import cell as fmt  # noqa: E402
 from bench.strategies import NAIVE_SIGNALS, issue, naive_plan  # noqa: E402
 from gpuwaste.fleet.generator import BASE_TS, INSTANCES, Fleet, FleetSpec, generate_fleet  # noqa: E402
+
+RULES_FILE = ROOT / "deploy" / "prometheus" / "gpuwaste-recording-rules.yml"
 from tests.servers.kube_api import FakeKubeApi, write_kubeconfig  # noqa: E402
 from tests.servers.ports import free_port  # noqa: E402
 
@@ -60,8 +62,9 @@ CONCURRENCY = 4
 PROXY_DELAY_S = 0.002
 PLURALS = {"Pod": "pods", "Node": "nodes", "Namespace": "namespaces", "ReplicaSet": "replicasets", "Deployment": "deployments",
            "StatefulSet": "statefulsets", "DaemonSet": "daemonsets", "Job": "jobs", "CronJob": "cronjobs"}
-TARGETS = {"scan_s_10k": 4.0, "ours_over_floor": 1.5, "peak_mb": 512, "queries": 30, "naive_over_ours_2ms": 10.0,
-           "chain_s_10k": 20.0, "sqs_per_finding": 0.2}
+TARGETS = {"rules_scan_over_minimal": 1.3, "raw_scan_over_plan_floor": 1.5, "raw_plan_floor_over_minimal": 2.0, "peak_mb": 512,
+           "queries": 30, "naive_over_ours_2ms": 4.0, "recording_mb_base": 200, "recording_kb_per_gpu": 60,
+           "chain_s_10k": 10.0, "sqs_per_finding": 0.2}
 
 
 def log(msg: str) -> None:
@@ -196,14 +199,14 @@ def vm_hwm_mb(pid: int) -> float:
     return 0.0
 
 
-def scan_child(prom_url: str, kubeconfig: Path, cluster: str) -> dict[str, Any]:
-    """One scan in a child process (`bench/scan_once.py`).
+def scan_child(prom_url: str, kubeconfig: Path, cluster: str, cluster_state: str = "kubernetes") -> dict[str, Any]:
+    """One scan in a child process (`bench/scan_once.py`); cluster state from the Kubernetes API unless told otherwise.
 
     Raises:
         RuntimeError: the scan failed.
     """
     args = {"prometheus": prom_url, "kubeconfig": str(kubeconfig), "cluster": cluster, "window_s": WINDOW_S, "step_s": STEP_S,
-            "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(), "concurrency": CONCURRENCY}
+            "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(), "concurrency": CONCURRENCY, "cluster_state": cluster_state}
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     rc, out, err, wall, cpu, rss = run_child([sys.executable, "-m", "bench.scan_once", json.dumps(args)], env=env)
     if rc != 0:
@@ -227,14 +230,22 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
     workdir = workroot / f"gpus-{gpus}"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    om = workdir / "fleet.om"
+    recdir = workdir / "recording"
+    recdir.mkdir()
+    om = recdir / "telemetry.om"
     t = time.perf_counter()
     stats = write_openmetrics_streaming(fleet.iter_series(), om)
+    (recdir / "cluster.json").write_text(json.dumps(fleet.kube_list()))
+    (recdir / "recording.json").write_text(json.dumps({"cluster": fleet.spec.cluster, "eval_time": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(),
+                                                      "window_s": WINDOW_S, "scrape_interval_s": STEP_S, "format": "openmetrics"}))
     row.update(series=stats.series, samples=stats.samples, om_mb=stats.bytes / 1e6, write_om_s=time.perf_counter() - t)
     log(f"{gpus} GPUs: {stats.series} series, {stats.samples} samples, {stats.bytes / 1e6:.0f} MB OpenMetrics in {row['write_om_s']:.1f} s")
     data_dir = workdir / "data"
     row.update(backfill(om, data_dir))
-    om.unlink()
+    row.update(recording_path(recdir))
+    log(f"{gpus} GPUs: recording path {row['recording_s']:.1f} s, peak {row['recording_peak_mb']:.0f} MB "
+        f"({row['recording_kb_per_gpu']:.0f} KB per GPU over 200 MB)")
+    shutil.rmtree(recdir)
     row["tsdb_mb"] = sum(f.stat().st_size for f in data_dir.rglob("*") if f.is_file()) / 1e6
     log(f"{gpus} GPUs: backfilled in {row['backfill_s']:.1f} s (promtool peak {row['backfill_rss_mb']:.0f} MB), TSDB {row['tsdb_mb']:.1f} MB")
 
@@ -251,15 +262,21 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
             # 1. ours through the counting proxy: queries, bytes, the exact plan (also warms Prometheus up)
             counted = scan_child(counter.url, kubeconfig, fleet.spec.cluster)
             plan = [(q.path, list(q.params)) for q in counter.queries]
-            row.update(queries=counter.requests, query_count_reported=counted["query_count"], bytes_received=counter.bytes_out,
+            minimal = minimal_plan()
+            row.update(queries=len(counter.queries), http_requests=counter.requests, query_count_reported=counted["query_count"], bytes_received=counter.bytes_out,
                        findings=counted["findings"], findings_by_kind=counted["findings_by_kind"], scan_gpus_seen=counted["physical_gpus"],
                        usd_per_day=counted["usd_per_day"], ours_cold_s=counted["wall_s"])
             kube_requests_before = len(kube.requests)
             # 2. floor and ours, alternating; keep the best of each
-            ours_runs, floor_runs = [counted], []
+            ours_runs, floor_runs, minimal_runs = [counted], [], []
             for _ in range(repeats):
+                minimal_runs.append(issue(prom_url, minimal, concurrency=CONCURRENCY))
                 floor_runs.append(issue(prom_url, plan, concurrency=CONCURRENCY))
                 ours_runs.append(scan_child(prom_url, kubeconfig, fleet.spec.cluster))
+            row["plan"] = counted.get("plan")
+            row["minimal_floor_s"] = min(r.wall_s for r in minimal_runs)
+            row["minimal_floor_runs_s"] = [r.wall_s for r in minimal_runs]
+            row["minimal_bytes"] = minimal_runs[0].bytes
             floor_gzip = issue(prom_url, plan, concurrency=CONCURRENCY, gzip=True)
             row["floor_gzip_s"] = floor_gzip.wall_s
             row["kube_requests_per_scan"] = (len(kube.requests) - kube_requests_before) // max(repeats, 1)
@@ -274,18 +291,18 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
             row["ours_telemetry_s"] = telemetry_s
             row["ours_over_floor"] = telemetry_s / floor.wall_s if floor.wall_s else None
             row["scan_over_floor"] = best["wall_s"] / floor.wall_s if floor.wall_s else None
+            row["scan_over_minimal"] = best["wall_s"] / row["minimal_floor_s"] if row["minimal_floor_s"] else None
+            row["plan_floor_over_minimal"] = floor.wall_s / row["minimal_floor_s"] if row["minimal_floor_s"] else None
             # 3. Prometheus's own evaluation time for the plan (stats=all), sequentially summed
             evaluated = issue(prom_url, plan, concurrency=1, stats=True)
             row["prom_eval_s"] = evaluated.eval_s
             row["floor_bytes"] = floor.bytes
             row["per_query"] = [{**q, "query": _short(q["query"])} for q in evaluated.per_request]
             row["plan_series"] = evaluated.series
-            # 3b. the previous plan (every statistic of every metric, every label) on the same Prometheus, for comparison
-            previous = previous_plan()
-            prev_floor = issue(prom_url, previous, concurrency=CONCURRENCY)
-            prev_eval = issue(prom_url, previous, concurrency=1, stats=True)
-            row["previous_plan"] = {"floor_s": prev_floor.wall_s, "eval_s": prev_eval.eval_s, "bytes": prev_eval.bytes,
-                                    "series": prev_eval.series, "sequential_wall_s": prev_eval.wall_s}
+            # 3b. the minimal plan's own evaluation, for the A/B
+            mini_eval = issue(prom_url, minimal, concurrency=1, stats=True)
+            row["previous_plan"] = {"floor_s": row["minimal_floor_s"], "eval_s": mini_eval.eval_s, "bytes": mini_eval.bytes,
+                                    "series": mini_eval.series, "sequential_wall_s": mini_eval.wall_s}
             row["prom_eval_sequential_wall_s"] = evaluated.wall_s
             # split of our telemetry wall time: Prometheus evaluation (spread over the connections), transfer+parse at the floor, our own work
             prom_share = min(evaluated.eval_s / CONCURRENCY, floor.wall_s)
@@ -308,6 +325,47 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
                 row["naive_gpus_seen"] = len(naive_lo.uuids)
                 row["naive_unseen_gpus"] = row["gpus"] - len(naive_lo.uuids)
             row["prometheus_peak_rss_mb"] = vm_hwm_mb(prom_proc.pid)
+            # 5. the shipped recording rules, evaluated over the data by promtool (the server answers the rule queries)
+            rule_blocks = workdir / "rule-blocks"
+            t = time.perf_counter()
+            rc, out, err, _w, _c, _r = run_child(["promtool", "tsdb", "create-blocks-from", "rules", f"--start={BASE_TS}", f"--end={EVAL_TS}",
+                                                   f"--url={prom_url}", f"--output-dir={rule_blocks}", "--eval-interval=5m", str(RULES_FILE)])
+            if rc != 0:
+                raise RuntimeError(f"promtool rules backfill failed rc={rc}: {err[-2000:]}")
+            row["rules_backfill_s"] = time.perf_counter() - t
+        for block in rule_blocks.iterdir():
+            shutil.move(str(block), str(data_dir / block.name))
+        log(f"{gpus} GPUs: rules backfilled in {row['rules_backfill_s']:.1f} s; restarting Prometheus with them")
+        with prometheus(data_dir) as (prom_url, prom_proc, ready_s), LatencyProxy(prom_url) as counter, \
+                LatencyProxy(prom_url, delay_s=PROXY_DELAY_S) as slow:
+            counted = scan_child(counter.url, kubeconfig, fleet.spec.cluster)
+            rules_plan = [(q.path, list(q.params)) for q in counter.queries]
+            ours_runs, floor_runs, minimal_runs = [counted], [], []
+            for _ in range(repeats):
+                minimal_runs.append(issue(prom_url, minimal, concurrency=CONCURRENCY))
+                floor_runs.append(issue(prom_url, rules_plan, concurrency=CONCURRENCY))
+                ours_runs.append(scan_child(prom_url, kubeconfig, fleet.spec.cluster))
+            best = min(ours_runs, key=lambda r: r["wall_s"])
+            mfloor = min(r.wall_s for r in minimal_runs)
+            row["rules"] = {"plan": counted.get("plan"), "queries": len(counter.queries), "findings": counted["findings"],
+                            "scan_s": best["wall_s"], "telemetry_s": best["timings_s"].get("telemetry", 0.0), "timings_s": best["timings_s"],
+                            "runs_s": [r["wall_s"] for r in ours_runs], "peak_rss_mb": max(r["peak_rss_mb"] for r in ours_runs),
+                            "plan_floor_s": min(r.wall_s for r in floor_runs), "plan_floor_runs_s": [r.wall_s for r in floor_runs],
+                            "minimal_floor_s": mfloor, "minimal_floor_runs_s": [r.wall_s for r in minimal_runs],
+                            "bytes": floor_runs[0].bytes, "usd_per_day": counted["usd_per_day"], "load_average": os.getloadavg()}
+            row["rules"]["scan_over_minimal"] = best["wall_s"] / mfloor if mfloor else None
+            row["rules"]["plan_floor_over_minimal"] = row["rules"]["plan_floor_s"] / mfloor if mfloor else None
+            ours_slow = scan_child(slow.url, kubeconfig, fleet.spec.cluster)
+            row["rules"]["ours_2ms_s"] = ours_slow["wall_s"]
+            row["rules"]["naive_over_ours_2ms"] = row["naive_2ms_s"] / ours_slow["wall_s"]
+            # 6. Prometheus-only mode: cluster state from the kube-state-metrics series of the same Prometheus
+            ksm_only = scan_child(prom_url, kubeconfig, fleet.spec.cluster, cluster_state="kube-state-metrics")
+            row["rules"]["ksm_cluster_state_s"] = ksm_only["timings_s"].get("cluster_state")
+            row["rules"]["ksm_scan_s"] = ksm_only["wall_s"]
+            row["rules"]["ksm_findings"] = ksm_only["findings"]
+            row["ksm_cluster_state_s"] = row["rules"]["ksm_cluster_state_s"]
+            row["ksm_share_of_scan"] = (row["ksm_cluster_state_s"] or 0) / ksm_only["wall_s"] if ksm_only["wall_s"] else None
+            row.update({f"rules_{k}": v for k, v in row["rules"].items()})
     finally:
         kube.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -316,15 +374,30 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
     return row
 
 
-def previous_plan() -> list[tuple[str, list[tuple[str, str]]]]:
-    """The plan as it was before the statistics were trimmed per metric and unread labels dropped (for the A/B)."""
-    import dataclasses
+def minimal_plan() -> list[tuple[str, list[tuple[str, str]]]]:
+    """Issue 13's *minimal floor*: avg, max and count of each GPU metric over the window, one instant query per metric."""
+    from gpuwaste.sources.promql import minimal_queries
 
-    from gpuwaste.sources.metrics_plan import PLAN
-    from gpuwaste.sources.promql import scan_queries
+    return [("/api/v1/query", [("query", q), ("time", f"{EVAL_TS:.3f}")]) for q in minimal_queries(window_s=WINDOW_S)]
 
-    full = [dataclasses.replace(spec, stats=()) for spec in PLAN]
-    return [("/api/v1/query", [("query", q), ("time", f"{EVAL_TS:.3f}")]) for _, q in scan_queries(window_s=WINDOW_S, plan=full)]
+
+def recording_path(recdir: Path) -> dict[str, Any]:
+    """Scan the recording (the offline path) in a child process: wall, peak RSS, and KB per GPU above 200 MB.
+
+    Raises:
+        RuntimeError: the scan failed.
+    """
+    # a 10,000-GPU recording is several GB: above the default size limit on recordings (sources/limits.py)
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}", "GPUWASTE_RECORDING_MAX_MB": "100000"}
+    rc, out, err, wall, cpu, rss = run_child([sys.executable, "-m", "bench.recording_once", json.dumps({"path": str(recdir), "window_s": WINDOW_S})],
+                                             env=env, timeout=3600)
+    if rc != 0:
+        raise RuntimeError(f"recording scan failed rc={rc}:\n{err[-4000:]}")
+    r = json.loads(out.strip().splitlines()[-1])
+    gpus = max(r["physical_gpus"], 1)
+    return {"recording_s": r["wall_s"], "recording_cpu_s": r["cpu_s"], "recording_peak_mb": r["peak_rss_mb"],
+            "recording_rss_before_mb": r["rss_before_scan_mb"], "recording_gpus": r["physical_gpus"], "recording_findings": r["findings"],
+            "recording_kb_per_gpu": max(r["peak_rss_mb"] - 200, 0) * 1024 / gpus, "recording_target_mb": 200 + 60 * gpus / 1024}
 
 
 def _short(query: str) -> str:
@@ -339,13 +412,24 @@ def _short(query: str) -> str:
 
 
 COLUMNS = [
-    ("GPUs", "gpus", 0), ("pods", "pods", 0), ("findings", "findings", 0), ("PromQL queries", "queries", 0),
+    ("GPUs", "gpus", 0), ("pods", "pods", 0), ("findings", "findings", 0),
+    ("**without recording rules** (plan)", "plan", 0), ("PromQL queries", "queries", 0),
     ("MB received", "mb_received", 1), ("scan s", "ours_s", 2), ("telemetry s", "ours_telemetry_s", 2), ("CPU s", "ours_cpu_s", 2),
-    ("peak MB", "peak_rss_mb", 0), ("Prom eval s", "prom_eval_s", 2), ("floor s", "floor_s", 2),
-    ("telemetry ÷ floor", "ours_over_floor", 2), ("scan ÷ floor", "scan_over_floor", 2),
-    ("naive s (loopback)", "naive_loopback_s", 2), ("naive ÷ ours (loopback)", "naive_over_ours_loopback", 1),
-    ("naive s (+2 ms)", "naive_2ms_s", 2), ("naive ÷ ours (+2 ms)", "naive_over_ours_2ms", 1),
+    ("peak MB", "peak_rss_mb", 0), ("Prom eval s", "prom_eval_s", 2), ("plan floor s", "floor_s", 2),
+    ("minimal floor s (same run)", "minimal_floor_s", 2), ("plan floor ÷ minimal floor", "plan_floor_over_minimal", 2),
+    ("scan ÷ plan floor", "scan_over_floor", 2), ("scan ÷ minimal floor", "scan_over_minimal", 2),
+    ("**with the shipped recording rules** (plan)", "rules_plan", 0), ("PromQL queries ", "rules_queries", 0),
+    ("scan s ", "rules_scan_s", 2), ("telemetry s ", "rules_telemetry_s", 2), ("peak MB ", "rules_peak_rss_mb", 0),
+    ("plan floor s ", "rules_plan_floor_s", 2), ("minimal floor s (same run) ", "rules_minimal_floor_s", 2),
+    ("plan floor ÷ minimal floor ", "rules_plan_floor_over_minimal", 2), ("**scan ÷ minimal floor**", "rules_scan_over_minimal", 2),
+    ("**recording path** s", "recording_s", 1), ("recording path peak MB", "recording_peak_mb", 0),
+    ("recording path KB per GPU above 200 MB", "recording_kb_per_gpu", 0), ("recording path target MB (200 + 60 KB/GPU)", "recording_target_mb", 0),
+    ("**per-pod querying** s (loopback)", "naive_loopback_s", 2), ("naive ÷ ours (loopback)", "naive_over_ours_loopback", 1),
+    ("naive s (+2 ms)", "naive_2ms_s", 2), ("naive ÷ ours (+2 ms), no rules", "naive_over_ours_2ms", 1),
+    ("naive ÷ ours (+2 ms), with rules", "rules_naive_over_ours_2ms", 1),
     ("GPUs naive cannot see", "naive_unseen_gpus", 0),
+    ("KSM-only cluster state s (Prometheus-only scan, rules)", "ksm_cluster_state_s", 2), ("KSM cluster state ÷ that scan", "ksm_share_of_scan", 2),
+    ("Prometheus-only scan s / findings", "rules_ksm_scan_s", 2), ("CLI start-up s (surfaces helper)", "cli_startup_s", 2),
 ]
 
 

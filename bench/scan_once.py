@@ -36,6 +36,7 @@ def main(argv: list[str]) -> int:
         name=args["cluster"],
         prometheus=PrometheusSettings(url=args["prometheus"], concurrency=args.get("concurrency", 4), timeout_s=120),
         kubernetes=KubernetesSettings(mode="kubeconfig", kubeconfig=args["kubeconfig"]),
+        cluster_state=args.get("cluster_state", "kubernetes"),
     )
     config = GpuWasteConfig(clusters=[cluster], scan=ScanSettings(window_s=args["window_s"], scrape_interval_s=args["step_s"]))
     sources = live_sources(cluster, config)
@@ -65,6 +66,7 @@ def main(argv: list[str]) -> int:
         "pods_holding_gpus": report.inventory.pods_holding_gpus,
         "nodes": report.inventory.nodes,
         "usd_per_day": float(sum((f.usd_per_day or 0) for f in report.findings)),
+        "plan": report.telemetry_quality.get("plan"),
     }
     if args.get("dump_findings"):
         out["findings_json"] = [f.model_dump(mode="json") for f in report.findings]

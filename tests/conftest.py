@@ -12,6 +12,8 @@ fixture                       scope       gives
 ``slack_api``                 function    ``slack_server`` after ``reset()``
 ``jira_server``               session     the one :class:`FakeJira` of the session
 ``jira_api``                  function    ``jira_server`` after ``reset()``
+``teams_server`` / ``teams``  session/fn  :class:`FakeTeams` (Workflows webhooks; ``teams`` is reset)
+``webhook_server`` / ``json_webhook``  session/fn  :class:`FakeJsonWebhook` (``json_webhook`` is reset)
 ``moto``                      session     a started :class:`MotoServer`
 ``aws``                       function    ``moto`` reset, with ``AWS_ENDPOINT_URL`` + dummy creds in the env
 ``prometheus_factory``        session     factory ``(openmetrics_path) -> PrometheusServer`` (cached per file)
@@ -27,10 +29,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.servers.jira_api import FakeJira
+from tests.servers.json_webhook import FakeJsonWebhook
 from tests.servers.kube_api import FakeKubeApi, KubeApiFactory
 from tests.servers.moto_server import MotoServer
 from tests.servers.prometheus import INSTALL_HINT, PrometheusFactory, PrometheusServer, prometheus_available
 from tests.servers.slack_api import FakeSlack
+from tests.servers.teams_webhook import FakeTeams
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -93,6 +97,34 @@ def jira_api(jira_server: FakeJira) -> FakeJira:
     """The fake Jira, reset: no issues, requests or faults; keys restart at ``<PROJECT>-1``."""
     jira_server.reset()
     return jira_server
+
+
+@pytest.fixture(scope="session")
+def teams_server() -> Iterator[FakeTeams]:
+    """The session's fake Teams Workflows webhooks; prefer ``teams`` in tests."""
+    with FakeTeams() as server:
+        yield server
+
+
+@pytest.fixture
+def teams(teams_server: FakeTeams) -> FakeTeams:
+    """The fake Teams, reset: no flows, posts or faults."""
+    teams_server.reset()
+    return teams_server
+
+
+@pytest.fixture(scope="session")
+def webhook_server() -> Iterator[FakeJsonWebhook]:
+    """The session's fake JSON webhook receiver; prefer ``json_webhook`` in tests."""
+    with FakeJsonWebhook() as server:
+        yield server
+
+
+@pytest.fixture
+def json_webhook(webhook_server: FakeJsonWebhook) -> FakeJsonWebhook:
+    """The fake JSON webhook receiver, reset."""
+    webhook_server.reset()
+    return webhook_server
 
 
 # -- AWS (moto) -----------------------------------------------------------------------------------------

@@ -272,6 +272,25 @@ def _progress(quiet: bool):  # type: ignore[no-untyped-def]
     return show
 
 
+def _telemetry_lines(report: ScanReport) -> None:
+    """How the telemetry was read (plan, sample spacing, buckets) and any unreadable samples, with where they are."""
+    q = report.telemetry_quality
+    if not q:
+        return
+    spacing = q.get("sample_interval_s")
+    parts = [f"plan: {q['plan']}" if q.get("plan") else "", f"{report.query_count} queries" if report.query_count else "",
+             f"a sample every {spacing:g} s ({'inferred from the data' if q.get('sample_interval_inferred') else 'configured'})" if spacing else "",
+             f"{q['bucket_s'] // 60}-min buckets" if q.get("bucket_s") else ""]
+    out.print("telemetry: " + " · ".join(p for p in parts if p), highlight=False, style="dim", markup=False)
+    problems = q.get("problems") or []
+    if problems:
+        out.print(f"[yellow]{q['unreadable_samples']} unreadable sample(s) were left out (never read as idle):[/]", highlight=False)
+        for p in problems[:5]:
+            out.print(f"  {p['metric']} at {p['where']}: {p['reason']} ({p['count']} sample(s))", highlight=False, markup=False, soft_wrap=True)
+        if len(problems) > 5:
+            out.print(f"  … and {len(problems) - 5} more (--output json lists them all)", highlight=False, markup=False)
+
+
 class SortKey(StrEnum):
     """Orders of the findings table."""
 
@@ -387,6 +406,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
             window_s=report.window_s,
             inventory=inv.__dict__,
             query_count=report.query_count,
+            telemetry=report.telemetry_quality,
             no_verdict=[nv.__dict__ for nv in report.no_verdict],
         ) + "\n")
         return
@@ -421,6 +441,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         out.print(Text(f"cluster state: {plain(report.cluster_source)}", style="dim"))
     for note in report.cluster_notes:
         out.print(Text(f"data quality: {plain(note)}", style="yellow"))
+    _telemetry_lines(report)
     if inv.single_instant:
         out.print("[yellow]The telemetry holds ONE sample per series: it shows what is there, not sustained use; "
                   "no idle or under-used verdict is possible from one sample.[/]")

@@ -10,7 +10,7 @@ from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
-from gpuwaste.models.notices import DailySummary, Notice, PostedMessage, TicketDraft
+from gpuwaste.models.notices import DailySummary, MessageRef, Notice, PostedMessage, TicketDraft
 from gpuwaste.models.telemetry import TelemetryWindow
 
 
@@ -125,29 +125,40 @@ class FindingStore(Protocol):
 
 
 class Notifier(Protocol):
-    """Tells owners in chat (Slack, or the terminal locally); renders notices its own way."""
+    """A chat sink that tells owners (Slack, Microsoft Teams, a JSON webhook, or the terminal locally); each renders
+    notices its own way and names itself (`name`: the sink of its message references and delivery keys).
 
-    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None,
+    Sinks differ in what they can do after a post: `threads` says whether an update can be a reply in the
+    original's conversation, `edits` whether a resolution can replace the original message. A sink that cannot
+    posts a new message instead (in the same conversation where it can)."""
+
+    name: str
+    threads: bool
+    edits: bool
+
+    def post(self, notice: Notice, *, reply_to: MessageRef | None = None,
              on_posted: Callable[[PostedMessage], None] | None = None) -> list[PostedMessage]:
-        """Post a notice to `channel` (default: its route's), split over several messages when it is too long.
+        """Post a notice to its route's destination (or as a reply in `reply_to`'s conversation), split over several
+        messages when it is too long for the sink.
 
-        A routed channel that does not exist falls back to the default channel, and the message says so.
-        `on_posted` is called with each part as soon as the chat accepted it (the caller records the delivery
+        A routed destination that does not exist falls back to the default one, and the message says so.
+        `on_posted` is called with each part as soon as the sink accepted it (the caller records the delivery
         before the next part is tried, so a failure on part 2 never re-posts part 1).
 
         Raises:
             DeliveryError: rate-limited after retries, 5xx, timeout (retry through the queue).
-            PermanentDeliveryError: bad token, bad payload, no channel at all.
+            PermanentDeliveryError: bad credentials, bad payload, no destination at all.
         """
         ...
 
     def find_posted(self, notice: Notice) -> list[PostedMessage]:
-        """Messages already posted for this notice (same scan, kind and findings) — a post the chat accepted
-        but whose answer was lost (crash, timeout). Empty when the chat cannot be searched."""
+        """Messages already posted for this notice (same scan, kind and findings) — a post the sink accepted
+        but whose answer was lost (crash, timeout). Empty when the sink cannot be searched."""
         ...
 
-    def update(self, notice: Notice, *, channel: str, ts: str) -> PostedMessage:
-        """Replace the message `ts` in `channel` with `notice` (only its first part when it is long).
+    def update(self, notice: Notice, *, message: MessageRef) -> PostedMessage:
+        """Replace `message` with `notice` (only its first part when it is long); a sink that cannot edit posts it
+        as a new message in the same conversation.
 
         Raises:
             DeliveryError: as for `post`.
@@ -155,23 +166,24 @@ class Notifier(Protocol):
         """
         ...
 
-    def reply(self, *, channel: str, thread_ts: str, text: str) -> PostedMessage:
-        """Post a short plain reply in a thread (acknowledgements from buttons)."""
+    def reply(self, *, message: MessageRef, text: str) -> PostedMessage:
+        """Post a short plain reply in `message`'s conversation (acknowledgements from buttons)."""
         ...
 
     def user_id(self, email: str) -> str | None:
-        """The chat user id of an e-mail address, None when unknown."""
+        """The sink's user id of an e-mail address (to mention), None when unknown or not supported."""
         ...
 
     def post_summary(
         self, summary: DailySummary, *, channel: str, chart_png: bytes | None, note: str | None = None
     ) -> PostedMessage:
-        """Post the daily summary, with the chart image when given (`note` says why it is missing)."""
+        """Post the daily summary to `channel` (sinks with their own destinations use their default one), with the
+        chart image when given and supported (`note` says why it is missing)."""
         ...
 
 
 class RequestVerifier(Protocol):
-    """Authenticates an inbound request from the chat service (Slack's request signatures)."""
+    """Authenticates an inbound request from a chat service (e.g. Slack's request signatures)."""
 
     def verify(self, headers: Mapping[str, str], body: bytes) -> None:
         """Accept the request or raise.

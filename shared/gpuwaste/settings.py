@@ -235,6 +235,8 @@ class RouteTarget(BaseModel):
         slack_user_email: an owner to mention (looked up with `users.lookupByEmail`).
         jira_project: Jira project key for tickets (e.g. `MLOPS`).
         jira_labels / jira_components: added to tickets of this route.
+        teams_webhook: the name of a Microsoft Teams Workflows webhook in `delivery.msteams.webhooks` (a reference: the
+            URL is a secret and never appears here).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -242,6 +244,7 @@ class RouteTarget(BaseModel):
     team: str | None = None
     slack_channel: str | None = None
     slack_user_email: str | None = None
+    teams_webhook: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     jira_project: str | None = Field(None, pattern=r"^[A-Z][A-Z0-9_]{1,9}$")
     jira_labels: tuple[str, ...] = ()
     jira_components: tuple[str, ...] = ()
@@ -297,6 +300,76 @@ class SlackSettings(BaseModel):
     workspace_url: str | None = Field(None, pattern=r"^https://")
 
 
+class TeamsSettings(BaseModel):
+    """Microsoft Teams through Workflows webhooks (the "Send webhook alerts to a channel" template, or a flow with
+    the "When a Teams webhook request is received" trigger): Adaptive Cards posted to a channel.
+
+    Attributes:
+        webhooks: webhook name → URL (local use). The URLs are secrets (anyone holding one can post): in Lambda set
+            `secret_arn` instead (a Secrets Manager JSON object of name → URL). Routes name a webhook
+            (`teams_webhook`), never its URL.
+        default_webhook: the webhook used when no team/namespace route names one, and for the daily summary.
+            None: Teams delivery is off.
+        timeout_s: per-request timeout (seconds).
+        rate_limit_retries / server_error_retries: in-process retries of a 429 (honouring `Retry-After`) and of a
+            5xx before the delivery fails and is retried through the queue.
+        max_payload_bytes: the size a message body is kept under (Teams refuses messages over ~28 KB).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    webhooks: dict[str, SecretStr] = Field(default_factory=dict)
+    secret_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
+    default_webhook: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    timeout_s: float = Field(10.0, gt=0, le=60)
+    rate_limit_retries: int = Field(3, ge=0, le=10)
+    server_error_retries: int = Field(1, ge=0, le=5)
+    max_payload_bytes: int = Field(27_000, ge=2_000, le=28_000)
+
+    @property
+    def enabled(self) -> bool:
+        """Teams delivery is on (a default webhook is named)."""
+        return self.default_webhook is not None
+
+    @model_validator(mode="after")
+    def _names_known(self) -> TeamsSettings:
+        for name, url in self.webhooks.items():
+            if not url.get_secret_value().startswith(("https://", "http://")):
+                raise ValueError(f"webhooks.{name}: not an http(s) URL")
+        if self.default_webhook and self.webhooks and self.secret_arn is None \
+                and self.default_webhook not in self.webhooks:
+            raise ValueError(f"default_webhook {self.default_webhook!r} is not in webhooks "
+                             f"(known: {', '.join(sorted(self.webhooks))})")
+        return self
+
+
+class WebhookSettings(BaseModel):
+    """A generic JSON webhook (PagerDuty Events through a relay, Opsgenie, an internal bus): one signed JSON event per
+    finding and action, documented in docs/delivery.md.
+
+    Attributes:
+        url / signing_secret: the endpoint and the HMAC-SHA256 key (local use); in Lambda set `secret_arn` (a JSON
+            object `{"url": …, "signing_secret": …}`). The URL may hold a token: it is never logged.
+        timeout_s, rate_limit_retries, server_error_retries: as for Teams.
+        max_payload_bytes: events over this size drop their evidence list first (receivers cap bodies, e.g. 512 KB).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: SecretStr | None = None
+    signing_secret: SecretStr | None = None
+    secret_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
+    timeout_s: float = Field(10.0, gt=0, le=60)
+    rate_limit_retries: int = Field(3, ge=0, le=10)
+    server_error_retries: int = Field(1, ge=0, le=5)
+    max_payload_bytes: int = Field(256_000, ge=4_000, le=5_000_000)
+
+    @property
+    def enabled(self) -> bool:
+        """The webhook sink is on (a URL or a secret holding one is configured)."""
+        return self.url is not None or self.secret_arn is not None
+
+
 class JiraSettings(BaseModel):
     """Jira Cloud REST v3 access and ticket shape.
 
@@ -333,7 +406,8 @@ class JiraSettings(BaseModel):
 
 
 class DeliverySettings(BaseModel):
-    """How owners hear about findings: routing, Slack, Jira, the daily summary.
+    """How owners hear about findings: routing, Slack, Microsoft Teams (`msteams`), a JSON webhook, Jira, the daily
+    summary. Every configured chat sink gets every alert.
 
     Attributes:
         default_channel: the channel used when nothing routes a finding elsewhere.
@@ -351,6 +425,8 @@ class DeliverySettings(BaseModel):
     keys: RoutingKeys = Field(default_factory=RoutingKeys)
     links: LinkTemplates = Field(default_factory=LinkTemplates)
     slack: SlackSettings = Field(default_factory=SlackSettings)
+    msteams: TeamsSettings = Field(default_factory=TeamsSettings)
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings)
     jira: JiraSettings = Field(default_factory=JiraSettings)
     digest_threshold: int = Field(2, ge=1, le=1000)
     summary_channel: str | None = None

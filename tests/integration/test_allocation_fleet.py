@@ -152,3 +152,27 @@ def test_through_kube_state_metrics_every_kind_ksm_can_show_is_charged_to_its_ho
     # AND DRA claims are not visible in KSM (no ResourceClaim metrics, no spec.resourceClaims): those pods hold nothing
     # here rather than a guessed share
     assert not any(t.mechanism == "DRA" and (t.namespace, t.pod) in got for t in fleet.allocation.holders)
+
+
+def test_live_kube_state_metrics_finds_fractional_pods_that_request_no_gpu(
+        fleet: Fleet, tmp_path_factory: pytest.TempPathFactory, prometheus_factory: Any):
+    # GIVEN the mixed cluster's KSM series backfilled into a real Prometheus (KAI notebooks ask for a fraction by
+    # annotation and request no GPU resource, so no request series names them)
+    from gpuwaste.settings import PrometheusSettings
+    from gpuwaste.sources.ksm import PrometheusKsmSource
+    from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+
+    out = write_recording(fleet, tmp_path_factory.mktemp("allocation-live"), compress=False)
+    server = prometheus_factory(out / "telemetry.om")
+    at, window = fleet.spec.eval_time, timedelta(seconds=fleet.spec.history_s - 600)
+    prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=server.url), cluster="alloc", scrape_interval_s=30)
+    # WHEN the live KSM source reads the cluster
+    cluster = PrometheusKsmSource(prom, cluster="alloc", window=window, scrape_interval_s=60).cluster_state(at=at)
+    # THEN the KAI holders are there and resolve to their true shares, like the recording path gives them
+    kai = [t for t in fleet.allocation.holders if t.mechanism == "KAI"]
+    assert kai
+    pods = {p.key for p in cluster.pods}
+    assert {(t.namespace, t.pod) for t in kai} <= pods
+    resolved = {(h.pod.namespace, h.pod.name): h for h in resolve(cluster, ()).holdings}
+    for t in kai:
+        assert resolved[(t.namespace, t.pod)].share == Decimal(str(t.share)), t.pod

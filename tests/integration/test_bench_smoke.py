@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SIZE_KEYS = {
     "gpus", "pods", "findings", "queries", "bytes_received", "ours_s", "ours_cpu_s", "peak_rss_mb", "prom_eval_s", "floor_s",
     "ours_over_floor", "scan_over_floor", "naive_loopback_s", "naive_2ms_s", "naive_over_ours_loopback", "naive_over_ours_2ms",
-    "naive_unseen_gpus", "split_s", "per_query",
+    "naive_unseen_gpus", "split_s", "per_query", "minimal_floor_s", "plan_floor_over_minimal", "scan_over_minimal", "rules",
+    "recording_s", "recording_peak_mb", "recording_kb_per_gpu",
 }
 
 
@@ -58,6 +59,10 @@ def test_bench_smoke_reports_every_measure_per_size(smoke_report: tuple[dict, st
     assert size["scan_gpus_seen"] == size["gpus"]
     assert size["ours_s"] > 0 and size["floor_s"] > 0 and size["peak_rss_mb"] > 0
     assert size["naive_unseen_gpus"] == size["unheld_gpus"]
+    # AND the raw plan ran first, the shipped rules (backfilled by promtool) served the second pass, the recording path ran too
+    assert size["plan"] == "raw" and size["rules"]["plan"] == "recording rules"
+    assert size["rules"]["findings"] == size["findings"] == size["recording_findings"]
+    assert size["rules"]["minimal_floor_s"] > 0 and size["recording_gpus"] == size["gpus"]
     assert len(size["per_query"]) == size["queries"]
 
 
@@ -82,7 +87,8 @@ def test_bench_smoke_writes_table_results_and_projection(smoke_report: tuple[dic
     # WHEN we read the printed table, the Markdown report and the projection
     projection = report["projection"]
     # THEN the table has both ratios, RESULTS.md has the machine and targets, the projection has a cost
-    assert "scan ÷ floor" in stdout and "naive ÷ ours (+2 ms)" in stdout
+    assert "scan ÷ plan floor" in stdout and "scan ÷ minimal floor" in stdout and "naive ÷ ours (+2 ms)" in stdout
+    assert "with the shipped recording rules" in stdout and "recording path" in stdout
     assert "## Targets" in results_md and "cores" in results_md and "Lambda memory and timeout" in results_md
     assert projection["total_usd_per_month"] > 0
     assert projection["scan"]["memory_mb"] >= 512

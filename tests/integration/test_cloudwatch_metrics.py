@@ -179,7 +179,7 @@ def test_notify_handler_emits_delivery_failures_as_reported_to_sqs(slack_api: Fa
     event = json.loads((ROOT / "events" / "sqs_alerts.json").read_text())
     for r in event["Records"]:
         msg = AlertMessage.model_validate_json(r["body"])
-        store.put_new(record_for(msg.finding, slack_channel=msg.slack_channel, slack_ts=msg.slack_ts))
+        store.put_new(record_for(msg.finding, messages=msg.messages))
     slack_api.fail_next("*", 503, times=100)
     capsys.readouterr()
     # WHEN the batch fails, then is redelivered to a healthy Slack

@@ -15,6 +15,7 @@ from gpuwaste.services.tickets import TicketService
 from gpuwaste.settings import DeliverySettings, JiraSettings, SlackSettings
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
+from gpuwaste.sinks.slack_interactions import read_request
 from gpuwaste.sinks.slack_signature import SlackSignatureVerifier, sign
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, LambdaContext, finding, load_app, record_for
@@ -54,7 +55,7 @@ def service(store: SqliteFindingStore, slack_api: FakeSlack, jira_api: FakeJira)
     notifier = SlackNotifier.from_settings(settings.slack, token=slack_api.token, default_channel="#gpu-waste")
     tickets = TicketService(sink=JiraTicketSink.from_settings(settings.jira, api_token=str(jira_api.api_token)),
                             store=store, settings=settings, now=lambda: NOW)
-    return InteractionService(verifier=SlackSignatureVerifier(SECRET, now=lambda: NOW), store=store, now=lambda: NOW, notifier=notifier, tickets=tickets)
+    return InteractionService(verifier=SlackSignatureVerifier(SECRET, now=lambda: NOW), reader=read_request, store=store, now=lambda: NOW, notifier=notifier, tickets=tickets)
 
 
 def test_verify_signature_matches_slacks_documented_example() -> None:

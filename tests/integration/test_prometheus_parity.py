@@ -13,7 +13,7 @@ import json
 import math
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,6 +123,15 @@ def _b12_aliases_pods(fleet: Any, series: list[RecordedSeries]) -> list[Recorded
     return series + _pod_series(owner[0], owner[1], t_end_ms, fleet.spec.history_s)
 
 
+def _unreadable(fleet: Any, series: list[RecordedSeries]) -> list[RecordedSeries]:
+    """One GR-engine sample of 250 (a percent in a ratio field) on one GPU, a NaN power sample on another."""
+    gr = [s for s in series if s.name == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
+    power = [s for s in series if s.name == "DCGM_FI_DEV_POWER_USAGE" and s.labels.get("UUID") != gr[0].labels.get("UUID")]
+    gr[0].values[-40] = 250.0
+    power[0].values[-70] = math.nan
+    return series
+
+
 WEIGHTS = {"busy": 0.3, "idle": 0.2, "underused": 0.15, "bursty": 0.1, "gap": 0.1, "frozen": 0.05, "free": 0.1}
 
 
@@ -139,6 +148,10 @@ def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
                                                  instance_types=("g5.12xlarge", "g6.xlarge"))),
             _write("b12-aliases-pods", root, FleetSpec(layout="random", nodes=2, seed=3, label_style="pod", cluster="b12",
                                                        instance_types=("g5.12xlarge",)), _b12_aliases_pods),
+            _write("unreadable", root, FleetSpec(layout="random", nodes=2, seed=21, label_style="pod", cluster="bad",
+                                                 instance_types=("g5.12xlarge",)), _unreadable),
+            _write("five-minute-export", root, FleetSpec(layout="random", nodes=2, seed=9, cluster="slow", step_s=300,
+                                                         instance_types=("g5.12xlarge",))),
         )
     }
 
@@ -170,8 +183,11 @@ def _close(a: float | None, b: float | None) -> bool:
 
 
 def _same_stats(a: WindowStats, b: WindowStats) -> bool:
-    exact = (a.count, a.recent_count, a.changes, a.series) == (b.count, b.recent_count, b.changes, b.series)
-    return exact and all(_close(getattr(a, f), getattr(b, f)) for f in ("total", "max", "min", "p95", "max_avg_10m"))
+    exact = (a.count, a.recent_count, a.changes, a.series, a.unreadable, len(a.buckets)) == (
+        b.count, b.recent_count, b.changes, b.series, b.unreadable, len(b.buckets))
+    same_buckets = all(x.end == y.end and x.count == y.count and _close(x.total, y.total) and _close(x.max, y.max)
+                       for x, y in zip(a.buckets, b.buckets, strict=True)) if exact else False
+    return exact and same_buckets and all(_close(getattr(a, f), getattr(b, f)) for f in ("total", "max", "min", "p95", "max_avg_10m"))
 
 
 def _same_signals(a: dict[str, WindowStats], b: dict[str, WindowStats]) -> list[str]:
@@ -208,7 +224,7 @@ def window_diffs(a: TelemetryWindow, b: TelemetryWindow) -> list[str]:
         out.append(f"pods: {sorted(pa)} != {sorted(pb)}")
     else:
         out.extend(f"pod {k}: {d}" for k in pa for d in _same_signals(pa[k], pb[k]))
-    for f in ("metrics_present", "window_s", "recent_s", "single_instant", "eval_time"):
+    for f in ("metrics_present", "window_s", "recent_s", "single_instant", "eval_time", "bucket_s", "scrape_interval_s"):
         if getattr(a, f) != getattr(b, f):
             out.append(f"{f}: {getattr(a, f)} != {getattr(b, f)}")
     return out
@@ -245,7 +261,7 @@ def finding_diffs(a: ScanReport, b: ScanReport) -> list[str]:
 
 
 # -- parity ----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["demo", "random-exported", "random-pod", "b12-aliases-pods"])
+@pytest.mark.parametrize("name", ["demo", "random-exported", "random-pod", "b12-aliases-pods", "unreadable", "five-minute-export"])
 def test_prometheus_source_window_and_findings_match_the_recording(
     name: str, scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
 ) -> None:
@@ -261,7 +277,10 @@ def test_prometheus_source_window_and_findings_match_the_recording(
     rep_rec = _scan(sc, rec, at)
     rep_prom = _scan(sc, prom, at)
     # THEN the windows and the findings are the same (evidence floats within 1e-9 relative, counts exact)
-    assert tw_rec.gpus and tw_prom.query_count == len(PLAN)
+    assert tw_rec.gpus and tw_prom.query_count == len(PLAN) + 1  # + the recording-rules probe
+    assert tw_prom.plan == "raw" and tw_rec.bucket_s == tw_prom.bucket_s == 300
+    assert tw_rec.scrape_interval_inferred and tw_rec.scrape_interval_s == tw_prom.scrape_interval_s == sc.spec.step_s
+    assert [(p.metric, p.count) for p in tw_rec.problems] == [(p.metric, p.count) for p in tw_prom.problems]
     assert window_diffs(tw_rec, tw_prom) == []
     assert rep_rec.findings, "the scenario must produce findings to compare"
     assert finding_diffs(rep_rec, rep_prom) == []
@@ -306,7 +325,7 @@ def test_prometheus_source_query_count_is_constant_in_fleet_size(
         counts[name], gpus[name] = tw.query_count, len(tw.gpus)
     # THEN the fleets differ in size but the query count is the same fixed number
     assert gpus["random-exported"] > gpus["random-pod"]
-    assert counts["random-exported"] == counts["random-pod"] == len(PLAN) == 26
+    assert counts["random-exported"] == counts["random-pod"] == len(PLAN) + 1 == 27  # + the recording-rules probe
 
 
 def test_prometheus_source_uses_the_explicit_evaluation_time(
@@ -324,7 +343,7 @@ def test_prometheus_source_uses_the_explicit_evaluation_time(
     # THEN the 2024 scan finds idle GPUs; the later window is empty and nothing is called idle or under-used
     assert any(f.kind is WasteKind.IDLE for f in in_data.findings)
     assert empty_window.gpus == () and empty_window.pods == () and empty_window.metrics_present == frozenset()
-    assert empty_window.query_count == len(PLAN)
+    assert empty_window.query_count == len(PLAN) + 1
     assert not [f for f in later.findings if f.kind in (WasteKind.IDLE, WasteKind.UNDERUSED)]
 
 
@@ -338,7 +357,7 @@ def test_prometheus_source_hostile_matcher_values_parse_in_real_prometheus(
     # WHEN every query of the plan is sent to a real Prometheus
     tw = prom.telemetry(at=RecordingTelemetrySource(sc.path).end_time(), window=timedelta(hours=1))
     # THEN Prometheus accepts them all (no PermanentError) and matches nothing
-    assert tw.query_count == len(PLAN) and tw.gpus == ()
+    assert tw.query_count == len(PLAN) + 1 and tw.gpus == ()
 
 
 def test_prometheus_source_probe_counts_series_per_metric(
@@ -493,10 +512,16 @@ def test_prometheus_source_sends_the_explicit_time_and_bearer_token(fake_prom: _
     source = _source(fake_prom.url, auth=PrometheusAuth(kind="bearer", bearer_token="tok-123"))
     # WHEN the whole window is read at a fixed time
     tw = source.telemetry(at=AT, window=timedelta(hours=1))
-    # THEN every request carries the token and the evaluation time (never the wall clock)
-    assert len(fake_prom.requests) == tw.query_count == len(PLAN)
+    # THEN every request carries the token; every query the evaluation time (never the wall clock): instant queries
+    # at T, the time-resolved ones as a range from T − 55 min to T (5-minute buckets); one retention check besides
+    queries = [r for r in fake_prom.requests if urlsplit(r["path"]).path != "/api/v1/status/flags"]
+    assert len(queries) == tw.query_count == len(PLAN) + 1
     assert {r["headers"]["Authorization"] for r in fake_prom.requests} == {"Bearer tok-123"}
-    assert {r["query"]["time"][0] for r in fake_prom.requests} == {f"{AT.timestamp():.3f}"}
+    instant = [r for r in queries if urlsplit(r["path"]).path.endswith("/query")]
+    ranged = [r for r in queries if urlsplit(r["path"]).path.endswith("/query_range")]
+    assert {r["query"]["time"][0] for r in instant} == {f"{AT.timestamp():.3f}"}
+    assert {(r["query"]["start"][0], r["query"]["end"][0], r["query"]["step"][0]) for r in ranged} == {
+        (f"{AT.timestamp() - 3300:.3f}", f"{AT.timestamp():.3f}", "300")}
 
 
 def test_prometheus_source_sends_basic_auth(fake_prom: _FakePrometheus) -> None:
@@ -553,3 +578,98 @@ def test_prometheus_source_matches_the_recording_at_an_off_grid_time_and_shorter
     tw_rec, tw_prom = rec.telemetry(at=at, window=window), prom.telemetry(at=at, window=window)
     # THEN range boundaries, subquery steps and the recent tail agree
     assert tw_rec.gpus and window_diffs(tw_rec, tw_prom) == []
+
+
+# -- recording rules -------------------------------------------------------------------------------------------
+RULES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "gpuwaste-recording-rules.yml"
+
+
+@pytest.fixture(scope="module")
+def ruled_prometheus(scenarios: dict[str, Scenario], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Scenario, str]]:
+    """The random-exported fleet in a real Prometheus, with the shipped recording rules backfilled by promtool."""
+    from tests.servers.prometheus import INSTALL_HINT, PrometheusServer, prometheus_available
+
+    if not prometheus_available():
+        pytest.skip(INSTALL_HINT)
+    sc = scenarios["random-exported"]
+    server = PrometheusServer(sc.telemetry_file, workdir=tmp_path_factory.mktemp("ruled")).start()
+    try:
+        end = int(RecordingTelemetrySource(sc.path).end_time().timestamp())
+        server.backfill_rules(RULES_FILE, start=end - sc.spec.history_s, end=end)
+        yield sc, server.url
+    finally:
+        server.stop()
+
+
+def test_recording_rules_plan_matches_the_recording_and_the_raw_plan(ruled_prometheus: tuple[Scenario, str]) -> None:
+    # GIVEN a fleet in Prometheus with the shipped recording rules backfilled by promtool (every 5 min, at the rule
+    # group's own offset), scanned at the rules' last evaluation so that their buckets fall on the scan's grid
+    sc, url = ruled_prometheus
+    rec = RecordingTelemetrySource(sc.path)
+    ruled = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url), cluster=rec.cluster)
+    marker = ruled.instant_query("gpuwaste:recording_rules:info[10m]", at=rec.end_time())
+    at = datetime.fromtimestamp(float(marker[0]["values"][-1][0]), tz=UTC)
+    window = timedelta(hours=1)
+    raw = PrometheusGpuMetricsSource(ruled.client, url=url, cluster=rec.cluster, use_rules="never")
+    # WHEN the window is read through the rules, through the raw series, and from the recording
+    tw_ruled, tw_raw, tw_rec = ruled.telemetry(at=at, window=window), raw.telemetry(at=at, window=window), rec.telemetry(at=at, window=window)
+    # THEN the scan says which plan it used, and the three windows are the same, bucket by bucket
+    assert (tw_ruled.plan, tw_raw.plan) == ("recording rules", "raw")
+    assert tw_ruled.query_count == len(PLAN) + 1 and tw_raw.query_count == len(PLAN)
+    assert tw_rec.gpus and window_diffs(tw_rec, tw_ruled) == [] and window_diffs(tw_rec, tw_raw) == []
+    assert ruled.rules_status(at=at)["installed"] is True
+    # AND the findings are the same
+    assert finding_diffs(_scan(sc, rec, at), _scan(sc, ruled, at)) == []
+
+
+def test_rules_are_not_used_when_they_do_not_cover_the_window(ruled_prometheus: tuple[Scenario, str]) -> None:
+    # GIVEN the same Prometheus, scanned at a time whose window starts before the rules were first evaluated
+    sc, url = ruled_prometheus
+    rec = RecordingTelemetrySource(sc.path)
+    at = rec.end_time() - timedelta(minutes=25)
+    source = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url), cluster=rec.cluster)
+    # WHEN a 1-hour window is read
+    tw = source.telemetry(at=at, window=timedelta(hours=1))
+    # THEN the raw plan serves it (the rules' buckets would be missing at the start), still equal to the recording
+    assert tw.plan == "raw" and window_diffs(rec.telemetry(at=at, window=timedelta(hours=1)), tw) == []
+
+
+def test_unreadable_samples_are_reported_alike_by_both_paths(scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory) -> None:
+    # GIVEN a ratio sample of 250 and a NaN power sample, recorded and backfilled into Prometheus
+    sc = scenarios["unreadable"]
+    rec, prom = _sources(sc, prometheus_factory(sc.telemetry_file).url)
+    at, window = rec.end_time(), timedelta(hours=1)
+    # WHEN both paths read the window
+    tw_rec, tw_prom = rec.telemetry(at=at, window=window), prom.telemetry(at=at, window=window)
+    # THEN each bad sample's 5-minute bucket is left out, counted, and located: file:line offline, the series live
+    problems = {p.metric: p for p in tw_rec.problems}
+    assert set(problems) == {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_POWER_USAGE"}
+    assert all(p.count == 10 for p in tw_rec.problems)
+    assert problems["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].where.startswith(f"{sc.telemetry_file}:")
+    assert "out of range for a ratio field" in problems["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].reason
+    live = {p.metric: p for p in tw_prom.problems}
+    assert live["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].where.startswith("{") and 'UUID="GPU-' in live["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].where
+    assert "NaN" in live["DCGM_FI_DEV_POWER_USAGE"].reason
+
+
+def test_a_window_beyond_prometheus_retention_is_refused_clearly(fake_prom: _FakePrometheus) -> None:
+    # GIVEN a Prometheus keeping 15 days (its flags say so) and a scan of a 2024 window
+    fake_prom.body = json.dumps({"status": "success", "data": {"storage.tsdb.retention.time": "15d"}}).encode()
+    source = _source(fake_prom.url)
+    # WHEN the window is read / THEN a PermanentError names the retention, before any query is sent
+    with pytest.raises(PermanentError, match="beyond what Prometheus .* keeps .*15 days"):
+        source.telemetry(at=AT, window=timedelta(hours=1))
+    assert [urlsplit(r["path"]).path for r in fake_prom.requests] == ["/api/v1/status/flags"]
+
+
+@pytest.mark.parametrize("window", [timedelta(minutes=5), timedelta(days=8)])
+def test_windows_outside_ten_minutes_to_seven_days_are_refused(window: timedelta, fake_prom: _FakePrometheus, scenarios: dict[str, Scenario]) -> None:
+    # GIVEN a window shorter than 10 minutes or longer than 7 days
+    # WHEN either source reads it / THEN a clear error, and no query
+    with pytest.raises(PermanentError, match="between 10 minutes and 7 days"):
+        _source(fake_prom.url).telemetry(at=AT, window=window)
+    from gpuwaste.errors import InputFormatError
+
+    with pytest.raises(InputFormatError, match="between 10 minutes and 7 days"):
+        RecordingTelemetrySource(scenarios["demo"].path).telemetry(at=AT, window=window)
+    assert fake_prom.requests == []

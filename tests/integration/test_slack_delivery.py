@@ -11,6 +11,7 @@ import pytest
 from gpuwaste.errors import DeliveryError, PermanentDeliveryError
 from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.models.notices import message_for
 from gpuwaste.services.notify import NotifyService
 from gpuwaste.settings import DeliverySettings, RouteTarget, SlackSettings
 from gpuwaste.sinks.slack import SlackNotifier
@@ -72,8 +73,9 @@ def test_notify_new_alert_routes_posts_and_records_ts(service: NotifyService, sl
     blocks = json.dumps(body["blocks"])
     assert "team map 'ml'" in blocks and "<@U0ANA>" in blocks
     rec = store.get(f.fingerprint)
-    assert rec is not None and (rec.slack_channel, rec.slack_ts) == (slack_api.channel_id("ml-alerts"), report.posted[0].ts)
-    assert rec.delivery_keys == (f"{f.fingerprint}:new:scan-1:slack",)
+    ref = message_for(rec.messages, "slack") if rec is not None else None
+    assert ref is not None and (ref.destination, ref.message_id) == (slack_api.channel_id("ml-alerts"), report.posted[0].message_id)
+    assert rec is not None and rec.delivery_keys == (f"{f.fingerprint}:new:scan-1:slack",)
 
 
 def test_notify_many_findings_for_one_owner_become_one_digest(service: NotifyService, slack_api: FakeSlack,
@@ -90,7 +92,7 @@ def test_notify_many_findings_for_one_owner_become_one_digest(service: NotifySer
     assert sorted(p["channel"] for p in posts) == ["#gpu-waste", "#ml-alerts"]
     digest = next(p for p in posts if p["channel"] == "#ml-alerts")
     assert digest["blocks"][0]["text"]["text"] == "GPU waste: 3 findings for ml — $60.00/day"
-    ts = {store.get(f.fingerprint).slack_ts for f in mine}  # type: ignore[union-attr]
+    ts = {store.get(f.fingerprint).messages[0].message_id for f in mine}  # type: ignore[union-attr]
     assert len(ts) == 1
 
 
@@ -122,7 +124,7 @@ def test_notify_worse_goes_in_the_thread(service: NotifyService, slack_api: Fake
     service.deliver([alert(worse, AlertAction.WORSE, scan_id="scan-2", reason="cost up 53 %")])
     # THEN the update is a reply in the original's thread
     reply = slack_api.calls_to("chat.postMessage")[-1]
-    assert reply["thread_ts"] == first.ts and reply["channel"] == first.channel
+    assert reply["thread_ts"] == first.message_id and reply["channel"] == first.destination
     assert "cost up 53 %" in json.dumps(reply["blocks"])
 
 
@@ -140,8 +142,8 @@ def test_notify_resolved_edits_the_original(service: NotifyService, slack_api: F
     service.deliver([alert(f, AlertAction.RESOLVED, scan_id="scan-9", saved_usd_per_day="98.30")])
     # THEN the original message is edited (not a new post) to say it is resolved and what it saved
     (edit,) = slack_api.calls_to("chat.update")
-    assert edit["ts"] == first.ts
-    stored = slack_api.messages[(first.channel, first.ts)]
+    assert edit["ts"] == first.message_id
+    stored = slack_api.messages[(first.destination, first.message_id)]
     assert stored["blocks"][0]["text"]["text"].startswith("Resolved: ")
     assert "saves $98.30/day" in json.dumps(stored["blocks"])
     assert len(slack_api.calls_to("chat.postMessage")) == 1
@@ -157,7 +159,7 @@ def test_notify_resolved_in_a_digest_re_renders_the_digest(service: NotifyServic
     # WHEN the resolution of `a` is delivered
     service.deliver([alert(a, AlertAction.RESOLVED, scan_id="scan-5", saved_usd_per_day="98.30")])
     # THEN the digest is edited in place: both findings remain, `a` marked resolved, `b` still actionable
-    blocks = slack_api.messages[(posted.channel, posted.ts)]["blocks"]
+    blocks = slack_api.messages[(posted.destination, posted.message_id)]["blocks"]
     text = json.dumps(blocks)
     assert text.count("Resolved") == 1 and "Deployment/ml/b" in text
     assert sum(1 for blk in blocks if "accessory" in blk) == 1
@@ -251,7 +253,7 @@ def test_notify_slack_handler_retries_5xx_via_the_queue_then_posts_once(
     new_ids = [r["messageId"] for r in event["Records"] if json.loads(r["body"])["action"] == "new"]
     for r in event["Records"]:  # the lifecycle wrote each record before it sent the alert
         msg = AlertMessage.model_validate_json(r["body"])
-        store.put_new(record_for(msg.finding, slack_channel=msg.slack_channel, slack_ts=msg.slack_ts))
+        store.put_new(record_for(msg.finding, messages=msg.messages))
     slack_api.fail_next("*", 503, times=2)
     # WHEN the batch is handled
     first = app.lambda_handler(event, LambdaContext())
@@ -279,4 +281,4 @@ def test_notify_summary_uploads_the_chart(slack_api: FakeSlack, settings: Delive
     # THEN the message is posted and the chart uploaded into its thread with files_upload_v2
     assert slack_api.calls_to("chat.postMessage")[0]["channel"] == "#gpu-waste"
     (upload,) = slack_api.files.values()
-    assert upload.completed and upload.content == b"\x89PNG-bytes" and upload.channel_id == posted.channel
+    assert upload.completed and upload.content == b"\x89PNG-bytes" and upload.channel_id == posted.destination

@@ -10,6 +10,7 @@ import boto3
 import pytest
 
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
+from gpuwaste.models.notices import MessageRef
 from gpuwaste.ports import FindingStore
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 from gpuwaste.store.sqlite import SqliteFindingStore
@@ -42,7 +43,7 @@ def record(fp: str = "fp-1", *, cluster: str = "c1", at: datetime = T0, version:
 
 def test_store_put_new_then_get_round_trips_every_field(store: FindingStore) -> None:
     # GIVEN a record with money, times, optional fields and a tuple
-    r = record(slack_ts="1704060000.000100", snoozed_until=T0 + timedelta(days=1), delivery_keys=("k1", "k2"),
+    r = record(messages=(MessageRef(sink="slack", destination="C1", message_id="1704060000.000100"),), snoozed_until=T0 + timedelta(days=1), delivery_keys=("k1", "k2"),
                peak_usd_per_day=Decimal("20.5"), missed_scans=2, outbox_json='[{"a": 1}]')
     # WHEN it is created and read back
     created = store.put_new(r)

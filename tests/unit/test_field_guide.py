@@ -284,12 +284,13 @@ def test_field_guide_b06_power_counted_once_per_uuid_not_summed_over_instances(t
             pod("ml", "tenant-3", "node-d", resource="nvidia.com/mig-1g.6gb"), pod("ml", "tenant-4", "node-d", resource="nvidia.com/mig-1g.6gb")]
     # WHEN scanned
     sc = scan(tmp_path, series, objs)
-    # THEN each instance reads the board's power once: 52.636 W from one series' 121 samples, never 105.272 W
+    # THEN each instance reads the board's power once: 52.636 W from one series' 120 samples (the window is
+    # left-open: the sample exactly at its start is outside), never 105.272 W
     inst = [d for d in sc.ctx.telemetry.gpus if d.device.gpu_i_id]
     assert len(inst) == 2
     for d in inst:
         p = d.merged(Signal.POWER_USAGE)
-        assert p is not None and p.count == 121 and round(p.avg, 3) == 52.636
+        assert p is not None and p.count == 120 and round(p.avg, 3) == 52.636
     assert len({d.device.uuid for d in sc.ctx.telemetry.gpus}) == 1
     idle = sc.of_kind(IDLE)
     assert len(idle) == 2
@@ -417,7 +418,7 @@ def test_field_guide_b12_gap_of_27_minutes_reports_coverage_and_no_idle(tmp_path
     assert sc.ctx.telemetry.gpus[0].instances == ("10.1.44.12:9400", "10.1.44.87:9400")
     assert not sc.of_kind(IDLE) and not sc.of_kind(UNDER)
     (dq,) = sc.checks()["partial_coverage"]
-    assert dq.details["coverage"] == round((10 + 57) / 120, 4)
+    assert dq.details["coverage"] == round((9 + 57) / 120, 4)  # (0, 5) min and [32, 60] min: the window is left-open
 
 
 def test_field_guide_b12_restart_with_new_instance_merged_by_uuid_and_stays_busy(tmp_path):
@@ -429,10 +430,11 @@ def test_field_guide_b12_restart_with_new_instance_merged_by_uuid_and_stays_busy
     objs = [node("node-g"), pod("vision", "resnet-train-2-worker-0", "node-g")]
     # WHEN scanned
     sc = scan(tmp_path, series, objs)
-    # THEN one device whose merged series counts every sample once (60 + 59 = 119) and no waste or coverage finding
+    # THEN one device whose merged series counts every sample once (59 + 59 = 118: the window is left-open) and no
+    # waste or coverage finding
     dev = sc.ctx.telemetry.gpus[0]
     stats = dev.merged(Signal.GPU_UTIL)
-    assert stats is not None and stats.count == 119 and stats.series == 2
+    assert stats is not None and stats.count == 118 and stats.series == 2
     assert sc.findings == [] or all(f.kind is WasteKind.DATA_QUALITY and f.details["check"] != "partial_coverage" for f in sc.findings)
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from gpuwaste.models.telemetry import Signal
 from gpuwaste.sources.metrics_plan import (
+    DROPPED_LABELS,
     GPU_METRICS,
     PLAN,
     POD_METRICS,
@@ -73,21 +74,30 @@ def test_scan_queries_count_is_one_per_plan_metric_whatever_the_matchers() -> No
     assert len(GPU_METRICS) == 12 and len(POD_METRICS) == 14
 
 
-def test_stats_query_tags_every_statistic_with_the_stat_label() -> None:
-    # GIVEN a gauge metric
+def test_time_resolved_query_asks_for_count_sum_and_max_per_left_open_bucket() -> None:
+    # GIVEN a time-resolved gauge (an activity signal)
     spec = spec_for("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-    assert spec is not None
-    # WHEN its query is built for a 70-minute window
-    q = metric_query(spec, window_s=4200)
+    assert spec is not None and spec.summary == "buckets"
+    # WHEN its query is built for a 70-minute window (5-minute buckets)
+    q = metric_query(spec, window_s=4200, bucket_s=300)
     sel = selector(spec.names)
-    # THEN it has one label_replace branch per statistic, joined by `or`, with the window and 10-min subquery
-    assert q.count("label_replace(") == len(STATS_BRANCHES) == 8
-    assert q.count(" or ") == 7
-    for stat in STATS_BRANCHES:
-        assert f'"{STAT_LABEL}", "{stat}", "", ""' in q
-    assert f"quantile_over_time(0.95, {sel}[4200s])" in q
-    assert f"max_over_time(avg_over_time({sel}[600s])[4200s:600s])" in q
-    assert f"count_over_time({sel}[600s])" in q
+    # THEN three branches over one bucket minus a millisecond (left-open in Prometheus 2.x and 3.x), nothing costlier
+    assert q.count("label_replace(") == 3 and q.count(" or ") == 2
+    for stat, fn in (("count", "count_over_time"), ("sum", "sum_over_time"), ("max", "max_over_time")):
+        assert f"{fn}({sel}[299999ms])" in q and f'"{STAT_LABEL}", "{stat}", "", ""' in q
+    assert "quantile_over_time" not in q and "min_over_time" not in q and ":" not in q.split("[")[1].split("]")[0]
+
+
+def test_window_statistics_of_other_fields_are_the_cheap_ones() -> None:
+    # GIVEN the energy counter and the framebuffer
+    energy, fb = spec_for("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"), spec_for("DCGM_FI_DEV_FB_USED")
+    assert energy is not None and fb is not None
+    # WHEN their queries are built
+    qe, qf = metric_query(energy, window_s=3600), metric_query(fb, window_s=3600)
+    # THEN energy asks for count and changes, the framebuffer for count, sum and max, over the left-open window
+    assert qe.count("label_replace(") == 2 and "changes(" in qe and "[3599999ms]" in qe
+    assert qf.count("label_replace(") == 3 and "max_over_time(" in qf and "changes(" not in qf
+    assert set(STATS_BRANCHES) == {"count", "sum", "max", "changes"}
 
 
 def test_counter_query_asks_for_rate_count_resets_and_recent() -> None:
@@ -102,16 +112,18 @@ def test_counter_query_asks_for_rate_count_resets_and_recent() -> None:
     assert "resets(vllm:generation_tokens_total[3600s])" in q
 
 
-def test_recent_range_never_exceeds_the_window() -> None:
-    # GIVEN a window shorter than the 10-minute staleness tail
-    spec = spec_for("DCGM_FI_DEV_FB_USED")
-    assert spec is not None
-    # WHEN the query is built
-    q = metric_query(spec, window_s=300)
-    sel = selector(spec.names)
-    # THEN the recent count uses the window itself; 600 s appears only inside the 10-minute average
-    assert f"count_over_time({sel}[300s])" in q
-    assert q.count("[600s]") == 1
+def test_scan_plan_reads_recorded_buckets_when_the_rules_are_used() -> None:
+    # GIVEN the bundled plan with and without the recording rules
+    raw = scan_queries(window_s=3600, drop=DROPPED_LABELS)
+    ruled = scan_queries(window_s=3600, drop=DROPPED_LABELS, rules=True)
+    # THEN the same number of queries; the time-resolved GPU fields become one raw read of their three recorded series
+    assert len(raw) == len(ruled) == len(PLAN)
+    kinds = {(q.spec.name, q.kind) for q in ruled}
+    assert ("DCGM_FI_PROF_SM_ACTIVE", "recorded") in kinds and ("DCGM_FI_DEV_FB_USED", "instant") in kinds
+    assert ("vllm:num_requests_running", "range") in kinds  # pod gauges are never recorded
+    sm = next(q for q in ruled if q.spec.name == "DCGM_FI_PROF_SM_ACTIVE")
+    assert "gpuwaste:dcgm_fi_prof_sm_active:count5m" in sm.promql and sm.promql.endswith("[3300001ms]")
+    assert {q.step_s for q in raw if q.kind == "range"} == {300}
 
 
 def test_raw_samples_query_is_a_range_selector() -> None:

@@ -102,7 +102,7 @@ class _Recorder:
     def post_summary(self, summary: DailySummary, *, channel: str, chart_png: bytes | None,
                      note: str | None = None) -> PostedMessage:
         self.calls.append((summary, channel, chart_png, note))
-        return PostedMessage(channel=channel, ts="1.0")
+        return PostedMessage(sink="fake", destination=channel, message_id="1.0")
 
 
 class _Chart:

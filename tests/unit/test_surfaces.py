@@ -24,11 +24,13 @@ from gpuwaste.fleet.history import demo_history
 from gpuwaste.models.findings import Confidence, Cost, Evidence, Finding, Subject, WasteKind
 from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.models.notices import MessageRef
 from gpuwaste.people import elide, kind_label, no_codes, parse_kind, per_gpu_hour, percent
 from gpuwaste.services.summary import summarize, trend
 from gpuwaste.services.tickets import TicketService, plan_tickets
 from gpuwaste.settings import DeliverySettings, GpuWasteConfig, JiraSettings
 from gpuwaste.sinks.jira import adf_document
+from gpuwaste.sinks.slack import thread_link
 from gpuwaste.sinks.summary_report import render_html, render_json
 from gpuwaste.sinks.terminal import findings_table
 from gpuwaste.sinks.terminal_tickets import TerminalTicketSink, adf_to_text
@@ -220,10 +222,14 @@ def test_doctor_help_documents_exit_codes_and_json_alias() -> None:
 
 def _api_answers(kind: str) -> list[dict]:  # type: ignore[type-arg]
     """The demo's telemetry as the Prometheus HTTP API would answer it (vector: the last sample of each series)."""
-    sources = local.recording_sources(DEMO, GpuWasteConfig())
-    assert sources.recording is not None
+    import gzip
+
+    from gpuwaste.sources.exposition import parse_exposition
+
+    # every sample of the demo (RecordingTelemetrySource.parsed() is an index without samples: it streams)
+    parsed = parse_exposition(gzip.decompress((DEMO / "telemetry.om.gz").read_bytes()), fmt="openmetrics")
     answers = []
-    for s in sources.recording.parsed().series.values():
+    for s in parsed.series.values():
         metric = {"__name__": s.name, **s.labels}
         if kind == "matrix":
             item = {"metric": metric, "values": [[t / 1000, repr(v)] for t, v in zip(s.timestamps_ms, s.values, strict=True)]}
@@ -282,10 +288,11 @@ def test_jira_ticket_says_what_to_do_and_when_it_is_done(demo_report) -> None:  
     sink = TerminalTicketSink(Console(file=io.StringIO(), width=100, color_system=None))
     settings = DeliverySettings(jira=JiraSettings(default_project="OPS"))
     settings = settings.model_copy(update={"slack": settings.slack.model_copy(update={"workspace_url": "https://acme.slack.com"})})
-    service = TicketService(sink=sink, store=None, settings=settings, now=lambda: f.observed_at)
+    service = TicketService(sink=sink, store=None, settings=settings, now=lambda: f.observed_at,
+                            message_link=thread_link(settings.slack.workspace_url))
     # WHEN its ticket is drafted (Slack thread known)
     draft = service.draft(f, f.fingerprint, first_seen=f.observed_at - timedelta(days=2), cumulative_usd="1320.96",
-                          slack_channel="C0123", slack_ts="1704072000.000100")
+                          messages=(MessageRef(sink="slack", destination="C0123", message_id="1704072000.000100"),))
     doc = adf_document(draft.paragraphs, draft.facts, draft.links, draft.sections)
     text = adf_to_text(doc)
     # THEN the summary carries the money, the priority comes from USD/day, and the body has every heading in order

@@ -46,9 +46,11 @@ EXPECTED: dict[str, set[Grant]] = {
     | {("aps:QueryMetrics", "PrometheusWorkspaceArn")} | VPC,
     "PriceFindingsFunction": CONFIG | send("PricedQueue", "FindingsDlq"),
     "DedupeFindingsFunction": CONFIG | send("AlertsQueue", "TicketsQueue", "PricedDlq") | BATCH | query(BY_CLUSTER_STATE),
-    "NotifySlackFunction": CONFIG | secret("SlackSecretArn") | send("AlertsDlq") | BATCH | query(BY_ACTIVITY_DAY),
+    "NotifySlackFunction": CONFIG | secret("SlackSecretArn") | secret("TeamsSecretArn") | secret("WebhookSecretArn")
+    | send("AlertsDlq") | BATCH | query(BY_ACTIVITY_DAY),
     "CreateTicketsFunction": CONFIG | secret("JiraSecretArn") | send("TicketsDlq") | ITEM,
-    "SendDailySummaryFunction": CONFIG | secret("SlackSecretArn") | query(BY_ACTIVITY_DAY),
+    "SendDailySummaryFunction": CONFIG | secret("SlackSecretArn") | secret("TeamsSecretArn") | secret("WebhookSecretArn")
+    | query(BY_ACTIVITY_DAY),
     "SlackInteractionsFunction": CONFIG | secret("SlackSecretArn") | secret("JiraSecretArn") | ITEM,
 }
 

@@ -7,22 +7,22 @@ from datetime import UTC, datetime, timedelta
 
 from gpuwaste.detectors.context import build_context
 from gpuwaste.models.cluster import ClusterState, Pod, PodPhase, Workload
-from gpuwaste.models.telemetry import TelemetryWindow, WindowStats
+from gpuwaste.models.telemetry import BucketGrid, TelemetryWindow, WindowStats, bucket_seconds
 from gpuwaste.sources.window import quantile, window_stats
 
 BASE_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z, a multiple of 10 minutes
 MIN = 60_000
 
 
-def test_window_stats_window_ends_are_both_inclusive():
+def test_window_stats_window_is_left_open_and_right_closed():
     # GIVEN samples every minute from 0 to 10 minutes, values = minute index
     ts = [BASE_MS + i * MIN for i in range(11)]
     vals = [float(i) for i in range(11)]
-    # WHEN summarised over [10m − 5m, 10m]
+    # WHEN summarised over (10m − 5m, 10m]
     st = window_stats(ts, vals, eval_ms=BASE_MS + 10 * MIN, window_ms=5 * MIN, recent_ms=5 * MIN)
-    # THEN minutes 5..10 are selected (6 samples): the sample exactly at t − window is inside
+    # THEN minutes 6..10 are selected (5 samples): the sample exactly at t − window is outside, as `[5m − 1ms]` selects
     assert st is not None
-    assert (st.count, st.total, st.min, st.max) == (6, 45.0, 5.0, 10.0)
+    assert (st.count, st.total, st.min, st.max) == (5, 40.0, 6.0, 10.0)
 
 
 def test_window_stats_empty_window_is_none():
@@ -45,47 +45,82 @@ def test_window_stats_quantile_interpolates_like_prometheus():
     assert (quantile(0.0, [3.0, 1.0, 2.0]), quantile(1.0, [3.0, 1.0, 2.0])) == (1.0, 3.0)
 
 
-def test_window_stats_p95_of_twenty_samples_with_one_spike():
-    # GIVEN 20 samples: 19 zeros and one 100 → rank 0.95 × 19 = 18.05 → 0 × 0.95 + 100 × 0.05
-    ts = [BASE_MS + i * 30_000 for i in range(20)]
-    vals = [0.0] * 19 + [100.0]
-    # WHEN summarised
-    st = window_stats(ts, vals, eval_ms=ts[-1], window_ms=20 * MIN, recent_ms=MIN)
-    # THEN p95 = 5.0 (one stray sample does not make the window busy)
-    assert st is not None and math.isclose(st.p95, 5.0)
-
-
 def test_window_stats_changes_and_recent_count():
     # GIVEN values 1,1,2,2,1,1,1 every 30 s
     ts = [BASE_MS + i * 30_000 for i in range(7)]
     vals = [1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 1.0]
     # WHEN summarised with a 60 s recent tail
     st = window_stats(ts, vals, eval_ms=ts[-1], window_ms=10 * MIN, recent_ms=60_000)
-    # THEN changes = 2 (1→2, 2→1) and the last 60 s (inclusive) hold 3 samples
-    assert st is not None and (st.changes, st.recent_count) == (2, 3)
+    # THEN changes = 2 (1→2, 2→1) and the last 60 s (left-open) hold 2 samples
+    assert st is not None and (st.changes, st.recent_count) == (2, 2)
 
 
-def test_window_stats_ten_minute_steps_are_aligned_to_the_epoch():
-    # GIVEN samples every minute from −30 min to +25 min around BASE (aligned), all 0 except 10 at +20 min and 50 at +24 min
-    ts = [BASE_MS + i * MIN for i in range(-30, 26)]
-    vals = [10.0 if i == 20 else 50.0 if i == 24 else 0.0 for i in range(-30, 26)]
-    # WHEN summarised over a 30-minute window ending at +25 min
-    st = window_stats(ts, vals, eval_ms=BASE_MS + 25 * MIN, window_ms=30 * MIN, recent_ms=10 * MIN)
-    # THEN the steps are at +0, +10, +20 (first multiple of 10 min ≥ −5 min); the +20 step averages [+10, +20]
-    # inclusive = 11 samples holding the 10 → 10/11; the spike at +24 lies after the last step and is not in any
-    assert st is not None and math.isclose(st.max_avg_10m, 10 / 11)
-    assert st.max == 50.0
+def _grid(eval_ms: int, window_min: int) -> BucketGrid:
+    return BucketGrid(datetime.fromtimestamp(eval_ms / 1000, tz=UTC), window_min * 60)
 
 
-def test_window_stats_ten_minute_step_at_window_start_when_aligned():
-    # GIVEN a window that starts exactly on a 10-minute boundary, with a burst in the 10 minutes before it
+def test_buckets_tile_the_window_back_from_the_evaluation_time_off_the_clock_grid():
+    # GIVEN samples every minute and an evaluation time 3.5 minutes past a 5-minute boundary, 1 h window (5-min buckets)
+    eval_ms = BASE_MS + 63 * MIN + 30_000
+    ts = [BASE_MS + i * MIN for i in range(0, 70)]
+    vals = [float(i) for i in range(0, 70)]
+    # WHEN the series is summarised time-resolved
+    st = window_stats(ts, vals, eval_ms=eval_ms, window_ms=60 * MIN, recent_ms=10 * MIN, grid=_grid(eval_ms, 60))
+    # THEN 12 buckets end at T, T − 5 min, …; the first starts exactly at the window start (3.5 min past the hour)
+    assert st is not None and len(st.buckets) == 12
+    assert st.buckets[-1].end == datetime.fromtimestamp(eval_ms / 1000, tz=UTC)
+    assert [b.end - a.end for a, b in zip(st.buckets, st.buckets[1:], strict=False)] == [timedelta(minutes=5)] * 11
+    # (3.5, 8.5] holds minutes 4..8; the last bucket (58.5, 63.5] minutes 59..63; nothing before the window start
+    assert (st.buckets[0].count, st.buckets[0].total, st.buckets[0].max) == (5, 30.0, 8.0)
+    assert (st.buckets[-1].count, st.buckets[-1].max) == (5, 63.0)
+    assert st.count == 60 and st.total == sum(range(4, 64))
+
+
+def test_highest_10_minute_average_never_reaches_before_the_window_start():
+    # GIVEN a burst in the 10 minutes before a 20-minute window (1-minute buckets), zeros inside it
     ts = [BASE_MS + i * MIN for i in range(-20, 21)]
-    vals = [100.0 if -10 <= i < 0 else 0.0 for i in range(-20, 21)]
-    # WHEN summarised over [0, +20]
-    st = window_stats(ts, vals, eval_ms=BASE_MS + 20 * MIN, window_ms=20 * MIN, recent_ms=MIN)
-    # THEN the step at 0 is evaluated and reaches back 10 min (as the PromQL subquery does): 10 of 11 samples at 100
-    assert st is not None and math.isclose(st.max_avg_10m, 1000 / 11)
-    assert st.count == 21 and st.max == 0.0  # the window's own samples are all 0
+    vals = [100.0 if -10 <= i <= 0 else 0.0 for i in range(-20, 21)]
+    eval_ms = BASE_MS + 20 * MIN
+    # WHEN summarised time-resolved
+    st = window_stats(ts, vals, eval_ms=eval_ms, window_ms=20 * MIN, recent_ms=MIN, grid=_grid(eval_ms, 20))
+    # THEN the burst (and the sample exactly at the window start) is outside: every 10-minute average is 0
+    assert st is not None and st.max_avg_10m == 0.0 and st.max == 0.0 and st.count == 20
+
+
+def test_highest_10_minute_average_is_eval_aligned_over_consecutive_buckets():
+    # GIVEN a 1 h window (5-minute buckets) with 10 minutes at 100 % starting 2.5 minutes into a bucket
+    eval_ms = BASE_MS + 60 * MIN
+    ts = [BASE_MS + i * 30_000 for i in range(1, 121)]
+    vals = [100.0 if 25 * 2 < i <= 35 * 2 else 0.0 for i in range(1, 121)]
+    # WHEN summarised time-resolved
+    st = window_stats(ts, vals, eval_ms=eval_ms, window_ms=60 * MIN, recent_ms=10 * MIN, grid=_grid(eval_ms, 60))
+    # THEN the best pair of consecutive 5-minute buckets (25, 35] holds the whole burst: 100
+    assert st is not None and st.max_avg_10m == 100.0 and st.p95 == 100.0
+    # AND a steady series shows no change; this one does
+    assert st.changes > 0
+
+
+def test_unreadable_sample_empties_its_bucket_and_is_counted():
+    # GIVEN a ratio field with one out-of-range sample (1.7) in the second bucket of a 10-minute window (1-minute buckets)
+    eval_ms = BASE_MS + 10 * MIN
+    ts = [BASE_MS + i * 30_000 for i in range(1, 21)]
+    vals = [0.5] * 20
+    vals[2] = 1.7
+    # WHEN summarised time-resolved with the ratio unit
+    st = window_stats(ts, vals, eval_ms=eval_ms, window_ms=10 * MIN, recent_ms=MIN, grid=_grid(eval_ms, 10), unit="ratio")
+    # THEN the whole bucket (2 samples) is unreadable, the others are intact and nothing moved the average
+    assert st is not None and st.unreadable == 2 and st.count == 18
+    assert st.buckets[1].count == 0 and st.avg == 0.5 and st.max == 0.5
+
+
+def test_bucket_width_adapts_to_the_window():
+    # GIVEN windows from 10 minutes to 7 days
+    # WHEN the bucket width is chosen
+    widths = {w: bucket_seconds(w) for w in (600, 3600, 4 * 3600, 86400, 7 * 86400)}
+    # THEN minutes for short windows, hours for a week, 12–48 buckets, always tiling the window exactly
+    assert widths == {600: 60, 3600: 300, 14400: 600, 86400: 3600, 604800: 14400}
+    for w, b in widths.items():
+        assert w % b == 0 and 10 <= w // b <= 48
 
 
 def test_window_stats_merge_combines_two_summaries():

@@ -1,4 +1,5 @@
-"""Bootstrap: what the delivery functions share — secrets, the Slack notifier, the Jira sink, the store."""
+"""Bootstrap: what the delivery functions share — secrets, the chat sinks (Slack, Teams, a JSON webhook), the Jira
+sink, the store."""
 
 from __future__ import annotations
 
@@ -9,15 +10,22 @@ from collections.abc import Callable
 
 from gpuwaste.bootstrap import pipeline
 from gpuwaste.errors import ConfigError
+from gpuwaste.models.notices import MessageRef
+from gpuwaste.ports import Notifier
 from gpuwaste.settings import DeliverySettings
+from gpuwaste.sinks.http_delivery import JsonPoster
 from gpuwaste.sinks.jira import JiraTicketSink
-from gpuwaste.sinks.slack import SlackNotifier
+from gpuwaste.sinks.slack import SlackNotifier, thread_link
+from gpuwaste.sinks.teams import TeamsNotifier
+from gpuwaste.sinks.webhook import WebhookNotifier
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 
 SECRET_MAX_AGE_S = 300
 #: Env vars template.yaml sets; they take precedence over the config document's `*_secret_arn` fields.
 SLACK_SECRET_ENV = "SLACK_SECRET_ARN"
 JIRA_SECRET_ENV = "JIRA_SECRET_ARN"
+TEAMS_SECRET_ENV = "TEAMS_SECRET_ARN"
+WEBHOOK_SECRET_ENV = "WEBHOOK_SECRET_ARN"
 
 
 def _slack_arn(settings: DeliverySettings) -> str | None:
@@ -88,6 +96,100 @@ def slack_notifier(settings: DeliverySettings, *, sleep: Callable[[float], None]
     """
     return SlackNotifier.from_settings(settings.slack, token=slack_bot_token(settings),
                                        default_channel=settings.default_channel, sleep=sleep)
+
+
+def slack_configured(settings: DeliverySettings) -> bool:
+    """A Slack bot token is configured (directly, or through SLACK_SECRET_ARN / `delivery.slack.secret_arn`)."""
+    return settings.slack.bot_token is not None or _slack_arn(settings) is not None
+
+
+def teams_webhook_urls(settings: DeliverySettings) -> dict[str, str]:
+    """Teams webhook name → URL: `delivery.msteams.webhooks`, then the JSON object of TEAMS_SECRET_ARN /
+    `delivery.msteams.secret_arn` (its names win). The URLs are secrets: never logged.
+
+    Raises:
+        ConfigError: the secret cannot be read or is not a JSON object of names to URLs.
+    """
+    urls = {name: url.get_secret_value() for name, url in settings.msteams.webhooks.items()}
+    arn = os.environ.get(TEAMS_SECRET_ENV) or settings.msteams.secret_arn
+    if arn:
+        try:
+            data = json.loads(_secret(arn))
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            raise ConfigError(f"{arn}: the Teams secret must be a JSON object of webhook name → URL")
+        urls.update({str(k): v for k, v in data.items()})
+    return urls
+
+
+def teams_notifier(settings: DeliverySettings, *, sleep: Callable[[float], None] = time.sleep) -> TeamsNotifier:
+    """A TeamsNotifier over the configured webhooks.
+
+    Raises:
+        ConfigError: no default webhook, or its URL is missing.
+    """
+    urls = teams_webhook_urls(settings)
+    default = settings.msteams.default_webhook
+    if not default or default not in urls:
+        raise ConfigError(f"delivery.msteams.default_webhook: {default!r} has no URL (webhooks or secret_arn)")
+    return TeamsNotifier(settings, urls, sleep=sleep)
+
+
+def webhook_notifier(settings: DeliverySettings, *, sleep: Callable[[float], None] = time.sleep) -> WebhookNotifier:
+    """A WebhookNotifier (URL and signing secret from the config or WEBHOOK_SECRET_ARN / `delivery.webhook.secret_arn`).
+
+    Raises:
+        ConfigError: no URL.
+    """
+    hook = settings.webhook
+    url = hook.url.get_secret_value() if hook.url is not None else None
+    secret = hook.signing_secret.get_secret_value() if hook.signing_secret is not None else None
+    arn = os.environ.get(WEBHOOK_SECRET_ENV) or hook.secret_arn
+    if arn and url is None:
+        url = _secret_field(arn, "url")
+        try:
+            secret = secret or _secret_field(arn, "signing_secret")
+        except ConfigError:
+            secret = None
+    if not url:
+        raise ConfigError("delivery.webhook: set url (local) or secret_arn / WEBHOOK_SECRET_ARN")
+    poster = JsonPoster(what="json webhook", timeout_s=hook.timeout_s, rate_limit_retries=hook.rate_limit_retries,
+                        server_error_retries=hook.server_error_retries, sleep=sleep)
+    return WebhookNotifier(url=url, signing_secret=secret, poster=poster, max_payload_bytes=hook.max_payload_bytes)
+
+
+def extra_notifiers(settings: DeliverySettings, *, sleep: Callable[[float], None] = time.sleep) -> list[Notifier]:
+    """The chat sinks besides Slack that are configured: Teams (`delivery.msteams.default_webhook`), the JSON webhook
+    (`delivery.webhook`).
+
+    Raises:
+        ConfigError: a sink is half configured.
+    """
+    out: list[Notifier] = []
+    if settings.msteams.enabled:
+        out.append(teams_notifier(settings, sleep=sleep))
+    if settings.webhook.enabled or os.environ.get(WEBHOOK_SECRET_ENV):
+        out.append(webhook_notifier(settings, sleep=sleep))
+    return out
+
+
+def chat_notifiers(settings: DeliverySettings, *, sleep: Callable[[float], None] = time.sleep) -> list[Notifier]:
+    """Every configured chat sink (the notify function's): Slack when a token is configured, Teams, the JSON webhook.
+
+    Raises:
+        ConfigError: none is configured, or one is half configured.
+    """
+    out: list[Notifier] = [slack_notifier(settings, sleep=sleep)] if slack_configured(settings) else []
+    out += extra_notifiers(settings, sleep=sleep)
+    if not out:
+        raise ConfigError("delivery: no chat sink configured (delivery.slack, delivery.msteams or delivery.webhook)")
+    return out
+
+
+def message_link(settings: DeliverySettings) -> Callable[[MessageRef], tuple[str, str] | None]:
+    """What tickets link to: the finding's Slack thread when `delivery.slack.workspace_url` is set."""
+    return thread_link(settings.slack.workspace_url)
 
 
 def jira_sink(settings: DeliverySettings) -> JiraTicketSink | None:

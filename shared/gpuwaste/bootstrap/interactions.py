@@ -15,6 +15,7 @@ from gpuwaste.bootstrap import delivery, pipeline
 from gpuwaste.errors import RequestSignatureError
 from gpuwaste.services.interactions import HttpReply, InteractionService, refused
 from gpuwaste.services.tickets import TicketService
+from gpuwaste.sinks.slack_interactions import read_request
 from gpuwaste.sinks.slack_signature import SlackSignatureVerifier
 
 
@@ -43,8 +44,9 @@ def interaction_service() -> InteractionService:
     store = delivery.lambda_store()
     now = pipeline.SystemClock().now
     sink = delivery.jira_sink(settings)
-    tickets = TicketService(sink=sink, store=store, settings=settings, now=now) if sink is not None else None
-    return InteractionService(verifier=None, store=store, now=now, notifier=delivery.slack_notifier(settings),
+    tickets = TicketService(sink=sink, store=store, settings=settings, now=now,
+                            message_link=delivery.message_link(settings)) if sink is not None else None
+    return InteractionService(verifier=None, reader=read_request, store=store, now=now, notifier=delivery.slack_notifier(settings),
                               tickets=tickets)
 
 

@@ -1,4 +1,5 @@
-"""Bootstrap: composition root of notify_slack (alerts queue → Slack), and the local chain's notifier."""
+"""Bootstrap: composition root of notify_slack (alerts queue → every configured chat sink: Slack, Teams, a JSON
+webhook), and the local chain's notifiers."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ from gpuwaste.sinks.terminal_notify import TerminalNotifier
 
 @cache
 def notify_service() -> NotifyService:
-    """NotifyService over Slack (token from the config or Secrets Manager) and the DynamoDB lifecycle store.
+    """NotifyService over every configured chat sink (secrets from the config or Secrets Manager) and the DynamoDB
+    lifecycle store. Each sink records its own deliveries: a failure of one brings the message back for that one only.
 
     Raises:
-        ConfigError: no configuration, no Slack token, or FINDINGS_TABLE_NAME not set.
+        ConfigError: no configuration, no chat sink, or FINDINGS_TABLE_NAME not set.
     """
     settings = pipeline.config().delivery
-    return NotifyService(notifier=delivery.slack_notifier(settings), store=delivery.lambda_store(),
+    return NotifyService(notifiers=delivery.chat_notifiers(settings), store=delivery.lambda_store(),
                          settings=settings, now=pipeline.SystemClock().now)
 
 
@@ -45,9 +47,10 @@ def delivery_plan(event: dict[str, Any], context: Any) -> DeliveryPlan:
         return float(remaining()) / 1000.0 if remaining is not None else float("inf")
 
     service.time_left = time_left if remaining is not None else None
-    set_time_left = getattr(service.notifier, "set_time_left", None)
-    if set_time_left is not None:
-        set_time_left(service.time_left)
+    for notifier in service.notifiers:
+        set_time_left = getattr(notifier, "set_time_left", None)
+        if set_time_left is not None:
+            set_time_left(service.time_left)
     records = event.get("Records", [])
     bodies = [str(r.get("body", "")) for r in records]
     again = [str(r.get("body", "")) for r in records
@@ -64,11 +67,13 @@ def local_notifier(config: GpuWasteConfig, console: Console | None = None) -> No
 
 def local_notify_service(config: GpuWasteConfig, store: FindingStore | None, notifier: Notifier | None = None,
                          console: Console | None = None, now: Callable[[], datetime] | None = None) -> NotifyService:
-    """NotifyService for `gpuwaste run` (the in-process chain): terminal output unless Slack is configured.
+    """NotifyService for `gpuwaste run` (the in-process chain): Slack when configured, else the terminal; and Teams
+    and the JSON webhook when configured (each delivers through the state's outbox, recorded per sink).
 
     `now` defaults to the system clock; a replay of a recording passes the scan time so ages read right.
     """
-    return NotifyService(notifier=notifier or local_notifier(config, console), store=store,
+    return NotifyService(notifier=notifier or local_notifier(config, console),
+                         notifiers=delivery.extra_notifiers(config.delivery), store=store,
                          settings=config.delivery, now=now or pipeline.SystemClock().now)
 
 

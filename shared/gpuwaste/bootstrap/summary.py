@@ -15,14 +15,15 @@ from gpuwaste.store.sqlite import SqliteFindingStore
 
 @cache
 def summary_service() -> SummaryService:
-    """SummaryService over the DynamoDB lifecycle store, posting to Slack with the chart (when matplotlib is there).
+    """SummaryService over the DynamoDB lifecycle store, posting to every configured chat sink (Slack with the chart
+    when matplotlib is there; Teams and the JSON webhook without it).
 
     Raises:
-        ConfigError: no configuration, no Slack token, or FINDINGS_TABLE_NAME not set.
+        ConfigError: no configuration, no chat sink, or FINDINGS_TABLE_NAME not set.
     """
     settings = pipeline.config().delivery
     return SummaryService(store=delivery.lambda_store(), settings=settings, now=pipeline.SystemClock().now,
-                          notifier=delivery.slack_notifier(settings), chart=MatplotlibChartRenderer())
+                          notifiers=delivery.chat_notifiers(settings), chart=MatplotlibChartRenderer())
 
 
 def local_summary_service(config: GpuWasteConfig, state: Path) -> SummaryService:

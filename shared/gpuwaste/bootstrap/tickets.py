@@ -27,7 +27,8 @@ def ticket_service() -> TicketService:
     sink = delivery.jira_sink(settings)
     if sink is None:
         raise ConfigError("delivery.jira.base_url: create_tickets needs a Jira site")
-    return TicketService(sink=sink, store=delivery.lambda_store(), settings=settings, now=pipeline.SystemClock().now)
+    return TicketService(sink=sink, store=delivery.lambda_store(), settings=settings, now=pipeline.SystemClock().now,
+                         message_link=delivery.message_link(settings))
 
 
 def local_ticket_service(config: GpuWasteConfig, store: FindingStore | None, *, terminal: bool = False,
@@ -50,7 +51,8 @@ def local_ticket_service(config: GpuWasteConfig, store: FindingStore | None, *, 
         if not settings.jira.default_project:
             settings = settings.model_copy(update={
                 "jira": settings.jira.model_copy(update={"default_project": LOCAL_PROJECT})})
-    return TicketService(sink=sink, store=store, settings=settings, now=pipeline.SystemClock().now)
+    return TicketService(sink=sink, store=store, settings=settings, now=pipeline.SystemClock().now,
+                         message_link=delivery.message_link(settings))
 
 
 def terminal_sink(store: FindingStore | None, console: Console | None = None) -> TerminalTicketSink:

@@ -623,13 +623,15 @@ def doctor(
         probe = Probe(source, when, strict=strict)
         rows = [row for check in CHECKS for row in check(probe)]
         report = probe.report()
+        rules = source.rules_status(at=when)
     except GpuWasteError as exc:
         message = str(exc)
         hint = "" if "check the url" in message.lower() else "\nCheck the URL and that Prometheus is reachable."
         fail(message + hint, code=3)
     code = verdict_code(rows)
     if as_json or output is DoctorOutput.json:
-        doc = {**asdict(report), "checks": [asdict(r) for r in rows], "helm_values": report.helm_values, "exit_code": code}
+        doc = {**asdict(report), "checks": [asdict(r) for r in rows], "helm_values": report.helm_values, "exit_code": code,
+               "recording_rules": rules}
         if probe.ksm is not None:
             doc["kube_state_metrics"] = {**asdict(probe.ksm), "usable": probe.ksm.usable}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
@@ -637,8 +639,20 @@ def doctor(
         render(report, rows)
         if probe.ksm is not None:
             render_ksm(probe.ksm)
+        render_rules(rules)
     if code:
         raise typer.Exit(code)
+
+
+def render_rules(rules: dict[str, object]) -> None:
+    """One line on the shipped recording rules (`PrometheusGpuMetricsSource.rules_status`)."""
+    if rules["installed"]:
+        out.print(f"[bold]recording rules[/] [green]✓[/] installed (version {rules['version']}, {rules['evaluations_last_hour']}/"
+                  f"{rules['expected_last_hour']} evaluations in the last hour): scans read their 5-minute buckets", highlight=False)
+    else:
+        out.print("[bold]recording rules[/] [yellow]✗[/] not installed: scans query the raw series (slower at fleet scale); install "
+                  "deploy/prometheus-rules.yaml (Prometheus Operator) or deploy/prometheus/gpuwaste-recording-rules.yml (rule_files)",
+                  highlight=False, soft_wrap=True)
 
 
 __all__ = ["CHECKS", "CSV_LINES", "EXIT_CODES", "CheckRow", "DetectorStatus", "DoctorReport", "KsmStatus", "Probe",

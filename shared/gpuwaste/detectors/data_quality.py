@@ -150,7 +150,8 @@ def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settin
         stretches = [r for r in runs(ctx, broken, (ctx.window_start, ctx.eval_time)) if r.seconds >= ctx.common.min_episode_s]
         if stretches:
             problem, since = "activity_signals_disagree", stretches[0].start
-    if problem not in ("stale_series", "frozen_exporter", "profiling_counter_broken", "activity_signals_disagree"):
+    if problem not in ("stale_series", "frozen_exporter", "profiling_counter_broken", "activity_signals_disagree",
+                       "unreadable_samples"):
         return
     holder = ctx.holder_of(dev)
     if holder is not None:
@@ -158,6 +159,14 @@ def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settin
     where = f"{holder.pod.namespace}/{holder.pod.name} on {subject.node}" if holder else f"{subject.node}"
     if problem in ("profiling_counter_broken", "activity_signals_disagree"):
         yield _contradiction(ctx, dev, subject, where, problem, since)
+    if problem == "unreadable_samples":
+        sig = ctx.activity_signal(dev)
+        st = dev.merged(sig) if sig is not None else None
+        yield _dq(ctx, subject, "unreadable_samples",
+                  f"Every sample of {sig.value if sig else 'the activity signal'} for GPU {dev.device} ({where}) was unreadable "
+                  "(non-numeric, NaN/Inf, a DCGM blank or out of range): state unknown, not idle",
+                  "Check the dcgm-exporter version and the field's counters CSV; the scan report lists where the samples were.",
+                  str(dev.device), details={"unreadable": st.unreadable if st else 0})
         return
     if problem == "stale_series":
         yield _dq(ctx, subject, "stale_series",

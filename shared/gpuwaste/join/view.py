@@ -419,7 +419,7 @@ class ScanContext:
             if sig is Signal.GPU_UTIL and device.device.gpu_i_id is not None:
                 continue
             stats = self.device_stats(device, sig)
-            if stats is not None and stats.count > 0:
+            if stats is not None and (stats.count > 0 or stats.unreadable > 0):  # unreadable samples: still this signal
                 found = sig
                 break
         cache[id(device)] = found
@@ -515,7 +515,8 @@ class ScanContext:
         )
 
     def device_problem(self, device: GpuTelemetry, stale_min_samples: int = 20) -> str | None:
-        """Why a device's telemetry cannot be trusted, or None: "no_activity_signal", "stale_series"
+        """Why a device's telemetry cannot be trusted, or None: "no_activity_signal", "unreadable_samples"
+        (its activity signal has samples, none readable: `WindowStats.unreadable`), "stale_series"
         (stopped reporting before the window's end), "frozen_exporter" (every value, energy counter
         included, bit-identical for the window; field guide B12), or a contradiction (`contradiction`:
         "profiling_counter_broken", "activity_signals_disagree"). Such devices are never judged idle.
@@ -536,6 +537,8 @@ class ScanContext:
         stats = self.device_stats(device, sig)
         if stats is None:
             return "no_activity_signal"
+        if stats.count == 0 and stats.unreadable > 0:
+            return "unreadable_samples"
         if stats.count > 0 and stats.recent_count == 0:
             return "stale_series"
         energy = self.device_stats(device, Signal.TOTAL_ENERGY)

@@ -6,11 +6,14 @@ import json
 from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gpuwaste.models.base import Frozen
 from gpuwaste.models.ledger import LedgerSpan
+from gpuwaste.models.legacy import upgrade_message_fields
+from gpuwaste.models.notices import MessageRef
 
 
 class FindingState(StrEnum):
@@ -27,10 +30,12 @@ class FindingRecord(Frozen):
         usd_per_day: the latest priced cost (USD/day); `peak_usd_per_day` the highest seen.
         cumulative_usd: USD wasted so far, to the cent: `waste_usd(ledger)` (models/ledger.py).
         ledger: the stretches of time the sightings' evidence covered, each at its USD/day — the one source of the
-            money of this finding over any period (store, Slack, Jira and the daily summary read it).
+            money of this finding over any period (store, chat, tickets and the daily summary read it).
         missed_scans: consecutive scans of the cluster that did not see it.
         saved_usd_per_day: on resolution, the USD/day no longer wasted.
         alerted_usd_per_day: the cost when the owner was last told (for "worse by a share").
+        messages: where owners were told, one reference per chat sink (threads for updates, edits on resolution).
+            Records stored before carry the first chat sink's two fields instead (models/legacy.py); they are read into this list.
         ticket_requested_at: when a ticket was requested (requested once per open period).
         last_checked_scan_id: the last ScanCompleted applied (a redelivered completion is a no-op).
         outbox_json: messages decided but not yet confirmed sent (JSON list); flushed on redelivery.
@@ -59,8 +64,7 @@ class FindingRecord(Frozen):
     missed_scans: int = Field(0, ge=0)
     resolved_at: datetime | None = None
     saved_usd_per_day: Decimal | None = None
-    slack_channel: str | None = None
-    slack_ts: str | None = None
+    messages: tuple[MessageRef, ...] = ()
     ticket_key: str | None = None
     snoozed_until: datetime | None = None
     acknowledged: str | None = None
@@ -74,6 +78,11 @@ class FindingRecord(Frozen):
     ledger: tuple[LedgerSpan, ...] = ()
     version: int = Field(0, ge=0)
     expires_at: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_old_message_fields(cls, data: Any) -> Any:
+        return upgrade_message_fields(data)
 
 
 def money_spans(record: FindingRecord) -> tuple[LedgerSpan, ...]:

@@ -10,6 +10,8 @@ from pydantic import Field, model_validator
 
 from gpuwaste.models.base import Frozen
 from gpuwaste.models.findings import Finding
+from gpuwaste.models.legacy import upgrade_message_fields
+from gpuwaste.models.notices import MessageRef
 
 
 class _CarriesFinding(Frozen):
@@ -82,6 +84,8 @@ class AlertMessage(_CarriesFinding):
         cumulative_usd / saved_usd_per_day: decimal strings (USD; USD/day).
         scan_id: the scan that caused the decision (with `fingerprint` and `action`, an idempotency key).
         reason: why, for people ("cost up 40 %", "open 3 days", "not seen for 3 scans").
+        messages: the finding's earlier messages, one per chat sink (to thread an update on, or edit on resolution).
+            Messages queued before carry the first chat sink's two fields instead (models/legacy.py); they are read into this list.
     """
 
     schema_version: Literal[1] = 1
@@ -90,13 +94,16 @@ class AlertMessage(_CarriesFinding):
     finding: Finding
     first_seen: datetime
     cumulative_usd: str = "0"
-    slack_ts: str | None = None
-    slack_channel: str | None = None
+    messages: tuple[MessageRef, ...] = ()
     ticket_key: str | None = None
     saved_usd_per_day: str | None = None
     scan_id: str = ""
     reason: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _read_old_message_fields(cls, data: Any) -> Any:
+        return upgrade_message_fields(data)
 
 
 class SummaryDue(Frozen):

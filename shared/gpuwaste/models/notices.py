@@ -1,4 +1,4 @@
-"""Models: what owners are told (alerts, digests, updates, the daily summary), independent of Slack or Jira.
+"""Models: what owners are told (alerts, digests, updates, the daily summary), independent of any chat tool or tracker.
 
 Services build these; sinks render them (Block Kit, ADF, terminal text). Money is Decimal USD, times UTC.
 """
@@ -19,7 +19,8 @@ class Route(Frozen):
     """Where a finding's owner hears about it, and why there.
 
     Attributes:
-        channel: Slack channel name (`#ml-train`) or id.
+        channel: the chat channel name (`#ml-train`) or id of the channel-addressed sink; sinks with their own
+            destinations (webhooks) pick them from `team` and the findings' namespaces.
         source: how the channel was chosen, stated on every message ("namespace annotation gpuwaste.io/slack-channel").
         user_email: an owner to mention, when known.
         jira_project: the owner's Jira project key, when known.
@@ -35,12 +36,12 @@ class Route(Frozen):
 
 
 class NoticeKind(StrEnum):
-    """The shape of a Slack message."""
+    """The shape of a chat message."""
 
     ALERT = "alert"  # one new finding, top-level message
     DIGEST = "digest"  # several new findings of one owner from one scan, one top-level message
-    UPDATE = "update"  # worse / reminder: a reply in the original's thread
-    RESOLVED = "resolved"  # the original message edited to say it is resolved
+    UPDATE = "update"  # worse / reminder: a reply in the original's thread (a sink without threads: a new message)
+    RESOLVED = "resolved"  # the original message edited to say it is resolved (a sink that cannot edit: a new one)
 
 
 class NoticeItem(Frozen):
@@ -67,7 +68,7 @@ class Notice(Frozen):
 
     Attributes:
         reason: why now (for updates: "cost up 40 %", "reminder: open 2 days").
-        mention: a Slack user id to mention (resolved from the route's e-mail), or None.
+        mention: a chat user id to mention (resolved from the route's e-mail by the sink), or None.
         interactive: add the snooze / expected / ticket buttons.
     """
 
@@ -80,19 +81,69 @@ class Notice(Frozen):
     interactive: bool = True
 
 
-class PostedMessage(Frozen):
-    """A message Slack accepted.
+class MessageRef(Frozen):
+    """Where a message a chat sink accepted lives, so a later update can be threaded on it or edit it.
 
     Attributes:
-        channel: the channel id Slack answered with. ts: the message timestamp (its id).
-        fingerprints: the findings the message carries (a long digest is split over several messages).
-        fell_back_from: the routed channel when it did not exist and the default channel was used.
+        sink: the sink's registered name (`Notifier.name`).
+        destination: where the sink posted it (a channel id, a webhook's configured name — never a secret URL).
+        message_id: the sink's id of the message ("" when the sink returns none: a webhook).
+        thread: the conversation the message belongs to, when it is a reply (None: it starts its own).
     """
 
-    channel: str
-    ts: str
+    sink: str = Field(min_length=1)
+    destination: str
+    message_id: str = ""
+    thread: str | None = None
+
+    def ref(self) -> MessageRef:
+        """The bare reference (what the lifecycle stores)."""
+        return MessageRef(sink=self.sink, destination=self.destination, message_id=self.message_id, thread=self.thread)
+
+
+def message_for(refs: tuple[MessageRef, ...], sink: str) -> MessageRef | None:
+    """The reference kept for `sink` (the latest), or None."""
+    return next((r for r in reversed(refs) if r.sink == sink), None)
+
+
+def with_message(refs: tuple[MessageRef, ...], ref: MessageRef) -> tuple[MessageRef, ...]:
+    """`refs` with `ref` replacing the one kept for its sink (one reference per sink)."""
+    return (*(r for r in refs if r.sink != ref.sink), ref.ref())
+
+
+class PostedMessage(MessageRef):
+    """A message a chat sink accepted (its reference), with what it carries.
+
+    Attributes:
+        fingerprints: the findings the message carries (a long digest is split over several messages).
+        fell_back_from: the routed destination when it did not exist and the default one was used.
+    """
+
     fingerprints: tuple[str, ...] = ()
     fell_back_from: str | None = None
+
+
+class ChatAction(Frozen):
+    """A button pressed on one of our messages, as the sink's interactions endpoint read it.
+
+    Attributes:
+        action: what was asked (`snooze_1d`, `snooze_7d`, `expected`, `ticket`). fingerprint: the finding.
+        user: who pressed it, as the sink names them in a message (a mention).
+        message: the message the button was on (the confirmation is a reply in its conversation), when known.
+    """
+
+    action: str
+    fingerprint: str = Field(min_length=1, max_length=128)
+    user: str = "someone"
+    message: MessageRef | None = None
+
+
+class ChatRequest(Frozen):
+    """What an interactions request asks: an action, or nothing to do (`answer`: the HTTP status to reply with)."""
+
+    action: ChatAction | None = None
+    answer: int = 200
+    error: str | None = None
 
 
 class TicketSection(Frozen):

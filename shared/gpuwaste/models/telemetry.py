@@ -6,9 +6,11 @@ Every value keeps its DCGM unit as exported; `Signal.to_ratio` converts activity
 
 from __future__ import annotations
 
-from datetime import datetime
+import math
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import Field, model_validator
 
@@ -61,20 +63,45 @@ _UNITS: dict[Signal, str] = {
     Signal.POWER_MGMT_LIMIT: "W",
     Signal.TOTAL_ENERGY: "mJ",
 }
+#: Readable values per unit (inclusive; a small tolerance above the nominal maximum): ratio 0–1 (DCGM PROF
+#: ratios can read a hair above 1), percent 0–100, plausible physical ceilings for MiB and W, and below
+#: the DCGM double blank (2**47) for the energy counter. Outside: the sample is unreadable.
+READABLE_RANGE: dict[str, tuple[float, float]] = {
+    "ratio": (0.0, 1.01),
+    "percent": (0.0, 101.0),
+    "MiB": (0.0, 16_777_216.0),
+    "W": (0.0, 10_000.0),
+    "mJ": (0.0, 140737488355328.0),
+}
+
+
+def readable(unit: str, value: float) -> bool:
+    """True when `value` is a usable sample of a field in `unit` (finite and inside `READABLE_RANGE`)."""
+    if value != value or value in (math.inf, -math.inf):
+        return False
+    lo, hi = READABLE_RANGE.get(unit, (-math.inf, math.inf))
+    return lo <= value <= hi
+
+
 _PER_INSTANCE = frozenset(
     {Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE, Signal.FB_USED, Signal.FB_FREE}
 )
 
-#: The window statistics summarised per DCGM field (signals not listed get all of them). The Prometheus plan
-#: and the recording path compute exactly these; evidence shows only these (a statistic not summarised is
-#: shown as unknown, never as a made-up number).
+#: DCGM fields read time-resolved (`WindowStats.buckets`): the activity signals and what tells work from a
+#: stall (tensor, DRAM, power). Their window statistics are derived from the buckets.
+TIME_RESOLVED: frozenset[Signal] = frozenset(
+    {Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL, Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE, Signal.POWER_USAGE}
+)
+_RESOLVED_STATS = ("count", "sum", "max", "p95", "max_avg_10m", "recent", "changes")
+
+#: The window statistics summarised per DCGM field. The Prometheus plan and the recording path compute
+#: exactly these; evidence shows only these (a statistic not summarised is shown as unknown, never as a
+#: made-up number). `min` is summarised for none (the plan asks for count, sum and max only).
 SUMMARY_STATS: dict[Signal, tuple[str, ...]] = {
-    Signal.TENSOR_ACTIVE: ("count", "sum", "max", "max_avg_10m"),
-    Signal.DRAM_ACTIVE: ("count", "sum", "max", "max_avg_10m"),
+    **dict.fromkeys(TIME_RESOLVED, _RESOLVED_STATS),
     Signal.MEM_COPY_UTIL: ("count", "sum", "max"),
-    Signal.FB_USED: ("count", "sum", "max", "max_avg_10m"),
+    Signal.FB_USED: ("count", "sum", "max"),
     Signal.FB_FREE: ("count", "sum", "max"),
-    Signal.POWER_USAGE: ("count", "sum", "max", "p95", "max_avg_10m"),
     Signal.POWER_LIMIT: ("count", "sum", "max"),
     Signal.POWER_MGMT_LIMIT: ("count", "sum", "max"),
     Signal.TOTAL_ENERGY: ("count", "changes"),
@@ -91,24 +118,27 @@ def summarises(signal: Signal, stat: str) -> bool:
 ACTIVITY_SIGNALS: tuple[Signal, ...] = (Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL)
 
 
-class Bucket(Frozen):
+class Bucket(NamedTuple):
     """Statistics of one signal's samples inside one bucket of the window, in the signal's exported unit.
 
     Buckets tile the window backwards from the evaluation time: bucket k covers
     `(eval_time - window + k*bucket_s, eval_time - window + (k+1)*bucket_s]` (left-open, right-closed,
-    as a PromQL range `[bucket_s]` evaluated at the bucket's end), so no bucket reaches outside the window.
-    The same numbers come from PromQL (`avg_over_time`/`max_over_time`/`count_over_time` over
-    `[bucket]`, or the shipped recording rules) and from a recording computed in Python.
+    as a PromQL range `[bucket_s - 1ms]` evaluated at the bucket's end), so no bucket reaches outside the
+    window. The same numbers come from PromQL (`count_over_time`/`sum_over_time`/`max_over_time` over
+    the bucket, or the shipped recording rules) and from a recording computed in Python.
+
+    A compact named tuple (not a model): a scan holds one per signal, device and bucket (10,000 GPUs ×
+    6 signals × 12 buckets), so its size matters. Build it with keywords or positionally.
 
     Attributes:
         end: the bucket's right edge (UTC); the bucket is `(end - bucket_s, end]`.
-        count: samples in the bucket (0: no data — never "idle").
+        count: readable samples in the bucket (0: no data — never "idle").
         total: sum of sample values (avg = total ÷ count).
-        max: largest sample (NaN-free; 0.0 when count is 0).
+        max: largest sample (0.0 when count is 0).
     """
 
     end: datetime
-    count: int = Field(ge=0)
+    count: int
     total: float = 0.0
     max: float = 0.0
 
@@ -116,6 +146,154 @@ class Bucket(Frozen):
     def avg(self) -> float | None:
         """Mean of the bucket's samples; None when the bucket holds none."""
         return self.total / self.count if self.count else None
+
+
+#: Bucket widths (seconds) a window is cut into, finest first (see `bucket_seconds`).
+BUCKET_WIDTHS_S: tuple[int, ...] = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600, 43200, 86400)
+#: Windows the scan accepts (seconds): 10 minutes to 7 days.
+MIN_WINDOW_S = 600
+MAX_WINDOW_S = 7 * 86400
+
+
+def bucket_seconds(window_s: int) -> int:
+    """The bucket width (seconds) for a window: minutes for an hour, hours for a week.
+
+    The smallest width of `BUCKET_WIDTHS_S` that divides the window into at most 24 buckets (at most 48
+    for windows over a day), e.g. 60 s for 10 min, 300 s for 1 h, 900 s for 4 h, 3600 s for 1 d, 14400 s
+    (4 h) for 7 d. A window no listed width divides gets the smallest divisor of its length that keeps
+    the bucket count within the limit, so buckets always tile the window exactly.
+    """
+    window_s = int(window_s)
+    if window_s <= 0:
+        raise ValueError("window_s must be positive")
+    most = 48 if window_s > 86400 else 24
+    for width in BUCKET_WIDTHS_S:
+        if window_s % width == 0 and window_s // width <= most:
+            return width
+    for width in range(max(1, -(-window_s // most)), window_s + 1):
+        if window_s % width == 0:
+            return width
+    return window_s
+
+
+class BucketGrid:
+    """The bucket ends of one window: `n` buckets of `bucket_s` ending at `eval_time` (see `Bucket`).
+
+    Attributes:
+        eval_time: end of the window. window_s: its length. bucket_s: bucket width (`bucket_seconds`).
+        ends: the buckets' right edges, oldest first (shared by every series of a scan).
+        recent_buckets: how many of the newest buckets make the "recent" tail (at least 10 minutes).
+        avg_run: how many consecutive buckets make one "10-minute average" (1 when buckets are ≥ 10 min).
+    """
+
+    __slots__ = ("avg_run", "bucket_s", "ends", "eval_time", "recent_buckets", "window_s")
+
+    def __init__(self, eval_time: datetime, window_s: int, bucket_s: int | None = None) -> None:
+        self.eval_time = eval_time
+        self.window_s = int(window_s)
+        self.bucket_s = int(bucket_s or bucket_seconds(self.window_s))
+        n = max(1, self.window_s // self.bucket_s)
+        self.ends: tuple[datetime, ...] = tuple(eval_time - timedelta(seconds=(n - 1 - k) * self.bucket_s) for k in range(n))
+        self.recent_buckets = min(n, -(-RECENT_TAIL_S // self.bucket_s))
+        self.avg_run = min(n, max(1, AVG_SPAN_S // self.bucket_s))
+
+    @property
+    def recent_s(self) -> int:
+        """Length of the recent tail (seconds): whole buckets covering at least 10 minutes."""
+        return self.recent_buckets * self.bucket_s
+
+    def empty(self) -> tuple[Bucket, ...]:
+        """One empty bucket per end."""
+        return tuple(Bucket(e, 0, 0.0, 0.0) for e in self.ends)
+
+
+#: The staleness tail (seconds) and the span of the "highest 10-minute average" (seconds).
+RECENT_TAIL_S = 600
+AVG_SPAN_S = 600
+
+
+def stats_from_buckets(buckets: Sequence[Bucket], grid: BucketGrid, *, series: int = 1, unreadable: int = 0) -> WindowStats:
+    """Window statistics derived from a signal's buckets (how both telemetry paths fill `WindowStats`).
+
+    count/total/max: over all buckets. p95: 95th percentile (Prometheus interpolation) of the bucket
+    maxima — an upper estimate of the samples' p95 (the plan no longer asks Prometheus for
+    `quantile_over_time`): short bursts keep it high, as they kept the samples' p95 high.
+    min: 0.0 (not summarised: a lower bound). max_avg_10m: the highest average over `grid.avg_run`
+    consecutive buckets (10 minutes when buckets are finer, else one bucket), eval-aligned, never
+    reaching outside the window. recent_count: samples in the last `grid.recent_buckets` buckets.
+    changes: 0 when every sample of the window has the same value (each bucket's avg equals its max and
+    all maxima are equal), else the number of buckets whose values vary plus the number of adjacent
+    bucket pairs whose maxima differ (a lower bound of PromQL `changes`; only "0 or not" is meaningful).
+    """
+    count = 0
+    total = 0.0
+    mx: float | None = None
+    maxima: list[float] = []
+    varying = 0
+    steps = 0
+    prev_max: float | None = None
+    isclose = math.isclose
+    for _end, c, t, m in buckets:
+        if not c:
+            continue
+        count += c
+        total += t
+        if mx is None or m > mx:
+            mx = m
+        maxima.append(m)
+        if t != m * c and not isclose(t, m * c, rel_tol=1e-9, abs_tol=1e-12):
+            varying += 1
+        if prev_max is not None and m != prev_max:
+            steps += 1
+        prev_max = m
+    run = grid.avg_run
+    best: float | None = None
+    if count:
+        if run == 1:
+            best = max(t / c for _e, c, t, _m in buckets if c)
+        else:
+            for i in range(len(buckets) - run + 1):
+                c = 0
+                t = 0.0
+                for b in buckets[i : i + run]:
+                    c += b[1]
+                    t += b[2]
+                if c:
+                    v = t / c
+                    best = v if best is None or v > best else best
+    recent = sum(b[1] for b in buckets[len(buckets) - grid.recent_buckets :])
+    return WindowStats.model_construct(
+        _fields_set=STATS_FIELDS_SET,
+        count=count,
+        total=total,
+        max=mx if mx is not None else 0.0,
+        min=0.0,
+        p95=_quantile(0.95, maxima) if maxima else 0.0,
+        max_avg_10m=best,
+        recent_count=recent,
+        changes=varying + steps,
+        series=series,
+        live_series=1 if recent else 0,
+        buckets=tuple(buckets),
+        unreadable=unreadable,
+    )
+
+
+#: One shared "fields set" for the WindowStats a source builds without validation (tens of thousands per scan:
+#: a set per instance would cost ~350 bytes each). Every field is given, and frozen models never change it.
+STATS_FIELDS_SET: Any = frozenset(
+    ("count", "total", "max", "min", "p95", "max_avg_10m", "recent_count", "changes", "series", "live_series", "buckets", "unreadable")
+)
+
+
+def _quantile(q: float, values: Sequence[float]) -> float:
+    """Prometheus `quantile_over_time` interpolation (rank q·(n−1)) on already-selected values."""
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    lower = max(0, int(math.floor(rank)))
+    upper = min(len(ordered) - 1, lower + 1)
+    weight = rank - math.floor(rank)
+    return ordered[lower] * (1 - weight) + ordered[upper] * weight
 
 
 class TelemetryProblem(Frozen):
@@ -133,11 +311,14 @@ class TelemetryProblem(Frozen):
 
 
 class WindowStats(Frozen):
-    """Summary of one signal's samples over the scan window, in the signal's exported unit.
+    """Summary of one signal's samples over the scan window `(eval_time − window, eval_time]`, in the signal's unit.
 
-    The same numbers come from PromQL (`sum_over_time`, `count_over_time`, `max_over_time`,
-    `min_over_time`, `quantile_over_time(0.95, …)`, `changes`, and the highest of the tumbling
-    10-minute `avg_over_time` values) and from a recording computed in Python.
+    The same numbers come from PromQL and from a recording computed in Python. For a time-resolved
+    signal (`buckets` non-empty, see `sources.metrics_plan`) every field is derived from the buckets
+    (`stats_from_buckets`): p95 is then the 95th percentile of the bucket maxima, `min` is 0.0 (not
+    summarised), `max_avg_10m` the highest eval-aligned 10-minute average, `changes` 0 exactly when
+    every sample has the same value. Other signals carry count/total/max (and `changes` for the energy
+    counter) with neutral values for the rest (`sources.metrics_plan.neutral_stats`).
 
     Attributes:
         count: samples in the window.
@@ -154,6 +335,11 @@ class WindowStats(Frozen):
             side by side (duplicate exporters), 1 means they followed each other (exporter restart, B12).
         buckets: the time-resolved view (see `Bucket`; `TelemetryWindow.bucket_s` wide, oldest first);
             empty when the source did not resolve time.
+        unreadable: samples the source could not use (non-numeric, NaN/Inf, out of range for the unit;
+            see `TelemetryWindow.problems`). A bucket holding one is unreadable as a whole (its count is
+            0 and its samples are counted here), so a bad sample never silently moves a statistic; a
+            signal whose samples were all unreadable is still present (count 0, unreadable > 0) and must
+            not be replaced by another activity signal.
     """
 
     count: int = Field(ge=0)
@@ -167,6 +353,7 @@ class WindowStats(Frozen):
     series: int = Field(1, ge=1)
     live_series: int = Field(0, ge=0)
     buckets: tuple[Bucket, ...] = ()
+    unreadable: int = Field(0, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -196,6 +383,7 @@ class WindowStats(Frozen):
             series=self.series + other.series,
             live_series=self.live_series + other.live_series,
             buckets=merge_buckets(self.buckets, other.buckets),
+            unreadable=self.unreadable + other.unreadable,
         )
 
 
@@ -207,7 +395,7 @@ def merge_buckets(a: tuple[Bucket, ...], b: tuple[Bucket, ...]) -> tuple[Bucket,
     for y in b:
         x = by_end.get(y.end)
         by_end[y.end] = y if x is None else Bucket(
-            end=y.end, count=x.count + y.count, total=x.total + y.total, max=max(x.max, y.max) if x.count and y.count else (x.max if x.count else y.max)
+            y.end, x.count + y.count, x.total + y.total, max(x.max, y.max) if x.count and y.count else (x.max if x.count else y.max)
         )
     return tuple(by_end[k] for k in sorted(by_end))
 
@@ -314,12 +502,16 @@ class TelemetryWindow(Frozen):
     Attributes:
         eval_time: end of the window (the scheduled event's time, never the wall clock).
         window_s: window length (seconds). recent_s: the tail used for staleness (seconds).
-        scrape_interval_s: expected seconds between samples, used for coverage.
+        scrape_interval_s: seconds between samples, used for coverage: inferred from the data when
+            `scrape_interval_inferred` (the median spacing of the time-resolved series, see
+            `sources.metrics_plan.infer_spacing`), else the configured value.
         metrics_present: metric names that returned any data.
         query_count: PromQL queries issued (0 for recordings).
         single_instant: True when the source holds one sample per series (a bare /metrics scrape).
         bucket_s: width of `WindowStats.buckets` (seconds); None when the source did not resolve time.
         problems: samples or series the source could not use (counted, with where they are).
+        plan: how the statistics were read: "recording rules" (the shipped rules' 5-minute series),
+            "raw" (PromQL over the raw DCGM series) or "recording" (a file, in Python).
     """
 
     cluster: str
@@ -327,6 +519,7 @@ class TelemetryWindow(Frozen):
     window_s: int = Field(gt=0)
     recent_s: int = Field(600, gt=0)
     scrape_interval_s: float = Field(30.0, gt=0)
+    scrape_interval_inferred: bool = False
     gpus: tuple[GpuTelemetry, ...] = ()
     pods: tuple[PodTelemetry, ...] = ()
     metrics_present: frozenset[str] = frozenset()
@@ -335,6 +528,12 @@ class TelemetryWindow(Frozen):
     single_instant: bool = False
     bucket_s: int | None = Field(None, gt=0)
     problems: tuple[TelemetryProblem, ...] = ()
+    plan: str = ""
+
+    @property
+    def unreadable_samples(self) -> int:
+        """Samples (or, live, buckets' samples) the source could not use, over every problem."""
+        return sum(p.count for p in self.problems)
 
     @property
     def expected_samples(self) -> float:

@@ -1,28 +1,27 @@
 """Service: chat button clicks (snooze 1 day / 7 days, expected, create ticket) → the finding lifecycle.
 
-Every request is authenticated first by the injected `RequestVerifier` (Slack's request signatures, in the Slack
-adapter); only then is the payload read. The Function URL's composition root verifies before it loads the
-configuration or any other secret, and then hands the verified request here without a verifier.
+Every request is authenticated first by the injected `RequestVerifier` (the chat's request signatures, in its
+adapter); only then is it read, by the injected reader (the chat's payload format, in its adapter). The Function
+URL's composition root verifies before it loads the configuration or any other secret, and then hands the verified
+request here without a verifier.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qs
 
 from gpuwaste.errors import DeliveryError, GpuWasteError, PermanentError, RequestSignatureError, StoreError
 from gpuwaste.models.lifecycle import FindingRecord
+from gpuwaste.models.notices import ChatAction, ChatRequest
 from gpuwaste.ports import FindingStore, Notifier, RequestVerifier
 from gpuwaste.services.tickets import TicketService
 
 logger = logging.getLogger(__name__)
 
-ACTION_PREFIX = "gpuwaste_"
 SNOOZES = {"snooze_1d": timedelta(days=1), "snooze_7d": timedelta(days=7)}
 EXPECTED = "expected"
 TICKET = "ticket"
@@ -46,10 +45,11 @@ def refused(exc: RequestSignatureError) -> HttpReply:
 
 
 class InteractionService:
-    """Handles Slack interactivity requests.
+    """Handles chat interactivity requests (button clicks on our messages).
 
     Args:
         verifier: authenticates each request (None: the caller verified it already).
+        reader: reads the chat's request body into a `ChatRequest` (its adapter's format).
         store: the lifecycle store (snooze/acknowledgement are written there).
         notifier: to confirm in the message's thread (optional).
         tickets: to open a ticket on "create ticket" (optional: without it the button says tickets are off).
@@ -59,12 +59,14 @@ class InteractionService:
         self,
         *,
         verifier: RequestVerifier | None,
+        reader: Callable[[bytes], ChatRequest],
         store: FindingStore,
         now: Callable[[], datetime],
         notifier: Notifier | None = None,
         tickets: TicketService | None = None,
     ) -> None:
         self.verifier = verifier
+        self.reader = reader
         self.store = store
         self.now = now
         self.notifier = notifier
@@ -74,53 +76,43 @@ class InteractionService:
         """Verify and act on one request; never raises for bad input (answers 4xx instead).
 
         Raises:
-            StoreError: the store failed transiently (the Function URL answers 500; Slack shows an error).
+            StoreError: the store failed transiently (the Function URL answers 500; the chat shows an error).
         """
         if self.verifier is not None:
             try:
                 self.verifier.verify(headers, body)
             except RequestSignatureError as exc:
                 return refused(exc)
-        form = parse_qs(body.decode("utf-8", errors="replace"))
-        if "ssl_check" in form:
-            return HttpReply(200)
-        try:
-            payload = json.loads(form.get("payload", [""])[0])
-        except ValueError:
-            return HttpReply(400, {"error": "payload is not JSON"})
-        if not isinstance(payload, dict) or payload.get("type") != "block_actions":
-            return HttpReply(200)
-        for action in payload.get("actions") or []:
-            parsed = _parse_action(action)
-            if parsed is not None:
-                return self.act(*parsed, payload=payload)
-        return HttpReply(200)
+        request = self.reader(body)
+        if request.action is None:
+            return HttpReply(request.answer, {"error": request.error} if request.error else {})
+        return self.act(request.action)
 
-    def act(self, action: str, fingerprint: str, *, payload: Mapping[str, Any]) -> HttpReply:
-        """Apply one action to one finding and confirm in the thread."""
-        user = str((payload.get("user") or {}).get("id") or "someone")
+    def act(self, request: ChatAction) -> HttpReply:
+        """Apply one action to one finding and confirm in the message's conversation."""
+        user, fingerprint, action = request.user, request.fingerprint, request.action
         now = self.now()
         if action in SNOOZES:
             until = now + SNOOZES[action]
             if not self._update(fingerprint, {"snoozed_until": until}):
                 return HttpReply(200, {"text": "unknown finding"})
-            text = f"<@{user}> snoozed this finding until {until:%Y-%m-%d %H:%M} UTC."
+            text = f"{user} snoozed this finding until {until:%Y-%m-%d %H:%M} UTC."
         elif action == EXPECTED:
-            if not self._update(fingerprint, {"acknowledged": f"{EXPECTED}:{user}"}):
+            if not self._update(fingerprint, {"acknowledged": f"{EXPECTED}:{user.strip('<@>')}"}):
                 return HttpReply(200, {"text": "unknown finding"})
-            text = f"<@{user}> marked this finding as expected; gpuwaste will not alert on it again."
+            text = f"{user} marked this finding as expected; gpuwaste will not alert on it again."
         elif action == TICKET:
             if self.tickets is None:
                 text = "Tickets are not configured (delivery.jira)."
             else:
                 try:
                     key = self.tickets.open_ticket_for(fingerprint)
-                    text = f"<@{user}> asked for a ticket: {key}."
+                    text = f"{user} asked for a ticket: {key}."
                 except (DeliveryError, PermanentError) as exc:
                     text = f"Could not create the ticket: {exc}"
         else:
             return HttpReply(200)
-        self._confirm(payload, text)
+        self._confirm(request, text)
         return HttpReply(200, {"text": text})
 
     def _update(self, fingerprint: str, changes: dict[str, Any]) -> bool:
@@ -134,24 +126,10 @@ class InteractionService:
                 return True
         raise StoreError(f"finding {fingerprint[:16]}: lifecycle record kept changing")
 
-    def _confirm(self, payload: Mapping[str, Any], text: str) -> None:
-        channel = str((payload.get("channel") or {}).get("id") or "")
-        message = payload.get("message") or {}
-        thread_ts = str(message.get("thread_ts") or message.get("ts") or (payload.get("container") or {}).get("message_ts") or "")
-        if self.notifier is None or not channel or not thread_ts:
+    def _confirm(self, request: ChatAction, text: str) -> None:
+        if self.notifier is None or request.message is None:
             return
         try:
-            self.notifier.reply(channel=channel, thread_ts=thread_ts, text=text)
+            self.notifier.reply(message=request.message, text=text)
         except GpuWasteError:  # the acknowledgement is stored; only the confirmation in the thread is lost
-            logger.warning("confirmation reply failed", extra={"channel": channel})
-
-
-def _parse_action(action: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(action, fingerprint) from a button `value` or an overflow `selected_option.value` ("snooze_1d|<fp>")."""
-    if not str(action.get("action_id", "")).startswith(ACTION_PREFIX):
-        return None
-    value = action.get("value") or (action.get("selected_option") or {}).get("value") or ""
-    name, sep, fingerprint = str(value).partition("|")
-    if not sep or not fingerprint or len(fingerprint) > 128:
-        return None
-    return name, fingerprint
+            logger.warning("confirmation reply failed", extra={"destination": request.message.destination})

@@ -8,7 +8,7 @@ Rules (design §5; thresholds in `LifecycleSettings`):
   covered (`models/ledger.py`); the cumulative USD is that ledger's total.
 * Open for `ticket_after`, or costing ≥ `ticket_usd_per_day` → one ticket request (ESCALATE) on the
   tickets queue per open period.
-* Snoozed (until `snoozed_until`, set by the Slack buttons or by the workload/namespace annotation
+* Snoozed (until `snoozed_until`, set by the chat buttons or by the workload/namespace annotation
   `gpuwaste.io/snooze-until`, read on every sighting) → stored but silent, tickets included; once the
   snooze is over, a finding never told is alerted NEW ("snooze ended"). A relative annotation (`7d`)
   counts from the finding's first sighting. Acknowledged → no reminders and no ticket until resolved
@@ -17,7 +17,7 @@ Rules (design §5; thresholds in `LifecycleSettings`):
   so create_tickets comments on (and transitions) the ticket.
 * A cluster's `ScanCompleted` without an open fingerprint counts a missed scan; after
   `resolve_after_missed_scans` → RESOLVED with `saved_usd_per_day`, and (when the owner was alerted)
-  an alert that carries the original Slack message reference so it can be edited.
+  an alert that carries the original messages' references so they can be edited.
 * A resolved fingerprint seen again is reopened as NEW.
 
 The lifecycle's "now" is the scan's evaluation time (the finding's `observed_at`, the completion's
@@ -72,7 +72,7 @@ class LifecycleService:
 
     Args:
         store: the lifecycle store (conditional writes).
-        alerts: the alerts queue (notify_slack).
+        alerts: the alerts queue (the notify function).
         tickets: the tickets queue (create_tickets); None drops ticket requests (a local run without Jira).
         settings: thresholds.
         clock: real time, for the store TTL only.
@@ -332,7 +332,7 @@ class LifecycleService:
     def _alert(self, record: FindingRecord, finding: Finding, action: AlertAction, scan_id: str, reason: str) -> AlertMessage:
         return AlertMessage(
             action=action, fingerprint=record.fingerprint, finding=finding, first_seen=record.first_seen,
-            cumulative_usd=str(record.cumulative_usd), slack_ts=record.slack_ts, slack_channel=record.slack_channel,
+            cumulative_usd=str(record.cumulative_usd), messages=record.messages,
             ticket_key=record.ticket_key,
             saved_usd_per_day=None if record.saved_usd_per_day is None else str(record.saved_usd_per_day),
             scan_id=scan_id, reason=reason,

@@ -1,11 +1,14 @@
-"""Service: lifecycle alerts → owner notices (alert, digest, thread update, resolved edit), delivered once.
+"""Service: lifecycle alerts → owner notices (alert, digest, thread update, resolution), delivered once per sink.
 
-Idempotency: every delivery has a key `fingerprint:action:scan_id:slack`. The key (and, for a new alert,
-the posted channel + ts) is written to the finding's lifecycle record right after Slack accepts each part of
-the message (not after the whole digest), before the queue message is acknowledged; a redelivered alert whose
-key is recorded is skipped. A redelivered alert whose key is not recorded (the process died, or the Lambda
-timed out, between Slack's acceptance and the write) is first looked up in the chat (`Notifier.find_posted`):
-found, it is recorded instead of posted again.
+Sinks: every configured chat sink (`Notifier`, named by `Notifier.name`) gets each alert. Idempotency: every
+delivery has a key `fingerprint:action:scan_id:<sink>`. The key (and, for a new alert, the posted message's
+reference) is written to the finding's lifecycle record right after the sink accepts each part of the message
+(not after the whole digest), before the queue message is acknowledged; a redelivered alert whose key is recorded
+for a sink is skipped for that sink. So a failure of one sink sends the message back through the queue, and the
+retry posts only to the sinks that have not accepted it yet (one sink's outage never re-posts to another). A
+redelivered alert whose key is not recorded (the process died, or the Lambda timed out, between the sink's
+acceptance and the write) is first looked up in the sink (`Notifier.find_posted`): found, it is recorded instead
+of posted again.
 
 Time: with `time_left` set (a Lambda's remaining seconds), a group is not started when less than
 `DEFER_RESERVE_S` is left: it fails with DeliveryError and comes back through the queue.
@@ -28,7 +31,16 @@ from gpuwaste.errors import DeliveryError, StoreError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage
-from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, PostedMessage, Route
+from gpuwaste.models.notices import (
+    MessageRef,
+    Notice,
+    NoticeItem,
+    NoticeKind,
+    PostedMessage,
+    Route,
+    message_for,
+    with_message,
+)
 from gpuwaste.ports import FindingStore, Notifier
 from gpuwaste.services.routing import links_for, route_for, snoozed_until
 from gpuwaste.services.store_ops import get_many, update_many
@@ -70,6 +82,18 @@ def finding_from_record(record: FindingRecord) -> Finding | None:
         return None
 
 
+def _recorded(record: FindingRecord, key: str, changes: dict[str, Any] | None) -> FindingRecord:
+    """`record` with delivery `key` added and `changes` applied; a `MessageRef` under "message" replaces the
+    reference kept for its sink (the others stay)."""
+    update = dict(changes or {})
+    ref = update.pop("message", None)
+    if isinstance(ref, MessageRef):
+        update["messages"] = with_message(record.messages, ref)
+    update["delivery_keys"] = (*record.delivery_keys, key)[-MAX_DELIVERY_KEYS:]
+    update["version"] = record.version + 1
+    return record.model_copy(update=update)
+
+
 def record_delivery(
     store: FindingStore | None, fingerprint: str, key: str, changes: dict[str, Any] | None = None,
     *, sleep: Callable[[float], None] = time.sleep,
@@ -89,10 +113,7 @@ def record_delivery(
             record = store.get(fingerprint)
             if record is None or key in record.delivery_keys:
                 return
-            update = dict(changes or {})
-            update["delivery_keys"] = (*record.delivery_keys, key)[-MAX_DELIVERY_KEYS:]
-            update["version"] = record.version + 1
-            if store.update(record.model_copy(update=update), expected_version=record.version):
+            if store.update(_recorded(record, key, changes), expected_version=record.version):
                 return
         except StoreError as exc:
             # the message is already out: a throttled or briefly unavailable store must not make the queue
@@ -123,10 +144,7 @@ def record_deliveries(store: FindingStore | None, entries: Sequence[tuple[str, s
             record = records.get(fp)
             if record is None or key in record.delivery_keys:
                 continue
-            update = dict(changes)
-            update["delivery_keys"] = (*record.delivery_keys, key)[-MAX_DELIVERY_KEYS:]
-            update["version"] = record.version + 1
-            updates.append((record.model_copy(update=update), record.version))
+            updates.append((_recorded(record, key, changes), record.version))
             pending.append((fp, key, changes))
         outcomes = update_many(store, updates)
     except StoreError:
@@ -141,7 +159,7 @@ class DeliveryReport:
     """What one `deliver` call did.
 
     Attributes:
-        posted: messages posted or edited. skipped: alerts already delivered, snoozed or not for Slack.
+        posted: messages posted or edited. skipped: alerts already delivered to every sink, snoozed, or not for chat.
         failed: (alert, error) for alerts whose delivery failed (their queue messages must come back).
     """
 
@@ -211,10 +229,10 @@ class DeliveryPlan:
 
 
 class NotifyService:
-    """Turns lifecycle alerts into Slack notices for their owners.
+    """Turns lifecycle alerts into notices for their owners, delivered to every configured chat sink.
 
     Args:
-        notifier: the chat port (Slack, terminal).
+        notifier / notifiers: the chat sinks (chat tools, webhooks, the terminal); each alert goes to each.
         store: the lifecycle store (idempotency keys, message refs); None disables both (dry runs).
         settings: routing, links and digest threshold.
         now: the clock (UTC).
@@ -223,17 +241,29 @@ class NotifyService:
     def __init__(
         self,
         *,
-        notifier: Notifier,
+        notifier: Notifier | None = None,
+        notifiers: Sequence[Notifier] = (),
         store: FindingStore | None,
         settings: DeliverySettings,
         now: Callable[[], datetime],
         time_left: Callable[[], float] | None = None,
     ) -> None:
-        self.notifier = notifier
+        sinks = [n for n in (notifier, *notifiers) if n is not None]
+        if not sinks:
+            raise ValueError("NotifyService needs at least one notifier")
+        names = [n.name for n in sinks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two sinks share a name: {names}")
+        self.notifiers: tuple[Notifier, ...] = tuple(sinks)
         self.store = store
         self.settings = settings
         self.now = now
         self.time_left = time_left
+
+    @property
+    def notifier(self) -> Notifier:
+        """The first sink (the one whose channel routes digests)."""
+        return self.notifiers[0]
 
     # -- planning ----------------------------------------------------------------------------------------
     def plan(self, alerts: Sequence[AlertMessage], *, redelivered: Iterable[AlertMessage] = ()) -> DeliveryPlan:
@@ -304,125 +334,148 @@ class NotifyService:
             ticket_key=alert.ticket_key or (record.ticket_key if record else None),
         )
 
-    def _mention(self, route: Route) -> str | None:
-        return self.notifier.user_id(route.user_email) if route.user_email else None
-
     def deliver_group(self, alerts: Sequence[AlertMessage], report: DeliveryReport, *, redelivered: bool = False) -> None:
-        """Deliver one planned group (one digest, or one alert).
+        """Deliver one planned group (one digest, or one alert) to every sink that has not accepted it yet.
+
+        A sink's failure does not stop the others: each sink records what it accepted, then the failure is raised
+        (a retryable one first), so the queue brings the group back and only the sinks that failed are tried again.
 
         Raises:
-            DeliveryError: Slack failed transiently (the alerts must be retried through the queue).
-            PermanentDeliveryError: Slack refused (bad token or payload).
-            StoreError: the delivery could not be recorded (retrying is safe: Slack is not called twice
+            DeliveryError: a sink failed transiently (the alerts must be retried through the queue).
+            PermanentDeliveryError: a sink refused (bad credentials or payload).
+            StoreError: the delivery could not be recorded (retrying is safe: a sink is not called twice
                 for keys already recorded).
         """
         if self.time_left is not None and self.time_left() < DEFER_RESERVE_S:
             raise DeliveryError(f"deferred: {self.time_left():.0f} s left in this invocation; the queue retries it")
         now = self.now()
-        pending: list[tuple[AlertMessage, FindingRecord | None]] = []
         known = get_many(self.store, [a.fingerprint for a in alerts]) if self.store is not None else {}
+        told: list[tuple[AlertMessage, FindingRecord | None]] = []
         for alert in alerts:
             record = known.get(alert.fingerprint)
-            if record is not None and delivery_key(alert, "slack") in record.delivery_keys:
-                report.skipped.append(alert)
-                continue
             if alert.action is AlertAction.ESCALATE or self._silenced(alert, record, now):
                 report.skipped.append(alert)
+            else:
+                told.append((alert, record))
+        errors: list[Exception] = []
+        done_everywhere = {a.fingerprint for a, _ in told}
+        for notifier in self.notifiers:
+            pending = [(a, r) for a, r in told if r is None or delivery_key(a, notifier.name) not in r.delivery_keys]
+            done_everywhere -= {a.fingerprint for a, _ in pending}
+            if not pending:
                 continue
-            pending.append((alert, record))
-        if not pending:
-            return
+            try:
+                self._deliver_to(notifier, pending, report, now, redelivered=redelivered)
+            except Exception as exc:  # the other sinks still get it; raised below
+                if len(self.notifiers) == 1:
+                    raise
+                logger.warning("delivery to a sink failed; the others go on", extra={"sink": notifier.name,
+                                                                                      "error": str(exc)})
+                errors.append(exc)
+        report.skipped.extend(a for a, _ in told if a.fingerprint in done_everywhere)
+        if errors:
+            raise next((e for e in errors if isinstance(e, (DeliveryError, StoreError))), errors[0])
+
+    def _deliver_to(self, notifier: Notifier, pending: list[tuple[AlertMessage, FindingRecord | None]],
+                    report: DeliveryReport, now: datetime, *, redelivered: bool) -> None:
         first, first_record = pending[0]
         route = route_for(first.finding, self.settings)
-        mention = self._mention(route)
+        mention = notifier.user_id(route.user_email) if route.user_email else None
         if first.action is AlertAction.NEW:
             kind = NoticeKind.DIGEST if len(pending) > 1 else NoticeKind.ALERT
             notice = Notice(kind=kind, route=route, items=tuple(self._item(a, r) for a, r in pending),
                             scan_id=first.scan_id, reason=first.reason, mention=mention)
-            self._post_new(notice, pending, report, now, redelivered=redelivered)
+            self._post_new(notifier, notice, pending, report, now, redelivered=redelivered)
         elif first.action in (AlertAction.WORSE, AlertAction.REMINDER):
-            self._post_update(first, first_record, route, mention, report, now)
+            self._post_update(notifier, first, first_record, route, mention, report, now)
         else:
-            self._resolve(first, first_record, route, report)
+            self._resolve(notifier, first, first_record, route, report)
+
+    @staticmethod
+    def _ref(notifier: Notifier, alert: AlertMessage, record: FindingRecord | None) -> MessageRef | None:
+        """The finding's earlier message in this sink (the stored record's, else the one the alert carries)."""
+        return (message_for(record.messages, notifier.name) if record else None) or \
+            message_for(alert.messages, notifier.name)
 
     def _post_new(
-        self, notice: Notice, pending: list[tuple[AlertMessage, FindingRecord | None]], report: DeliveryReport,
-        now: datetime, *, redelivered: bool = False,
+        self, notifier: Notifier, notice: Notice, pending: list[tuple[AlertMessage, FindingRecord | None]],
+        report: DeliveryReport, now: datetime, *, redelivered: bool = False,
     ) -> None:
         by_fp = {a.fingerprint: a for a, _ in pending}
 
         def record(message: PostedMessage) -> None:
-            changes = {"slack_channel": message.channel, "slack_ts": message.ts, "last_alert_at": now}
-            record_deliveries(self.store, [(fp, delivery_key(by_fp[fp], "slack"), changes)
+            changes = {"message": message.ref(), "last_alert_at": now}
+            record_deliveries(self.store, [(fp, delivery_key(by_fp[fp], notifier.name), changes)
                                            for fp in message.fingerprints])
 
         if redelivered:
-            found = self.notifier.find_posted(notice)
+            found = notifier.find_posted(notice)
             seen: set[str] = set()
             for message in found:
                 record(message)
                 seen.update(message.fingerprints)
             if seen:
                 logger.info("already posted before a crash or timeout; recorded, not posted again",
-                            extra={"findings": len(seen)})
+                            extra={"findings": len(seen), "sink": notifier.name})
                 rest = tuple(i for i in notice.items if i.fingerprint not in seen)
                 if not rest:
-                    report.skipped.extend(a for a, _ in pending)
                     return
                 notice = notice.model_copy(update={"items": rest})
         report.notices.append(notice)
-        # each part is recorded as soon as the chat accepted it: a failure on a later part never re-posts it
-        posted = self.notifier.post(notice, on_posted=record)
+        # each part is recorded as soon as the sink accepted it: a failure on a later part never re-posts it
+        posted = notifier.post(notice, on_posted=record)
         report.posted.extend(posted)
 
     def _post_update(
-        self, alert: AlertMessage, record: FindingRecord | None, route: Route, mention: str | None,
-        report: DeliveryReport, now: datetime,
+        self, notifier: Notifier, alert: AlertMessage, record: FindingRecord | None, route: Route,
+        mention: str | None, report: DeliveryReport, now: datetime,
     ) -> None:
-        channel = (record.slack_channel if record else None) or alert.slack_channel
-        ts = (record.slack_ts if record else None) or alert.slack_ts
+        ref = self._ref(notifier, alert, record)
         default_reason = "Worse" if alert.action is AlertAction.WORSE else "Reminder"
         item = self._item(alert, record)
-        if channel and ts:
+        key = delivery_key(alert, notifier.name)
+        if ref is not None:  # a reply in the original's conversation (a sink without threads: next to it)
             notice = Notice(kind=NoticeKind.UPDATE, route=route, items=(item,), scan_id=alert.scan_id,
                             reason=alert.reason or default_reason, mention=mention)
             changes: dict[str, Any] = {"last_alert_at": now}
-            posted = self.notifier.post(notice, channel=channel, thread_ts=ts, on_posted=lambda _m: record_delivery(
-                self.store, alert.fingerprint, delivery_key(alert, "slack"), changes))
+            posted = notifier.post(notice, reply_to=ref, on_posted=lambda _m: record_delivery(
+                self.store, alert.fingerprint, key, changes))
         else:  # the original was never posted (or was lost): post a full alert and remember it
             notice = Notice(kind=NoticeKind.ALERT, route=route, items=(item,), scan_id=alert.scan_id,
                             reason=alert.reason or default_reason, mention=mention)
-            posted = self.notifier.post(notice)
-            changes = {"last_alert_at": now, "slack_channel": posted[0].channel, "slack_ts": posted[0].ts}
-            record_delivery(self.store, alert.fingerprint, delivery_key(alert, "slack"), changes)
+            posted = notifier.post(notice)
+            changes = {"last_alert_at": now, "message": posted[0].ref()} if posted else {"last_alert_at": now}
+            record_delivery(self.store, alert.fingerprint, key, changes)
         report.notices.append(notice)
         report.posted.extend(posted)
 
-    def _siblings(self, record: FindingRecord) -> list[FindingRecord]:
-        """Records carried by the same Slack message (a digest), this one included."""
-        if self.store is None or not record.slack_ts:
+    def _siblings(self, notifier: Notifier, record: FindingRecord, ref: MessageRef) -> list[FindingRecord]:
+        """Records carried by the same message of this sink (a digest), this one included."""
+        if self.store is None or not ref.message_id:
             return [record]
         since = record.first_seen - timedelta(days=1)
-        found = [
-            r for r in self.store.history(since=since, until=self.now())
-            if r.slack_ts == record.slack_ts and r.slack_channel == record.slack_channel
-        ]
+        found = []
+        for r in self.store.history(since=since, until=self.now()):
+            theirs = message_for(r.messages, notifier.name)
+            if theirs is not None and (theirs.destination, theirs.message_id) == (ref.destination, ref.message_id):
+                found.append(r)
         if all(r.fingerprint != record.fingerprint for r in found):
             found.append(record)
         return sorted(found, key=lambda r: r.fingerprint)
 
-    def _resolve(self, alert: AlertMessage, record: FindingRecord | None, route: Route, report: DeliveryReport) -> None:
-        channel = (record.slack_channel if record else None) or alert.slack_channel
-        ts = (record.slack_ts if record else None) or alert.slack_ts
+    def _resolve(self, notifier: Notifier, alert: AlertMessage, record: FindingRecord | None, route: Route,
+                 report: DeliveryReport) -> None:
+        ref = self._ref(notifier, alert, record)
         item = self._item(alert, record)
-        if not (channel and ts):
+        if ref is None or not (notifier.edits and ref.message_id):
+            # never posted, or a sink that cannot edit: a new message (next to the original where there is one)
             notice = Notice(kind=NoticeKind.RESOLVED, route=route, items=(item,), scan_id=alert.scan_id,
                             interactive=False)
-            posted = self.notifier.post(notice)
+            posted = notifier.post(notice, reply_to=ref)
         else:
             items = [item]
             if record is not None:
-                for sib in self._siblings(record):
+                for sib in self._siblings(notifier, record, ref):
                     if sib.fingerprint == alert.fingerprint:
                         continue
                     finding = finding_from_record(sib)
@@ -436,7 +489,7 @@ class NotifyService:
                     ))
             kind = NoticeKind.DIGEST if len(items) > 1 else NoticeKind.RESOLVED
             notice = Notice(kind=kind, route=route, items=tuple(items), scan_id=alert.scan_id)
-            posted = [self.notifier.update(notice, channel=channel, ts=ts)]
+            posted = [notifier.update(notice, message=ref)]
         report.notices.append(notice)
         report.posted.extend(posted)
-        record_delivery(self.store, alert.fingerprint, delivery_key(alert, "slack"))
+        record_delivery(self.store, alert.fingerprint, delivery_key(alert, notifier.name))

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from gpuwaste.allocation import mix_text
 from gpuwaste.allocation.physical import physical_gpu_count
@@ -18,7 +19,7 @@ from gpuwaste.errors import ConfigError
 from gpuwaste.join import ScanContext
 from gpuwaste.models.findings import Episode, Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
-from gpuwaste.models.telemetry import ACTIVITY_SIGNALS
+from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, TelemetryWindow
 from gpuwaste.ports import ClusterStateSource, FindingQueue, GpuTelemetrySource
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
@@ -75,7 +76,20 @@ class ScanReport:
     query_count: int = 0
     telemetry_source: str = ""
     cluster_source: str = ""
+    telemetry_quality: dict[str, Any] = field(default_factory=dict)
     cluster_notes: tuple[str, ...] = ()
+
+
+def telemetry_quality(telemetry: TelemetryWindow) -> dict[str, Any]:
+    """How the telemetry was read, for the report: plan, sample spacing, bucket width, unreadable samples (with where)."""
+    return {
+        "plan": telemetry.plan,
+        "sample_interval_s": telemetry.scrape_interval_s,
+        "sample_interval_inferred": telemetry.scrape_interval_inferred,
+        "bucket_s": telemetry.bucket_s,
+        "unreadable_samples": telemetry.unreadable_samples,
+        "problems": [p.model_dump() for p in telemetry.problems],
+    }
 
 
 def inventory_of(ctx: ScanContext) -> Inventory:
@@ -280,6 +294,7 @@ class ScanService:
             query_count=telemetry.query_count + cluster.query_count,
             telemetry_source=telemetry.source,
             cluster_source=cluster.source,
+            telemetry_quality=telemetry_quality(telemetry),
             cluster_notes=cluster.notes,
         )
         logger.info(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -99,7 +99,7 @@ class SummaryService:
 
     Args:
         store: the lifecycle store (its `history`). notifier / chart: where it goes and how the chart is drawn
-            (both optional: `build` needs neither).
+            (both optional: `build` needs neither). notifiers: more chat sinks that also get it (Teams, a webhook).
     """
 
     def __init__(
@@ -110,11 +110,13 @@ class SummaryService:
         now: Callable[[], datetime],
         notifier: Notifier | None = None,
         chart: ChartRenderer | None = None,
+        notifiers: Sequence[Notifier] = (),
     ) -> None:
         self.store = store
         self.settings = settings
         self.now = now
         self.notifier = notifier
+        self.notifiers = tuple(n for n in (notifier, *notifiers) if n is not None)
         self.chart = chart
 
     def team_of(self, record: FindingRecord) -> str:
@@ -147,13 +149,14 @@ class SummaryService:
         return max((max(r.last_seen, r.resolved_at or r.last_seen) for r in records), default=None)
 
     def send(self, *, period: timedelta = timedelta(days=1)) -> PostedMessage:
-        """Build the summary of the last `period` and post it with its chart.
+        """Build the summary of the last `period` and post it with its chart to every sink (the first one's message
+        is returned); a sink's failure does not stop the others and is raised after them.
 
         Raises:
-            DeliveryError / PermanentDeliveryError: from the notifier.
+            DeliveryError / PermanentDeliveryError: from a notifier.
             ValueError: no notifier configured.
         """
-        if self.notifier is None:
+        if not self.notifiers:
             raise ValueError("summary: no notifier configured")
         until = self.now()
         summary = self.build(since=until - period, until=until)
@@ -167,9 +170,21 @@ class SummaryService:
             png = self.chart.waste_by_team_and_kind(summary)
             note = None if png is not None else NO_CHART
         channel = self.settings.summary_channel or self.settings.default_channel
-        posted = self.notifier.post_summary(summary, channel=channel, chart_png=png, note=note)
-        logger.info("summary sent", extra={"channel": posted.channel, "wasted_usd": str(summary.wasted_usd)})
-        return posted
+        sent: list[PostedMessage] = []
+        errors: list[Exception] = []
+        for notifier in self.notifiers:
+            try:
+                posted = notifier.post_summary(summary, channel=channel, chart_png=png, note=note)
+            except Exception as exc:  # the other sinks still get it; raised below
+                logger.warning("summary not sent to a sink", extra={"sink": getattr(notifier, "name", "?"), "error": str(exc)})
+                errors.append(exc)
+                continue
+            logger.info("summary sent", extra={"destination": posted.destination, "sink": posted.sink,
+                                               "wasted_usd": str(summary.wasted_usd)})
+            sent.append(posted)
+        if errors:
+            raise errors[0]
+        return sent[0]
 
 
 def data_quality_open(records: Iterable[FindingRecord], *, since: datetime, until: datetime) -> int:

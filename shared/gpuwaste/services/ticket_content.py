@@ -173,7 +173,7 @@ def _evidence_line(e: Evidence) -> str:
 
 
 def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: Decimal | None, now: datetime,
-                    slack_url: str | None = None, snooze_key: str = "gpuwaste.io/snooze-until") -> tuple[TicketSection, ...]:
+                    thread_link: tuple[str, str] | None = None, snooze_key: str = "gpuwaste.io/snooze-until") -> tuple[TicketSection, ...]:
     """The ticket body: What · Evidence · Cost · How to fix · Done when · Snooze (· Slack thread)."""
     s = finding.subject
     what = [no_codes(finding.title), MEANING.get(finding.kind, "")]  # the sink drops unsafe control characters
@@ -201,17 +201,10 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
         TicketSection(heading="Done when", lines=(done_when(finding), AUTO_RESOLVE)),
         TicketSection(heading="Snooze", lines=tuple(snooze[:2]), commands=tuple(snooze[2:])),
     ]
-    if slack_url:
-        sections.append(TicketSection(heading="Slack thread", lines=(slack_url,)))
+    if thread_link:  # (heading, URL) of the chat conversation about the finding, from its sink
+        sections.append(TicketSection(heading=thread_link[0], lines=(thread_link[1],)))
     return tuple(sections)
 
 
-def slack_thread_url(workspace_url: str | None, channel: str | None, ts: str | None) -> str | None:
-    """The permalink of a Slack message (https://WORKSPACE.slack.com/archives/CHANNEL/pTS), when all are known."""
-    if not (workspace_url and channel and ts):
-        return None
-    return f"{workspace_url.rstrip('/')}/archives/{channel}/p{ts.replace('.', '')}"
-
-
-__all__ = ["MEANING", "PRIORITY_FLOORS", "done_when", "fix_commands", "priority_for", "slack_thread_url",
+__all__ = ["MEANING", "PRIORITY_FLOORS", "done_when", "fix_commands", "priority_for",
            "ticket_sections", "ticket_summary"]

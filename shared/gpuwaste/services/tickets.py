@@ -19,12 +19,12 @@ from gpuwaste.errors import PermanentDeliveryError, StoreError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertAction, AlertMessage
-from gpuwaste.models.notices import TicketDraft, TicketSection
+from gpuwaste.models.notices import MessageRef, TicketDraft, TicketSection
 from gpuwaste.people import usd
 from gpuwaste.ports import FindingStore, TicketSink
 from gpuwaste.services.notify import decimal_or_zero, delivery_key, finding_from_record, record_delivery
 from gpuwaste.services.routing import links_for, route_for
-from gpuwaste.services.ticket_content import priority_for, slack_thread_url, ticket_sections, ticket_summary, where_of
+from gpuwaste.services.ticket_content import priority_for, ticket_sections, ticket_summary, where_of
 from gpuwaste.settings import DeliverySettings, JiraSettings
 
 logger = logging.getLogger(__name__)
@@ -58,17 +58,20 @@ class TicketService:
     """
 
     def __init__(
-        self, *, sink: TicketSink, store: FindingStore | None, settings: DeliverySettings, now: Callable[[], datetime]
+        self, *, sink: TicketSink, store: FindingStore | None, settings: DeliverySettings, now: Callable[[], datetime],
+        message_link: Callable[[MessageRef], tuple[str, str] | None] | None = None,
     ) -> None:
+        self.message_link = message_link
         self.sink = sink
         self.store = store
         self.settings = settings
         self.now = now
 
     def draft(self, finding: Finding, fingerprint: str, *, first_seen: datetime, cumulative_usd: str,
-              slack_channel: str | None = None, slack_ts: str | None = None) -> TicketDraft:
+              messages: tuple[MessageRef, ...] = ()) -> TicketDraft:
         """The ticket for a finding in its owner's project: money in the summary, a priority from USD/day, and
-        the sections of `services.ticket_content` (what, evidence, cost, how to fix, done when, snooze, Slack).
+        the sections of `services.ticket_content` (what, evidence, cost, how to fix, done when, snooze, the chat thread
+        linked by `message_link`, when a sink gives one).
 
         Raises:
             PermanentDeliveryError: no Jira project is routed for the finding and none is configured.
@@ -90,9 +93,9 @@ class TicketService:
         ]
         if cumulative_usd not in (None, ""):
             facts.append(("Cumulative so far", usd(decimal_or_zero(str(cumulative_usd)))))  # the money ledger's figure
-        slack_url = slack_thread_url(self.settings.slack.workspace_url, slack_channel, slack_ts)
+        thread_link = next((link for ref in messages if self.message_link and (link := self.message_link(ref))), None)
         sections = ticket_sections(finding, first_seen=first_seen, cumulative_usd=decimal_or_zero(str(cumulative_usd)),
-                                   now=self.now(), slack_url=slack_url, snooze_key=self.settings.keys.snooze_until)
+                                   now=self.now(), thread_link=thread_link, snooze_key=self.settings.keys.snooze_until)
         label = dedupe_label(fingerprint)
         labels = tuple(dict.fromkeys((*jira.labels, *route.jira_labels, label)))
         return TicketDraft(
@@ -159,8 +162,7 @@ class TicketService:
         if record is not None and record.ticket_key:
             return record.ticket_key
         draft = self.draft(finding, fingerprint, first_seen=first_seen, cumulative_usd=cumulative_usd,
-                           slack_channel=record.slack_channel if record else None,
-                           slack_ts=record.slack_ts if record else None)
+                           messages=record.messages if record else ())
         key = self.sink.find_open(draft.dedupe_label)
         if key is None:
             key = self.sink.create(draft)

@@ -24,7 +24,7 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 
 from gpuwaste.errors import DeliveryError, PermanentDeliveryError
-from gpuwaste.models.notices import DailySummary, Notice, NoticeKind, PostedMessage
+from gpuwaste.models.notices import DailySummary, MessageRef, Notice, NoticeKind, PostedMessage
 from gpuwaste.settings import SlackSettings
 from gpuwaste.sinks.slack_blocks import (
     MESSAGE_TEXT_BUDGET,
@@ -47,6 +47,8 @@ DELIVERY_EVENT = "gpuwaste_delivery"
 HISTORY_PAGES = 3
 #: Seconds kept free of in-process waits before the invocation's deadline.
 DEADLINE_RESERVE_S = 5.0
+#: The sink's registered name (message references and delivery keys carry it).
+SINK = "slack"
 
 
 class ChannelMissingError(PermanentDeliveryError):
@@ -186,6 +188,18 @@ def _marker(notice: Notice, fingerprints: tuple[str, ...]) -> dict[str, Any]:
             "event_payload": {"scan": notice.scan_id, "kind": notice.kind.value, "fps": [f[:16] for f in fingerprints]}}
 
 
+def _posted(channel: str, ts: str, *, thread_ts: str | None = None, fingerprints: tuple[str, ...] = (),
+            fell_back_from: str | None = None) -> PostedMessage:
+    """A Slack message (channel id, `ts`, thread `ts`) as the neutral reference the lifecycle keeps."""
+    return PostedMessage(sink=SINK, destination=channel, message_id=ts, thread=thread_ts, fingerprints=fingerprints,
+                         fell_back_from=fell_back_from)
+
+
+def _thread_ts(message: MessageRef) -> str:
+    """The `thread_ts` to reply to `message` with: its thread's, else its own `ts`."""
+    return message.thread or message.message_id
+
+
 class SlackNotifier:
     """Notifier over `slack_sdk.WebClient`.
 
@@ -194,6 +208,10 @@ class SlackNotifier:
         default_channel: where a finding goes when its routed channel does not exist.
         now: clock for "since" ages in messages.
     """
+
+    name = SINK
+    threads = True
+    edits = True
 
     def __init__(self, client: WebClient, *, default_channel: str, now: Callable[[], datetime] | None = None) -> None:
         self.client = client
@@ -242,7 +260,7 @@ class SlackNotifier:
         logger.warning("slack channel not found, using the default channel", extra={"channel": channel})
         return {}, channel
 
-    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None,
+    def post(self, notice: Notice, *, reply_to: MessageRef | None = None,
              on_posted: Callable[[PostedMessage], None] | None = None) -> list[PostedMessage]:
         """See `gpuwaste.ports.Notifier.post`.
 
@@ -251,7 +269,10 @@ class SlackNotifier:
         the text budget and retried, then sent as text only: never dropped for its size. Top-level posts carry
         message metadata naming the scan and findings, which `find_posted` looks for.
         """
-        ctx = _PostContext(target=channel or notice.route.channel, thread_ts=thread_ts, on_posted=on_posted)
+        if reply_to is not None and reply_to.sink == SINK and reply_to.message_id:
+            ctx = _PostContext(target=reply_to.destination, thread_ts=_thread_ts(reply_to), on_posted=on_posted)
+        else:
+            ctx = _PostContext(target=notice.route.channel, thread_ts=None, on_posted=on_posted)
         self._post_payloads(notice, render_notice(notice, now=self._now()), ctx, level=0)
         return ctx.posted
 
@@ -287,8 +308,8 @@ class SlackNotifier:
             for fixed in render_notice(sub, now=self._now(), fell_back_from=ctx.fell_back):
                 self._post_payload(sub, fixed, ctx)
             return
-        message = PostedMessage(channel=str(data.get("channel") or ctx.target), ts=str(data["ts"]),
-                                fingerprints=payload.fingerprints, fell_back_from=ctx.fell_back)
+        message = _posted(str(data.get("channel") or ctx.target), str(data["ts"]), thread_ts=ctx.thread_ts,
+                          fingerprints=payload.fingerprints, fell_back_from=ctx.fell_back)
         ctx.posted.append(message)
         if ctx.on_posted is not None:
             ctx.on_posted(message)
@@ -326,15 +347,16 @@ class SlackNotifier:
                         continue
                     fps = tuple(wanted[p] for p in payload.get("fps") or [] if p in wanted)
                     if fps:
-                        found.append(PostedMessage(channel=str(data.get("channel") or channel),
-                                                   ts=str(message.get("ts")), fingerprints=fps))
+                        found.append(_posted(str(data.get("channel") or channel), str(message.get("ts")),
+                                             fingerprints=fps))
                 cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
                 if not cursor:
                     break
         return found
 
-    def update(self, notice: Notice, *, channel: str, ts: str) -> PostedMessage:
+    def update(self, notice: Notice, *, message: MessageRef) -> PostedMessage:
         """See `gpuwaste.ports.Notifier.update` (a long notice keeps only its first part in the edit)."""
+        channel, ts = message.destination, message.message_id
         payload = render_notice(notice, now=self._now())[0]
         try:
             data = self._call("chat.update", channel=channel, ts=ts, metadata=_marker(notice, payload.fingerprints),
@@ -343,13 +365,14 @@ class SlackNotifier:
             logger.warning("slack message to edit is gone; posting a new one", extra={"channel": channel})
             data = self._call("chat.postMessage", channel=channel, metadata=_marker(notice, payload.fingerprints),
                               **payload.as_kwargs())
-        return PostedMessage(channel=str(data.get("channel") or channel), ts=str(data.get("ts") or ts),
-                             fingerprints=payload.fingerprints)
+        return _posted(str(data.get("channel") or channel), str(data.get("ts") or ts), thread_ts=message.thread,
+                       fingerprints=payload.fingerprints)
 
-    def reply(self, *, channel: str, thread_ts: str, text: str) -> PostedMessage:
+    def reply(self, *, message: MessageRef, text: str) -> PostedMessage:
         """See `gpuwaste.ports.Notifier.reply`."""
-        data = self._call("chat.postMessage", channel=channel, thread_ts=thread_ts, text=text)
-        return PostedMessage(channel=str(data.get("channel") or channel), ts=str(data["ts"]))
+        thread_ts = _thread_ts(message)
+        data = self._call("chat.postMessage", channel=message.destination, thread_ts=thread_ts, text=text)
+        return _posted(str(data.get("channel") or message.destination), str(data["ts"]), thread_ts=thread_ts)
 
     def user_id(self, email: str) -> str | None:
         """See `gpuwaste.ports.Notifier.user_id` (cached per instance; unknown users are None)."""
@@ -370,12 +393,12 @@ class SlackNotifier:
         if missing is not None:
             channel = self.default_channel
             data = self._call("chat.postMessage", channel=channel, **payload.as_kwargs())
-        posted = PostedMessage(channel=str(data.get("channel") or channel), ts=str(data["ts"]), fell_back_from=missing)
+        posted = _posted(str(data.get("channel") or channel), str(data["ts"]), fell_back_from=missing)
         if chart_png is not None:
             try:
                 self.client.files_upload_v2(
-                    channel=posted.channel,
-                    thread_ts=posted.ts,
+                    channel=posted.destination,
+                    thread_ts=posted.message_id,
                     content=chart_png,
                     filename=f"gpu-waste-{summary.since:%Y-%m-%d}.png",
                     title="GPU waste per team, by kind (USD)",
@@ -383,3 +406,16 @@ class SlackNotifier:
             except SlackClientError as exc:
                 raise _translate(exc, "files.upload") from exc
         return posted
+
+
+def thread_link(workspace_url: str | None) -> Callable[[MessageRef], tuple[str, str] | None]:
+    """(heading, permalink) of a Slack message (https://WORKSPACE.slack.com/archives/CHANNEL/pTS) for tickets; None
+    for other sinks' messages or without `delivery.slack.workspace_url`."""
+
+    def link(ref: MessageRef) -> tuple[str, str] | None:
+        if not (workspace_url and ref.sink == SINK and ref.destination and ref.message_id):
+            return None
+        ts = ref.thread or ref.message_id
+        return "Slack thread", f"{workspace_url.rstrip('/')}/archives/{ref.destination}/p{ts.replace('.', '')}"
+
+    return link

@@ -1,4 +1,7 @@
-"""Adapter: a Notifier that prints the Slack messages it would send (the local chain, `make demo`)."""
+"""Adapter: a Notifier that prints the Slack messages it would send (the local chain, `make demo`).
+
+Its sink name is `terminal`: what it printed is recorded as told on the terminal, never as posted to Slack.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.panel import Panel
 
-from gpuwaste.models.notices import DailySummary, Notice, PostedMessage
+from gpuwaste.models.notices import DailySummary, MessageRef, Notice, PostedMessage
 from gpuwaste.models.text import for_terminal
 from gpuwaste.sinks.slack_blocks import render_notice, render_summary
 
@@ -45,6 +48,10 @@ def blocks_to_text(blocks: list[dict[str, Any]]) -> str:
 class TerminalNotifier:
     """Prints each message as Slack would show it, with its channel; keeps what it printed in `sent`."""
 
+    name = "terminal"
+    threads = True
+    edits = True
+
     def __init__(self, console: Console | None = None, *, now: datetime | None = None) -> None:
         self.console = console or Console()
         self._now = now
@@ -56,13 +63,14 @@ class TerminalNotifier:
         where = f"{channel} (thread {thread_ts})" if thread_ts else channel
         self.console.print(Panel(for_terminal(text, keep_lines=True), title=for_terminal(f"{title} → {where}"), expand=False))
         self.sent.append((channel, ts, text))
-        return PostedMessage(channel=channel, ts=ts)
+        return PostedMessage(sink=self.name, destination=channel, message_id=ts, thread=thread_ts)
 
-    def post(self, notice: Notice, *, channel: str | None = None, thread_ts: str | None = None,
+    def post(self, notice: Notice, *, reply_to: MessageRef | None = None,
              on_posted: Callable[[PostedMessage], None] | None = None) -> list[PostedMessage]:
         """Print the notice (each part of a long digest separately; `on_posted` after each)."""
         now = self._now or datetime.now(UTC)
-        target = channel or notice.route.channel
+        target = reply_to.destination if reply_to is not None else notice.route.channel
+        thread_ts = (reply_to.thread or reply_to.message_id or None) if reply_to is not None else None
         out = []
         for payload in render_notice(notice, now=now):
             posted = self._emit(target, f"slack {notice.kind.value}", blocks_to_text(payload.blocks), thread_ts)
@@ -75,16 +83,17 @@ class TerminalNotifier:
         """A terminal keeps nothing to look up: always empty."""
         return []
 
-    def update(self, notice: Notice, *, channel: str, ts: str) -> PostedMessage:
+    def update(self, notice: Notice, *, message: MessageRef) -> PostedMessage:
         """Print the edited message."""
         now = self._now or datetime.now(UTC)
         payload = render_notice(notice, now=now)[0]
-        self._emit(channel, f"slack edit of {ts}", blocks_to_text(payload.blocks))
-        return PostedMessage(channel=channel, ts=ts, fingerprints=payload.fingerprints)
+        self._emit(message.destination, f"slack edit of {message.message_id}", blocks_to_text(payload.blocks))
+        return PostedMessage(sink=self.name, destination=message.destination, message_id=message.message_id,
+                             thread=message.thread, fingerprints=payload.fingerprints)
 
-    def reply(self, *, channel: str, thread_ts: str, text: str) -> PostedMessage:
+    def reply(self, *, message: MessageRef, text: str) -> PostedMessage:
         """Print a thread reply."""
-        return self._emit(channel, "slack reply", text, thread_ts)
+        return self._emit(message.destination, "slack reply", text, message.thread or message.message_id)
 
     def user_id(self, email: str) -> str | None:
         """No directory locally: nobody is mentioned."""

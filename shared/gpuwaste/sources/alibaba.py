@@ -29,7 +29,7 @@ from typing import Any
 
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState
-from gpuwaste.models.telemetry import Signal, TelemetryWindow, WindowStats
+from gpuwaste.models.telemetry import BucketGrid, Signal, TelemetryWindow, WindowStats
 from gpuwaste.sources.dcgm import build_gpu_telemetry
 from gpuwaste.sources.k8s_objects import cluster_state_from_objects
 from gpuwaste.sources.window import window_stats
@@ -229,13 +229,16 @@ class AlibabaReplaySource:
         recent_ms = min(600_000, window_ms)
         rows: list[tuple[str, dict[str, str], WindowStats]] = []
         present: set[str] = set()
+        grid = BucketGrid(at, round(window.total_seconds()))  # GPU_UTIL is time-resolved, as from Prometheus
         for p in self.trace.pods.values():
             labels = {
                 "gpu": "0", "UUID": p.uuid, "device": "nvidia0", "modelName": self.gpu_model,
                 "Hostname": self.node_name(p), "container": "server", "namespace": NAMESPACE, "pod": p.pod_name,
             }
             for metric, ts, vals in ((Signal.GPU_UTIL.value, p.util_ts, p.util), (Signal.FB_USED.value, p.mem_ts, p.mem_mib)):
-                stats = window_stats(ts, vals, eval_ms=eval_ms, window_ms=window_ms, recent_ms=recent_ms)
+                resolved = metric == Signal.GPU_UTIL.value
+                stats = window_stats(ts, vals, eval_ms=eval_ms, window_ms=window_ms, recent_ms=recent_ms,
+                                     grid=grid if resolved else None, unit="percent" if resolved else None)
                 if stats is not None:
                     rows.append((metric, labels, stats))
                     present.add(metric)
@@ -246,6 +249,7 @@ class AlibabaReplaySource:
             recent_s=recent_ms // 1000,
             scrape_interval_s=self.trace.step_s,
             gpus=tuple(build_gpu_telemetry(rows)),
+            bucket_s=grid.bucket_s,
             metrics_present=frozenset(present),
             source="alibaba-gentd26 trace replay",
         )

@@ -129,13 +129,14 @@ def build_gpu_telemetry(rows: Iterable[tuple[str, dict[str, str], WindowStats]],
         if gi is not None and (uuid, None) in devs:
             for sigs in devs[(uuid, None)].groups.values():
                 parent_sigs.update({m: s for m, s in sigs.items() if m in WHOLE_GPU_SIGNALS})
+        # built without re-validation: every part is already a validated model or a plain value (10,000s per scan)
         groups = tuple(
-            AttributedSeries(label_family=fam, namespace=ns, pod=pod, container=c, signals=sigs)
+            AttributedSeries.model_construct(label_family=fam, namespace=ns, pod=pod, container=c, signals=sigs)
             for (fam, ns, pod, c), sigs in dev.groups.items()
             if sigs
         )
         out.append(
-            GpuTelemetry(
+            GpuTelemetry.model_construct(
                 device=dev.device,
                 gpu_index=dev.gpu_index,
                 model_name=dev.model,

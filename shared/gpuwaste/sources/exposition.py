@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Literal, TextIO
 from gpuwaste.errors import InputFormatError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from typing import BinaryIO
 
 __all__ = [
     "DCGM_FP64_BLANK",
@@ -51,6 +52,8 @@ __all__ = [
     "WarningKind",
     "parse_exposition",
     "series_key",
+    "sniff_format",
+    "stream_exposition",
     "write_openmetrics",
     "write_text_exposition",
 ]
@@ -237,6 +240,89 @@ def parse_exposition(
     return result
 
 
+def stream_exposition(
+    stream: BinaryIO,
+    *,
+    fmt: Literal["text", "openmetrics"],
+    source: str = "<input>",
+    default_timestamp_ms: int | None = None,
+    metric_filter: Callable[[str], bool] | None = None,
+    on_sample: Callable[[RecordedSeries, int, float, int], None],
+    on_unreadable: Callable[[RecordedSeries, int | None, int, str], None] | None = None,
+) -> ParsedExposition:
+    """Parse an exposition line by line from a binary stream, handing every sample to `on_sample`.
+
+    Same rules and errors as :func:`parse_exposition`, in bounded memory: no sample is kept. The result's
+    series hold only their first and last timestamps (``timestamps_ms``, one or two items; ``values``
+    empty), which is what a time range or an "undated" check needs.
+
+    Args:
+        stream: the recording, opened in binary mode (e.g. ``gzip.open(path)``).
+        fmt: the format; it must be known beforehand (see :func:`sniff_format`).
+        on_sample: called as ``on_sample(series, timestamp_ms, value, line)`` for every kept sample.
+        on_unreadable: called as ``on_unreadable(series, timestamp_ms or None, line, reason)`` for each
+            sample whose value was skipped (non-numeric, NaN/±Inf, DCGM blank).
+
+    Raises:
+        InputFormatError: as :func:`parse_exposition`.
+    """
+    result = ParsedExposition(series={}, format=fmt)
+    parser = _Parser(
+        [],
+        openmetrics=fmt == "openmetrics",
+        source=source,
+        default_timestamp_ms=default_timestamp_ms,
+        metric_filter=metric_filter,
+        check_utf8=False,
+        result=result,
+        sniffed_unit_line=None,
+        on_sample=on_sample,
+        on_unreadable=on_unreadable,
+        streaming=True,
+    )
+    parser.lines = _stream_lines(stream, parser)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        parser.run()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return result
+
+
+def _stream_lines(stream: BinaryIO, parser: _Parser) -> Iterator[str]:
+    """Decoded lines of a binary stream (no line ending); a line that is not valid UTF-8 is repaired or refused as in the parser."""
+    first = True
+    for lineno, whole in enumerate(stream, 1):
+        raw = whole
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            line = raw.decode("utf-8", "surrogateescape")
+            stripped = line.strip(" \t")
+            if stripped.startswith("#"):
+                raise parser.error(lineno, "invalid UTF-8 in a comment line") from None
+            line = parser.repair_bad_utf8(stripped, lineno)
+        if first:
+            first = False
+            if line.startswith("\ufeff"):
+                line = line[1:]
+        yield line
+
+
+def sniff_format(head: bytes, tail: bytes) -> ExpositionFormat:
+    """OpenMetrics when the last non-empty line is ``# EOF`` or a ``# UNIT`` line appears in `head`, else text."""
+    last = tail.rstrip(b"\r\n").rsplit(b"\n", 1)[-1].strip()
+    if last == b"# EOF" or b"\n# UNIT " in b"\n" + head:
+        return "openmetrics"
+    return "text"
+
+
 def _decode(data: bytes | str, source: str) -> tuple[str, bool]:
     """Decode the input; invalid UTF-8 bytes become lone surrogates (checked per line later)."""
     if isinstance(data, str):
@@ -280,7 +366,7 @@ class _Parser:
 
     def __init__(
         self,
-        lines: list[str],
+        lines: Iterable[str],
         *,
         openmetrics: bool,
         source: str,
@@ -289,7 +375,14 @@ class _Parser:
         check_utf8: bool,
         result: ParsedExposition,
         sniffed_unit_line: int | None,
+        on_sample: Callable[[RecordedSeries, int, float, int], None] | None = None,
+        on_unreadable: Callable[[RecordedSeries, int | None, int, str], None] | None = None,
+        streaming: bool = False,
     ) -> None:
+        self.on_sample = on_sample
+        self.on_unreadable = on_unreadable
+        self.streaming = streaming
+        self.last_nonempty = 0
         self.lines = lines
         self.openmetrics = openmetrics
         self.source = source
@@ -323,12 +416,16 @@ class _Parser:
         filtered_out = _FILTERED_OUT
         guard = _UNIT_GUARD
         eof_seen = False
+        sink = self.on_sample
+        bad_sink = self.on_unreadable
 
         lineno = 0
-        for lineno, raw_line in enumerate(lines, 1):
+        numbered = enumerate(lines, 1)
+        for lineno, raw_line in numbered:
             line = raw_line
             if not line:
                 continue
+            self.last_nonempty = lineno
             first = line[0]
             if first == " " or first == "\t":
                 line = line.strip(" \t")
@@ -346,7 +443,11 @@ class _Parser:
                         types[parts[2]] = parts[3].strip()
                 elif openmetrics and line == "# EOF":
                     eof_seen = True
-                    trailing = lines[lineno:]
+                    if self.streaming:
+                        for extra, _ in numbered:  # a file's final newline yields no further line
+                            raise self.error(extra, "unexpected data after # EOF (OpenMetrics allows only a final newline)")
+                        break
+                    trailing = self.lines[lineno:]  # type: ignore[index]
                     if trailing and trailing != [""]:
                         raise self.error(
                             lineno + 1, "unexpected data after # EOF (OpenMetrics allows only a final newline)"
@@ -408,6 +509,8 @@ class _Parser:
                     f"skipped non-numeric value {' '.join(rest)!r} of metric {series.name!r}",
                     "skipped_non_numeric",
                 )
+                if bad_sink is not None:
+                    bad_sink(series, self.lenient_timestamp(ts_text), lineno, f"non-numeric value {value_text[:40]!r}")
                 continue
 
             if ts_text is None:
@@ -435,6 +538,8 @@ class _Parser:
 
             if value - value != 0.0:  # NaN or ±Inf (finite x - x is exactly 0.0)
                 self.warn(lineno, f"skipped non-finite value {value_text} of metric {series.name!r}", "non_finite")
+                if bad_sink is not None:
+                    bad_sink(series, ts, lineno, f"non-finite value {value_text}")
                 continue
             if value >= DCGM_INT32_BLANK and _is_dcgm_blank(value_text, value):
                 self.warn(
@@ -442,6 +547,8 @@ class _Parser:
                     f"skipped DCGM blank sentinel {value_text} of metric {series.name!r}",
                     "skipped_sentinel",
                 )
+                if bad_sink is not None:
+                    bad_sink(series, ts, lineno, f"DCGM blank sentinel {value_text} (no value)")
                 continue
 
             timestamps = series.timestamps_ms
@@ -459,16 +566,34 @@ class _Parser:
                         "out_of_order",
                     )
                 continue
-            timestamps.append(ts)
-            series.values.append(value)
+            if sink is None:
+                timestamps.append(ts)
+                series.values.append(value)
+            else:  # streaming: the series keeps its first and last timestamp only, the sample goes to the sink
+                if len(timestamps) < 2:
+                    timestamps.append(ts)
+                else:
+                    timestamps[1] = ts
+                sink(series, ts, value, lineno)
 
         self.finish(lineno, eof_seen)
 
+    def lenient_timestamp(self, ts_text: str | None) -> int | None:
+        """The timestamp of a sample whose value is unreadable (None when it has none or it is malformed)."""
+        if ts_text is None:
+            return self.default_timestamp_ms
+        try:
+            return round(float(ts_text) * 1000) if self.openmetrics else int(ts_text)
+        except ValueError:
+            return None
+
     def finish(self, last_lineno: int, eof_seen: bool) -> None:
         if self.openmetrics and not eof_seen:
-            where = last_lineno
-            while where > 1 and not self.lines[where - 1]:
-                where -= 1
+            where = self.last_nonempty or last_lineno
+            if not self.streaming:
+                where = last_lineno
+                while where > 1 and not self.lines[where - 1]:  # type: ignore[index]
+                    where -= 1
             hint = ""
             if self.sniffed_unit_line is not None:
                 hint = (

@@ -735,6 +735,17 @@ def _pod_sets(w: str, settings: ClusterReadSettings, m: Mapping[str, str]) -> tu
     return gpu_pods, f"({gpu_pods} or group by (namespace, pod) (last_over_time({exporter}{w})))"
 
 
+#: Annotations/labels by which a pod asks for a GPU share without any GPU resource request (KAI/Run:ai fractions, B28).
+SHARE_KEYS = (("annotations", "gpu-fraction"), ("annotations", "gpu-memory"), ("labels", "runai-gpu-group"))
+
+
+def _share_pods(m: Mapping[str, str]) -> str:
+    """Pods that exist now and ask for a GPU share by annotation or label (no GPU request series to find them by)."""
+    parts = [_sel(POD_ANNOTATIONS if kind == "annotations" else POD_LABELS, m,
+                  f'{"annotation" if kind == "annotations" else "label"}_{sanitize(key)}!=""') for kind, key in SHARE_KEYS]
+    return "group by (namespace, pod) (" + " or ".join(parts) + ")"
+
+
 def _regex_literal(text: str) -> str:
     """`text` as an RE2 literal (pod names are DNS names: only `.` needs escaping, but any metacharacter is)."""
     return re.sub(r"([.\\+*?()|\[\]{}^$])", r"\\\1", text)
@@ -768,7 +779,7 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     resources = " or ".join(_tag(f"last_over_time({s}{w})", n) for s, n in zip(gpu, RESOURCE_METRICS, strict=True))
     exporter = _sel(POD_INFO, m, f'pod=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
     gpu_now = "group by (namespace, pod) (" + " or ".join(gpu) + ")"
-    keep_now = f"({gpu_now} or group by (namespace, pod) ({exporter}))"
+    keep_now = f"({gpu_now} or group by (namespace, pod) ({exporter}) or {_share_pods(m)})"
     cpu = _sel(LIMITS, m, 'resource="cpu"')
     pods = f"({_names(_POD_NOW, m)} or {_sel(POD_PHASE, m)} == 1 or {cpu}) and on (namespace, pod) {keep_now}"
     gone = f"count_over_time({_sel(POD_INFO, m)}{w}) unless on (namespace, pod) {_sel(POD_INFO, m)}"

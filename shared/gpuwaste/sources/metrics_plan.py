@@ -9,17 +9,22 @@ Contract (for detectors and for whoever extends the plan):
 * **GPU metrics** (`scope="gpu"`): the DCGM fields of `models.telemetry.Signal`, each with the other names
   an exporter may use for it (lower-cased Azure spellings, the dcgm-exporter 1.x compatibility names
   such as `dcgm_gpu_utilization`, DCGM 4.6 renamed fields such as `DCGM_FI_DEV_GPU_UTIL_RATIO`). Every
-  alias is stored under the canonical name. Each is summarised with only the window statistics the
-  detectors read (`MetricSpec.stats`, see `GPU_STATS` below): the activity signals (SM, GR engine,
-  GPU_UTIL) get all eight (count, sum, max, min, p95, changes, recent count, highest 10-minute average);
-  the others get `count`, `sum`, `max` plus what their readers need (e.g. `changes` of the energy
-  counter for the frozen-exporter check, `max_avg_10m` of power, tensor and DRAM). A statistic not
-  computed gets a **neutral value** in `WindowStats` (both adapters fill it identically, see
-  `neutral_stats`): `p95` → `max` (an upper bound), `min` → 0.0 (a lower bound; every such metric is a
-  non-negative gauge), `max_avg_10m` → None (unknown; readers fall back to avg or max), `recent_count` →
-  `count` (never looks stale), `changes` → 0; and for the energy counter, which only its sample count and
-  `changes` are read of, `sum` and `max` → 0.0 (so `avg` reads 0.0: never read it). Rows are grouped into devices by
-  `sources.dcgm.build_gpu_telemetry`.
+  alias is stored under the canonical name.
+
+  - **Time-resolved** fields (`models.telemetry.TIME_RESOLVED`: SM, GR engine, GPU_UTIL, tensor, DRAM,
+    power) are read as buckets (`WindowStats.buckets`: count, sum and max per bucket of
+    `TelemetryWindow.bucket_s`, aligned with the evaluation time, see `models.telemetry.BucketGrid`);
+    every window statistic of theirs is derived from the buckets (`models.telemetry.stats_from_buckets`),
+    so Prometheus is asked for three statistics per bucket and nothing else (no `quantile_over_time`, no
+    subquery, no `min`).
+  - The **other** fields get window statistics only: `count`, `sum`, `max` (framebuffer, copy
+    utilisation, power limits) or `count`, `changes` (the energy counter: the frozen-exporter check). A
+    statistic not computed gets a **neutral value** in `WindowStats` (both adapters fill it identically,
+    see `neutral_stats`): `p95` → `max` (an upper bound), `min` → 0.0 (a lower bound), `max_avg_10m` →
+    None (unknown; readers fall back to avg or max), `recent_count` → `count` (never looks stale),
+    `changes` → 0; for the energy counter `sum` and `max` → 0.0 (never read its avg).
+
+  Rows are grouped into devices by `sources.dcgm.build_gpu_telemetry`.
 * **Dropped labels** (GPU metrics only): labels nobody reads (`DROPPED_LABELS`: `pci_bus_id`, `device`,
   `DCGM_FI_DRIVER_VERSION`, `job`, `endpoint`, `service`, …, minus any label the `TelemetryLabels`
   settings name) are removed before merging. The PromQL plan aggregates them away
@@ -31,8 +36,8 @@ Contract (for detectors and for whoever extends the plan):
   series, `container=""` or `container="POD"`, are excluded so containers are not counted twice).
   They land in `TelemetryWindow.pods[*].signals` keyed by `MetricSpec.key`:
 
-  - a **gauge** is keyed by its name and summarised with `WindowStats` like a GPU metric; several
-    series of one pod are merged with `WindowStats.merge`;
+  - a **gauge** is keyed by its name and read time-resolved like a GPU activity field (buckets, window
+    statistics derived from them); several series of one pod are merged with `WindowStats.merge`;
   - a **counter** is keyed by `<name>:rate` and summarised as a per-second rate defined exactly like
     PromQL `rate(x[W])` evaluated once at the window end (Prometheus 2.x `extrapolatedRate`, counter
     resets handled). In that `WindowStats`, `total`, `max`, `min` and `p95` all hold the rate (per
@@ -48,16 +53,30 @@ count (one query per spec) and the recording path follow automatically.
 
 from __future__ import annotations
 
-import bisect
-import functools
+import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from datetime import UTC, datetime
+from typing import Any, Literal, NamedTuple
 
-from gpuwaste.models.telemetry import SUMMARY_STATS, GpuTelemetry, PodTelemetry, Signal, WindowStats
+from gpuwaste.models.telemetry import (
+    STATS_FIELDS_SET,
+    SUMMARY_STATS,
+    TIME_RESOLVED,
+    Bucket,
+    BucketGrid,
+    GpuTelemetry,
+    PodTelemetry,
+    Signal,
+    TelemetryProblem,
+    WindowStats,
+    merge_buckets,
+    stats_from_buckets,
+)
 from gpuwaste.settings import TelemetryLabels
 from gpuwaste.sources.dcgm import build_gpu_telemetry
-from gpuwaste.sources.window import counter_rate, counter_resets, window_stats
+from gpuwaste.sources.window import BucketAccumulator, RateAccumulator, WindowAccumulator
 
 MetricKind = Literal["gauge", "counter"]
 MetricScope = Literal["gpu", "pod"]
@@ -65,9 +84,10 @@ MetricScope = Literal["gpu", "pod"]
 RATE_SUFFIX = ":rate"
 POD_SELF_CONTAINERS = ("", "POD")
 
-#: Every window statistic a `stats` summary can compute (PromQL branch names, see `sources.promql`).
-ALL_STATS: tuple[str, ...] = ("count", "sum", "max", "min", "p95", "changes", "recent", "max_avg_10m")
-_BASE_STATS = ("count", "sum", "max")
+#: Every window statistic an instant (not time-resolved) summary can compute (PromQL branch names).
+ALL_STATS: tuple[str, ...] = ("count", "sum", "max", "changes")
+#: The statistics of one bucket (PromQL branch names of the time-resolved queries and recorded rules).
+BUCKET_STATS: tuple[str, ...] = ("count", "sum", "max")
 
 #: Labels of DCGM series nothing reads; aggregated away before merging (see the module docstring).
 DROPPED_LABELS: tuple[str, ...] = (
@@ -86,8 +106,11 @@ class MetricSpec:
         scope: "gpu" (grouped into devices by UUID) or "pod" (grouped by namespace + pod).
         aliases: other names of the same metric; their series are stored under `name`.
         exclude: (label, value) pairs whose series are ignored (an absent label counts as "").
-        stats: the window statistics computed for a `stats` summary (subset of `ALL_STATS`, always with
-            `count`); empty means all of them.
+        stats: the window statistics of an instant summary (subset of `ALL_STATS`, always with `count`);
+            ignored for a time-resolved metric.
+        resolved: read time-resolved (buckets).
+        unit: the exported unit for the readable-range check (`models.telemetry.READABLE_RANGE`); None:
+            only NaN/Inf are unreadable.
     """
 
     name: str
@@ -95,7 +118,9 @@ class MetricSpec:
     scope: MetricScope
     aliases: tuple[str, ...] = ()
     exclude: tuple[tuple[str, str], ...] = ()
-    stats: tuple[str, ...] = ()
+    stats: tuple[str, ...] = ("count", "sum", "max")
+    resolved: bool = False
+    unit: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -104,13 +129,15 @@ class MetricSpec:
 
     @property
     def computed(self) -> tuple[str, ...]:
-        """The statistics this metric's summary computes, in `ALL_STATS` order."""
-        return _computed(self.stats)
+        """The statistics this metric's instant summary computes, in `ALL_STATS` order."""
+        return tuple(k for k in ALL_STATS if k in self.stats)
 
     @property
-    def summary(self) -> Literal["stats", "rate"]:
-        """How the window is summarised: "rate" for pod counters, "stats" otherwise."""
-        return "rate" if self.scope == "pod" and self.kind == "counter" else "stats"
+    def summary(self) -> Literal["buckets", "stats", "rate"]:
+        """How the window is summarised: "rate" for pod counters, "buckets" when time-resolved, else "stats"."""
+        if self.scope == "pod" and self.kind == "counter":
+            return "rate"
+        return "buckets" if self.resolved else "stats"
 
     @property
     def key(self) -> str:
@@ -122,17 +149,8 @@ class MetricSpec:
         return not any(labels.get(k, "") == v for k, v in self.exclude)
 
 
-#: The statistics each DCGM field's readers need (detectors and their evidence); absent: all of them.
-#: Activity signals: every statistic (idle/under-used verdicts, staleness, frozen exporter). Tensor and
-#: DRAM: averages and the highest 10-minute average (stalled, low bandwidth). Framebuffer: average and peak
-#: (held memory, right-sizing). Power: average, p95/peak evidence, 10-minute average (power ratio).
-#: Limits: the highest value. Energy counter: sample count and `changes` (frozen exporter).
+#: The statistics each DCGM field's readers need (detectors and their evidence), see `models.telemetry`.
 GPU_STATS: dict[Signal, tuple[str, ...]] = SUMMARY_STATS
-
-
-@functools.cache
-def _computed(stats: tuple[str, ...]) -> tuple[str, ...]:
-    return ALL_STATS if not stats else tuple(k for k in ALL_STATS if k in stats)
 
 
 def _gpu(signal: Signal, *aliases: str) -> MetricSpec:
@@ -141,7 +159,8 @@ def _gpu(signal: Signal, *aliases: str) -> MetricSpec:
     for a in aliases:
         names.extend((a, a.lower()) if a != a.lower() else (a,))
     uniq = tuple(dict.fromkeys(n for n in names if n != signal.value))
-    return MetricSpec(signal.value, kind, "gpu", uniq, stats=GPU_STATS.get(signal, ()))
+    stats = tuple(k for k in ALL_STATS if k in GPU_STATS.get(signal, ALL_STATS))
+    return MetricSpec(signal.value, kind, "gpu", uniq, stats=stats, resolved=signal in TIME_RESOLVED, unit=signal.unit)
 
 
 #: DCGM fields the detectors read, with their 1.x-compatibility and DCGM 4.6 names.
@@ -162,20 +181,25 @@ GPU_METRICS: tuple[MetricSpec, ...] = (
 
 _CADVISOR_EXCLUDE = tuple(("container", c) for c in POD_SELF_CONTAINERS)
 
+
+def _pod_gauge(name: str) -> MetricSpec:
+    return MetricSpec(name, "gauge", "pod", resolved=True)
+
+
 #: Pod-level series: cAdvisor CPU (starvation) and vLLM / TGI / Triton serving metrics.
 POD_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("container_cpu_usage_seconds_total", "counter", "pod", exclude=_CADVISOR_EXCLUDE),
     MetricSpec("container_cpu_cfs_throttled_periods_total", "counter", "pod", exclude=_CADVISOR_EXCLUDE),
     MetricSpec("container_cpu_cfs_periods_total", "counter", "pod", exclude=_CADVISOR_EXCLUDE),
-    MetricSpec("vllm:num_requests_running", "gauge", "pod"),
-    MetricSpec("vllm:num_requests_waiting", "gauge", "pod"),
-    MetricSpec("vllm:kv_cache_usage_perc", "gauge", "pod"),
-    MetricSpec("vllm:gpu_cache_usage_perc", "gauge", "pod"),
+    _pod_gauge("vllm:num_requests_running"),
+    _pod_gauge("vllm:num_requests_waiting"),
+    _pod_gauge("vllm:kv_cache_usage_perc"),
+    _pod_gauge("vllm:gpu_cache_usage_perc"),
     MetricSpec("vllm:num_preemptions_total", "counter", "pod"),
     MetricSpec("vllm:generation_tokens_total", "counter", "pod"),
     MetricSpec("vllm:prompt_tokens_total", "counter", "pod"),
-    MetricSpec("tgi_queue_size", "gauge", "pod"),
-    MetricSpec("tgi_batch_current_size", "gauge", "pod"),
+    _pod_gauge("tgi_queue_size"),
+    _pod_gauge("tgi_batch_current_size"),
     MetricSpec("nv_inference_queue_duration_us", "counter", "pod"),
     MetricSpec("nv_inference_request_success", "counter", "pod"),
 )
@@ -209,18 +233,25 @@ def clean_labels(labels: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if v and k != "__name__"}
 
 
+def format_labels(labels: Mapping[str, str]) -> str:
+    """`{a="1",b="2"}`: a series' labels as users read them (where a live problem was seen)."""
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
 class SeriesSummary(NamedTuple):
-    """One raw series summarised over the window (the unit both adapters produce).
+    """One series (after the dropped labels are aggregated away) summarised over the window.
 
     Attributes:
         spec: the plan entry. labels: the series' labels (cleaned, see `clean_labels`).
-        samples: samples in the window. stats: the summary (None for a counter without a rate).
+        samples: samples in the window (readable or not). stats: the summary (None for a counter without
+            a rate). problem: (where, reason) of its first unreadable sample, when it had any.
     """
 
     spec: MetricSpec
     labels: dict[str, str]
     samples: int
     stats: WindowStats | None
+    problem: tuple[str, str] | None = None
 
 
 def droppable_labels(labels: TelemetryLabels | None = None) -> tuple[str, ...]:
@@ -232,7 +263,7 @@ def droppable_labels(labels: TelemetryLabels | None = None) -> tuple[str, ...]:
 
 
 def neutral_stats(spec: MetricSpec, values: Mapping[str, float], *, series: int = 1) -> WindowStats:
-    """A `WindowStats` from the statistics `spec` computes, neutral values for the others.
+    """A `WindowStats` from the instant statistics `spec` computes, neutral values for the others.
 
     Args:
         spec: the plan entry (its `computed` statistics are read from `values`).
@@ -245,42 +276,50 @@ def neutral_stats(spec: MetricSpec, values: Mapping[str, float], *, series: int 
     """
     computed = spec.computed
     count = int(values["count"])
-    mx = values["max"] if "max" in computed else 0.0
-    m10 = values.get("max_avg_10m") if "max_avg_10m" in computed else None
-    return WindowStats(
+    mx = values.get("max", 0.0) if "max" in computed and count else 0.0
+    return WindowStats.model_construct(
+        _fields_set=STATS_FIELDS_SET,
         count=count,
-        total=values["sum"] if "sum" in computed else 0.0,
+        total=values.get("sum", 0.0) if "sum" in computed and count else 0.0,
         max=mx,
-        min=values["min"] if "min" in computed else 0.0,
-        p95=values["p95"] if "p95" in computed else mx,
-        max_avg_10m=m10,
-        recent_count=int(values.get("recent", 0)) if "recent" in computed else count,
+        min=0.0,
+        p95=mx,
+        max_avg_10m=None,
+        recent_count=count,
         changes=int(values.get("changes", 0)) if "changes" in computed else 0,
         series=series,
+        live_series=1 if count else 0,
+        buckets=(),
+        unreadable=int(values.get("unreadable", 0)),
     )
 
 
-def _restrict(spec: MetricSpec, stats: WindowStats) -> WindowStats:
-    """A full Python summary reduced to what the spec computes (exactly what the PromQL plan returns)."""
-    if not spec.stats:
-        return stats
-    values: dict[str, float] = {"count": stats.count, "sum": stats.total, "max": stats.max, "min": stats.min,
-                                "p95": stats.p95, "changes": stats.changes, "recent": stats.recent_count}
-    if stats.max_avg_10m is not None:
-        values["max_avg_10m"] = stats.max_avg_10m
-    return neutral_stats(spec, values, series=stats.series)
+def bucketed_stats(buckets: Sequence[Bucket], grid: BucketGrid, *, series: int = 1, unreadable: int = 0) -> WindowStats:
+    """The `WindowStats` of a time-resolved series (see `models.telemetry.stats_from_buckets`)."""
+    return stats_from_buckets(buckets, grid, series=series, unreadable=unreadable)
 
 
-def _merge_aggregated(a: WindowStats, b: WindowStats) -> WindowStats:
-    """Two summaries merged as `sum/max/min without (…)` merges them in PromQL (one result series)."""
-    return a.merge(b).model_copy(update={"series": 1})
+def _merge_aggregated(a: WindowStats, b: WindowStats, grid: BucketGrid | None) -> WindowStats:
+    """Two summaries merged as `sum/max without (…)` merges them in PromQL (one result series).
+
+    Time-resolved: the buckets are merged (counts and sums add, max of maxima) and every statistic is
+    derived again from the merged buckets, exactly what the aggregated PromQL answer gives.
+    """
+    if a.buckets and grid is not None:
+        return stats_from_buckets(merge_buckets(a.buckets, b.buckets), grid, series=1, unreadable=a.unreadable + b.unreadable)
+    count = a.count + b.count
+    return WindowStats.model_construct(
+        _fields_set=STATS_FIELDS_SET, count=count, total=a.total + b.total, max=max(a.max, b.max) if a.count and b.count else (a.max if a.count else b.max),
+        min=0.0, p95=max(a.p95, b.p95), max_avg_10m=None, recent_count=a.recent_count + b.recent_count,
+        changes=a.changes + b.changes, series=1, live_series=1 if count else 0, buckets=(), unreadable=a.unreadable + b.unreadable,
+    )
 
 
-def merge_dropped(summaries: Iterable[SeriesSummary], drop: Sequence[str]) -> list[SeriesSummary]:
+def merge_dropped(summaries: Iterable[SeriesSummary], drop: Sequence[str], grid: BucketGrid | None = None) -> list[SeriesSummary]:
     """GPU summaries without the `drop` labels, merged when that makes their labels equal (PromQL `without`).
 
-    Pod summaries pass unchanged. Merging follows the plan's aggregation operators: sum of count, sum,
-    changes and recent count, max of max, p95 and max_avg_10m, min of min (`WindowStats.merge`).
+    Pod summaries pass unchanged. Merging follows the plan's aggregation operators: sum of count, sum and
+    changes, max of max; buckets bucket by bucket (see `_merge_aggregated`).
     """
     if not drop:
         return list(summaries)
@@ -288,17 +327,18 @@ def merge_dropped(summaries: Iterable[SeriesSummary], drop: Sequence[str]) -> li
     out: list[SeriesSummary] = []
     merged: dict[tuple[str, tuple[tuple[str, str], ...]], SeriesSummary] = {}
     for s in sorted(summaries, key=_order):
-        if s.spec.scope != "gpu" or s.spec.summary != "stats" or s.stats is None:
+        if s.spec.scope != "gpu" or s.spec.summary == "rate" or s.stats is None:
             out.append(s)
             continue
         labels = {k: v for k, v in s.labels.items() if k not in dropped}
         key = (s.spec.name, tuple(sorted(labels.items())))
         prev = merged.get(key)
         if prev is None:
-            merged[key] = SeriesSummary(s.spec, labels, s.samples, s.stats)
+            merged[key] = SeriesSummary(s.spec, labels, s.samples, s.stats, s.problem)
         else:
             assert prev.stats is not None
-            merged[key] = SeriesSummary(s.spec, labels, prev.samples + s.samples, _merge_aggregated(prev.stats, s.stats))
+            merged[key] = SeriesSummary(s.spec, labels, prev.samples + s.samples, _merge_aggregated(prev.stats, s.stats, grid),
+                                        prev.problem or s.problem)
     out.extend(merged.values())
     return out
 
@@ -306,32 +346,6 @@ def merge_dropped(summaries: Iterable[SeriesSummary], drop: Sequence[str]) -> li
 def rate_stats(rate: float, *, count: int, resets: int, recent_count: int) -> WindowStats:
     """The `WindowStats` of one counter series summarised as a rate (see the module docstring)."""
     return WindowStats(count=count, total=rate, max=rate, min=rate, p95=rate, recent_count=recent_count, changes=resets)
-
-
-def summarise_samples(
-    spec: MetricSpec,
-    labels: Mapping[str, str],
-    timestamps_ms: Sequence[int],
-    values: Sequence[float],
-    *,
-    eval_ms: int,
-    window_ms: int,
-    recent_ms: int,
-) -> SeriesSummary | None:
-    """Summarise one recorded series exactly as the PromQL plan does; None when the window holds no sample."""
-    if spec.summary == "stats":
-        stats = window_stats(timestamps_ms, values, eval_ms=eval_ms, window_ms=window_ms, recent_ms=recent_ms)
-        return None if stats is None else SeriesSummary(spec, clean_labels(labels), stats.count, _restrict(spec, stats))
-    lo = bisect.bisect_left(timestamps_ms, eval_ms - window_ms)
-    hi = bisect.bisect_right(timestamps_ms, eval_ms)
-    if hi <= lo:
-        return None
-    rate = counter_rate(timestamps_ms, values, eval_ms=eval_ms, window_ms=window_ms)
-    rstats = None
-    if rate is not None:
-        recent = hi - max(lo, bisect.bisect_left(timestamps_ms, eval_ms - recent_ms))
-        rstats = rate_stats(rate, count=hi - lo, resets=counter_resets(values[lo:hi]), recent_count=max(0, recent))
-    return SeriesSummary(spec, clean_labels(labels), hi - lo, rstats)
 
 
 def _merge_rates(a: WindowStats, b: WindowStats) -> WindowStats:
@@ -349,6 +363,102 @@ def _merge_rates(a: WindowStats, b: WindowStats) -> WindowStats:
     )
 
 
+def accumulator_for(spec: MetricSpec, grid: BucketGrid) -> BucketAccumulator | WindowAccumulator | RateAccumulator:
+    """The streaming accumulator of one series of `spec` over the grid's window (see `sources.window`)."""
+    eval_ms = round(grid.eval_time.timestamp() * 1000)
+    window_ms = grid.window_s * 1000
+    if spec.summary == "buckets":
+        return BucketAccumulator(grid, spec.unit)
+    if spec.summary == "rate":
+        return RateAccumulator(eval_ms, window_ms, min(grid.recent_s, grid.window_s) * 1000)
+    return WindowAccumulator(eval_ms, window_ms, spec.unit)
+
+
+def summary_from(spec: MetricSpec, labels: Mapping[str, str], acc: Any, file: str = "") -> SeriesSummary | None:
+    """The summary of one accumulated series (None when the window holds none of its samples).
+
+    A window statistic (not time-resolved) with an unreadable sample is unreadable as a whole (count 0),
+    as Prometheus's sum over it would show; a time-resolved one loses only the bucket (see `sources.window`).
+    `file` names the recording in a problem's `where` (with the line of the first unreadable sample).
+    """
+    samples = acc.count if isinstance(acc, RateAccumulator) else acc.samples()
+    if not samples:
+        return None
+    bad = getattr(acc, "first_bad", None)
+    problem = (f"{file}:{bad[0]}" if file and bad[0] else "", bad[1]) if bad else None
+    stats: WindowStats | None
+    if isinstance(acc, BucketAccumulator):
+        stats = acc.stats()
+    elif isinstance(acc, RateAccumulator):
+        rate = acc.rate()
+        stats = None if rate is None else rate_stats(rate, count=acc.count, resets=acc.resets, recent_count=acc.recent)
+    elif acc.bad:
+        stats = neutral_stats(spec, {"count": 0, "unreadable": acc.count + acc.bad})
+    else:
+        stats = neutral_stats(spec, {"count": acc.count, "sum": acc.total, "max": acc.max, "changes": acc.changes})
+    return SeriesSummary(spec, clean_labels(labels), samples, stats, problem)
+
+
+def summarise_samples(
+    spec: MetricSpec,
+    labels: Mapping[str, str],
+    timestamps_ms: Sequence[int],
+    values: Sequence[float],
+    *,
+    eval_ms: int,
+    window_ms: int,
+    recent_ms: int | None = None,
+    grid: BucketGrid | None = None,
+) -> SeriesSummary | None:
+    """Summarise one in-memory series exactly as the PromQL plan does; None when the window holds no sample.
+
+    `recent_ms` is kept for callers of the earlier signature: the recent tail follows the grid.
+    """
+    grid = grid or BucketGrid(datetime.fromtimestamp(eval_ms / 1000, tz=UTC), window_ms // 1000)
+    acc = accumulator_for(spec, grid)
+    for t, v in zip(timestamps_ms, values, strict=True):
+        acc.add(t, v)
+    return summary_from(spec, labels, acc)
+
+
+#: Sample spacings (seconds) an inferred spacing snaps to when within 5 % of one.
+COMMON_SPACINGS_S: tuple[float, ...] = (1, 5, 10, 15, 20, 30, 60, 120, 180, 300, 600, 900, 1800, 3600)
+
+
+def infer_spacing(summaries: Iterable[SeriesSummary], grid: BucketGrid) -> float | None:
+    """The sample spacing (seconds) the data shows, from the buckets both telemetry paths produce identically.
+
+    Dense data (most buckets hold 2 samples or more): the bucket width ÷ the most common sample count of a
+    non-empty bucket over every time-resolved GPU series (partly filled buckets at a series' start, end or
+    gap are rare next to the full ones). Sparse data (e.g. a 5-minute export in 1-minute buckets): the
+    median over series of the time between their first and last non-empty bucket ÷ (samples − 1).
+    Snapped to a common scrape interval within 10 %; None when no series tells.
+    """
+    counts: Counter[int] = Counter()
+    sparse: list[float] = []
+    for s in summaries:
+        st = s.stats
+        if st is None or not st.buckets or s.spec.scope != "gpu" or st.count < 2:
+            continue
+        filled = [k for k, b in enumerate(st.buckets) if b.count]
+        counts.update(st.buckets[k].count for k in filled)
+        if len(filled) >= 2:
+            sparse.append((filled[-1] - filled[0]) * grid.bucket_s / (st.count - 1))
+    if not counts:
+        return None
+    typical = max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0]
+    if typical >= 2:
+        raw = grid.bucket_s / typical
+    elif sparse:
+        raw = statistics.median(sparse)
+    else:
+        return None
+    for common in COMMON_SPACINGS_S:
+        if abs(raw - common) <= 0.1 * common:
+            return float(common)
+    return round(raw, 1)
+
+
 @dataclass(frozen=True)
 class WindowParts:
     """What a window's series summaries assemble into (the parts of a `TelemetryWindow`)."""
@@ -357,22 +467,34 @@ class WindowParts:
     pods: tuple[PodTelemetry, ...]
     metrics_present: frozenset[str]
     single_instant: bool
+    problems: tuple[TelemetryProblem, ...] = ()
+    spacing_s: float | None = None
 
 
 def _order(s: SeriesSummary) -> tuple[str, tuple[tuple[str, str], ...]]:
     return (s.spec.name, tuple(sorted(s.labels.items())))
 
 
-def assemble(summaries: Iterable[SeriesSummary], labels: TelemetryLabels | None = None, *, drop: bool = True) -> WindowParts:
+def assemble(
+    summaries: Iterable[SeriesSummary], labels: TelemetryLabels | None = None, *, drop: bool = True, grid: BucketGrid | None = None,
+    extra_problems: Iterable[TelemetryProblem] = (),
+) -> WindowParts:
     """Group series summaries into devices and pods, in a fixed order so both adapters sum floats alike.
 
     Args:
-        summaries: per-series summaries. labels: label-name settings.
+        summaries: per-series summaries. labels: label-name settings. grid: the window's buckets.
         drop: merge GPU series that differ only in `droppable_labels` first (`merge_dropped`); the
             Prometheus adapter passes False, its queries already aggregated those labels away.
+        extra_problems: problems found outside the summaries (e.g. unparseable lines of a recording).
     """
+    summaries = list(summaries)
+    problems: list[TelemetryProblem] = list(extra_problems)
+    for s in summaries:
+        if s.stats is not None and s.stats.unreadable and s.problem is not None:
+            problems.append(TelemetryProblem(metric=s.spec.name, where=s.problem[0] or format_labels(s.labels), reason=s.problem[1],
+                                             count=s.stats.unreadable))
     if drop:
-        summaries = merge_dropped(summaries, droppable_labels(labels))
+        summaries = merge_dropped(summaries, droppable_labels(labels), grid)
     ordered = sorted(summaries, key=_order)
     rows: list[tuple[str, dict[str, str], WindowStats]] = []
     pods: dict[tuple[str, str], dict[str, WindowStats]] = {}
@@ -403,11 +525,14 @@ def assemble(summaries: Iterable[SeriesSummary], labels: TelemetryLabels | None 
         pods=tuple(PodTelemetry(namespace=ns, pod=p, signals=sig) for (ns, p), sig in sorted(pods.items())),
         metrics_present=frozenset(present),
         single_instant=single and bool(rows),
+        problems=tuple(sorted(problems, key=lambda p: (p.metric, p.where))),
+        spacing_s=infer_spacing(ordered, grid) if grid is not None and not single else None,
     )
 
 
 __all__ = [
     "ALL_STATS",
+    "BUCKET_STATS",
     "DROPPED_LABELS",
     "GPU_METRICS",
     "GPU_STATS",
@@ -417,11 +542,16 @@ __all__ = [
     "SeriesSummary",
     "WindowParts",
     "assemble",
+    "bucketed_stats",
     "clean_labels",
     "droppable_labels",
+    "format_labels",
+    "infer_spacing",
     "merge_dropped",
     "neutral_stats",
     "rate_stats",
     "spec_for",
     "summarise_samples",
+    "summary_from",
+    "accumulator_for",
 ]

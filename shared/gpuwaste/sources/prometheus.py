@@ -1,9 +1,13 @@
 """Adapter: Prometheus (prometheus-api-client) → `TelemetryWindow`, with a fixed query plan per scan.
 
-Every query is an instant query with an explicit evaluation time (the scan's `at`, never the wall
-clock), built by `sources.promql` from `sources.metrics_plan.PLAN`: one query per metric (26 with the
-bundled plan), whatever the fleet size. Results are summarised into the same `SeriesSummary` units the
-recording adapter computes, and assembled by the same code, so both paths give identical windows.
+Every query has an explicit evaluation time (the scan's `at`, never the wall clock) and is built by
+`sources.promql` from `sources.metrics_plan.PLAN`: one query per metric (26 with the bundled plan) plus
+one probe for the shipped recording rules, whatever the fleet size. Time-resolved metrics come from the
+recorded 5-minute buckets when the rules cover the window ("plan: recording rules"), else from a
+`query_range` at the bucket step ("plan: raw"). Results are summarised into the same `SeriesSummary`
+units the recording adapter computes, and assembled by the same code, so both paths give identical
+windows. Windows beyond Prometheus's retention (`/api/v1/status/flags`, where the server answers it) are
+refused with a clear error.
 
 Auth: none, bearer token, basic, or AWS SigV4 (Amazon Managed Service for Prometheus, service "aps",
 signed per request with the caller's IAM credentials via botocore). Every request has a timeout;
@@ -14,11 +18,14 @@ result larger than `max_series` as `PermanentError`. Credentials never appear in
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,20 +37,40 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from urllib3.util.retry import Retry
 
 from gpuwaste.errors import ConfigError, GpuWasteError, PermanentError, SourceAuthError, SourceUnavailableError
-from gpuwaste.models.telemetry import TelemetryWindow, WindowStats
+from gpuwaste.models.telemetry import (
+    MAX_WINDOW_S,
+    MIN_WINDOW_S,
+    READABLE_RANGE,
+    Bucket,
+    BucketGrid,
+    TelemetryWindow,
+    WindowStats,
+)
 from gpuwaste.settings import PrometheusSettings, TelemetryLabels
 from gpuwaste.sources.exposition import RecordedSeries
 from gpuwaste.sources.metrics_plan import (
+    DROPPED_LABELS,
     PLAN,
     MetricSpec,
     SeriesSummary,
     assemble,
+    bucketed_stats,
     clean_labels,
     droppable_labels,
     neutral_stats,
     rate_stats,
 )
-from gpuwaste.sources.promql import RECENT_S, STAT_LABEL, raw_samples_query, scan_queries, series_count_query
+from gpuwaste.sources.promql import (
+    RULE_INTERVAL_S,
+    RULES_VERSION,
+    STAT_LABEL,
+    PlannedQuery,
+    raw_samples_query,
+    rules_probe_query,
+    scan_queries,
+    series_count_query,
+)
+from gpuwaste.sources.window import bucket_problem
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +197,8 @@ class PrometheusGpuMetricsSource:
         backoff_s: base of the exponential backoff between retries (seconds).
         max_series: refuse a result with more distinct series than this.
         concurrency: queries in flight at once.
+        use_rules: "auto" reads the shipped recording rules' buckets when they cover the window,
+            "never" always queries the raw series.
     """
 
     def __init__(
@@ -187,6 +216,7 @@ class PrometheusGpuMetricsSource:
         max_series: int = 500_000,
         concurrency: int = 4,
         plan: Sequence[MetricSpec] = PLAN,
+        use_rules: str = "auto",
     ) -> None:
         self.client = client
         self.url = safe_url(url)
@@ -200,6 +230,7 @@ class PrometheusGpuMetricsSource:
         self.max_series = max_series
         self.concurrency = concurrency
         self.plan = tuple(plan)
+        self.use_rules = use_rules
 
     @classmethod
     def from_settings(
@@ -309,41 +340,194 @@ class PrometheusGpuMetricsSource:
                     f.cancel()
                 raise
 
+    def range_query(self, promql: str, *, start: datetime, end: datetime, step_s: int, what: str = "query") -> QueryResult:
+        """Run one `query_range` (start, end and step in exact seconds), with the retries and error translation of `instant_query`."""
+        params = {"query": promql, "start": f"{start.timestamp():.3f}", "end": f"{end.timestamp():.3f}", "step": str(int(step_s))}
+        return self._get_result("query_range", params, what)
+
+    def _get_result(self, endpoint: str, params: Mapping[str, str], what: str, reader: Callable[[], _ItemReader] | None = None) -> Any:
+        """GET `/api/v1/<endpoint>` and decode its result, with the retries and error translation of `instant_query`.
+
+        With a `reader` factory, each result item (`{"metric": …, "values"/"value": …}`) is handed to a fresh
+        reader while the JSON is decoded (`object_pairs_hook`) and dropped at once, so a fleet-scale answer is
+        never held decoded as a whole; the reader is returned instead of the result list.
+        """
+
+        def call() -> Any:
+            session = self.client._session
+            response = session.request(method="GET", url=f"{self.client.url}/api/v1/{endpoint}", params=params, verify=session.verify,
+                                       headers=self.client.headers, auth=self.client.auth, timeout=self.timeout_s)
+            if reader is None:
+                return response.json()["data"]["result"]
+            r = reader()
+
+            def hook(pairs: list[tuple[str, Any]]) -> Any:
+                if len(pairs) == 2 and pairs[0][0] == "metric" and isinstance(pairs[0][1], dict):  # a result item, not a label set
+                    points = pairs[1][1] if pairs[1][0] == "values" else [pairs[1][1]]  # a vector answer: one point
+                    r.item(pairs[0][1], points)
+                    return None
+                return dict(pairs)
+
+            doc = json.loads(response.content, object_pairs_hook=hook)
+            if not isinstance(doc["data"]["result"], list):
+                raise TypeError("result is not a list")
+            return r
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait_exponential(multiplier=self.backoff_s, max=max(self.backoff_s * 8, 0.0)),
+            retry=retry_if_exception(_transient),
+            reraise=True,
+        )
+        try:
+            result = retrying(call)
+        except (_HttpStatusError, requests.RequestException, urllib3.exceptions.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise self._translate(exc, what) from exc
+        if reader is None and not isinstance(result, list):
+            raise PermanentError(f"Prometheus at {self.url}: unexpected answer to the {what} query (not a result list)")
+        return result
+
     # -- the port -------------------------------------------------------------------------------------
     def telemetry(self, *, at: datetime, window: timedelta) -> TelemetryWindow:
-        """Window summaries of every plan metric over `[at − window, at]`, evaluated at `at`.
+        """Window summaries of every plan metric over `(at − window, at]`, evaluated at `at`, time-resolved where the plan says.
 
         Raises:
             SourceUnavailableError, SourceAuthError, PermanentError: see `instant_query`; PermanentError
-            also when a metric returns more than `max_series` series.
+            also when a metric returns more than `max_series` series, and when the window is outside
+            10 minutes – 7 days or reaches beyond Prometheus's retention.
         """
         window_s = int(window.total_seconds())
-        recent_s = min(RECENT_S, window_s)
-        queries = scan_queries(window_s=window_s, matchers=self.matchers, plan=self.plan, drop=droppable_labels(self.labels))
+        if not MIN_WINDOW_S <= window_s <= MAX_WINDOW_S:
+            raise PermanentError(f"window {window_s} s: a scan window must be between 10 minutes and 7 days")
+        self._check_retention(at, window_s)
+        grid = BucketGrid(at, window_s)
+        drop = droppable_labels(self.labels)
         t0 = time.perf_counter()
-        specs = {spec.name: spec for spec, _q in queries}
+        rules = self.rules_cover(at=at, window_s=window_s, drop=drop, bucket_s=grid.bucket_s)
+        queries = scan_queries(window_s=window_s, matchers=self.matchers, plan=self.plan, drop=drop, bucket_s=grid.bucket_s, rules=rules)
+        jobs = {str(i): q for i, q in enumerate(queries)}
         # each answer is summarised as soon as it arrives, so only the answers in flight are held decoded
-        per_query = self._run_all([(spec.name, q) for spec, q in queries], at,
-                                  transform=lambda what, result: self._summaries(specs[what], result))
+        per_query = self._run_planned(list(jobs.items()), at, grid)
         summaries: list[SeriesSummary] = [s for part in per_query for s in part]
-        parts = assemble(summaries, self.labels, drop=False)  # the queries already aggregated the dropped labels
+        parts = assemble(summaries, self.labels, drop=False, grid=grid)  # the queries already aggregated the dropped labels
+        count = len(queries) + (1 if self._probed else 0)
         logger.info(
             "prometheus telemetry read",
-            extra={"cluster": self.cluster, "queries": len(queries), "gpus": len(parts.gpus), "seconds": round(time.perf_counter() - t0, 3)},
+            extra={"cluster": self.cluster, "queries": count, "plan": "recording rules" if rules else "raw", "gpus": len(parts.gpus),
+                   "seconds": round(time.perf_counter() - t0, 3)},
         )
         return TelemetryWindow(
             cluster=self.cluster,
             eval_time=at,
             window_s=window_s,
-            recent_s=recent_s,
-            scrape_interval_s=self.scrape_interval_s,
+            recent_s=min(grid.recent_s, window_s),
+            scrape_interval_s=parts.spacing_s or self.scrape_interval_s,
+            scrape_interval_inferred=parts.spacing_s is not None,
             gpus=parts.gpus,
             pods=parts.pods,
             metrics_present=parts.metrics_present,
-            query_count=len(queries),
+            query_count=count,
             source=f"prometheus {self.url}",
             single_instant=parts.single_instant,
+            bucket_s=grid.bucket_s,
+            problems=parts.problems,
+            plan="recording rules" if rules else "raw",
         )
+
+    _probed = False
+
+    def rules_cover(self, *, at: datetime, window_s: int, drop: Sequence[str] | None = None, bucket_s: int | None = None) -> bool:
+        """True when the shipped recording rules ran over the whole window and can serve its buckets.
+
+        They can when: the source may use them (`use_rules`), the dropped labels are the rules' own
+        (a custom label setting needs a label the rules aggregate away), the bucket width is a multiple of
+        the rules' 5 minutes, and the rules' marker was evaluated once per 5 minutes of the whole window
+        (one probe query). Rule evaluation runs at its own offset δ < 5 min from the scan's grid, so each
+        bucket read from the rules covers `(end − B − δ, end − δ]`: never outside the window, the last δ
+        before the evaluation time unread.
+        """
+        self._probed = False
+        if self.use_rules == "never":
+            return False
+        if tuple(drop if drop is not None else droppable_labels(self.labels)) != DROPPED_LABELS:
+            return False
+        if bucket_s is not None and bucket_s % RULE_INTERVAL_S:
+            return False
+        self._probed = True
+        result = self.instant_query(rules_probe_query(window_s=window_s), at=at, what="recording rules probe")
+        evaluations = max((float(r["value"][1]) for r in result if r.get("metric", {}).get("version") == RULES_VERSION), default=0.0)
+        return evaluations >= window_s // RULE_INTERVAL_S
+
+    def rules_status(self, *, at: datetime | None = None) -> dict[str, Any]:
+        """Whether the shipped recording rules are installed and running (for `gpuwaste doctor`).
+
+        Returns:
+            {"installed": bool, "version": str | None, "evaluations_last_hour": int, "expected_last_hour": int}
+            read from the rules' marker series over the last hour before `at` (None: now).
+
+        Raises:
+            SourceUnavailableError, SourceAuthError, PermanentError: see `instant_query`.
+        """
+        result = self.instant_query(rules_probe_query(window_s=3600), at=at, what="recording rules probe")
+        best = max(result, key=lambda r: float(r["value"][1]), default=None)
+        evaluations = int(float(best["value"][1])) if best else 0
+        version = best.get("metric", {}).get("version") if best else None
+        return {"installed": evaluations > 0 and version == RULES_VERSION, "version": version, "evaluations_last_hour": evaluations,
+                "expected_last_hour": 3600 // RULE_INTERVAL_S}
+
+    def _check_retention(self, at: datetime, window_s: int) -> None:
+        """Refuse a window that starts before Prometheus's retention (where `/api/v1/status/flags` answers; AMP does not)."""
+        start = at - timedelta(seconds=window_s)
+        age_s = (datetime.now(tz=UTC) - start).total_seconds()
+        if age_s < 86400:
+            return  # every retention setting keeps a day
+        try:
+            session = self.client._session
+            response = session.request(method="GET", url=f"{self.client.url}/api/v1/status/flags", verify=session.verify,
+                                       headers=self.client.headers, auth=self.client.auth, timeout=self.timeout_s)
+            flags = response.json().get("data", {})
+        except (_HttpStatusError, requests.RequestException, urllib3.exceptions.HTTPError, ValueError, AttributeError):
+            return  # not every Prometheus-compatible API has it (AMP, Mimir): no check then
+        retention = parse_duration_s(str(flags.get("storage.tsdb.retention.time") or flags.get("storage.tsdb.retention") or ""))
+        if retention and age_s > retention:
+            raise PermanentError(
+                f"the window starts {start:%Y-%m-%d %H:%M} UTC, {age_s / 86400:.1f} days ago, beyond what Prometheus at {self.url} "
+                f"keeps (storage.tsdb.retention.time = {retention / 86400:g} days): scan a shorter window or a later time"
+            )
+
+    def _run_planned(self, jobs: Sequence[tuple[str, PlannedQuery]], at: datetime, grid: BucketGrid) -> list[list[SeriesSummary]]:
+        start = at - timedelta(seconds=grid.window_s - grid.bucket_s)
+
+        def one(q: PlannedQuery) -> list[SeriesSummary]:
+            what = q.spec.name
+            if q.kind == "range":
+                params = {"query": q.promql, "start": f"{start.timestamp():.3f}", "end": f"{at.timestamp():.3f}",
+                          "step": str(int(q.step_s or grid.bucket_s))}
+                reader = self._get_result("query_range", params, what, lambda: _ItemReader(self, q.spec, grid, recorded=False))
+                return reader.summaries()
+            if q.kind == "recorded":
+                params = {"query": q.promql, "time": f"{at.timestamp():.3f}"}
+                reader = self._get_result("query", params, what, lambda: _ItemReader(self, q.spec, grid, recorded=True))
+                return reader.summaries()
+            return self._summaries(q.spec, self.instant_query(q.promql, at=at, what=what))
+
+        if self.concurrency <= 1 or len(jobs) <= 1:
+            return [one(q) for _, q in jobs]
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="promql") as pool:
+            futures = [pool.submit(one, q) for _, q in jobs]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+
+    def _guard(self, spec: MetricSpec, n: int) -> None:
+        if n > self.max_series:
+            raise PermanentError(
+                f"Prometheus at {self.url}: the {spec.name} query returned more than max_series={self.max_series} "
+                "series; narrow it with label matchers or raise prometheus.max_series"
+            )
 
     def _summaries(self, spec: MetricSpec, result: QueryResult) -> list[SeriesSummary]:
         groups: dict[frozenset[tuple[str, str]], dict[str, float]] = {}
@@ -353,19 +537,16 @@ class PrometheusGpuMetricsSource:
             labels.pop("__name__", None)
             key = frozenset(labels.items())
             groups.setdefault(key, {})[stat] = float(item["value"][1])
-            if len(groups) > self.max_series:
-                raise PermanentError(
-                    f"Prometheus at {self.url}: the {spec.name} query returned more than max_series={self.max_series} "
-                    "series; narrow it with label matchers or raise prometheus.max_series"
-                )
+            self._guard(spec, len(groups))
         out: list[SeriesSummary] = []
-        required = [k for k in ("sum", "max", "min", "p95") if k in spec.computed]
+        required = [k for k in ("sum", "max") if k in spec.computed]
         for key, st in groups.items():
             count = int(st.get("count", 0))
             if count <= 0:
-                continue  # e.g. a 10-minute average from samples just before the window
+                continue
             labels = clean_labels(dict(key))
             stats: WindowStats | None
+            problem = None
             if spec.summary == "rate":
                 rate = st.get("rate")
                 stats = None if rate is None else rate_stats(
@@ -378,8 +559,12 @@ class PrometheusGpuMetricsSource:
                         f"Prometheus at {self.url}: incomplete answer to the {spec.name} query (no {', '.join(missing)} "
                         "for a series that has samples); is a proxy dropping series?"
                     )
+                why = bucket_problem(spec.unit, count, st.get("sum", 0.0), st.get("max", 0.0))
+                if why is not None:
+                    problem = ("", why)
+                    st = {"count": 0, "unreadable": count}
                 stats = neutral_stats(spec, st)
-            out.append(SeriesSummary(spec, labels, count, stats))
+            out.append(SeriesSummary(spec, labels, count, stats, problem))
         return out
 
     def probe(self, metric_names: Sequence[str], *, at: datetime | None = None) -> dict[str, int]:
@@ -445,6 +630,109 @@ class PrometheusGpuMetricsSource:
         return out
 
 
+class _ItemReader:
+    """Buckets of one time-resolved metric, fed one result item at a time while its answer is decoded.
+
+    A `query_range` answer has one point per bucket end; recorded 5-minute buckets are added up into the
+    scan's buckets (counts and sums add, max of maxima). The hot loop of a fleet-scale scan: every series
+    shares the same timestamps, so each timestamp's bucket index is computed once; NaN/±Inf and
+    out-of-range values are checked per bucket afterwards.
+    """
+
+    def __init__(self, source: PrometheusGpuMetricsSource, spec: MetricSpec, grid: BucketGrid, *, recorded: bool) -> None:
+        self.source = source
+        self.spec = spec
+        self.grid = grid
+        self.recorded = recorded
+        self.n = len(grid.ends)
+        self.step_ms = grid.bucket_s * 1000
+        self.start_ms = round(grid.eval_time.timestamp() * 1000) - self.n * self.step_ms
+        self.index: dict[Any, int] = {}
+        self.groups: dict[frozenset[tuple[str, str]], list[list[float]]] = {}
+        self.suffix = len(f"{RULE_INTERVAL_S // 60}m")
+
+    def item(self, labels: dict[str, str], values: Any) -> None:
+        """One result series: its labels (consumed) and its `[t, "v"]` points."""
+        n = self.n
+        name = labels.pop("__name__", "")
+        stat = labels.pop(STAT_LABEL, "") or name.rsplit(":", 1)[-1][: -self.suffix]
+        col = _COLS.get(stat)
+        if col is None or not isinstance(values, list):
+            return
+        key = frozenset(labels.items())
+        acc = self.groups.get(key)
+        if acc is None:
+            acc = self.groups[key] = [[0.0] * n, [0.0] * n, [-math.inf] * n]
+            self.source._guard(self.spec, len(self.groups))
+        row = acc[col]
+        index = self.index
+        recorded = self.recorded
+        for t, v in values:
+            k = index.get(t)
+            if k is None:
+                k = (round(float(t) * 1000) - self.start_ms - 1) // self.step_ms
+                index[t] = k = k if 0 <= k < n else -1
+            if k < 0:
+                continue
+            x = float(v)
+            if not recorded:
+                row[k] = x
+            elif col == 2:
+                if x > row[k] or x != x:
+                    row[k] = x
+            else:
+                row[k] += x
+
+    def summaries(self) -> list[SeriesSummary]:
+        """One summary per series, its bucket statistics checked (an unreadable bucket is emptied and counted)."""
+        spec, grid, n = self.spec, self.grid, self.n
+        out: list[SeriesSummary] = []
+        ends = grid.ends
+        lo, hi = READABLE_RANGE.get(spec.unit or "", (-math.inf, math.inf))
+        new = tuple.__new__
+        for key, (counts, totals, maxes) in self.groups.items():
+            buckets: list[Bucket] = []
+            unreadable = 0
+            problem: str | None = None
+            for k in range(n):
+                c = counts[k]
+                if c <= 0:
+                    buckets.append(new(Bucket, (ends[k], 0, 0.0, 0.0)))
+                    continue
+                t, m = totals[k], maxes[k]
+                if lo <= m <= hi and t >= 0 and t - t == 0.0:  # the common case, without a call (NaN fails every comparison)
+                    buckets.append(new(Bucket, (ends[k], int(c), t, m)))
+                    continue
+                why = bucket_problem(spec.unit, c, t, m)
+                if why is not None:
+                    unreadable += int(c)
+                    problem = problem or why
+                    buckets.append(new(Bucket, (ends[k], 0, 0.0, 0.0)))
+                else:
+                    buckets.append(new(Bucket, (ends[k], int(c), t, m)))
+            if not unreadable and not any(b[1] for b in buckets):
+                continue
+            stats = bucketed_stats(buckets, grid, unreadable=unreadable)
+            out.append(SeriesSummary(spec, clean_labels(dict(key)), stats.count + unreadable, stats, ("", problem) if problem else None))
+        return out
+
+
+_COLS = {"count": 0, "sum": 1, "max": 2}
+
+
+_DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+
+
+def parse_duration_s(text: str) -> float | None:
+    """A Prometheus duration ("15d", "100y", "1w2d", "0s") in seconds; None when absent, zero or not a duration."""
+    parts = _DURATION.findall(text.strip())
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        return None
+    total = sum(int(n) * _UNIT_S[u] for n, u in parts)
+    return total or None
+
+
 def make_client(settings: PrometheusSettings) -> PrometheusConnect:
     """A `PrometheusConnect` with auth, headers, TLS verification and timeout; its own retries are off.
 
@@ -453,6 +741,11 @@ def make_client(settings: PrometheusSettings) -> PrometheusConnect:
     """
     session = requests.Session()
     session.verify = settings.verify_tls
+    if urlsplit(settings.url).scheme == "http":
+        # plain HTTP is a Prometheus next to the scan (in-cluster, loopback): gzip would cost its CPU and ours for no
+        # bandwidth worth saving (measured in bench/RESULTS.md); https (AMP, remote) keeps requests' gzip. A header in
+        # prometheus.headers overrides either.
+        session.headers["Accept-Encoding"] = "identity"
     session.hooks["response"].append(_raise_for_status)
     return PrometheusConnect(
         url=settings.url.rstrip("/"),
@@ -465,4 +758,4 @@ def make_client(settings: PrometheusSettings) -> PrometheusConnect:
     )
 
 
-__all__ = ["BearerAuth", "PrometheusGpuMetricsSource", "SigV4Auth", "auth_from_settings", "make_client", "safe_url"]
+__all__ = ["BearerAuth", "PrometheusGpuMetricsSource", "SigV4Auth", "auth_from_settings", "make_client", "parse_duration_s", "safe_url"]

@@ -1,26 +1,28 @@
-"""Adapter helper: every PromQL expression gpuwaste sends (PromQL lives only here).
+"""Adapter helper: every PromQL expression gpuwaste sends, and the shipped recording rules (PromQL lives only here).
 
-The per-scan plan is fixed: one instant query per metric of `sources.metrics_plan.PLAN`, evaluated at
-the window end, whatever the number of nodes or pods (26 queries with the bundled plan: 12 GPU, 14
-pod). Each query returns all the window statistics of its metric as separate result series told apart
-by the label `gpuwaste_stat` (`label_replace(…) or label_replace(…)`), keeping every original label
-except `__name__`; series are merged in Python (`sources.dcgm.build_gpu_telemetry`) exactly as the
-recording path merges them.
+The per-scan plan is fixed: one query per metric of `sources.metrics_plan.PLAN` (26 with the bundled
+plan: 12 GPU, 14 pod), plus one probe for the shipped recording rules, whatever the number of nodes or
+pods. Every query is evaluated at the window end `T` (never the wall clock); each returns its statistics
+as separate result series told apart by the label `gpuwaste_stat`.
 
-For a `stats` metric (GPU metrics, pod gauges), `gpuwaste_stat` is one of:
-`count` (`count_over_time(x[W])`), `sum`, `max`, `min`, `p95` (`quantile_over_time(0.95, …)`),
-`changes`, `recent` (`count_over_time(x[R])`, R = min(10 min, W)) and `max_avg_10m`
-(`max_over_time(avg_over_time(x[10m])[W:10m])`). For a pod counter (`rate` metric): `rate`
-(`rate(x[W])`), `count`, `resets` and `recent`.
+* **Time-resolved metrics** (`MetricSpec.resolved`) are read as buckets of `B = TelemetryWindow.bucket_s`
+  ending at `T − (n−1)·B, …, T`:
 
-A GPU metric asks only for the statistics its `MetricSpec.stats` lists (all eight for the activity
-signals, three to five for the others; the rest get neutral values, see `sources.metrics_plan`), and
-each branch is aggregated `without` the labels nobody reads (`metrics_plan.droppable_labels`) with the
-operator `WindowStats.merge` uses for that statistic (`sum` for count, sum, changes and recent; `max`
-for max, p95 and max_avg_10m; `min` for min). The `max_avg_10m` branch is then restricted (`and`) to
-series with samples in the window, so a series that ended just before the window cannot lend its
-10-minute average to a sibling. Fewer statistics and smaller label sets make the result about a third
-of the series and well under half of the bytes at fleet scale (bench/RESULTS.md).
+  - *raw* plan: one `query_range` (start `T − W + B`, end `T`, step `B`) of
+    `count_over_time`, `sum_over_time`, `max_over_time` over `[B − 1 ms]` (left-open buckets in
+    Prometheus 2.x and 3.x alike), GPU metrics aggregated `sum/max without (dropped labels)`;
+  - *recording rules* plan (`RULE_INTERVAL_S` divides `B`, and the rules cover the window): the shipped
+    rules record the same three statistics per 5-minute bucket
+    (`gpuwaste:<metric>:count5m|sum5m|max5m`); one instant query per metric reads the recorded samples
+    of `(T − W + 5 min, T]` raw and the scan adds them up into its buckets. Rule evaluation is not
+    aligned with `T`: a recorded sample at `t` covers `(t − 5 min, t]`, so only samples whose bucket lies
+    wholly inside the window are read (at most the last 5 minutes before `T` and the first 5 minutes of
+    the window go unread; nothing outside the window is ever read).
+
+* **Other GPU metrics**: one instant query of `count_over_time`, `sum_over_time`, `max_over_time`
+  (or `changes` for the energy counter) over `[W − 1 ms]`, aggregated like the above.
+* **Pod counters**: `rate`, `count_over_time`, `resets` over `[W]` and `count_over_time` over the recent
+  tail (Prometheus 2.x `rate` semantics, both ends included).
 
 Label values that come from configuration are escaped with `escape_label_value`.
 """
@@ -29,18 +31,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from gpuwaste.sources.metrics_plan import ALL_STATS, PLAN, MetricSpec
+from gpuwaste.models.telemetry import bucket_seconds
+from gpuwaste.sources.metrics_plan import ALL_STATS, BUCKET_STATS, DROPPED_LABELS, PLAN, MetricSpec
 
 STAT_LABEL = "gpuwaste_stat"
-AVG_STEP_S = 600
 RECENT_S = 600
+#: Evaluation interval of the shipped recording rules (seconds) and the rules' version.
+RULE_INTERVAL_S = 300
+RULES_VERSION = "1"
+RULES_MARKER = "gpuwaste:recording_rules:info"
+RULE_GROUP = "gpuwaste-dcgm-buckets"
 
 STATS_BRANCHES: tuple[str, ...] = ALL_STATS
 #: How each statistic of series that differ only in dropped labels is merged (as `WindowStats.merge`).
-MERGE_OPS: dict[str, str] = {"count": "sum", "sum": "sum", "max": "max", "min": "min", "p95": "max", "changes": "sum",
-                             "recent": "sum", "max_avg_10m": "max"}
+MERGE_OPS: dict[str, str] = {"count": "sum", "sum": "sum", "max": "max", "changes": "sum"}
 RATE_BRANCHES: tuple[str, ...] = ("rate", "count", "resets", "recent")
+_FUNCS = {"count": "count_over_time", "sum": "sum_over_time", "max": "max_over_time", "changes": "changes"}
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -99,42 +108,39 @@ def _label_list(drop: Sequence[str]) -> str:
     return ", ".join(drop)
 
 
-def stats_query(
-    sel: str,
-    *,
-    window_s: int,
-    recent_s: int = RECENT_S,
-    avg_step_s: int = AVG_STEP_S,
-    stats: Sequence[str] = STATS_BRANCHES,
-    drop: Sequence[str] = (),
-) -> str:
-    """The window statistics `stats` of a gauge-like metric in one query (one result series per stat).
+def _range_ms(seconds: int) -> str:
+    """`[s − 1 ms]`: a left-open range of `seconds` in Prometheus 2.x (both ends included) and 3.x alike."""
+    return f"[{int(seconds) * 1000 - 1}ms]"
+
+
+def _branches(sel: str, rng: str, stats: Sequence[str], drop: Sequence[str]) -> str:
+    wanted = [k for k in (*ALL_STATS,) if k in stats]
+    labels = _label_list(drop) if drop else ""
+    parts = []
+    for k in wanted:
+        expr = f"{_FUNCS[k]}({sel}{rng})"
+        if drop:
+            expr = f"{MERGE_OPS[k]} without ({labels}) ({expr})"
+        parts.append(_tag(expr, k))
+    return " or ".join(parts)
+
+
+def stats_query(sel: str, *, window_s: int, stats: Sequence[str] = STATS_BRANCHES, drop: Sequence[str] = ()) -> str:
+    """Window statistics `stats` (count, sum, max, changes) of a gauge over `(T − W, T]` in one instant query.
 
     Args:
-        sel: the selector. window_s: the window (seconds). stats: statistics to compute (`STATS_BRANCHES`
+        sel: the selector. window_s: the window (seconds). stats: statistics to compute (`ALL_STATS`
             order is kept). drop: labels aggregated away (`MERGE_OPS[stat]` without (…)); none by default.
 
     Raises:
         ValueError: a dropped label that is not a valid label name.
     """
-    w = f"[{int(window_s)}s]"
-    r = f"[{min(int(recent_s), int(window_s))}s]"
-    branches = {
-        "count": f"count_over_time({sel}{w})",
-        "sum": f"sum_over_time({sel}{w})",
-        "max": f"max_over_time({sel}{w})",
-        "min": f"min_over_time({sel}{w})",
-        "p95": f"quantile_over_time(0.95, {sel}{w})",
-        "changes": f"changes({sel}{w})",
-        "recent": f"count_over_time({sel}{r})",
-        "max_avg_10m": f"max_over_time(avg_over_time({sel}[{int(avg_step_s)}s])[{int(window_s)}s:{int(avg_step_s)}s])",
-    }
-    wanted = [k for k in STATS_BRANCHES if k in stats]
-    if drop:
-        labels = _label_list(drop)
-        branches["max_avg_10m"] = f"({branches['max_avg_10m']} and {branches['count']})"
-        branches = {k: f"{MERGE_OPS[k]} without ({labels}) ({v})" for k, v in branches.items()}
-    return " or ".join(_tag(branches[k], k) for k in wanted)
+    return _branches(sel, _range_ms(window_s), stats, drop)
+
+
+def bucket_query(sel: str, *, bucket_s: int, drop: Sequence[str] = ()) -> str:
+    """Count, sum and max over one bucket `(t − B, t]`, for a `query_range` with step B ending at T."""
+    return _branches(sel, _range_ms(bucket_s), BUCKET_STATS, drop)
 
 
 def rate_query(sel: str, *, window_s: int, recent_s: int = RECENT_S) -> str:
@@ -150,24 +156,115 @@ def rate_query(sel: str, *, window_s: int, recent_s: int = RECENT_S) -> str:
     return " or ".join(_tag(branches[k], k) for k in RATE_BRANCHES)
 
 
-def metric_query(spec: MetricSpec, *, window_s: int, matchers: Mapping[str, str] | None = None, drop: Sequence[str] = ()) -> str:
-    """The one query of a plan entry (`drop`: labels aggregated away, GPU metrics only)."""
+def rule_name(spec: MetricSpec, stat: str) -> str:
+    """The recorded series of one bucket statistic: `gpuwaste:<metric lower-cased>:<stat>5m`."""
+    return f"gpuwaste:{spec.name.lower()}:{stat}{RULE_INTERVAL_S // 60}m"
+
+
+def recorded_query(spec: MetricSpec, *, window_s: int, matchers: Mapping[str, str] | None = None) -> str:
+    """The recorded 5-minute buckets of a metric whose bucket lies inside `(T − W, T]`, raw (one instant query).
+
+    Selects recorded samples at `t ∈ [T − W + 5 min, T]` (the range is one millisecond longer than
+    `W − 5 min`, so a sample exactly at `T − W + 5 min` is read by Prometheus 2.x and 3.x alike).
+    """
+    names = [rule_name(spec, k) for k in BUCKET_STATS]
+    sel = selector(names, matchers)
+    return f"{sel}[{(int(window_s) - RULE_INTERVAL_S) * 1000 + 1}ms]"
+
+
+def rules_probe_query(*, window_s: int) -> str:
+    """How many times the shipped rules were evaluated in the window, per rules version (one series)."""
+    return f"count_over_time({RULES_MARKER}[{_range_ms(window_s)[1:-1]}])"
+
+
+def metric_query(spec: MetricSpec, *, window_s: int, matchers: Mapping[str, str] | None = None, drop: Sequence[str] = (),
+                 bucket_s: int | None = None) -> str:
+    """The one raw query of a plan entry (`drop`: labels aggregated away, GPU metrics only).
+
+    A time-resolved entry gets the bucket query (for `query_range`, step `bucket_s`).
+    """
     sel = selector(spec.names, matchers)
+    gpu_drop = drop if spec.scope == "gpu" else ()
     if spec.summary == "rate":
         return rate_query(sel, window_s=window_s)
-    return stats_query(sel, window_s=window_s, stats=spec.computed, drop=drop if spec.scope == "gpu" else ())
+    if spec.summary == "buckets":
+        return bucket_query(sel, bucket_s=int(bucket_s or window_s), drop=gpu_drop)
+    return stats_query(sel, window_s=window_s, stats=spec.computed, drop=gpu_drop)
+
+
+Kind = Literal["instant", "range", "recorded"]
+
+
+@dataclass(frozen=True)
+class PlannedQuery:
+    """One query of a scan: the plan entry, its PromQL and how it is sent.
+
+    Attributes:
+        kind: "instant" (at T), "range" (`query_range` from `T − W + step` to `T`, step `step_s`) or
+            "recorded" (an instant query at T returning the recorded 5-minute buckets raw).
+    """
+
+    spec: MetricSpec
+    promql: str
+    kind: Kind = "instant"
+    step_s: int | None = None
 
 
 def scan_queries(
-    *, window_s: int, matchers: Mapping[str, str] | None = None, plan: Sequence[MetricSpec] = PLAN, drop: Sequence[str] = ()
-) -> list[tuple[MetricSpec, str]]:
-    """The fixed per-scan query plan: (plan entry, PromQL), one per entry, independent of fleet size.
+    *, window_s: int, matchers: Mapping[str, str] | None = None, plan: Sequence[MetricSpec] = PLAN, drop: Sequence[str] = (),
+    bucket_s: int | None = None, rules: bool = False,
+) -> list[PlannedQuery]:
+    """The fixed per-scan query plan, one query per entry, independent of fleet size.
 
     Args:
         drop: labels aggregated away from GPU metrics (the Prometheus adapter passes
             `metrics_plan.droppable_labels(settings)`); none by default.
+        bucket_s: bucket width of the time-resolved entries (default: `models.telemetry.bucket_seconds`).
+        rules: read the time-resolved GPU entries from the shipped recording rules.
     """
-    return [(spec, metric_query(spec, window_s=window_s, matchers=matchers, drop=drop)) for spec in plan]
+    b = int(bucket_s or bucket_seconds(window_s))
+    out = []
+    for spec in plan:
+        if spec.summary == "buckets" and rules and spec.scope == "gpu":
+            out.append(PlannedQuery(spec, recorded_query(spec, window_s=window_s, matchers=matchers), "recorded", RULE_INTERVAL_S))
+        elif spec.summary == "buckets":
+            out.append(PlannedQuery(spec, metric_query(spec, window_s=window_s, matchers=matchers, drop=drop, bucket_s=b), "range", b))
+        else:
+            out.append(PlannedQuery(spec, metric_query(spec, window_s=window_s, matchers=matchers, drop=drop)))
+    return out
+
+
+def minimal_queries(*, window_s: int, plan: Sequence[MetricSpec] = PLAN, drop: Sequence[str] = DROPPED_LABELS) -> list[str]:
+    """The *minimal floor* of issue 13: avg, max and count of each GPU metric over the window, one instant query each."""
+    out = []
+    for spec in plan:
+        if spec.scope != "gpu":
+            continue
+        sel = selector(spec.names)
+        w = f"[{int(window_s)}s]"
+        labels = _label_list(drop)
+        out.append(" or ".join(_tag(f"{op} without ({labels}) ({fn}({sel}{w}))", k) for k, op, fn in
+                               (("avg", "max", "avg_over_time"), ("max", "max", "max_over_time"), ("count", "sum", "count_over_time"))))
+    return out
+
+
+def recording_rules(plan: Sequence[MetricSpec] = PLAN, drop: Sequence[str] = DROPPED_LABELS) -> dict[str, Any]:
+    """The shipped recording rules (a Prometheus rules file document): 5-minute bucket statistics of each time-resolved DCGM field.
+
+    For each time-resolved GPU metric M (with its aliases) and each of count, sum, max:
+    `gpuwaste:<m>:<stat>5m = <sum|max> without (<dropped labels>) (<stat>_over_time(M[5m − 1 ms]))`,
+    evaluated every 5 minutes, plus the marker `gpuwaste:recording_rules:info{version}` the scan and
+    `gpuwaste doctor` look for.
+    """
+    rules: list[dict[str, Any]] = [{"record": RULES_MARKER, "expr": "vector(1)", "labels": {"version": RULES_VERSION}}]
+    for spec in plan:
+        if spec.scope != "gpu" or spec.summary != "buckets":
+            continue
+        sel = selector(spec.names)
+        for k in BUCKET_STATS:
+            expr = f"{MERGE_OPS[k]} without ({_label_list(drop)}) ({_FUNCS[k]}({sel}{_range_ms(RULE_INTERVAL_S)}))"
+            rules.append({"record": rule_name(spec, k), "expr": expr})
+    return {"groups": [{"name": RULE_GROUP, "interval": f"{RULE_INTERVAL_S // 60}m", "rules": rules}]}
 
 
 def raw_samples_query(spec: MetricSpec, *, range_s: int, matchers: Mapping[str, str] | None = None) -> str:
@@ -183,12 +280,21 @@ def series_count_query(name: str, matchers: Mapping[str, str] | None = None) -> 
 __all__ = [
     "MERGE_OPS",
     "RATE_BRANCHES",
+    "RULES_MARKER",
+    "RULE_INTERVAL_S",
     "STATS_BRANCHES",
     "STAT_LABEL",
+    "PlannedQuery",
+    "bucket_query",
     "escape_label_value",
     "metric_query",
+    "minimal_queries",
     "raw_samples_query",
     "rate_query",
+    "recorded_query",
+    "recording_rules",
+    "rule_name",
+    "rules_probe_query",
     "scan_queries",
     "selector",
     "series_count_query",

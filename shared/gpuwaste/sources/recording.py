@@ -4,12 +4,19 @@ A recording is what `gpuwaste record` writes and what the demo, the tests and bu
 directory holding `telemetry.om` (OpenMetrics, second timestamps) or `telemetry.prom` (text
 exposition, millisecond timestamps), `cluster.json` (a `kubectl get pods,nodes -A -o json` List), and
 an optional `recording.json` (cluster name, evaluation time, window). Single files work too.
+
+A scan streams the file: each sample goes through a per-series accumulator (`sources.window`) and is
+dropped, so memory follows the series count, not the sample count. Unreadable samples (non-numeric,
+NaN/Inf, DCGM blanks, out of range for the unit) are counted with the file and line of the first one
+(`TelemetryWindow.problems`); the sample spacing is inferred from the data.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -18,14 +25,19 @@ from pydantic import BaseModel, Field, ValidationError
 
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState
-from gpuwaste.models.telemetry import TelemetryWindow
+from gpuwaste.models.telemetry import MAX_WINDOW_S, MIN_WINDOW_S, BucketGrid, TelemetryWindow
 from gpuwaste.sources.dcgm import TelemetryLabels
-from gpuwaste.sources.exposition import ParsedExposition, parse_exposition
+from gpuwaste.sources.exposition import (
+    ParsedExposition,
+    RecordedSeries,
+    sniff_format,
+    stream_exposition,
+)
 from gpuwaste.sources.k8s_objects import ClusterReadSettings, cluster_state_from_objects
 from gpuwaste.sources.limits import RecordingLimits, check_series, read_recording
-from gpuwaste.sources.metrics_plan import SeriesSummary, assemble, spec_for, summarise_samples
+from gpuwaste.sources.metrics_plan import MetricSpec, SeriesSummary, accumulator_for, assemble, spec_for, summary_from
 from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json
-from gpuwaste.sources.window import window_stats
+from gpuwaste.sources.window import RateAccumulator, WindowAccumulator
 
 TELEMETRY_NAMES = ("telemetry.om", "telemetry.om.gz", "telemetry.prom", "telemetry.prom.gz", "telemetry.txt", "metrics.prom", "metrics.om",
                    "telemetry.json", "telemetry.json.gz")
@@ -56,6 +68,12 @@ def _is_pod_metric(name: str) -> bool:
 
 def _wanted(name: str) -> bool:
     return name.startswith(("DCGM_", "dcgm_")) or _is_pod_metric(name)
+
+
+def _telemetry_wanted(name: str) -> bool:
+    """The series a telemetry scan reads: DCGM fields (plan or not: presence) and the plan's pod series — not the
+    kube-state-metrics series, which the cluster-state source reads (keeping them would cost memory per series)."""
+    return name.startswith(("DCGM_", "dcgm_")) or spec_for(name) is not None
 
 
 def find_in(path: Path, names: tuple[str, ...]) -> Path | None:
@@ -155,7 +173,10 @@ class RecordingTelemetrySource:
         return datetime.fromtimestamp(mtime, tz=UTC)
 
     def parsed(self, at: datetime | None = None) -> ParsedExposition:
-        """The parsed exposition (parsed once).
+        """The recording's index, read once in one streaming pass: every series with its first and last timestamps.
+
+        No sample is kept (the series' `values` are empty): a time range, an "undated" check or a series count
+        need none, and a 10,000-GPU recording stays in bounded memory. `telemetry()` reads the samples.
 
         Raises:
             InputFormatError: with the file and line number of the first malformed line.
@@ -165,17 +186,12 @@ class RecordingTelemetrySource:
             if self._progress:
                 self._progress(f"reading {f}")
             limits = RecordingLimits.from_env()
-            data = read_recording(f, limits)  # size, NUL-byte and line-length limits, gunzipped
             self.default_time = self._default_time(at)
             default_ms = int(self.default_time.timestamp() * 1000)
-            fmt = self.fmt
-            if fmt == "auto" and f.name.endswith((".om", ".om.gz")):
-                fmt = "openmetrics"  # the extension says so: a missing `# EOF` is then reported as truncation
-            if fmt == "auto" and looks_like_api_json(data):  # a saved /api/v1/query(_range) answer
-                self._parsed = parse_api_json(data, source=str(f), metric_filter=_wanted)
+            if self._api_json():  # a saved /api/v1/query(_range) answer: JSON on one line, parsed in memory (size-limited)
+                self._parsed = parse_api_json(read_recording(f, limits), source=str(f), metric_filter=_wanted)
             else:
-                self._parsed = parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms,
-                                                metric_filter=_wanted)
+                self._parsed = self._stream(_wanted, _ignore, None, default_ms, limits)
             check_series(len(self._parsed.series), limits, source=str(f))
         return self._parsed
 
@@ -223,39 +239,189 @@ class RecordingTelemetrySource:
         """
         return sum(1 for s in self.parsed().series.values() if s.name.startswith(("DCGM_", "dcgm_")))
 
+    def _open(self, *, sniff: bool = True) -> tuple[Any, Any, Literal["text", "openmetrics"]]:
+        """(stream, raw file, format): the telemetry file opened for streaming (gunzipped when compressed); close both."""
+        f = self.telemetry_file
+        try:
+            raw = f.open("rb")  # noqa: SIM115 - closed by the caller
+            gz = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            stream: Any = gzip.open(raw) if gz else raw  # noqa: SIM115 - closed by the caller
+            fmt = self.fmt
+            if fmt == "auto" and f.name.endswith((".om", ".om.gz")):
+                fmt = "openmetrics"
+            if fmt == "auto" and sniff:
+                head = stream.read(65536)
+                if gz:
+                    tail = head
+                    for chunk in iter(lambda: stream.read(1 << 20), b""):
+                        tail = chunk
+                    stream.seek(0)
+                else:
+                    size = f.stat().st_size
+                    raw.seek(max(0, size - 4096))
+                    tail = raw.read()
+                    raw.seek(0)
+                fmt = sniff_format(head, tail[-4096:])
+        except OSError as exc:
+            raise InputFormatError(f"cannot read recording: {exc.strerror or exc}", source=str(f)) from exc
+        except (EOFError, gzip.BadGzipFile) as exc:
+            raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
+        return stream, raw, fmt  # type: ignore[return-value]
+
+    def _api_json(self) -> bool:
+        """True when the telemetry file is a saved Prometheus API answer (JSON) rather than an exposition."""
+        if self.fmt != "auto":
+            return False
+        stream, raw, _fmt = self._open(sniff=False)
+        try:
+            return looks_like_api_json(stream.read(4096))
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise InputFormatError(f"cannot read recording: {exc}", source=str(self.telemetry_file)) from exc
+        finally:
+            stream.close()
+            raw.close()
+
+    def _stream(self, wanted: Any, on_sample: Any, on_unreadable: Any, default_ms: int, limits: RecordingLimits) -> ParsedExposition:
+        """One streaming pass over the exposition, within the recording limits (size, NUL bytes, line length)."""
+        f = self.telemetry_file
+        stream, raw, fmt = self._open()
+        try:
+            return stream_exposition(_limited(stream, limits, str(f)), fmt=fmt, source=str(f), default_timestamp_ms=default_ms,
+                                     metric_filter=wanted, on_sample=on_sample, on_unreadable=on_unreadable)
+        except OSError as exc:
+            raise InputFormatError(f"cannot read recording: {exc.strerror or exc}", source=str(f)) from exc
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise InputFormatError(f"corrupt gzip file: {exc}", source=str(f)) from exc
+        finally:
+            stream.close()
+            raw.close()
+
     def telemetry(self, *, at: datetime, window: timedelta) -> TelemetryWindow:
-        """Summarise the recorded series over `[at − window, at]`."""
-        parsed = self.parsed(at)
-        eval_ms = int(at.timestamp() * 1000)
-        window_ms = int(window.total_seconds() * 1000)
-        recent_ms = min(600_000, window_ms)
-        summaries: list[SeriesSummary] = []
+        """Summarise the recorded series over `(at − window, at]`, time-resolved where the plan says, in one streaming pass.
+
+        Raises:
+            InputFormatError: a malformed telemetry file (file and line), a window outside 10 minutes – 7
+                days, or a window that starts before the recording's first sample by more than a bucket.
+        """
+        window_s = int(window.total_seconds())
+        if not MIN_WINDOW_S <= window_s <= MAX_WINDOW_S:
+            raise InputFormatError(f"window {window_s} s: a scan window must be between 10 minutes and 7 days", source=str(self.path))
+        grid = BucketGrid(at, window_s)
+        eval_ms = round(at.timestamp() * 1000)
+        window_ms = window_s * 1000
+        accs: dict[int, tuple[MetricSpec | None, Any]] = {}
+        seen: list[RecordedSeries] = []  # every series met, also one whose samples were all unreadable
         other_present: set[str] = set()
-        for s in parsed.series.values():
-            spec = spec_for(s.name)
-            if spec is None:
-                # DCGM fields outside the plan: reported as present (honest inventory), not summarised
-                if s.name.startswith(("DCGM_", "dcgm_fi_")) and window_stats(
-                    s.timestamps_ms, s.values, eval_ms=eval_ms, window_ms=window_ms, recent_ms=recent_ms
-                ) is not None:
-                    other_present.add(_canonical(s.name))
+
+        def acc_for(series: RecordedSeries) -> tuple[MetricSpec | None, Any]:
+            spec = spec_for(series.name)
+            acc: Any = WindowAccumulator(eval_ms, window_ms, None) if spec is None else accumulator_for(spec, grid)
+            entry = accs[id(series)] = (spec, acc)  # DCGM fields outside the plan: presence only
+            seen.append(series)
+            return entry
+
+        def on_sample(series: RecordedSeries, ts: int, value: float, line: int) -> None:
+            entry = accs.get(id(series)) or acc_for(series)
+            entry[1].add(ts, value, line)
+
+        def on_unreadable(series: RecordedSeries, ts: int | None, line: int, reason: str) -> None:
+            entry = accs.get(id(series)) or acc_for(series)
+            if not isinstance(entry[1], RateAccumulator):
+                entry[1].add_unreadable(ts, line, reason)
+
+        if self.default_time is None:
+            self.default_time = self._default_time(at)
+        default_ms = int(self.default_time.timestamp() * 1000)
+        f = self.telemetry_file
+        if self._progress:
+            self._progress(f"reading {f}")
+        limits = RecordingLimits.from_env()
+        if self._api_json():
+            parsed = self.parsed(at)
+            for series in parsed.series.values():
+                for ts, value in zip(series.timestamps_ms, series.values, strict=True):
+                    on_sample(series, ts, value, 0)
+        else:
+            parsed = self._stream(_telemetry_wanted, on_sample, on_unreadable, default_ms, limits)
+            check_series(len(parsed.series), limits, source=str(f))
+        summaries: list[SeriesSummary] = []
+        for series in seen:
+            entry = accs.get(id(series))
+            if entry is None:
                 continue
-            one = summarise_samples(spec, s.labels, s.timestamps_ms, s.values, eval_ms=eval_ms, window_ms=window_ms, recent_ms=recent_ms)
+            spec, acc = entry
+            if spec is None:
+                if acc.samples() and series.name.startswith(("DCGM_", "dcgm_fi_")):
+                    other_present.add(_canonical(series.name))
+                continue
+            one = summary_from(spec, series.labels, acc, str(f))
             if one is not None:
                 summaries.append(one)
-        parts = assemble(summaries, self.labels)
+        self._check_span(parsed, at, grid)
+        parts = assemble(summaries, self.labels, grid=grid)
         return TelemetryWindow(
             cluster=self.cluster,
             eval_time=at,
-            window_s=int(window.total_seconds()),
-            recent_s=recent_ms // 1000,
-            scrape_interval_s=self.scrape_interval_s,
+            window_s=window_s,
+            recent_s=min(grid.recent_s, window_s),
+            scrape_interval_s=parts.spacing_s or self.scrape_interval_s,
+            scrape_interval_inferred=parts.spacing_s is not None,
             gpus=parts.gpus,
             pods=parts.pods,
             metrics_present=parts.metrics_present | other_present,
             source=f"recording {self.telemetry_file}",
             single_instant=parts.single_instant,
+            bucket_s=grid.bucket_s,
+            problems=parts.problems,
+            plan="recording",
         )
+
+    def _check_span(self, parsed: ParsedExposition, at: datetime, grid: BucketGrid) -> None:
+        """Refuse a window the recording cannot fill: it holds less than half of it (a recording with `recording.json`).
+
+        A window that is only partly held (a scan just after the recording started, a short field-guide
+        input) is scanned: the missing time reads as partial coverage, never as idle (the CLI warns).
+        """
+        firsts = [s.timestamps_ms[0] for s in parsed.series.values() if len(s.timestamps_ms) > 1]
+        if not firsts or self.meta.eval_time is None:
+            return  # a bare file without recording.json is scanned as it is
+        first = datetime.fromtimestamp(min(firsts) / 1000, tz=UTC)
+        if self.meta.window_s is not None:  # what the recording says it holds counts too (series may start late)
+            first = min(first, self.meta.eval_time.astimezone(UTC) - timedelta(seconds=self.meta.window_s))
+        start = at - timedelta(seconds=grid.window_s)
+        held = (at - first).total_seconds()
+        if first > start and held < grid.window_s / 2:
+            raise InputFormatError(
+                f"the window starts {start:%Y-%m-%dT%H:%M:%SZ} but the recording begins at {first:%Y-%m-%dT%H:%M:%SZ}: it holds "
+                f"{max(0, int(held)) // 60} min of the {grid.window_s // 60}-min window; scan a shorter window (--window "
+                f"{max(10, int(held) // 60)}m) or a later time",
+                source=str(self.telemetry_file),
+            )
+
+
+def _limited(stream: Any, limits: RecordingLimits, source: str) -> Iterator[bytes]:
+    """The stream's lines, refusing what `sources.limits` refuses: more than the size limit, a NUL byte, an endless line.
+
+    Raises:
+        InputFormatError: naming the limit and how to raise it.
+    """
+    size = 0
+    for lineno, line in enumerate(stream, 1):
+        size += len(line)
+        if size > limits.max_bytes:
+            raise InputFormatError(f"grows to more than {limits.max_bytes >> 20} MiB (the limit); if the recording is genuine, "
+                                   "raise it with GPUWASTE_RECORDING_MAX_MB=<MiB>", source=source, line=lineno)
+        if len(line) > limits.max_line_bytes + 1:
+            raise InputFormatError(f"a line longer than {limits.max_line_bytes >> 10} KiB (the limit); if genuine, raise it with "
+                                   "GPUWASTE_RECORDING_MAX_LINE_KB=<KiB>", source=source, line=lineno)
+        if b"\x00" in line:
+            raise InputFormatError("NUL byte: not a text exposition (a binary or corrupt file)", source=source, line=lineno)
+        yield line
+
+
+def _ignore(_series: RecordedSeries, _ts: int, _value: float, _line: int) -> None:
+    """A sample sink that keeps nothing (the index pass)."""
 
 
 class RecordingClusterSource:
