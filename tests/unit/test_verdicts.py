@@ -164,3 +164,18 @@ def test_a_profiling_counter_that_breaks_late_never_makes_an_idle_or_power_stret
     assert _waste(found) == []
     (dq,) = [f for f in found if f.kind is WasteKind.DATA_QUALITY]
     assert dq.details["check"] == "activity_signals_disagree" and dq.details["since"] == (T - timedelta(hours=2)).isoformat()
+
+
+def test_a_day_long_window_never_calls_idle_the_hours_that_burst() -> None:
+    # GIVEN a day at one-hour buckets: "bursty" averages ~4 % an hour but runs at 60 % for 2.5 minutes every hour;
+    # "quiet" reads 1 % all day
+    day = 24 * 3600
+    bursty = gpu("GPU-b", "n1", {SM: lambda m: 0.6 if m % 60 < 3 else 0.02}, pod="bursty-0", namespace="ml",
+                 window_s=day, bucket_s=3600, step_s=30)
+    quiet = gpu("GPU-q", "n1", {SM: const(0.01)}, pod="quiet-0", namespace="ml", window_s=day, bucket_s=3600, step_s=30)
+    # WHEN both are scanned over the day
+    found = _waste(_scan(cluster(node(gpus=2), pod("bursty-0"), pod("quiet-0")), window(bursty, quiet, window_s=day, bucket_s=3600)))
+    # THEN only the quiet pod is idle: an hour whose average hides a burst above 20 % is work, as a finer window sees it
+    idle = [f for f in found if f.kind is WasteKind.IDLE]
+    assert [f.subject.pod for f in idle] == ["quiet-0"]
+    assert idle[0].wasted_gpu_hours == Decimal(24)

@@ -31,11 +31,18 @@ class IdleSettings(SettingsModel):
             10-minute average must stay under.
         statistic: which window statistic is compared ("p95" tolerates a few stray samples).
         held_memory_mib: framebuffer use (MiB) above which an idle GPU counts as "idle-held".
+        max_burst_ratio: ratio 0–1; with buckets wider than 10 minutes (windows over 4 h) a bucket is idle only when
+            its highest sample also stays under this (a burst above it is work, however low the bucket's average).
     """
 
     max_activity_ratio: float = Field(0.05, ge=0, le=1)
     statistic: Literal["p95", "max", "avg"] = "p95"
     held_memory_mib: float = Field(1024, ge=0)
+    max_burst_ratio: float = Field(0.20, ge=0, le=1)
+
+
+#: Buckets wider than this (s) are checked for bursts before they count as idle.
+COARSE_BUCKET_S = 600
 
 
 class UnderusedSettings(SettingsModel):
@@ -89,13 +96,21 @@ def idle_episodes(ctx: ScanContext, alloc: Allocation, act: ActivityReading, set
     and power both contradict is unknown, never idle.
     """
     span = ctx.held_span(alloc)
-    if is_idle(act, settings):
+    coarse = bool(ctx.slots) and (ctx.telemetry.bucket_s or 0) > COARSE_BUCKET_S
+    if is_idle(act, settings) and not coarse:
         return (episode(ctx, span[0], span[1], alloc.share),)
     if not ctx.slots:
         return ()
     series = ctx.activity_series(alloc.devices, alloc.pod)
     broken = ctx.contradicted_slots(alloc.devices, alloc.pod)
     flags = [None if v is None or bad else v < settings.max_activity_ratio for v, bad in zip(series, broken, strict=True)]
+    if coarse:
+        # a bucket wider than 10 minutes can average under the threshold around real bursts: it is idle only when
+        # its highest sample stays under the burst ceiling too, so a coarser (longer) window never calls idle what a
+        # finer (shorter) one saw working
+        peaks = ctx.activity_series(alloc.devices, alloc.pod, peak=True)
+        flags = [f and p is not None and p < settings.max_burst_ratio if f is not None else None
+                 for f, p in zip(flags, peaks, strict=True)]
     found = qualifying(ctx, runs(ctx, flags, span), span)
     return from_runs(ctx, found, alloc.share)
 

@@ -159,6 +159,7 @@ def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settin
     where = f"{holder.pod.namespace}/{holder.pod.name} on {subject.node}" if holder else f"{subject.node}"
     if problem in ("profiling_counter_broken", "activity_signals_disagree"):
         yield _contradiction(ctx, dev, subject, where, problem, since)
+        return
     if problem == "unreadable_samples":
         sig = ctx.activity_signal(dev)
         st = dev.merged(sig) if sig is not None else None

@@ -354,15 +354,18 @@ class ScanContext:
         cache[id(stats)] = (stats, value)  # the entry keeps `stats` alive, so its id is never reused
         return value
 
-    def activity_series(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> list[float | None]:
-        """Per slot, the mean activity ratio 0–1 over `devices` (each on its own best signal); None where any lacks samples."""
+    def activity_series(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None, *,
+                        peak: bool = False) -> list[float | None]:
+        """Per slot, the mean activity ratio 0–1 over `devices` (each on its own best signal; with `peak`, each bucket's
+        highest sample instead of its average); None where any lacks samples."""
         per_dev: list[list[float | None]] = []
         for dev in devices:
             sig = self.activity_signal(dev)
             if sig is None:
                 return [None] * len(self.slots)
             st = self.device_stats(dev, sig, pod if self._labelled_for(dev, pod) else None)
-            per_dev.append([None if b is None or b.avg is None else sig.to_ratio(b.avg) for b in self.buckets_of(st)])
+            per_dev.append([None if b is None or b.avg is None else sig.to_ratio(b.max if peak else b.avg)
+                            for b in self.buckets_of(st)])
         return _mean_columns(per_dev, len(self.slots))
 
     def contradicted_slots(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> list[bool]:
