@@ -205,6 +205,8 @@ class LifecycleSettings(BaseModel):
         reminder_after: re-alert an open, unacknowledged finding when the last alert is this old.
         ticket_after: request a ticket (once) for a finding open this long...
         ticket_usd_per_day: ...or costing at least this much USD/day.
+        ticket_min_observed_s: never request a ticket for a finding resting on fewer observed seconds than this
+            (`Finding.observed_s`): a short window sees a bursty workload's quiet phase, not its pattern.
         resolve_after_missed_scans: consecutive scans of its cluster without the finding → resolved.
         retention_days: records expire (store TTL) this many days after their last change.
         min_usd_per_day: findings priced below this USD/day are tracked but never alerted.
@@ -217,6 +219,7 @@ class LifecycleSettings(BaseModel):
     reminder_after: timedelta = Field(timedelta(hours=24), gt=timedelta(0))
     ticket_after: timedelta = Field(timedelta(days=3), gt=timedelta(0))
     ticket_usd_per_day: Decimal = Field(Decimal(100), ge=0, le=MAX_USD_PER_DAY)
+    ticket_min_observed_s: int = Field(1800, ge=0)
     resolve_after_missed_scans: int = Field(3, ge=1, le=1000)
     retention_days: int = Field(30, ge=1, le=3650)
     min_usd_per_day: Decimal = Field(Decimal(0), ge=0, le=MAX_USD_PER_DAY)

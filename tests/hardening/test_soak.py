@@ -133,7 +133,9 @@ def test_soak_300_scans_with_faults_lose_nothing_repeat_nothing_and_do_not_grow(
         fleets: list[Path], audited_slack: AuditedSlack, jira_api: FakeJira, figures: Figures) -> None:
     # GIVEN the chain over an in-memory SQLite store made flaky, five fleet variants and seeded faults
     rng = random.Random(SEED)
-    cfg = GpuWasteConfig(lifecycle=LifecycleSettings(reminder_after=timedelta(hours=6), ticket_after=timedelta(hours=8)))
+    # (the soak scans 15-minute windows for speed: tickets for verdicts resting on 10 minutes or more)
+    cfg = GpuWasteConfig(lifecycle=LifecycleSettings(reminder_after=timedelta(hours=6), ticket_after=timedelta(hours=8),
+                                                     ticket_min_observed_s=600))
     sources = [local.recording_sources(path, cfg) for path in fleets]
     ends = [s.recording.end_time() for s in sources if s.recording is not None]
     start = ends[0]

@@ -673,3 +673,28 @@ def test_windows_outside_ten_minutes_to_seven_days_are_refused(window: timedelta
     with pytest.raises(InputFormatError, match="between 10 minutes and 7 days"):
         RecordingTelemetrySource(scenarios["demo"].path).telemetry(at=AT, window=window)
     assert fake_prom.requests == []
+
+
+def test_prometheus_only_scan_through_the_rules_finds_what_the_recording_finds(ruled_prometheus: tuple[Scenario, str]) -> None:
+    # GIVEN the fleet in a real Prometheus with the recording rules backfilled, and no cluster JSON, no Kubernetes:
+    # the cluster state comes from the kube-state-metrics series in the same Prometheus
+    from gpuwaste.sources.ksm import KsmRecordingSource, PrometheusKsmSource
+
+    sc, url = ruled_prometheus
+    rec = RecordingTelemetrySource(sc.path)
+    ruled = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url), cluster=rec.cluster)
+    marker = ruled.instant_query("gpuwaste:recording_rules:info[10m]", at=rec.end_time())
+    at = datetime.fromtimestamp(float(marker[0]["values"][-1][0]), tz=UTC)
+    window = timedelta(hours=1)
+    live = ScanService(cluster_source=PrometheusKsmSource(ruled, cluster=rec.cluster, window=window, scrape_interval_s=60),
+                       telemetry_source=ruled, window=window, price_book=PriceBook.bundled()).scan(at=at, scan_id="ksm-rules")
+    # WHEN the same window is scanned from the recording's own DCGM and KSM series
+    offline = ScanService(cluster_source=KsmRecordingSource(sc.path, window=window), telemetry_source=rec, window=window,
+                          price_book=PriceBook.bundled()).scan(at=at, scan_id="ksm-recording")
+    # THEN the live scan read the recorded buckets and KSM, and found the same waste with the same GPU-hours and dollars
+    assert live.cluster_source.startswith("kube-state-metrics") and live.telemetry_quality["plan"] == "recording rules"
+    assert finding_diffs(offline, live) == []
+    waste = [f for f in live.findings if f.kind is WasteKind.IDLE]
+    assert waste and all(f.wasted_gpu_hours > 0 and f.cost is not None and f.cost.usd_in_window for f in waste)
+    key = lambda f: (f.fingerprint, f.wasted_gpu_hours, f.cost.usd_in_window if f.cost else None)  # noqa: E731
+    assert sorted(map(key, live.findings)) == sorted(map(key, offline.findings))

@@ -75,14 +75,14 @@ def test_detectors_young_pod_gets_no_verdict(tmp_path):
 
 
 def test_detectors_unallocated_capacity_threshold(tmp_path):
-    # GIVEN a 2-GPU node with one pod holding 1 GPU (busy), and a second case with both GPUs held
+    # GIVEN a 2-GPU node with one pod holding 1 GPU (busy) and the other GPU idle, and a second case with both GPUs held
     def series(n_pods: int) -> list[S]:
         out = []
         for i in range(2):
             lab = {"gpu": str(i), "UUID": f"GPU-c0de0000-010{i}", "modelName": "NVIDIA A10G", "Hostname": "n2"}
             if i < n_pods:
                 lab.update(namespace="ml", pod=f"q{i}")
-            out.append(S(GR, lab, 0.9))
+            out.append(S(GR, lab, 0.9 if i < n_pods else 0.0))
         return out
     one = scan(tmp_path, series(1), [node("n2", itype="g5.12xlarge", gpus=2), pod("ml", "q0", "n2")])
     # WHEN scanned
@@ -94,7 +94,7 @@ def test_detectors_unallocated_capacity_threshold(tmp_path):
 
 
 def test_detectors_unallocated_min_free_share_admits_one_mig_slice(tmp_path):
-    # GIVEN a MIG single node: 1 UUID × 7 instances, pods hold 6 slices (1/7 GPU left free)
+    # GIVEN a MIG single node: 1 UUID × 7 instances, pods hold 6 busy slices (1/7 GPU left free, idle)
     n = node("n3", itype="p4d.24xlarge", gpus=7, labels={"nvidia.com/mig.strategy": "single",
                                                           "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"})
     series, objs = [], [n]
@@ -103,7 +103,7 @@ def test_detectors_unallocated_min_free_share_admits_one_mig_slice(tmp_path):
         if i < 6:
             lab.update(namespace="ml", pod=f"s{i}")
             objs.append(pod("ml", f"s{i}", "n3"))
-        series.append(S(GR, lab, 0.9))
+        series.append(S(GR, lab, 0.9 if i < 6 else 0.0))
     # WHEN scanned
     sc = scan(tmp_path, series, objs)
     # THEN the free 1/7 (0.1429 ≥ min_free_gpus 0.14) is reported
@@ -137,12 +137,13 @@ def test_pricing_usd_per_day_formula_is_exact_decimal():
     # GIVEN half a GPU idle on a g5.12xlarge ($5.672/h for 4 GPUs in the bundled book)
     # WHEN priced
     cost = cost_of(_finding("g5.12xlarge", "0.5"), PriceBook.bundled())
-    # THEN $/GPU-h = 5.672 ÷ 4 = 1.418 exactly; USD/day = 1.418 × 0.5 × 24 = 17.016 → $17.02 (Decimal, no float)
+    # THEN $/GPU-h = 5.672 ÷ 4 = 1.418 exactly; USD/day = 1.418 × 0.5 × 24 = 17.016 → $17.02 (Decimal, no float);
+    # in the 1-hour window (no episodes: the whole window): 1.418 × 0.5 GPU-h = 0.709 → $0.71
     assert cost.priced
     assert cost.usd_per_gpu_hour == Decimal("1.418")
-    assert cost.usd_per_day == Decimal("17.02")
+    assert cost.usd_per_day == Decimal("17.02") and cost.usd_in_window == Decimal("0.71")
     assert isinstance(cost.usd_per_day, Decimal)
-    assert cost.formula == "$1.418/GPU-h × 0.5000 GPU × 24 h = $17.02/day"
+    assert cost.formula == "$1.418/GPU-h × 0.5000 GPU × 24 h = $17.02/day; $1.418/GPU-h × 0.5 GPU-h = $0.71 in the window"
 
 
 def test_pricing_mig_slice_share_priced_by_fraction():

@@ -101,3 +101,31 @@ def test_the_allocation_mix_is_in_the_joined_view() -> None:
     ctx = join(cl, window())
     # THEN the mix names each mechanism with its pods and physical-GPU equivalents
     assert ctx.allocation_mix == {"device plugin": (2, Decimal(3)), "MIG": (1, 2 * (Decimal(1) / Decimal(7)))}
+
+
+class _NamesDevices:
+    """A resolver that knows which GPU each pod holds (as DRA claim results or a device annotation say)."""
+
+    name = "claims"
+
+    def applies(self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...]) -> bool:
+        return True
+
+    def resolve(self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[tuple[str, str]]) -> AllocationResult:
+        from gpuwaste.models.telemetry import DeviceId
+
+        hs = tuple(Holding(pod=p, node=p.node_name, share=Decimal(1), mechanism="claims", devices=(DeviceId(uuid=f"GPU-{p.name[0]}"),))
+                   for p in cluster.pods)
+        return AllocationResult(holdings=hs, handled_pods=frozenset(h.pod.key for h in hs))
+
+
+def test_gpus_without_pod_labels_are_tied_to_pods_by_the_devices_their_allocation_names() -> None:
+    # GIVEN two unlabelled GPUs and two pods whose allocation names their GPU (elimination could not tell them apart)
+    tel = window(gpu("GPU-a", "n1", {SM: const(0.0)}), gpu("GPU-b", "n1", {SM: const(0.9)}))
+    cl = cluster(node(gpus=2), pod("a-0"), pod("b-0"))
+    # WHEN joined with that resolver
+    ctx = join(cl, tel, chain=(_NamesDevices(), DevicePluginResolver()))
+    # THEN each pod holds its own GPU (node + device), nothing is ambiguous or unheld
+    got = {a.pod.name: ([d.device.uuid for d in a.devices], a.attribution) for a in ctx.allocations}
+    assert got == {"a-0": (["GPU-a"], Attribution.ALLOCATION), "b-0": (["GPU-b"], Attribution.ALLOCATION)}
+    assert ctx.nodes["n1"].ambiguous_pods == [] and ctx.nodes["n1"].unheld_devices == []

@@ -68,6 +68,7 @@ class ReplaySummary:
         usd_per_day: verdict → USD/day of the findings (idle: the whole GPU; under-used: the unused share), summed
             from the unrounded per-pod values (price × share × 24) and rounded to the cent once, at the end.
         usd_per_gpu_hour: the price used per GPU-hour, or None when unpriced.
+        wasted_gpu_hours: verdict → GPU-hours the findings' episodes wasted inside the window (idle, under-used).
     """
 
     eval_time: datetime
@@ -81,6 +82,7 @@ class ReplaySummary:
     usd_per_gpu_hour: Decimal | None
     price_source: str
     groups: dict[str, GroupStats]
+    wasted_gpu_hours: dict[str, float] = field(default_factory=dict)
 
 
 def replay_summary(report: ScanReport, source: AlibabaReplaySource) -> ReplaySummary:
@@ -96,6 +98,7 @@ def replay_summary(report: ScanReport, source: AlibabaReplaySource) -> ReplaySum
     verdicts: dict[str, str] = {}
     reasons: dict[str, str] = {}
     usd: dict[str, Decimal] = {v: Decimal(0) for v in VERDICTS}
+    wasted: dict[str, Decimal] = {v: Decimal(0) for v in VERDICTS}
     rate: Decimal | None = None
     price_source = ""
     for f in report.findings:
@@ -111,6 +114,7 @@ def replay_summary(report: ScanReport, source: AlibabaReplaySource) -> ReplaySum
             continue
         else:
             continue
+        wasted["idle" if f.kind is WasteKind.IDLE else "underused"] += f.wasted_gpu_hours
         if f.cost is not None and f.cost.priced and f.cost.usd_per_gpu_hour is not None:
             # unrounded per pod (the finding's usd_per_day is rounded to the cent): the total is rounded once below
             usd[verdicts[pod]] += f.cost.usd_per_gpu_hour * f.cost.wasted_gpu_share * HOURS_PER_DAY
@@ -167,6 +171,7 @@ def replay_summary(report: ScanReport, source: AlibabaReplaySource) -> ReplaySum
         usd_per_gpu_hour=rate,
         price_source=price_source,
         groups=groups,
+        wasted_gpu_hours={v: float(x) for v, x in wasted.items()},
     )
 
 
@@ -316,12 +321,13 @@ def alibaba(
         wins, share = sliding(source, window_s=w, step_s=w)
         judged = sum(sum(1 for v in s.verdicts.values() if v != "no_verdict") for s in wins)
         idle = sum(s.counts["idle"] for s in wins)
+        idle_h = sum(s.wasted_gpu_hours.get("idle", 0.0) for s in wins)  # the idle episodes' GPU-hours, not whole windows
         slide = {"window_s": w, "windows": len(wins), "pod_windows_judged": judged, "pod_windows_idle": idle,
                  "share_idle": round(idle / judged, 4) if judged else None,
                  "pods_idle_in_every_judged_window": sum(1 for v in share.values() if v == 1.0),
                  "pods_never_idle": sum(1 for v in share.values() if v == 0.0),
-                 "idle_gpu_hours": round(idle * w / 3600, 2),
-                 "idle_usd": str((summary.usd_per_gpu_hour * idle * w / 3600).quantize(CENT, rounding=ROUND_HALF_UP)) if summary.usd_per_gpu_hour else None}
+                 "idle_gpu_hours": round(idle_h, 2),
+                 "idle_usd": str((summary.usd_per_gpu_hour * Decimal(str(idle_h))).quantize(CENT, rounding=ROUND_HALF_UP)) if summary.usd_per_gpu_hour else None}
     if output is ReplayOutput.json:
         doc = {"mapping": {"gpu_model": gpu_model, "instance_type": instance_type, "pods_per_node": 1, "gpus_per_pod": 1,
                            "duty_cycle": "DCGM_FI_DEV_GPU_UTIL (percent)", "memory": "DCGM_FI_DEV_FB_USED (MiB)",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 
 from pydantic import Field
 
+from gpuwaste.detectors.episodes import runs
 from gpuwaste.detectors.registry import DetectorOutput, detector
 from gpuwaste.join import Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
@@ -141,12 +143,23 @@ def _allocation_checks(ctx: ScanContext, alloc: Allocation, settings: DataQualit
 
 def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settings: DataQualitySettings) -> DetectorOutput:
     problem = ctx.device_problem(dev, settings.stale_min_samples)
-    if problem not in ("stale_series", "frozen_exporter", "unreadable_samples"):
+    since = None
+    if problem is None and ctx.slots:
+        # the same contradiction for part of the window only (a counter that broke at some point)
+        broken = [b or None for b in ctx.contradicted_slots([dev])]
+        stretches = [r for r in runs(ctx, broken, (ctx.window_start, ctx.eval_time)) if r.seconds >= ctx.common.min_episode_s]
+        if stretches:
+            problem, since = "activity_signals_disagree", stretches[0].start
+    if problem not in ("stale_series", "frozen_exporter", "profiling_counter_broken", "activity_signals_disagree",
+                       "unreadable_samples"):
         return
     holder = ctx.holder_of(dev)
     if holder is not None:
         subject = ctx.subject_for(holder)
     where = f"{holder.pod.namespace}/{holder.pod.name} on {subject.node}" if holder else f"{subject.node}"
+    if problem in ("profiling_counter_broken", "activity_signals_disagree"):
+        yield _contradiction(ctx, dev, subject, where, problem, since)
+        return
     if problem == "unreadable_samples":
         sig = ctx.activity_signal(dev)
         st = dev.merged(sig) if sig is not None else None
@@ -162,8 +175,31 @@ def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settin
                   "The exporter or its scrape stopped: restart the dcgm-exporter pod; until then the GPU's state is unknown.",
                   str(dev.device))
     else:
-        energy = dev.merged(Signal.TOTAL_ENERGY)
+        energy = ctx.device_stats(dev, Signal.TOTAL_ENERGY)
         yield _dq(ctx, subject, "frozen_exporter",
                   f"Every value of GPU {dev.device} ({where}), energy counter included, stayed bit-identical for the window",
                   "dcgm-exporter is serving stale values (hung host engine): restart it; the GPU's real state is unknown, not idle.",
                   str(dev.device), details={"samples": energy.count if energy else 0})
+
+
+def _contradiction(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, where: str, problem: str,
+                   since: datetime | None = None) -> Finding:
+    """A profiling ratio that GPU_UTIL and power contradict (for the window, or `since` a time): named, never turned
+    into an idle verdict."""
+    sig = ctx.activity_signal(dev)
+    assert sig is not None
+    evidence = tuple(e for e in (ctx.signal_evidence([dev], s) for s in (sig, Signal.GPU_UTIL, Signal.POWER_USAGE)) if e is not None)
+    limit = ctx.power_limit_w(dev)
+    name = sig.value.removeprefix("DCGM_FI_PROF_")
+    if problem == "profiling_counter_broken":
+        title = f"Profiling counter broken on GPU {dev.device} ({where}): {name} reads 0 while GPU_UTIL and power show work"
+        advice = ("DCGM profiling fields read 0 while the GPU works (profiling module not loaded, another profiler such as Nsight "
+                  "or DCGM on the host holding the counters, or an unsupported GPU/driver): restart dcgm-exporter, check "
+                  "`dcgmi profile --list`; until then the GPU's activity is judged by no verdict, never as idle.")
+    else:
+        title = (f"Activity signals disagree on GPU {dev.device} ({where}): {name} reads idle while GPU_UTIL and power show work"
+                 + (f" since {since:%Y-%m-%d %H:%M}Z" if since else ""))
+        advice = ("Two signals say the GPU works and the profiling ratio says it does not: check the exporter's profiling "
+                  "fields and the GPU's MIG/vGPU mode; no verdict until they agree.")
+    return _dq(ctx, subject, problem, title, advice, str(dev.device), evidence=evidence,
+               details={"signal": sig.value, "power_limit_w": limit, "since": since.isoformat() if since else None})

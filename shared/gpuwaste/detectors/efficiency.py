@@ -6,11 +6,19 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from gpuwaste.detectors.readings import activity_confidence, judged_allocations, lower, physical_power, stat
+from gpuwaste.detectors.episodes import episode, finish, minutes_text, qualifying, runs, span_seconds
+from gpuwaste.detectors.readings import (
+    activity_confidence,
+    judged_allocations,
+    lower,
+    physical_power,
+    power_ratio_series,
+    stat,
+)
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
 from gpuwaste.join import Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
-from gpuwaste.models.findings import Finding, WasteKind
+from gpuwaste.models.findings import Episode, Finding, WasteKind
 from gpuwaste.models.telemetry import Signal
 
 _ACTIVITY = (Signal.SM_ACTIVE.value, Signal.GR_ENGINE_ACTIVE.value, Signal.GPU_UTIL.value)
@@ -50,7 +58,8 @@ class LowBandwidthSettings(SettingsModel):
     superseded_by=("stalled",),
 )
 def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> DetectorOutput:
-    """Flag pods whose GPUs draw ≥ 80 % of their enforced power limit while SM activity stays under 20 %.
+    """Flag pods whose GPUs draw ≥ 80 % of their enforced power limit while SM activity stays under 20 %, for the
+    window or (with buckets, not on MIG) for stretches of it.
 
     Power is compared with the GPU's own limit (DCGM limit field, else the bundled per-model limit) and
     never used as an idle criterion (B21). On MIG, power is a whole-GPU value counted once per physical
@@ -63,19 +72,35 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
             continue
         alloc, act = item
         peak = act.max_avg_10m if act.max_avg_10m is not None else act.avg
-        if peak >= settings.max_activity_ratio:
-            continue
         power = physical_power(ctx, alloc.devices)
         subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
         if power is None:
-            yield NoVerdict("power_anomaly", subject, "no power reading or power limit for its GPUs")
+            if peak < settings.max_activity_ratio:
+                yield NoVerdict("power_anomaly", subject, "no power reading or power limit for its GPUs")
             continue
-        if power.avg_ratio < settings.min_power_ratio:
+        span = ctx.held_span(alloc)
+        whole = peak < settings.max_activity_ratio and power.avg_ratio >= settings.min_power_ratio
+        avg = act.avg
+        if whole:
+            episodes: tuple[Episode, ...] = (episode(ctx, span[0], span[1], _held_wasted(alloc.share, avg)),)
+        elif ctx.slots and not any(d.device.gpu_i_id is not None for d in alloc.devices):
+            activity = ctx.activity_series(alloc.devices, alloc.pod)
+            watts = power_ratio_series(ctx, alloc.devices)
+            broken = ctx.contradicted_slots(alloc.devices, alloc.pod)
+            flags = [None if a is None or w is None or bad else (a < settings.max_activity_ratio and w >= settings.min_power_ratio)
+                     for a, w, bad in zip(activity, watts, broken, strict=True)]
+            found = qualifying(ctx, runs(ctx, flags, span), span)
+            if not found:
+                continue
+            episodes = tuple(episode(ctx, r.start, r.end, _held_wasted(alloc.share, _mean([activity[i] for i in r.slots])))
+                             for r in found)
+            avg = _mean([activity[i] for r in found for i in r.slots])
+        else:
             continue
         if any(d.device.gpu_i_id is not None for d in alloc.devices) and not _mig_siblings_low(ctx, alloc, settings):
             yield NoVerdict("power_anomaly", subject, "MIG: another instance on the same GPU is busy; board power is shared (B06)")
             continue
-        used = Decimal(str(round(act.avg, 4)))
+        used = Decimal(str(round(avg, 4)))
         wasted = (alloc.share * (Decimal(1) - used)).quantize(_SHARE)
         conf = activity_confidence(act)
         if power.limit_source == "bundled catalog":
@@ -86,12 +111,12 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
             "threshold": round(settings.min_power_ratio * power.limit_w, 3),
             "comparison": f"avg ≥ {settings.min_power_ratio:g} × limit {power.limit_w:g} W (ratio {power.avg_ratio:.2f})",
         })
-        yield Finding(
+        finding = Finding(
             kind=WasteKind.POWER_ANOMALY,
             detector="power_anomaly",
             subject=ctx.subject_for(alloc),
             title=(f"{len(alloc.devices)} GPU(s) of {subject} draw {power.avg_ratio:.0%} of their power limit "
-                   f"at {act.avg:.0%} SM activity ({cause})"),
+                   f"at {act.avg:.0%} SM activity ({cause})" + ("" if whole else f" in stretches totalling {minutes_text(episodes)}")),
             recommendation=("The GPU burns power without computing: profile the job (Nsight Systems) for busy-wait loops, "
                             "host↔device copies or memory-bound kernels; fix the code or batch more work per kernel."),
             evidence=(act.evidence(ctx.window_s, threshold=settings.max_activity_ratio,
@@ -105,6 +130,16 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
                      "power_limit_w": power.limit_w, "power_limit_source": power.limit_source,
                      "formula": "wasted GPUs = GPUs held × (1 − average activity)", "cause": cause},
         )
+        yield finish(ctx, finding, episodes, span_seconds(span) * act.coverage)
+
+
+def _held_wasted(share: Decimal, activity: float) -> Decimal:
+    return (share * (Decimal(1) - Decimal(str(round(activity, 4))))).quantize(_SHARE)
+
+
+def _mean(values: list[float | None]) -> float:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else 0.0
 
 
 def _mig_siblings_low(ctx: ScanContext, alloc: Allocation, settings: PowerAnomalySettings) -> bool:

@@ -23,8 +23,10 @@ RATE = ":rate"
 def readable(ctx: ScanContext, alloc: Allocation, name: str) -> ActivityReading | NoVerdict | None:
     """The allocation's trusted activity, a NoVerdict with its reason, or None (not running / no devices).
 
-    Same guards as the idle detector: grace period, untrusted telemetry (stale, frozen; B12), a missing
-    activity signal (B04/B05: on MIG only the PROF ratios count), coverage below `common.min_coverage`.
+    Same guards as the idle detector: grace period, untrusted telemetry (stale, frozen; B12; contradicting
+    signals), a missing activity signal (B04/B05: on MIG only the PROF ratios count), coverage below
+    `common.min_coverage`. A pod that ended inside the window (a finished Job) held its GPUs until it ended —
+    they are not free capacity then — but gets no verdict of its own: there is nothing left to act on.
     """
     if alloc.pod.phase is not PodPhase.RUNNING or not alloc.devices:
         return None
@@ -94,7 +96,7 @@ def power_limit(ctx: ScanContext, device: GpuTelemetry) -> tuple[float, str] | N
     the parent on MIG), else the bundled per-model limit the service put in `ctx.power_limits_w`.
     """
     for sig in (Signal.POWER_LIMIT, Signal.POWER_MGMT_LIMIT):
-        st = device.merged(sig)
+        st = ctx.device_stats(device, sig)
         if st is not None and st.count and st.max > 0:
             return st.max, sig.value
     if device.model_name and device.model_name in ctx.power_limits_w:
@@ -108,7 +110,7 @@ def physical_power(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[Gp
     for dev in devices:
         if dev.device.uuid in seen:
             continue  # MIG instances of one GPU share one power value (B06)
-        st = dev.merged(Signal.POWER_USAGE)
+        st = ctx.device_stats(dev, Signal.POWER_USAGE)
         lim = power_limit(ctx, dev)
         if st is None or st.count == 0 or lim is None:
             return None
@@ -116,7 +118,7 @@ def physical_power(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[Gp
     if not seen:
         return None
     ratios = [st.avg / lim for st, lim, _ in seen.values()]
-    m10 = [(st.max_avg_10m if st.max_avg_10m is not None else st.avg) / lim for st, lim, _ in seen.values()]
+    m10 = [(p if (p := ctx.peak_10m(st)) is not None else st.avg) / lim for st, lim, _ in seen.values()]
     stats = [st for st, _, _ in seen.values()]
     limits = [lim for _, lim, _ in seen.values()]
     source = sorted({src for _, _, src in seen.values()})
@@ -129,12 +131,30 @@ def physical_power(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[Gp
         p95=round(max(s.p95 for s in stats), 3),
         max=round(max(s.max for s in stats), 3),
         min=None,  # not summarised for power (models.telemetry.SUMMARY_STATS)
-        max_avg_10m=round(max((s.max_avg_10m or s.avg) for s in stats), 3),
+        max_avg_10m=round(max((ctx.peak_10m(s) or s.avg) for s in stats), 3),
         samples=sum(s.count for s in stats),
         coverage=round(min(ctx.telemetry.coverage(s) for s in stats), 4),
         note=f"{len(seen)} physical GPU(s), each counted once; limit {max(limits):g} W from {', '.join(source)}",
     )
     return PowerReading(avg_w, max(limits), sum(ratios) / len(ratios), max(m10), ", ".join(source), len(seen), ev)
+
+
+def power_ratio_series(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]) -> list[float | None]:
+    """Per slot, mean over the physical GPUs of `devices` (each UUID once, B06) of bucket power ÷ limit; None where unknown."""
+    rows: list[list[float | None]] = []
+    seen: set[str] = set()
+    for dev in devices:
+        if dev.device.uuid in seen:
+            continue
+        seen.add(dev.device.uuid)
+        lim = power_limit(ctx, dev)
+        st = ctx.device_stats(dev, Signal.POWER_USAGE)
+        if lim is None or st is None:
+            return [None] * len(ctx.slots)
+        rows.append([None if b is None or b.avg is None else b.avg / lim[0] for b in ctx.buckets_of(st)])
+    if not rows:
+        return [None] * len(ctx.slots)
+    return [None if any(v is None for v in col) else sum(v for v in col if v is not None) / len(col) for col in zip(*rows, strict=True)]
 
 
 def stat(ctx: ScanContext, alloc: Allocation, signal: Signal) -> Evidence | None:
@@ -198,10 +218,7 @@ def rate_evidence(ctx: ScanContext, name: str, value: float, *, unit: str, sampl
 
 def pod_alloc(ctx: ScanContext, namespace: str, pod: str) -> Allocation | None:
     """The allocation of a pod, or None."""
-    for a in ctx.allocations:
-        if a.pod.namespace == namespace and a.pod.name == pod:
-            return a
-    return None
+    return ctx.allocation_of(namespace, pod)
 
 
 __all__ = [
@@ -214,6 +231,7 @@ __all__ = [
     "pod_gauge",
     "pod_rate",
     "power_limit",
+    "power_ratio_series",
     "rate_evidence",
     "readable",
     "stat",

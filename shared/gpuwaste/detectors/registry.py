@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gpuwaste.detectors.episodes import complete
+from gpuwaste.detectors.money import assign_money_owners
 from gpuwaste.join import ScanContext
 from gpuwaste.models.findings import Finding
 
@@ -76,7 +78,8 @@ class DetectionResult:
 
 
 def run_detectors(ctx: ScanContext, settings_by_name: dict[str, BaseModel], enabled: Iterable[str] | None = None) -> DetectionResult:
-    """Run the enabled detectors over one scan context and resolve supersession.
+    """Run the enabled detectors over one scan context, resolve supersession, and price each GPU-hour once
+    (`money.assign_money_owners`): findings sharing GPU-hours point to the one that owns their money.
 
     Raises:
         KeyError: if `enabled` names a detector that is not registered.
@@ -90,8 +93,8 @@ def run_detectors(ctx: ScanContext, settings_by_name: dict[str, BaseModel], enab
             if isinstance(item, NoVerdict):
                 skipped.append(item)
             else:
-                findings.append(item)
-    return DetectionResult(tuple(_supersede(findings)), tuple(skipped))
+                findings.append(complete(ctx, item))
+    return DetectionResult(tuple(assign_money_owners(_supersede(findings))), tuple(skipped))
 
 
 def _subject_key(f: Finding) -> tuple[str | None, str | None, str | None]:
@@ -100,13 +103,22 @@ def _subject_key(f: Finding) -> tuple[str | None, str | None, str | None]:
 
 
 def _supersede(findings: list[Finding]) -> list[Finding]:
-    present: dict[tuple[str | None, str | None, str | None], set[str]] = {}
+    """Drop a finding when a finding of a detector that supersedes it covers the same subject at the same time
+    (an idle hour before a stall that started later stays its own finding)."""
+    present: dict[tuple[str | None, str | None, str | None], list[Finding]] = {}
     for f in findings:
-        present.setdefault(_subject_key(f), set()).add(f.detector)
+        present.setdefault(_subject_key(f), []).append(f)
     out = []
     for f in findings:
         spec = REGISTRY.get(f.detector)
-        if spec and set(spec.superseded_by) & present.get(_subject_key(f), set()):
+        if spec and any(o.detector in spec.superseded_by and _overlap(o, f) for o in present.get(_subject_key(f), [])):
             continue
         out.append(f)
     return out
+
+
+def _overlap(a: Finding, b: Finding) -> bool:
+    """True when two findings' episodes share time (a finding without episodes covers the whole window)."""
+    if not a.episodes or not b.episodes:
+        return True
+    return any(x.start < y.end and y.start < x.end for x in a.episodes for y in b.episodes)

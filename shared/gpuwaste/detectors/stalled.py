@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gpuwaste.detectors.readings import physical_power, readable
+from gpuwaste.detectors.episodes import episode, finish, from_runs, qualifying, runs, span_seconds
+from gpuwaste.detectors.readings import physical_power, power_ratio_series, readable
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
 from gpuwaste.join import Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
-from gpuwaste.models.findings import Confidence, Evidence, Finding, WasteKind
+from gpuwaste.models.findings import Confidence, Episode, Evidence, Finding, WasteKind
 from gpuwaste.models.telemetry import Signal
 
 
@@ -49,6 +50,30 @@ def _busy(ctx: ScanContext, alloc: Allocation) -> tuple[Signal, float, Evidence]
     return sig, low, ev
 
 
+def _stall_flags(ctx: ScanContext, alloc: Allocation, settings: StalledSettings, busy_sig: Signal) -> list[bool | None]:
+    """Per slot: True when every GPU looks busy, tensor and DRAM work ≈ 0 and power near idle; None when unknown."""
+    pod = alloc.pod
+    busy_rows = []
+    for dev in alloc.devices:
+        sig = Signal.GR_ENGINE_ACTIVE if dev.device.gpu_i_id is not None else busy_sig
+        st = ctx.device_stats(dev, sig, pod if (pod.namespace, pod.name) in dev.workloads else None)
+        busy_rows.append([None if b is None or b.avg is None else sig.to_ratio(b.avg) for b in ctx.buckets_of(st)])
+    work_rows = [ctx.signal_series(alloc.devices, s, pod) for s in (Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE)
+                 if ctx.signal_evidence(alloc.devices, s, pod) is not None]
+    power = power_ratio_series(ctx, alloc.devices)
+    flags: list[bool | None] = []
+    for i in range(len(ctx.slots)):
+        busy = [row[i] for row in busy_rows]
+        work = [row[i] for row in work_rows]
+        if any(v is None for v in busy) or any(v is None for v in work) or power[i] is None or not work:
+            flags.append(None)
+            continue
+        flags.append(min(v for v in busy if v is not None) >= settings.min_busy_ratio
+                     and max(v for v in work if v is not None) <= settings.max_work_ratio
+                     and (power[i] or 0.0) <= settings.max_power_ratio)
+    return flags
+
+
 @detector(
     "stalled",
     settings=StalledSettings,
@@ -60,8 +85,10 @@ def detect_stalled(ctx: ScanContext, settings: StalledSettings) -> DetectorOutpu
     """Flag pods whose every GPU shows high utilisation but ≈ 0 tensor/DRAM work and near-idle power (B14, B15).
 
     Needs a busy signal (GPU_UTIL or GR_ENGINE_ACTIVE), at least one of tensor or DRAM activity, and power
-    with a limit: power is corroboration only (B21), never the sole criterion. The stalled GPU-hours are
-    priced as waste in full.
+    with a limit: power is corroboration only (B21), never the sole criterion. A stall over the whole window
+    is one episode; with buckets, a stall that started inside the window (a training job that hangs after its
+    first hour) is found as the stretch of buckets meeting all three criteria for at least `min_duration_s`.
+    The stalled GPU-hours are priced as waste in full.
     """
     for alloc in ctx.allocations:
         r = readable(ctx, alloc, "stalled")
@@ -74,41 +101,53 @@ def detect_stalled(ctx: ScanContext, settings: StalledSettings) -> DetectorOutpu
         if busy is None:
             continue
         sig, low, busy_ev = busy
-        if low < settings.min_busy_ratio:
-            continue
         work = [e for e in (ctx.signal_evidence(alloc.devices, s, alloc.pod) for s in (Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE)) if e is not None]
         if not work:
-            yield NoVerdict("stalled", subject, "busy utilisation but no tensor/DRAM activity fields to tell work from a stall")
-            continue
-        if any((e.max_avg_10m if e.max_avg_10m is not None else e.max or 0.0) > settings.max_work_ratio for e in work):
+            if low >= settings.min_busy_ratio:
+                yield NoVerdict("stalled", subject, "busy utilisation but no tensor/DRAM activity fields to tell work from a stall")
             continue
         power = physical_power(ctx, alloc.devices)
-        if power is None:
-            yield NoVerdict("stalled", subject, "no power reading or power limit to corroborate a stall (B21)")
+        whole = (low >= settings.min_busy_ratio
+                 and all((e.max_avg_10m if e.max_avg_10m is not None else e.max or 0.0) <= settings.max_work_ratio for e in work)
+                 and power is not None and power.max_avg_10m_ratio <= settings.max_power_ratio)
+        span = ctx.held_span(alloc)
+        if whole:
+            if ctx.window_s < settings.min_duration_s:
+                yield NoVerdict("stalled", subject, f"window {ctx.window_s}s shorter than min_duration_s {settings.min_duration_s}s")
+                continue
+            episodes: tuple[Episode, ...] = (episode(ctx, span[0], span[1], alloc.share),)
+        elif ctx.slots and power is not None:
+            found = qualifying(ctx, runs(ctx, _stall_flags(ctx, alloc, settings, sig), span), span, settings.min_duration_s)
+            if not found:
+                continue
+            episodes = from_runs(ctx, found, alloc.share)
+        else:
+            if power is None and low >= settings.min_busy_ratio and all(
+                    (e.max_avg_10m if e.max_avg_10m is not None else e.max or 0.0) <= settings.max_work_ratio for e in work):
+                yield NoVerdict("stalled", subject, "no power reading or power limit to corroborate a stall (B21)")
             continue
-        if power.max_avg_10m_ratio > settings.max_power_ratio:
-            continue
-        if ctx.window_s < settings.min_duration_s:
-            yield NoVerdict("stalled", subject, f"window {ctx.window_s}s shorter than min_duration_s {settings.min_duration_s}s")
-            continue
+        assert power is not None
         sm = ctx.signal_evidence(alloc.devices, Signal.SM_ACTIVE, alloc.pod)
         conf = Confidence.HIGH if len(work) == 2 and power.limit_source != "bundled catalog" else Confidence.MEDIUM
-        hours = ctx.window_s / 3600
-        yield Finding(
+        hours = sum((e.end - e.start).total_seconds() for e in episodes) / 3600
+        since = "" if whole else f" since {episodes[-1].start:%H:%M}Z" if episodes[-1].ongoing else ""
+        finding = Finding(
             kind=WasteKind.STALLED,
             detector="stalled",
             subject=ctx.subject_for(alloc),
-            title=(f"{len(alloc.devices)} GPU(s) of {subject} look {low:.0%} busy but do no work "
-                   f"(tensor/DRAM ≈ 0, power {power.avg_ratio:.0%} of limit) for {hours:.1f} h"),
+            title=(f"{len(alloc.devices)} GPU(s) of {subject} look busy but do no work "
+                   f"(tensor/DRAM ≈ 0, power near idle) for {hours:.1f} h{since}"),
             recommendation=("The job looks busy but is stuck (typically a hung NCCL collective or a dead rank): check its logs, "
                             "restart it, and set NCCL timeouts (TORCH_NCCL_BLOCKING_WAIT / NCCL_TIMEOUT) so a stall fails fast."),
             evidence=(busy_ev.model_copy(update={"threshold": settings.min_busy_ratio,
-                                                 "comparison": f"avg ≥ {settings.min_busy_ratio:g} on every GPU",
+                                                 "comparison": f"avg ≥ {settings.min_busy_ratio:g} on every GPU" + ("" if whole else " in every stalled bucket"),
                                                  "note": "GPU_UTIL is percent" if sig is Signal.GPU_UTIL else ""}),
                       *(e.model_copy(update={"threshold": settings.max_work_ratio,
-                                             "comparison": f"every 10-min avg ≤ {settings.max_work_ratio:g}"}) for e in work),
+                                             "comparison": f"every 10-min avg ≤ {settings.max_work_ratio:g}" if whole
+                                             else f"every stalled bucket avg ≤ {settings.max_work_ratio:g}"}) for e in work),
                       power.evidence.model_copy(update={"threshold": round(settings.max_power_ratio * power.limit_w, 3),
-                                                        "comparison": f"every 10-min avg ≤ {settings.max_power_ratio:g} × limit {power.limit_w:g} W"}),
+                                                        "comparison": f"every {'10-min' if whole else 'stalled bucket'} avg ≤ "
+                                                                      f"{settings.max_power_ratio:g} × limit {power.limit_w:g} W"}),
                       *((sm,) if sm is not None else ())),
             confidence=conf,
             observed_at=ctx.eval_time,
@@ -118,6 +157,7 @@ def detect_stalled(ctx: ScanContext, settings: StalledSettings) -> DetectorOutpu
                      "power_limit_source": power.limit_source, "stalled_hours": round(hours, 3),
                      "formula": "wasted GPUs = all GPUs held (stalled hours are never productive)"},
         )
+        yield finish(ctx, finding, episodes, span_seconds(span) * r.coverage)
 
 
 __all__ = ["StalledSettings", "detect_stalled"]

@@ -1,8 +1,8 @@
 """Join: GPU ↔ node ↔ pod over the window — cluster state + telemetry + allocation holdings in, `ScanContext` out.
 
 Pure. Implements the attribution rules of the field guide: exported_* labels (B02), node resolution from
-Hostname / exporter pod / IP / EC2 instance id (B03, `allocation.nodes`), attribution by elimination
-(B01, B23), MIG devices keyed by UUID + GPU_I_ID (B05–B08), cluster lifecycle over stale DCGM pod labels
+Hostname / exporter pod / IP / EC2 instance id (B03, `allocation.nodes`), GPU ↔ pod by the exporter's pod
+labels, else by the devices the allocation names (node + device), else by elimination (B01, B23), MIG devices keyed by UUID + GPU_I_ID (B05–B08), cluster lifecycle over stale DCGM pod labels
 (B10, B11), physical GPUs counted by UUID (B17). Who holds which share from when to when comes from the
 allocation resolvers (`gpuwaste.allocation.resolve`); a pod holds GPUs only over its holding span, so a
 Job that finished mid-window held its GPU until it ended and the GPU is free afterwards.
@@ -130,7 +130,8 @@ def _stray_reason(pod: Pod | None, holding: Holding | None, node_name: str) -> s
 
 
 def _attribute_node(inv: NodeInventory, holdings: list[Holding], labelled: _Labelled, eval_time: datetime) -> list[Allocation]:
-    """The allocations of one node: labelled devices first, else elimination (B01), else unknown devices."""
+    """The allocations of one node: devices labelled with the pod first, else the devices its allocation names (node +
+    device), else elimination (B01), else unknown devices."""
     node = inv.node
     allocations = [
         _allocation(h, node, tuple(labelled.devices[h.pod.key]), Attribution.LABELS, True)

@@ -7,6 +7,7 @@ the sample spacing, pod-scoped samples, data problems). Built by `gpuwaste.join.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -18,7 +19,15 @@ from gpuwaste.allocation.physical import physical_gpu_count
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, gpu_share_for_request
 from gpuwaste.models.findings import Attribution, Evidence, GpuRef, Subject
-from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, GpuTelemetry, Signal, TelemetryWindow, WindowStats, summarises
+from gpuwaste.models.telemetry import (
+    ACTIVITY_SIGNALS,
+    Bucket,
+    GpuTelemetry,
+    Signal,
+    TelemetryWindow,
+    WindowStats,
+    summarises,
+)
 
 
 class CommonSettings(SettingsModel):
@@ -28,11 +37,26 @@ class CommonSettings(SettingsModel):
         min_coverage: share 0–1 of the expected samples a window needs before any verdict.
         pod_grace_s: pods younger than this (seconds) get no verdict.
         node_grace_s: nodes younger than this (seconds) are not reported as unallocated capacity.
+        min_episode_s: the shortest stretch of waste (seconds) reported as an episode inside a longer observed
+            span; a stretch that covers everything observed of a subject is reported whatever its length.
+        min_episode_share: stretches of waste that ended before the evaluation time make a verdict only when
+            together they cover at least this share 0–1 of the observed span (a stretch still going on always does).
+        confident_observed_s: findings resting on fewer observed seconds than this get LOW confidence (a short
+            window sees a bursty workload's quiet phase, not its pattern).
     """
 
     min_coverage: float = Field(0.8, gt=0, le=1)
     pod_grace_s: int = Field(900, ge=0)
     node_grace_s: int = Field(900, ge=0)
+    min_episode_s: int = Field(1800, ge=60)
+    min_episode_share: float = Field(0.25, ge=0, le=1)
+    confident_observed_s: int = Field(1800, ge=0)
+
+
+#: An activity ratio under this reads "idle" (the idle detector's default threshold).
+IDLE_RATIO = 0.05
+#: GPU_UTIL ÷ 100 and power ÷ limit at or above this show work that contradicts an idle profiling ratio.
+WORK_RATIO = 0.5
 
 
 @dataclass(frozen=True)
@@ -233,6 +257,14 @@ class ScanContext:
         waiting = self.unscheduled_gpu_requests()
         return bool(waiting) and free < waiting[0]
 
+    def allocation_of(self, namespace: str, pod: str) -> Allocation | None:
+        """The allocation of a pod (namespace, name), or None when it holds no GPU in the window."""
+        index = self.__dict__.get("_alloc_index")
+        if index is None:
+            index = {(a.pod.namespace, a.pod.name): a for a in self.allocations}
+            self.__dict__["_alloc_index"] = index
+        return index.get((namespace, pod))
+
     def holder_of(self, device: GpuTelemetry) -> Allocation | None:
         """The allocation that holds a device, or None."""
         index = self.__dict__.get("_holder_index")
@@ -250,6 +282,122 @@ class ScanContext:
     def window_s(self) -> int:
         """The scan window (seconds)."""
         return self.telemetry.window_s
+
+    # --- time: the window's buckets ------------------------------------------------------------
+    @property
+    def slots(self) -> tuple[tuple[datetime, datetime], ...]:
+        """The window's buckets as (start, end] pairs, oldest first; empty when the telemetry did not resolve time.
+
+        They tile the window from its start (`models.telemetry.Bucket`), so none reaches outside it.
+        """
+        cached = self.__dict__.get("_slots")
+        if cached is None:
+            b = self.telemetry.bucket_s
+            if not b or self.telemetry.single_instant or b > self.window_s:
+                cached = ()
+            else:
+                start = self.window_start
+                cached = tuple((start + timedelta(seconds=k * b), start + timedelta(seconds=(k + 1) * b)) for k in range(self.window_s // b))
+            self.__dict__["_slots"] = cached
+        return cached
+
+    def _slot_index(self) -> dict[datetime, int]:
+        """Slot end → slot index (cached)."""
+        index = self.__dict__.get("_slot_ends")
+        if index is None:
+            index = {end: i for i, (_, end) in enumerate(self.slots)}
+            self.__dict__["_slot_ends"] = index
+        return index
+
+    def buckets_of(self, stats: WindowStats | None) -> list[Bucket | None]:
+        """A summary's buckets aligned with `slots` (None where the bucket holds no sample)."""
+        out: list[Bucket | None] = [None] * len(self.slots)
+        if stats is None or not stats.buckets:
+            return out
+        index = self._slot_index()
+        for b in stats.buckets:
+            i = index.get(b.end)
+            if i is not None and b.count:
+                out[i] = b
+        return out
+
+    def resolved_time(self, stats: WindowStats | None) -> bool:
+        """True when `stats` carries buckets for this window's slots."""
+        return bool(self.slots) and stats is not None and bool(stats.buckets)
+
+    def peak_10m(self, stats: WindowStats) -> float | None:
+        """The highest 10-minute average inside the window, in the signal's unit.
+
+        From the buckets when there are any: 10-minute groups tiled backwards from the evaluation time, so no
+        group reaches before the window start; else the source's `max_avg_10m`.
+        """
+        if not self.resolved_time(stats):
+            return stats.max_avg_10m
+        cache: dict[int, tuple[WindowStats, float | None]] = self.__dict__.setdefault("_peak_cache", {})
+        hit = cache.get(id(stats))
+        if hit is not None and hit[0] is stats:
+            return hit[1]
+        group = self.__dict__.get("_ten_minute_group")
+        if group is None:  # slot end → its 10-minute group, counted backwards from the evaluation time
+            group = {end: int((self.eval_time - end).total_seconds() // 600) for _, end in self.slots}
+            self.__dict__["_ten_minute_group"] = group
+        totals: dict[int, list[float]] = {}
+        counts: dict[int, int] = {}
+        for b in stats.buckets:
+            k = group.get(b.end)
+            if k is None or not b.count:
+                continue
+            totals.setdefault(k, []).append(b.total)
+            counts[k] = counts.get(k, 0) + b.count
+        avgs = [math.fsum(totals[k]) / n for k, n in counts.items() if n]
+        value = max(avgs) if avgs else stats.max_avg_10m
+        cache[id(stats)] = (stats, value)  # the entry keeps `stats` alive, so its id is never reused
+        return value
+
+    def activity_series(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None, *,
+                        peak: bool = False) -> list[float | None]:
+        """Per slot, the mean activity ratio 0–1 over `devices` (each on its own best signal; with `peak`, each bucket's
+        highest sample instead of its average); None where any lacks samples."""
+        per_dev: list[list[float | None]] = []
+        for dev in devices:
+            sig = self.activity_signal(dev)
+            if sig is None:
+                return [None] * len(self.slots)
+            st = self.device_stats(dev, sig, pod if self._labelled_for(dev, pod) else None)
+            per_dev.append([None if b is None or b.avg is None else sig.to_ratio(b.max if peak else b.avg)
+                            for b in self.buckets_of(st)])
+        return _mean_columns(per_dev, len(self.slots))
+
+    def contradicted_slots(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> list[bool]:
+        """Per slot, True where some device's profiling ratio reads idle while its GPU_UTIL and power both show work
+        (the bucket-level `contradiction`): such a slot is unknown, never idle."""
+        out = [False] * len(self.slots)
+        for dev in devices:
+            sig = self.activity_signal(dev)
+            limit = self.power_limit_w(dev)
+            if sig is None or sig is Signal.GPU_UTIL or dev.device.gpu_i_id is not None or limit is None:
+                continue
+            scoped = pod if self._labelled_for(dev, pod) else None
+            prof = self.buckets_of(self.device_stats(dev, sig, scoped))
+            util = self.buckets_of(self.device_stats(dev, Signal.GPU_UTIL, scoped))
+            power = self.buckets_of(self.device_stats(dev, Signal.POWER_USAGE))
+            for i, (p, u, w) in enumerate(zip(prof, util, power, strict=True)):
+                if p is None or u is None or w is None or p.avg is None or u.avg is None or w.avg is None:
+                    continue
+                if (sig.to_ratio(p.avg) < IDLE_RATIO and Signal.GPU_UTIL.to_ratio(u.avg) >= WORK_RATIO
+                        and w.avg >= WORK_RATIO * limit):
+                    out[i] = True
+        return out
+
+    def signal_series(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None = None,
+                      *, ratio: bool = False) -> list[float | None]:
+        """Per slot, the mean bucket average of `signal` over `devices` (÷ 100 for percent fields when `ratio`)."""
+        per_dev: list[list[float | None]] = []
+        for dev in devices:
+            st = self.device_stats(dev, signal, pod if self._labelled_for(dev, pod) else None)
+            conv = signal.to_ratio if ratio else (lambda v: v)
+            per_dev.append([None if b is None or b.avg is None else conv(b.avg) for b in self.buckets_of(st)])
+        return _mean_columns(per_dev, len(self.slots))
 
     # --- signal access -------------------------------------------------------------------------
     def device_stats(self, device: GpuTelemetry, signal: Signal | str, pod: Pod | None = None) -> WindowStats | None:
@@ -273,7 +421,7 @@ class ScanContext:
         for sig in ACTIVITY_SIGNALS:
             if sig is Signal.GPU_UTIL and device.device.gpu_i_id is not None:
                 continue
-            stats = device.merged(sig)
+            stats = self.device_stats(device, sig)
             if stats is not None and (stats.count > 0 or stats.unreadable > 0):  # unreadable samples: still this signal
                 found = sig
                 break
@@ -334,7 +482,7 @@ class ScanContext:
         weakest = max((s for s, _ in readings), key=lambda s: order[s])
         ratio = [(s, st) for s, st in readings]
         avgs = [s.to_ratio(st.avg) for s, st in ratio]
-        m10 = [s.to_ratio(st.max_avg_10m) for s, st in ratio if st.max_avg_10m is not None]
+        m10 = [s.to_ratio(p) for s, st in ratio if (p := self.peak_10m(st)) is not None]
         return ActivityReading(
             signal=weakest,
             avg=sum(avgs) / len(avgs),
@@ -355,7 +503,7 @@ class ScanContext:
         present = [s for s in stats if s is not None and s.count > 0]
         if not present:
             return None
-        m10 = [s.max_avg_10m for s in present if s.max_avg_10m is not None]
+        m10 = [p for s in present if (p := self.peak_10m(s)) is not None]
         return Evidence(
             signal=signal.value,
             unit=signal.unit,
@@ -372,22 +520,31 @@ class ScanContext:
     def device_problem(self, device: GpuTelemetry, stale_min_samples: int = 20) -> str | None:
         """Why a device's telemetry cannot be trusted, or None: "no_activity_signal", "unreadable_samples"
         (its activity signal has samples, none readable: `WindowStats.unreadable`), "stale_series"
-        (stopped reporting before the window's end) or "frozen_exporter" (every value, energy counter
-        included, bit-identical for the window; field guide B12). Such devices are never judged idle.
+        (stopped reporting before the window's end), "frozen_exporter" (every value, energy counter
+        included, bit-identical for the window; field guide B12), or a contradiction (`contradiction`:
+        "profiling_counter_broken", "activity_signals_disagree"). Such devices are never judged idle.
         """
+        cache: dict[tuple[int, int], tuple[GpuTelemetry, str | None]] = self.__dict__.setdefault("_problem_cache", {})
+        key = (id(device), stale_min_samples)
+        hit = cache.get(key)
+        if hit is None or hit[0] is not device:
+            hit = cache[key] = (device, self._device_problem(device, stale_min_samples))
+        return hit[1]
+
+    def _device_problem(self, device: GpuTelemetry, stale_min_samples: int) -> str | None:
         sig = self.activity_signal(device)
         if sig is None:
             return "no_activity_signal"
         if self.telemetry.single_instant:
             return None
-        stats = device.merged(sig)
+        stats = self.device_stats(device, sig)
         if stats is None:
             return "no_activity_signal"
         if stats.count == 0 and stats.unreadable > 0:
             return "unreadable_samples"
         if stats.count > 0 and stats.recent_count == 0:
             return "stale_series"
-        energy = device.merged(Signal.TOTAL_ENERGY)
+        energy = self.device_stats(device, Signal.TOTAL_ENERGY)
         if (
             energy is not None
             and energy.count >= stale_min_samples
@@ -396,7 +553,37 @@ class ScanContext:
             and stats.count >= stale_min_samples
         ):
             return "frozen_exporter"
-        return None
+        return self.contradiction(device)
+
+    def contradiction(self, device: GpuTelemetry) -> str | None:
+        """A profiling activity ratio that two other signals contradict, or None.
+
+        The PROF ratio (SM_ACTIVE / GR_ENGINE_ACTIVE) reads idle (window average < `IDLE_RATIO`) while GPU_UTIL
+        (window average ≥ `WORK_RATIO`) and power (≥ `WORK_RATIO` × the power limit) both show work:
+        "profiling_counter_broken" when the ratio never left 0, else "activity_signals_disagree". Either way the
+        device gets no idle (or any activity) verdict. Not on MIG instances (GPU_UTIL is whole-GPU there, B05),
+        and not when power is idle too (GPU_UTIL busy with no work and idle power is the stall, B14).
+        """
+        sig = self.activity_signal(device)
+        if sig is None or sig is Signal.GPU_UTIL or device.device.gpu_i_id is not None:
+            return None
+        prof, util, power = self.device_stats(device, sig), self.device_stats(device, Signal.GPU_UTIL), self.device_stats(device, Signal.POWER_USAGE)
+        if prof is None or util is None or power is None or not (prof.count and util.count and power.count):
+            return None
+        if sig.to_ratio(prof.avg) >= IDLE_RATIO or Signal.GPU_UTIL.to_ratio(util.avg) < WORK_RATIO:
+            return None
+        limit = self.power_limit_w(device)
+        if limit is None or power.avg < WORK_RATIO * limit:
+            return None
+        return "profiling_counter_broken" if prof.max == 0 else "activity_signals_disagree"
+
+    def power_limit_w(self, device: GpuTelemetry) -> float | None:
+        """The device's power limit (W): DCGM's enforced or management limit, else the bundled per-model limit."""
+        for sig in (Signal.POWER_LIMIT, Signal.POWER_MGMT_LIMIT):
+            st = self.device_stats(device, sig)
+            if st is not None and st.count and st.max > 0:
+                return st.max
+        return self.power_limits_w.get(device.model_name or "")
 
     @staticmethod
     def _labelled_for(device: GpuTelemetry, pod: Pod | None) -> bool:
@@ -464,3 +651,13 @@ def _model_of(devices: tuple[GpuTelemetry, ...], node: Node | None) -> str | Non
         if d.model_name:
             return d.model_name
     return node.gpu_product if node else None
+
+
+def _mean_columns(rows: list[list[float | None]], n: int) -> list[float | None]:
+    """Column-wise mean of equally long rows; None in a column where any row has None (or there are no rows)."""
+    if not rows:
+        return [None] * n
+    out: list[float | None] = []
+    for col in zip(*rows, strict=True):
+        out.append(None if any(v is None for v in col) else sum(v for v in col if v is not None) / len(col))
+    return out

@@ -31,11 +31,17 @@ class WasteKind(StrEnum):
     KV_CACHE_PRESSURE = "kv_cache_pressure"
     INFERENCE_IDLE = "inference_idle"
     ORPHANED = "orphaned"
+    UNREQUESTED_USE = "unrequested_use"  # governance: a GPU is busy although no pod requested it (no waste money)
 
     @property
     def is_waste(self) -> bool:
-        """False for data-quality findings, which report missing knowledge, not money."""
-        return self is not WasteKind.DATA_QUALITY
+        """False for data-quality findings (missing knowledge) and governance findings (a GPU used without a
+        request: used, not wasted), which carry no money."""
+        return self not in (WasteKind.DATA_QUALITY, WasteKind.UNREQUESTED_USE)
+
+
+#: Kind values that are no waste and carry no money (data quality, governance).
+NOT_WASTE_KINDS: frozenset[str] = frozenset(k.value for k in WasteKind if not k.is_waste)
 
 
 class Confidence(StrEnum):
@@ -178,10 +184,12 @@ class Finding(Frozen):
         wasted_gpu_share: physical-GPU equivalents wasted (what the price is multiplied by).
         observed_at: the scan's evaluation time (UTC). window_s: the window the evidence covers.
         scope_key: extra identity for node- or device-level findings (node name, device, sub-kind).
-        episodes: the stretches of the window in which the waste happened (oldest first); empty when the
-            source did not resolve time (then the whole observed window is the evidence span).
+        episodes: the stretches of the window in which the waste happened (oldest first). When the source did
+            not resolve time, or the verdict holds for the whole observed span, that span is the one episode; empty
+            for findings without waste money (data quality, governance, sizing).
         wasted_gpu_hours: physical GPU-hours wasted inside the window (sum over episodes).
-        observed_s: seconds of the window covered by evidence (what confidence and ticketing rest on).
+        observed_s: seconds of the window covered by evidence (what confidence and ticketing rest on; 0: not
+            measured).
         money_owner: fingerprint of another finding of the same scan that owns the money for the same
             GPU-hours (this finding then carries no money of its own: each GPU-hour is priced once).
     """

@@ -239,6 +239,8 @@ class LifecycleService:
     def _maybe_ticket(self, record: FindingRecord, finding: Finding, scan_id: str) -> tuple[FindingRecord, AlertMessage | None]:
         if record.ticket_requested_at is not None or record.ticket_key or not finding.kind.is_waste:
             return record, None
+        if 0 < finding.observed_s < self.settings.ticket_min_observed_s:
+            return record, None  # too little observed to escalate (a short window); the alert still goes out
         at = finding.observed_at
         age = at - record.first_seen
         usd = record.usd_per_day

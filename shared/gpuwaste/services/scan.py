@@ -17,7 +17,7 @@ from gpuwaste.allocation.physical import physical_gpu_count
 from gpuwaste.detectors import DetectorSettings, NoVerdict, build_context, run_detectors
 from gpuwaste.errors import ConfigError
 from gpuwaste.join import ScanContext
-from gpuwaste.models.findings import Finding
+from gpuwaste.models.findings import Episode, Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, TelemetryWindow
 from gpuwaste.ports import ClusterStateSource, FindingQueue, GpuTelemetrySource
@@ -37,6 +37,8 @@ class Inventory:
 
     Attributes:
         physical_gpus: distinct DCGM UUIDs. mig_instances: devices with a GPU_I_ID.
+        pods_holding_gpus: pods holding GPUs at the evaluation time (a Job that finished inside the window held its
+            GPUs until it ended and is not counted).
         models: GPU model → physical GPUs. activity_signals: signal → devices using it.
         attribution: how allocations were tied to devices (labels / elimination / unknown).
         allocation: the allocation mix in words ("device plugin 212 GPUs (90 pods), MIG 2 GPUs (14 pods)").
@@ -109,7 +111,7 @@ def inventory_of(ctx: ScanContext) -> Inventory:
         nodes=len(ctx.nodes),
         physical_gpus=len(uuids),
         mig_instances=sum(1 for g in gpus if g.device.gpu_i_id),
-        pods_holding_gpus=len(ctx.allocations),
+        pods_holding_gpus=sum(1 for a in ctx.allocations if a.holds_now),
         models=dict(models),
         activity_signals=dict(signals),
         attribution=dict(attribution),
@@ -144,21 +146,28 @@ def merge_replicas(findings: list[Finding]) -> list[Finding]:
     for f in findings:
         groups.setdefault(f.fingerprint, []).append(f)
     out: list[Finding] = []
-    for items in groups.values():
+    renamed: dict[tuple[str, tuple[str | None, ...]], str] = {}  # (old fingerprint, price key) → new fingerprint
+    for fp, items in groups.items():
         if len(items) == 1:
             out.append(items[0])
             continue
         by_price: dict[tuple[str | None, ...], list[Finding]] = {}
         for f in items:
-            s = f.subject
-            key: tuple[str | None, ...] = (s.instance_type, s.capacity_type, s.region, s.accelerator, s.gpu_model, str(s.physical_gpus_on_node))
-            by_price.setdefault(key, []).append(f)
+            by_price.setdefault(_price_key(f), []).append(f)
         for key, group in by_price.items():
             merged = group[0] if len(group) == 1 else _merge(group)
             if len(by_price) > 1:
                 merged = merged.model_copy(update={"scope_key": f"{merged.scope_key}@{'/'.join(k or '-' for k in key[:3])}"})
+                renamed[(fp, key)] = merged.fingerprint
             out.append(merged)
-    return out
+    # a finding whose money another owns points to that owner's fingerprint as merged (same node, same price key)
+    return [f.model_copy(update={"money_owner": renamed[(f.money_owner, _price_key(f))]})
+            if f.money_owner and (f.money_owner, _price_key(f)) in renamed else f for f in out]
+
+
+def _price_key(f: Finding) -> tuple[str | None, ...]:
+    s = f.subject
+    return (s.instance_type, s.capacity_type, s.region, s.accelerator, s.gpu_model, str(s.physical_gpus_on_node))
 
 
 _CONFIDENCE_ORDER = {"low": 0, "medium": 1, "high": 2}
@@ -173,13 +182,34 @@ def _merge(group: list[Finding]) -> Finding:
         "gpu_share": sum((f.subject.gpu_share for f in group), Decimal(0)),
     })
     s = first.subject
+    owners = {f.money_owner for f in group}
+    pointed = [f.subject.pod or "" for f in group if f.money_owner]
     return first.model_copy(update={
         "subject": subject,
         "wasted_gpu_share": sum((f.wasted_gpu_share for f in group), Decimal(0)),
+        "wasted_gpu_hours": sum((f.wasted_gpu_hours for f in group), Decimal(0)),
+        "episodes": _union_episodes(group),
+        "observed_s": min(f.observed_s for f in group),
+        "money_owner": owners.pop() if len(owners) == 1 else None,
         "title": f"{len(group)} pods of {s.namespace}/{s.workload_name} ({s.workload_kind}): {first.title} — and {len(group) - 1} more",
         "confidence": min((f.confidence for f in group), key=lambda c: _CONFIDENCE_ORDER[c.value]),
-        "details": {**first.details, "pods": ", ".join(pods), "replicas": len(group)},
+        "details": {**first.details, "pods": ", ".join(pods), "replicas": len(group),
+                    **({"money_owned_elsewhere_pods": ", ".join(pointed)} if pointed and len(pointed) < len(group) else {})},
     })
+
+
+def _union_episodes(group: list[Finding]) -> tuple[Episode, ...]:
+    """The replicas' episodes as one timeline: overlapping stretches joined, their GPU-hours added."""
+    eps = sorted((e for f in group for e in f.episodes), key=lambda e: (e.start, e.end))
+    out: list[Episode] = []
+    for e in eps:
+        if out and e.start <= out[-1].end:
+            last = out[-1]
+            out[-1] = Episode(start=last.start, end=max(last.end, e.end), ongoing=last.ongoing or e.ongoing,
+                              wasted_gpu_hours=last.wasted_gpu_hours + e.wasted_gpu_hours)
+        else:
+            out.append(e)
+    return tuple(out)
 
 
 class ScanService:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from gpuwaste.models.findings import WasteKind
+from gpuwaste.models.findings import NOT_WASTE_KINDS, WasteKind
 from gpuwaste.models.ledger import waste_usd
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
 from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, PostedMessage, TrendDay
@@ -247,13 +247,13 @@ def summarize(
             stacked[(keys["team"], r.kind)] += now_usd
         if not in_period:
             continue
-        if r.usd_per_day is None and r.kind != WasteKind.DATA_QUALITY.value:
+        if r.usd_per_day is None and r.kind not in NOT_WASTE_KINDS:
             unpriced += 1
-        if since <= r.first_seen < until and r.kind != WasteKind.DATA_QUALITY.value:
+        if since <= r.first_seen < until and r.kind not in NOT_WASTE_KINDS:
             opened += 1
         is_open = r.state is FindingState.OPEN
-        if r.kind == WasteKind.DATA_QUALITY.value:
-            continue  # no verdict, no money: counted apart (data_quality_open), never as waste
+        if r.kind in NOT_WASTE_KINDS:
+            continue  # no money: data quality counted apart (data_quality_open), governance never as waste
         if is_open and r.last_seen >= since:
             open_n += 1
             open_rate += r.usd_per_day or Decimal(0)

@@ -186,7 +186,7 @@ def _rows(findings: Sequence[Finding], ids: dict[str, str], owner: Callable[[Fin
         who = owner(f)
         kind = kind_label(f.kind)
         caveat = " *" if f.cost is not None and f.cost.priced and f.cost.warnings else ""
-        usd = usd_text(counted_usd_per_day(f)) if not f.money_owner else "(shared)"
+        usd = "(shared)" if f.money_owner else usd_text(counted_usd_per_day(f)) if f.kind.is_waste else "not waste"
         rows.append(Row(f, ids.get(f.fingerprint, f.fingerprint[:SHORT_ID]),
                         plain("(node)" if who.startswith("node ") or who == NODE_OWNER else who),
                         plain(work), plain(short), kind, gpus_text(f.wasted_gpu_share), usd + caveat,
