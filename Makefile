@@ -47,7 +47,7 @@ lint: install ## ruff, import boundaries, mypy --strict on the core, template li
 	$(MAKE) --no-print-directory typecheck
 	$(BIN)/cfn-lint template.yaml
 
-typecheck: install ## mypy --strict on shared/gpuwaste but the packages pyproject.toml [tool.mypy] excludes
+typecheck: install ## mypy --strict on all of shared/gpuwaste (pyproject.toml [tool.mypy])
 	$(BIN)/mypy
 
 validate: install ## cfn-lint + sam validate (sam in its own venv, offline)

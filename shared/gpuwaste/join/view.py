@@ -238,7 +238,7 @@ class ScanContext:
 
     def pod_signals(self, namespace: str, pod: str) -> dict[str, WindowStats]:
         """Pod-level signals (CPU, inference server) of one pod; empty when none were scraped."""
-        index = self.__dict__.get("_pod_index")
+        index: dict[tuple[str, str], dict[str, WindowStats]] | None = self.__dict__.get("_pod_index")
         if index is None:
             index = {(p.namespace, p.pod): p.signals for p in self.telemetry.pods}
             self.__dict__["_pod_index"] = index
