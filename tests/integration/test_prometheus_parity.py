@@ -497,6 +497,17 @@ def test_prometheus_source_non_prometheus_answer_is_permanent_error(fake_prom: _
     assert len(fake_prom.requests) == 1
 
 
+def test_prometheus_source_404_says_the_url_is_not_a_prometheus_api(fake_prom: _FakePrometheus) -> None:
+    # GIVEN a server that answers 404 to /api/v1/query (a wrong path prefix, a web server)
+    fake_prom.status = 404
+    fake_prom.body = b"404 page not found"
+    source = _source(fake_prom.url)
+    # WHEN a query runs / THEN PermanentError telling the user to check the URL's path, not retried
+    with pytest.raises(PermanentError, match="no Prometheus API here"):
+        source.probe(["DCGM_FI_DEV_GPU_UTIL"], at=AT)
+    assert len(fake_prom.requests) == 1
+
+
 def test_prometheus_source_refuses_a_result_larger_than_max_series(fake_prom: _FakePrometheus) -> None:
     # GIVEN a Prometheus returning 3 series for a metric
     result = [{"metric": {"UUID": f"GPU-{i}", "gpuwaste_stat": "count"}, "value": [0, "1"]} for i in range(3)]

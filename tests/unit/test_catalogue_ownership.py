@@ -205,9 +205,10 @@ def test_orphaned_b08_mig_single_share_is_a_seventh(tmp_path):
     p = pod("ml", "p", "n1", started=_iso(timedelta(days=4)))
     # WHEN scanned
     sc = scan(tmp_path, [(GR, lab, 0.6)], [n, p])
-    # THEN the orphan wastes 1/7 of a GPU, not a whole H100 (and not 1/14)
+    # THEN the orphan holds 1/7 of a GPU, not a whole H100 (and not 1/14); at 60 % activity the unused 40 % of that
+    # slice is what a bare pod that computes wastes: 1/7 × 0.4
     (f,) = sc.of_kind(WasteKind.ORPHANED)
-    assert f.wasted_gpu_share.quantize(Decimal("0.0001")) == Decimal("0.1429")
+    assert f.wasted_gpu_share.quantize(Decimal("0.0001")) == (Decimal(1) / 7 * Decimal("0.4")).quantize(Decimal("0.0001"))
 
 
 def test_idle_modes_provisioning_fragmentation_and_idle_orphans(tmp_path):
@@ -223,3 +224,14 @@ def test_idle_modes_provisioning_fragmentation_and_idle_orphans(tmp_path):
     assert free.idle_mode is IdleMode.PROVISIONING and free.details["stranded_by_fragmentation"] is True
     (orphan,) = sc.of_kind(WasteKind.ORPHANED)
     assert orphan.details["reason"] == "bare_pod" and orphan.idle_mode is IdleMode.IDLE_HELD
+
+
+def test_orphaned_bare_pod_that_computes_is_priced_by_its_unused_share(tmp_path):
+    # GIVEN a bare pod (no ownerReferences) older than 3 days whose GPU is busy
+    p = pod("ml", "p", "n1", started=_iso(timedelta(days=4)))
+    # WHEN scanned
+    sc = scan(tmp_path, _busy(), [node("n1"), p])
+    # THEN it is still flagged (governance: nobody manages it) but only the unused share is priced, not the whole GPU
+    (f,) = sc.of_kind(WasteKind.ORPHANED)
+    assert f.details["reason"] == "bare_pod"
+    assert 0 < f.wasted_gpu_share < 1 and "average activity" in str(f.details["formula"])

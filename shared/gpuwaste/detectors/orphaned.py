@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 
 from pydantic import Field
 
@@ -105,10 +106,18 @@ def detect_orphaned(ctx: ScanContext, settings: OrphanedSettings) -> DetectorOut
         reason, title, advice, mode, conf, ev = found
         evidence = [ev]
         act = ctx.activity(a.devices, pod) if a.devices and pod.phase is PodPhase.RUNNING else None
+        share, formula = a.share, "wasted GPUs = all GPUs the pod holds"
         if act is not None:
             evidence.append(act.evidence(ctx.window_s, comparison="context: GPU activity while orphaned"))
-            if mode is None and is_idle(act, IdleSettings()):
-                mode = idle_mode(ctx, a)  # an orphan that also computes nothing is idle: say which kind
+            if is_idle(act, IdleSettings()):
+                if mode is None:
+                    mode = idle_mode(ctx, a)  # an orphan that also computes nothing is idle: say which kind
+            elif reason == "bare_pod":
+                # a bare pod (no controller) whose GPUs compute is running work someone started by hand: only the share
+                # its activity leaves unused is waste (training at 95 % is a governance problem, not 100 % waste). An
+                # orphan whose owner is gone keeps the whole GPU: nothing will collect what it computes.
+                share = (a.share * (Decimal(1) - Decimal(str(round(min(1.0, max(0.0, act.avg)), 4))))).quantize(Decimal("0.0001"))
+                formula = f"wasted GPUs = GPUs held × (1 − average activity {act.avg:.1%}) — its GPUs compute"
         yield Finding(
             kind=WasteKind.ORPHANED,
             detector="orphaned",
@@ -120,8 +129,8 @@ def detect_orphaned(ctx: ScanContext, settings: OrphanedSettings) -> DetectorOut
             idle_mode=mode,
             observed_at=ctx.eval_time,
             window_s=ctx.window_s,
-            wasted_gpu_share=a.share,
+            wasted_gpu_share=share,
             scope_key=reason,
             details={"reason": reason, "owner_chain": " → ".join(pod.workload.chain), "phase": pod.phase.value,
-                     "formula": "wasted GPUs = all GPUs the pod holds"},
+                     "formula": formula},
         )

@@ -302,6 +302,9 @@ class PrometheusGpuMetricsSource:
                     "check that Prometheus is healthy and not overloaded"
                 )
             detail = f": {exc.error}" if exc.error else ""
+            if s == 404 and not exc.error:  # no Prometheus API at this URL
+                detail = (": no Prometheus API here (/api/v1/query not found) — check the URL: a path prefix such as "
+                          "/prometheus, or for Amazon Managed Service for Prometheus .../workspaces/WORKSPACE_ID")
             return PermanentError(f"Prometheus at {self.url} refused the {what} query (HTTP {s}){detail}")
         if isinstance(exc, requests.Timeout):
             return SourceUnavailableError(
