@@ -13,9 +13,12 @@ from gpuwaste.detectors import (  # noqa: F401  (registration)
     stalled,
     starvation,
 )
-from gpuwaste.detectors.registry import REGISTRY, DetectionResult, NoVerdict, run_detectors
+from gpuwaste.detectors.registry import REGISTRY, DetectionResult, NoVerdict, check_registry, run_detectors
 from gpuwaste.detectors.settings import DetectorSettings
 from gpuwaste.join import ScanContext, build_context
+
+# every superseded_by name, and the settings document, checked against the registry once all detectors are imported
+check_registry(DetectorSettings.detector_fields())
 
 __all__ = ["REGISTRY", "DetectionResult", "DetectorSettings", "NoVerdict", "ScanContext", "build_context", "run_detectors", "detect"]
 

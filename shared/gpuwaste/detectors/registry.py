@@ -69,6 +69,56 @@ def detector(
     return wrap
 
 
+class RegistryError(TypeError):
+    """The detector registry contradicts itself or its settings document (a programming error, raised at import)."""
+
+
+def check_registry(settings_fields: dict[str, type[BaseModel]], registry: dict[str, DetectorSpec] | None = None) -> None:
+    """Check the registry when the detectors are imported: every `superseded_by` names a registered detector other
+    than itself, and the settings document (`DetectorSettings`: field name → model) has exactly one field per
+    registered detector, of that detector's settings model.
+
+    Raises:
+        RegistryError: naming the detector, the bad name and what to fix.
+    """
+    registry = REGISTRY if registry is None else registry
+    problems: list[str] = []
+    for name, spec in registry.items():
+        unknown = [s for s in spec.superseded_by if s not in registry or s == name]
+        if unknown:
+            problems.append(f"{name}: superseded_by names {unknown}, not another registered detector "
+                            f"(registered: {sorted(registry)})")
+        model = settings_fields.get(name)
+        if model is None:
+            problems.append(f"{name}: no field in DetectorSettings (detectors/settings.py); add "
+                            f"`{name}: {spec.settings_model.__name__} = Field(default_factory={spec.settings_model.__name__})`")
+        elif model is not spec.settings_model:
+            problems.append(f"{name}: DetectorSettings.{name} is {model.__name__}, the detector reads {spec.settings_model.__name__}")
+    extra = sorted(set(settings_fields) - set(registry))
+    if extra:
+        problems.append(f"DetectorSettings has fields for no registered detector: {extra}")
+    if problems:
+        raise RegistryError("detector registry: " + "; ".join(problems))
+
+
+def registry_table(registry: dict[str, DetectorSpec] | None = None) -> str:
+    """The registered detectors as the Markdown table of docs/catalogue.md (name, what it reports, the signals it
+    reads, what supersedes it, its settings), in name order."""
+    registry = REGISTRY if registry is None else registry
+
+    def names(items: Iterable[str]) -> str:
+        return ", ".join(f"`{i}`" for i in items) or "—"
+
+    rows = ["| detector | reports | reads (any of) | superseded by | settings |", "|---|---|---|---|---|"]
+    for name in sorted(registry):
+        spec = registry[name]
+        paragraph = (spec.fn.__doc__ or spec.description).strip().split("\n\n")[0]
+        what = " ".join(line.strip() for line in paragraph.splitlines()).replace("|", "\\|")
+        rows.append(f"| `{name}` | {what} | {names(spec.needs_any)} | {names(spec.superseded_by)} | "
+                    f"{names(spec.settings_model.model_fields)} |")
+    return "\n".join(rows) + "\n"
+
+
 @dataclass(frozen=True)
 class DetectionResult:
     """Findings of one scan and the subjects that got no verdict."""

@@ -42,4 +42,17 @@ class DetectorSettings(BaseModel):
 
     def by_name(self) -> dict[str, BaseModel]:
         """Detector name → its settings model."""
-        return {name: getattr(self, name) for name in type(self).model_fields if name not in ("enabled", "common")}
+        return {name: getattr(self, name) for name in type(self).model_fields if name not in SHARED_FIELDS}
+
+    @classmethod
+    def detector_fields(cls) -> dict[str, type[BaseModel]]:
+        """Field name → settings model of each per-detector field (what `registry.check_registry` compares)."""
+        out: dict[str, type[BaseModel]] = {}
+        for name, info in cls.model_fields.items():
+            if name not in SHARED_FIELDS and isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+                out[name] = info.annotation
+        return out
+
+
+#: DetectorSettings fields that are not one detector's settings.
+SHARED_FIELDS = ("enabled", "common")
