@@ -918,7 +918,7 @@ class PrometheusKsmSource:
         Raises:
             SourceUnavailableError, SourceAuthError, PermanentError: from the Prometheus client.
         """
-        from gpuwaste.sources.exposition import RecordedSeries  # noqa: PLC0415
+        from gpuwaste.sources.raw_samples import SeriesSamples, add_matrix, chunk_ends, recorded  # noqa: PLC0415
 
         m = dict(self.prometheus.matchers)
         _, keep = _pod_sets(f"[{int(range_s)}s]", self.settings, m)
@@ -935,14 +935,8 @@ class PrometheusKsmSource:
                 inner = [f'__name__=~"{names}"', f'namespace="{_esc(ns)}"', f'pod=~"{_esc(regex)}"',
                          *(f'{k}="{_esc(v)}"' for k, v in sorted(m.items()))]
                 selectors.append("{" + ",".join(inner) + "}")
-        series: dict[tuple[str, tuple[tuple[str, str], ...]], dict[int, float]] = {}
-        ends: list[tuple[datetime, int]] = []
-        remaining, end = int(range_s), at
-        while remaining > 0:
-            step = min(chunk_s, remaining)
-            ends.append((end, step))
-            end -= timedelta(seconds=step)
-            remaining -= step
+        series: SeriesSamples = {}
+        ends = chunk_ends(at, range_s, chunk_s)
         total, done = len(selectors) * len(ends), 0
         for sel in selectors:
             for chunk_end, step in ends:
@@ -950,18 +944,8 @@ class PrometheusKsmSource:
                 done += 1
                 if progress:
                     progress(f"[{done}/{total}] kube-state-metrics: {len(result)} series")
-                for item in result:
-                    labels = dict(item.get("metric", {}))
-                    name = labels.pop("__name__", "")
-                    samples = series.setdefault((name, tuple(sorted(labels.items()))), {})
-                    for ts, value in item.get("values", []):
-                        samples[round(float(ts) * 1000)] = float(value)
-        out = []
-        for (name, pairs), samples in series.items():
-            ordered = sorted(samples.items())
-            out.append(RecordedSeries(name, dict(pairs), [t for t, _ in ordered], [v for _, v in ordered]))
-        out.sort(key=lambda s: (s.name, tuple(sorted(s.labels.items()))))
-        return out
+                add_matrix(series, result)
+        return recorded(series)
 
 
 # -- the API now, KSM for the window's history ------------------------------------------------------------------

@@ -602,15 +602,10 @@ class PrometheusGpuMetricsSource:
         Raises:
             SourceUnavailableError, SourceAuthError, PermanentError: see `instant_query`.
         """
-        series: dict[tuple[str, tuple[tuple[str, str], ...]], dict[int, float]] = {}
-        ends: list[tuple[datetime, int]] = []
-        remaining = int(range_s)
-        end = at
-        while remaining > 0:
-            step = min(chunk_s, remaining)
-            ends.append((end, step))
-            end -= timedelta(seconds=step)
-            remaining -= step
+        from gpuwaste.sources.raw_samples import SeriesSamples, add_matrix, chunk_ends, recorded
+
+        series: SeriesSamples = {}
+        ends = chunk_ends(at, range_s, chunk_s)
         total = len(self.plan) * len(ends)
         done = 0
         for spec in self.plan:
@@ -621,19 +616,8 @@ class PrometheusGpuMetricsSource:
                     progress(f"[{done}/{total}] {spec.name}: {len(result)} series")
                 if len(result) > self.max_series:
                     raise PermanentError(f"Prometheus at {self.url}: {spec.name} has more than max_series={self.max_series} series")
-                for item in result:
-                    labels = dict(item.get("metric", {}))
-                    name = labels.pop("__name__", spec.name)
-                    key = (name, tuple(sorted(labels.items())))
-                    samples = series.setdefault(key, {})
-                    for ts, value in item.get("values", []):
-                        samples[round(float(ts) * 1000)] = float(value)
-        out = []
-        for (name, pairs), samples in series.items():
-            ordered = sorted(samples.items())
-            out.append(RecordedSeries(name, dict(pairs), [t for t, _ in ordered], [v for _, v in ordered]))
-        out.sort(key=lambda s: (s.name, tuple(sorted(s.labels.items()))))
-        return out
+                add_matrix(series, result, default_name=spec.name)
+        return recorded(series)
 
 
 class _ItemReader:
