@@ -17,10 +17,12 @@ Prints a table (markdown) on stdout; progress on stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +40,43 @@ for _p in (ROOT / "shared", ROOT):
 TARGET_SHARE = 0.10
 
 
+class _TimedQueries:
+    """The Prometheus client with the wall time of each KSM query recorded (what → seconds, the latest read)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.matchers = inner.matchers
+        self.seconds: dict[str, float] = {}
+
+    def instant_query(self, promql: str, *, at: datetime | None, what: str = "query") -> Any:
+        t0 = time.perf_counter()
+        try:
+            return self.inner.instant_query(promql, at=at, what=what)
+        finally:
+            self.seconds[what] = time.perf_counter() - t0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _profile(source: Any, at: datetime, top: int) -> str:
+    """One more read under cProfile: the `top` functions by own time and by cumulative time."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    source.cluster_state(at=at)
+    prof.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out).strip_dirs()
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
 def child(args: dict[str, Any]) -> dict[str, Any]:
     """Read the cluster state `repeats` times from each source; wall seconds per read, and what was read."""
     from datetime import timedelta
@@ -52,7 +91,8 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     api = KubernetesPodSource.from_settings(KubernetesSettings(mode="kubeconfig", kubeconfig=args["kubeconfig"], timeout_s=120),
                                             cluster="bench")
     prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=args["prometheus"], timeout_s=120), cluster="bench")
-    ksm = PrometheusKsmSource(prom, cluster="bench", window=timedelta(seconds=args["window_s"]), scrape_interval_s=60)
+    timed = _TimedQueries(prom)
+    ksm = PrometheusKsmSource(timed, cluster="bench", window=timedelta(seconds=args["window_s"]), scrape_interval_s=60)
     for name, source in (("api", api), ("ksm", ksm)):
         walls, cpus = [], []
         state = None
@@ -64,46 +104,62 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
         assert state is not None
         out[name] = {"wall_s": walls, "cpu_s": cpus, "pods": len(state.pods), "holding": sum(p.holds_gpus for p in state.pods),
                      "nodes": len(state.nodes), "exporters": len(state.exporter_pods)}
+        if args.get("profile"):
+            sys.stderr.write(f"\n===== cProfile: {name} =====\n{_profile(source, at, int(args['profile']))}")
     out["ksm"]["queries"] = ksm.query_count
+    out["ksm"]["query_s"] = timed.seconds
     return out
 
 
-def bench_size(gpus: int, repeats: int, workroot: Path) -> dict[str, Any]:
-    """Build, serve and backfill one fleet; measure both sources in a child process."""
+def bench_size(gpus: int, repeats: int, workroot: Path, profile: int = 0) -> dict[str, Any]:
+    """Build, serve and backfill one fleet (or reuse what an earlier run kept in `workroot`); measure both sources in
+    a child process."""
     from bench.run import EVAL_TS, WINDOW_S, backfill, kube_objects, log, make_fleet, prometheus
     from gpuwaste.sources.exposition import write_openmetrics
     from gpuwaste.sources.ksm import KSM_METRICS
     from tests.servers.kube_api import FakeKubeApi, write_kubeconfig
 
     work = workroot / f"g{gpus}"
-    work.mkdir(parents=True)
-    fleet = make_fleet(gpus, "lean")
-    series = fleet.ksm_series()
-    om = work / "ksm.om"
-    with om.open("w") as fh:
-        write_openmetrics(series, fh, types=dict.fromkeys(KSM_METRICS, "gauge"))
-    samples = sum(len(s.values) for s in series)
-    log(f"{gpus} GPUs: {len(series)} KSM series, {samples} samples; backfilling")
-    del series
     data_dir = work / "data"
-    backfill(om, data_dir)
-    om.unlink()
-    objects = kube_objects(fleet)
+    kept = work / "fleet.json"
+    if kept.exists():  # an earlier run with the same --workdir: the fleet is deterministic, its backfill reused
+        log(f"{gpus} GPUs: reusing {work}")
+        saved = json.loads(kept.read_text())
+        objects, gpu_count, series_count = saved["objects"], saved["gpus"], saved["ksm_series"]
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        fleet = make_fleet(gpus, "lean")
+        series = fleet.ksm_series()
+        om = work / "ksm.om"
+        with om.open("w") as fh:
+            write_openmetrics(series, fh, types=dict.fromkeys(KSM_METRICS, "gauge"))
+        samples = sum(len(s.values) for s in series)
+        series_count = len(series)
+        log(f"{gpus} GPUs: {series_count} KSM series, {samples} samples; backfilling")
+        del series
+        backfill(om, data_dir)
+        om.unlink()
+        objects = kube_objects(fleet)
+        gpu_count = len({g.uuid for g in fleet.gpus})
+        kept.write_text(json.dumps({"objects": objects, "gpus": gpu_count, "ksm_series": series_count}))
     kube = FakeKubeApi(pods=objects.pop("pods", []), nodes=objects.pop("nodes", []), others=objects).start()
     try:
         kubeconfig = write_kubeconfig(work / "kubeconfig", kube.url)
         with prometheus(data_dir) as (url, _proc, _ready):
             args = {"kubeconfig": str(kubeconfig), "prometheus": url, "repeats": repeats, "window_s": WINDOW_S,
-                    "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat()}
+                    "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(), "profile": profile}
             proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(args)], capture_output=True, text=True,
                                   timeout=1800, cwd=ROOT, env={**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}:{ROOT}"}, check=False)
             if proc.returncode != 0:
                 raise RuntimeError(proc.stderr[-3000:])
+            if profile:
+                sys.stderr.write(proc.stderr)
             result = json.loads(proc.stdout.strip().splitlines()[-1])
     finally:
         kube.stop()
-    result["gpus"] = len({g.uuid for g in fleet.gpus})
-    result["ksm_series"] = len(fleet.ksm_series())
+    result["gpus"] = gpu_count
+    result["ksm_series"] = series_count
     return result
 
 
@@ -113,8 +169,16 @@ def recorded_scan_s() -> float | None:
         text = (ROOT / "bench" / "RESULTS.md").read_text()
     except OSError:
         return None
-    found = re.findall(r"scan of 10,0\d\d GPUs end to end \| [^|]* \| ([\d.]+) s", text)
-    return float(found[-1]) if found else None  # the latest run
+    # the scan with the shipped recording rules (the scan's configuration wherever the rules are installed): the
+    # second `| scan s |` row of the side-by-side table (the first is the plan without the rules), its last column
+    rows = re.findall(r"^\| scan s\s*\|(.*)\|\s*$", text, flags=re.MULTILINE)
+    if len(rows) >= 2:
+        cells = [c.strip() for c in rows[1].split("|")]
+        try:
+            return float(cells[-1])
+        except ValueError:
+            return None
+    return None
 
 
 def main() -> int:
@@ -123,6 +187,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scan-s", type=float, default=None, help="the scan's wall time at 10,000 GPUs (default: bench/RESULTS.md)")
+    parser.add_argument("--workdir", default=None, help="keep the backfilled data here and reuse it on the next run")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="one more read of each source under cProfile; print its N costliest functions (stderr)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
@@ -130,9 +197,10 @@ def main() -> int:
         return 0
     scan_s = opts.scan_s or recorded_scan_s()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="gpuwaste-bench-cs-") as tmp:
+    with contextlib.ExitStack() as stack:
+        root = Path(opts.workdir) if opts.workdir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuwaste-bench-cs-")))
         for gpus in (int(x) for x in opts.sizes.split(",")):
-            rows.append(bench_size(gpus, opts.repeats, Path(tmp)))
+            rows.append(bench_size(gpus, opts.repeats, root, opts.profile))
     load = os.getloadavg()
     print(f"Cluster state ({platform.node()}, {os.cpu_count()} CPUs, load {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}, "
           f"Python {platform.python_version()}); median of {opts.repeats} reads, wall seconds (CPU seconds of the reading process)")
@@ -151,6 +219,8 @@ def main() -> int:
 
         print(f"| {r['gpus']:,} | {r['api']['pods'] + r['api']['exporters']:,} | {r['api']['nodes']:,} | {api_s:.2f} s ({api_cpu:.2f}) | "
               f"{share(api_s)} | {ksm_s:.2f} s ({ksm_cpu:.2f}) ({r['ksm']['queries']}) | {share(ksm_s)} | {r['ksm_series']:,} |")
+        per_query = ", ".join(f"{w.removeprefix('kube-state-metrics ')} {t:.2f} s" for w, t in r["ksm"].get("query_s", {}).items())
+        print(f"  KSM queries at {r['gpus']:,} GPUs (last read, 4 in flight): {per_query}")
         if r["api"]["pods"] != r["ksm"]["pods"] or r["api"]["holding"] != r["ksm"]["holding"]:
             print(f"  MISMATCH at {r['gpus']} GPUs: API {r['api']}, KSM {r['ksm']}")
     return 0

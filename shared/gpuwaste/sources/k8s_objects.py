@@ -102,6 +102,22 @@ def _int_quantity(value: Any, where: str) -> int:
         raise InputFormatError(f"{where}: GPU quantity must be an integer, got {value!r}") from exc
 
 
+def effective_requests(app: Iterable[Mapping[str, int]], init: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Effective request per resource of a pod from its containers' requests (each already "limits first, else
+    requests"): max(largest init container, sum of app containers); resources whose effective request is 0 dropped.
+    The one rule for the API, recordings and kube-state-metrics."""
+    total: dict[str, int] = {}
+    for c in app:
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + v
+    init_max: dict[str, int] = {}
+    for c in init:
+        for k, v in c.items():
+            init_max[k] = max(init_max.get(k, 0), v)
+    eff = {k: max(total.get(k, 0), init_max.get(k, 0)) for k in {*total, *init_max}}
+    return {k: v for k, v in eff.items() if v > 0}
+
+
 def _gpu_requests(spec: Mapping[str, Any], patterns: tuple[str, ...], where: str) -> dict[str, int]:
     def per_container(c: Mapping[str, Any], idx: str) -> dict[str, int]:
         res = c.get("resources") or {}
@@ -114,16 +130,8 @@ def _gpu_requests(spec: Mapping[str, Any], patterns: tuple[str, ...], where: str
                 out[name] = _int_quantity(raw, f"{where}.{idx}.resources[{name!r}]")
         return out
 
-    app: dict[str, int] = {}
-    for i, c in enumerate(spec.get("containers") or []):
-        for k, v in per_container(c, f"spec.containers[{i}]").items():
-            app[k] = app.get(k, 0) + v
-    init_max: dict[str, int] = {}
-    for i, c in enumerate(spec.get("initContainers") or []):
-        for k, v in per_container(c, f"spec.initContainers[{i}]").items():
-            init_max[k] = max(init_max.get(k, 0), v)
-    eff = {k: max(app.get(k, 0), init_max.get(k, 0)) for k in {*app, *init_max}}
-    return {k: v for k, v in eff.items() if v > 0}
+    return effective_requests((per_container(c, f"spec.containers[{i}]") for i, c in enumerate(spec.get("containers") or [])),
+                              (per_container(c, f"spec.initContainers[{i}]") for i, c in enumerate(spec.get("initContainers") or [])))
 
 
 def cpu_cores(quantity: Any) -> float | None:
@@ -155,8 +163,21 @@ def _meta(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     return meta
 
 
-def pod_from_dict(obj: Mapping[str, Any], patterns: tuple[str, ...] = DEFAULT_GPU_RESOURCES) -> Pod:
-    """Build a `Pod` from a Kubernetes Pod JSON object (workload = first hop; see `resolve_owners`).
+def first_hop(owners: tuple[OwnerRef, ...], namespace: str, name: str) -> Workload:
+    """The pod's own owner (the controller reference, else the first one) as a first-hop workload; a bare pod owns itself."""
+    ctrl = next((o for o in owners if o.controller), owners[0] if owners else None)
+    if ctrl is None:
+        return Workload(kind="Pod", name=name, namespace=namespace, resolution="api", exists=True)
+    return Workload(kind=ctrl.kind, name=ctrl.name, namespace=namespace, api_version=ctrl.api_version, resolution="first-hop",
+                    chain=(f"{ctrl.kind}/{ctrl.name}",))
+
+
+def pod_from_dict(obj: Mapping[str, Any], patterns: tuple[str, ...] = DEFAULT_GPU_RESOURCES,
+                  owners_of: tuple[Mapping[str, Mapping[str, Any]], frozenset[str]] | None = None) -> Pod:
+    """Build a `Pod` from a Kubernetes Pod JSON object.
+
+    The workload is the first hop (see `resolve_owners`), or with `owners_of` = (controllers, listed kinds) the
+    top controller, resolved at once.
 
     Raises:
         InputFormatError: when metadata.name is missing or a GPU quantity or time is malformed.
@@ -183,12 +204,10 @@ def pod_from_dict(obj: Mapping[str, Any], patterns: tuple[str, ...] = DEFAULT_GP
         for o in meta.get("ownerReferences") or []
         if isinstance(o, Mapping) and o.get("kind") and o.get("name")
     )
-    ctrl = next((o for o in owners if o.controller), owners[0] if owners else None)
-    workload = (
-        Workload(kind=ctrl.kind, name=ctrl.name, namespace=ns, api_version=ctrl.api_version, resolution="first-hop", chain=(f"{ctrl.kind}/{ctrl.name}",))
-        if ctrl
-        else Workload(kind="Pod", name=name, namespace=ns, resolution="api", exists=True)
-    )
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    workload = first_hop(owners, ns, name)
+    if owners_of is not None:
+        workload = resolve_workload(workload, labels, *owners_of)
     finished: datetime | None = None
     for cs in status.get("containerStatuses") or []:
         term = ((cs or {}).get("state") or {}).get("terminated") or {}
@@ -202,7 +221,7 @@ def pod_from_dict(obj: Mapping[str, Any], patterns: tuple[str, ...] = DEFAULT_GP
         uid=str(meta.get("uid", "")),
         phase=phase,
         node_name=spec.get("nodeName") or None,
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        labels=labels,
         annotations=_annotations(meta),
         owner_refs=owners,
         workload=workload,
@@ -389,11 +408,25 @@ def node_from_dict(obj: Mapping[str, Any], settings: ClusterReadSettings | None 
         return {
             k: _int_quantity(v, f"Node {name}.status.{section}[{k!r}]")
             for k, v in raw.items()
-            if is_gpu_resource(k, settings.gpu_resource_names) or k.startswith(("nvidia.com/", "k8s.amazonaws.com/vgpu"))
+            if is_node_gpu_resource(k, settings.gpu_resource_names)
         }
 
+    ips = tuple(a.get("address", "") for a in status.get("addresses") or [] if a.get("type") == "InternalIP")
+    return node_model(name, labels, settings, capacity_gpu=gpu_map("capacity"), allocatable_gpu=gpu_map("allocatable"),
+                      provider_id=spec.get("providerID") or None, internal_ips=ips,
+                      created_at=_ts(meta.get("creationTimestamp"), f"Node {name}.metadata.creationTimestamp"),
+                      unschedulable=bool(spec.get("unschedulable", False)))
+
+
+def is_node_gpu_resource(name: str, patterns: Iterable[str]) -> bool:
+    """A node capacity/allocatable resource kept on `Node`: a configured GPU resource, any `nvidia.com/` one, AWS vGPU."""
+    return is_gpu_resource(name, patterns) or name.startswith(("nvidia.com/", "k8s.amazonaws.com/vgpu"))
+
+
+def capacity_type_of(labels: Mapping[str, str], keys: Iterable[str]) -> str | None:
+    """"spot", "on-demand", another provider's word, or None, from the first capacity-type label present (`keys` in order)."""
     capacity_type = None
-    for key in settings.capacity_type_labels:
+    for key in keys:
         v = labels.get(key)
         if v:
             low = v.lower()
@@ -402,26 +435,33 @@ def node_from_dict(obj: Mapping[str, Any], settings: ClusterReadSettings | None 
                 continue
             capacity_type = "spot" if low in ("spot", "true", "preemptible") else "on-demand" if low in ("on_demand", "on-demand", "ondemand", "regular") else low
             break
-    ips = tuple(a.get("address", "") for a in status.get("addresses") or [] if a.get("type") == "InternalIP")
+    return capacity_type
+
+
+def node_model(name: str, labels: dict[str, str], settings: ClusterReadSettings, *, capacity_gpu: dict[str, int],
+               allocatable_gpu: dict[str, int], provider_id: str | None, internal_ips: tuple[str, ...],
+               created_at: datetime | None, unschedulable: bool) -> Node:
+    """A `Node` from its parts (the API's Node object or kube-state-metrics' node series): labels give the instance
+    type, capacity type, region/zone and the GFD facts."""
     return Node(
         name=name,
         labels=labels,
         instance_type=labels.get("node.kubernetes.io/instance-type") or labels.get("beta.kubernetes.io/instance-type") or labels.get("nvidia.com/gpu.machine"),
-        capacity_type=capacity_type,
+        capacity_type=capacity_type_of(labels, settings.capacity_type_labels),
         region=labels.get("topology.kubernetes.io/region"),
         zone=labels.get("topology.kubernetes.io/zone"),
-        provider_id=spec.get("providerID") or None,
-        internal_ips=ips,
+        provider_id=provider_id,
+        internal_ips=internal_ips,
         gpu_product=labels.get("nvidia.com/gpu.product") or labels.get("cloud.google.com/gke-accelerator"),
         gpu_count_label=_label_int(labels, "nvidia.com/gpu.count"),
         gpu_memory_mib=_label_int(labels, "nvidia.com/gpu.memory"),
         # NVIDIA device-plugin time-slicing (GFD), or GKE GPU time-sharing clients per GPU
         gpu_replicas=_label_int(labels, "nvidia.com/gpu.replicas") or _label_int(labels, "cloud.google.com/gke-max-shared-clients-per-gpu") or 1,
         mig_strategy=labels.get("nvidia.com/mig.strategy"),
-        capacity_gpu=gpu_map("capacity"),
-        allocatable_gpu=gpu_map("allocatable"),
-        created_at=_ts(meta.get("creationTimestamp"), f"Node {name}.metadata.creationTimestamp"),
-        unschedulable=bool(spec.get("unschedulable", False)),
+        capacity_gpu=capacity_gpu,
+        allocatable_gpu=allocatable_gpu,
+        created_at=created_at,
+        unschedulable=unschedulable,
     )
 
 
@@ -432,21 +472,27 @@ def resolve_owners(pod: Pod, controllers: Mapping[str, Mapping[str, Any]], liste
     a hop is missing from a listed kind, the owner is gone (orphan); when the kind was not listed, the
     hop is inferred from naming conventions (ReplicaSet `<deployment>-<hash>`, Job `<cronjob>-<minutes>`).
     """
-    w = pod.workload
+    return resolve_workload(pod.workload, pod.labels, controllers, listed_kinds)
+
+
+def resolve_workload(w: Workload, labels: Mapping[str, str], controllers: Mapping[str, Mapping[str, Any]],
+                     listed_kinds: frozenset[str]) -> Workload:
+    """`resolve_owners` from a pod's first-hop workload and its labels (`pod-template-hash` names the Deployment)."""
     if w.kind == "Pod":
         return w
+    namespace = w.namespace
     chain = [f"{w.kind}/{w.name}"]
     kind, name, api = w.kind, w.name, w.api_version
     resolution = "api"
     exists: bool | None = None
     for _ in range(8):
-        key = f"{kind}/{pod.namespace}/{name}"
+        key = f"{kind}/{namespace}/{name}"
         obj = controllers.get(key)
         if obj is None:
             if kind in listed_kinds:
                 exists = False
                 break
-            inferred = _infer_parent(kind, name, pod)
+            inferred = _infer_parent(kind, name, labels)
             if inferred is None:
                 resolution = "api" if resolution == "api" and kind not in ("ReplicaSet", "Job") else resolution
                 break
@@ -466,13 +512,13 @@ def resolve_owners(pod: Pod, controllers: Mapping[str, Mapping[str, Any]], liste
     else:
         resolution = "first-hop"
     if exists is None and kind in listed_kinds:
-        exists = f"{kind}/{pod.namespace}/{name}" in controllers
-    return Workload(kind=kind, name=name, namespace=pod.namespace, api_version=api, resolution=resolution, exists=exists, chain=tuple(chain))
+        exists = f"{kind}/{namespace}/{name}" in controllers
+    return Workload(kind=kind, name=name, namespace=namespace, api_version=api, resolution=resolution, exists=exists, chain=tuple(chain))
 
 
-def _infer_parent(kind: str, name: str, pod: Pod) -> tuple[str, str] | None:
+def _infer_parent(kind: str, name: str, labels: Mapping[str, str]) -> tuple[str, str] | None:
     if kind == "ReplicaSet":
-        h = pod.labels.get("pod-template-hash")
+        h = labels.get("pod-template-hash")
         if h and name.endswith(f"-{h}"):
             return ("Deployment", name[: -len(h) - 1])
         m = _HASH_SUFFIX.match(name)
@@ -484,6 +530,12 @@ def _infer_parent(kind: str, name: str, pod: Pod) -> tuple[str, str] | None:
 
 
 CONTROLLER_KINDS = ("ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")
+
+
+def _malformed(i: int, obj: Mapping[str, Any], exc: Exception) -> InputFormatError:
+    kind = obj.get("kind")
+    name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), Mapping) else None
+    return InputFormatError(f"items[{i}] ({kind} {name or '?'}): malformed object, a field has the wrong type: {exc}")
 
 
 def cluster_state_from_objects(
@@ -509,7 +561,7 @@ def cluster_state_from_objects(
     """
     settings = settings or ClusterReadSettings()
     exporter_re = re.compile(settings.exporter_pod_pattern)
-    pods: list[Pod] = []
+    pod_objs: list[tuple[int, Mapping[str, Any]]] = []
     nodes: list[Node] = []
     controllers: dict[str, Mapping[str, Any]] = {}
     ns_labels: dict[str, dict[str, str]] = {}
@@ -529,13 +581,8 @@ def cluster_state_from_objects(
         kinds_seen.add(str(kind))
         try:
             if kind == "Pod":
-                pod = pod_from_dict(obj, settings.gpu_resource_names)
-                if exporter_re.search(pod.name) and pod.node_name:
-                    exporters[pod.name] = pod.node_name
-                    if pod.pod_ip:
-                        exporter_ips[pod.pod_ip] = pod.node_name
-                if is_gpu_relevant_pod(obj, settings.gpu_resource_names):
-                    pods.append(pod)
+                _meta(obj, "Pod")
+                pod_objs.append((i, obj))  # built once the controllers are known: owners resolved at once
             elif kind == "Node":
                 nodes.append(node_from_dict(obj, settings))
             elif kind == "ResourceClaim":
@@ -552,16 +599,23 @@ def cluster_state_from_objects(
                 meta = _meta(obj, str(kind))
                 controllers[f"{kind}/{meta.get('namespace') or 'default'}/{meta['name']}"] = obj
         except (AttributeError, TypeError, ValueError) as exc:  # a field of the wrong JSON type (list for a map, ...)
-            name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), Mapping) else None
-            raise InputFormatError(f"items[{i}] ({kind} {name or '?'}): malformed object, a field has the wrong type: {exc}") from exc
+            raise _malformed(i, obj, exc) from exc
     listed = frozenset(listed_kinds) if listed_kinds is not None else frozenset(k for k in kinds_seen if k not in ("Pod", "Node", "Namespace", *DRA_KINDS))
-    resolved = [p.model_copy(update={"workload": resolve_owners(p, controllers, listed)}) for p in pods]
-    slice_nodes = {s.node_name for s in slices if s.node_name}
-    gpu_nodes = [
-        n for n in nodes
-        if n.capacity_gpu or n.allocatable_gpu or n.gpu_product or n.gpu_count_label
-        or n.name in {p.node_name for p in pods} or n.name in exporters.values() or n.name in slice_nodes
-    ]
+    pods: list[Pod] = []
+    for i, obj in pod_objs:
+        try:
+            pod = pod_from_dict(obj, settings.gpu_resource_names, owners_of=(controllers, listed))
+            if exporter_re.search(pod.name) and pod.node_name:
+                exporters[pod.name] = pod.node_name
+                if pod.pod_ip:
+                    exporter_ips[pod.pod_ip] = pod.node_name
+            if is_gpu_relevant_pod(obj, settings.gpu_resource_names):
+                pods.append(pod)
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise _malformed(i, obj, exc) from exc
+    resolved = pods
+    used_nodes = {p.node_name for p in pods} | set(exporters.values()) | {s.node_name for s in slices if s.node_name}
+    gpu_nodes = [n for n in nodes if n.capacity_gpu or n.allocatable_gpu or n.gpu_product or n.gpu_count_label or n.name in used_nodes]
     return ClusterState(
         cluster=cluster,
         observed_at=observed_at,
