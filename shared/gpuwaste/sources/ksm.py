@@ -6,9 +6,10 @@ completion, creation and deletion times), GPU requests and limits per container 
 the top controller (`kube_replicaset_owner`, `kube_job_owner`, `kube_<kind>_created`), allow-listed labels and
 annotations, nodes (`kube_node_labels`, `kube_node_info`, capacity/allocatable) and namespaces.
 
-The series are turned into the `kubectl get -o json` objects they mirror and built into the state by
-`sources.k8s_objects`, the parser of the API and of recorded Lists: one set of rules for effective requests
-(max(largest init container, sum of app containers), limits first), owners, capacity types and GFD labels.
+The facts of the series are gathered per pod, node, namespace and controller and the cluster model (`Pod`, `Node`,
+`Workload`) is built from them directly, no Kubernetes objects in between, with the rules of `sources.k8s_objects`
+(the parser of the API and of recorded Lists): one set of rules for effective requests (max(largest init container,
+sum of app containers), limits first), owners and their resolution, capacity types and GFD labels.
 
 KSM's quirks, handled as a kind:
 - requests of Succeeded/Failed and unscheduled (`node=""`) pods are exported but are not holdings (B11): the phase
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,14 +37,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuwaste.models.cluster import ClusterState
+from gpuwaste.errors import InputFormatError
+from gpuwaste.models.cluster import ClusterState, Node, OwnerRef, Pod, PodPhase
 from gpuwaste.settings import ClusterReadSettings
 from gpuwaste.sources.k8s_objects import (
+    DROPPED_ANNOTATIONS,
     SHARE_ANNOTATION_PREFIXES,
     SHARE_ANNOTATIONS,
     SHARE_LABELS,
-    cluster_state_from_objects,
+    SHARE_RESOURCES,
+    effective_requests,
+    first_hop,
     is_gpu_resource,
+    node_model,
+    resolve_workload,
 )
 
 logger = logging.getLogger(__name__)
@@ -233,7 +241,7 @@ class KsmSample:
     last_ms: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _PodFacts:
     uid: str = ""
     node: str = ""
@@ -252,22 +260,38 @@ class _PodFacts:
     annotations: dict[str, str] = field(default_factory=dict)
     images: dict[str, str] = field(default_factory=dict)
     # (init?, container) → {"limits"|"requests": {resource: quantity}}
-    resources: dict[tuple[bool, str], dict[str, dict[str, str]]] = field(default_factory=dict)
+    resources: dict[tuple[bool, str], dict[str, dict[str, float]]] = field(default_factory=dict)
     has_gpu: bool = False
 
 
-def _iso(seconds: float | None) -> str | None:
+@dataclass(slots=True)
+class _NodeFacts:
+    labels: dict[str, str] = field(default_factory=dict)
+    capacity: dict[str, float] = field(default_factory=dict)
+    allocatable: dict[str, float] = field(default_factory=dict)
+    provider_id: str = ""
+    internal_ip: str = ""
+    created: float | None = None
+    unschedulable: bool = False
+
+
+def _time(seconds: float | None) -> datetime | None:
+    """A KSM timestamp value (Unix seconds) as a UTC time to the second, as the API gives it; None when unset (≤ 0)."""
     if seconds is None or seconds <= 0:
         return None
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(seconds, tz=UTC).replace(microsecond=0)
 
 
-def _quantity(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+def _count(value: float, where: str) -> int:
+    """A GPU quantity from a KSM value (the API's rule: a whole number of units; fractions truncated)."""
+    if not math.isfinite(value):
+        raise InputFormatError(f"{where}: GPU quantity must be an integer, got {value!r}")
+    return int(value)
 
 
 def _prefixed(labels: Mapping[str, str], prefix: str, table: Mapping[str, str]) -> dict[str, str]:
-    return {table.get(k[len(prefix):], k[len(prefix):]): v for k, v in labels.items() if k.startswith(prefix) and v != ""}
+    n = len(prefix)
+    return {table.get(k[n:], k[n:]): v for k, v in labels.items() if v != "" and k.startswith(prefix)}
 
 
 def _owner(kind: str, name: str, controller: str) -> dict[str, Any] | None:
@@ -277,22 +301,53 @@ def _owner(kind: str, name: str, controller: str) -> dict[str, Any] | None:
     return {"apiVersion": group, "kind": kind, "name": name, "controller": controller == "true"}
 
 
+_TIME_ATTR = {POD_START: "start", POD_COMPLETION: "completion", POD_CREATED: "created", POD_DELETION: "deletion"}
+_INIT = frozenset((INIT_REQUESTS, INIT_LIMITS))
+_LIMIT_NAMES = frozenset((LIMITS, INIT_LIMITS, V1_LIMITS))
+_V1_POD = frozenset((V1_REQUESTS, V1_LIMITS))
+_CREATED_BY_METRIC = {metric: (kind, key) for kind, (metric, key) in CONTROLLER_CREATED.items()}
+
+
 class _Builder:
-    """Turns KSM samples into the Kubernetes objects they mirror."""
+    """Gathers the facts of KSM samples per pod, node, namespace and controller, then builds the cluster model from
+    them directly (`state`): the rules of `sources.k8s_objects` (effective requests, first-hop owners and their
+    resolution, node labels → instance/capacity type and GFD facts) applied to the facts, no Kubernetes objects."""
 
     def __init__(self, settings: ClusterReadSettings, exporter: re.Pattern[str]) -> None:
         self.settings = settings
         self.exporter = exporter
+        self.patterns = tuple(settings.gpu_resource_names)
         self.node_keys = _unsanitize_table((*NODE_LABEL_KEYS, *settings.capacity_type_labels))
         self.pod_keys = _unsanitize_table(POD_KEYS)
         self.pods: dict[tuple[str, str], _PodFacts] = {}
-        self.nodes: dict[str, dict[str, Any]] = {}
-        self.namespaces: dict[str, dict[str, Any]] = {}
+        self.nodes: dict[str, _NodeFacts] = {}
+        self.namespaces: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
         self.controllers: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         self.kinds_listed: set[str] = set()
         self.present: set[str] = set()  # metric names with at least one series
         self.keyed: dict[str, set[str]] = {POD_LABELS: set(), POD_ANNOTATIONS: set(), NODE_LABELS: set(),
                                            NS_LABELS: set(), NS_ANNOTATIONS: set()}
+        self._resources: dict[str, str] = {}  # sanitised `resource` label → resource name ("" when not read)
+        handlers: dict[str, Callable[[str, Mapping[str, str], float, int | None], None]] = {
+            POD_INFO: self._pod_info, POD_PHASE: self._pod_phase, POD_OWNER: self._pod_owner,
+            POD_LABELS: self._pod_keyed, POD_ANNOTATIONS: self._pod_keyed, CONTAINER_INFO: self._container_info,
+            NODE_LABELS: self._node_labels, NODE_INFO: self._node_info, NODE_CREATED: self._node_created,
+            NODE_UNSCHEDULABLE: self._node_unschedulable, NS_LABELS: self._namespace, NS_ANNOTATIONS: self._namespace,
+            NS_CREATED: self._namespace, RS_OWNER: self._controller_owner, JOB_OWNER: self._controller_owner,
+        }
+        handlers.update(dict.fromkeys(RESOURCE_METRICS, self._pod_resource))
+        handlers.update(dict.fromkeys(_TIME_ATTR, self._pod_time))
+        handlers.update(dict.fromkeys((NODE_CAPACITY, NODE_ALLOCATABLE, V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE), self._node_resource))
+        handlers.update(dict.fromkeys(_CREATED_BY_METRIC, self._controller_created))
+        self._handlers = handlers
+
+    # -- facts ------------------------------------------------------------------------------------------
+    def add(self, s: KsmSample) -> None:
+        """Take one sample's facts."""
+        self.present.add(s.name)
+        handler = self._handlers.get(s.name)
+        if handler is not None:
+            handler(s.name, s.labels, s.value, s.last_ms)
 
     def pod(self, labels: Mapping[str, str]) -> _PodFacts | None:
         ns, name = labels.get("namespace", ""), labels.get("pod", "")
@@ -301,184 +356,269 @@ class _Builder:
         facts = self.pods.get((ns, name))
         if facts is None:
             facts = self.pods[(ns, name)] = _PodFacts()
-        if labels.get("uid"):
-            facts.uid = labels["uid"]
+        uid = labels.get("uid")
+        if uid:
+            facts.uid = uid
         return facts
 
-    def node(self, name: str) -> dict[str, Any]:
-        obj = self.nodes.get(name)
-        if obj is None:
-            obj = self.nodes[name] = {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name, "labels": {}},
-                                      "spec": {}, "status": {"capacity": {}, "allocatable": {}}}
-        return obj
+    def node(self, name: str) -> _NodeFacts:
+        facts = self.nodes.get(name)
+        if facts is None:
+            facts = self.nodes[name] = _NodeFacts()
+        return facts
 
-    def namespace(self, name: str) -> dict[str, Any]:
-        obj = self.namespaces.get(name)
-        if obj is None:
-            obj = self.namespaces[name] = {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": name, "labels": {}, "annotations": {}}}
-        return obj
+    def _resource(self, sanitized: str) -> str:
+        """The resource a sanitised `resource` label stands for when it is read ("cpu" or a GPU resource), else ""."""
+        known = self._resources.get(sanitized)
+        if known is None:
+            name = resource_name(sanitized, self.patterns)
+            known = self._resources[sanitized] = name if name and (name == "cpu" or _is_gpu_resource(name, self.patterns)) else ""
+        return known
 
-    def add(self, s: KsmSample) -> None:  # noqa: C901, PLR0912 - one branch per KSM metric, flat on purpose
-        name, lab, v = s.name, s.labels, s.value
-        self.present.add(name)
-        if name in RESOURCE_METRICS:
-            facts = self.pod(lab)
-            if facts is None:
+    def _pod_resource(self, name: str, lab: Mapping[str, str], v: float, _last: int | None) -> None:
+        facts = self.pod(lab)
+        if facts is None:
+            return
+        init = name in _INIT
+        section = "limits" if name in _LIMIT_NAMES else "requests"
+        resource = V1_GPU_RESOURCE if name in _V1_POD else self._resource(lab.get("resource", ""))
+        if not resource:
+            return
+        if resource == "cpu":
+            if init or section != "limits":
                 return
-            init = name in (INIT_REQUESTS, INIT_LIMITS)
-            section = "limits" if name in (LIMITS, INIT_LIMITS, V1_LIMITS) else "requests"
-            resource = V1_GPU_RESOURCE if name in (V1_REQUESTS, V1_LIMITS) else resource_name(lab.get("resource", ""), tuple(self.settings.gpu_resource_names))
-            if not resource or (resource != "cpu" and not _is_gpu_resource(resource, self.settings.gpu_resource_names)):
-                return
-            if resource == "cpu" and (init or section != "limits"):
-                return
-            facts.resources.setdefault((init, lab.get("container", "")), {}).setdefault(section, {})[resource] = _quantity(v)
-            facts.has_gpu = facts.has_gpu or resource != "cpu"
-            if lab.get("node") and not facts.node:
-                facts.node = lab["node"]
-        elif name == POD_INFO:
-            facts = self.pod(lab)
-            if facts is None:
-                return
-            facts.seen = True
-            facts.node = lab.get("node", "") or facts.node
-            facts.pod_ip = lab.get("pod_ip", "")
-            facts.host_ip = lab.get("host_ip", "")
-            facts.gone_ms = s.last_ms
-            if not facts.owners and lab.get("created_by_kind") and lab.get("created_by_kind") != "<none>":
-                ref = _owner(lab["created_by_kind"], lab.get("created_by_name", ""), "true")
-                if ref:
-                    facts.owners.append({**ref, "_from_info": True})
-        elif name == POD_PHASE:
-            facts = self.pod(lab)
-            if facts is None or v != 1:
-                return
-            when = s.last_ms if s.last_ms is not None else 1 << 62
-            if when >= facts.phase_ms:
-                facts.phase, facts.phase_ms = lab.get("phase", ""), when
-            if facts.gone_ms is None and not facts.seen:
-                facts.gone_ms = s.last_ms
-        elif name == POD_OWNER:
-            facts = self.pod(lab)
-            if facts is None:
-                return
-            ref = _owner(lab.get("owner_kind", ""), lab.get("owner_name", ""), lab.get("owner_is_controller", ""))
-            facts.owners = [o for o in facts.owners if not o.get("_from_info")]
-            if ref and ref not in facts.owners:
-                facts.owners.append(ref)
-        elif name in (POD_START, POD_COMPLETION, POD_CREATED, POD_DELETION):
-            facts = self.pod(lab)
-            if facts is None:
-                return
-            attr = {POD_START: "start", POD_COMPLETION: "completion", POD_CREATED: "created", POD_DELETION: "deletion"}[name]
-            setattr(facts, attr, v)
-        elif name in (POD_LABELS, POD_ANNOTATIONS):
-            facts = self.pod(lab)
-            if facts is None:
-                return
-            prefix = "label_" if name == POD_LABELS else "annotation_"
-            kv = _prefixed(lab, prefix, self.pod_keys)
+        else:
+            facts.has_gpu = True
+        facts.resources.setdefault((init, lab.get("container", "")), {}).setdefault(section, {})[resource] = v
+        if not facts.node:
+            facts.node = lab.get("node", "")
+
+    def _pod_info(self, _name: str, lab: Mapping[str, str], _v: float, last: int | None) -> None:
+        facts = self.pod(lab)
+        if facts is None:
+            return
+        facts.seen = True
+        facts.node = lab.get("node", "") or facts.node
+        facts.pod_ip = lab.get("pod_ip", "")
+        facts.host_ip = lab.get("host_ip", "")
+        facts.gone_ms = last
+        kind = lab.get("created_by_kind")
+        if not facts.owners and kind and kind != "<none>":
+            ref = _owner(kind, lab.get("created_by_name", ""), "true")
+            if ref:
+                facts.owners.append({**ref, "_from_info": True})
+
+    def _pod_phase(self, _name: str, lab: Mapping[str, str], v: float, last: int | None) -> None:
+        facts = self.pod(lab)
+        if facts is None or v != 1:
+            return
+        when = last if last is not None else 1 << 62
+        if when >= facts.phase_ms:
+            facts.phase, facts.phase_ms = lab.get("phase", ""), when
+        if facts.gone_ms is None and not facts.seen:
+            facts.gone_ms = last
+
+    def _pod_owner(self, _name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+        facts = self.pod(lab)
+        if facts is None:
+            return
+        ref = _owner(lab.get("owner_kind", ""), lab.get("owner_name", ""), lab.get("owner_is_controller", ""))
+        facts.owners = [o for o in facts.owners if not o.get("_from_info")]
+        if ref and ref not in facts.owners:
+            facts.owners.append(ref)
+
+    def _pod_time(self, name: str, lab: Mapping[str, str], v: float, _last: int | None) -> None:
+        facts = self.pod(lab)
+        if facts is not None:
+            setattr(facts, _TIME_ATTR[name], v)
+
+    def _pod_keyed(self, name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+        facts = self.pod(lab)
+        if facts is None:
+            return
+        kv = _prefixed(lab, "label_" if name == POD_LABELS else "annotation_", self.pod_keys)
+        if kv:
             self.keyed[name].update(kv)
             (facts.labels if name == POD_LABELS else facts.annotations).update(kv)
-        elif name == CONTAINER_INFO:
-            facts = self.pod(lab)
-            if facts is not None and lab.get("container"):
-                facts.images[lab["container"]] = lab.get("image_spec") or lab.get("image", "")
-        elif name in (NODE_CAPACITY, NODE_ALLOCATABLE, V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE):
-            if not lab.get("node"):
-                return
-            resource = V1_GPU_RESOURCE if name in (V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE) else resource_name(lab.get("resource", ""), tuple(self.settings.gpu_resource_names))
-            if not _is_gpu_resource(resource, self.settings.gpu_resource_names):
-                return
-            section = "capacity" if name in (NODE_CAPACITY, V1_NODE_CAPACITY) else "allocatable"
-            self.node(lab["node"])["status"][section][resource] = _quantity(v)
-        elif name == NODE_LABELS:
-            if lab.get("node"):
-                kv = _prefixed(lab, "label_", self.node_keys)
-                self.keyed[name].update(kv)
-                self.node(lab["node"])["metadata"]["labels"].update(kv)
-        elif name == NODE_INFO:
-            if lab.get("node"):
-                obj = self.node(lab["node"])
-                if lab.get("provider_id"):
-                    obj["spec"]["providerID"] = lab["provider_id"]
-                if lab.get("internal_ip"):
-                    obj["status"]["addresses"] = [{"type": "InternalIP", "address": lab["internal_ip"]}]
-        elif name == NODE_CREATED:
-            if lab.get("node"):
-                self.node(lab["node"])["metadata"]["creationTimestamp"] = _iso(v)
-        elif name == NODE_UNSCHEDULABLE:
-            if lab.get("node") and v == 1:
-                self.node(lab["node"])["spec"]["unschedulable"] = True
-        elif name in (NS_LABELS, NS_ANNOTATIONS, NS_CREATED):
-            if lab.get("namespace"):
-                meta = self.namespace(lab["namespace"])["metadata"]
-                if name != NS_CREATED:
-                    prefix = "label_" if name == NS_LABELS else "annotation_"
-                    kv = _prefixed(lab, prefix, self.pod_keys)
-                    self.keyed[name].update(kv)
-                    meta["labels" if name == NS_LABELS else "annotations"].update(kv)
-        elif name in (RS_OWNER, JOB_OWNER):
-            kind, key = ("ReplicaSet", "replicaset") if name == RS_OWNER else ("Job", "job_name")
-            if lab.get("namespace") and lab.get(key):
-                refs = self.controllers.setdefault((kind, lab["namespace"], lab[key]), [])
-                ref = _owner(lab.get("owner_kind", ""), lab.get("owner_name", ""), lab.get("owner_is_controller", ""))
-                if ref and ref not in refs:
-                    refs.append(ref)
+
+    def _container_info(self, _name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+        facts = self.pod(lab)
+        if facts is not None and lab.get("container"):
+            facts.images[lab["container"]] = lab.get("image_spec") or lab.get("image", "")
+
+    def _node_resource(self, name: str, lab: Mapping[str, str], v: float, _last: int | None) -> None:
+        node = lab.get("node")
+        if not node:
+            return
+        if name in (V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE):
+            resource = V1_GPU_RESOURCE
         else:
-            for kind, (metric, key) in CONTROLLER_CREATED.items():
-                if name == metric and lab.get("namespace") and lab.get(key):
-                    self.controllers.setdefault((kind, lab["namespace"], lab[key]), [])
-                    self.kinds_listed.add(kind)
+            resource = self._resource(lab.get("resource", ""))
+            if not resource or resource == "cpu":
+                return
+        facts = self.node(node)
+        (facts.capacity if name in (NODE_CAPACITY, V1_NODE_CAPACITY) else facts.allocatable)[resource] = v
 
-    # -- objects ----------------------------------------------------------------------------------------
-    def pod_objects(self) -> Iterable[tuple[dict[str, Any], _PodFacts]]:
+    def _node_labels(self, name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+        if lab.get("node"):
+            kv = _prefixed(lab, "label_", self.node_keys)
+            self.keyed[name].update(kv)
+            self.node(lab["node"]).labels.update(kv)
+
+    def _node_info(self, _name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+        if lab.get("node"):
+            facts = self.node(lab["node"])
+            if lab.get("provider_id"):
+                facts.provider_id = lab["provider_id"]
+            if lab.get("internal_ip"):
+                facts.internal_ip = lab["internal_ip"]
+
+    def _node_created(self, _name: str, lab: Mapping[str, str], v: float, _last: int | None) -> None:
+        if lab.get("node"):
+            self.node(lab["node"]).created = v
+
+    def _node_unschedulable(self, _name: str, lab: Mapping[str, str], v: float, _last: int | None) -> None:
+        if lab.get("node") and v == 1:
+            self.node(lab["node"]).unschedulable = True
+
+    def _namespace(self, name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+        ns = lab.get("namespace")
+        if not ns:
+            return
+        known = self.namespaces.get(ns)
+        if known is None:
+            known = self.namespaces[ns] = ({}, {})
+        if name != NS_CREATED:
+            kv = _prefixed(lab, "label_" if name == NS_LABELS else "annotation_", self.pod_keys)
+            self.keyed[name].update(kv)
+            known[0 if name == NS_LABELS else 1].update(kv)
+
+    def _controller_owner(self, name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+        kind, key = ("ReplicaSet", "replicaset") if name == RS_OWNER else ("Job", "job_name")
+        if lab.get("namespace") and lab.get(key):
+            refs = self.controllers.setdefault((kind, lab["namespace"], lab[key]), [])
+            ref = _owner(lab.get("owner_kind", ""), lab.get("owner_name", ""), lab.get("owner_is_controller", ""))
+            if ref and ref not in refs:
+                refs.append(ref)
+
+    def _controller_created(self, name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+        kind, key = _CREATED_BY_METRIC[name]
+        if lab.get("namespace") and lab.get(key):
+            self.controllers.setdefault((kind, lab["namespace"], lab[key]), [])
+            self.kinds_listed.add(kind)
+
+    # -- the model --------------------------------------------------------------------------------------
+    def state(self, *, cluster: str, observed_at: datetime, source: str, notes: bool) -> ClusterState:
+        """The cluster model from the facts gathered.
+
+        Raises:
+            InputFormatError: a non-finite GPU quantity, or a phase Kubernetes does not have.
+        """
+        if self.settings.namespace:
+            self.pods = {k: v for k, v in self.pods.items() if k[0] == self.settings.namespace}
+        listed = self.listed_kinds()
+        controllers = {f"{kind}/{ns}/{name}": {"metadata": {"ownerReferences": refs}} for (kind, ns, name), refs in self.controllers.items()}
+        owners_of = (controllers, listed)
+        pods: list[Pod] = []
+        exporters: dict[str, str] = {}
+        exporter_ips: dict[str, str] = {}
         for (ns, name), f in self.pods.items():
-            if not f.has_gpu and not self.exporter.search(name) and not _asks_share(f):
+            is_exporter = self.exporter.search(name) is not None
+            if not f.has_gpu and not is_exporter and not _asks_share(f):
                 continue
+            pod = self._pod(ns, name, f, owners_of)
+            if is_exporter and pod.node_name:
+                exporters[name] = pod.node_name
+                if pod.pod_ip:
+                    exporter_ips[pod.pod_ip] = pod.node_name
+            if _asks_share(f) or any(is_gpu_resource(r, self.patterns) or r in SHARE_RESOURCES
+                                     for sections in f.resources.values() for section in sections.values() for r in section):
+                pods.append(pod)
+        used = {p.node_name for p in pods} | set(exporters.values())
+        nodes = [n for n in (self._node(name, f) for name, f in self.nodes.items())
+                 if n.capacity_gpu or n.allocatable_gpu or n.gpu_product or n.gpu_count_label or n.name in used]
+        missing = tuple(self.notes(sum(1 for p in pods if p.gpu_requests))) if notes else ()
+        return ClusterState(
+            cluster=cluster,
+            observed_at=observed_at,
+            pods=tuple(pods),
+            nodes=tuple(nodes),
+            exporter_pods=exporters,
+            exporter_pod_ips=exporter_ips,
+            namespace_labels={ns: dict(labels) for ns, (labels, _) in self.namespaces.items()},
+            namespace_annotations={ns: {k: v for k, v in ann.items() if k not in DROPPED_ANNOTATIONS} for ns, (_, ann) in self.namespaces.items()},
+            workloads_known=frozenset(controllers),
+            owner_kinds_listed=listed,
+            source=source,
+            notes=missing,
+        )
 
-            def containers(init: bool, f: _PodFacts = f) -> list[dict[str, Any]]:
-                names = [c for (i, c) in f.resources if i == init]
-                if not init:
-                    names += [c for c in f.images if c not in names]
-                out = []
-                for c in names:
-                    res = {k: dict(v) for k, v in f.resources.get((init, c), {}).items()}
-                    out.append({"name": c, "image": f.images.get(c, ""), "resources": res})
-                return out
+    def _pod(self, ns: str, name: str, f: _PodFacts, owners_of: tuple[Mapping[str, Mapping[str, Any]], frozenset[str]]) -> Pod:
+        where = f"Pod {ns}/{name}"
+        try:
+            phase = PodPhase(f.phase or "Unknown")
+        except ValueError as exc:
+            raise InputFormatError(f"{where}: unknown status.phase {f.phase!r}") from exc
+        app = [c for (init, c) in f.resources if not init]
+        app += [c for c in f.images if c not in app]
+        inits = [c for (init, c) in f.resources if init]
+        gpu_app, gpu_init, share_app, share_init = [], [], [], []
+        cpu_total: float | None = 0.0
+        for init, names in ((False, app), (True, inits)):
+            for i, c in enumerate(names):
+                sections = f.resources.get((init, c), {})
+                limits, requests = sections.get("limits", {}), sections.get("requests", {})
+                at = f"{where}.spec.{'initContainers' if init else 'containers'}[{i}].resources"
+                gpus: dict[str, int] = {}
+                shares: dict[str, int] = {}
+                for r in {*limits, *requests}:
+                    raw = limits.get(r, requests.get(r))
+                    if is_gpu_resource(r, self.patterns):
+                        gpus[r] = _count(raw, f"{at}[{r!r}]")  # type: ignore[arg-type]  # r is in one of the two
+                    if r in SHARE_RESOURCES:
+                        shares[r] = _count(raw, f"{at}[{r!r}]")  # type: ignore[arg-type]
+                (gpu_init if init else gpu_app).append(gpus)
+                (share_init if init else share_app).append(shares)
+                if not init and cpu_total is not None:
+                    cpu = limits.get("cpu")
+                    cpu_total = None if cpu is None else cpu_total + cpu
+        owners = tuple(OwnerRef(api_version=o["apiVersion"], kind=o["kind"], name=o["name"], controller=o["controller"]) for o in f.owners)
+        workload = resolve_workload(first_hop(owners, ns, name), f.labels, *owners_of)
+        finished = _time(f.completion)
+        gone_at = None if f.gone_ms is None else datetime.fromtimestamp(f.gone_ms / 1000, tz=UTC)
+        return Pod(
+            namespace=ns,
+            name=name,
+            uid=f.uid,
+            phase=phase,
+            node_name=f.node or None,
+            labels=dict(f.labels),
+            annotations={k: v for k, v in f.annotations.items() if k not in DROPPED_ANNOTATIONS},
+            owner_refs=owners,
+            workload=workload,
+            gpu_requests=effective_requests(gpu_app, gpu_init),
+            containers=tuple(app),
+            container_images=tuple(f.images.get(c, "") for c in app),
+            container_args=("",) * len(app),
+            cpu_limit_cores=cpu_total or None,
+            share_requests=effective_requests(share_app, share_init),
+            created_at=_time(f.created),
+            started_at=_time(f.start),
+            finished_at=finished or gone_at,
+            deletion_requested=_time(f.deletion) is not None,
+            pod_ip=f.pod_ip or None,
+            host_ip=f.host_ip or None,
+            gone_at=gone_at,
+        )
 
-            meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": f.uid, "labels": f.labels, "annotations": f.annotations}
-            if f.created:
-                meta["creationTimestamp"] = _iso(f.created)
-            if f.deletion:
-                meta["deletionTimestamp"] = _iso(f.deletion)
-            owners = [{k: v for k, v in o.items() if not k.startswith("_")} for o in f.owners]
-            if owners:
-                meta["ownerReferences"] = owners
-            spec: dict[str, Any] = {"containers": containers(False)}
-            inits = containers(True)
-            if inits:
-                spec["initContainers"] = inits
-            if f.node:
-                spec["nodeName"] = f.node
-            status: dict[str, Any] = {"phase": f.phase or "Unknown"}
-            if f.start:
-                status["startTime"] = _iso(f.start)
-            if f.pod_ip:
-                status["podIP"] = f.pod_ip
-            if f.host_ip:
-                status["hostIP"] = f.host_ip
-            if f.completion:
-                status["containerStatuses"] = [{"name": "", "state": {"terminated": {"finishedAt": _iso(f.completion)}}}]
-            yield {"kind": "Pod", "apiVersion": "v1", "metadata": meta, "spec": spec, "status": status}, f
+    def _node(self, name: str, f: _NodeFacts) -> Node:
+        def counts(section: str, values: Mapping[str, float]) -> dict[str, int]:
+            return {r: _count(v, f"Node {name}.status.{section}[{r!r}]") for r, v in values.items()}
 
-    def controller_objects(self) -> Iterable[dict[str, Any]]:
-        for (kind, ns, name), refs in self.controllers.items():
-            api = "batch/v1" if kind in ("Job", "CronJob") else "apps/v1"
-            meta: dict[str, Any] = {"name": name, "namespace": ns}
-            if refs:
-                meta["ownerReferences"] = refs
-            yield {"kind": kind, "apiVersion": api, "metadata": meta}
+        return node_model(name, dict(f.labels), self.settings, capacity_gpu=counts("capacity", f.capacity),
+                          allocatable_gpu=counts("allocatable", f.allocatable), provider_id=f.provider_id or None,
+                          internal_ips=(f.internal_ip,) if f.internal_ip else (), created_at=_time(f.created),
+                          unschedulable=f.unschedulable)
 
     def listed_kinds(self) -> frozenset[str]:
         """Controller kinds KSM exported completely: `_created` present; for ReplicaSet/Job also their owner series."""
@@ -546,30 +686,14 @@ def cluster_state_from_ksm(
     """
     settings = settings or ClusterReadSettings()
     b = _Builder(settings, re.compile(settings.exporter_pod_pattern))
-    samples = list(samples)
+    samples = samples if isinstance(samples, list) else list(samples)
     current = _current_uids(samples)
     for s in samples:
         uid = s.labels.get("uid")
         if uid and current.get((s.labels.get("namespace", ""), s.labels.get("pod", "")), uid) != uid:
             continue  # an earlier pod of the same name (a StatefulSet pod recreated in the window)
         b.add(s)
-    if settings.namespace:
-        b.pods = {k: v for k, v in b.pods.items() if k[0] == settings.namespace}
-    pods = list(b.pod_objects())
-    gone = {(o["metadata"]["namespace"], o["metadata"]["name"]): f.gone_ms for o, f in pods if f.gone_ms is not None}
-    items: list[dict[str, Any]] = [o for o, _ in pods]
-    items += list(b.nodes.values()) + list(b.namespaces.values()) + list(b.controller_objects())
-    state = cluster_state_from_objects(items, cluster=cluster, observed_at=observed_at, settings=settings,
-                                       listed_kinds=b.listed_kinds(), source=source)
-    updated = []
-    for p in state.pods:
-        gone_ms = gone.get(p.key)
-        if gone_ms is not None:
-            at = datetime.fromtimestamp(gone_ms / 1000, tz=UTC)
-            p = p.model_copy(update={"gone_at": at, "finished_at": p.finished_at or at})
-        updated.append(p)
-    missing = tuple(b.notes(sum(1 for p in state.pods if p.gpu_requests))) if notes else ()
-    return state.model_copy(update={"pods": tuple(updated), "notes": state.notes + missing})
+    return b.state(cluster=cluster, observed_at=observed_at, source=source, notes=notes)
 
 
 def _current_uids(samples: Sequence[KsmSample]) -> dict[tuple[str, str], str]:
