@@ -1,23 +1,26 @@
-"""Cluster-state benchmark (issue 13 §4): the Kubernetes API (raw JSON) and kube-state-metrics (five PromQL queries).
+"""Cluster-state benchmark (issue 13 §4): the Kubernetes API (raw JSON) and kube-state-metrics (six PromQL queries).
 
 For each size (default 1,000 and 10,000 GPUs) it generates the bench's random fleet (`bench.run.make_fleet`),
 serves its objects from the fake kube-apiserver, writes the same cluster as kube-state-metrics v2 series
 (`Fleet.ksm_series`, one sample a minute over 1 h 10 min) and backfills a real Prometheus with them (promtool). Then
 a child process (its own interpreter, so the fake apiserver does not share its GIL) reads the cluster state
 `--repeats` times from each source: `KubernetesPodSource.cluster_state` (pages of 500, `_preload_content=False`,
-`json.loads`, no client model objects) and `PrometheusKsmSource.cluster_state` (window 1 h; five instant queries,
-4 in flight). The median wall time
-of each is compared with the scan's wall time at 10,000 GPUs: `--scan-s`, else the 10,004-GPU scan recorded in
-bench/RESULTS.md (`make bench`).
+`json.loads`, no client model objects) and `PrometheusKsmSource.cluster_state` (window 1 h; six instant queries,
+4 in flight), with the cyclic garbage collector paused as a scan pauses it (`--gc-on` leaves it on). The median
+wall time of each is compared with the scan's wall time at 10,000 GPUs: `--scan-s`, else the 10,004-GPU scan with
+the recording rules recorded in bench/RESULTS.md (`make bench`). Per KSM query wall times are printed under the table.
 
-Run: `PYTHONPATH=shared:. .venv/bin/python bench/cluster_state.py [--sizes 1000,10000] [--repeats 3] [--scan-s S]`.
-Prints a table (markdown) on stdout; progress on stderr.
+Run: `PYTHONPATH=shared:. .venv/bin/python bench/cluster_state.py [--sizes 1000,10000] [--repeats 3] [--scan-s S]
+[--workdir DIR] [--profile N] [--gc-on]`. `--workdir` keeps the backfilled Prometheus data and the fleet's objects
+for the next run (the fleet is deterministic); `--profile N` reads each source once more under cProfile and prints
+its N costliest functions. Prints a table (markdown) on stdout; progress on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import platform
@@ -97,10 +100,14 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
         walls, cpus = [], []
         state = None
         for _ in range(args["repeats"]):
+            if args.get("gc_paused", True):  # as a scan reads it: services/scan.py pauses the cyclic collector
+                gc.disable()
             c0, t0 = time.process_time(), time.perf_counter()
             state = source.cluster_state(at=at)
             walls.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
+            gc.enable()
+            gc.collect()
         assert state is not None
         out[name] = {"wall_s": walls, "cpu_s": cpus, "pods": len(state.pods), "holding": sum(p.holds_gpus for p in state.pods),
                      "nodes": len(state.nodes), "exporters": len(state.exporter_pods)}
@@ -111,7 +118,7 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def bench_size(gpus: int, repeats: int, workroot: Path, profile: int = 0) -> dict[str, Any]:
+def bench_size(gpus: int, repeats: int, workroot: Path, profile: int = 0, gc_paused: bool = True) -> dict[str, Any]:
     """Build, serve and backfill one fleet (or reuse what an earlier run kept in `workroot`); measure both sources in
     a child process."""
     from bench.run import EVAL_TS, WINDOW_S, backfill, kube_objects, log, make_fleet, prometheus
@@ -148,7 +155,7 @@ def bench_size(gpus: int, repeats: int, workroot: Path, profile: int = 0) -> dic
         kubeconfig = write_kubeconfig(work / "kubeconfig", kube.url)
         with prometheus(data_dir) as (url, _proc, _ready):
             args = {"kubeconfig": str(kubeconfig), "prometheus": url, "repeats": repeats, "window_s": WINDOW_S,
-                    "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(), "profile": profile}
+                    "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(), "profile": profile, "gc_paused": gc_paused}
             proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(args)], capture_output=True, text=True,
                                   timeout=1800, cwd=ROOT, env={**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}:{ROOT}"}, check=False)
             if proc.returncode != 0:
@@ -187,6 +194,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scan-s", type=float, default=None, help="the scan's wall time at 10,000 GPUs (default: bench/RESULTS.md)")
+    parser.add_argument("--gc-on", action="store_true",
+                        help="leave the cyclic garbage collector on during the reads (a scan pauses it: services/scan.py)")
     parser.add_argument("--workdir", default=None, help="keep the backfilled data here and reuse it on the next run")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="one more read of each source under cProfile; print its N costliest functions (stderr)")
@@ -200,10 +209,11 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         root = Path(opts.workdir) if opts.workdir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuwaste-bench-cs-")))
         for gpus in (int(x) for x in opts.sizes.split(",")):
-            rows.append(bench_size(gpus, opts.repeats, root, opts.profile))
+            rows.append(bench_size(gpus, opts.repeats, root, opts.profile, gc_paused=not opts.gc_on))
     load = os.getloadavg()
     print(f"Cluster state ({platform.node()}, {os.cpu_count()} CPUs, load {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}, "
-          f"Python {platform.python_version()}); median of {opts.repeats} reads, wall seconds (CPU seconds of the reading process)")
+          f"Python {platform.python_version()}); median of {opts.repeats} reads, wall seconds (CPU seconds of the reading process); "
+          f"cyclic garbage collector {'on' if opts.gc_on else 'paused, as in a scan'}")
     print(f"Scan wall time at 10,000 GPUs used for the share: {scan_s if scan_s is not None else 'unknown'} s "
           f"({'--scan-s' if opts.scan_s else 'bench/RESULTS.md'}); target ≤ {TARGET_SHARE:.0%} each")
     print()

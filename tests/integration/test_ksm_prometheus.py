@@ -1,7 +1,7 @@
 """Integration: the kube-state-metrics cluster source against a real Prometheus backfilled with KSM series.
 
 A generated fleet (its cluster written as KSM v2 series next to the DCGM series), plus a Job that finished in
-the window and a pod deleted in it, is backfilled into Prometheus with promtool. The live source (five PromQL
+the window and a pod deleted in it, is backfilled into Prometheus with promtool. The live source (six PromQL
 queries) must give the state the recording path gives from the same file, and the state the API-shaped
 cluster.json gives; a Prometheus-only scan (no cluster JSON, no Kubernetes) finds the fleet's ground truth.
 Query counts are read from Prometheus' own request counter, not from the code under test.
@@ -112,8 +112,8 @@ def test_ksm_live_state_equals_the_recording_and_the_api_shaped_state(fleet: Fle
     asked = _query_requests(server.url) - before
     recorded = KsmRecordingSource(fleet.path, window=WINDOW).cluster_state(at=fleet.at)
     api = RecordingClusterSource(fleet.path / "cluster.json").cluster_state(at=fleet.at)
-    # THEN five queries plus one for the history of the pod deleted in the window; live == recording for every pod (phase, node, requests, IP, start, owner, labels) and node
-    assert asked == 6 and source.query_count == 6
+    # THEN six queries plus one for the history of the pod deleted in the window; live == recording for every pod (phase, node, requests, IP, start, owner, labels) and node
+    assert asked == 7 and source.query_count == 7
     assert _pods(live) == _pods(recorded)
     assert {n.name: n for n in live.nodes} == {n.name: n for n in recorded.nodes}
     assert live.exporter_pods == recorded.exporter_pods == api.exporter_pods

@@ -243,11 +243,12 @@ def test_api_and_ksm_agreeing_leave_no_note(tmp_path):
 
 
 # -- the live plan ---------------------------------------------------------------------------------------------
-def test_ksm_live_plan_is_five_queries_scoped_by_matchers_whatever_the_pod_count():
+def test_ksm_live_plan_is_six_queries_scoped_by_matchers_whatever_the_pod_count():
     # GIVEN a shared Prometheus (cluster matcher, a value to escape) and a 2-hour window WHEN the plan is built
     plan = ksm_queries(window_s=7200, settings=ClusterReadSettings(), matchers={"cluster": 'prod"a'})
-    # THEN five queries; requests and the pods gone are read over the window; every selector is scoped to the cluster
-    assert list(plan) == ["resources", "pods", "pods gone", "nodes", "namespaces and owners"]
+    # THEN six queries (the pod series in two halves); requests and the pods gone are read over the window; every
+    # selector is scoped to the cluster
+    assert sorted(plan) == ["namespaces and owners", "nodes", "pod labels and phases", "pods", "pods gone", "resources"]
     assert "[7200s]" in plan["resources"] and "[7200s]" in plan["pods gone"]
     for q in plan.values():
         selectors = re.findall(r"kube_\w+\{[^}]*\}|\{__name__=~[^}]*\}", q)
