@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState, Node, OwnerRef, Pod, PodPhase
@@ -224,9 +224,8 @@ def promql_resource_regex(patterns: Sequence[str]) -> str:
     return "|".join(sorted(parts))
 
 
-@dataclass(frozen=True, slots=True)
-class KsmSample:
-    """One KSM series as the builder needs it.
+class KsmSample(NamedTuple):
+    """One KSM series as the builder needs it (a named tuple: a fleet has a hundred thousand of them).
 
     Attributes:
         name: metric name.
@@ -328,6 +327,7 @@ class _Builder:
         self.keyed: dict[str, set[str]] = {POD_LABELS: set(), POD_ANNOTATIONS: set(), NODE_LABELS: set(),
                                            NS_LABELS: set(), NS_ANNOTATIONS: set()}
         self._resources: dict[str, str] = {}  # sanitised `resource` label → resource name ("" when not read)
+        self.current_uids: dict[tuple[str, str], str] = {}  # (namespace, pod) → uid of the pod that exists now
         handlers: dict[str, Callable[[str, Mapping[str, str], float, int | None], None]] = {
             POD_INFO: self._pod_info, POD_PHASE: self._pod_phase, POD_OWNER: self._pod_owner,
             POD_LABELS: self._pod_keyed, POD_ANNOTATIONS: self._pod_keyed, CONTAINER_INFO: self._container_info,
@@ -339,24 +339,29 @@ class _Builder:
         handlers.update(dict.fromkeys(_TIME_ATTR, self._pod_time))
         handlers.update(dict.fromkeys((NODE_CAPACITY, NODE_ALLOCATABLE, V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE), self._node_resource))
         handlers.update(dict.fromkeys(_CREATED_BY_METRIC, self._controller_created))
-        self._handlers = handlers
+        self.handlers = handlers  # metric name → handler(name, labels, value, last_ms)
 
     # -- facts ------------------------------------------------------------------------------------------
     def add(self, s: KsmSample) -> None:
         """Take one sample's facts."""
         self.present.add(s.name)
-        handler = self._handlers.get(s.name)
+        handler = self.handlers.get(s.name)
         if handler is not None:
-            handler(s.name, s.labels, s.value, s.last_ms)
+            handler(*s)
 
     def pod(self, labels: Mapping[str, str]) -> _PodFacts | None:
+        """The facts of the pod a series belongs to; None for a series without namespace and pod, or of an earlier
+        pod of the same name (another uid than the pod's current one: a StatefulSet pod recreated in the window)."""
         ns, name = labels.get("namespace", ""), labels.get("pod", "")
         if not ns or not name:
             return None
-        facts = self.pods.get((ns, name))
-        if facts is None:
-            facts = self.pods[(ns, name)] = _PodFacts()
+        key = (ns, name)
         uid = labels.get("uid")
+        if uid and self.current_uids.get(key, uid) != uid:
+            return None
+        facts = self.pods.get(key)
+        if facts is None:
+            facts = self.pods[key] = _PodFacts()
         if uid:
             facts.uid = uid
         return facts
@@ -687,12 +692,13 @@ def cluster_state_from_ksm(
     settings = settings or ClusterReadSettings()
     b = _Builder(settings, re.compile(settings.exporter_pod_pattern))
     samples = samples if isinstance(samples, list) else list(samples)
-    current = _current_uids(samples)
+    b.current_uids = _current_uids(samples)
+    present, handlers = b.present, b.handlers
     for s in samples:
-        uid = s.labels.get("uid")
-        if uid and current.get((s.labels.get("namespace", ""), s.labels.get("pod", "")), uid) != uid:
-            continue  # an earlier pod of the same name (a StatefulSet pod recreated in the window)
-        b.add(s)
+        present.add(s.name)
+        handler = handlers.get(s.name)
+        if handler is not None:
+            handler(*s)
     return b.state(cluster=cluster, observed_at=observed_at, source=source, notes=notes)
 
 
