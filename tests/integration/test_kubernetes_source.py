@@ -110,6 +110,35 @@ def test_kubernetes_source_matches_recording_path_on_demo_fleet(kube_api: KubeAp
     assert live.source == f"kubernetes {server.url}"
 
 
+def test_kubernetes_source_builds_no_client_model_objects(kube_api: KubeApiFactory, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the demo fleet served by the fake apiserver, and every kubernetes client model class counting the
+    # objects built from it (V1Pod, V1Node, V1ObjectMeta, ... — what the client's deserializer builds)
+    import kubernetes.client.models as client_models  # noqa: PLC0415
+
+    built: dict[str, int] = {}
+    for name in dir(client_models):
+        cls = getattr(client_models, name)
+        if isinstance(cls, type) and hasattr(cls, "openapi_types"):
+            def counting(self: Any, *args: Any, __init: Any = cls.__init__, __name: str = name, **kwargs: Any) -> None:
+                built[__name] = built.get(__name, 0) + 1
+                __init(self, *args, **kwargs)
+
+            monkeypatch.setattr(cls, "__init__", counting)
+    fleet = generate_fleet(FleetSpec())
+    pods, nodes, others = _split(fleet.objects)
+    server = kube_api(pods, nodes, others)
+    # WHEN the cluster is read
+    with _source(server, tmp_path) as source:
+        state = source.cluster_state(at=AT)
+    # THEN the state has the fleet's GPU pods and nodes, read from the raw JSON: not one client model object was built
+    assert state.pods and state.nodes
+    assert built == {}
+    # (the counting itself works: one model built by hand is counted)
+    client_models.V1ObjectMeta(name="control")
+    assert built == {"V1ObjectMeta": 1}
+
+
 def test_kubernetes_source_pages_with_limit_and_continue(kube_api: KubeApiFactory, tmp_path: Path) -> None:
     # GIVEN five GPU pods and a page size of 2
     server = kube_api([_pod(f"p{i}", None) for i in range(5)], [NODE])
