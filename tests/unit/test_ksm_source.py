@@ -248,7 +248,7 @@ def test_ksm_live_plan_is_six_queries_scoped_by_matchers_whatever_the_pod_count(
     plan = ksm_queries(window_s=7200, settings=ClusterReadSettings(), matchers={"cluster": 'prod"a'})
     # THEN six queries (the pod series in two halves); requests and the pods gone are read over the window; every
     # selector is scoped to the cluster
-    assert sorted(plan) == ["namespaces and owners", "nodes", "pod labels and phases", "pods", "pods gone", "resources"]
+    assert sorted(plan) == ["namespaces and owners", "nodes", "pod labels and containers", "pods", "pods gone", "resources"]
     assert "[7200s]" in plan["resources"] and "[7200s]" in plan["pods gone"]
     for q in plan.values():
         selectors = re.findall(r"kube_\w+\{[^}]*\}|\{__name__=~[^}]*\}", q)

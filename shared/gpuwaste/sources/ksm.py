@@ -889,9 +889,10 @@ def _names(metrics: Iterable[str], m: Mapping[str, str]) -> str:
 
 #: Pod metrics read at the evaluation time for pods that still exist (phase separately: only its current value).
 _POD_NOW = tuple(n for n in POD_METRICS if n != POD_PHASE)
-#: ... in two queries of about the same size: one series per pod each (identity, owner, times) ...
-_POD_IDENTITY = (POD_INFO, POD_OWNER, POD_START, POD_COMPLETION, POD_DELETION, POD_CREATED)
-#: ... and labels, annotations and containers (with the phase and the CPU limits).
+#: ... in two queries of about the same cost to Prometheus: identity, owner and times (with the phase, five series
+#: per pod to read) ...
+_POD_IDENTITY = (POD_INFO, POD_OWNER, POD_START, POD_COMPLETION, POD_DELETION)
+#: ... and creation time, labels, annotations and containers (with the CPU limits).
 _POD_DETAILS = tuple(n for n in _POD_NOW if n not in _POD_IDENTITY)
 #: Gone pods per history query (a `pod=~` regex); more are read in further queries.
 HISTORY_PODS_PER_QUERY = 500
@@ -904,7 +905,7 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
 
     Pods that exist at the evaluation time are read with instant selectors (one sample per series; the metric
     name kept), only for GPU pods and exporter pods (one join on namespace, pod), in two queries of about the same
-    size that Prometheus evaluates and encodes in parallel (the pod series are most of the answer). GPU requests
+    cost that Prometheus evaluates and encodes in parallel (the pod series are most of the answer). GPU requests
     are read over the window (`last_over_time`), and so is the list of pods that were exported in the window but
     are gone now, with their sample counts (`pods gone`); their last state is read by `ksm_history_query`.
     """
@@ -916,8 +917,8 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     gpu_now = "group by (namespace, pod) (" + " or ".join(gpu) + ")"
     keep_now = f"({gpu_now} or group by (namespace, pod) ({exporter}) or {_share_pods(m)})"
     cpu = _sel(LIMITS, m, 'resource="cpu"')
-    pods = f"{_names(_POD_IDENTITY, m)} and on (namespace, pod) {keep_now}"
-    pod_details = f"({_names(_POD_DETAILS, m)} or {_sel(POD_PHASE, m)} == 1 or {cpu}) and on (namespace, pod) {keep_now}"
+    pods = f"({_names(_POD_IDENTITY, m)} or {_sel(POD_PHASE, m)} == 1) and on (namespace, pod) {keep_now}"
+    pod_details = f"({_names(_POD_DETAILS, m)} or {cpu}) and on (namespace, pod) {keep_now}"
     gone = f"count_over_time({_sel(POD_INFO, m)}{w}) unless on (namespace, pod) {_sel(POD_INFO, m)}"
     node_res = f'resource=~"{promql_resource_regex(settings.gpu_resource_names)}"'
     node_names = (NODE_LABELS, NODE_INFO, NODE_CREATED, NODE_UNSCHEDULABLE, V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE)
@@ -929,7 +930,7 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     if history_only:
         phases = f"{_sel(POD_PHASE, m)} == 1 and on (namespace, pod) {gpu_now}"
         return {"resources": resources, "phases": phases, "pods gone": gone}
-    return {"pods": pods, "pod labels and phases": pod_details, "resources": resources, "namespaces and owners": owners,
+    return {"pods": pods, "pod labels and containers": pod_details, "resources": resources, "namespaces and owners": owners,
             "nodes": nodes, "pods gone": gone}
 
 
@@ -1001,7 +1002,7 @@ class PrometheusKsmSource:
                    for i in range(0, len(names), HISTORY_PODS_PER_QUERY)]
         past = self._run(history, at) if history else []
         self.query_count = len(plan) + len(history)
-        current = [named.get(k, []) for k in ("resources", "pods", "pod labels and phases", "phases", "nodes", "namespaces and owners")]
+        current = [named.get(k, []) for k in ("resources", "pods", "pod labels and containers", "phases", "nodes", "namespaces and owners")]
         samples = self.samples([*current, *past], gone=gone, at=at)
         state = cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
                                        source=f"kube-state-metrics at {self.url}", notes=not self.history_only)
