@@ -63,6 +63,15 @@ class _TimedQueries:
         return getattr(self.inner, name)
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far, from /proc; 0 when unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _profile(source: Any, at: datetime, top: int) -> str:
     """One more read under cProfile: the `top` functions by own time and by cumulative time."""
     import cProfile
@@ -96,20 +105,24 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=args["prometheus"], timeout_s=120), cluster="bench")
     timed = _TimedQueries(prom)
     ksm = PrometheusKsmSource(timed, cluster="bench", window=timedelta(seconds=args["window_s"]), scrape_interval_s=60)
+    # the server's CPU: the fake apiserver runs in the parent process (idle otherwise), Prometheus in its own
+    servers = {"api": os.getppid(), "ksm": int(args["prometheus_pid"])}
     for name, source in (("api", api), ("ksm", ksm)):
-        walls, cpus = [], []
+        walls, cpus, server_cpus = [], [], []
         state = None
         for _ in range(args["repeats"]):
             if args.get("gc_paused", True):  # as a scan reads it: services/scan.py pauses the cyclic collector
                 gc.disable()
+            s0 = _cpu_s(servers[name])
             c0, t0 = time.process_time(), time.perf_counter()
             state = source.cluster_state(at=at)
             walls.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
+            server_cpus.append(_cpu_s(servers[name]) - s0)
             gc.enable()
             gc.collect()
         assert state is not None
-        out[name] = {"wall_s": walls, "cpu_s": cpus, "pods": len(state.pods), "holding": sum(p.holds_gpus for p in state.pods),
+        out[name] = {"wall_s": walls, "cpu_s": cpus, "server_cpu_s": server_cpus, "pods": len(state.pods), "holding": sum(p.holds_gpus for p in state.pods),
                      "nodes": len(state.nodes), "exporters": len(state.exporter_pods)}
         if args.get("profile"):
             sys.stderr.write(f"\n===== cProfile: {name} =====\n{_profile(source, at, int(args['profile']))}")
@@ -153,9 +166,10 @@ def bench_size(gpus: int, repeats: int, workroot: Path, profile: int = 0, gc_pau
     kube = FakeKubeApi(pods=objects.pop("pods", []), nodes=objects.pop("nodes", []), others=objects).start()
     try:
         kubeconfig = write_kubeconfig(work / "kubeconfig", kube.url)
-        with prometheus(data_dir) as (url, _proc, _ready):
+        with prometheus(data_dir) as (url, prom_proc, _ready):
             args = {"kubeconfig": str(kubeconfig), "prometheus": url, "repeats": repeats, "window_s": WINDOW_S,
-                    "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(), "profile": profile, "gc_paused": gc_paused}
+                    "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(), "profile": profile, "gc_paused": gc_paused,
+                    "prometheus_pid": prom_proc.pid}
             proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(args)], capture_output=True, text=True,
                                   timeout=1800, cwd=ROOT, env={**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}:{ROOT}"}, check=False)
             if proc.returncode != 0:
@@ -231,6 +245,9 @@ def main() -> int:
               f"{share(api_s)} | {ksm_s:.2f} s ({ksm_cpu:.2f}) ({r['ksm']['queries']}) | {share(ksm_s)} | {r['ksm_series']:,} |")
         per_query = ", ".join(f"{w.removeprefix('kube-state-metrics ')} {t:.2f} s" for w, t in r["ksm"].get("query_s", {}).items())
         print(f"  KSM queries at {r['gpus']:,} GPUs (last read, 4 in flight): {per_query}")
+        print(f"  server CPU per read (median): fake kube-apiserver {statistics.median(r['api']['server_cpu_s']):.2f} s, "
+              f"Prometheus {statistics.median(r['ksm']['server_cpu_s']):.2f} s; all reads (wall s): API "
+              + " ".join(f"{x:.2f}" for x in r["api"]["wall_s"]) + ", KSM " + " ".join(f"{x:.2f}" for x in r["ksm"]["wall_s"]))
         if r["api"]["pods"] != r["ksm"]["pods"] or r["api"]["holding"] != r["ksm"]["holding"]:
             print(f"  MISMATCH at {r['gpus']} GPUs: API {r['api']}, KSM {r['ksm']}")
     return 0
