@@ -70,7 +70,7 @@ class StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
     in a process must pass the same handler).
     """
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         """The current `sys.stdout`."""
         return sys.stdout
