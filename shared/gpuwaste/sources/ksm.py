@@ -567,7 +567,10 @@ class _Builder:
         app = [c for (init, c) in f.resources if not init]
         app += [c for c in f.images if c not in app]
         inits = [c for (init, c) in f.resources if init]
-        gpu_app, gpu_init, share_app, share_init = [], [], [], []
+        gpu_app: list[dict[str, int]] = []
+        gpu_init: list[dict[str, int]] = []
+        share_app: list[dict[str, int]] = []
+        share_init: list[dict[str, int]] = []
         cpu_total: float | None = 0.0
         for init, names in ((False, app), (True, inits)):
             for i, c in enumerate(names):
@@ -577,11 +580,11 @@ class _Builder:
                 gpus: dict[str, int] = {}
                 shares: dict[str, int] = {}
                 for r in {*limits, *requests}:
-                    raw = limits.get(r, requests.get(r))
+                    raw = limits[r] if r in limits else requests[r]  # limits first
                     if is_gpu_resource(r, self.patterns):
-                        gpus[r] = _count(raw, f"{at}[{r!r}]")  # type: ignore[arg-type]  # r is in one of the two
+                        gpus[r] = _count(raw, f"{at}[{r!r}]")
                     if r in SHARE_RESOURCES:
-                        shares[r] = _count(raw, f"{at}[{r!r}]")  # type: ignore[arg-type]
+                        shares[r] = _count(raw, f"{at}[{r!r}]")
                 (gpu_init if init else gpu_app).append(gpus)
                 (share_init if init else share_app).append(shares)
                 if not init and cpu_total is not None:
