@@ -399,3 +399,40 @@ def test_the_scan_window_reaches_a_wrapped_ksm_source():
     # WHEN a scan service is built for a 3-hour window THEN the KSM source looks back 3 hours
     scan_service(sources, GpuWasteConfig(), window_s=3 * 3600, priced=False)
     assert ksm.window == timedelta(hours=3)
+
+
+# -- the whole model: KSM facts built straight into Pod/Node equal the API parser's models --------------------
+@pytest.mark.parametrize("spec", [{"layout": "random", "nodes": 24}, {}], ids=["bench-random", "demo"])
+def test_ksm_models_equal_the_api_parsers_models_field_by_field(spec: dict[str, Any]):
+    # GIVEN the bench's random fleet layout, and the demo fleet (every waste kind: Deployments, StatefulSets, Jobs,
+    # CronJobs, bare pods, orphans, exporters, several GPU models)
+    from gpuwaste.fleet.generator import FleetSpec, generate_fleet  # noqa: PLC0415
+    from gpuwaste.sources.ksm import cluster_state_from_ksm, samples_from_series  # noqa: PLC0415
+
+    fleet = generate_fleet(FleetSpec(**spec))
+    at = fleet.spec.eval_time
+    window = timedelta(seconds=fleet.spec.history_s - 600)
+    # WHEN the cluster is built from its KSM series (no Kubernetes objects in between) and parsed from its objects
+    ksm = cluster_state_from_ksm(samples_from_series(fleet.ksm_series(), at=at, window=window), cluster="c", observed_at=at)
+    api = cluster_state_from_objects(fleet.objects, cluster="c", observed_at=at)
+    # THEN every pod and node is the same model, field by field, except what KSM does not export (container commands
+    # and args, owner uids, the scheduler, the API group of custom-resource owners; labels outside the allow-list)
+    assert len(api.pods) > 15 and api.nodes
+    built_in = {"ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod"}
+
+    def comparable(p: Any) -> dict[str, Any]:
+        data = p.model_dump(exclude={"container_args", "scheduler_name", "resource_claims"})
+        data["owner_refs"] = [{**o, "uid": "", "api_version": o["api_version"] if o["kind"] in built_in else ""} for o in data["owner_refs"]]
+        if data["workload"]["kind"] not in built_in:
+            data["workload"]["api_version"] = ""
+        data["labels"] = {k: v for k, v in data["labels"].items() if k in ALLOWED_POD_LABELS}
+        return data
+
+    by_key = {p.key: comparable(p) for p in api.pods}
+    assert {p.key: comparable(p) for p in ksm.pods} == by_key
+    assert {n.name: n for n in ksm.nodes} == {n.name: n for n in api.nodes}
+    assert ksm.exporter_pods == api.exporter_pods and ksm.exporter_pod_ips == api.exporter_pod_ips
+    assert ksm.workloads_known == api.workloads_known
+
+
+ALLOWED_POD_LABELS = frozenset(("pod-template-hash", "app", "app.kubernetes.io/name", "team", "gpuwaste.io/team", "runai-gpu-group"))
