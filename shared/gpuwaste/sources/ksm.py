@@ -897,6 +897,8 @@ _POD_NOW = tuple(n for n in POD_METRICS if n != POD_PHASE)
 _POD_IDENTITY = (POD_INFO, POD_OWNER, POD_START, POD_COMPLETION, POD_DELETION)
 #: ... and creation time, labels, annotations and containers (with the CPU limits).
 _POD_DETAILS = tuple(n for n in _POD_NOW if n not in _POD_IDENTITY)
+#: The GPU request series read over the window (the limits equal them for extended resources).
+_REQUEST_METRICS = frozenset((REQUESTS, INIT_REQUESTS, V1_REQUESTS))
 #: Gone pods per history query (a `pod=~` regex); more are read in further queries.
 HISTORY_PODS_PER_QUERY = 500
 
@@ -915,7 +917,11 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     m = dict(matchers or {})
     w = f"[{int(window_s)}s]"
     gpu = _gpu_series(settings, m)
-    resources = " or ".join(_tag(f"last_over_time({s}{w})", n) for s, n in zip(gpu, RESOURCE_METRICS, strict=True))
+    # the requests only: for extended resources (GPUs, GPU shares) Kubernetes refuses a request that differs from the
+    # limit and defaults a missing request to the limit, so KSM exports both with one value; reading the limits
+    # too would double the window read (`last_over_time` over every sample of the window)
+    resources = " or ".join(_tag(f"last_over_time({s}{w})", n) for s, n in zip(gpu, RESOURCE_METRICS, strict=True)
+                            if n in _REQUEST_METRICS)
     exporter = _sel(POD_INFO, m, f'pod=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
     gpu_now = "group by (namespace, pod) (" + " or ".join(gpu) + ")"
     keep_now = f"({gpu_now} or group by (namespace, pod) ({exporter}) or {_share_pods(m)})"
