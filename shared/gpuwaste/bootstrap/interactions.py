@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from functools import cache
 
 from gpuwaste.bootstrap import delivery, pipeline
+from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.errors import RequestSignatureError
 from gpuwaste.services.interactions import HttpReply, InteractionService, refused
 from gpuwaste.services.tickets import TicketService

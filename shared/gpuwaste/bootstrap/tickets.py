@@ -7,6 +7,7 @@ from functools import cache
 
 from gpuwaste.bootstrap import delivery, pipeline
 from gpuwaste.bootstrap.batch import process_batch
+from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.errors import ConfigError
 from gpuwaste.services.tickets import TicketService
 
