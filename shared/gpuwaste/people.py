@@ -221,3 +221,96 @@ def duration(seconds: int) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         return f"{seconds // 60} min"
     return f"{seconds} s"
+
+
+#: Kinds as a heading people read in a chat digest ("Idle GPUs"), one per waste kind.
+KIND_HEADINGS: dict[WasteKind, str] = {
+    WasteKind.IDLE: "Idle GPUs",
+    WasteKind.UNDERUSED: "Under-used GPUs",
+    WasteKind.UNALLOCATED: "Node capacity nobody requested",
+    WasteKind.DATA_QUALITY: "Telemetry problems (no verdict)",
+    WasteKind.POWER_ANOMALY: "Power burnt without work",
+    WasteKind.LOW_MEMORY_BANDWIDTH: "Bigger GPU than the work needs (bandwidth)",
+    WasteKind.STALLED: "Stalled jobs",
+    WasteKind.WRONG_HARDWARE: "Wrong hardware (a smaller GPU fits)",
+    WasteKind.CPU_BOUND: "GPUs waiting for their CPU",
+    WasteKind.KV_CACHE_PRESSURE: "Inference servers short of KV cache",
+    WasteKind.INFERENCE_IDLE: "Inference servers nobody calls",
+    WasteKind.ORPHANED: "Pods whose owner is gone",
+}
+
+
+def kind_heading(kind: WasteKind | str) -> str:
+    """A kind as a heading ("Idle GPUs", "Stalled jobs")."""
+    try:
+        return KIND_HEADINGS[WasteKind(kind)]
+    except ValueError:
+        return str(kind).replace("_", " ").capitalize()
+
+
+#: Public price sources by the repository their URL names: (what people call it).
+_PRICE_SOURCE_NAMES = {
+    "aws/karpenter-provider-aws": "Karpenter's AWS on-demand price table",
+    "kubernetes/autoscaler": "cluster-autoscaler's GCE price table",
+    "skypilot-org/skypilot-catalog": "SkyPilot's Azure catalog",
+}
+_URL = re.compile(r"https?://[^\s)]+")
+_REPO_PATH = re.compile(r"(?:\.\./)?shared/\S*|\S+/\S+\.(?:go|py|ya?ml|csv|json|md)\b(?:\s*@\s*[0-9a-f]{6,40})?")
+
+
+def price_source(source: str, effective_date: str = "") -> tuple[str, str | None]:
+    """(name, URL) of a price's public source, for people: "Karpenter's AWS on-demand price table, 2026-07-20" and
+    `https://github.com/aws/karpenter-provider-aws` — never a file path inside a repository or a commit.
+
+    A source without a URL (a configured rate card: `pricing.instance_types`) keeps its own words, without paths
+    or internal codes.
+    """
+    url_match = _URL.search(source)
+    url = url_match.group(0).rstrip(".,;") if url_match else None
+    name = ""
+    if url:
+        repo = "/".join(url.split("/")[3:5]) if "github.com/" in url else ""
+        name = _PRICE_SOURCE_NAMES.get(repo, "")
+        if not name:
+            name = f"{repo} price table" if repo else url.split("/")[2]
+        if repo:
+            url = f"https://github.com/{repo}"
+    else:
+        name = " ".join(_REPO_PATH.sub("", no_codes(source)).split()).removesuffix(" see").strip(" ,;:-")
+        name = name or "configured rate card"
+    dated = f"{name}, {effective_date}" if effective_date else name
+    return dated, url
+
+
+def details_lines(finding: Finding) -> list[str]:
+    """What stands behind a finding's one line, for people (a chat's "Details"): evidence in people's units, the cost
+    formula, the price's public source, caveats and the recommendation — no internal codes, no repository paths."""
+    lines = []
+    for e in finding.evidence[:6]:
+        name = e.signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "")
+        if e.unit == "ratio":
+            def show(v: float | None) -> str:
+                return percent(v)
+        elif e.unit == "count":
+            def show(v: float | None) -> str:
+                return "-" if v is None else f"{v:g}"
+        else:
+            def show(v: float | None, unit: str = e.unit) -> str:
+                return "-" if v is None else f"{v:,.4g} {unit}".strip()
+        stats = ", ".join(f"{label} {show(v)}" for label, v in (("avg", e.avg), ("p95", e.p95), ("max", e.max))
+                          if v is not None)
+        text = f"{name}: {stats or 'no samples'} over {duration(e.window_s)}"
+        if e.samples:
+            text += f", coverage {percent(e.coverage)}"
+        if e.note:
+            text += f" ({no_codes(e.note)})"
+        lines.append(text)
+    lines.append(f"Cost: {people_formula(finding)}")
+    c = finding.cost
+    if c is not None and c.source:
+        name, url = price_source(c.source, c.effective_date)
+        lines.append(f"Price: {name}" + (f" ({url})" if url else ""))
+    if c is not None:
+        lines.extend(f"Caveat: {no_codes(w)}" for w in c.warnings)
+    lines.append(f"What to do: {no_codes(finding.recommendation)}")
+    return lines
