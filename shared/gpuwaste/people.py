@@ -227,7 +227,7 @@ def duration(seconds: int) -> str:
 KIND_HEADINGS: dict[WasteKind, str] = {
     WasteKind.IDLE: "Idle GPUs",
     WasteKind.UNDERUSED: "Under-used GPUs",
-    WasteKind.UNALLOCATED: "Node capacity nobody requested",
+    WasteKind.UNALLOCATED: "Unrequested node capacity",
     WasteKind.DATA_QUALITY: "Telemetry problems (no verdict)",
     WasteKind.POWER_ANOMALY: "Power burnt without work",
     WasteKind.LOW_MEMORY_BANDWIDTH: "Bigger GPU than the work needs (bandwidth)",

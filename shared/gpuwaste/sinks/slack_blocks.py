@@ -74,7 +74,7 @@ _DIGEST_ACTIONS = (
 #: Characters of a workload or node name in a digest line (elided in the middle beyond).
 MAX_NAME = 40
 #: Characters of a kind's recommendation in a digest (the rest is behind Details).
-MAX_RECOMMENDATION = 80
+MAX_RECOMMENDATION = 72
 CENT = Decimal("0.01")
 
 
@@ -208,10 +208,10 @@ def _links(item: NoticeItem) -> str:
     return " · ".join(f"<{escape(url)}|{escape(label)}>" for label, url in item.links)
 
 
-def _route_line(notice: Notice, fell_back_from: str | None) -> str:
+def _route_line(notice: Notice, fell_back_from: str | None, *, team: bool = True) -> str:
     r = notice.route
     text = f"Routed to {escape(r.channel)} by {escape(r.source)}"
-    if r.team:
+    if r.team and team:
         text += f" · team {escape(r.team)}"
     if fell_back_from:
         text += f" · :warning: {escape(fell_back_from)} was not found (channel_not_found), posted to the default channel"
@@ -277,6 +277,8 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
         f" {when(scan_time(item))})",
     ]
     blocks.append(_section("\n".join(lines)))
+    if hint := _owner_hint(notice):
+        blocks.append(_section(hint))
     gpu_text = f"{gpus(f.wasted_gpu_share)} × {f.subject.gpu_model or 'GPU'}"
     blocks.append(
         _fields(
@@ -311,6 +313,11 @@ def _is_node_level(finding: Finding) -> bool:
 def _addressee(notice: Notice) -> str:
     """Whom a message is for: the team, else "no owner" (never a channel name as if it were an owner)."""
     return f"team {notice.route.team}" if notice.route.team else "no owner"
+
+
+def _for(notice: Notice) -> str:
+    """" for team ml" or ", no owner" (a digest's header)."""
+    return f" for team {notice.route.team}" if notice.route.team else ", no owner"
 
 
 def _owner_hint(notice: Notice) -> str | None:
@@ -379,7 +386,7 @@ def _kind_heading(kind_items: list[NoticeItem], *, count: bool = True) -> str:
 def _short_recommendation(text: str, limit: int = MAX_RECOMMENDATION) -> str:
     """The recommendation's action (after "…: ") cut at a clause within `limit` characters."""
     head, sep, action = text.partition(": ")
-    text = action[:1].upper() + action[1:] if sep and len(action) >= 20 else text
+    text = action[:1].upper() + action[1:] if sep and len(action) >= 8 else text
     if len(text) <= limit:
         return text
     cut = max(text.rfind(", ", 0, limit), text.rfind("; ", 0, limit), text.rfind(". ", 0, limit))
@@ -440,7 +447,8 @@ _LINK = re.compile(r"<([^<>|]*)\|([^<>]*)>")
 
 def visible_chars(blocks: list[dict[str, Any]]) -> int:
     """Characters a reader sees in the blocks: header, section text and fields, context elements, button labels
-    (a link shows its label; confirmation dialogs, values and ids are not shown). mrkdwn markers count too."""
+    (a link shows its label, an emoji one glyph, emphasis markers nothing; confirmation dialogs, values and ids are
+    not shown)."""
     total = 0
     for block in blocks:
         texts: list[str] = []
@@ -454,9 +462,18 @@ def visible_chars(blocks: list[dict[str, Any]]) -> int:
         accessory = block.get("accessory")
         if isinstance(accessory, dict) and isinstance(accessory.get("text"), dict):
             texts.append(accessory["text"]["text"])
-        total += sum(len(_LINK.sub(r"\2", t).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
-                     for t in texts)
+        total += sum(len(_shown(t)) for t in texts)
     return total
+
+
+_EMPHASIS = re.compile(r"[*`~]|(?<!\w)_|_(?!\w)")
+_EMOJI = re.compile(r":[a-z0-9_+-]+:")
+
+
+def _shown(mrkdwn: str) -> str:
+    """What Slack shows of mrkdwn text: a link's label, one glyph per emoji, no emphasis markers, entities decoded."""
+    text = _EMOJI.sub("□", _LINK.sub(r"\2", mrkdwn))
+    return _EMPHASIS.sub("", text).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
 #: Text reserved per message for the header, the intro, the owner hint and the footer.
@@ -533,7 +550,7 @@ def _fallback_text(notice: Notice) -> str:
         f = items[0].finding
         state = "Resolved" if items[0].resolved else "GPU waste"
         return escape(truncate(f"{state}: {no_codes(f.title)} — {per_day(f.usd_per_day)}", 3000))
-    return escape(f"GPU waste: {len(items)} findings for {_addressee(notice)} — {usd(total)}/day")
+    return escape(f"GPU waste: {len(items)} findings{_for(notice)} — {usd(total)}/day")
 
 
 def render_notice(notice: Notice, *, now: datetime | None = None, fell_back_from: str | None = None,
@@ -568,7 +585,7 @@ def render_notice(notice: Notice, *, now: datetime | None = None, fell_back_from
     payloads: list[SlackPayload] = []
     for n, (full, tail) in enumerate(chunks, start=1):
         part = f" (part {n}/{len(chunks)})" if len(chunks) > 1 else ""
-        title = f"GPU waste: {len(items)} findings for {_addressee(notice)} — {usd(total)}/day{part}"
+        title = f"GPU waste: {len(items)} findings{_for(notice)} — {usd(total)}/day{part}"
         blocks: list[dict[str, Any]] = [_header(title)]
         if n == 1:
             mention = f"<@{notice.mention}> " if notice.mention else ""
@@ -580,8 +597,7 @@ def render_notice(notice: Notice, *, now: datetime | None = None, fell_back_from
         blocks.extend(_full_blocks(full, interactive=notice.interactive, clusters=len(clusters)))
         if tail:
             blocks.extend(_tail_sections(tail, clusters=len(clusters)))
-        footer = [_route_line(notice, fell_back_from)]
-        blocks.append(_context(*footer))
+        blocks.append(_context(_route_line(notice, fell_back_from, team=False)))  # the header names the team
         carried = full + tail
         payloads.append(SlackPayload(text=text + part, blocks=blocks, fingerprints=tuple(i.fingerprint for i in carried)))
     return payloads
