@@ -288,15 +288,13 @@ def details_lines(finding: Finding) -> list[str]:
     lines = []
     for e in finding.evidence[:6]:
         name = e.signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "")
-        if e.unit == "ratio":
-            def show(v: float | None) -> str:
+        def show(v: float | None, unit: str = e.unit) -> str:
+            if v is None:
+                return "-"
+            if unit == "ratio":
                 return percent(v)
-        elif e.unit == "count":
-            def show(v: float | None) -> str:
-                return "-" if v is None else f"{v:g}"
-        else:
-            def show(v: float | None, unit: str = e.unit) -> str:
-                return "-" if v is None else f"{v:,.4g} {unit}".strip()
+            return f"{v:g}" if unit == "count" else f"{v:,.4g} {unit}".strip()
+
         stats = ", ".join(f"{label} {show(v)}" for label, v in (("avg", e.avg), ("p95", e.p95), ("max", e.max))
                           if v is not None)
         text = f"{name}: {stats or 'no samples'} over {duration(e.window_s)}"

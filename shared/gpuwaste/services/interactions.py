@@ -119,9 +119,10 @@ class InteractionService:
                 except (DeliveryError, PermanentError) as exc:
                     text = f"Could not create the ticket: {exc}"
         elif action == DETAILS:
-            text = self._details(fingerprint)
-            if text is None:
+            details = self._details(fingerprint)
+            if details is None:
                 return HttpReply(200, {"text": "unknown finding"})
+            text = details
         else:
             return HttpReply(200)
         self._confirm(request, text)
