@@ -228,16 +228,43 @@ KIND_HEADINGS: dict[WasteKind, str] = {
     WasteKind.IDLE: "Idle GPUs",
     WasteKind.UNDERUSED: "Under-used GPUs",
     WasteKind.UNALLOCATED: "Unrequested node capacity",
-    WasteKind.DATA_QUALITY: "Telemetry problems (no verdict)",
-    WasteKind.POWER_ANOMALY: "Power burnt without work",
-    WasteKind.LOW_MEMORY_BANDWIDTH: "Bigger GPU than the work needs (bandwidth)",
+    WasteKind.DATA_QUALITY: "Telemetry gaps (no verdict)",
+    WasteKind.POWER_ANOMALY: "Power without work",
+    WasteKind.LOW_MEMORY_BANDWIDTH: "Low memory bandwidth",
     WasteKind.STALLED: "Stalled jobs",
-    WasteKind.WRONG_HARDWARE: "Wrong hardware (a smaller GPU fits)",
-    WasteKind.CPU_BOUND: "GPUs waiting for their CPU",
-    WasteKind.KV_CACHE_PRESSURE: "Inference servers short of KV cache",
-    WasteKind.INFERENCE_IDLE: "Inference servers nobody calls",
-    WasteKind.ORPHANED: "Pods whose owner is gone",
+    WasteKind.WRONG_HARDWARE: "Oversized GPUs",
+    WasteKind.CPU_BOUND: "CPU-starved GPUs",
+    WasteKind.KV_CACHE_PRESSURE: "KV cache pressure",
+    WasteKind.INFERENCE_IDLE: "Unused inference servers",
+    WasteKind.ORPHANED: "Orphaned pods",
+    WasteKind.UNREQUESTED_USE: "GPUs used without a request",
 }
+
+#: What to do about a kind, in one short sentence (a digest says it once per kind; each finding's own
+#: recommendation, with its specifics, is behind Details / `gpuwaste explain`).
+KIND_ACTIONS: dict[WasteKind, str] = {
+    WasteKind.IDLE: "Stop them, scale to zero, or share the GPU.",
+    WasteKind.UNDERUSED: "Batch more work, or move to a smaller GPU or MIG slice.",
+    WasteKind.UNALLOCATED: "Let the autoscaler remove the node, or schedule work here.",
+    WasteKind.DATA_QUALITY: "Fix the exporter or its scrape: the GPU's state is unknown.",
+    WasteKind.POWER_ANOMALY: "Profile for busy-waits and memory-bound kernels.",
+    WasteKind.LOW_MEMORY_BANDWIDTH: "A GPU with less memory bandwidth or a MIG slice does it.",
+    WasteKind.STALLED: "Check the logs, restart, set NCCL timeouts.",
+    WasteKind.WRONG_HARDWARE: "Move to the smaller GPU or MIG slice in Details.",
+    WasteKind.CPU_BOUND: "Give the pod more CPU or data-loader workers.",
+    WasteKind.KV_CACHE_PRESSURE: "Resize the server: memory share, context length, replicas.",
+    WasteKind.INFERENCE_IDLE: "Scale the server to zero or consolidate models.",
+    WasteKind.ORPHANED: "Delete the pod: its owner is gone.",
+    WasteKind.UNREQUESTED_USE: "Request the GPU in the pod spec.",
+}
+
+
+def kind_action(kind: WasteKind | str) -> str | None:
+    """What to do about a kind in one short sentence (None for an unknown kind)."""
+    try:
+        return KIND_ACTIONS.get(WasteKind(kind))
+    except ValueError:
+        return None
 
 
 def kind_heading(kind: WasteKind | str) -> str:

@@ -21,6 +21,7 @@ from gpuwaste.people import (  # one money/date/age format on every surface
     details_lines,
     elide,
     gpus,
+    kind_action,
     kind_heading,
     no_codes,
     period_date,
@@ -352,7 +353,8 @@ def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str
     parts = [f"*{per_day(f.usd_per_day)}*"]
     if kind:
         parts.append(escape(kind_label_short(f)))
-    parts += [escape(_subject_text(f)), f"{gpus(f.wasted_gpu_share)} GPU", _since(item)]
+    share = f.wasted_gpu_share
+    parts += [escape(_subject_text(f)), f"{gpus(share)} GPU{'s' if share > 1 else ''}", _since(item)]
     if clusters > 1:
         parts.append(escape(f.subject.cluster))
     if item.ticket_key:
@@ -373,10 +375,10 @@ def kind_label_short(finding: Finding) -> str:
 
 
 def _kind_heading(kind_items: list[NoticeItem], *, count: bool = True) -> str:
-    """A kind's heading: its name (with the count and USD/day of several findings) and its recommendation once (the
-    costliest finding's, its action cut at a clause; the whole text is behind Details)."""
+    """A kind's heading: its name (with the count and USD/day of several findings) and what to do about the kind,
+    once (`people.KIND_ACTIONS`; each finding's own recommendation is behind Details)."""
     f = kind_items[0].finding
-    rec = _short_recommendation(no_codes(f.recommendation))
+    rec = kind_action(f.kind) or _short_recommendation(no_codes(f.recommendation))
     if not count:
         return f"*{escape(kind_heading(f.kind))}* · _{escape(rec)}_"
     total = sum((i.finding.usd_per_day or Decimal(0) for i in kind_items if not i.resolved), Decimal(0))
