@@ -243,17 +243,17 @@ KIND_HEADINGS: dict[WasteKind, str] = {
 #: What to do about a kind, in one short sentence (a digest says it once per kind; each finding's own
 #: recommendation, with its specifics, is behind Details / `gpuwaste explain`).
 KIND_ACTIONS: dict[WasteKind, str] = {
-    WasteKind.IDLE: "Stop them, scale to zero, or share the GPU.",
-    WasteKind.UNDERUSED: "Batch more work, or move to a smaller GPU or MIG slice.",
-    WasteKind.UNALLOCATED: "Let the autoscaler remove the node, or schedule work here.",
-    WasteKind.DATA_QUALITY: "Fix the exporter or its scrape: the GPU's state is unknown.",
+    WasteKind.IDLE: "Stop, scale to zero, or share them.",
+    WasteKind.UNDERUSED: "Batch more, or use a smaller GPU or MIG slice.",
+    WasteKind.UNALLOCATED: "Let the autoscaler remove it, or schedule work.",
+    WasteKind.DATA_QUALITY: "Fix the exporter: the GPU's state is unknown.",
     WasteKind.POWER_ANOMALY: "Profile for busy-waits and memory-bound kernels.",
-    WasteKind.LOW_MEMORY_BANDWIDTH: "A GPU with less memory bandwidth or a MIG slice does it.",
-    WasteKind.STALLED: "Check the logs, restart, set NCCL timeouts.",
-    WasteKind.WRONG_HARDWARE: "Move to the smaller GPU or MIG slice in Details.",
-    WasteKind.CPU_BOUND: "Give the pod more CPU or data-loader workers.",
-    WasteKind.KV_CACHE_PRESSURE: "Resize the server: memory share, context length, replicas.",
-    WasteKind.INFERENCE_IDLE: "Scale the server to zero or consolidate models.",
+    WasteKind.LOW_MEMORY_BANDWIDTH: "A cheaper GPU or a MIG slice does this work.",
+    WasteKind.STALLED: "Check logs, restart, set NCCL timeouts.",
+    WasteKind.WRONG_HARDWARE: "Move to the smaller GPU named in Details.",
+    WasteKind.CPU_BOUND: "Give it more CPU or data-loader workers.",
+    WasteKind.KV_CACHE_PRESSURE: "Resize memory share, context or replicas.",
+    WasteKind.INFERENCE_IDLE: "Scale to zero or consolidate models.",
     WasteKind.ORPHANED: "Delete the pod: its owner is gone.",
     WasteKind.UNREQUESTED_USE: "Request the GPU in the pod spec.",
 }
