@@ -1,7 +1,12 @@
 """Adapter (pure): notices and summaries → Slack Block Kit payloads, escaped and split within Slack's limits.
 
 Limits (Slack docs, enforced by tests/servers/slack_api.py): 50 blocks per message, section text 3000
-characters, section fields 10 × 2000, header 150 characters of plain_text, top-level text 40000.
+characters, section fields 10 × 2000, header 150 characters of plain_text, top-level text 40000, 25 elements per
+actions block, button labels 75 characters of plain_text, button values 2000, action_id and block_id 255.
+
+A digest is read in seconds: one line per finding under its kind's heading (what to do said once per kind), each
+with visible buttons (snooze 7 days, expected, ticket, details); the evidence, formula and price source are behind
+Details (a reply in the thread) and `gpuwaste explain <ID>`. Ages count to the scan that saw the finding.
 Names that come from the cluster are escaped for mrkdwn (`&`, `<`, `>`), so `<!channel>`, `<@U123>` or
 `<http://x|y>` in a pod name can neither ping nor link.
 """
@@ -29,6 +34,7 @@ from gpuwaste.people import (  # one money/date/age format on every surface
     usd,
     when,
 )
+from gpuwaste.people import kind_label as people_kind_label
 
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
@@ -369,9 +375,7 @@ def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str
 
 def kind_label_short(finding: Finding) -> str:
     """The kind in people's words, short ("idle", "wrong hw")."""
-    from gpuwaste.people import kind_label as people_kind
-
-    return people_kind(finding.kind)
+    return people_kind_label(finding.kind)
 
 
 def _kind_heading(kind_items: list[NoticeItem], *, count: bool = True) -> str:
@@ -576,8 +580,7 @@ def render_notice(notice: Notice, *, now: datetime | None = None, fell_back_from
     if len(notice.items) == 1 and notice.kind is not NoticeKind.DIGEST:
         item = notice.items[0]
         return [SlackPayload(text=text, blocks=_alert_blocks(notice, item, fell_back_from), fingerprints=(item.fingerprint,))]
-    items = [i for group in _by_kind(list(notice.items)) for i in group]
-    items = sorted(items, key=_cost_order)
+    items = sorted(notice.items, key=_cost_order)  # the costliest get buttons; `_full_blocks` groups them by kind
     clusters = sorted({i.finding.subject.cluster for i in items})
     chunks = _digest_messages(items, interactive=notice.interactive, clusters=len(clusters), budget=budget)
     total = sum((i.finding.usd_per_day or Decimal(0) for i in items if not i.resolved), Decimal(0))
