@@ -320,7 +320,9 @@ def details_lines(finding: Finding) -> list[str]:
                 return "-"
             if unit == "ratio":
                 return percent(v)
-            return f"{v:g}" if unit == "count" else f"{v:,.4g} {unit}".strip()
+            if unit == "count":
+                return f"{v:g}"
+            return (f"{v:,.0f} {unit}" if abs(v) >= 100 else f"{v:,.2f} {unit}").strip()
 
         stats = ", ".join(f"{label} {show(v)}" for label, v in (("avg", e.avg), ("p95", e.p95), ("max", e.max))
                           if v is not None)

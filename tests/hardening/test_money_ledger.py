@@ -116,7 +116,7 @@ def test_money_ledger_sub_periods_add_up_and_every_surface_shows_the_same_cents(
         text = json.dumps([b for p in digest for b in p.blocks], ensure_ascii=False)
         assert f"cumulative so far {usd(sum((r.cumulative_usd for r in records), Decimal(0)))}" in text
         for r in records:
-            assert f"since {age(r.first_seen, r.last_seen)}" in text
+            assert ("new" if r.first_seen >= r.last_seen else f"since {age(r.first_seen, r.last_seen)}") in text
     store.close()
 
 

@@ -349,7 +349,9 @@ def _subject_text(finding: Finding, width: int = MAX_NAME) -> str:
 
 
 def _since(item: NoticeItem) -> str:
-    """How long the finding has been open at the scan that saw it ("since 5h 0m")."""
+    """How long the finding has been open at the scan that saw it ("since 5h 0m"; "new" when first seen by it)."""
+    if item.first_seen >= scan_time(item):
+        return "new"
     return f"since {age(item.first_seen, scan_time(item))}"
 
 
