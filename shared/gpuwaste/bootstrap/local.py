@@ -25,6 +25,8 @@ from gpuwaste.models.messages import (
     ScanCompleted,
     ScanRequest,
     SummaryDue,
+    read_stage_body,
+    salvage,
 )
 from gpuwaste.ports import FindingStore
 from gpuwaste.pricing.catalog import PriceBook
@@ -142,7 +144,7 @@ def deliver_outbox(queue: DeliveryQueue, stage: DeliverStage, store: FindingStor
     pending = queue.pending()
     if not pending:
         return 0, []
-    alerts = [AlertMessage.model_validate_json(p.body) for p in pending]
+    alerts = [queue.message(p.body, AlertMessage) for p in pending]  # this run's own: not parsed again
     queue.attempt([p.id for p in pending])
     again = [a for a, p in zip(alerts, pending, strict=True) if p.attempts > 0]
     failures = list(stage(alerts, store, at, again) or [])
@@ -191,7 +193,7 @@ def run_chain(
         SourceUnavailableError, SourceAuthError, InputFormatError: from the sources.
         StoreError: the SQLite file cannot be used.
     """
-    from pydantic import TypeAdapter, ValidationError
+    from pydantic import ValidationError
 
     from gpuwaste.bootstrap.pipeline import SystemClock
     from gpuwaste.queue.memory import MemoryQueue
@@ -199,8 +201,9 @@ def run_chain(
     from gpuwaste.services.lifecycle import LifecycleService
     from gpuwaste.services.price import PriceService
 
-    stage = TypeAdapter(FindingMessage | ScanCompleted)
-    requests_q, findings_q, priced_q = MemoryQueue("scan-requests"), MemoryQueue("findings"), MemoryQueue("priced")
+    # the findings and priced queues carry packed batches, as SQS does (`queue.packing`)
+    requests_q = MemoryQueue("scan-requests")
+    findings_q, priced_q = MemoryQueue("findings", pack=True), MemoryQueue("priced", pack=True)
     owned = store is None
     the_store = store if store is not None else SqliteFindingStore(state_path)
     durable = the_store if isinstance(the_store, SqliteFindingStore) else SqliteFindingStore(":memory:")
@@ -236,14 +239,18 @@ def run_chain(
             priced: dict[str, list[Finding]] = {}
             for body in findings_q.drain():
                 try:
-                    message = stage.validate_json(body)
+                    messages = read_stage_body(body)
                 except ValidationError as exc:
-                    result.dead_letters.append((body, str(exc)))
-                    continue
-                if isinstance(message, ScanCompleted):
-                    pricer.forward_completed(message)
-                else:
-                    priced.setdefault(message.scan_id, []).append(pricer.price_and_forward(message).finding)
+                    rebuilt, bad = salvage(body)  # a bad finding of a batch is dead-lettered alone
+                    result.dead_letters += [(text, str(e)) for text, e in bad] or [(body, str(exc))]
+                    if rebuilt is None:
+                        continue
+                    messages = read_stage_body(rebuilt)
+                for message in messages:
+                    if isinstance(message, ScanCompleted):
+                        pricer.forward_completed(message)
+                    else:
+                        priced.setdefault(message.scan_id, []).append(pricer.price_and_forward(message).finding)
             for scan_id, report in reports.items():
                 # the report shows what the chain priced (the scan itself leaves pricing to its own stage)
                 report.findings = sorted(priced.get(scan_id, []), key=lambda f: (
@@ -253,7 +260,7 @@ def run_chain(
                     on_scan(report)
             # one transaction per scan: the decisions, their outboxes and the delivery queue entries commit together
             with (the_store.transaction() if isinstance(the_store, SqliteFindingStore) else contextlib.nullcontext()):
-                messages = [stage.validate_json(body) for body in priced_q.drain()]
+                messages = [m for body in priced_q.drain() for m in read_stage_body(body)]
                 lifecycle.prefetch([m.finding.fingerprint for m in messages if isinstance(m, FindingMessage)])
                 lifecycle.defer_clears = True
                 for message in messages:
@@ -263,7 +270,7 @@ def run_chain(
                         lifecycle.handle_finding(message)
                 lifecycle.clear_outboxes()
                 lifecycle.defer_clears = False
-            told = [AlertMessage.model_validate_json(body) for body in alerts_q.sent]
+            told = [alerts_q.message(body, AlertMessage) for body in alerts_q.sent]
             alerts_q.sent.clear()
             result.alerts += told
             if on_alert is not None:
@@ -275,7 +282,7 @@ def run_chain(
                 n, failed = deliver_outbox(alerts_q, deliver, the_store, at)
                 result.delivered_alerts += n
                 result.failed += failed
-            requested = [AlertMessage.model_validate_json(b) for b in tickets_q.sent]
+            requested = [tickets_q.message(b, AlertMessage) for b in tickets_q.sent]
             tickets_q.sent.clear()
             result.tickets += requested
             if file_tickets is not None:
@@ -284,8 +291,8 @@ def run_chain(
                 result.failed += failed
         durable.delivery_queue("summary").send([SummaryDue(cluster=cluster, until=times[-1])] if times else [])
         keep_until = SystemClock().now() - timedelta(days=config.lifecycle.retention_days)
-        for name in ("alerts", "tickets", "summary"):
-            durable.delivery_queue(name).prune(done_before=keep_until)
+        for queue in (alerts_q, tickets_q, durable.delivery_queue("summary")):
+            queue.prune(done_before=keep_until)
         result.pending_alerts = alerts_q.count_pending()
         result.pending_tickets = tickets_q.count_pending()
         result.pending_summaries = durable.delivery_queue("summary").count_pending()

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from gpuwaste.queue.envelopes import EnvelopeSender
+from gpuwaste.queue.packing import pack
 
 
 class MemoryQueue(EnvelopeSender):
@@ -17,12 +18,18 @@ class MemoryQueue(EnvelopeSender):
     as the Lambda handlers do.
     """
 
-    def __init__(self, name: str = "queue") -> None:
+    def __init__(self, name: str = "queue", *, pack: bool = False) -> None:
         self.name = name
+        #: pack findings / alerts several to a body as `SqsQueue` does (`queue.packing`); consumers then read bodies
+        #: with `models.messages.read_stage_body` / `read_alert_body`
+        self.pack = pack
         self._bodies: deque[str] = deque()
 
     def send(self, messages: Sequence[BaseModel]) -> None:
-        """Append the messages' JSON bodies."""
+        """Append the messages' JSON bodies (packed when `pack`)."""
+        if self.pack:
+            self._bodies.extend(b.text for b in pack(messages))
+            return
         self._bodies.extend(m.model_dump_json() for m in messages)
 
 

@@ -265,14 +265,24 @@ class LifecycleService:
         if not message.judged:
             return total  # a scan that could judge nothing (no telemetry, one sample) is not evidence that waste ended
         unjudged = set(message.unjudged)
-        for candidate in self.store.open_for_cluster(message.cluster):
-            if candidate.fingerprint in seen or _subject_key(candidate) in unjudged:
+        for candidate in self._missed_candidates(message.cluster, seen):
+            if _subject_key(candidate) in unjudged:
                 continue
             outcome = self._miss(candidate.fingerprint, message)
             total.alerts += outcome.alerts
             total.tickets += outcome.tickets
             total.duplicate = total.duplicate or outcome.duplicate
         return total
+
+    def _missed_candidates(self, cluster: str, seen: set[str]) -> list[FindingRecord]:
+        """Open records of `cluster` the scan did not see, by fingerprint. A store that lists open fingerprints
+        cheaply (SQLite) reads only those records; otherwise every open record is read and filtered."""
+        lister = getattr(self.store, "open_fingerprints", None)
+        if lister is None:
+            return [r for r in self.store.open_for_cluster(cluster) if r.fingerprint not in seen]
+        missing = [fp for fp in lister(cluster) if fp not in seen]
+        found = get_many(self.store, missing)
+        return [found[fp] for fp in missing if fp in found]
 
     def _miss(self, fingerprint: str, message: ScanCompleted) -> Outcome:
         at = message.scheduled_time
