@@ -42,7 +42,7 @@ def process(event: dict[str, Any], context: Any, *, model: Any, record_handler: 
     """dedupe_findings' batch: the records of every finding of the batch read in one batch read, the records
     handled (`process_batch`), then the outboxes whose messages went out cleared in one batch write."""
     service = lifecycle_service()
-    fingerprints = []
+    fingerprints: list[str] = []
     for raw in event.get("Records", []):
         try:
             doc = json.loads(raw.get("body") or "{}")
