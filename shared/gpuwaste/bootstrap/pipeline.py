@@ -10,6 +10,7 @@ Warm containers keep the services they built; a changed config is picked up by n
 from __future__ import annotations
 
 import logging
+import sys
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -56,6 +57,31 @@ def redact_secret_responses() -> None:
     wire = logging.getLogger("botocore.parsers")
     if not any(isinstance(f, SecretResponseFilter) for f in wire.filters):
         wire.addFilter(SecretResponseFilter())
+
+
+class StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The Lambda functions' log handler: writes each record to `sys.stdout` as it is when the record is emitted.
+
+    Powertools' default handler binds the stdout of the moment the function's module is imported; code that swaps
+    stdout later (a test runner capturing output, a CLI embedding the pipeline in one process) would then log to a
+    closed stream ("--- Logging error ---"). In Lambda stdout never changes, so the output is the same.
+    Use the one instance, `LOG_HANDLER`: `Logger(logger_handler=LOG_HANDLER)` (Powertools configures a service's
+    logger once per process and afterwards reads the handler a later `Logger(...)` was given, so every function
+    in a process must pass the same handler).
+    """
+
+    @property
+    def stream(self) -> Any:
+        """The current `sys.stdout`."""
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        """Ignored: the stream is always the current stdout."""
+
+
+#: the handler every Lambda function's Powertools `Logger` writes through (see `StdoutHandler`)
+LOG_HANDLER = StdoutHandler()
 
 
 # Installing a log filter is the one thing done at import: every composition root imports this module
