@@ -235,7 +235,7 @@ def render(report: dict[str, Any], table: str) -> str:
             f"- **Lambda**: {inv['scan_gpu_waste']:,.0f} scan invocations/month of ~{s['duration_s']:.0f} s "
             f"(peak concurrency {s['concurrency_peak']} when every cluster's scan fires at once, {s['concurrency_avg']:.1f} on average; "
             f"default account limit {p['lambda_concurrency_limit']:,}); price {inv['price_findings']:,.0f} and dedupe {inv['dedupe_findings']:,.0f} "
-            f"invocations/month (SQS batches of 10), notify ≈ {inv['notify_slack']:,.0f}.",
+            f"invocations/month (SQS batches of 10 packed messages), notify ≈ {inv['notify_slack']:,.0f}.",
             f"- **Findings**: {p['findings_per_scan']:,.0f} per scan → {p['findings_per_month'] / 1e6:,.1f} M finding messages/month "
             f"(every open finding is re-sent every scan, to keep its last-seen time and cumulative cost).",
             f"- **SQS** (standard queues, no per-queue API rate limit; 120,000 in-flight messages per queue): {p['sqs_requests_per_month'] / 1e6:,.1f} M "
