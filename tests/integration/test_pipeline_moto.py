@@ -274,6 +274,53 @@ def test_pipeline_packed_findings_are_applied_once_under_redelivery(chain: Pipel
     assert len(bodies) < len(alerts)
 
 
+def test_packed_record_with_a_retryable_and_a_permanent_failure(chain: Pipeline) -> None:
+    # GIVEN one packed findings-queue message of four findings, handled by a record handler that fails the second
+    # for good (PermanentError) and the third for now (RetryableError)
+    from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
+    from aws_lambda_powertools.utilities.parser.types import Json
+
+    from gpuwaste.bootstrap.batch import each_message, process_batch
+    from gpuwaste.errors import PermanentError, RetryableError
+    from gpuwaste.models.messages import StageBody
+
+    class FindingRecord(SqsRecordModel):  # as price_findings declares it
+        body: Json[StageBody]
+
+    items = _findings(4)
+    chain.sqs.send_message(QueueUrl=chain.url("FindingsQueue"), MessageBody=json.dumps({"schema_version": 1, "findings": items}))
+    got = chain.sqs.receive_message(QueueUrl=chain.url("FindingsQueue"), MaxNumberOfMessages=10, AttributeNames=["All"])["Messages"]
+    event = {"Records": [chain.record("FindingsQueue", m) for m in got]}
+    chain.monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", chain.url("FindingsDlq"))
+    handled: list[str] = []
+
+    def handle(message: Any) -> None:
+        name = message.finding.subject.workload_name
+        if name == "w-1":
+            raise PermanentError("unknown cluster")
+        if name == "w-2" and "w-2 failed" not in handled:
+            handled.append("w-2 failed")
+            raise RetryableError("throttled")
+        handled.append(name)
+
+    def invoke() -> dict[str, Any]:
+        return process_batch(event, FakeLambdaContext(), model=FindingRecord,
+                             record_handler=lambda record: each_message(record.body.findings, handle))
+
+    # WHEN the record is processed, then redelivered (SQS, after the failure it reported)
+    first = invoke()
+    second = invoke()
+    # THEN the first attempt handled the siblings and failed the record for the retryable one only; the permanent
+    # one went to the DLQ alone with its reason — on each delivery of its record (a copy per attempt: the record
+    # keeps no memory of it; a redrive of both is harmless) —; the redelivery succeeds
+    assert first == {"batchItemFailures": [{"itemIdentifier": got[0]["MessageId"]}]}
+    assert second == {"batchItemFailures": []}
+    assert handled == ["w-0", "w-2 failed", "w-3", "w-0", "w-2", "w-3"]
+    dead = chain.drain("FindingsDlq")
+    assert [json.loads(m["Body"])["finding"]["subject"]["workload_name"] for m in dead] == ["w-1", "w-1"]
+    assert all(m["MessageAttributes"]["error_reason"]["StringValue"] == "unknown cluster" for m in dead)
+
+
 def test_pipeline_waste_that_disappears_is_resolved_after_three_scans(chain: Pipeline, tmp_path: Path) -> None:
     # GIVEN the demo waste alerted, then the cluster emptied (a recording with no GPU pods or telemetry)
     chain.run_chain(DEMO_END)
