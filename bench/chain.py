@@ -2,11 +2,11 @@
 
 * **local chain**: N findings (10,000 by default) go through the same services the Lambda functions run
   (`PriceService`, `LifecycleService`, `NotifyService`) with the embedded pieces of the local command: the
-  in-process queues (`queue.memory.MemoryQueue(pack=True)`: JSON bodies packed several findings to a message, as on
-  SQS) between scan, price and dedupe, the SQLite store (`store.sqlite.SqliteFindingStore`, a file) with its durable
+  in-process queues between scan, price and dedupe handing over the messages themselves, as `gpuwaste run` does
+  (`queue.memory.MemoryQueue(objects=True)`; the JSON hops are the moto run's), the SQLite store (`store.sqlite.SqliteFindingStore`, a file) with its durable
   alerts outbox table (`DeliveryQueue`), one transaction per scan as `gpuwaste run`, and the outbox delivered as
   `gpuwaste run` delivers it (`bootstrap.local.deliver_outbox`) by the Slack notifier posting to the local Slack fake.
-  Every message crosses each queue as JSON and is parsed back, as in the deployed chain. Price records are handled
+  The alerts cross the durable outbox as JSON (read back from this run without parsing it again). Price records are handled
   in batches of 10, as the SQS event source mappings deliver them, and each batch's outputs are sent together
   (`queue.batching.SendBatch`, what `bootstrap.batch.process_batch` does). Wall time per stage (`timings_s`) and the
   process's CPU time (`cpu_s`: the wall time on a loaded machine is mostly waiting for a core).
@@ -125,6 +125,11 @@ def next_scan(messages: list[FindingMessage], at: datetime, seq: int) -> tuple[l
     return [m.model_copy(update={"scan_id": scan_id, "finding": m.finding.model_copy(update={"observed_at": later})}) for m in messages], later
 
 
+def _read(body: Any) -> list[Any]:
+    """The messages of one received item: a JSON body (SQS, packed or single) or a message the in-process queue kept."""
+    return read_stage_body(body) if isinstance(body, str | bytes) else [body]
+
+
 def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifier: Any, *,
               dedupe_batch: int = RECORD_BATCH, outbox: bool = True) -> dict[str, Any]:
     """Send the findings and the scan completion through price → dedupe → notify; return timings and counts.
@@ -163,7 +168,7 @@ def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifi
         sends.begin()
         for i, body in enumerate(group):
             sends.set_record(str(i))
-            for message in read_stage_body(body):  # a packed batch or a single message, as the Lambda reads it
+            for message in _read(body):  # a packed batch or a single message, as the Lambda reads it
                 if isinstance(message, ScanCompleted):
                     price.forward_completed(message)
                 else:
@@ -179,7 +184,7 @@ def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifi
     lifecycle.defer_clears = True  # as dedupe_findings' bootstrap: outboxes cleared per batch, in one write
     unit = getattr(ports.store, "transaction", None)  # SQLite: one commit per record batch
     for group in batches(ports.receive(ports.priced), dedupe_batch):
-        records = [read_stage_body(body) for body in group]
+        records = [_read(body) for body in group]
         with unit() if unit is not None else contextlib.nullcontext():
             lifecycle.prefetch([m.finding.fingerprint for ms in records for m in ms
                                 if isinstance(m, FindingMessage)])  # one batch read
@@ -232,10 +237,11 @@ def local_chain(n: int, workdir: Path) -> dict[str, Any]:
     with fake_slack() as slack:
         alerts = store.delivery_queue("alerts")  # as `gpuwaste run`: the durable outbox table of the state
 
-        def receive(q: Any) -> list[str]:
-            return list(q.drain())
+        def receive(q: Any) -> list[Any]:
+            return list(q.drain_messages())
 
-        ports = Ports(MemoryQueue("findings", pack=True), MemoryQueue("priced", pack=True), alerts, store, receive=receive)
+        # as `gpuwaste run` (`bootstrap.local.run_chain`): the stages of one process hand each other the messages
+        ports = Ports(MemoryQueue("findings", objects=True), MemoryQueue("priced", objects=True), alerts, store, receive=receive)
         # as `gpuwaste run`: the scan's priced findings handled together, one SQLite transaction, no record outbox
         result = run_chain(messages, at, ports, slack_notifier(slack), dedupe_batch=n + 1, outbox=False)
         result["slack_posts"] = len(slack.calls_to("chat.postMessage"))

@@ -25,8 +25,6 @@ from gpuwaste.models.messages import (
     ScanCompleted,
     ScanRequest,
     SummaryDue,
-    read_stage_body,
-    salvage,
 )
 from gpuwaste.ports import FindingStore
 from gpuwaste.pricing.catalog import PriceBook
@@ -102,7 +100,8 @@ class ChainResult:
         reports: one scan report per scan, in order.
         alerts: every alert the lifecycle decided in this run, in order.
         tickets: ticket requests decided in this run.
-        dead_letters: (body, reason) of messages a stage could not parse (never expected locally).
+        dead_letters: (body, reason) of messages a stage could not parse (none: the local stages hand each other
+            validated messages; kept for the callers that report it).
         delivered_alerts / delivered_tickets: outbox messages the sinks accepted in this run (earlier runs' leftovers
             included).
         failed: (message, reason) of deliveries that failed in this run (they stay pending).
@@ -176,8 +175,8 @@ def run_chain(
     file_tickets: DeliverStage | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ChainResult:
-    """dispatch → scan → price → dedupe → alerts in one process: in-memory queues carrying the same JSON
-    envelopes as SQS between the scan stages, a durable outbox in the SQLite state for what must be delivered
+    """dispatch → scan → price → dedupe → alerts in one process: in-memory queues handing the same message envelopes
+    as SQS carries (as objects, no JSON round trip in one process) between the scan stages, a durable outbox in the SQLite state for what must be delivered
     (alerts, ticket requests, summaries), and the same services as the Lambda functions.
 
     One scan per entry of `times` (evaluation times, oldest first). Scan ids are derived from cluster and
@@ -193,17 +192,17 @@ def run_chain(
         SourceUnavailableError, SourceAuthError, InputFormatError: from the sources.
         StoreError: the SQLite file cannot be used.
     """
-    from pydantic import ValidationError
-
     from gpuwaste.bootstrap.pipeline import SystemClock
     from gpuwaste.queue.memory import MemoryQueue
     from gpuwaste.services.dispatch import DispatchService
     from gpuwaste.services.lifecycle import LifecycleService
     from gpuwaste.services.price import PriceService
 
-    # the findings and priced queues carry packed batches, as SQS does (`queue.packing`)
+    # in one process the stages hand each other the messages themselves (frozen models): no JSON round trip per hop
+    # (the Lambda functions' JSON hops are the same envelopes, tested on moto); what must survive a crash is in the
+    # state's durable outbox
     requests_q = MemoryQueue("scan-requests")
-    findings_q, priced_q = MemoryQueue("findings", pack=True), MemoryQueue("priced", pack=True)
+    findings_q, priced_q = MemoryQueue("findings", objects=True), MemoryQueue("priced", objects=True)
     owned = store is None
     the_store = store if store is not None else SqliteFindingStore(state_path)
     durable = the_store if isinstance(the_store, SqliteFindingStore) else SqliteFindingStore(":memory:")
@@ -237,20 +236,11 @@ def run_chain(
                 report = scanner.scan(at=request.scheduled_time, scan_id=request.scan_id)
                 reports[report.scan_id] = report
             priced: dict[str, list[Finding]] = {}
-            for body in findings_q.drain():
-                try:
-                    messages = read_stage_body(body)
-                except ValidationError as exc:
-                    rebuilt, bad = salvage(body)  # a bad finding of a batch is dead-lettered alone
-                    result.dead_letters += [(text, str(e)) for text, e in bad] or [(body, str(exc))]
-                    if rebuilt is None:
-                        continue
-                    messages = read_stage_body(rebuilt)
-                for message in messages:
-                    if isinstance(message, ScanCompleted):
-                        pricer.forward_completed(message)
-                    else:
-                        priced.setdefault(message.scan_id, []).append(pricer.price_and_forward(message).finding)
+            for message in findings_q.drain_messages():
+                if isinstance(message, ScanCompleted):
+                    pricer.forward_completed(message)
+                elif isinstance(message, FindingMessage):
+                    priced.setdefault(message.scan_id, []).append(pricer.price_and_forward(message).finding)
             for scan_id, report in reports.items():
                 # the report shows what the chain priced (the scan itself leaves pricing to its own stage)
                 report.findings = sorted(priced.get(scan_id, []), key=lambda f: (
@@ -260,13 +250,13 @@ def run_chain(
                     on_scan(report)
             # one transaction per scan: the decisions, their outboxes and the delivery queue entries commit together
             with (the_store.transaction() if isinstance(the_store, SqliteFindingStore) else contextlib.nullcontext()):
-                messages = [m for body in priced_q.drain() for m in read_stage_body(body)]
+                messages = priced_q.drain_messages()
                 lifecycle.prefetch([m.finding.fingerprint for m in messages if isinstance(m, FindingMessage)])
                 lifecycle.defer_clears = True
                 for message in messages:
                     if isinstance(message, ScanCompleted):
                         lifecycle.handle_scan_completed(message)
-                    else:
+                    elif isinstance(message, FindingMessage):
                         lifecycle.handle_finding(message)
                 lifecycle.clear_outboxes()
                 lifecycle.defer_clears = False
