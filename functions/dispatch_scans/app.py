@@ -8,9 +8,8 @@ from aws_lambda_powertools.utilities.parser import BaseModel, parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuwaste.bootstrap import dispatch as bootstrap
-from gpuwaste.bootstrap.pipeline import LOG_HANDLER
 
-logger = Logger(logger_handler=LOG_HANDLER)  # writes to the current stdout (tests swap it)
+logger = Logger(logger_handler=bootstrap.LOG_HANDLER)  # the process stdout, looked up per record
 copy_config_to_registered_loggers(source_logger=logger, include={"gpuwaste"})  # shared/ logs as JSON too
 
 

@@ -6,10 +6,9 @@ from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuwaste.bootstrap import notify as bootstrap
-from gpuwaste.bootstrap.pipeline import LOG_HANDLER
 from gpuwaste.models.messages import AlertBody, items_of
 
-logger = Logger(logger_handler=LOG_HANDLER)  # writes to the current stdout (tests swap it)
+logger = Logger(logger_handler=bootstrap.LOG_HANDLER)  # the process stdout, looked up per record
 metrics = Metrics(namespace=bootstrap.METRICS_NAMESPACE)  # EMF: docs/metrics.md (CloudWatch)
 
 

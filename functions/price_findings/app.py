@@ -7,10 +7,9 @@ from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuwaste.bootstrap import price as bootstrap
-from gpuwaste.bootstrap.pipeline import LOG_HANDLER
 from gpuwaste.models.messages import FindingMessage, ScanCompleted, StageBody, items_of
 
-logger = Logger(logger_handler=LOG_HANDLER)  # writes to the current stdout (tests swap it)
+logger = Logger(logger_handler=bootstrap.LOG_HANDLER)  # the process stdout, looked up per record
 copy_config_to_registered_loggers(source_logger=logger, include={"gpuwaste"})  # shared/ logs as JSON too
 
 

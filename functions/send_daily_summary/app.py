@@ -4,9 +4,8 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuwaste.bootstrap import summary as bootstrap
-from gpuwaste.bootstrap.pipeline import LOG_HANDLER
 
-logger = Logger(logger_handler=LOG_HANDLER)  # writes to the current stdout (tests swap it)
+logger = Logger(logger_handler=bootstrap.LOG_HANDLER)  # the process stdout, looked up per record
 
 
 @logger.inject_lambda_context(clear_state=True)

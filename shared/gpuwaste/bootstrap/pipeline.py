@@ -60,11 +60,14 @@ def redact_secret_responses() -> None:
 
 
 class StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The Lambda functions' log handler: writes each record to `sys.stdout` as it is when the record is emitted.
+    """The Lambda functions' log handler: writes each record to the process's standard output (`sys.__stdout__`,
+    looked up when the record is emitted).
 
-    Powertools' default handler binds the stdout of the moment the function's module is imported; code that swaps
-    stdout later (a test runner capturing output, a CLI embedding the pipeline in one process) would then log to a
-    closed stream ("--- Logging error ---"). In Lambda stdout never changes, so the output is the same.
+    Powertools' default handler binds `sys.stdout` as it is when the function's module is imported. Code that swaps
+    `sys.stdout` (a test runner capturing one test's output, a CLI embedding the pipeline in one process) would then
+    make the functions log into a stream that is closed by now ("--- Logging error ---"), or, bound to the current
+    `sys.stdout`, into that code's own output. The process's standard output is never swapped; in Lambda it is the
+    same stream as `sys.stdout`, so CloudWatch gets the same lines.
     Use the one instance, `LOG_HANDLER`: `Logger(logger_handler=LOG_HANDLER)` (Powertools configures a service's
     logger once per process and afterwards reads the handler a later `Logger(...)` was given, so every function
     in a process must pass the same handler).
@@ -72,12 +75,12 @@ class StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     @property
     def stream(self) -> Any:
-        """The current `sys.stdout`."""
-        return sys.stdout
+        """The process's standard output (`sys.__stdout__`; `sys.stdout` where the interpreter has none)."""
+        return sys.__stdout__ or sys.stdout
 
     @stream.setter
     def stream(self, _value: Any) -> None:
-        """Ignored: the stream is always the current stdout."""
+        """Ignored: the stream is always the process's standard output."""
 
 
 #: the handler every Lambda function's Powertools `Logger` writes through (see `StdoutHandler`)
