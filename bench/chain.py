@@ -2,17 +2,18 @@
 
 * **local chain**: N findings (10,000 by default) go through the same services the Lambda functions run
   (`PriceService`, `LifecycleService`, `NotifyService`) with the embedded pieces of the local command: the
-  in-process queue (`queue.memory.MemoryQueue`, JSON bodies like SQS) between price and dedupe, the SQLite store
-  (`store.sqlite.SqliteFindingStore`, a file) with its durable alerts outbox table (`DeliveryQueue`), one
-  transaction per scan as `gpuwaste run`, and the Slack notifier posting to the local Slack fake.
-  Every message crosses each queue as JSON and is parsed back, as in the deployed chain. Records are
-  handled in batches of 10, as the SQS event source mappings deliver them, and each batch's outputs are
-  sent together (`queue.batching.SendBatch`, what `bootstrap.batch.process_batch` does); dedupe reads a batch's
-  records in one batch read and clears its sent outboxes in one batch write (`bootstrap.dedupe.process`), and
-  SQLite commits once per record batch.
+  in-process queues between scan, price and dedupe handing over the messages themselves, as `gpuwaste run` does
+  (`queue.memory.MemoryQueue(objects=True)`; the JSON hops are the moto run's), the SQLite store (`store.sqlite.SqliteFindingStore`, a file) with its durable
+  alerts outbox table (`DeliveryQueue`), one transaction per scan as `gpuwaste run`, and the outbox delivered as
+  `gpuwaste run` delivers it (`bootstrap.local.deliver_outbox`) by the Slack notifier posting to the local Slack fake.
+  The alerts cross the durable outbox as JSON (read back from this run without parsing it again). Price records are handled
+  in batches of 10, as the SQS event source mappings deliver them, and each batch's outputs are sent together
+  (`queue.batching.SendBatch`, what `bootstrap.batch.process_batch` does). Wall time per stage (`timings_s`) and the
+  process's CPU time (`cpu_s`: the wall time on a loaded machine is mostly waiting for a core).
 * **AWS calls per finding**: the same chain with `queue.sqs.SqsQueue` and `store.dynamodb.DynamoDbFindingStore`
   against moto's server, with the Lambda event source mappings played by a loop that receives 10 messages
-  per call and deletes them in one batch. Every botocore call is counted with a `before-call` event hook.
+  per call and deletes them in one batch. Every request is counted at moto's server (`server_side_counts`), and
+  every botocore call with a `before-call` event hook as a cross-check.
 * **Slack messages per scan**: 1,000 findings over 20 owners (namespaces, each with its own channel) in one
   scan, counted at the Slack fake.
 
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwaste.models.findings import Finding
-from gpuwaste.models.messages import FindingMessage, ScanCompleted
+from gpuwaste.models.messages import FindingMessage, ScanCompleted, read_stage_body
 
 SCAN_ID = "bench-scan-0001"
 RECORD_BATCH = 10  # SQS event source mapping batch size of price_findings and dedupe_findings (template.yaml)
@@ -124,6 +125,11 @@ def next_scan(messages: list[FindingMessage], at: datetime, seq: int) -> tuple[l
     return [m.model_copy(update={"scan_id": scan_id, "finding": m.finding.model_copy(update={"observed_at": later})}) for m in messages], later
 
 
+def _read(body: Any) -> list[Any]:
+    """The messages of one received item: a JSON body (SQS, packed or single) or a message the in-process queue kept."""
+    return read_stage_body(body) if isinstance(body, str | bytes) else [body]
+
+
 def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifier: Any, *,
               dedupe_batch: int = RECORD_BATCH, outbox: bool = True) -> dict[str, Any]:
     """Send the findings and the scan completion through price → dedupe → notify; return timings and counts.
@@ -139,11 +145,13 @@ def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifi
     from gpuwaste.settings import DeliverySettings, LifecycleSettings
 
     timings: dict[str, float] = {}
-    t = time.perf_counter()
+    cpu: dict[str, float] = {}  # CPU seconds of this process (the Slack fake's thread included): less load-dependent
+    t, c = time.perf_counter(), time.process_time()
     ports.findings.send_findings(messages)
     ports.findings.send_scan_completed(ScanCompleted(scan_id=messages[0].scan_id if messages else SCAN_ID, cluster=messages[0].finding.subject.cluster if messages else "bench",
                                                      scheduled_time=at, fingerprints=tuple(m.finding.fingerprint for m in messages)))
     timings["enqueue"] = time.perf_counter() - t
+    cpu["enqueue"] = time.process_time() - c
 
     # the Lambda functions' batch processing sends a whole record batch's outputs together
     # (`bootstrap.batch.process_batch` + `queue.batching`); played here batch by batch
@@ -154,48 +162,66 @@ def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifi
         for i in range(0, len(bodies), size):
             yield bodies[i:i + size]
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     price = PriceService(price_book=PriceBook.bundled(), queue=DeferredQueue(ports.priced, sends))
     for group in batches(ports.receive(ports.findings)):
         sends.begin()
         for i, body in enumerate(group):
             sends.set_record(str(i))
-            doc = json.loads(body)
-            if "finding" in doc:
-                price.price_and_forward(FindingMessage.model_validate(doc))
-            else:
-                price.forward_completed(ScanCompleted.model_validate(doc))
+            for message in _read(body):  # a packed batch or a single message, as the Lambda reads it
+                if isinstance(message, ScanCompleted):
+                    price.forward_completed(message)
+                else:
+                    price.price_and_forward(message)
         failed_records += len(sends.flush())
     timings["price"] = time.perf_counter() - t
+    cpu["price"] = time.process_time() - c
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     lifecycle = LifecycleService(store=ports.store, alerts=DeferredQueue(ports.alerts, sends), tickets=None, settings=LifecycleSettings(),
                                  clock=FixedClock(at), outbox=outbox)
     actions: Counter[str] = Counter()
     lifecycle.defer_clears = True  # as dedupe_findings' bootstrap: outboxes cleared per batch, in one write
     unit = getattr(ports.store, "transaction", None)  # SQLite: one commit per record batch
     for group in batches(ports.receive(ports.priced), dedupe_batch):
-        docs = [json.loads(body) for body in group]
+        records = [_read(body) for body in group]
         with unit() if unit is not None else contextlib.nullcontext():
-            lifecycle.prefetch([d["finding"]["fingerprint"] for d in docs if "finding" in d])  # one batch read
+            lifecycle.prefetch([m.finding.fingerprint for ms in records for m in ms
+                                if isinstance(m, FindingMessage)])  # one batch read
             sends.begin()
-            for i, doc in enumerate(docs):
+            for i, ms in enumerate(records):
                 sends.set_record(str(i))
-                out = lifecycle.handle_finding(FindingMessage.model_validate(doc)) if "finding" in doc else \
-                    lifecycle.handle_scan_completed(ScanCompleted.model_validate(doc))
-                for a in out.alerts:
-                    actions[a.action.value] += 1
+                for m in ms:
+                    out = lifecycle.handle_finding(m) if isinstance(m, FindingMessage) else lifecycle.handle_scan_completed(m)
+                    for a in out.alerts:
+                        actions[a.action.value] += 1
             failed_records += len(sends.flush())
             lifecycle.clear_outboxes()
     timings["dedupe"] = time.perf_counter() - t
+    cpu["dedupe"] = time.process_time() - c
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     notify = NotifyService(notifier=notifier, store=ports.store, settings=DeliverySettings(), now=lambda: at)
-    report = notify.plan_bodies(ports.receive(ports.alerts)).deliver_all()
+    if hasattr(ports.alerts, "pending"):
+        # the state's durable outbox, delivered as `gpuwaste run` delivers it (`bootstrap.local.deliver_outbox`)
+        from gpuwaste.bootstrap.local import deliver_outbox
+
+        reports = []
+
+        def stage(alerts: Any, store: Any, now: datetime, again: Any) -> Any:
+            reports.append(notify.plan(alerts, redelivered=again).deliver_all())
+            return reports[-1].failed
+
+        deliver_outbox(ports.alerts, stage, ports.store, at)
+        report = reports[0]
+    else:
+        report = notify.plan_bodies(ports.receive(ports.alerts)).deliver_all()
     timings["notify"] = time.perf_counter() - t
+    cpu["notify"] = time.process_time() - c
     timings["total"] = sum(timings.values())
+    cpu["total"] = sum(cpu.values())
     return {"findings": len(messages), "alerts": dict(actions), "records_failed": failed_records, "posted": len(report.posted), "failed": len(report.failed),
-            "skipped": len(report.skipped), "timings_s": timings,
+            "skipped": len(report.skipped), "timings_s": timings, "cpu_s": cpu,
             "findings_per_s": len(messages) / timings["total"] if timings["total"] else None}
 
 
@@ -211,14 +237,11 @@ def local_chain(n: int, workdir: Path) -> dict[str, Any]:
     with fake_slack() as slack:
         alerts = store.delivery_queue("alerts")  # as `gpuwaste run`: the durable outbox table of the state
 
-        def receive(q: Any) -> list[str]:
-            if q is not alerts:
-                return list(q.drain())
-            pending = q.pending()
-            q.done([p.id for p in pending])
-            return [p.body for p in pending]
+        def receive(q: Any) -> list[Any]:
+            return list(q.drain_messages())
 
-        ports = Ports(MemoryQueue("findings"), MemoryQueue("priced"), alerts, store, receive=receive)
+        # as `gpuwaste run` (`bootstrap.local.run_chain`): the stages of one process hand each other the messages
+        ports = Ports(MemoryQueue("findings", objects=True), MemoryQueue("priced", objects=True), alerts, store, receive=receive)
         # as `gpuwaste run`: the scan's priced findings handled together, one SQLite transaction, no record outbox
         result = run_chain(messages, at, ports, slack_notifier(slack), dedupe_batch=n + 1, outbox=False)
         result["slack_posts"] = len(slack.calls_to("chat.postMessage"))
@@ -235,7 +258,8 @@ def slack_per_scan(n: int = SLACK_FINDINGS, owners: int = OWNERS) -> dict[str, A
     messages, at = synth_messages(n, owners=owners)
     store = SqliteFindingStore(":memory:")
     with fake_slack() as slack:
-        ports = Ports(MemoryQueue("findings"), MemoryQueue("priced"), MemoryQueue("alerts"), store, receive=lambda q: q.drain())
+        ports = Ports(MemoryQueue("findings", pack=True), MemoryQueue("priced", pack=True), MemoryQueue("alerts", pack=True), store,
+                      receive=lambda q: q.drain())
         run_chain(messages, at, ports, slack_notifier(slack))
         posts = slack.calls_to("chat.postMessage")
     channels = Counter(str(p.get("channel")) for p in posts)
@@ -266,6 +290,29 @@ def _create_table(ddb: Any, name: str) -> None:
     )
 
 
+@contextlib.contextmanager
+def server_side_counts(counts: Counter[str]) -> Iterator[None]:
+    """Count every request moto's server receives, by service and operation, at the server (its WSGI application):
+    what reached AWS, not what our code or its SDK says it sent. SQS and DynamoDB speak the JSON protocol: the
+    operation is the `X-Amz-Target` header (`AmazonSQS.SendMessageBatch`, `DynamoDB_20120810.PutItem`)."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    original = DomainDispatcherApplication.__call__
+    services = {"AmazonSQS": "sqs", "DynamoDB_20120810": "dynamodb"}
+
+    def counting(self: Any, environ: dict[str, Any], start_response: Any) -> Any:
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+        prefix, _, op = target.partition(".")
+        counts[f"{services.get(prefix, prefix or 'other')}.{op or environ.get('PATH_INFO', '')}"] += 1
+        return original(self, environ, start_response)
+
+    DomainDispatcherApplication.__call__ = counting  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DomainDispatcherApplication.__call__ = original  # type: ignore[method-assign]
+
+
 def aws_calls(n: int) -> dict[str, Any]:
     """SQS and DynamoDB calls per finding for one scan of `n` new findings, against moto's server.
 
@@ -280,7 +327,9 @@ def aws_calls(n: int) -> dict[str, Any]:
     from tests.servers.moto_server import MotoServer
 
     messages, at = synth_messages(n)
-    counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter()  # at the SDK (botocore before-call): the cross-check
+    at_server: Counter[str] = Counter()  # at moto's server: the figures reported
+    invocations: Counter[str] = Counter()  # Lambda invocations (non-empty receives) per queue, both scans
     esm_calls = {"ReceiveMessage", "DeleteMessageBatch", "DeleteMessage"}
 
     def count(event_name: str, **_: Any) -> None:
@@ -300,6 +349,8 @@ def aws_calls(n: int) -> dict[str, Any]:
             for client in (sqs, ddb):
                 client.meta.events.register("before-call.*.*", count)
 
+            names = {url: name for name, url in urls.items()}
+
             def receive(queue: SqsQueue) -> list[str]:
                 bodies: list[str] = []
                 while True:
@@ -307,19 +358,21 @@ def aws_calls(n: int) -> dict[str, Any]:
                     if not got:
                         return bodies
                     bodies.extend(m["Body"] for m in got)
+                    invocations[names[queue.queue_url]] += 1  # the event source mapping invokes the function per batch
                     sqs.delete_message_batch(QueueUrl=queue.queue_url,
                                              Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)])
 
             ports = Ports(SqsQueue(client=sqs, queue_url=urls["findings"]), SqsQueue(client=sqs, queue_url=urls["priced"]),
                           SqsQueue(client=sqs, queue_url=urls["alerts"]), DynamoDbFindingStore(client=ddb, table_name="bench-findings"),
                           receive=receive)
-            with fake_slack() as slack:
+            with fake_slack() as slack, server_side_counts(at_server):
                 result = run_chain(messages, at, ports, slack_notifier(slack))
-                first_counts = Counter(counts)
+                first_counts, first_server = Counter(counts), Counter(at_server)
                 counts.clear()
+                at_server.clear()
                 again, later = next_scan(messages, at, 1)
                 steady = run_chain(again, later, ports, slack_notifier(slack))
-                steady_counts = Counter(counts)
+                steady_counts, steady_server = Counter(counts), Counter(at_server)
             for client in (sqs, ddb):
                 client.meta.events.unregister("before-call.*.*", count)
             items = ddb.scan(TableName="bench-findings").get("Items", [])
@@ -331,17 +384,22 @@ def aws_calls(n: int) -> dict[str, Any]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-    def per_finding(c: Counter[str]) -> dict[str, Any]:
+    def per_finding(c: Counter[str], client: Counter[str]) -> dict[str, Any]:
+        c = Counter({k: v for k, v in c.items() if k.startswith(("sqs.", "dynamodb."))})
         ours_sqs = sum(v for k, v in c.items() if k.startswith("sqs.") and k.split(".", 1)[1] not in esm_calls)
         esm_sqs = sum(v for k, v in c.items() if k.startswith("sqs.") and k.split(".", 1)[1] in esm_calls)
-        return {"calls": dict(sorted(c.items())), "sqs_calls_per_finding": ours_sqs / n, "sqs_esm_calls_per_finding": esm_sqs / n,
+        return {"calls": dict(sorted(c.items())), "calls_counted_by_the_sdk": dict(sorted(client.items())),
+                "counted_at": "moto's server (X-Amz-Target of every request it received)", "sqs_calls_per_finding": ours_sqs / n, "sqs_esm_calls_per_finding": esm_sqs / n,
                 "dynamodb_calls_per_finding": sum(v for k, v in c.items() if k.startswith("dynamodb.")) / n,
                 "dynamodb_writes_per_finding": (c.get("dynamodb.PutItem", 0) + c.get("dynamodb.UpdateItem", 0)) / n,
                 "dynamodb_reads_per_finding": (c.get("dynamodb.GetItem", 0) + c.get("dynamodb.Query", 0)) / n}
 
     # first scan: every finding is new and alerted; steady: the same findings seen again by the next scan
-    return {"findings": n, "chain": result, "item_kb": item_kb, **per_finding(first_counts),
-            "steady": {**per_finding(steady_counts), "chain": steady}}
+    return {"findings": n, "chain": result, "item_kb": item_kb,
+            # findings per price/dedupe invocation (packed messages: many per record), for the projection
+            "findings_per_invocation": {q: 2 * n / k for q, k in invocations.items() if k},
+            **per_finding(first_server, first_counts),
+            "steady": {**per_finding(steady_server, steady_counts), "chain": steady}}
 
 
 def run_all(*, findings: int, quick: bool, workdir: Path) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Scenario: `CLUSTERS` clusters of `GPUS_PER_CLUSTER` GPUs each, one scan per cluster every
 `SCAN_PERIOD_S` seconds (the EventBridge schedule), one Lambda invocation per scan; findings flow through
-price → dedupe → notify in SQS batches of 10. Inputs come from this run: the largest fleet's scan
+price → dedupe → notify in SQS batches of 10 messages, each carrying several findings (the findings per invocation
+measured on moto). Inputs come from this run: the largest fleet's scan
 (duration, peak memory, findings per scan) and the moto run (SQS/DynamoDB calls per finding, item sizes).
 
 Prices: AWS public list prices for us-east-1 (x86 Lambda, SQS standard, DynamoDB on-demand), as
@@ -78,16 +79,19 @@ def project(report: dict[str, Any]) -> dict[str, Any]:
     local = report.get("chain", {}).get("local", {})
     chain_cpu_s_per_finding = (local.get("timings_s", {}).get("total", 0.0) / local["findings"]) if local.get("findings") else 0.002
 
+    per_invocation = aws_first.get("findings_per_invocation", {}) if "error" not in aws_first else {}
+    per_price = max(1.0, per_invocation.get("findings", 10.0))  # packed SQS messages: many findings per record
+    per_dedupe = max(1.0, per_invocation.get("priced", 10.0))
     invocations = {
         "scan_gpu_waste": scans_per_month,
-        "price_findings": findings_per_month / 10,
-        "dedupe_findings": findings_per_month / 10,
+        "price_findings": findings_per_month / per_price,
+        "dedupe_findings": findings_per_month / per_dedupe,
         "notify_slack": scans_per_month * 21 / 10,  # steady state: new/worse/reminder alerts only, ~one digest per owner
     }
     gb_s = {
         "scan_gpu_waste": scans_per_month * lambda_scan_s * scan_mem_mb / 1024,
-        "price_findings": invocations["price_findings"] * max(0.05, 10 * chain_cpu_s_per_finding * 0.2) * STAGE_MEMORY_MB["price_findings"] / 1024,
-        "dedupe_findings": invocations["dedupe_findings"] * max(0.1, 10 * chain_cpu_s_per_finding * 0.6) * STAGE_MEMORY_MB["dedupe_findings"] / 1024,
+        "price_findings": invocations["price_findings"] * max(0.05, per_price * chain_cpu_s_per_finding * 0.2) * STAGE_MEMORY_MB["price_findings"] / 1024,
+        "dedupe_findings": invocations["dedupe_findings"] * max(0.1, per_dedupe * chain_cpu_s_per_finding * 0.6) * STAGE_MEMORY_MB["dedupe_findings"] / 1024,
         "notify_slack": invocations["notify_slack"] * 1.0 * STAGE_MEMORY_MB["notify_slack"] / 1024,
     }
     sqs_requests = findings_per_month * (sqs_ours + sqs_esm)

@@ -81,16 +81,17 @@ def _targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None, s
         tl = local["timings_s"]
         rows.append((f"{local['findings']:,} findings through the local chain", f"≤ {t['chain_s_10k']} s", f"{tl['total']:.1f} s",
                      tl["total"] <= t["chain_s_10k"],
-                     f"dedupe {tl['dedupe']:.1f} s and notify {tl['notify']:.1f} s: 3 conditional SQLite writes per new finding (create, clear the "
-                     "outbox, record the delivery key; WAL, no fsync per write) and the JSON of every record"))
+                     f"price {tl['price']:.1f} s, dedupe {tl['dedupe']:.1f} s, notify {tl['notify']:.1f} s (CPU "
+                     f"{local.get('cpu_s', {}).get('total', 0):.1f} s: the rest is waiting for the shared cores): per new finding one "
+                     "insert and one delivery-key update in SQLite, its JSON parsed once per queue hop"))
     if aws and "error" not in aws:
         steady = aws.get("steady", {}).get("sqs_calls_per_finding")
         rows.append(("SQS calls per finding (made by our code)", f"≤ {t['sqs_per_finding']}", f"{aws['sqs_calls_per_finding']:.2f} new, "
                      f"{cell(steady)} seen again (+ {aws['sqs_esm_calls_per_finding']:.2f} by the event source mappings)",
                      max(aws["sqs_calls_per_finding"], steady or 0) <= t["sqs_per_finding"],
-                     "every SQS hop costs one SendMessageBatch per 10 messages (the API's limit), now that price_findings and dedupe_findings "
-                     "send a record batch's outputs together: a new finding crosses 3 hops (scan → price → dedupe → alerts), about 0.1 each; "
-                     "a finding seen again 2, plus the scan completion message. Going lower needs several findings per SQS message"))
+                     "findings and alerts are packed several to an SQS message (≤ 24 KiB each, `queue.packing`; ten fill one "
+                     "SendMessageBatch): a new finding crosses 3 hops (scan → price → dedupe → alerts), a finding seen again 2, plus the "
+                     "scan completion message"))
     if slack and "error" not in slack:
         rows.append((f"Slack messages per scan, {slack['findings']:,} findings over {slack['owners']} owners", f"≤ {slack['target_max']}",
                      str(slack["messages"]), slack["messages"] <= slack["target_max"],
@@ -234,7 +235,7 @@ def render(report: dict[str, Any], table: str) -> str:
             f"- **Lambda**: {inv['scan_gpu_waste']:,.0f} scan invocations/month of ~{s['duration_s']:.0f} s "
             f"(peak concurrency {s['concurrency_peak']} when every cluster's scan fires at once, {s['concurrency_avg']:.1f} on average; "
             f"default account limit {p['lambda_concurrency_limit']:,}); price {inv['price_findings']:,.0f} and dedupe {inv['dedupe_findings']:,.0f} "
-            f"invocations/month (SQS batches of 10), notify ≈ {inv['notify_slack']:,.0f}.",
+            f"invocations/month (SQS batches of 10 packed messages), notify ≈ {inv['notify_slack']:,.0f}.",
             f"- **Findings**: {p['findings_per_scan']:,.0f} per scan → {p['findings_per_month'] / 1e6:,.1f} M finding messages/month "
             f"(every open finding is re-sent every scan, to keep its last-seen time and cumulative cost).",
             f"- **SQS** (standard queues, no per-queue API rate limit; 120,000 in-flight messages per queue): {p['sqs_requests_per_month'] / 1e6:,.1f} M "

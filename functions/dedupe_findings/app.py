@@ -7,7 +7,7 @@ from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuwaste.bootstrap import dedupe as bootstrap
-from gpuwaste.models.messages import FindingMessage, ScanCompleted
+from gpuwaste.models.messages import FindingMessage, ScanCompleted, StageBody, items_of
 
 logger = Logger(logger_handler=bootstrap.LOG_HANDLER)  # the process stdout, looked up per record
 metrics = Metrics(namespace=bootstrap.METRICS_NAMESPACE)  # EMF: docs/metrics.md (CloudWatch)
@@ -15,18 +15,26 @@ copy_config_to_registered_loggers(source_logger=logger, include={"gpuwaste"})  #
 
 
 class PricedRecord(SqsRecordModel):
-    body: Json[FindingMessage | ScanCompleted]
+    body: Json[StageBody]  # FindingBatch, or single messages sent before batching
 
 
+
+
+def handle(message: FindingMessage | ScanCompleted) -> bootstrap.Outcome:
+    if isinstance(message, ScanCompleted):
+        outcome = bootstrap.lifecycle_service().handle_scan_completed(message)
+        bootstrap.record_open_waste(message.cluster)
+        return outcome
+    return bootstrap.lifecycle_service().handle_finding(message)
 
 
 def record_handler(record: PricedRecord) -> None:
-    if isinstance(record.body, ScanCompleted):
-        outcome = bootstrap.lifecycle_service().handle_scan_completed(record.body)
-        bootstrap.record_open_waste(record.body.cluster)
-    else:
-        outcome = bootstrap.lifecycle_service().handle_finding(record.body)
-    bootstrap.record_lifecycle(metrics, [outcome])
+    # a bad finding is dead-lettered alone; the outcomes of the others are counted even when one fails
+    outcomes: list[bootstrap.Outcome] = []
+    try:
+        bootstrap.each_message(items_of(record.body), lambda m: outcomes.append(handle(m)))
+    finally:
+        bootstrap.record_lifecycle(metrics, outcomes)
 
 
 @metrics.log_metrics

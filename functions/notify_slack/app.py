@@ -6,14 +6,14 @@ from aws_lambda_powertools.utilities.parser.types import Json
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuwaste.bootstrap import notify as bootstrap
-from gpuwaste.models.messages import AlertMessage
+from gpuwaste.models.messages import AlertBody, items_of
 
 logger = Logger(logger_handler=bootstrap.LOG_HANDLER)  # the process stdout, looked up per record
 metrics = Metrics(namespace=bootstrap.METRICS_NAMESPACE)  # EMF: docs/metrics.md (CloudWatch)
 
 
 class AlertRecord(SqsRecordModel):
-    body: Json[AlertMessage]
+    body: Json[AlertBody]  # AlertBatch, or single alerts sent before batching
 
 
 
@@ -25,7 +25,9 @@ def lambda_handler(event: dict, context: LambdaContext) -> dict:
     # its group's outcome, so a failed post fails exactly its records and SQS redelivers them.
     # Records received before are looked up in Slack before posting; waits are bounded by the remaining time.
     plan = bootstrap.delivery_plan(event, context)
-    response = bootstrap.process_batch(event, context, model=AlertRecord,
-                                       record_handler=lambda record: plan.deliver(record.body))
+    # a packed record carries several alerts: each is delivered (its group once); one refused for good is
+    # dead-lettered alone, a retryable failure brings the record back (delivered ones are skipped by their keys)
+    response = bootstrap.process_batch(event, context, model=AlertRecord, record_handler=lambda record: bootstrap.each_message(
+        items_of(record.body), plan.deliver))
     bootstrap.record_delivery(metrics, records=len(event.get("Records", [])), response=response)
     return response

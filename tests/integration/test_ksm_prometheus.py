@@ -22,6 +22,7 @@ from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 from gpuwaste.fleet.ksm_series import ksm_series
 from gpuwaste.fleet.truth import compare
 from gpuwaste.models.cluster import ClusterState
+from gpuwaste.models.messages import FindingMessage, read_stage_body
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.scan import ScanService
 from gpuwaste.settings import PrometheusSettings
@@ -322,8 +323,8 @@ def test_sam_scan_of_a_cluster_with_only_an_amp_style_prometheus_endpoint(fleet:
     from gpuwaste.bootstrap import scan as scan_root
 
     assert isinstance(scan_root.scan_service("ksm-it").cluster_source, PrometheusKsmSource)
-    bodies = [json.loads(m["Body"]) for m in messages]
-    found = {(b["finding"]["kind"], b["finding"]["subject"].get("pod")) for b in bodies if "finding" in b}
+    sent = [m for body in messages for m in read_stage_body(body["Body"])]  # packed several findings to a message
+    found = {(m.finding.kind.value, m.finding.subject.pod) for m in sent if isinstance(m, FindingMessage)}
     truth = json.loads((fleet.path / "truth.json").read_text())
     expected = {(t["kind"], t["pod"]) for t in truth if t["kind"] and t["kind"] != "unallocated_capacity"}
     assert expected and expected <= found

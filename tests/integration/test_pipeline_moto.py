@@ -20,7 +20,7 @@ from gpuwaste.bootstrap import local, pipeline
 from gpuwaste.bootstrap import price as price_root
 from gpuwaste.bootstrap import scan as scan_root
 from gpuwaste.models.lifecycle import FindingState
-from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.models.messages import AlertAction, AlertMessage, read_alert_body, read_stage_body
 from gpuwaste.settings import ClusterConfig
 from tests.aws_resources import Stack, create_stack
 from tests.lambda_events import FakeLambdaContext, load_event, load_handler
@@ -110,7 +110,7 @@ class Pipeline:
                 {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)])
 
     def alerts(self) -> list[AlertMessage]:
-        return [AlertMessage.model_validate_json(m["Body"]) for m in self.drain("AlertsQueue")]
+        return [a for m in self.drain("AlertsQueue") for a in read_alert_body(m["Body"])]
 
     def run_chain(self, at: datetime) -> None:
         self.tick(at)
@@ -215,6 +215,110 @@ def test_pipeline_failing_record_reaches_the_dlq_by_redrive(chain: Pipeline) -> 
     assert sum(len(r["batchItemFailures"]) for r in responses) == 3
     assert [m["Body"] for m in chain.drain("FindingsDlq")] == ["{oops"]
     assert len(chain.drain("PricedQueue")) == 1  # the good record was priced exactly once
+
+
+def _findings(n: int) -> list[dict[str, Any]]:
+    """`n` distinct findings (other workloads) shaped as the scan sends them, from events/sqs_findings.json."""
+    one = json.loads(load_event("sqs_findings")["Records"][0]["body"])
+    out = []
+    for i in range(n):
+        finding = {**one["finding"], "subject": {**one["finding"]["subject"], "workload_name": f"w-{i}"}}
+        finding.pop("fingerprint", None)
+        out.append({**one, "scan_seq": i, "scan_total": n, "finding": finding})
+    return out
+
+
+def test_pipeline_a_bad_finding_in_a_packed_message_is_dead_lettered_alone(chain: Pipeline) -> None:
+    # GIVEN one findings-queue message carrying four findings, the third without its subject, next to an old-style
+    # single-finding message (sent before batching, still in flight)
+    items = _findings(5)
+    bad = {k: v for k, v in items[2]["finding"].items() if k != "subject"}
+    batch = [items[0], items[1], {**items[2], "finding": bad}, items[3]]
+    chain.sqs.send_message_batch(QueueUrl=chain.url("FindingsQueue"), Entries=[
+        {"Id": "batch", "MessageBody": json.dumps({"schema_version": 1, "findings": batch})},
+        {"Id": "single", "MessageBody": json.dumps(items[4])}])
+    # WHEN price_findings consumes the queue
+    responses = chain.pump("FindingsQueue")
+    # THEN nothing is retried, the bad finding alone is in the DLQ with its reason, and its siblings and the single
+    # message were priced once each (five findings in, four priced out, in fewer messages than findings)
+    assert responses == [{"batchItemFailures": []}]
+    dead = chain.drain("FindingsDlq")
+    assert len(dead) == 1
+    assert json.loads(dead[0]["Body"]) == batch[2]
+    assert "subject" in dead[0]["MessageAttributes"]["error_reason"]["StringValue"]
+    priced_bodies = chain.drain("PricedQueue")
+    priced = [m for body in priced_bodies for m in read_stage_body(body["Body"])]
+    assert sorted(m.finding.subject.workload_name for m in priced) == ["w-0", "w-1", "w-3", "w-4"]
+    assert all(m.finding.cost is not None and m.finding.cost.priced for m in priced)
+    assert len(priced_bodies) == 1  # packed: one message carries the four
+
+
+def test_pipeline_packed_findings_are_applied_once_under_redelivery(chain: Pipeline) -> None:
+    # GIVEN eight findings of one scan, priced into packed priced-queue messages
+    items = _findings(8)
+    chain.sqs.send_message(QueueUrl=chain.url("FindingsQueue"), MessageBody=json.dumps({"schema_version": 1, "findings": items}))
+    chain.pump("FindingsQueue")
+    packed = chain.drain("PricedQueue")
+    assert 1 <= len(packed) < 8
+    # WHEN dedupe_findings receives each of those messages twice (SQS at-least-once)
+    for _ in range(2):
+        for m in packed:
+            chain.sqs.send_message(QueueUrl=chain.url("PricedQueue"), MessageBody=m["Body"])
+    responses = chain.pump("PricedQueue")
+    # THEN every finding was told once, the alerts themselves packed several to a message
+    assert all(r == {"batchItemFailures": []} for r in responses)
+    bodies = chain.drain("AlertsQueue")
+    alerts = [a for m in bodies for a in read_alert_body(m["Body"])]
+    assert sorted(a.finding.subject.workload_name for a in alerts) == [f"w-{i}" for i in range(8)]
+    assert all(a.action is AlertAction.NEW for a in alerts)
+    assert len(bodies) < len(alerts)
+
+
+def test_packed_record_with_a_retryable_and_a_permanent_failure(chain: Pipeline) -> None:
+    # GIVEN one packed findings-queue message of four findings, handled by a record handler that fails the second
+    # for good (PermanentError) and the third for now (RetryableError)
+    from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
+    from aws_lambda_powertools.utilities.parser.types import Json
+
+    from gpuwaste.bootstrap.batch import each_message, process_batch
+    from gpuwaste.errors import PermanentError, RetryableError
+    from gpuwaste.models.messages import StageBody
+
+    class FindingRecord(SqsRecordModel):  # as price_findings declares it
+        body: Json[StageBody]
+
+    items = _findings(4)
+    chain.sqs.send_message(QueueUrl=chain.url("FindingsQueue"), MessageBody=json.dumps({"schema_version": 1, "findings": items}))
+    got = chain.sqs.receive_message(QueueUrl=chain.url("FindingsQueue"), MaxNumberOfMessages=10, AttributeNames=["All"])["Messages"]
+    event = {"Records": [chain.record("FindingsQueue", m) for m in got]}
+    chain.monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", chain.url("FindingsDlq"))
+    handled: list[str] = []
+
+    def handle(message: Any) -> None:
+        name = message.finding.subject.workload_name
+        if name == "w-1":
+            raise PermanentError("unknown cluster")
+        if name == "w-2" and "w-2 failed" not in handled:
+            handled.append("w-2 failed")
+            raise RetryableError("throttled")
+        handled.append(name)
+
+    def invoke() -> dict[str, Any]:
+        return process_batch(event, FakeLambdaContext(), model=FindingRecord,
+                             record_handler=lambda record: each_message(record.body.findings, handle))
+
+    # WHEN the record is processed, then redelivered (SQS, after the failure it reported)
+    first = invoke()
+    second = invoke()
+    # THEN the first attempt handled the siblings and failed the record for the retryable one only; the permanent
+    # one went to the DLQ alone with its reason — on each delivery of its record (a copy per attempt: the record
+    # keeps no memory of it; a redrive of both is harmless) —; the redelivery succeeds
+    assert first == {"batchItemFailures": [{"itemIdentifier": got[0]["MessageId"]}]}
+    assert second == {"batchItemFailures": []}
+    assert handled == ["w-0", "w-2 failed", "w-3", "w-0", "w-2", "w-3"]
+    dead = chain.drain("FindingsDlq")
+    assert [json.loads(m["Body"])["finding"]["subject"]["workload_name"] for m in dead] == ["w-1", "w-1"]
+    assert all(m["MessageAttributes"]["error_reason"]["StringValue"] == "unknown cluster" for m in dead)
 
 
 def test_pipeline_waste_that_disappears_is_resolved_after_three_scans(chain: Pipeline, tmp_path: Path) -> None:

@@ -372,3 +372,43 @@ def test_lifecycle_subject_without_a_verdict_is_not_a_miss(h: Harness) -> None:
     # THEN only the judged scans count: open after the first three, resolved after the next three
     assert kept is not None and kept.state is FindingState.OPEN and kept.missed_scans == 0
     assert resolved is not None and resolved.state is FindingState.RESOLVED
+
+
+class RacingAlerts(MemoryQueue):
+    """An alerts queue whose consumer records a delivery on the record as soon as an alert is queued (notify racing
+    the lifecycle's clear of its outbox): the record's version moves on between the send and the clear."""
+
+    def __init__(self, store: SqliteFindingStore) -> None:
+        super().__init__("alerts")
+        self.store = store
+
+    def send(self, messages):  # type: ignore[no-untyped-def]
+        super().send(messages)
+        for m in messages:
+            record = self.store.get(m.fingerprint)
+            assert record is not None
+            key = f"{m.fingerprint}:{m.action.value}:{m.scan_id}:chat"
+            moved = record.model_copy(update={"delivery_keys": (*record.delivery_keys, key), "version": record.version + 1})
+            assert self.store.update(moved, expected_version=record.version)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_lifecycle_resolved_record_whose_clear_lost_a_race_keeps_no_outbox(batched: bool) -> None:
+    # GIVEN an alerted finding and an alerts consumer that writes the record right after each alert is queued
+    store = SqliteFindingStore(":memory:")
+    alerts = RacingAlerts(store)
+    service = LifecycleService(store=store, alerts=alerts, tickets=None, settings=LifecycleSettings(), clock=FixedClock())
+    service.defer_clears = batched  # the Lambda clears a batch's outboxes together (`clear_outboxes`)
+    f = finding("60.00")
+    service.handle_finding(seen(f, 0))
+    service.clear_outboxes()
+    # WHEN three scans miss it (the third resolves it and alerts RESOLVED), each clear losing the race to that write
+    for n in (1, 2, 3):
+        service.handle_scan_completed(completed(n))
+        service.clear_outboxes()
+    # THEN the resolved record's outbox is empty (a resolved record is never revisited), the delivery key kept
+    record = store.get(f.fingerprint)
+    assert record is not None and record.state is FindingState.RESOLVED
+    assert record.outbox_json == ""
+    assert any(k.endswith(":resolved:scan-3:chat") for k in record.delivery_keys)
+    assert [AlertMessage.model_validate_json(b).action for b in alerts.drain()] == [AlertAction.NEW, AlertAction.RESOLVED]

@@ -8,6 +8,11 @@ it returns — and wraps the function's record handler:
 
 * **Parsing** happens in the wrapper (`model.model_validate(record.raw_event)`), so a body that is not JSON or
   fails the message schema is an exception the wrapper sees.
+* **Packed records** (`FindingBatch`, `AlertBatch`: several messages in one SQS message): the handler runs each
+  message through `each_message`; a message that fails for good — an item that fails the schema (found by
+  `models.messages.salvage` when the envelope does not validate) or a `PermanentError` — goes to the DLQ alone with
+  its reason while its siblings are handled; a retryable failure fails the whole record once the others are done,
+  and the redelivery finds those already applied (idempotent).
 * **Permanent failures** (a malformed body, an unknown `schema_version`, `PermanentError`): retrying cannot help,
   so the original body goes to the function's DLQ (`DEAD_LETTER_QUEUE_URL`) with the reason in message attributes
   (`error_type`, `error_reason`, `source_message_id`, `source_queue`) and the record counts as done. If that send
@@ -26,8 +31,8 @@ import contextvars
 import json
 import logging
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -36,11 +41,16 @@ from pydantic import ValidationError
 
 from gpuwaste.bootstrap import pipeline
 from gpuwaste.errors import PermanentError
+from gpuwaste.models.messages import salvage
 from gpuwaste.queue.batching import DeferredQueue, SendBatch
 
 logger = logging.getLogger(__name__)
 DLQ_ENV = "DEAD_LETTER_QUEUE_URL"
 MAX_REASON_CHARS = 1000
+
+#: The SQS record being handled (for dead-lettering one message of a packed batch with the record's ids).
+_RECORD: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("gpuwaste_record", default=None)
+T = TypeVar("T")
 
 #: The outbox of the invocation being processed (set by `process_batch`; None outside one: sends go out at once).
 OUTBOX: contextvars.ContextVar[SendBatch | None] = contextvars.ContextVar("gpuwaste_outbox", default=None)
@@ -70,8 +80,9 @@ def reason_of(exc: BaseException) -> str:
     return text[:MAX_REASON_CHARS]
 
 
-def dead_letter(raw: dict[str, Any], exc: BaseException) -> bool:
-    """Send the record's original body to the function's DLQ with the reason; False when that is not possible."""
+def dead_letter(raw: dict[str, Any], exc: BaseException, *, body: str | None = None) -> bool:
+    """Send the record's original body (or `body`: one bad message of a packed batch, as a message of its own) to the
+    function's DLQ with the reason; False when that is not possible."""
     url = os.environ.get(DLQ_ENV)
     if not url:
         return False
@@ -84,15 +95,58 @@ def dead_letter(raw: dict[str, Any], exc: BaseException) -> bool:
         "source_queue": {"DataType": "String", "StringValue": str(raw.get("eventSourceARN", "-"))},
     }
     try:
-        pipeline.client("sqs").send_message(QueueUrl=url, MessageBody=str(raw.get("body", "")) or "<empty>",
-                                            MessageAttributes=attributes)
+        text = body if body is not None else str(raw.get("body", ""))
+        pipeline.client("sqs").send_message(QueueUrl=url, MessageBody=text or "<empty>", MessageAttributes=attributes)
     except (ClientError, BotoCoreError) as send_exc:
         logger.error("dead-letter send failed; leaving the record to the redrive policy",
                      extra={"message_id": message_id, "error": str(send_exc)})
         return False
     logger.warning("message dead-lettered", extra={"message_id": message_id, "error_type": type(exc).__name__,
-                                                   "reason": reason})
+                                                   "reason": reason, "batch_item": body is not None})
     return True
+
+
+def _salvaged(raw: dict[str, Any], model: Any, exc: ValidationError) -> Any:
+    """A packed record whose envelope failed validation because of some of its items: each bad item dead-lettered
+    alone with its reason, the record re-read with the good ones (None when none is left). Re-raises `exc` when the
+    body is no batch envelope with bad items, or the DLQ cannot take them (the whole record then fails as before)."""
+    rebuilt, bad = salvage(str(raw.get("body", "")))
+    if not bad or not os.environ.get(DLQ_ENV):
+        raise exc
+    for text, item_exc in bad:
+        if not dead_letter(raw, item_exc, body=text):
+            raise exc
+    return None if rebuilt is None else model.model_validate({**raw, "body": rebuilt})
+
+
+def each_message(items: Sequence[T], handle: Callable[[T], Any]) -> list[Any]:
+    """Handle every message of one record (a packed batch carries several): a message that fails for good
+    (`is_permanent`) is dead-lettered alone with its reason and its siblings go on; a retryable failure is raised
+    after the others were handled, so SQS redelivers the record (the messages already handled are idempotent:
+    a redelivered finding is a duplicate for the lifecycle, a delivered alert is skipped by its delivery key).
+
+    Returns:
+        What `handle` returned for each message handled.
+    """
+    raw = _RECORD.get() or {}
+    results: list[Any] = []
+    retry: Exception | None = None
+    for item in items:
+        try:
+            results.append(handle(item))
+        except Exception as exc:
+            dumped = getattr(item, "model_dump_json", None)
+            if len(items) > 1 and is_permanent(exc) and dead_letter(raw, exc, body=dumped() if dumped else None):
+                continue
+            if len(items) == 1:
+                raise
+            logger.warning("message of a batch failed; SQS will redeliver the record",
+                           extra={"message_id": raw.get("messageId"), "error_type": type(exc).__name__,
+                                  "reason": reason_of(exc)})
+            retry = retry or exc
+    if retry is not None:
+        raise retry
+    return results
 
 
 def process_batch(event: dict[str, Any], context: Any, *, model: Any, record_handler: Callable[[Any], Any]
@@ -109,8 +163,15 @@ def process_batch(event: dict[str, Any], context: Any, *, model: Any, record_han
         raw = record.raw_event
         raws[record.message_id] = raw
         outbox.set_record(record.message_id)
+        token = _RECORD.set(raw)
         try:
-            return record_handler(model.model_validate(raw))
+            try:
+                parsed = model.model_validate(raw)
+            except ValidationError as exc:
+                parsed = _salvaged(raw, model, exc)
+                if parsed is None:
+                    return None
+            return record_handler(parsed)
         except Exception as exc:
             if is_permanent(exc) and dead_letter(raw, exc):
                 return None
@@ -118,6 +179,8 @@ def process_batch(event: dict[str, Any], context: Any, *, model: Any, record_han
                            extra={"message_id": record.message_id, "error_type": type(exc).__name__,
                                   "reason": reason_of(exc)})
             raise
+        finally:
+            _RECORD.reset(token)
 
     try:
         processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
@@ -138,4 +201,5 @@ def process_batch(event: dict[str, Any], context: Any, *, model: Any, record_han
     return {**response, "batchItemFailures": failures}
 
 
-__all__ = ["DLQ_ENV", "OUTBOX", "deferred_queue", "dead_letter", "is_permanent", "process_batch", "reason_of"]
+__all__ = ["DLQ_ENV", "OUTBOX", "deferred_queue", "dead_letter", "each_message", "is_permanent", "process_batch",
+           "reason_of"]

@@ -9,12 +9,12 @@ from functools import cache
 from typing import Any
 
 from gpuwaste.bootstrap import cloudwatch, pipeline
-from gpuwaste.bootstrap.batch import deferred_queue, process_batch
+from gpuwaste.bootstrap.batch import deferred_queue, each_message, process_batch
 from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_lifecycle
 from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.errors import StoreError
-from gpuwaste.services.lifecycle import LifecycleService
+from gpuwaste.services.lifecycle import LifecycleService, Outcome
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 
 logger = logging.getLogger(__name__)
@@ -43,14 +43,15 @@ def process(event: dict[str, Any], context: Any, *, model: Any, record_handler: 
     """dedupe_findings' batch: the records of every finding of the batch read in one batch read, the records
     handled (`process_batch`), then the outboxes whose messages went out cleared in one batch write."""
     service = lifecycle_service()
-    fingerprints = []
+    fingerprints: list[str] = []
     for raw in event.get("Records", []):
         try:
-            fp = json.loads(raw.get("body") or "{}").get("finding", {}).get("fingerprint")
+            doc = json.loads(raw.get("body") or "{}")
+            items = doc.get("findings") if isinstance(doc.get("findings"), list) else [doc]  # a packed batch or one
+            fps = [item.get("finding", {}).get("fingerprint") for item in items]
         except (ValueError, AttributeError):
             continue  # a poison body: process_batch dead-letters it
-        if isinstance(fp, str):
-            fingerprints.append(fp)
+        fingerprints.extend(fp for fp in fps if isinstance(fp, str))
     service.defer_clears = True
     try:
         service.prefetch(fingerprints)
@@ -69,4 +70,4 @@ def record_open_waste(cluster: str) -> None:
     cloudwatch.record_open_waste(cluster, service.store, service.delivery)
 
 
-__all__ = ["METRICS_NAMESPACE", "lifecycle_service", "process", "process_batch", "record_lifecycle", "record_open_waste"]
+__all__ = ["Outcome", "each_message", "METRICS_NAMESPACE", "lifecycle_service", "process", "process_batch", "record_lifecycle", "record_open_waste"]

@@ -100,7 +100,8 @@ class ChainResult:
         reports: one scan report per scan, in order.
         alerts: every alert the lifecycle decided in this run, in order.
         tickets: ticket requests decided in this run.
-        dead_letters: (body, reason) of messages a stage could not parse (never expected locally).
+        dead_letters: (body, reason) of messages a stage could not parse (none: the local stages hand each other
+            validated messages; kept for the callers that report it).
         delivered_alerts / delivered_tickets: outbox messages the sinks accepted in this run (earlier runs' leftovers
             included).
         failed: (message, reason) of deliveries that failed in this run (they stay pending).
@@ -142,7 +143,7 @@ def deliver_outbox(queue: DeliveryQueue, stage: DeliverStage, store: FindingStor
     pending = queue.pending()
     if not pending:
         return 0, []
-    alerts = [AlertMessage.model_validate_json(p.body) for p in pending]
+    alerts = [queue.message(p.body, AlertMessage) for p in pending]  # this run's own: not parsed again
     queue.attempt([p.id for p in pending])
     again = [a for a, p in zip(alerts, pending, strict=True) if p.attempts > 0]
     failures = list(stage(alerts, store, at, again) or [])
@@ -174,8 +175,8 @@ def run_chain(
     file_tickets: DeliverStage | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ChainResult:
-    """dispatch → scan → price → dedupe → alerts in one process: in-memory queues carrying the same JSON
-    envelopes as SQS between the scan stages, a durable outbox in the SQLite state for what must be delivered
+    """dispatch → scan → price → dedupe → alerts in one process: in-memory queues handing the same message envelopes
+    as SQS carries (as objects, no JSON round trip in one process) between the scan stages, a durable outbox in the SQLite state for what must be delivered
     (alerts, ticket requests, summaries), and the same services as the Lambda functions.
 
     One scan per entry of `times` (evaluation times, oldest first). Scan ids are derived from cluster and
@@ -191,16 +192,17 @@ def run_chain(
         SourceUnavailableError, SourceAuthError, InputFormatError: from the sources.
         StoreError: the SQLite file cannot be used.
     """
-    from pydantic import TypeAdapter, ValidationError
-
     from gpuwaste.bootstrap.pipeline import SystemClock
     from gpuwaste.queue.memory import MemoryQueue
     from gpuwaste.services.dispatch import DispatchService
     from gpuwaste.services.lifecycle import LifecycleService
     from gpuwaste.services.price import PriceService
 
-    stage = TypeAdapter(FindingMessage | ScanCompleted)
-    requests_q, findings_q, priced_q = MemoryQueue("scan-requests"), MemoryQueue("findings"), MemoryQueue("priced")
+    # in one process the stages hand each other the messages themselves (frozen models): no JSON round trip per hop
+    # (the Lambda functions' JSON hops are the same envelopes, tested on moto); what must survive a crash is in the
+    # state's durable outbox
+    requests_q = MemoryQueue("scan-requests")
+    findings_q, priced_q = MemoryQueue("findings", objects=True), MemoryQueue("priced", objects=True)
     owned = store is None
     the_store = store if store is not None else SqliteFindingStore(state_path)
     durable = the_store if isinstance(the_store, SqliteFindingStore) else SqliteFindingStore(":memory:")
@@ -234,15 +236,10 @@ def run_chain(
                 report = scanner.scan(at=request.scheduled_time, scan_id=request.scan_id)
                 reports[report.scan_id] = report
             priced: dict[str, list[Finding]] = {}
-            for body in findings_q.drain():
-                try:
-                    message = stage.validate_json(body)
-                except ValidationError as exc:
-                    result.dead_letters.append((body, str(exc)))
-                    continue
+            for message in findings_q.drain_messages():
                 if isinstance(message, ScanCompleted):
                     pricer.forward_completed(message)
-                else:
+                elif isinstance(message, FindingMessage):
                     priced.setdefault(message.scan_id, []).append(pricer.price_and_forward(message).finding)
             for scan_id, report in reports.items():
                 # the report shows what the chain priced (the scan itself leaves pricing to its own stage)
@@ -253,17 +250,17 @@ def run_chain(
                     on_scan(report)
             # one transaction per scan: the decisions, their outboxes and the delivery queue entries commit together
             with (the_store.transaction() if isinstance(the_store, SqliteFindingStore) else contextlib.nullcontext()):
-                messages = [stage.validate_json(body) for body in priced_q.drain()]
+                messages = priced_q.drain_messages()
                 lifecycle.prefetch([m.finding.fingerprint for m in messages if isinstance(m, FindingMessage)])
                 lifecycle.defer_clears = True
                 for message in messages:
                     if isinstance(message, ScanCompleted):
                         lifecycle.handle_scan_completed(message)
-                    else:
+                    elif isinstance(message, FindingMessage):
                         lifecycle.handle_finding(message)
                 lifecycle.clear_outboxes()
                 lifecycle.defer_clears = False
-            told = [AlertMessage.model_validate_json(body) for body in alerts_q.sent]
+            told = [alerts_q.message(body, AlertMessage) for body in alerts_q.sent]
             alerts_q.sent.clear()
             result.alerts += told
             if on_alert is not None:
@@ -275,7 +272,7 @@ def run_chain(
                 n, failed = deliver_outbox(alerts_q, deliver, the_store, at)
                 result.delivered_alerts += n
                 result.failed += failed
-            requested = [AlertMessage.model_validate_json(b) for b in tickets_q.sent]
+            requested = [tickets_q.message(b, AlertMessage) for b in tickets_q.sent]
             tickets_q.sent.clear()
             result.tickets += requested
             if file_tickets is not None:
@@ -284,8 +281,8 @@ def run_chain(
                 result.failed += failed
         durable.delivery_queue("summary").send([SummaryDue(cluster=cluster, until=times[-1])] if times else [])
         keep_until = SystemClock().now() - timedelta(days=config.lifecycle.retention_days)
-        for name in ("alerts", "tickets", "summary"):
-            durable.delivery_queue(name).prune(done_before=keep_until)
+        for queue in (alerts_q, tickets_q, durable.delivery_queue("summary")):
+            queue.prune(done_before=keep_until)
         result.pending_alerts = alerts_q.count_pending()
         result.pending_tickets = tickets_q.count_pending()
         result.pending_summaries = durable.delivery_queue("summary").count_pending()

@@ -7,7 +7,7 @@ from functools import cache
 from typing import Any
 
 from gpuwaste.bootstrap import delivery, pipeline
-from gpuwaste.bootstrap.batch import process_batch
+from gpuwaste.bootstrap.batch import each_message, process_batch
 from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_delivery
 from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
@@ -52,4 +52,4 @@ def delivery_plan(event: dict[str, Any], context: Any) -> DeliveryPlan:
     return service.plan_bodies(bodies, redelivered=again)
 
 
-__all__ = ["METRICS_NAMESPACE", "delivery_plan", "notify_service", "process_batch", "record_delivery"]
+__all__ = ["each_message", "METRICS_NAMESPACE", "delivery_plan", "notify_service", "process_batch", "record_delivery"]

@@ -201,13 +201,18 @@ def client(service: str) -> Any:
     return boto3.client(service, config=BOTO_CONFIG)
 
 
+#: Queues whose messages stay one per SQS message (their consumers read single messages).
+UNPACKED_QUEUES = frozenset({"tickets_queue_url", "scan_requests_queue_url"})
+
+
 def queue(env_name: str) -> SqsQueue:
     """The SQS queue whose URL is in the named setting (e.g. "findings_queue_url").
 
     Raises:
         ConfigError: the env var is not set.
     """
-    return SqsQueue(client=client("sqs"), queue_url=env().require(env_name))
+    # the tickets queue's consumer (create_tickets) reads one request per message; the others carry packed batches
+    return SqsQueue(client=client("sqs"), queue_url=env().require(env_name), pack=env_name not in UNPACKED_QUEUES)
 
 
 def reset() -> None:

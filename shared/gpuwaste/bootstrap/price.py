@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 from gpuwaste.bootstrap import pipeline
-from gpuwaste.bootstrap.batch import deferred_queue, process_batch
+from gpuwaste.bootstrap.batch import deferred_queue, each_message, process_batch
 from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.price import PriceService
@@ -23,4 +23,4 @@ def pricing_service() -> PriceService:
     return PriceService(price_book=book, queue=deferred_queue("priced_queue_url"))
 
 
-__all__ = ["process_batch", "pricing_service"]
+__all__ = ["each_message", "process_batch", "pricing_service"]

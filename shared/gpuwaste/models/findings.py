@@ -10,8 +10,9 @@ import hashlib
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field, computed_field
+from pydantic import BeforeValidator, Field, computed_field
 
 from gpuwaste.models.base import Frozen
 
@@ -177,6 +178,10 @@ class Cost(Frozen):
     warnings: tuple[str, ...] = ()
 
 
+def _drop(_value: object) -> None:
+    return None
+
+
 class Finding(Frozen):
     """One piece of waste (or one data-quality problem) seen by one detector in one scan.
 
@@ -212,6 +217,11 @@ class Finding(Frozen):
     observed_s: int = Field(0, ge=0)
     money_owner: str | None = None
     details: dict[str, str | float | int | bool | None] = Field(default_factory=dict)
+    #: the `fingerprint` a dumped finding carries, accepted back and dropped (it is computed, never input): a finding
+    #: reads its own JSON without a before-validator on the message around it, which would make pydantic build the
+    #: whole input as Python objects first (twice the parse time of every queue hop)
+    fingerprint_echo_: Annotated[None, BeforeValidator(_drop)] = Field(None, validation_alias="fingerprint", exclude=True,
+                                                                      repr=False)
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -41,6 +41,12 @@ class LedgerSpan(Frozen):
     usd_per_day: Decimal
 
 
+def _span(start: datetime, end: datetime, usd_per_day: Decimal) -> LedgerSpan:
+    """A span from values already typed (datetimes of validated models, Decimals): built without re-validating them
+    (the hot path of every sighting)."""
+    return LedgerSpan.model_construct(start=start, end=end, usd_per_day=usd_per_day)
+
+
 def evidence_spans(finding: Finding) -> list[LedgerSpan]:
     """The stretches one sighting's evidence covers, with their USD/day (empty when unpriced, data quality, or
     when another finding owns the money of the same GPU-hours)."""
@@ -54,13 +60,12 @@ def evidence_spans(finding: Finding) -> list[LedgerSpan]:
             if seconds <= 0:
                 continue
             usd = cost.usd_per_gpu_hour * ep.wasted_gpu_hours
-            out.append(LedgerSpan(start=ep.start, end=ep.end, usd_per_day=usd * DAY_US / Decimal(seconds)))
+            out.append(_span(ep.start, ep.end, usd * DAY_US / Decimal(seconds)))
         return out
     span_s = finding.observed_s or finding.window_s
     if span_s <= 0:
         return []
-    return [LedgerSpan(start=finding.observed_at - timedelta(seconds=span_s), end=finding.observed_at,
-                       usd_per_day=cost.usd_per_day)]
+    return [_span(finding.observed_at - timedelta(seconds=span_s), finding.observed_at, cost.usd_per_day)]
 
 
 def add_sighting(spans: Sequence[LedgerSpan], finding: Finding) -> tuple[LedgerSpan, ...]:
@@ -84,7 +89,7 @@ def _uncovered(new: LedgerSpan, spans: Iterable[LedgerSpan]) -> list[LedgerSpan]
             if s.end < b:
                 nxt.append((s.end, b))
         pieces = nxt
-    return [LedgerSpan(start=a, end=b, usd_per_day=new.usd_per_day) for a, b in pieces if b > a]
+    return [_span(a, b, new.usd_per_day) for a, b in pieces if b > a]
 
 
 def merge(spans: Iterable[LedgerSpan]) -> tuple[LedgerSpan, ...]:
@@ -92,7 +97,7 @@ def merge(spans: Iterable[LedgerSpan]) -> tuple[LedgerSpan, ...]:
     out: list[LedgerSpan] = []
     for s in sorted(spans, key=lambda x: (x.start, x.end)):
         if out and out[-1].end == s.start and out[-1].usd_per_day == s.usd_per_day:
-            out[-1] = LedgerSpan(start=out[-1].start, end=s.end, usd_per_day=s.usd_per_day)
+            out[-1] = _span(out[-1].start, s.end, s.usd_per_day)
         else:
             out.append(s)
     return tuple(out)

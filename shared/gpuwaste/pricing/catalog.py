@@ -227,6 +227,9 @@ def _usd(value: Decimal, places: str = "0.0001") -> str:
     return f"${value.quantize(Decimal(places))}"
 
 
+_RATE_MEMO = 4096  # distinct node shapes remembered per price book
+
+
 class PriceBook:
     """Dated instance prices plus the operator's rate card; answers "what does one GPU-hour cost here?"."""
 
@@ -269,6 +272,8 @@ class PriceBook:
             if row.provider == "azure":
                 self._azure_folded.setdefault((row.instance_type.casefold(), row.capacity_type), []).append(row)
         self._by_model = self._index_model_rates(self._overrides)
+        #: answers of `gpu_hour_rate` by its arguments (a fleet has few distinct node shapes; results are frozen)
+        self._rates: dict[tuple[str | int | None, ...], GpuHourRate | Unpriced] = {}
 
     def _index_model_rates(self, overrides: PriceOverrides) -> dict[str, tuple[str, Decimal]]:
         index: dict[str, tuple[str, Decimal]] = {}
@@ -349,6 +354,26 @@ class PriceBook:
         Returns:
             GpuHourRate, or Unpriced with a reason naming the setting that would price the node.
         """
+        key = (instance_type, capacity_type, gpu_model, physical_gpus, region, accelerator)
+        known = self._rates.get(key)
+        if known is None:
+            if len(self._rates) >= _RATE_MEMO:
+                self._rates.clear()
+            known = self._rates[key] = self._gpu_hour_rate(
+                instance_type=instance_type, capacity_type=capacity_type, gpu_model=gpu_model,
+                physical_gpus=physical_gpus, region=region, accelerator=accelerator)
+        return known
+
+    def _gpu_hour_rate(
+        self,
+        *,
+        instance_type: str | None,
+        capacity_type: str | None,
+        gpu_model: str | None,
+        physical_gpus: int | None,
+        region: str | None,
+        accelerator: str | None,
+    ) -> GpuHourRate | Unpriced:
         capacity = normalise_capacity_type(capacity_type)
         capacity_note: tuple[str, ...] = ()
         if capacity_type is None:

@@ -1,4 +1,5 @@
-"""Adapter: an SQS queue carrying the pipeline's JSON envelopes (batched 10 per call).
+"""Adapter: an SQS queue carrying the pipeline's JSON envelopes (batched 10 per call; findings and alerts packed
+several to a message, `queue.packing`).
 
 `send_message_batch` may accept some entries and fail others; only the failed entries are retried
 (a bounded number of times, with exponential back-off; one implementation for `send` and `send_each`), and a
@@ -18,6 +19,7 @@ from pydantic import BaseModel
 
 from gpuwaste.errors import GpuWasteError, PermanentError, RetryableError
 from gpuwaste.queue.envelopes import EnvelopeSender
+from gpuwaste.queue.packing import Body, pack
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -40,8 +42,11 @@ class SqsQueue(EnvelopeSender):
     """
 
     def __init__(self, *, client: SQSClient, queue_url: str, max_attempts: int = 3, backoff_s: float = 0.1,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, pack: bool = True) -> None:
         self.client = client
+        #: several findings / alerts per SQS message (`queue.packing`); False for a queue whose consumer reads single
+        #: messages only (the tickets queue)
+        self.pack = pack
         self.queue_url = queue_url
         self.max_attempts = max(1, max_attempts)
         self.backoff_s = backoff_s
@@ -71,10 +76,17 @@ class SqsQueue(EnvelopeSender):
             One entry per message, in order: None when sent, else the `RetryableError` (still failing after
             `max_attempts`, or SQS unreachable) or `PermanentError` (rejected as invalid) that stopped it.
         """
-        bodies = [m.model_dump_json() for m in messages]
-        out: list[GpuWasteError | None] = []
-        for batch in _batches(bodies):
-            out.extend(self._send_batch(batch))
+        if self.pack:
+            packed = pack(messages)
+        else:
+            packed = [Body(m.model_dump_json(), [i]) for i, m in enumerate(messages)]
+        outcomes: list[GpuWasteError | None] = []
+        for batch in _batches([b.text for b in packed]):
+            outcomes.extend(self._send_batch(batch))
+        out: list[GpuWasteError | None] = [None] * len(messages)
+        for body, error in zip(packed, outcomes, strict=True):
+            for i in body.carries:  # a body's outcome is the outcome of every message it carries
+                out[i] = error
         return out
 
     def _send_batch(self, bodies: list[str]) -> list[GpuWasteError | None]:

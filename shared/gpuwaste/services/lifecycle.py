@@ -98,21 +98,45 @@ class LifecycleService:
         #: with `defer_clears`, sent outboxes are cleared together by `clear_outboxes` (one batch write)
         self.defer_clears = False
         self._to_clear: list[FindingRecord] = []
+        #: record versions whose outbox was handed to the queues in this batch (a copy of the same message later in
+        #: the batch finds it applied and does not hand it over again)
+        self._handed: dict[str, int] = {}
 
     # -- batches ---------------------------------------------------------------------------------------------
     def prefetch(self, fingerprints: list[str]) -> None:
         """Read the records of a batch's findings in one batch read (instead of one read per finding)."""
         found = get_many(self.store, fingerprints)
         self._prefetched = {fp: found.get(fp) for fp in fingerprints}
+        self._handed = {}
 
     def clear_outboxes(self) -> int:
         """Clear, in one batch write, the outboxes whose messages were sent since the last call (`defer_clears`).
-        A record that moved on meanwhile keeps its outbox (the next decision carries or re-sends it; delivery keys
-        keep that from reaching an owner twice). Returns how many were cleared."""
+        A record changed meanwhile is re-read and cleared if it still holds the messages sent; one whose outbox a newer
+        decision replaced keeps it (that decision sends and clears it). Returns how many were cleared."""
         pending, self._to_clear = self._to_clear, []
         self._prefetched = {}
-        updates = [(r.model_copy(update={"outbox_json": "", "version": r.version + 1}), r.version) for r in pending]
-        return sum(update_many(self.store, updates))
+        self._handed = {}
+        latest: dict[str, FindingRecord] = {}
+        for r in pending:  # one write per record (a message redelivered within the batch re-sends the same outbox)
+            if r.fingerprint not in latest or r.version > latest[r.fingerprint].version:
+                latest[r.fingerprint] = r
+        records = list(latest.values())
+        outcomes = update_many(self.store, [(_cleared(r), r.version) for r in records])
+        return sum(ok or self._clear_again(r) for ok, r in zip(outcomes, records, strict=True))
+
+    def _clear_again(self, sent: FindingRecord) -> bool:
+        """After a clear lost a race (a delivery key recorded, a button pressed meanwhile): clear the outbox on the
+        record as it is now if it still holds the messages that were sent; leave it when a newer decision replaced
+        them (that decision's own send clears it). Without this a resolved record, never revisited, kept its outbox
+        for good."""
+        for _ in range(MAX_ATTEMPTS):
+            now = self.store.get(sent.fingerprint)
+            if now is None or now.outbox_json != sent.outbox_json:
+                return False
+            if self.store.update(_cleared(now), expected_version=now.version):
+                return True
+        logger.warning("outbox not cleared: the record kept changing", extra={"fingerprint": sent.fingerprint})
+        return False
 
     def _outboxed(self, record: FindingRecord, out: Outcome) -> FindingRecord:
         return _with_outbox(record, out) if self.outbox else record
@@ -265,14 +289,24 @@ class LifecycleService:
         if not message.judged:
             return total  # a scan that could judge nothing (no telemetry, one sample) is not evidence that waste ended
         unjudged = set(message.unjudged)
-        for candidate in self.store.open_for_cluster(message.cluster):
-            if candidate.fingerprint in seen or _subject_key(candidate) in unjudged:
+        for candidate in self._missed_candidates(message.cluster, seen):
+            if _subject_key(candidate) in unjudged:
                 continue
             outcome = self._miss(candidate.fingerprint, message)
             total.alerts += outcome.alerts
             total.tickets += outcome.tickets
             total.duplicate = total.duplicate or outcome.duplicate
         return total
+
+    def _missed_candidates(self, cluster: str, seen: set[str]) -> list[FindingRecord]:
+        """Open records of `cluster` the scan did not see, by fingerprint. A store that lists open fingerprints
+        cheaply (SQLite) reads only those records; otherwise every open record is read and filtered."""
+        lister = getattr(self.store, "open_fingerprints", None)
+        if lister is None:
+            return [r for r in self.store.open_for_cluster(cluster) if r.fingerprint not in seen]
+        missing = [fp for fp in lister(cluster) if fp not in seen]
+        found = get_many(self.store, missing)
+        return [found[fp] for fp in missing if fp in found]
 
     def _miss(self, fingerprint: str, message: ScanCompleted) -> Outcome:
         at = message.scheduled_time
@@ -347,13 +381,16 @@ class LifecycleService:
         if out.tickets and self.tickets is not None:
             self.tickets.send_alerts(out.tickets)
         if record.outbox_json:
+            if self.defer_clears:
+                self._handed[record.fingerprint] = record.version
+
             def clear_outbox() -> None:
                 if self.defer_clears:
                     self._to_clear.append(record)
                     return
-                # a lost race here only means someone else moved the record on; the messages are sent
-                self.store.update(record.model_copy(update={"outbox_json": "", "version": record.version + 1}),
-                                  expected_version=record.version)
+                # the messages are sent; a lost race is retried on the record as it is now (`_clear_again`)
+                if not self.store.update(_cleared(record), expected_version=record.version):
+                    self._clear_again(record)
 
             # a queue that sends a whole batch of records' outputs together (`queue.batching.DeferredQueue`)
             # clears the outbox only once the messages are out; any other queue has sent them already
@@ -368,13 +405,18 @@ class LifecycleService:
         return out
 
     def _resend(self, current: FindingRecord, *, stale: bool) -> Outcome:
-        if not current.outbox_json:
+        if not current.outbox_json or self._handed.get(current.fingerprint) == current.version:
             return Outcome(duplicate=not stale, stale=stale)
         alerts, tickets = _read_outbox(current.outbox_json)
         out = Outcome(alerts=alerts, tickets=tickets, duplicate=True)
         pending = alerts + tickets
         logger.warning("lifecycle resending unsent messages", extra={"fingerprint": current.fingerprint, "count": len(pending)})
         return self._flush(current, out)
+
+
+def _cleared(record: FindingRecord) -> FindingRecord:
+    """`record` with its outbox emptied (the next version)."""
+    return record.model_copy(update={"outbox_json": "", "version": record.version + 1})
 
 
 def _carry_unsent(current: FindingRecord, record: FindingRecord, out: Outcome, *, keep: bool = True

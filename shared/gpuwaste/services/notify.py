@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from gpuwaste.errors import DeliveryError, StoreError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
-from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.models.messages import AlertAction, AlertMessage, read_alert_body, salvage
 from gpuwaste.models.notices import (
     MessageRef,
     Notice,
@@ -128,9 +128,13 @@ def record_delivery(
     raise StoreError(f"finding {fingerprint[:16]}: lifecycle record kept changing; delivery key not recorded")
 
 
-def record_deliveries(store: FindingStore | None, entries: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
+def record_deliveries(store: FindingStore | None, entries: Sequence[tuple[str, str, dict[str, Any]]],
+                      known: dict[str, FindingRecord | None] | None = None) -> None:
     """`record_delivery` for many (fingerprint, key, changes) at once: one batch read and one batch write (a digest
     part's findings), then one by one, with re-reads and back-off, for any that lost a race or failed.
+
+    `known`: records the caller read just before (the digest's); they are written on without reading them again
+    (the write is conditional on their version: one that changed meanwhile is re-read and retried below).
 
     Raises:
         StoreError: as `record_delivery`.
@@ -138,7 +142,9 @@ def record_deliveries(store: FindingStore | None, entries: Sequence[tuple[str, s
     if store is None or not entries:
         return
     try:
-        records = get_many(store, [fp for fp, _, _ in entries])
+        hinted = known or {}
+        unknown = [fp for fp, _, _ in entries if hinted.get(fp) is None]
+        records = {**{fp: r for fp, r in hinted.items() if r is not None}, **(get_many(store, unknown) if unknown else {})}
         updates, pending = [], []
         for fp, key, changes in entries:
             record = records.get(fp)
@@ -288,18 +294,21 @@ class NotifyService:
         return DeliveryPlan(self, groups, redelivered=(DeliveryPlan._key(a) for a in redelivered))
 
     def plan_bodies(self, bodies: Iterable[str], *, redelivered: Iterable[str] = ()) -> DeliveryPlan:
-        """`plan` over raw queue bodies (`redelivered`: bodies received before); unreadable bodies are left out
-        (the batch processor fails them)."""
+        """`plan` over raw queue bodies — single alerts or packed `AlertBatch`es — (`redelivered`: bodies received
+        before); unreadable bodies (and the bad alerts of a batch) are left out (the batch processor fails them)."""
         again = set(redelivered)
         alerts, repeated = [], []
         for body in bodies:
             try:
-                alert = AlertMessage.model_validate_json(body)
+                items = read_alert_body(body)
             except ValidationError:
-                continue
-            alerts.append(alert)
+                rebuilt, _ = salvage(body)  # a packed batch with bad alerts: plan the good ones
+                if rebuilt is None:
+                    continue
+                items = read_alert_body(rebuilt)
+            alerts.extend(items)
             if body in again:
-                repeated.append(alert)
+                repeated.extend(items)
         return self.plan(alerts, redelivered=repeated)
 
     def deliver(self, alerts: Sequence[AlertMessage]) -> DeliveryReport:
@@ -402,11 +411,16 @@ class NotifyService:
         report: DeliveryReport, now: datetime, *, redelivered: bool = False,
     ) -> None:
         by_fp = {a.fingerprint: a for a, _ in pending}
+        # read by deliver_group: the first sink writes them on without a second read (a later sink's writes would
+        # find them changed by the first one's, so it reads them again)
+        known = {a.fingerprint: r for a, r in pending} if notifier is self.notifiers[0] else {}
 
         def record(message: PostedMessage) -> None:
             changes = {"message": message.ref(), "last_alert_at": now}
-            record_deliveries(self.store, [(fp, delivery_key(by_fp[fp], notifier.name), changes)
-                                           for fp in message.fingerprints])
+            entries = [(fp, delivery_key(by_fp[fp], notifier.name), changes) for fp in message.fingerprints]
+            record_deliveries(self.store, entries, known)
+            for fp in message.fingerprints:
+                known.pop(fp, None)  # written: its version moved on (a later part or sink re-reads it)
 
         if redelivered:
             found = notifier.find_posted(notice)

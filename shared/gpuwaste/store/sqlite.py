@@ -17,11 +17,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel
 
 from gpuwaste.errors import StoreError
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
+
+M = TypeVar("M", bound=BaseModel)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS findings (
@@ -158,6 +161,13 @@ class SqliteFindingStore:
             ).fetchall()
         return [FindingRecord.model_validate_json(r[0]) for r in rows]
 
+    def open_fingerprints(self, cluster: str) -> list[str]:
+        """Fingerprints of the open records of a cluster, sorted (no record is parsed)."""
+        with self._lock:
+            rows = self._execute("SELECT fingerprint FROM findings WHERE cluster = ? AND state = ? ORDER BY fingerprint",
+                                 (cluster, FindingState.OPEN.value)).fetchall()
+        return [str(r[0]) for r in rows]
+
     def history(self, *, since: datetime, until: datetime) -> list[FindingRecord]:
         """Records whose latest activity is in [since, until], oldest activity first."""
         with self._lock:
@@ -221,6 +231,8 @@ class DeliveryQueue:
         self.store = store
         self.name = name
         self.sent: list[str] = []  # bodies queued by this process (for the run's own report)
+        #: the messages this process queued, by body: read back without parsing their JSON again (`message`)
+        self._models: dict[str, BaseModel] = {}
 
     def send(self, messages: Sequence[BaseModel]) -> None:
         """Store the messages as pending (an identity already stored, pending or done, is ignored)."""
@@ -232,12 +244,22 @@ class DeliveryQueue:
             body = m.model_dump_json()
             rows.append((self.name, _dedupe_key(m, body), body, "pending", now))
             self.sent.append(body)
+            self._models[body] = m
         with self.store.transaction():
             try:
                 self.store._conn().executemany("INSERT OR IGNORE INTO deliveries (queue, dedupe_key, body, state, "
                                                "created_at) VALUES (?, ?, ?, ?, ?)", rows)
             except sqlite3.Error as exc:
                 raise _translate(exc) from exc
+
+    def message(self, body: str, model: type[M]) -> M:
+        """The message of a queued body: the one this process sent (frozen, as parsed), else parsed from the JSON.
+
+        Raises:
+            ValidationError: the body is not a `model`.
+        """
+        known = self._models.get(body)
+        return known if isinstance(known, model) else model.model_validate_json(body)
 
     def send_alerts(self, messages: Sequence[BaseModel]) -> None:
         """`ports.AlertQueue.send_alerts`."""
@@ -273,7 +295,9 @@ class DeliveryQueue:
         self._many("UPDATE deliveries SET last_error = ? WHERE id = ?", [(error[:1000], id_)])
 
     def prune(self, *, done_before: datetime) -> int:
-        """Forget messages delivered before `done_before` (the state file does not grow without bound); returns how many."""
+        """Forget messages delivered before `done_before` (the state file does not grow without bound); returns how many.
+        Also forgets the messages this process kept to read back (the end of a run)."""
+        self._models.clear()
         with self.store.transaction():
             cur = self.store._execute("DELETE FROM deliveries WHERE queue = ? AND state = 'done' AND done_at < ?",
                                       (self.name, done_before.astimezone(UTC).isoformat()))
