@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +62,7 @@ from gpuwaste.sources.metrics_plan import (
     rate_stats,
 )
 from gpuwaste.sources.promql import (
+    METRIC_LABEL,
     RULE_INTERVAL_S,
     RULES_VERSION,
     STAT_LABEL,
@@ -349,7 +351,7 @@ class PrometheusGpuMetricsSource:
         result: QueryResult = self._get_result("query_range", params, what)
         return result
 
-    def _get_result(self, endpoint: str, params: Mapping[str, str], what: str, reader: Callable[[], _ItemReader] | None = None) -> Any:
+    def _get_result(self, endpoint: str, params: Mapping[str, str], what: str, reader: Callable[[], Any] | None = None) -> Any:
         """GET `/api/v1/<endpoint>` and decode its result, with the retries and error translation of `instant_query`.
 
         With a `reader` factory, each result item (`{"metric": …, "values"/"value": …}`) is handed to a fresh
@@ -413,7 +415,8 @@ class PrometheusGpuMetricsSource:
         # each answer is summarised as soon as it arrives, so only the answers in flight are held decoded
         per_query = self._run_planned(list(jobs.items()), at, grid)
         summaries: list[SeriesSummary] = [s for part in per_query for s in part]
-        parts = assemble(summaries, self.labels, drop=False, grid=grid)  # the queries already aggregated the dropped labels
+        # the instant and recorded answers come with the dropped labels aggregated away; the raw time-resolved reads do not
+        parts = assemble(summaries, self.labels, drop=not rules, grid=grid)
         count = len(queries) + (1 if self._probed else 0)
         logger.info(
             "prometheus telemetry read",
@@ -500,13 +503,30 @@ class PrometheusGpuMetricsSource:
             )
 
     def _run_planned(self, jobs: Sequence[tuple[str, PlannedQuery]], at: datetime, grid: BucketGrid) -> list[list[SeriesSummary]]:
+        """Send the plan's queries (`concurrency` at a time) and summarise each answer as it arrives.
+
+        The three single-statistic range queries of one field feed one shared `_ItemReader` (summarised once
+        all three are in); a query reading several plan entries (`PlannedQuery.group`) is split by `METRIC_LABEL`.
+        """
         start = at - timedelta(seconds=grid.window_s - grid.bucket_s)
+        shared: dict[str, _ItemReader] = {}
+        for _, q in jobs:
+            if q.kind == "range" and q.stat is not None and q.spec.name not in shared:
+                shared[q.spec.name] = _ItemReader(self, q.spec, grid, recorded=False)
 
         def one(q: PlannedQuery) -> list[SeriesSummary]:
-            what = q.spec.name
+            what = q.spec.name if not q.group else "pod metrics"
             if q.kind == "range":
                 params = {"query": q.promql, "start": f"{start.timestamp():.3f}", "end": f"{at.timestamp():.3f}",
                           "step": str(int(q.step_s or grid.bucket_s))}
+                if q.stat is not None:
+                    reader = shared[q.spec.name]
+                    self._get_result("query_range", params, what, lambda: _StatFeed(reader, q.stat or ""))
+                    return []
+                if q.group:
+                    router = self._get_result("query_range", params, what,
+                                              lambda: _Router({s.name: _ItemReader(self, s, grid, recorded=False) for s in q.group}))
+                    return [x for r in router.readers.values() for x in r.summaries()]
                 reader = self._get_result("query_range", params, what, lambda: _ItemReader(self, q.spec, grid, recorded=False))
                 summaries: list[SeriesSummary] = reader.summaries()
                 return summaries
@@ -515,18 +535,26 @@ class PrometheusGpuMetricsSource:
                 reader = self._get_result("query", params, what, lambda: _ItemReader(self, q.spec, grid, recorded=True))
                 recorded: list[SeriesSummary] = reader.summaries()
                 return recorded
-            return self._summaries(q.spec, self.instant_query(q.promql, at=at, what=what))
+            result = self.instant_query(q.promql, at=at, what=what)
+            if not q.group:
+                return self._summaries(q.spec, result)
+            by_metric: dict[str, QueryResult] = {}
+            for item in result:
+                by_metric.setdefault(item.get("metric", {}).pop(METRIC_LABEL, ""), []).append(item)
+            return [x for s in q.group for x in self._summaries(s, by_metric.get(s.name, []))]
 
         if self.concurrency <= 1 or len(jobs) <= 1:
-            return [one(q) for _, q in jobs]
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="promql") as pool:
-            futures = [pool.submit(one, q) for _, q in jobs]
-            try:
-                return [f.result() for f in futures]
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
+            out = [one(q) for _, q in jobs]
+        else:
+            with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="promql") as pool:
+                futures = [pool.submit(one, q) for _, q in jobs]
+                try:
+                    out = [f.result() for f in futures]
+                except BaseException:
+                    for f in futures:
+                        f.cancel()
+                    raise
+        return [*out, *(r.summaries() for r in shared.values())]
 
     def _guard(self, spec: MetricSpec, n: int) -> None:
         if n > self.max_series:
@@ -640,20 +668,22 @@ class _ItemReader:
         self.index: dict[Any, int] = {}
         self.groups: dict[frozenset[tuple[str, str]], list[list[float]]] = {}
         self.suffix = len(f"{RULE_INTERVAL_S // 60}m")
+        self.lock = threading.Lock()
 
-    def item(self, labels: dict[str, str], values: Any) -> None:
-        """One result series: its labels (consumed) and its `[t, "v"]` points."""
+    def item(self, labels: dict[str, str], values: Any, stat: str | None = None) -> None:
+        """One result series: its labels (consumed), its `[t, "v"]` points and, for an untagged answer, its statistic."""
         n = self.n
         name = labels.pop("__name__", "")
-        stat = labels.pop(STAT_LABEL, "") or name.rsplit(":", 1)[-1][: -self.suffix]
+        stat = stat or labels.pop(STAT_LABEL, "") or name.rsplit(":", 1)[-1][: -self.suffix]
         col = _COLS.get(stat)
         if col is None or not isinstance(values, list):
             return
         key = frozenset(labels.items())
-        acc = self.groups.get(key)
-        if acc is None:
-            acc = self.groups[key] = [[0.0] * n, [0.0] * n, [-math.inf] * n]
-            self.source._guard(self.spec, len(self.groups))
+        with self.lock:  # the three single-statistic answers of one field may be decoded at the same time
+            acc = self.groups.get(key)
+            if acc is None:
+                acc = self.groups[key] = [[0.0] * n, [0.0] * n, [-math.inf] * n]
+                self.source._guard(self.spec, len(self.groups))
         row = acc[col]
         index = self.index
         recorded = self.recorded
@@ -708,6 +738,31 @@ class _ItemReader:
 
 
 _COLS = {"count": 0, "sum": 1, "max": 2}
+
+
+class _StatFeed:
+    """Feeds one single-statistic answer (`PlannedQuery.stat`) into the field's shared `_ItemReader`."""
+
+    def __init__(self, reader: _ItemReader, stat: str) -> None:
+        self.reader = reader
+        self.stat = stat
+
+    def item(self, labels: dict[str, str], values: Any) -> None:
+        """One result series (see `_ItemReader.item`)."""
+        self.reader.item(labels, values, self.stat)
+
+
+class _Router:
+    """Hands each series of a query that reads several plan entries to the reader of its entry (`METRIC_LABEL`)."""
+
+    def __init__(self, readers: dict[str, _ItemReader]) -> None:
+        self.readers = readers
+
+    def item(self, labels: dict[str, str], values: Any) -> None:
+        """One result series; a series naming no entry of the query is ignored."""
+        reader = self.readers.get(labels.pop(METRIC_LABEL, ""))
+        if reader is not None:
+            reader.item(labels, values)
 
 
 _DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
