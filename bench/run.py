@@ -511,11 +511,18 @@ def recording_path(recdir: Path) -> dict[str, Any]:
 
 
 def _short(query: str) -> str:
-    """The metric a plan query reads (its first name or `__name__` alternative), for the per-query table."""
+    """What a plan query reads, for the per-query table: the metric (its first name or `__name__` alternative), the bucket
+    statistic of a single-statistic range query, or "pod metrics (n)" for the query reading several metrics."""
     import re
 
+    from gpuwaste.sources.promql import METRIC_LABEL
+
+    if METRIC_LABEL in query:
+        return f"pod metrics ({query.count(METRIC_LABEL)})"
     m = re.search(r'__name__=~"([A-Za-z0-9_:]+)', query) or re.search(r"\(([A-Za-z_:][A-Za-z0-9_:]*)[\[{]", query)
-    return m.group(1) if m else query[:60]
+    name = m.group(1) if m else query[:60]
+    bare = re.match(r"(count|sum|max)_over_time\(", query)
+    return f"{name} ({bare.group(1)})" if bare else name
 
 
 # -- report --------------------------------------------------------------------------------------------

@@ -415,8 +415,9 @@ class PrometheusGpuMetricsSource:
         # each answer is summarised as soon as it arrives, so only the answers in flight are held decoded
         per_query = self._run_planned(list(jobs.items()), at, grid)
         summaries: list[SeriesSummary] = [s for part in per_query for s in part]
-        # the instant and recorded answers come with the dropped labels aggregated away; the raw time-resolved reads do not
-        parts = assemble(summaries, self.labels, drop=not rules, grid=grid)
+        # the instant and recorded answers come with the dropped labels aggregated away; the raw time-resolved reads are merged
+        # over them while they are read (`_ItemReader`)
+        parts = assemble(summaries, self.labels, drop=False, grid=grid)
         count = len(queries) + (1 if self._probed else 0)
         logger.info(
             "prometheus telemetry read",
@@ -510,9 +511,10 @@ class PrometheusGpuMetricsSource:
         """
         start = at - timedelta(seconds=grid.window_s - grid.bucket_s)
         shared: dict[str, _ItemReader] = {}
+        drop = droppable_labels(self.labels)
         for _, q in jobs:
             if q.kind == "range" and q.stat is not None and q.spec.name not in shared:
-                shared[q.spec.name] = _ItemReader(self, q.spec, grid, recorded=False)
+                shared[q.spec.name] = _ItemReader(self, q.spec, grid, recorded=False, drop=drop)
 
         def one(q: PlannedQuery) -> list[SeriesSummary]:
             what = q.spec.name if not q.group else "pod metrics"
@@ -657,8 +659,10 @@ class _ItemReader:
     out-of-range values are checked per bucket afterwards.
     """
 
-    def __init__(self, source: PrometheusGpuMetricsSource, spec: MetricSpec, grid: BucketGrid, *, recorded: bool) -> None:
+    def __init__(self, source: PrometheusGpuMetricsSource, spec: MetricSpec, grid: BucketGrid, *, recorded: bool,
+                 drop: Sequence[str] = ()) -> None:
         self.source = source
+        self.drop = tuple(drop)
         self.spec = spec
         self.grid = grid
         self.recorded = recorded
@@ -678,6 +682,8 @@ class _ItemReader:
         col = _COLS.get(stat)
         if col is None or not isinstance(values, list):
             return
+        for label in self.drop:  # series differing only in labels nobody reads are added up here, as `sum/max without` would
+            labels.pop(label, None)
         key = frozenset(labels.items())
         with self.lock:  # the three single-statistic answers of one field may be decoded at the same time
             acc = self.groups.get(key)
@@ -686,8 +692,7 @@ class _ItemReader:
                 self.source._guard(self.spec, len(self.groups))
         row = acc[col]
         index = self.index
-        recorded = self.recorded
-        for t, v in values:
+        for t, v in values:  # several series of one group (recorded buckets, dropped labels) add up: counts and sums add, max of maxima
             k = index.get(t)
             if k is None:
                 k = (round(float(t) * 1000) - self.start_ms - 1) // self.step_ms
@@ -695,9 +700,7 @@ class _ItemReader:
             if k < 0:
                 continue
             x = float(v)
-            if not recorded:
-                row[k] = x
-            elif col == 2:
+            if col == 2:
                 if x > row[k] or x != x:
                     row[k] = x
             else:
