@@ -151,7 +151,7 @@ def power_ratio_series(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | lis
         st = ctx.device_stats(dev, Signal.POWER_USAGE)
         if lim is None or st is None:
             return [None] * len(ctx.slots)
-        rows.append([None if a is None else a / lim[0] for a in ctx.bucket_avgs(st)])
+        rows.append([None if b is None or b.avg is None else b.avg / lim[0] for b in ctx.buckets_of(st)])
     if not rows:
         return [None] * len(ctx.slots)
     return [None if any(v is None for v in col) else sum(v for v in col if v is not None) / len(col) for col in zip(*rows, strict=True)]

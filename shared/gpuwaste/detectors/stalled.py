@@ -57,7 +57,7 @@ def _stall_flags(ctx: ScanContext, alloc: Allocation, settings: StalledSettings,
     for dev in alloc.devices:
         sig = Signal.GR_ENGINE_ACTIVE if dev.device.gpu_i_id is not None else busy_sig
         st = ctx.device_stats(dev, sig, pod if (pod.namespace, pod.name) in dev.workloads else None)
-        busy_rows.append([None if a is None else sig.to_ratio(a) for a in ctx.bucket_avgs(st)])
+        busy_rows.append([None if b is None or b.avg is None else sig.to_ratio(b.avg) for b in ctx.buckets_of(st)])
     work_rows = [ctx.signal_series(alloc.devices, s, pod) for s in (Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE)
                  if ctx.signal_evidence(alloc.devices, s, pod) is not None]
     power = power_ratio_series(ctx, alloc.devices)

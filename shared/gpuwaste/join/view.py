@@ -310,34 +310,16 @@ class ScanContext:
         return index
 
     def buckets_of(self, stats: WindowStats | None) -> list[Bucket | None]:
-        """A summary's buckets aligned with `slots` (None where the bucket holds no sample). Cached per summary: read only."""
+        """A summary's buckets aligned with `slots` (None where the bucket holds no sample)."""
+        out: list[Bucket | None] = [None] * len(self.slots)
         if stats is None or not stats.buckets:
-            return [None] * len(self.slots)
-        cache: dict[int, tuple[WindowStats, list[Bucket | None], list[float | None]]] = self.__dict__.setdefault("_buckets_cache", {})
-        hit = cache.get(id(stats))
-        if hit is None or hit[0] is not stats:
-            hit = cache[id(stats)] = self._aligned(stats)  # the entry keeps `stats` alive, so its id is never reused
-        return hit[1]
-
-    def bucket_avgs(self, stats: WindowStats | None) -> list[float | None]:
-        """Each slot's bucket average of a summary, in the signal's unit (None where the bucket holds no sample). Cached: read only."""
-        if stats is None or not stats.buckets:
-            return [None] * len(self.slots)
-        self.buckets_of(stats)
-        avgs: list[float | None] = self.__dict__["_buckets_cache"][id(stats)][2]
-        return avgs
-
-    def _aligned(self, stats: WindowStats) -> tuple[WindowStats, list[Bucket | None], list[float | None]]:
-        n = len(self.slots)
-        out: list[Bucket | None] = [None] * n
-        avgs: list[float | None] = [None] * n
+            return out
         index = self._slot_index()
         for b in stats.buckets:
             i = index.get(b.end)
             if i is not None and b.count:
                 out[i] = b
-                avgs[i] = b.total / b.count
-        return stats, out, avgs
+        return out
 
     def resolved_time(self, stats: WindowStats | None) -> bool:
         """True when `stats` carries buckets for this window's slots."""
@@ -382,11 +364,8 @@ class ScanContext:
             if sig is None:
                 return [None] * len(self.slots)
             st = self.device_stats(dev, sig, pod if self._labelled_for(dev, pod) else None)
-            if peak:
-                per_dev.append([None if b is None else sig.to_ratio(b.max) for b in self.buckets_of(st)])
-            else:
-                to_ratio = sig.to_ratio
-                per_dev.append([None if a is None else to_ratio(a) for a in self.bucket_avgs(st)])
+            per_dev.append([None if b is None or b.avg is None else sig.to_ratio(b.max if peak else b.avg)
+                            for b in self.buckets_of(st)])
         return _mean_columns(per_dev, len(self.slots))
 
     def contradicted_slots(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> list[bool]:
@@ -399,13 +378,14 @@ class ScanContext:
             if sig is None or sig is Signal.GPU_UTIL or dev.device.gpu_i_id is not None or limit is None:
                 continue
             scoped = pod if self._labelled_for(dev, pod) else None
-            prof = self.bucket_avgs(self.device_stats(dev, sig, scoped))
-            util = self.bucket_avgs(self.device_stats(dev, Signal.GPU_UTIL, scoped))
-            power = self.bucket_avgs(self.device_stats(dev, Signal.POWER_USAGE))
+            prof = self.buckets_of(self.device_stats(dev, sig, scoped))
+            util = self.buckets_of(self.device_stats(dev, Signal.GPU_UTIL, scoped))
+            power = self.buckets_of(self.device_stats(dev, Signal.POWER_USAGE))
             for i, (p, u, w) in enumerate(zip(prof, util, power, strict=True)):
-                if p is None or u is None or w is None:
+                if p is None or u is None or w is None or p.avg is None or u.avg is None or w.avg is None:
                     continue
-                if sig.to_ratio(p) < IDLE_RATIO and Signal.GPU_UTIL.to_ratio(u) >= WORK_RATIO and w >= WORK_RATIO * limit:
+                if (sig.to_ratio(p.avg) < IDLE_RATIO and Signal.GPU_UTIL.to_ratio(u.avg) >= WORK_RATIO
+                        and w.avg >= WORK_RATIO * limit):
                     out[i] = True
         return out
 
@@ -415,30 +395,18 @@ class ScanContext:
         per_dev: list[list[float | None]] = []
         for dev in devices:
             st = self.device_stats(dev, signal, pod if self._labelled_for(dev, pod) else None)
-            avgs = self.bucket_avgs(st)
-            per_dev.append([None if a is None else signal.to_ratio(a) for a in avgs] if ratio else list(avgs))
+            conv = signal.to_ratio if ratio else (lambda v: v)
+            per_dev.append([None if b is None or b.avg is None else conv(b.avg) for b in self.buckets_of(st)])
         return _mean_columns(per_dev, len(self.slots))
 
     # --- signal access -------------------------------------------------------------------------
     def device_stats(self, device: GpuTelemetry, signal: Signal | str, pod: Pod | None = None) -> WindowStats | None:
-        """A device's window summary for `signal`, restricted to `pod`'s labelled samples when given.
-
-        Cached per (device, signal, pod): the same summary object comes back each time (merging label groups
-        builds a new one), so the per-summary caches (`buckets_of`, `peak_10m`) hit too.
-        """
-        cache: dict[tuple[int, str, tuple[str, str] | None], tuple[GpuTelemetry, WindowStats | None]] = \
-            self.__dict__.setdefault("_stats_cache", {})
-        key = (id(device), signal.value if isinstance(signal, Signal) else signal, None if pod is None else (pod.namespace, pod.name))
-        hit = cache.get(key)
-        if hit is not None and hit[0] is device:
-            return hit[1]
-        found: WindowStats | None = None
+        """A device's window summary for `signal`, restricted to `pod`'s labelled samples when given."""
         if pod is not None:
-            found = device.for_workload(pod.namespace, pod.name, signal)
-        if found is None:
-            found = device.merged(signal)
-        cache[key] = (device, found)  # keeps `device` alive, so its id is never reused
-        return found
+            scoped = device.for_workload(pod.namespace, pod.name, signal)
+            if scoped is not None:
+                return scoped
+        return device.merged(signal)
 
     def activity_signal(self, device: GpuTelemetry) -> Signal | None:
         """Best activity signal present for a device (B04, B05, B15).
