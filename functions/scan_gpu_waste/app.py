@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from gpuwaste.bootstrap import scan as bootstrap
 from gpuwaste.models.messages import ScanRequest
 
-logger = Logger()
+logger = Logger(logger_handler=bootstrap.LOG_HANDLER)  # the process stdout, looked up per record
 metrics = Metrics(namespace=bootstrap.METRICS_NAMESPACE)  # EMF: docs/metrics.md (CloudWatch)
 copy_config_to_registered_loggers(source_logger=logger, include={"gpuwaste"})  # shared/ logs as JSON too
 

@@ -5,7 +5,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from gpuwaste.bootstrap import summary as bootstrap
 
-logger = Logger()
+logger = Logger(logger_handler=bootstrap.LOG_HANDLER)  # the process stdout, looked up per record
 
 
 @logger.inject_lambda_context(clear_state=True)

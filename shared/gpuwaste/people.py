@@ -221,3 +221,123 @@ def duration(seconds: int) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         return f"{seconds // 60} min"
     return f"{seconds} s"
+
+
+#: Kinds as a heading people read in a chat digest ("Idle GPUs"), one per waste kind.
+KIND_HEADINGS: dict[WasteKind, str] = {
+    WasteKind.IDLE: "Idle GPUs",
+    WasteKind.UNDERUSED: "Under-used GPUs",
+    WasteKind.UNALLOCATED: "Unrequested node capacity",
+    WasteKind.DATA_QUALITY: "Telemetry gaps (no verdict)",
+    WasteKind.POWER_ANOMALY: "Power without work",
+    WasteKind.LOW_MEMORY_BANDWIDTH: "Low memory bandwidth",
+    WasteKind.STALLED: "Stalled jobs",
+    WasteKind.WRONG_HARDWARE: "Oversized GPUs",
+    WasteKind.CPU_BOUND: "CPU-starved GPUs",
+    WasteKind.KV_CACHE_PRESSURE: "KV cache pressure",
+    WasteKind.INFERENCE_IDLE: "Unused inference servers",
+    WasteKind.ORPHANED: "Orphaned pods",
+    WasteKind.UNREQUESTED_USE: "GPUs used without a request",
+}
+
+#: What to do about a kind, in one short sentence (a digest says it once per kind; each finding's own
+#: recommendation, with its specifics, is behind Details / `gpuwaste explain`).
+KIND_ACTIONS: dict[WasteKind, str] = {
+    WasteKind.IDLE: "Stop, scale to zero, or share them.",
+    WasteKind.UNDERUSED: "Batch more, or use a smaller GPU or MIG slice.",
+    WasteKind.UNALLOCATED: "Let the autoscaler remove it, or schedule work.",
+    WasteKind.DATA_QUALITY: "Fix the exporter: the GPU's state is unknown.",
+    WasteKind.POWER_ANOMALY: "Profile for busy-waits and memory-bound kernels.",
+    WasteKind.LOW_MEMORY_BANDWIDTH: "A cheaper GPU or a MIG slice does this work.",
+    WasteKind.STALLED: "Check logs, restart, set NCCL timeouts.",
+    WasteKind.WRONG_HARDWARE: "Move to the smaller GPU named in Details.",
+    WasteKind.CPU_BOUND: "Give it more CPU or data-loader workers.",
+    WasteKind.KV_CACHE_PRESSURE: "Resize memory share, context or replicas.",
+    WasteKind.INFERENCE_IDLE: "Scale to zero or consolidate models.",
+    WasteKind.ORPHANED: "Delete the pod: its owner is gone.",
+    WasteKind.UNREQUESTED_USE: "Request the GPU in the pod spec.",
+}
+
+
+def kind_action(kind: WasteKind | str) -> str | None:
+    """What to do about a kind in one short sentence (None for an unknown kind)."""
+    try:
+        return KIND_ACTIONS.get(WasteKind(kind))
+    except ValueError:
+        return None
+
+
+def kind_heading(kind: WasteKind | str) -> str:
+    """A kind as a heading ("Idle GPUs", "Stalled jobs")."""
+    try:
+        return KIND_HEADINGS[WasteKind(kind)]
+    except ValueError:
+        return str(kind).replace("_", " ").capitalize()
+
+
+#: Public price sources by the repository their URL names: (what people call it).
+_PRICE_SOURCE_NAMES = {
+    "aws/karpenter-provider-aws": "Karpenter's AWS on-demand price table",
+    "kubernetes/autoscaler": "cluster-autoscaler's GCE price table",
+    "skypilot-org/skypilot-catalog": "SkyPilot's Azure catalog",
+}
+_URL = re.compile(r"https?://[^\s)]+")
+_REPO_PATH = re.compile(r"(?:\.\./)?shared/\S*|\S+/\S+\.(?:go|py|ya?ml|csv|json|md)\b(?:\s*@\s*[0-9a-f]{6,40})?")
+
+
+def price_source(source: str, effective_date: str = "") -> tuple[str, str | None]:
+    """(name, URL) of a price's public source, for people: "Karpenter's AWS on-demand price table, 2026-07-20" and
+    `https://github.com/aws/karpenter-provider-aws` — never a file path inside a repository or a commit.
+
+    A source without a URL (a configured rate card: `pricing.instance_types`) keeps its own words, without paths
+    or internal codes.
+    """
+    url_match = _URL.search(source)
+    url = url_match.group(0).rstrip(".,;") if url_match else None
+    name = ""
+    if url:
+        repo = "/".join(url.split("/")[3:5]) if "github.com/" in url else ""
+        name = _PRICE_SOURCE_NAMES.get(repo, "")
+        if not name:
+            name = f"{repo} price table" if repo else url.split("/")[2]
+        if repo:
+            url = f"https://github.com/{repo}"
+    else:
+        name = " ".join(_REPO_PATH.sub("", no_codes(source)).split()).removesuffix(" see").strip(" ,;:-")
+        name = name or "configured rate card"
+    dated = f"{name}, {effective_date}" if effective_date else name
+    return dated, url
+
+
+def details_lines(finding: Finding) -> list[str]:
+    """What stands behind a finding's one line, for people (a chat's "Details"): evidence in people's units, the cost
+    formula, the price's public source, caveats and the recommendation — no internal codes, no repository paths."""
+    lines = []
+    for e in finding.evidence[:6]:
+        name = e.signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "")
+        def show(v: float | None, unit: str = e.unit) -> str:
+            if v is None:
+                return "-"
+            if unit == "ratio":
+                return percent(v)
+            if unit == "count":
+                return f"{v:g}"
+            return (f"{v:,.0f} {unit}" if abs(v) >= 100 else f"{v:,.2f} {unit}").strip()
+
+        stats = ", ".join(f"{label} {show(v)}" for label, v in (("avg", e.avg), ("p95", e.p95), ("max", e.max))
+                          if v is not None)
+        text = f"{name}: {stats or 'no samples'} over {duration(e.window_s)}"
+        if e.samples:
+            text += f", coverage {percent(e.coverage)}"
+        if e.note:
+            text += f" ({no_codes(e.note)})"
+        lines.append(text)
+    lines.append(f"Cost: {people_formula(finding)}")
+    c = finding.cost
+    if c is not None and c.source:
+        name, url = price_source(c.source, c.effective_date)
+        lines.append(f"Price: {name}" + (f" ({url})" if url else ""))
+    if c is not None:
+        lines.extend(f"Caveat: {no_codes(w)}" for w in c.warnings)
+    lines.append(f"What to do: {no_codes(finding.recommendation)}")
+    return lines

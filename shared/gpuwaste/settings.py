@@ -167,6 +167,9 @@ class ClusterConfig(BaseModel):
             "both": the API for what exists now and KSM for the window's history; "auto" (default): "both"
             when Kubernetes access is configured (an existing kubeconfig, in-cluster service account, or "eks"
             mode), else "kube-state-metrics".
+        platform_owner: who owns the cluster's nodes (team, chat channel, Jira project...): findings about node
+            capacity nobody requested, and findings nothing else routes, go to them (never to "nobody"). Without it
+            they go to `delivery.platform_owner`, else the default channel with a line saying what to set.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -180,6 +183,7 @@ class ClusterConfig(BaseModel):
     recording: str | None = Field(
         None, description="scan this recording directory instead of live sources (offline runs, tests, the demo)"
     )
+    platform_owner: RouteTarget | None = None
 
 
 class ScanSettings(BaseModel):
@@ -415,6 +419,10 @@ class DeliverySettings(BaseModel):
         digest_threshold: this many NEW findings for one route in one scan (or more) become one digest.
         summary_channel: where the daily summary goes (None: the default channel).
         summary_top: how many top offenders the summary lists.
+        platform_owner: the owner of every cluster's nodes unless the cluster names its own
+            (`clusters[].platform_owner`): node-level findings (capacity nobody requested) and findings nothing else
+            routes go there. platform_owners: cluster name → owner, filled from `clusters[].platform_owner` when the
+            configuration loads (set it there).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -431,6 +439,8 @@ class DeliverySettings(BaseModel):
     digest_threshold: int = Field(2, ge=1, le=1000)
     summary_channel: str | None = None
     summary_top: int = Field(10, ge=1, le=50)
+    platform_owner: RouteTarget | None = None
+    platform_owners: dict[str, RouteTarget] = Field(default_factory=dict)
 
 
 class ServeSettings(BaseModel):
@@ -474,6 +484,15 @@ class GpuWasteConfig(BaseModel):
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     serve: ServeSettings = Field(default_factory=ServeSettings)
     extra: dict[str, Any] = Field(default_factory=dict, description="free-form settings of later stages")
+
+    @model_validator(mode="after")
+    def _platform_owners(self) -> GpuWasteConfig:
+        """Hand each cluster's `platform_owner` to delivery routing (`delivery.platform_owners`), which sees only the
+        delivery settings."""
+        for c in self.clusters:
+            if c.platform_owner is not None:
+                self.delivery.platform_owners.setdefault(c.name, c.platform_owner)
+        return self
 
     def cluster(self, name: str) -> ClusterConfig:
         """The named cluster.

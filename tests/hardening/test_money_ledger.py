@@ -13,6 +13,7 @@ the lifecycle to the store, and any split of a period into sub-periods:
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -23,6 +24,7 @@ from gpuwaste.models.ledger import waste_usd
 from gpuwaste.models.lifecycle import money_spans
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
+from gpuwaste.people import age, when
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.summary import summarize
@@ -98,11 +100,23 @@ def test_money_ledger_sub_periods_add_up_and_every_surface_shows_the_same_cents(
                               now=end)[0]
         fields = [f["text"] for b in slack.blocks for f in b.get("fields", [])]
         assert f"*Cumulative so far*\n{usd(r.cumulative_usd)}" in fields
+        assert f"*Since:* {when(r.first_seen)}" in json.dumps(slack.blocks, ensure_ascii=False)
         draft = tickets.draft(f, r.fingerprint, first_seen=r.first_seen, cumulative_usd=str(r.cumulative_usd))
         assert dict(draft.facts)["Cumulative so far"] == usd(r.cumulative_usd)
         # ... and nothing is counted before the first evidence
         first_evidence = min(s.start for s in money_spans(r)) if money_spans(r) else r.first_seen
         assert waste_usd(money_spans(r), FAR_PAST, first_evidence) == 0
+    # ... and a digest of them shows the same cumulative (their sum) and each one's age at its last scan
+    items = tuple(NoticeItem(fingerprint=r.fingerprint, cumulative_usd=r.cumulative_usd, first_seen=r.first_seen,
+                             finding=finding(r.workload or "a", usd_per_day=str(r.usd_per_day)).model_copy(
+                                 update={"observed_at": r.last_seen}))
+                  for r in records)
+    if len(items) > 1:
+        digest = render_notice(Notice(kind=NoticeKind.DIGEST, route=Route(channel="#x", source="t"), items=items))
+        text = json.dumps([b for p in digest for b in p.blocks], ensure_ascii=False)
+        assert f"cumulative so far {usd(sum((r.cumulative_usd for r in records), Decimal(0)))}" in text
+        for r in records:
+            assert ("new" if r.first_seen >= r.last_seen else f"since {age(r.first_seen, r.last_seen)}") in text
     store.close()
 
 

@@ -59,10 +59,10 @@ def _service(slack: AuditedSlack, store: SqliteFindingStore, *, sleeps: list[flo
     return service
 
 
-def test_slack_parts_a_40_finding_digest_stays_under_the_cumulative_text_limit(
+def test_slack_parts_a_200_finding_digest_stays_under_the_cumulative_text_limit(
         audited_slack: AuditedSlack, store: SqliteFindingStore, figures: Figures) -> None:
-    # GIVEN 40 new findings of one owner (≈16,000 characters of text as one message: Slack refuses that, B33)
-    alerts = _digest(store, 40)
+    # GIVEN 200 new findings of one owner (≈20,000 characters of text as one message: Slack refuses that, B33)
+    alerts = _digest(store, 200)
     # WHEN delivered
     report = _service(audited_slack, store, sleeps=[]).deliver(alerts)
     # THEN Slack refused nothing, every message stayed within the budget, and each finding was posted once
@@ -71,8 +71,8 @@ def test_slack_parts_a_40_finding_digest_stays_under_the_cumulative_text_limit(
     assert len(audited_slack.calls) == len(audited_slack.accepted), "no call was refused"
     assert all(blocks_text_chars(p.params["blocks"]) <= MESSAGE_TEXT_BUDGET for p in posts)
     assert set(audited_slack.accepted_keys().values()) == {1}
-    assert len(audited_slack.accepted_keys()) == 40
-    figures.notes["slack parts: 40-finding digest"] = f"{len(posts)} messages, none refused"
+    assert len(audited_slack.accepted_keys()) == 200
+    figures.notes["slack parts: 200-finding digest"] = f"{len(posts)} messages, none refused"
 
 
 @pytest.mark.parametrize(("limit", "shape"), [(6_000, "smaller"), (300, "text only")])
@@ -80,7 +80,7 @@ def test_slack_parts_refused_for_size_is_retried_smaller_then_text_only_never_dr
         audited_slack: AuditedSlack, store: SqliteFindingStore, figures: Figures, limit: int, shape: str) -> None:
     # GIVEN a Slack whose (undocumented) cumulative limit is lower than our budget
     audited_slack.blocks_text_limit = limit
-    alerts = _digest(store, 30)
+    alerts = _digest(store, 90)
     # WHEN the digest is delivered
     report = _service(audited_slack, store, sleeps=[]).deliver(alerts)
     # THEN Slack refused some messages for their size, yet every finding was posted exactly once and recorded
@@ -88,7 +88,7 @@ def test_slack_parts_refused_for_size_is_retried_smaller_then_text_only_never_dr
     assert len(refused) > len([a for a in audited_slack.accepted if a.method == "chat.postMessage"])
     assert report.failed == []
     keys = audited_slack.accepted_keys()
-    assert len(keys) == 30 and set(keys.values()) == {1}
+    assert len(keys) == 90 and set(keys.values()) == {1}
     for a in alerts:
         record = store.get(a.fingerprint)
         assert record is not None and delivery_key(a, "slack") in record.delivery_keys
@@ -101,7 +101,7 @@ def test_slack_parts_refused_for_size_is_retried_smaller_then_text_only_never_dr
 def test_slack_parts_429_on_part_two_never_reposts_part_one_and_waits_no_longer_than_the_time_left(
         audited_slack: AuditedSlack, store: SqliteFindingStore, figures: Figures) -> None:
     # GIVEN a 3-part digest, and Slack answering part 2 with 429 Retry-After 30 four times; 20 s left in the Lambda
-    alerts = _digest(store, 60, name_chars=200)
+    alerts = _digest(store, 250, name_chars=200)
     sleeps: list[float] = []
     service = _service(audited_slack, store, sleeps=sleeps, retries=3, time_left=20.0)
     calls = {"n": 0}
@@ -132,7 +132,7 @@ def test_slack_parts_429_on_part_two_never_reposts_part_one_and_waits_no_longer_
     service.plan(alerts, redelivered=alerts).deliver(alerts[0])
     # THEN every finding was posted exactly once over both attempts
     keys = audited_slack.accepted_keys()
-    assert len(keys) == 60 and set(keys.values()) == {1}
+    assert len(keys) == 250 and set(keys.values()) == {1}
     figures.fault("slack 429 on part 2 (deferred)", audited_slack.faults_served["429"])
 
 

@@ -10,11 +10,13 @@ from urllib.parse import urlencode
 
 import pytest
 
+from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
 from gpuwaste.services.interactions import InteractionService, SignatureError
 from gpuwaste.services.tickets import TicketService
 from gpuwaste.settings import DeliverySettings, JiraSettings, SlackSettings
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
+from gpuwaste.sinks.slack_blocks import details_text, render_notice
 from gpuwaste.sinks.slack_interactions import read_request
 from gpuwaste.sinks.slack_signature import SlackSignatureVerifier, sign
 from gpuwaste.store.sqlite import SqliteFindingStore
@@ -55,7 +57,8 @@ def service(store: SqliteFindingStore, slack_api: FakeSlack, jira_api: FakeJira)
     notifier = SlackNotifier.from_settings(settings.slack, token=slack_api.token, default_channel="#gpu-waste")
     tickets = TicketService(sink=JiraTicketSink.from_settings(settings.jira, api_token=str(jira_api.api_token)),
                             store=store, settings=settings, now=lambda: NOW)
-    return InteractionService(verifier=SlackSignatureVerifier(SECRET, now=lambda: NOW), reader=read_request, store=store, now=lambda: NOW, notifier=notifier, tickets=tickets)
+    return InteractionService(verifier=SlackSignatureVerifier(SECRET, now=lambda: NOW), reader=read_request, store=store,
+                              now=lambda: NOW, notifier=notifier, tickets=tickets, details_text=details_text)
 
 
 def test_verify_signature_matches_slacks_documented_example() -> None:
@@ -95,6 +98,36 @@ def test_interaction_overflow_expected_acknowledges(service: InteractionService,
     service.handle(headers=_headers(body), body=body)
     # THEN the finding is acknowledged as expected by that user
     assert store.get(f.fingerprint).acknowledged == "expected:U0ANA"  # type: ignore[union-attr]
+
+
+def test_interaction_digest_buttons_act_on_their_finding_and_details_reply_in_the_thread(
+        service: InteractionService, store: SqliteFindingStore, slack_api: FakeSlack, jira_api: FakeJira) -> None:
+    # GIVEN a digest of two stored findings, as rendered for Slack
+    a, b = finding("trainer"), finding("server", usd_per_day="40.00")
+    for f in (a, b):
+        store.put_new(record_for(f))
+    items = tuple(NoticeItem(fingerprint=f.fingerprint, finding=f, first_seen=NOW) for f in (a, b))
+    (payload,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=Route(channel="#ml", source="t", team="ml"),
+                                      items=items))
+    buttons = {(e["value"].split("|")[0], e["value"].split("|")[1]): e for blk in payload.blocks
+               if blk["type"] == "actions" for e in blk["elements"]}
+    # WHEN the owner clicks a's Details, b's Snooze 7d, a's Expected and b's Ticket (signed, as Slack posts them)
+    for action, f in (("details", a), ("snooze_7d", b), ("expected", a), ("ticket", b)):
+        button = buttons[(action, f.fingerprint)]
+        body = _body(button["action_id"], button["value"])
+        assert service.handle(headers=_headers(body), body=body).status == 200
+    # THEN each acted on its own finding: the store and the fake Jira say so
+    ra, rb = store.get(a.fingerprint), store.get(b.fingerprint)
+    assert ra is not None and rb is not None
+    assert ra.acknowledged == "expected:U0ANA" and ra.snoozed_until is None and ra.ticket_key is None
+    assert rb.snoozed_until == NOW + timedelta(days=7) and rb.ticket_key == "OPS-1" and list(jira_api.issues) == ["OPS-1"]
+    # AND Details replied in the message's thread with the evidence, the formula, the price source and what to do
+    details = slack_api.calls_to("chat.postMessage")[0]
+    assert details["thread_ts"] == "1700000000.000100"
+    for needle in ("SM_ACTIVE", "$4.10/GPU-h × 1 GPU × 24 h = $98.30/day", "Price: test price book, 2026-07-20",
+                   "What to do: Scale the deployment", f"gpuwaste explain {a.fingerprint[:6]}"):
+        assert needle in details["text"], needle
+    assert store.get(a.fingerprint).version == 1  # type: ignore[union-attr]  # Details writes nothing
 
 
 def test_interaction_create_ticket_opens_one(service: InteractionService, store: SqliteFindingStore,

@@ -161,3 +161,46 @@ def test_create_tickets_handler_uses_the_sample_event(service: TicketService, ji
     escalations = {json.loads(r["body"])["fingerprint"] for r in event["Records"]
                    if json.loads(r["body"])["action"] == "escalate"}
     assert len(jira_api.issues) == len(escalations) >= 1
+
+
+def _sqs(alerts: list) -> dict:  # type: ignore[type-arg]
+    return {"Records": [{"messageId": f"m-{n}", "receiptHandle": "r", "body": a.model_dump_json(), "attributes": {
+        "ApproximateReceiveCount": "1", "SentTimestamp": "1", "SenderId": "s", "ApproximateFirstReceiveTimestamp": "1"},
+        "messageAttributes": {}, "md5OfBody": "0", "eventSource": "aws:sqs", "eventSourceARN":
+        "arn:aws:sqs:us-east-1:123456789012:tickets", "awsRegion": "us-east-1"} for n, a in enumerate(alerts)]}
+
+
+@pytest.mark.parametrize(("quiet_days", "expected"), [(7, 3), (0, 10)])
+def test_create_tickets_handler_applies_the_caps_and_quiet_start_over_batches(
+        service: TicketService, jira_api: FakeJira, store: SqliteFindingStore, monkeypatch: pytest.MonkeyPatch,
+        quiet_days: int, expected: int) -> None:
+    # GIVEN a first run escalating 24 findings of 6 teams (4 each), arriving as 3 SQS batches of 8
+    teams = [f"team{t}" for t in range(6)]
+    service.settings = service.settings.model_copy(update={"jira": service.settings.jira.model_copy(
+        update={"default_project": "OPS", "quiet_start_days": quiet_days})})
+    requests = []
+    for n in range(24):
+        f = finding(f"w{n:02d}", usd_per_day=f"{100 + n}.00", ns_annotations={"gpuwaste.io/team": teams[n % 6]},
+                    namespace=f"ns{n % 6}")
+        assert store.put_new(record_for(f, ticket_requested_at=NOW))
+        requests.append(alert(f, AlertAction.ESCALATE))
+    app = load_app("create_tickets")
+    monkeypatch.setattr(app.bootstrap, "ticket_service", lambda: service)
+    # WHEN the handler takes the batches one after the other
+    for start in range(0, 24, 8):
+        response = app.lambda_handler(_sqs(requests[start:start + 8]), LambdaContext())
+        assert response["batchItemFailures"] == []
+    # THEN the fake Jira holds what the caps allow over the whole run: the quiet start opens 3 (1 per team);
+    # after it, 10 per run (3 per team's own tickets, overflow tickets included) — never 24
+    assert len(jira_api.issues) == expected
+    own = [i for i in jira_api.issues.values() if not any(label.startswith("gpuwaste-team-") for label in i.labels)]
+    per_team: dict[str, int] = {}
+    for issue in own:
+        fp = next(label for label in issue.labels if label.startswith("gpuwaste-") and label != "gpuwaste")[9:]
+        rec = next(r for r in (store.get(a.fingerprint) for a in requests) if r and r.fingerprint.startswith(fp))
+        team = json.loads(rec.finding_json)["subject"]["namespace_annotations"]["gpuwaste.io/team"]
+        per_team[team] = per_team.get(team, 0) + 1
+    assert max(per_team.values()) <= (1 if quiet_days else 3)
+    # AND the requests not filed were released, so a later scan requests them again
+    released = [a for a in requests if (r := store.get(a.fingerprint)) and r.ticket_requested_at is None]
+    assert released and all(not store.get(a.fingerprint).ticket_key for a in released)  # type: ignore[union-attr]

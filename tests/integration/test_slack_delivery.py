@@ -91,7 +91,7 @@ def test_notify_many_findings_for_one_owner_become_one_digest(service: NotifySer
     posts = slack_api.calls_to("chat.postMessage")
     assert sorted(p["channel"] for p in posts) == ["#gpu-waste", "#ml-alerts"]
     digest = next(p for p in posts if p["channel"] == "#ml-alerts")
-    assert digest["blocks"][0]["text"]["text"] == "GPU waste: 3 findings for ml — $60.00/day"
+    assert digest["blocks"][0]["text"]["text"] == "GPU waste: 3 findings for team ml — $60.00/day"
     ts = {store.get(f.fingerprint).messages[0].message_id for f in mine}  # type: ignore[union-attr]
     assert len(ts) == 1
 
@@ -161,8 +161,8 @@ def test_notify_resolved_in_a_digest_re_renders_the_digest(service: NotifyServic
     # THEN the digest is edited in place: both findings remain, `a` marked resolved, `b` still actionable
     blocks = slack_api.messages[(posted.destination, posted.message_id)]["blocks"]
     text = json.dumps(blocks)
-    assert text.count("Resolved") == 1 and "Deployment/ml/b" in text
-    assert sum(1 for blk in blocks if "accessory" in blk) == 1
+    assert text.count(":white_check_mark: resolved") == 1 and "ml/b" in text
+    assert sum(1 for blk in blocks if blk["type"] == "actions") == 1
 
 
 def test_notify_missing_channel_falls_back_to_default_and_says_so(service: NotifyService, slack_api: FakeSlack,

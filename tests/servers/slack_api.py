@@ -27,6 +27,10 @@ section ``text`` at most 3000 characters   ``invalid_blocks``
 section ``fields``: at most 10, each 2000  ``invalid_blocks``
 header ``text`` at most 150 characters     ``invalid_blocks`` (header text must be ``plain_text``)
 a section needs ``text`` or ``fields``     ``invalid_blocks``
+actions: at most 25 elements               ``invalid_blocks``
+button text (plain_text) at most 75        ``invalid_blocks``
+button ``value`` 2000, ``action_id`` 255   ``invalid_blocks``
+``block_id`` at most 255 characters        ``invalid_blocks``
 top-level ``text`` at most 40000 chars     ``msg_too_long`` (Slack's error for an over-long text)
 ========================================  =====================================================
 
@@ -59,6 +63,10 @@ MAX_SECTION_FIELDS = 10
 MAX_SECTION_FIELD_TEXT = 2000
 MAX_HEADER_TEXT = 150
 MAX_TEXT = 40000
+MAX_ACTION_ELEMENTS = 25
+MAX_BUTTON_TEXT = 75
+MAX_BUTTON_VALUE = 2000
+MAX_ID = 255
 BLOCKS_TEXT_LIMIT = 11_300
 
 DEFAULT_TOKEN = "xoxb-test-token"
@@ -494,7 +502,25 @@ def _block_error(block: Any, pointer: str) -> dict[str, Any] | None:
     if not isinstance(block, dict) or "type" not in block:
         return _invalid_blocks("missing required field: type", pointer)
     kind = block["type"]
-    if kind == "header":
+    if len(str(block.get("block_id", ""))) > MAX_ID:
+        return _invalid_blocks(f"must be less than {MAX_ID + 1} characters", f"{pointer}/block_id")
+    if kind == "actions":
+        elements = block.get("elements") or []
+        if len(elements) > MAX_ACTION_ELEMENTS:
+            return _invalid_blocks(f"no more than {MAX_ACTION_ELEMENTS} items allowed", f"{pointer}/elements")
+        for number, element in enumerate(elements):
+            where = f"{pointer}/elements/{number}"
+            if len(str(element.get("action_id", ""))) > MAX_ID:
+                return _invalid_blocks(f"must be less than {MAX_ID + 1} characters", f"{where}/action_id")
+            if element.get("type") == "button":
+                text = element.get("text") or {}
+                if text.get("type") != "plain_text":
+                    return _invalid_blocks("must be a plain_text text object", f"{where}/text")
+                if len(str(text.get("text", ""))) > MAX_BUTTON_TEXT:
+                    return _invalid_blocks(f"must be less than {MAX_BUTTON_TEXT + 1} characters", f"{where}/text/text")
+                if len(str(element.get("value", ""))) > MAX_BUTTON_VALUE:
+                    return _invalid_blocks(f"must be less than {MAX_BUTTON_VALUE + 1} characters", f"{where}/value")
+    elif kind == "header":
         text = block.get("text")
         if not isinstance(text, dict) or text.get("type") != "plain_text":
             return _invalid_blocks("must be a plain_text text object", f"{pointer}/text")

@@ -4,15 +4,19 @@ when the detectors are imported, and the catalogue's detector table is generated
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 import gpuwaste.detectors  # noqa: F401  (registers every detector)
 from gpuwaste.detectors.registry import REGISTRY, DetectorSpec, RegistryError, check_registry, registry_table
-from gpuwaste.detectors.settings import DetectorSettings
+from gpuwaste.detectors.settings import DetectorSettings, settings_document
 from gpuwaste.settings import config_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,9 +47,8 @@ def test_a_detector_without_its_settings_field_fails_at_import_saying_what_to_ad
     # WHEN checked
     with pytest.raises(RegistryError) as err:
         check_registry({"idle": _S, "retired": _S}, registry)
-    # THEN it says which file and which line to add, and which field is left over
-    assert "newcomer: no field in DetectorSettings (detectors/settings.py)" in str(err.value)
-    assert "`newcomer: _S = Field(default_factory=_S)`" in str(err.value)
+    # THEN it names the detector with no settings section, and which field is left over
+    assert "newcomer: no field in the settings document" in str(err.value)
     assert "['retired']" in str(err.value)
 
 
@@ -71,3 +74,75 @@ def test_the_catalogue_table_is_the_registry_table() -> None:
     # print(d.registry.registry_table())")
     assert block.group(1) == registry_table(), "docs/catalogue.md's detector table is stale"
     assert all(f"| `{name}` |" in block.group(1) for name in REGISTRY)
+
+
+def test_the_settings_document_is_generated_from_the_registry() -> None:
+    # GIVEN a registry of two detectors with their own settings models
+    class _T(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        limit_ratio: float = 0.25
+
+    registry = {"zeta": _spec("zeta"), "alpha": DetectorSpec(name="alpha", fn=lambda ctx, s: (), settings_model=_T)}
+    # WHEN the settings document is built from it
+    doc = settings_document(registry)
+    # THEN it has the shared fields and one field per detector, of its model, with its defaults ...
+    assert set(doc.model_fields) == {"enabled", "common", "alpha", "zeta"}
+    assert doc.detector_fields() == {"alpha": _T, "zeta": _S}
+    assert doc().by_name()["alpha"] == _T() and doc(alpha={"limit_ratio": 0.1}).by_name()["alpha"].limit_ratio == 0.1
+    # ... and rejects a misspelt detector or setting
+    with pytest.raises(ValidationError):
+        doc(alpah={})
+    with pytest.raises(ValidationError):
+        doc(alpha={"limit_ratoi": 0.1})
+    # AND a detector named like a shared field is refused
+    with pytest.raises(RegistryError):
+        settings_document({"common": _spec("common")})
+
+
+NEW_DETECTOR = """
+from gpuwaste.detectors.registry import NoVerdict, detector
+from gpuwaste.models.base import SettingsModel
+
+
+class HoardingSettings(SettingsModel):
+    \"\"\"Toy detector settings.\"\"\"
+
+    max_ratio: float = 0.3
+
+
+@detector("gpu_hoarding", settings=HoardingSettings, superseded_by=("idle_allocation",))
+def gpu_hoarding(ctx, settings):
+    \"\"\"Declines every pod (a toy detector added as one file).\"\"\"
+    for alloc in ctx.allocations:
+        yield NoVerdict("gpu_hoarding", alloc.pod.name, f"toy {settings.max_ratio}")
+"""
+
+PROBE = """
+import json
+from gpuwaste.detectors import REGISTRY, DetectorSettings
+from gpuwaste.detectors.registry import registry_table
+from gpuwaste.settings import GpuWasteConfig, config_json_schema
+cfg = GpuWasteConfig.model_validate({"detectors": {"gpu_hoarding": {"max_ratio": 0.5}}})
+schema = json.loads(config_json_schema())
+print(json.dumps({
+    "registered": "gpu_hoarding" in REGISTRY,
+    "default": DetectorSettings().by_name()["gpu_hoarding"].max_ratio,
+    "configured": cfg.detectors.by_name()["gpu_hoarding"].max_ratio,
+    "in_schema": any("gpu_hoarding" in d.get("properties", {}) for d in schema["$defs"].values()),
+    "in_table": "| `gpu_hoarding` | Declines every pod" in registry_table(),
+}))
+"""
+
+
+def test_a_new_detector_is_one_file(tmp_path: Path) -> None:
+    # GIVEN a copy of the package with one new file in gpuwaste/detectors/ and nothing else changed
+    shutil.copytree(ROOT / "shared" / "gpuwaste", tmp_path / "gpuwaste", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "gpuwaste" / "detectors" / "hoarding.py").write_text(NEW_DETECTOR)
+    # WHEN that copy is imported in a fresh interpreter
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)}, check=False)
+    # THEN the detector is registered, has its section in the settings document and the config schema (with its
+    # defaults, configurable), and a row in the catalogue table
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "registered": True, "default": 0.3, "configured": 0.5, "in_schema": True, "in_table": True}

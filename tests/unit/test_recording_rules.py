@@ -16,8 +16,8 @@ import yaml
 
 from bench.rules import OPERATOR, PLAIN, documents
 from gpuwaste.models.telemetry import TIME_RESOLVED
-from gpuwaste.sources.promql import RULES_MARKER, rule_name
 from gpuwaste.sources.metrics_plan import GPU_METRICS
+from gpuwaste.sources.promql import RULES_MARKER, rule_name
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_TEST = ROOT / "tests" / "fixtures" / "rules" / "gpuwaste-recording-rules-test.yml"

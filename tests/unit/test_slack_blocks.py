@@ -77,7 +77,7 @@ def test_render_notice_alert_has_what_where_whose_money_evidence_and_buttons() -
     text = "\n".join(_texts(payload.blocks))
     # THEN the owner gets every fact and the four actions
     assert payload.blocks[0]["type"] == "header"
-    for needle in ("*What:*", "*Where:*", "*Whose:* ml", "*Since:* 2026-11-29 07:00 UTC (5h 0m)", "$98.30",
+    for needle in ("*What:*", "*Where:*", "*Whose:* team ml", "*Since:* 2026-11-29 07:00 UTC (5h 0m", "$98.30",
                    "$20.48", "$4.0958/GPU-h × 1 GPU × 24 h", "SM_ACTIVE: avg 0.2%", "*Recommendation*",
                    "Routed to #ml by namespace annotation gpuwaste.io/slack-channel"):
         assert needle in text, needle
@@ -95,7 +95,7 @@ def test_render_notice_digest_splits_within_limits() -> None:
     notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items, scan_id="scan-1")
     # WHEN rendered
     payloads = render_notice(notice, now=NOW)
-    # THEN it becomes 3 messages (40 findings in full + a packed tail each), within Slack's limits, carrying every finding once
+    # THEN it becomes 3+ messages (the costliest with buttons + packed compact lines), within Slack's limits, carrying every finding once
     assert len(payloads) >= 3
     for p in payloads:
         _assert_within_limits(p.blocks)
@@ -104,16 +104,16 @@ def test_render_notice_digest_splits_within_limits() -> None:
     assert sorted(carried) == sorted(i.fingerprint for i in items)
     assert f"(part 2/{len(payloads)})" in payloads[1].blocks[0]["text"]["text"]
     # and the costliest finding comes first
-    assert "job-299" in payloads[0].blocks[2]["text"]["text"]
+    assert "job-299" in payloads[0].blocks[3]["text"]["text"]
 
 
-def test_render_notice_digest_of_50_findings_splits_on_the_cumulative_text_budget() -> None:
-    # GIVEN 50 findings for one owner, with long names (far more text than Slack takes in one message, B33)
-    items = tuple(_item(f"job-{n:03d}-" + "x" * 200, usd=f"{100 + n}.00") for n in range(50))
+def test_render_notice_digest_of_150_findings_splits_on_the_cumulative_text_budget() -> None:
+    # GIVEN 150 findings for one owner, with long names (far more text than Slack takes in one message, B33)
+    items = tuple(_item(f"job-{n:03d}-" + "x" * 200, usd=f"{100 + n}.00") for n in range(150))
     notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items, scan_id="scan-1")
     # WHEN rendered
     payloads = render_notice(notice, now=NOW)
-    # THEN every message stays within the per-block limits and the cumulative text budget, and all 50 are carried once
+    # THEN every message stays within the per-block limits and the cumulative text budget, and all 150 are carried once
     assert len(payloads) >= 2
     for p in payloads:
         _assert_within_limits(p.blocks)
@@ -123,18 +123,20 @@ def test_render_notice_digest_of_50_findings_splits_on_the_cumulative_text_budge
     assert "(part 1/" in payloads[0].blocks[0]["text"]["text"]
 
 
-def test_render_notice_digest_totals_and_overflow_menu() -> None:
+def test_render_notice_digest_totals_and_visible_buttons_per_finding() -> None:
     # GIVEN three findings
     items = (_item("a", "10.00"), _item("b", "20.50"), _item("c", "5.25"))
     notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items)
     # WHEN rendered
     (payload,) = render_notice(notice, now=NOW)
-    # THEN the header sums USD/day and each finding has its own action menu
-    assert payload.blocks[0]["text"]["text"] == "GPU waste: 3 findings for ml — $35.75/day"
-    menus = [b["accessory"] for b in payload.blocks if "accessory" in b]
-    assert len(menus) == 3
-    assert {m["options"][2]["value"].split("|")[0] for m in menus} == {"expected"}
-    assert len({m["action_id"] for m in menus}) == 3
+    # THEN the header sums USD/day and each finding has its own visible buttons (no overflow menu)
+    assert payload.blocks[0]["text"]["text"] == "GPU waste: 3 findings for team ml — $35.75/day"
+    actions = [b for b in payload.blocks if b["type"] == "actions"]
+    assert len(actions) == 3
+    assert all(e["type"] == "button" for b in actions for e in b["elements"])
+    assert {e["value"] for b in actions for e in b["elements"]} == {
+        f"{a}|{i.fingerprint}" for i in items for a in ("snooze_7d", "expected", "ticket", "details")}
+    assert not any("accessory" in b for b in payload.blocks)
 
 
 def test_render_notice_resolved_says_so_and_what_it_saved() -> None:

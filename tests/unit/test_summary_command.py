@@ -94,3 +94,21 @@ def test_summary_format_and_output_that_disagree_are_refused(demo_state: Path) -
     # THEN exit 2 saying they disagree
     assert result.exit_code == 2
     assert "disagree" in result.output
+
+
+def test_summary_of_a_period_after_the_last_scan_says_so_instead_of_printing_empty_tables(demo_state: Path) -> None:
+    # GIVEN the demo's state (its scans are from 2024-01-01) and a period that ends now, years later
+    # WHEN summarised for people
+    result = invoke("summary", "--state", str(demo_state), "--until", "now")
+    # THEN the headline says the last scan is before the period and how to see it, the empty breakdowns are one
+    # line each instead of tables with headers and no rows, and what was open at the last scan is still said
+    assert result.exit_code == 0, result.output
+    text = re.sub(r"\s+", " ", result.stdout)
+    assert "is before this period" in text and "--until latest" in text
+    assert "By team, namespace, kind, cluster: no waste in this period" in text
+    assert "Top offenders: none in this period" in text
+    assert "team wasted before" not in text
+    assert re.search(r"Open at the last scan \d+ findings", text)
+    # AND the default period (ending at the last scan) still prints the tables
+    latest = re.sub(r"\s+", " ", invoke("summary", "--state", str(demo_state)).stdout)
+    assert "team wasted before trend open" in latest and "is before this period" not in latest

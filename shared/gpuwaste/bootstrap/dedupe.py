@@ -12,6 +12,7 @@ from gpuwaste.bootstrap import cloudwatch, pipeline
 from gpuwaste.bootstrap.batch import deferred_queue, process_batch
 from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_lifecycle
+from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.errors import StoreError
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.store.dynamodb import DynamoDbFindingStore

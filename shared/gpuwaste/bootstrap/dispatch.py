@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 from gpuwaste.bootstrap import pipeline
+from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.services.dispatch import DispatchService
 
 

@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from functools import cache
 
 from gpuwaste.bootstrap import delivery, pipeline
+from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.errors import RequestSignatureError
 from gpuwaste.services.interactions import HttpReply, InteractionService, refused
 from gpuwaste.services.tickets import TicketService
+from gpuwaste.sinks.slack_blocks import details_text
 from gpuwaste.sinks.slack_interactions import read_request
 from gpuwaste.sinks.slack_signature import SlackSignatureVerifier
 
@@ -47,7 +49,7 @@ def interaction_service() -> InteractionService:
     tickets = TicketService(sink=sink, store=store, settings=settings, now=now,
                             message_link=delivery.message_link(settings)) if sink is not None else None
     return InteractionService(verifier=None, reader=read_request, store=store, now=now, notifier=delivery.slack_notifier(settings),
-                              tickets=tickets)
+                              tickets=tickets, details_text=details_text)
 
 
 def handle(headers: Mapping[str, str], body: bytes) -> HttpReply:

@@ -50,7 +50,7 @@ GENERATED_LAYOUTS = ("demo", "scorecard")
 
 def generated_fleet_settings(window_s: int) -> DetectorSettings:
     """Default detector settings, with the wrong-hardware look-back shortened to a generated fleet's window (s)."""
-    return DetectorSettings(wrong_hardware=WrongHardwareSettings(lookback_s=window_s))
+    return DetectorSettings.model_validate({"wrong_hardware": WrongHardwareSettings(lookback_s=window_s)})
 
 
 def recording_config(config: GpuWasteConfig, sources: Sources, *, config_given: bool) -> tuple[GpuWasteConfig, str | None]:

@@ -10,6 +10,7 @@ from gpuwaste.bootstrap import delivery, pipeline
 from gpuwaste.bootstrap.batch import process_batch
 from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_delivery
+from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.services.notify import DeliveryPlan, NotifyService
 
 

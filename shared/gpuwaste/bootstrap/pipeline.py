@@ -10,6 +10,7 @@ Warm containers keep the services they built; a changed config is picked up by n
 from __future__ import annotations
 
 import logging
+import sys
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -56,6 +57,34 @@ def redact_secret_responses() -> None:
     wire = logging.getLogger("botocore.parsers")
     if not any(isinstance(f, SecretResponseFilter) for f in wire.filters):
         wire.addFilter(SecretResponseFilter())
+
+
+class StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The Lambda functions' log handler: writes each record to the process's standard output (`sys.__stdout__`,
+    looked up when the record is emitted).
+
+    Powertools' default handler binds `sys.stdout` as it is when the function's module is imported. Code that swaps
+    `sys.stdout` (a test runner capturing one test's output, a CLI embedding the pipeline in one process) would then
+    make the functions log into a stream that is closed by now ("--- Logging error ---"), or, bound to the current
+    `sys.stdout`, into that code's own output. The process's standard output is never swapped; in Lambda it is the
+    same stream as `sys.stdout`, so CloudWatch gets the same lines.
+    Use the one instance, `LOG_HANDLER`: `Logger(logger_handler=LOG_HANDLER)` (Powertools configures a service's
+    logger once per process and afterwards reads the handler a later `Logger(...)` was given, so every function
+    in a process must pass the same handler).
+    """
+
+    @property
+    def stream(self) -> Any:
+        """The process's standard output (`sys.__stdout__`; `sys.stdout` where the interpreter has none)."""
+        return sys.__stdout__ or sys.stdout
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        """Ignored: the stream is always the process's standard output."""
+
+
+#: the handler every Lambda function's Powertools `Logger` writes through (see `StdoutHandler`)
+LOG_HANDLER = StdoutHandler()
 
 
 # Installing a log filter is the one thing done at import: every composition root imports this module

@@ -6,6 +6,7 @@ from functools import cache
 
 from gpuwaste.bootstrap import pipeline
 from gpuwaste.bootstrap.batch import deferred_queue, process_batch
+from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.price import PriceService
 

@@ -18,6 +18,7 @@ from gpuwaste.bootstrap import pipeline, sources
 from gpuwaste.bootstrap.batch import process_batch
 from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_scan
+from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.models.messages import ScanRequest
 from gpuwaste.services.dispatch import scan_id_for
 from gpuwaste.services.scan import ScanReport, ScanService

@@ -6,6 +6,7 @@ from functools import cache
 from pathlib import Path
 
 from gpuwaste.bootstrap import delivery, pipeline
+from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.errors import ConfigError
 from gpuwaste.services.summary import SummaryService
 from gpuwaste.settings import GpuWasteConfig

@@ -1,23 +1,13 @@
-"""Detectors: pure functions from a joined scan context to findings; importing this package registers them all."""
+"""Detectors: pure functions from a joined scan context to findings; importing this package imports and registers every detector module in it."""
 
 from __future__ import annotations
 
-from gpuwaste.detectors import (  # noqa: F401  (registration)
-    allocation,
-    capacity,
-    data_quality,
-    efficiency,
-    hardware,
-    inference,
-    orphaned,
-    stalled,
-    starvation,
-)
 from gpuwaste.detectors.registry import REGISTRY, DetectionResult, NoVerdict, check_registry, run_detectors
 from gpuwaste.detectors.settings import DetectorSettings
 from gpuwaste.join import ScanContext, build_context
 
-# every superseded_by name, and the settings document, checked against the registry once all detectors are imported
+# importing the settings document imported every detector module (registry.discover); every superseded_by name and
+# the settings document are checked against the registry
 check_registry(DetectorSettings.detector_fields())
 
 __all__ = ["REGISTRY", "DetectionResult", "DetectorSettings", "NoVerdict", "ScanContext", "build_context", "run_detectors", "detect"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +50,15 @@ class DetectorSpec:
     superseded_by: tuple[str, ...] = ()
     description: str = ""
 
+    def summary(self) -> str:
+        """What the detector reports, for people: the first paragraph of its docstring on one line, without the
+        field guide's internal codes ("(B14, B15)")."""
+        paragraph = (self.fn.__doc__ or self.description).strip().split("\n\n")[0]
+        return _CODES.sub("", " ".join(line.strip() for line in paragraph.splitlines()))
+
+
+#: the field guide's internal codes in detector docstrings: "(B14)", "(B14, B15)", ", B15"
+_CODES = re.compile(r"\s*\((?:B\d\d(?:,\s*)?)+\)|,\s*B\d\d\b")
 
 REGISTRY: dict[str, DetectorSpec] = {}
 
@@ -67,6 +79,24 @@ def detector(
         return fn
 
     return wrap
+
+
+#: modules of the package that hold no detector (discovery skips them; importing them would be harmless but pointless)
+_NOT_DETECTORS = frozenset({"registry", "settings", "episodes", "money", "readings", "context"})
+
+
+def discover() -> list[str]:
+    """Import every detector module of `gpuwaste.detectors` (each registers itself with `@detector`); return the
+    module names imported. A new detector is a new module in the package: nothing lists it by hand.
+
+    Raises:
+        ImportError: a detector module fails to import (the error names it).
+    """
+    package = importlib.import_module("gpuwaste.detectors")
+    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_") and m.name not in _NOT_DETECTORS)
+    for name in names:
+        importlib.import_module(f"gpuwaste.detectors.{name}")
+    return names
 
 
 class RegistryError(TypeError):
@@ -90,8 +120,8 @@ def check_registry(settings_fields: dict[str, type[BaseModel]], registry: dict[s
                             f"(registered: {sorted(registry)})")
         model = settings_fields.get(name)
         if model is None:
-            problems.append(f"{name}: no field in DetectorSettings (detectors/settings.py); add "
-                            f"`{name}: {spec.settings_model.__name__} = Field(default_factory={spec.settings_model.__name__})`")
+            problems.append(f"{name}: no field in the settings document (detectors/settings.py builds it from the "
+                            f"registry: `{name}: {spec.settings_model.__name__}`); was the module imported?")
         elif model is not spec.settings_model:
             problems.append(f"{name}: DetectorSettings.{name} is {model.__name__}, the detector reads {spec.settings_model.__name__}")
     extra = sorted(set(settings_fields) - set(registry))
@@ -112,8 +142,7 @@ def registry_table(registry: dict[str, DetectorSpec] | None = None) -> str:
     rows = ["| detector | reports | reads (any of) | superseded by | settings |", "|---|---|---|---|---|"]
     for name in sorted(registry):
         spec = registry[name]
-        paragraph = (spec.fn.__doc__ or spec.description).strip().split("\n\n")[0]
-        what = " ".join(line.strip() for line in paragraph.splitlines()).replace("|", "\\|")
+        what = spec.summary().replace("|", "\\|")
         rows.append(f"| `{name}` | {what} | {names(spec.needs_any)} | {names(spec.superseded_by)} | "
                     f"{names(spec.settings_model.model_fields)} |")
     return "\n".join(rows) + "\n"

@@ -1,44 +1,36 @@
-"""Detectors: the settings of every registered detector, in one validated model."""
+"""Detectors: the settings document of every registered detector, generated from the registry.
+
+A detector module declares its settings model and registers itself (`@detector(name, settings=Model)`); importing
+`gpuwaste.detectors` imports every module of the package (`registry.discover`), and the `DetectorSettings` model is
+built here from what registered: one field per detector, named after it, of its settings model, defaulting to that
+model's defaults. Nothing here names a detector, so adding one is one file (plus its tests).
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING, Any
 
-from gpuwaste.detectors.allocation import IdleSettings, UnderusedSettings
-from gpuwaste.detectors.capacity import UnallocatedSettings
-from gpuwaste.detectors.data_quality import DataQualitySettings
-from gpuwaste.detectors.efficiency import LowBandwidthSettings, PowerAnomalySettings
-from gpuwaste.detectors.hardware import WrongHardwareSettings
-from gpuwaste.detectors.inference import InferenceIdleSettings, KvCachePressureSettings
-from gpuwaste.detectors.orphaned import OrphanedSettings
-from gpuwaste.detectors.stalled import StalledSettings
-from gpuwaste.detectors.starvation import CpuBoundSettings
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from gpuwaste.detectors.registry import REGISTRY, DetectorSpec, discover
 from gpuwaste.join import CommonSettings
 
 
-class DetectorSettings(BaseModel):
+class DetectorSettingsBase(BaseModel):
     """Per-detector settings, keyed by detector name, plus the shared ones.
+
+    The per-detector fields are added from the registry (`settings_document`); unknown keys are rejected, so a typo in
+    a configuration file (`detectors: {idle_alocation: …}`) is an error, not a silent default.
 
     Attributes:
         enabled: detector names to run; None runs every registered detector.
+        common: settings every detector shares (coverage, windows; `join.CommonSettings`).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     enabled: list[str] | None = None
     common: CommonSettings = Field(default_factory=CommonSettings)
-    idle_allocation: IdleSettings = Field(default_factory=IdleSettings)
-    underused_allocation: UnderusedSettings = Field(default_factory=UnderusedSettings)
-    unallocated_capacity: UnallocatedSettings = Field(default_factory=UnallocatedSettings)
-    data_quality: DataQualitySettings = Field(default_factory=DataQualitySettings)
-    power_anomaly: PowerAnomalySettings = Field(default_factory=PowerAnomalySettings)
-    low_memory_bandwidth: LowBandwidthSettings = Field(default_factory=LowBandwidthSettings)
-    stalled: StalledSettings = Field(default_factory=StalledSettings)
-    wrong_hardware: WrongHardwareSettings = Field(default_factory=WrongHardwareSettings)
-    cpu_bound: CpuBoundSettings = Field(default_factory=CpuBoundSettings)
-    kv_cache_pressure: KvCachePressureSettings = Field(default_factory=KvCachePressureSettings)
-    inference_idle: InferenceIdleSettings = Field(default_factory=InferenceIdleSettings)
-    orphaned: OrphanedSettings = Field(default_factory=OrphanedSettings)
 
     def by_name(self) -> dict[str, BaseModel]:
         """Detector name → its settings model."""
@@ -56,3 +48,31 @@ class DetectorSettings(BaseModel):
 
 #: DetectorSettings fields that are not one detector's settings.
 SHARED_FIELDS = ("enabled", "common")
+
+
+def settings_document(registry: dict[str, DetectorSpec]) -> type[DetectorSettingsBase]:
+    """The settings document for `registry`: `DetectorSettingsBase` plus one field per detector (in name order), of
+    the detector's settings model, defaulting to that model's defaults.
+
+    Raises:
+        RegistryError: a detector's name clashes with a shared field (`enabled`, `common`).
+    """
+    from gpuwaste.detectors.registry import RegistryError
+
+    clash = sorted(set(registry) & set(SHARED_FIELDS))
+    if clash:
+        raise RegistryError(f"detector registry: detector names {clash} clash with the shared settings fields {list(SHARED_FIELDS)}")
+    fields: dict[str, Any] = {
+        name: (registry[name].settings_model, Field(default_factory=registry[name].settings_model, description=registry[name].summary()))
+        for name in sorted(registry)
+    }
+    return create_model(
+        "DetectorSettings", __base__=DetectorSettingsBase, __module__=__name__, __doc__=DetectorSettingsBase.__doc__, **fields
+    )
+
+
+discover()
+if TYPE_CHECKING:
+    DetectorSettings = DetectorSettingsBase
+else:
+    DetectorSettings = settings_document(REGISTRY)

@@ -1,4 +1,4 @@
-"""Service: chat button clicks (snooze 1 day / 7 days, expected, create ticket) → the finding lifecycle.
+"""Service: chat button clicks (snooze 1 day / 7 days, expected, create ticket, details) → the finding lifecycle.
 
 Every request is authenticated first by the injected `RequestVerifier` (the chat's request signatures, in its
 adapter); only then is it read, by the injected reader (the chat's payload format, in its adapter). The Function
@@ -15,9 +15,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuwaste.errors import DeliveryError, GpuWasteError, PermanentError, RequestSignatureError, StoreError
+from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.notices import ChatAction, ChatRequest
 from gpuwaste.ports import FindingStore, Notifier, RequestVerifier
+from gpuwaste.services.notify import finding_from_record
 from gpuwaste.services.tickets import TicketService
 
 logger = logging.getLogger(__name__)
@@ -25,6 +27,8 @@ logger = logging.getLogger(__name__)
 SNOOZES = {"snooze_1d": timedelta(days=1), "snooze_7d": timedelta(days=7)}
 EXPECTED = "expected"
 TICKET = "ticket"
+#: Show what stands behind a digest line (evidence, formula, price source) in the message's thread.
+DETAILS = "details"
 
 #: The request is not from the chat service (kept under its earlier name).
 SignatureError = RequestSignatureError
@@ -53,6 +57,8 @@ class InteractionService:
         store: the lifecycle store (snooze/acknowledgement are written there).
         notifier: to confirm in the message's thread (optional).
         tickets: to open a ticket on "create ticket" (optional: without it the button says tickets are off).
+        details_text: renders a finding's details for the chat ("details" button: evidence, formula, price source),
+            from the chat's adapter (its escaping); None: the button does nothing.
     """
 
     def __init__(
@@ -64,6 +70,7 @@ class InteractionService:
         now: Callable[[], datetime],
         notifier: Notifier | None = None,
         tickets: TicketService | None = None,
+        details_text: Callable[[Finding, str], str] | None = None,
     ) -> None:
         self.verifier = verifier
         self.reader = reader
@@ -71,6 +78,7 @@ class InteractionService:
         self.now = now
         self.notifier = notifier
         self.tickets = tickets
+        self.details_text = details_text
 
     def handle(self, *, headers: Mapping[str, str], body: bytes) -> HttpReply:
         """Verify and act on one request; never raises for bad input (answers 4xx instead).
@@ -110,10 +118,23 @@ class InteractionService:
                     text = f"{user} asked for a ticket: {key}."
                 except (DeliveryError, PermanentError) as exc:
                     text = f"Could not create the ticket: {exc}"
+        elif action == DETAILS:
+            details = self._details(fingerprint)
+            if details is None:
+                return HttpReply(200, {"text": "unknown finding"})
+            text = details
         else:
             return HttpReply(200)
         self._confirm(request, text)
         return HttpReply(200, {"text": text})
+
+    def _details(self, fingerprint: str) -> str | None:
+        """The stored finding's details (`details_text` of the chat adapter), or None when it is not in the store."""
+        record = self.store.get(fingerprint)
+        finding = finding_from_record(record) if record is not None else None
+        if finding is None or self.details_text is None:
+            return None
+        return self.details_text(finding, fingerprint)
 
     def _update(self, fingerprint: str, changes: dict[str, Any]) -> bool:
         for _ in range(5):

@@ -33,13 +33,24 @@ def _lookup(finding: Finding, key: str) -> tuple[str, str] | None:
     return None
 
 
+def is_node_level(finding: Finding) -> bool:
+    """A finding about a node (capacity nobody requested), not about a workload."""
+    s = finding.subject
+    return s.workload_kind == "Node" or (s.namespace is None and not s.workload_name)
+
+
+def platform_owner(finding: Finding, settings: DeliverySettings) -> RouteTarget | None:
+    """The platform owner of the finding's cluster (`clusters[].platform_owner`, else `delivery.platform_owner`)."""
+    return settings.platform_owners.get(finding.subject.cluster) or settings.platform_owner
+
+
 def route_for(finding: Finding, settings: DeliverySettings) -> Route:
     """Where `finding`'s owner hears about it.
 
     Each field is resolved on its own: workload annotation, workload label, namespace annotation, namespace
-    label, then the team map (by the team found so far), then the namespace map, then the default channel.
-    Node-level findings carry node labels as `labels`, so a node can be routed too. `Route.source` says which
-    rule chose the channel.
+    label, then the team map (by the team found so far), then the namespace map, then the cluster's platform owner
+    (for node-level findings and findings nothing else routes), then the default channel. Node-level findings carry
+    node labels as `labels`, so a node can be routed too. `Route.source` says which rule chose the channel.
     """
     keys = settings.keys
     team_hit = _lookup(finding, keys.team)
@@ -66,6 +77,14 @@ def route_for(finding: Finding, settings: DeliverySettings) -> Route:
         return None, None
 
     channel, source = pick(keys.slack_channel, "slack_channel")
+    platform = platform_owner(finding, settings)
+    if platform is not None and team is None and (is_node_level(finding) or channel is None):
+        # capacity nobody holds, or a finding nothing routes: the cluster's platform owner, never "nobody"
+        team = platform.team
+        by_team = settings.teams.get(team) if team else None
+        maps = ((f"platform owner of cluster {finding.subject.cluster}", platform), (f"team map '{team}'", by_team))
+        if channel is None:
+            channel, source = pick(None, "slack_channel")
     if channel is None:
         channel, source = settings.default_channel, "default channel"
     user, _ = pick(keys.slack_user, "slack_user_email")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -234,7 +234,7 @@ class TicketPlan:
 
 
 def plan_tickets(requests: Sequence[AlertMessage], *, team_of: Callable[[Finding], str], jira: JiraSettings,
-                 started_at: datetime | None, now: datetime) -> TicketPlan:
+                 started_at: datetime | None, now: datetime, opened: Mapping[str, int] | None = None) -> TicketPlan:
     """Pure: which ticket requests of one run open a ticket, which fold into a team's overflow ticket, which wait.
 
     ESCALATEs are ranked by USD/day (highest first). Each team gets at most `max_per_team` tickets of its own and the
@@ -242,6 +242,8 @@ def plan_tickets(requests: Sequence[AlertMessage], *, team_of: Callable[[Finding
     team's findings). During the quiet start — the first `quiet_start_days` after `started_at`, the oldest
     sighting in the store (None: this run is the first) — the caps are `quiet_start_per_run` and 1 per team, so a
     first run on a large fleet opens a handful of tickets, not dozens. What does not fit waits for a later run.
+    `opened`: tickets per team this run opened already (an earlier queue batch of the same run), counted against
+    both caps.
     """
     quiet = jira.quiet_start_days > 0 and (started_at is None or now - started_at < timedelta(days=jira.quiet_start_days))
     per_run = min(jira.max_per_run, jira.quiet_start_per_run) if quiet else jira.max_per_run
@@ -250,7 +252,8 @@ def plan_tickets(requests: Sequence[AlertMessage], *, team_of: Callable[[Finding
     other = [r for r in requests if r.action is not AlertAction.ESCALATE]
     ranked = sorted(escalate, key=lambda r: (-(r.finding.usd_per_day or Decimal(0)), r.fingerprint))
     own: list[AlertMessage] = []
-    taken: dict[str, int] = {}
+    taken: dict[str, int] = dict(opened or {})
+    per_run = max(0, per_run - sum(taken.values()))
     over: dict[str, list[AlertMessage]] = {}
     for r in ranked:
         team = team_of(r.finding)
@@ -291,3 +294,45 @@ def overflow_draft(team: str, alerts: Sequence[AlertMessage], *, project: str, s
         components=jira.components, sections=sections,
         priority=priority_for(total) if jira.set_priority else None,
     )
+
+
+def quiet_start_anchor(store: FindingStore | None, *, now: datetime, jira: JiraSettings) -> datetime | None:
+    """The oldest first sighting among records active in the last `quiet_start_days` + 1 days: what the quiet start
+    counts from in a store that cannot be read whole cheaply (DynamoDB: one query per day). A record first seen
+    before the quiet start ended is found if it was active since, which is all the quiet start asks (None: nothing
+    in the store yet, this run is the first)."""
+    if store is None or jira.quiet_start_days == 0:
+        return None
+    records = store.history(since=now - timedelta(days=jira.quiet_start_days + 1), until=now)
+    return min((r.first_seen for r in records), default=None)
+
+
+def opened_in_run(store: FindingStore | None, scans: Sequence[datetime], *, team_of: Callable[[FindingRecord], str]
+                  ) -> dict[str, int]:
+    """Tickets per team already opened for the ticket requests of these scans (a run's requests may arrive over
+    several queue batches): records seen at a scan's time whose ticket was requested then and exists."""
+    if store is None:
+        return {}
+    out: dict[str, int] = {}
+    for at in dict.fromkeys(scans):
+        for record in store.history(since=at, until=at):
+            if record.ticket_key and record.ticket_requested_at == at:
+                team = team_of(record)
+                out[team] = out.get(team, 0) + 1
+    return out
+
+
+def release_requests(requests: Sequence[AlertMessage], store: FindingStore | None) -> int:
+    """Forget that tickets were requested for these ESCALATEs (not filed: over this run's cap), so a later scan of the
+    finding requests its ticket again instead of losing it. Returns how many records were released."""
+    released = 0
+    for request in requests:
+        if store is None or request.action is not AlertAction.ESCALATE:
+            continue
+        record = store.get(request.fingerprint)
+        if record is None or record.ticket_key or record.ticket_requested_at is None:
+            continue
+        cleared = record.model_copy(update={"ticket_requested_at": None, "version": record.version + 1})
+        if store.update(cleared, expected_version=record.version):
+            released += 1
+    return released

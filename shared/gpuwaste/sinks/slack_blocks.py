@@ -1,13 +1,19 @@
 """Adapter (pure): notices and summaries → Slack Block Kit payloads, escaped and split within Slack's limits.
 
 Limits (Slack docs, enforced by tests/servers/slack_api.py): 50 blocks per message, section text 3000
-characters, section fields 10 × 2000, header 150 characters of plain_text, top-level text 40000.
+characters, section fields 10 × 2000, header 150 characters of plain_text, top-level text 40000, 25 elements per
+actions block, button labels 75 characters of plain_text, button values 2000, action_id and block_id 255.
+
+A digest is read in seconds: one line per finding under its kind's heading (what to do said once per kind), each
+with visible buttons (snooze 7 days, expected, ticket, details); the evidence, formula and price source are behind
+Details (a reply in the thread) and `gpuwaste explain <ID>`. Ages count to the scan that saw the finding.
 Names that come from the cluster are escaped for mrkdwn (`&`, `<`, `>`), so `<!channel>`, `<@U123>` or
 `<http://x|y>` in a pod name can neither ping nor link.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -15,7 +21,20 @@ from typing import Any
 
 from gpuwaste.models.findings import Evidence, Finding
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
-from gpuwaste.people import age, period_date, usd, when  # one money/date/age format on every surface
+from gpuwaste.people import (  # one money/date/age format on every surface
+    age,
+    details_lines,
+    elide,
+    gpus,
+    kind_action,
+    kind_heading,
+    no_codes,
+    period_date,
+    price_source,
+    usd,
+    when,
+)
+from gpuwaste.people import kind_label as people_kind_label
 
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
@@ -23,12 +42,15 @@ MAX_FIELD_TEXT = 2000
 MAX_HEADER_TEXT = 150
 MAX_TEXT = 40000
 MAX_CONTEXT_TEXT = 2000
-#: Findings of a digest shown in full (one section each, with its action menu) per message; the rest of
-#: the message's 50 blocks (header, intro, footer and `DIGEST_TAIL_SECTIONS` sections) carries the tail.
-DIGEST_ITEMS_PER_MESSAGE = 40
+#: Findings of a digest shown with their buttons per message (a line, an actions block and their kind's heading);
+#: the rest of the message's 50 blocks (header, intro, owner hint, footer and `DIGEST_TAIL_SECTIONS` sections)
+#: carries the tail of compact lines.
+DIGEST_ITEMS_PER_MESSAGE = 20
 #: Sections per message for the digest's tail: one compact line per further finding, packed up to
-#: `MAX_SECTION_TEXT` characters each (without action menus), so one owner's 50 findings are one message.
-DIGEST_TAIL_SECTIONS = MAX_BLOCKS - 3 - DIGEST_ITEMS_PER_MESSAGE
+#: `MAX_SECTION_TEXT` characters each (without buttons), so one owner's 50 findings are one message.
+DIGEST_TAIL_SECTIONS = 6
+#: Blocks of a digest message for the findings with buttons and their kind headings.
+DIGEST_FULL_BLOCKS = MAX_BLOCKS - 4 - DIGEST_TAIL_SECTIONS
 MAX_TAIL_LINE = 400
 #: Slack also refuses a message whose blocks carry too much text in total (`msg_blocks_too_long`, undocumented,
 #: measured at ~11,300 characters; field guide B33). Digests are split so each message's blocks carry at most
@@ -41,6 +63,7 @@ ACTION_SNOOZE_1D = "snooze_1d"
 ACTION_SNOOZE_7D = "snooze_7d"
 ACTION_EXPECTED = "expected"
 ACTION_TICKET = "ticket"
+ACTION_DETAILS = "details"
 ACTION_PREFIX = "gpuwaste_"
 _ACTIONS = (
     (ACTION_SNOOZE_1D, "Snooze 1 day"),
@@ -48,6 +71,17 @@ _ACTIONS = (
     (ACTION_EXPECTED, "Expected"),
     (ACTION_TICKET, "Create ticket"),
 )
+#: The buttons under each line of a digest (visible, short labels: a 15-finding digest stays near 2,000 characters).
+_DIGEST_ACTIONS = (
+    (ACTION_SNOOZE_7D, "Snooze 7d"),
+    (ACTION_EXPECTED, "Expected"),
+    (ACTION_TICKET, "Ticket"),
+    (ACTION_DETAILS, "Details"),
+)
+#: Characters of a workload or node name in a digest line (elided in the middle beyond).
+MAX_NAME = 40
+#: Characters of a kind's recommendation in a digest (the rest is behind Details).
+MAX_RECOMMENDATION = 72
 CENT = Decimal("0.01")
 
 
@@ -134,7 +168,7 @@ def evidence_line(e: Evidence) -> str:
     if e.comparison:
         text += f" (flagged when {e.comparison})"
     if e.note:
-        text += f" — {e.note}"
+        text += f" — {no_codes(e.note)}"
     return text
 
 
@@ -144,10 +178,12 @@ def formula_text(finding: Finding, *, with_source: bool = True) -> str:
     if cost is None:
         return "unpriced (no price yet)"
     if not cost.priced:
-        return cost.formula if cost.formula.startswith("unpriced") else f"unpriced: {cost.formula}"
-    src = ", ".join(x for x in (cost.source, cost.effective_date) if x)
-    caveat = f" ⚠ {'; '.join(cost.warnings)}" if cost.warnings and with_source else ""
-    return f"{cost.formula}" + (f" (price: {src})" if src and with_source else "") + caveat
+        formula = no_codes(cost.formula)
+        return formula if formula.startswith("unpriced") else f"unpriced: {formula}"
+    name, url = price_source(cost.source, cost.effective_date) if cost.source else ("", None)
+    src = f"{name}, {url}" if url else name
+    caveat = f" ⚠ {'; '.join(no_codes(w) for w in cost.warnings)}" if cost.warnings and with_source else ""
+    return f"{no_codes(cost.formula)}" + (f" (price: {src})" if src and with_source else "") + caveat
 
 
 def per_day(value: Decimal | None) -> str:
@@ -179,45 +215,43 @@ def _links(item: NoticeItem) -> str:
     return " · ".join(f"<{escape(url)}|{escape(label)}>" for label, url in item.links)
 
 
-def _route_line(notice: Notice, fell_back_from: str | None) -> str:
+def _route_line(notice: Notice, fell_back_from: str | None, *, team: bool = True) -> str:
     r = notice.route
     text = f"Routed to {escape(r.channel)} by {escape(r.source)}"
-    if r.team:
+    if r.team and team:
         text += f" · team {escape(r.team)}"
     if fell_back_from:
         text += f" · :warning: {escape(fell_back_from)} was not found (channel_not_found), posted to the default channel"
     return text
 
 
-def _buttons(fingerprint: str) -> dict[str, Any]:
-    elements = []
-    for action, label in _ACTIONS:
-        button: dict[str, Any] = {
-            "type": "button",
-            "action_id": f"{ACTION_PREFIX}{action}",
-            "text": {"type": "plain_text", "text": label},
-            "value": f"{action}|{fingerprint}",
+def _button(action: str, label: str, fingerprint: str) -> dict[str, Any]:
+    button: dict[str, Any] = {
+        "type": "button",
+        "action_id": f"{ACTION_PREFIX}{action}",
+        "text": {"type": "plain_text", "text": label},
+        "value": f"{action}|{fingerprint}",
+    }
+    if action == ACTION_EXPECTED:
+        button["confirm"] = {
+            "title": {"type": "plain_text", "text": "Mark as expected?"},
+            "text": {"type": "plain_text", "text": "gpuwaste will stop alerting on this finding."},
+            "confirm": {"type": "plain_text", "text": "Expected"},
+            "deny": {"type": "plain_text", "text": "Cancel"},
         }
-        if action == ACTION_EXPECTED:
-            button["confirm"] = {
-                "title": {"type": "plain_text", "text": "Mark as expected?"},
-                "text": {"type": "plain_text", "text": "gpuwaste will stop alerting on this finding."},
-                "confirm": {"type": "plain_text", "text": "Expected"},
-                "deny": {"type": "plain_text", "text": "Cancel"},
-            }
-        elements.append(button)
+    return button
+
+
+def _buttons(fingerprint: str) -> dict[str, Any]:
+    elements = [_button(action, label, fingerprint) for action, label in _ACTIONS]
     return {"type": "actions", "block_id": f"gpuwaste_actions_{fingerprint[:16]}", "elements": elements}
 
 
-def _overflow(fingerprint: str) -> dict[str, Any]:
-    return {
-        "type": "overflow",
-        "action_id": f"{ACTION_PREFIX}menu_{fingerprint[:16]}",
-        "options": [
-            {"text": {"type": "plain_text", "text": label}, "value": f"{action}|{fingerprint}"}
-            for action, label in _ACTIONS
-        ],
-    }
+def _digest_buttons(item: NoticeItem) -> dict[str, Any]:
+    """A digest finding's visible buttons: snooze 7 days, expected, ticket (unless it has one), details."""
+    actions = [(a, label) for a, label in _DIGEST_ACTIONS if not (a == ACTION_TICKET and item.ticket_key)]
+    elements = [_button(action, label, item.fingerprint) for action, label in actions]
+    return {"type": "actions", "block_id": f"gpuwaste_actions_{item.fingerprint[:16]}", "elements": elements}
 
 
 def _resolved_line(item: NoticeItem) -> str:
@@ -226,30 +260,39 @@ def _resolved_line(item: NoticeItem) -> str:
     return f":white_check_mark: *Resolved*{at}{saved} (wasted {usd(item.cumulative_usd)} while open)"
 
 
-def _alert_blocks(notice: Notice, item: NoticeItem, now: datetime, fell_back_from: str | None) -> list[dict[str, Any]]:
+def scan_time(item: NoticeItem) -> datetime:
+    """The time of the scan that saw the finding (ages are counted to it, never to the wall clock: a replayed
+    recording reads as it happened)."""
+    return item.finding.observed_at
+
+
+def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) -> list[dict[str, Any]]:
     f = item.finding
     prefix = "Resolved: " if item.resolved else "GPU waste: "
-    blocks: list[dict[str, Any]] = [_header(prefix + f.title)]
+    blocks: list[dict[str, Any]] = [_header(prefix + no_codes(f.title))]
     if item.resolved:
         blocks.append(_section(_resolved_line(item)))
     mention = f"<@{notice.mention}> " if notice.mention else ""
-    what = f"{mention}*What:* {escape(kind_label(f))} — confidence {f.confidence.value}"
+    what = f"{mention}*What:* {escape(kind_heading(f.kind))} — confidence {f.confidence.value}"
     if f.idle_mode:
         what += f" ({escape(f.idle_mode.value.replace('_', ' '))})"
     lines = [
         what,
         f"*Where:* {escape(where_text(f))}",
-        f"*Whose:* {escape(notice.route.team or 'unassigned')}",
-        f"*Since:* {when(item.first_seen)} ({age(item.first_seen, now)})",
+        f"*Whose:* {escape(_addressee(notice))}",
+        f"*Since:* {when(item.first_seen)} ({age(item.first_seen, scan_time(item))} before the scan at"
+        f" {when(scan_time(item))})",
     ]
     blocks.append(_section("\n".join(lines)))
-    gpus = f"{f.wasted_gpu_share.normalize():f} × {f.subject.gpu_model or 'GPU'}"
+    if hint := _owner_hint(notice):
+        blocks.append(_section(hint))
+    gpu_text = f"{gpus(f.wasted_gpu_share)} × {f.subject.gpu_model or 'GPU'}"
     blocks.append(
         _fields(
             [
                 ("USD/day", usd(f.usd_per_day)),
                 ("Cumulative so far", usd(item.cumulative_usd)),
-                ("GPUs wasted", escape(gpus)),
+                ("GPUs wasted", escape(gpu_text)),
                 ("Ticket", escape(item.ticket_key) if item.ticket_key else "none"),
             ]
         )
@@ -258,8 +301,8 @@ def _alert_blocks(notice: Notice, item: NoticeItem, now: datetime, fell_back_fro
     if f.evidence:
         ev = "\n".join(f"• {escape(evidence_line(e))}" for e in f.evidence[:5])
         blocks.append(_section(f"*Evidence*\n{ev}"))
-    blocks.append(_section(f"*Recommendation*\n{escape(f.recommendation)}"))
-    context = [_route_line(notice, fell_back_from), f"finding `{item.fingerprint[:16]}`"]
+    blocks.append(_section(f"*Recommendation*\n{escape(no_codes(f.recommendation))}"))
+    context = [_route_line(notice, fell_back_from), f"finding `{item.fingerprint[:6]}` (`gpuwaste explain {item.fingerprint[:6]}`)"]
     if item.links:
         context.insert(0, _links(item))
     blocks.append(_context(*context))
@@ -268,32 +311,127 @@ def _alert_blocks(notice: Notice, item: NoticeItem, now: datetime, fell_back_fro
     return blocks
 
 
-def _digest_item(index: int, item: NoticeItem, now: datetime, interactive: bool) -> dict[str, Any]:
+# -- digests: one line per finding, grouped by kind, the recommendation once per kind ---------------------------
+def _is_node_level(finding: Finding) -> bool:
+    s = finding.subject
+    return s.workload_kind == "Node" or (s.namespace is None and not s.workload_name)
+
+
+def _addressee(notice: Notice) -> str:
+    """Whom a message is for: the team, else "no owner" (never a channel name as if it were an owner)."""
+    return f"team {notice.route.team}" if notice.route.team else "no owner"
+
+
+def _for(notice: Notice) -> str:
+    """" for team ml" or ", no owner" (a digest's header)."""
+    return f" for team {notice.route.team}" if notice.route.team else ", no owner"
+
+
+def _owner_hint(notice: Notice) -> str | None:
+    """What to configure when a message has no owner (None when it has one)."""
+    if notice.route.team:
+        return None
+    clusters = sorted({i.finding.subject.cluster for i in notice.items})
+    if all(_is_node_level(i.finding) for i in notice.items):
+        return (f":warning: No owner: set `platform_owner` (team and channel) on cluster {escape(', '.join(clusters))}"
+                " for node capacity nobody requested.")
+    return (":warning: No owner: set the `gpuwaste.io/team` label or annotation on the namespace (or"
+            f" `delivery.namespaces`), or `platform_owner` on cluster {escape(', '.join(clusters))}.")
+
+
+def _subject_text(finding: Finding, width: int = MAX_NAME) -> str:
+    """The workload as `namespace/name`, or `node NAME` (plain text, unescaped, elided to `width`)."""
+    s = finding.subject
+    if _is_node_level(finding):
+        return "node " + elide(s.node or s.workload_name or "-", width)
+    name = s.workload_name or s.pod or "-"
+    return elide(f"{s.namespace}/{name}" if s.namespace else name, width)
+
+
+def _since(item: NoticeItem) -> str:
+    """How long the finding has been open at the scan that saw it ("since 5h 0m"; "new" when first seen by it)."""
+    if item.first_seen >= scan_time(item):
+        return "new"
+    return f"since {age(item.first_seen, scan_time(item))}"
+
+
+def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str:
+    """One finding in one line (mrkdwn): USD/day, workload, GPUs, how long open; the kind when not under a heading."""
     f = item.finding
-    head = f"*{index}. {escape(workload_text(f))}* — {escape(kind_label(f))} · *{per_day(f.usd_per_day)}*"
-    lines = [
-        head,
-        f"since {when(item.first_seen)} ({age(item.first_seen, now)}) · cumulative {usd(item.cumulative_usd)}"
-        f" · {escape(f.subject.cluster)}",
-        f"{escape(formula_text(f, with_source=False))}",
-    ]
-    if f.evidence:
-        lines.append(escape(evidence_line(f.evidence[0])))
-    lines.append(f"→ {escape(truncate(f.recommendation, 400))}")
-    if item.links:
-        lines.append(_links(item))
+    parts = [f"*{per_day(f.usd_per_day)}*"]
+    if kind:
+        parts.append(escape(kind_label_short(f)))
+    share = f.wasted_gpu_share
+    parts += [escape(_subject_text(f)), f"{gpus(share)} GPU{'s' if share > 1 else ''}", _since(item)]
+    if clusters > 1:
+        parts.append(escape(f.subject.cluster))
+    if item.ticket_key:
+        parts.append(escape(item.ticket_key))
     if item.resolved:
-        lines.insert(1, _resolved_line(item))
-    extra = {"accessory": _overflow(item.fingerprint)} if interactive and not item.resolved else {}
-    return _section("\n".join(lines), **extra)
+        parts.append(":white_check_mark: resolved" + (f", saves {per_day(item.saved_usd_per_day)}"
+                                                       if item.saved_usd_per_day is not None else ""))
+    if short_id:
+        parts.append(f"`{item.fingerprint[:6]}`")
+    return truncate(" · ".join(parts), MAX_TAIL_LINE)
 
 
-def _tail_line(index: int, item: NoticeItem) -> str:
-    """One compact line of a digest's tail: number, workload, kind, USD/day, cluster (no action menu)."""
-    f = item.finding
-    state = " · resolved" if item.resolved else ""
-    line = f"{index}. *{escape(workload_text(f))}* — {escape(kind_label(f))} · *{per_day(f.usd_per_day)}* · {escape(f.subject.cluster)}{state}"
-    return truncate(line, MAX_TAIL_LINE)
+def kind_label_short(finding: Finding) -> str:
+    """The kind in people's words, short ("idle", "wrong hw")."""
+    return people_kind_label(finding.kind)
+
+
+def _kind_heading(kind_items: list[NoticeItem], *, count: bool = True) -> str:
+    """A kind's heading: its name (with the count and USD/day of several findings) and what to do about the kind,
+    once (`people.KIND_ACTIONS`; each finding's own recommendation is behind Details)."""
+    f = kind_items[0].finding
+    rec = kind_action(f.kind) or _short_recommendation(no_codes(f.recommendation))
+    if not count:
+        return f"*{escape(kind_heading(f.kind))}* · _{escape(rec)}_"
+    total = sum((i.finding.usd_per_day or Decimal(0) for i in kind_items if not i.resolved), Decimal(0))
+    return f"*{escape(kind_heading(f.kind))}* · {len(kind_items)} findings · {usd(total)}/day\n_{escape(rec)}_"
+
+
+def _short_recommendation(text: str, limit: int = MAX_RECOMMENDATION) -> str:
+    """The recommendation's action (after "…: ") cut at a clause within `limit` characters."""
+    head, sep, action = text.partition(": ")
+    text = action[:1].upper() + action[1:] if sep and len(action) >= 8 else text
+    if len(text) <= limit:
+        return text
+    cut = max(text.rfind(", ", 0, limit), text.rfind("; ", 0, limit), text.rfind(". ", 0, limit))
+    return text[:cut] + "…" if cut > limit // 2 else truncate(text, limit)
+
+
+def _by_kind(items: list[NoticeItem]) -> list[list[NoticeItem]]:
+    """Items grouped by kind, costliest kind first, costliest finding first within a kind."""
+    groups: dict[str, list[NoticeItem]] = {}
+    for item in sorted(items, key=_cost_order):
+        groups.setdefault(item.finding.kind.value, []).append(item)
+    return sorted(groups.values(), key=lambda g: (-sum((i.finding.usd_per_day or Decimal(0) for i in g), Decimal(0)),
+                                                  g[0].finding.kind.value))
+
+
+def _cost_order(item: NoticeItem) -> tuple[Decimal, str]:
+    return (-(item.finding.usd_per_day or Decimal(-1)), item.fingerprint)
+
+
+def _full_blocks(full: list[NoticeItem], *, interactive: bool, clusters: int) -> list[dict[str, Any]]:
+    """The findings shown with buttons: per kind a heading (with the recommendation once), then per finding its
+    line and its buttons; a kind with one finding has its heading and line in one section."""
+    blocks: list[dict[str, Any]] = []
+    for group in _by_kind(full):
+        first = _line(group[0], clusters=clusters, kind=False, short_id=False)
+        if len(group) == 1:
+            blocks.append(_section(f"{_kind_heading(group, count=False)}\n{first}"))
+        else:
+            blocks.append(_section(_kind_heading(group)))
+            blocks.append(_section(first))
+        if interactive and not group[0].resolved:
+            blocks.append(_digest_buttons(group[0]))
+        for item in group[1:]:
+            blocks.append(_section(_line(item, clusters=clusters, kind=False, short_id=False)))
+            if interactive and not item.resolved:
+                blocks.append(_digest_buttons(item))
+    return blocks
 
 
 def blocks_text_chars(blocks: list[dict[str, Any]]) -> int:
@@ -312,36 +450,73 @@ def blocks_text_chars(blocks: list[dict[str, Any]]) -> int:
     return total
 
 
-#: Text reserved per message for the header, the intro and the footer.
+_LINK = re.compile(r"<([^<>|]*)\|([^<>]*)>")
+
+
+def visible_chars(blocks: list[dict[str, Any]]) -> int:
+    """Characters a reader sees in the blocks: header, section text and fields, context elements, button labels
+    (a link shows its label, an emoji one glyph, emphasis markers nothing; confirmation dialogs, values and ids are
+    not shown)."""
+    total = 0
+    for block in blocks:
+        texts: list[str] = []
+        if isinstance(block.get("text"), dict):
+            texts.append(block["text"]["text"])
+        texts += [f["text"] for f in block.get("fields", [])]
+        if block["type"] in ("context", "actions"):
+            for element in block.get("elements", []):
+                text = element.get("text")
+                texts.append(text["text"] if isinstance(text, dict) else str(text or ""))
+        accessory = block.get("accessory")
+        if isinstance(accessory, dict) and isinstance(accessory.get("text"), dict):
+            texts.append(accessory["text"]["text"])
+        total += sum(len(_shown(t)) for t in texts)
+    return total
+
+
+_EMPHASIS = re.compile(r"[*`~]|(?<!\w)_|_(?!\w)")
+_EMOJI = re.compile(r":[a-z0-9_+-]+:")
+
+
+def _shown(mrkdwn: str) -> str:
+    """What Slack shows of mrkdwn text: a link's label, one glyph per emoji, no emphasis markers, entities decoded."""
+    text = _EMOJI.sub("□", _LINK.sub(r"\2", mrkdwn))
+    return _EMPHASIS.sub("", text).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+#: Text reserved per message for the header, the intro, the owner hint and the footer.
 _FRAME_CHARS = 1_200
 
 
-def _digest_messages(items: list[NoticeItem], *, now: datetime, interactive: bool,
+def _digest_messages(items: list[NoticeItem], *, interactive: bool, clusters: int,
                      budget: int = MESSAGE_TEXT_BUDGET) -> list[tuple[list[NoticeItem], list[NoticeItem]]]:
-    """(full items, tail items) per message: up to `DIGEST_ITEMS_PER_MESSAGE` full, then as many tail lines as
-    `DIGEST_TAIL_SECTIONS` sections of `MAX_SECTION_TEXT` characters hold (one reserved line heads the tail),
-    all within `budget` characters of text per message (Slack's cumulative limit)."""
+    """(items with buttons, tail items) per message, within 50 blocks and `budget` characters of block text.
+
+    The costliest findings get a line and buttons in the first message (when more follow than fit, within half its
+    text budget); the rest are compact lines (with the kind and short ID, no buttons) in packed sections, continued
+    in further messages. Kind headings are counted as they are added.
+    """
     out: list[tuple[list[NoticeItem], list[NoticeItem]]] = []
     k = 0
     room = max(budget - _FRAME_CHARS, 500)
     while k < len(items):
         full: list[NoticeItem] = []
         used_text = 0
-        # the costliest findings get a full section (with the action menu) in the first message, within half its
-        # text; the rest are compact lines, so a large digest needs few messages
-        full_room = room if len(items) - k <= DIGEST_ITEMS_PER_MESSAGE else (room // 2 if not out else 0)
+        remaining = len(items) - k
+        full_room = room if remaining <= DIGEST_ITEMS_PER_MESSAGE else (room // 2 if not out else 0)
         while k < len(items) and len(full) < DIGEST_ITEMS_PER_MESSAGE:
-            n = blocks_text_chars([_digest_item(k + 1, items[k], now, interactive)])
-            if (full or out) and used_text + n > full_room:
+            trial = _full_blocks([*full, items[k]], interactive=interactive, clusters=clusters)
+            n = blocks_text_chars(trial)
+            if len(trial) > DIGEST_FULL_BLOCKS or ((full or out) and n > full_room):
                 break
             full.append(items[k])
-            used_text += n
+            used_text = n
             k += 1
         tail: list[NoticeItem] = []
         sections, used = 1, MAX_TAIL_LINE + 1  # the tail's heading line
         used_text += MAX_TAIL_LINE + 1
         while k < len(items):
-            n = len(_tail_line(k + 1, items[k])) + 1
+            n = len(_line(items[k], clusters=clusters, kind=True, short_id=True)) + 1
             if used_text + n > room:
                 break
             if used + n > MAX_SECTION_TEXT:
@@ -356,11 +531,12 @@ def _digest_messages(items: list[NoticeItem], *, now: datetime, interactive: boo
     return out
 
 
-def _tail_sections(first_index: int, tail: list[NoticeItem]) -> list[dict[str, Any]]:
+def _tail_sections(tail: list[NoticeItem], *, clusters: int) -> list[dict[str, Any]]:
     """The tail's sections: a heading line, then one line per finding, packed within `MAX_SECTION_TEXT`."""
     usd_tail = sum((i.finding.usd_per_day or Decimal(0) for i in tail if not i.resolved), Decimal(0))
-    lines = [f"*…and {len(tail)} more, {usd(usd_tail)}/day together* (no action menu here; the costliest above have one):"]
-    lines += [_tail_line(first_index + j, item) for j, item in enumerate(tail)]
+    lines = [f"*…and {len(tail)} more, {usd(usd_tail)}/day together* (buttons are on the costliest; for any finding:"
+             " `gpuwaste explain <ID>`):"]
+    lines += [_line(item, clusters=clusters, kind=True, short_id=True) for item in tail]
     sections: list[dict[str, Any]] = []
     current: list[str] = []
     size = 0
@@ -381,60 +557,66 @@ def _fallback_text(notice: Notice) -> str:
     if len(items) == 1:
         f = items[0].finding
         state = "Resolved" if items[0].resolved else "GPU waste"
-        return escape(truncate(f"{state}: {f.title} — {per_day(f.usd_per_day)}", 3000))
-    return escape(f"GPU waste: {len(items)} findings for {notice.route.team or notice.route.channel} — {usd(total)}/day")
+        return escape(truncate(f"{state}: {no_codes(f.title)} — {per_day(f.usd_per_day)}", 3000))
+    return escape(f"GPU waste: {len(items)} findings{_for(notice)} — {usd(total)}/day")
 
 
-def render_notice(notice: Notice, *, now: datetime, fell_back_from: str | None = None,
+def render_notice(notice: Notice, *, now: datetime | None = None, fell_back_from: str | None = None,
                   budget: int = MESSAGE_TEXT_BUDGET) -> list[SlackPayload]:
     """Block Kit payloads for `notice`, split so each respects Slack's limits.
 
-    ALERT/RESOLVED of one item: one message. DIGEST (or a RESOLVED digest): a header, an intro, one section
-    per finding for the costliest (at most `DIGEST_ITEMS_PER_MESSAGE`, within half the message's text budget when
-    more follow; with an overflow menu of actions), then the rest as compact lines ("…and N more, $X/day
-    together") packed into up to `DIGEST_TAIL_SECTIONS` sections, and a footer; each message's blocks carry at
-    most `budget` characters of text (Slack's cumulative limit, B33), and what does not fit continues in further
-    messages of compact lines ("part 2/3").
-    UPDATE: a short thread reply.
+    ALERT/RESOLVED of one item: one message with every fact and the four buttons. DIGEST (or a RESOLVED digest):
+    a header (count, owner, USD/day), one context line (the scan's time, clusters, cumulative so far), then per kind
+    a heading with its recommendation once and one line per finding (USD/day, workload, GPUs, how long open) with
+    its buttons (snooze 7 days, expected, ticket, details: evidence, formula and price source go to the thread on
+    request); what does not fit (50 blocks; `budget` characters of block text, Slack's cumulative limit, B33) are
+    compact lines ("…and N more"), continued in further messages ("part 2/3"). UPDATE: a short thread reply.
+
+    Ages count to the scan that saw each finding (`Finding.observed_at`), never to the wall clock: `now` is
+    accepted for callers' symmetry and not read.
     """
+    del now
     text = _fallback_text(notice)
     if notice.kind is NoticeKind.UPDATE:
-        return [_update_payload(notice, now, fell_back_from)]
+        return [_update_payload(notice, fell_back_from)]
     if len(notice.items) == 1 and notice.kind is not NoticeKind.DIGEST:
         item = notice.items[0]
-        return [SlackPayload(text=text, blocks=_alert_blocks(notice, item, now, fell_back_from), fingerprints=(item.fingerprint,))]
-    items = sorted(notice.items, key=lambda i: (-(i.finding.usd_per_day or Decimal(-1)), i.fingerprint))
-    chunks = _digest_messages(items, now=now, interactive=notice.interactive, budget=budget)
-    total = sum((i.finding.usd_per_day or Decimal(0) for i in items if not i.resolved), Decimal(0))
-    resolved = sum(1 for i in items if i.resolved)
-    owner = notice.route.team or notice.route.channel
+        return [SlackPayload(text=text, blocks=_alert_blocks(notice, item, fell_back_from), fingerprints=(item.fingerprint,))]
+    items = sorted(notice.items, key=_cost_order)  # the costliest get buttons; `_full_blocks` groups them by kind
     clusters = sorted({i.finding.subject.cluster for i in items})
+    chunks = _digest_messages(items, interactive=notice.interactive, clusters=len(clusters), budget=budget)
+    total = sum((i.finding.usd_per_day or Decimal(0) for i in items if not i.resolved), Decimal(0))
+    cumulative = sum((i.cumulative_usd for i in items), Decimal(0))
+    resolved = sum(1 for i in items if i.resolved)
+    scan = max(scan_time(i) for i in items)
     payloads: list[SlackPayload] = []
-    offset = 0
     for n, (full, tail) in enumerate(chunks, start=1):
         part = f" (part {n}/{len(chunks)})" if len(chunks) > 1 else ""
-        title = f"GPU waste: {len(items)} findings for {owner} — {usd(total)}/day{part}"
+        title = f"GPU waste: {len(items)} findings{_for(notice)} — {usd(total)}/day{part}"
         blocks: list[dict[str, Any]] = [_header(title)]
         if n == 1:
             mention = f"<@{notice.mention}> " if notice.mention else ""
-            intro = (
-                f"{mention}*{len(items)}* findings in {escape(', '.join(clusters))}"
-                + (f" ({resolved} resolved since)" if resolved else "")
-                + f", costing *{usd(total)}/day* together. Sorted by USD/day; "
-                "each line gives the cost formula, the main evidence and what to do."
-            )
-            blocks.append(_section(intro))
-        blocks.extend(_digest_item(offset + k + 1, item, now, notice.interactive) for k, item in enumerate(full))
+            intro = (f"{mention}Scan {when(scan)} · {escape(', '.join(clusters))} · cumulative so far {usd(cumulative)}"
+                     + (f" · {resolved} resolved since" if resolved else ""))
+            blocks.append(_context(intro))
+            if hint := _owner_hint(notice):
+                blocks.append(_section(hint))
+        blocks.extend(_full_blocks(full, interactive=notice.interactive, clusters=len(clusters)))
         if tail:
-            blocks.extend(_tail_sections(offset + len(full) + 1, tail))
-        footer = [_route_line(notice, fell_back_from)]
-        if notice.scan_id:
-            footer.append(f"scan `{escape(notice.scan_id)}`")
-        blocks.append(_context(*footer))
+            blocks.extend(_tail_sections(tail, clusters=len(clusters)))
+        blocks.append(_context(_route_line(notice, fell_back_from, team=False)))  # the header names the team
         carried = full + tail
-        offset += len(carried)
         payloads.append(SlackPayload(text=text + part, blocks=blocks, fingerprints=tuple(i.fingerprint for i in carried)))
     return payloads
+
+
+def details_text(item_finding: Finding, fingerprint: str) -> str:
+    """The Details reply of a digest line (mrkdwn, escaped): evidence in people's units, the cost formula, the
+    price's public source, caveats and what to do, and the `gpuwaste explain` ID."""
+    lines = [f"*Details* of `{fingerprint[:6]}` ({escape(_subject_text(item_finding, 80))}):"]
+    lines += [f"• {escape(line)}" for line in details_lines(item_finding)]
+    lines.append(f"More: `gpuwaste explain {fingerprint[:6]}`")
+    return truncate("\n".join(lines), MAX_SECTION_TEXT)
 
 
 def render_text_only(notice: Notice, *, now: datetime, fell_back_from: str | None = None) -> list[SlackPayload]:
@@ -475,14 +657,14 @@ def render_text_only(notice: Notice, *, now: datetime, fell_back_from: str | Non
     return out
 
 
-def _update_payload(notice: Notice, now: datetime, fell_back_from: str | None) -> SlackPayload:
+def _update_payload(notice: Notice, fell_back_from: str | None) -> SlackPayload:
     item = notice.items[0]
     f = item.finding
     mention = f"<@{notice.mention}> " if notice.mention else ""
     reason = escape(notice.reason or "update")
     lines = [
         f"{mention}*{reason}* — {escape(workload_text(f))}: *{per_day(f.usd_per_day)}*, cumulative {usd(item.cumulative_usd)}"
-        f", open since {when(item.first_seen)} ({age(item.first_seen, now)})",
+        f", open since {when(item.first_seen)} ({age(item.first_seen, scan_time(item))} at the scan)",
         escape(formula_text(f)),
     ]
     if f.evidence:
@@ -490,7 +672,7 @@ def _update_payload(notice: Notice, now: datetime, fell_back_from: str | None) -
     blocks = [_section("\n".join(lines)), _context(_route_line(notice, fell_back_from))]
     if notice.interactive:
         blocks.append(_buttons(item.fingerprint))
-    text = escape(truncate(f"{notice.reason or 'Update'}: {f.title} — {per_day(f.usd_per_day)}", 3000))
+    text = escape(truncate(f"{notice.reason or 'Update'}: {no_codes(f.title)} — {per_day(f.usd_per_day)}", 3000))
     return SlackPayload(text=text, blocks=blocks, fingerprints=(item.fingerprint,))
 
 

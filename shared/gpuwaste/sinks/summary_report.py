@@ -79,6 +79,9 @@ def _headline(s: DailySummary, notes: SummaryNotes | None = None) -> list[tuple[
                     + (f"; {usd(realised_30)} realised over the last {len(s.trend)} days" if s.trend else "")),
         ("Unpriced findings", str(s.unpriced)),
     ]
+    if notes.last_scan is not None and notes.last_scan < s.since:
+        rows.append(("Note", f"the state's last scan ({when(notes.last_scan)}) is before this period, so nothing in it was "
+                             "scanned; `--until latest` (the default) reports the period that ends with that scan"))
     if notes.data_quality:
         rows.append(("Data quality", f"{notes.data_quality} data-quality problem{'s' if notes.data_quality != 1 else ''} "
                                      "(telemetry that cannot be judged; not waste, not in the counts above)"))
@@ -133,8 +136,13 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
             top = f"{d.by_team[0][0]} {usd(d.by_team[0][1])}" if d.by_team else "-"
             t.add_row(f"{d.day:%Y-%m-%d}", usd(d.wasted_usd), usd(d.saved_usd), Text(elide(plain(top), max(10, width - 40))))
         console.print(t)
+    quiet = [label for label, attr in _SECTIONS if not getattr(s, attr)]
+    if quiet:  # empty breakdowns as one line, not empty tables
+        console.print(Text(f"By {', '.join(quiet)}: no waste in this period", style="bold"))
     for label, attr in _SECTIONS:
         groups: tuple[GroupTotal, ...] = getattr(s, attr)
+        if not groups:
+            continue
         t = _table(f"By {label}")
         names = [plain(kind_label(g.name) if label == "kind" else g.name) for g in groups]
         name_w = max(4, min(max([len(label), *(len(n) for n in names)]), width - 52))
@@ -145,6 +153,9 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
             t.add_row(Text(elide(name, name_w)), usd(g.wasted_usd), usd(g.previous_usd), _trend(g.wasted_usd, g.previous_usd),
                       str(g.findings))
         console.print(t)
+    if not s.top:
+        console.print(Text("Top offenders: none in this period", style="bold"))
+        return
     t = _table("Top offenders")
     wide = width >= 110  # team and the period's amount only when they fit
     cells = [(o.workload or o.namespace or "-", kind_label(o.kind), o.team) for o in s.top]

@@ -25,7 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
-from gpuwaste.people import age, period_date, usd, when
+from gpuwaste.people import age, no_codes, period_date, usd, when
 from gpuwaste.sinks.slack_blocks import (  # plain-text helpers shared by the chat renderers (no Block Kit)
     evidence_line,
     formula_text,
@@ -125,21 +125,21 @@ def _item(item: NoticeItem, now: datetime, *, evidence: bool) -> dict[str, Any]:
     """One finding as a Container: its title and workload (plain runs), money facts, recommendation, evidence, links."""
     f = item.finding
     items: list[dict[str, Any]] = [
-        _plain((f.title, {"weight": "Bolder"})),
+        _plain((no_codes(f.title), {"weight": "Bolder"})),
         _plain(workload_text(f), f" · cluster {f.subject.cluster}", subtle=True),
     ]
     if item.resolved:
         facts = _resolved_facts(item)
     else:
         facts = [("Cost", per_day(f.usd_per_day)), ("Wasted so far", usd(item.cumulative_usd)),
-                 ("Open since", f"{when(item.first_seen)} ({age(item.first_seen, now)})"),
+                 ("Open since", f"{when(item.first_seen)} ({age(item.first_seen, f.observed_at)} at the scan)"),
                  ("Kind", f"{kind_label(f)}, confidence {f.confidence.value}")]
     if item.ticket_key:
         facts.append(("Ticket", item.ticket_key))
     facts.append(("Finding", item.fingerprint[:6]))
     items.append(_facts(facts))
     if not item.resolved:
-        items.append(_plain(f.recommendation))
+        items.append(_plain(no_codes(f.recommendation)))
         if evidence:
             items.append(_plain(formula_text(f), subtle=True))
             items.extend(_plain(evidence_line(e), subtle=True) for e in f.evidence[:5])

@@ -1,0 +1,283 @@
+"""The Slack digest an owner reads: one line per finding, the recommendation once per kind, visible buttons, about
+2,000 characters for 15 findings, every Block Kit limit, ages from the scan time, the platform owner for node-level
+capacity, and no internal codes or repository paths in any chat text. Findings are the demo fleet's (real-shaped)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from functools import cache
+from typing import Any
+from urllib.parse import urlencode
+
+from slack_sdk.models.blocks import Block
+
+from gpuwaste.bootstrap import local
+from gpuwaste.models.findings import Evidence, Finding, WasteKind
+from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
+from gpuwaste.people import kind_heading
+from gpuwaste.services.routing import route_for
+from gpuwaste.settings import GpuWasteConfig
+from gpuwaste.sinks.slack_blocks import (
+    MESSAGE_TEXT_BUDGET,
+    blocks_text_chars,
+    details_text,
+    render_notice,
+    render_text_only,
+    visible_chars,
+)
+from gpuwaste.sinks.slack_interactions import read_request
+from gpuwaste.sinks.teams_cards import render_notice as render_card
+
+ROUTE = Route(channel="#ml", source="namespace annotation gpuwaste.io/slack-channel", team="ml")
+NOW_ANY = datetime(2026, 12, 1, tzinfo=UTC)
+CODE = re.compile(r"\bB\d\d\b")
+#: Slack's Block Kit limits (docs.slack.dev/reference/block-kit): blocks per message, section text, fields, header,
+#: actions elements, button label / value, action_id and block_id.
+LIMITS = {"blocks": 50, "section": 3000, "fields": 10, "field": 2000, "header": 150, "actions": 25, "label": 75,
+          "value": 2000, "id": 255, "context": 10}
+
+
+@cache
+def demo_findings() -> tuple[Finding, ...]:
+    """The bundled demo fleet's findings, scanned and priced as `gpuwaste demo` does."""
+    path = local.demo_recording()
+    sources = local.recording_sources(path, GpuWasteConfig())
+    assert sources.recording is not None
+    cfg, _ = local.recording_config(GpuWasteConfig(), sources, config_given=False)
+    report = local.scan_service(sources, cfg, window_s=sources.recording.meta.window_s).scan(
+        at=sources.recording.end_time())
+    return tuple(report.findings)
+
+
+def _item(f: Finding, hours: float = 5.0, cumulative: str = "12.34") -> NoticeItem:
+    return NoticeItem(fingerprint=f.fingerprint, finding=f, first_seen=f.observed_at - timedelta(hours=hours),
+                      cumulative_usd=Decimal(cumulative))
+
+
+def _renamed(f: Finding, n: int) -> Finding:
+    """Another workload shaped like `f` (a replica of a real finding under a new name)."""
+    s = f.subject
+    name = f"{s.workload_name}-{n}" if s.workload_name else None
+    return f.model_copy(update={"subject": s.model_copy(update={"workload_name": name, "node": f"{s.node}-{n}"})})
+
+
+def violations(blocks: list[dict[str, Any]]) -> list[str]:
+    """Every Block Kit limit a message breaks (empty: Slack takes it)."""
+    out = []
+    if len(blocks) > LIMITS["blocks"]:
+        out.append(f"{len(blocks)} blocks")
+    for n, b in enumerate(blocks):
+        if len(str(b.get("block_id", ""))) > LIMITS["id"]:
+            out.append(f"{n}: block_id")
+        if b["type"] == "header" and (b["text"]["type"] != "plain_text" or len(b["text"]["text"]) > LIMITS["header"]):
+            out.append(f"{n}: header")
+        if b["type"] == "section":
+            if "text" in b and len(b["text"]["text"]) > LIMITS["section"]:
+                out.append(f"{n}: section text {len(b['text']['text'])}")
+            fields = b.get("fields", [])
+            if len(fields) > LIMITS["fields"] or any(len(f["text"]) > LIMITS["field"] for f in fields):
+                out.append(f"{n}: fields")
+        if b["type"] == "context" and len(b["elements"]) > LIMITS["context"]:
+            out.append(f"{n}: context elements")
+        if b["type"] == "actions":
+            if len(b["elements"]) > LIMITS["actions"]:
+                out.append(f"{n}: {len(b['elements'])} elements")
+            for e in b["elements"]:
+                if len(e["text"]["text"]) > LIMITS["label"] or e["text"]["type"] != "plain_text":
+                    out.append(f"{n}: label {e['text']['text']!r}")
+                if len(e.get("value", "")) > LIMITS["value"] or len(e["action_id"]) > LIMITS["id"]:
+                    out.append(f"{n}: value or action_id")
+        Block.parse(b).validate_json()  # slack_sdk's own model checks (raises SlackObjectFormationError)
+    return out
+
+
+def _texts(blocks: list[dict[str, Any]]) -> str:
+    return json.dumps(blocks, ensure_ascii=False)
+
+
+def _fifteen() -> list[Finding]:
+    """15 real-shaped findings: idle, under-used, inference idle, orphaned and node capacity, several namespaces."""
+    wanted = (WasteKind.IDLE, WasteKind.UNDERUSED, WasteKind.UNALLOCATED, WasteKind.INFERENCE_IDLE, WasteKind.ORPHANED)
+    picked = [f for f in demo_findings() if f.kind in wanted and f.usd_per_day]
+    n = 0
+    while len(picked) < 15:
+        picked.append(_renamed(picked[n], n))
+        n += 1
+    return picked[:15]
+
+
+def test_slack_digest_of_15_findings_fits_2000_characters_with_visible_buttons() -> None:
+    # GIVEN 15 real-shaped findings of five kinds (node capacity among them), several namespaces
+    findings = _fifteen()
+    items = tuple(_item(f, hours=2 + k) for k, f in enumerate(findings))
+    notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items, scan_id="scan-1")
+    # WHEN rendered
+    (payload,) = render_notice(notice)
+    blocks = payload.blocks
+    # THEN a reader sees at most ~2,000 characters, within every Block Kit limit
+    assert visible_chars(blocks) <= 2000, visible_chars(blocks)
+    assert violations(blocks) == []
+    # AND one line per finding (its money and name), the kind's recommendation once per kind
+    sections = [b["text"]["text"] for b in blocks if b["type"] == "section"]
+    kinds = {f.kind for f in findings}
+    for kind in kinds:
+        assert sum(f"*{kind_heading(kind)}*" in t for t in sections) == 1, kind
+    for f in findings:
+        assert sum(f"/{f.subject.workload_name}" in t or f"node {f.subject.node}" in t for t in sections) >= 1
+    recommendations = [line for t in sections for line in t.splitlines() if "_" in line[:60] and line.endswith("_")]
+    assert len(recommendations) == len(kinds)
+    # AND the evidence, formula and price source are not inline (they are behind Details)
+    text = _texts(blocks)
+    assert "GPU-h" not in text and "karpenter" not in text.lower() and "DCGM" not in text
+    # AND every finding has its own visible buttons: snooze, expected, ticket, details — no menu hides them
+    actions = [b for b in blocks if b["type"] == "actions"]
+    assert len(actions) == 15
+    for b, item in zip(actions, sorted(items, key=lambda i: i.fingerprint), strict=False):
+        del item
+        assert [e["type"] for e in b["elements"]] == ["button"] * 4
+        assert [e["text"]["text"] for e in b["elements"]] == ["Snooze 7d", "Expected", "Ticket", "Details"]
+    assert not any(e.get("type") in ("overflow", "static_select") for b in blocks
+                   for e in [*b.get("elements", []), b.get("accessory") or {}])
+    assert {e["value"].split("|")[1] for b in actions for e in b["elements"]} == {i.fingerprint for i in items}
+
+
+def test_slack_digest_buttons_are_read_back_by_the_interactions_endpoint() -> None:
+    # GIVEN a rendered digest's buttons
+    items = tuple(_item(f) for f in _fifteen()[:3])
+    (payload,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items))
+    buttons = [e for b in payload.blocks if b["type"] == "actions" for e in b["elements"]]
+    # WHEN each is clicked (Slack's block_actions form post)
+    read = []
+    for button in buttons:
+        body = {"type": "block_actions", "user": {"id": "U1"}, "channel": {"id": "C1"}, "message": {"ts": "1.2"},
+                "actions": [{"action_id": button["action_id"], "type": "button", "value": button["value"]}]}
+        request = read_request(urlencode({"payload": json.dumps(body)}).encode())
+        assert request.action is not None
+        read.append((request.action.action, request.action.fingerprint))
+    # THEN the endpoint reads every action and finding the digest rendered
+    assert sorted(read) == sorted((a, i.fingerprint) for i in items for a in ("snooze_7d", "expected", "ticket", "details"))
+
+
+def test_slack_digest_of_500_findings_splits_into_valid_messages() -> None:
+    # GIVEN 500 real-shaped findings for one owner
+    base = [f for f in demo_findings() if f.usd_per_day]
+    findings = [_renamed(base[n % len(base)], n) for n in range(500)]
+    notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=tuple(_item(f) for f in findings), scan_id="s")
+    # WHEN rendered
+    payloads = render_notice(notice)
+    # THEN every message keeps every limit and the cumulative text budget, and carries each finding once
+    assert 2 <= len(payloads) <= 10
+    for p in payloads:
+        assert violations(p.blocks) == []
+        assert blocks_text_chars(p.blocks) <= MESSAGE_TEXT_BUDGET
+    carried = [fp for p in payloads for fp in p.fingerprints]
+    assert sorted(carried) == sorted(f.fingerprint for f in findings)
+    # AND the costliest have buttons, the rest are compact lines with their short ID for `gpuwaste explain`
+    assert any(b["type"] == "actions" for b in payloads[0].blocks)
+    assert f"`{findings[-1].fingerprint[:6]}`" in _texts([b for p in payloads for b in p.blocks])
+
+
+def test_slack_ages_count_to_the_scan_time_not_the_wall_clock() -> None:
+    # GIVEN a replayed recording's findings (observed on the recording's date, first seen 5 h earlier)
+    findings = _fifteen()[:4]
+    items = tuple(_item(f, hours=5) for f in findings)
+    # WHEN rendered years later (the wall clock passed as `now`)
+    later = datetime(2026, 12, 1, tzinfo=UTC)
+    digest = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items), now=later)[0]
+    alert = render_notice(Notice(kind=NoticeKind.ALERT, route=ROUTE, items=items[:1]), now=later)[0]
+    update = render_notice(Notice(kind=NoticeKind.UPDATE, route=ROUTE, items=items[:1], reason="Reminder"), now=later)[0]
+    card = render_card(Notice(kind=NoticeKind.ALERT, route=ROUTE, items=items[:1]), now=later, destination="ml",
+                       source="team map")[0]
+    # THEN every age reads 5 h (to the scan), never the years since
+    for text in (_texts(digest.blocks), _texts(alert.blocks), _texts(update.blocks), json.dumps(card.body, ensure_ascii=False)):
+        assert "5h 0m" in text
+        assert not re.search(r"\b\d{3,}d\b", text)
+    # AND the dates are the one people's format (2024-01-01 01:20 UTC)
+    assert f"Scan {findings[0].observed_at:%Y-%m-%d %H:%M} UTC" in _texts(digest.blocks)
+
+
+def test_slack_node_capacity_goes_to_the_clusters_platform_owner() -> None:
+    # GIVEN a cluster with a platform owner, and the demo's node-level findings (capacity nobody requested)
+    cfg = GpuWasteConfig.model_validate({"clusters": [{"name": "demo", "platform_owner": {
+        "team": "gpu-platform", "slack_channel": "#gpu-platform", "jira_project": "PLAT"}}]})
+    nodes = [f for f in demo_findings() if f.kind is WasteKind.UNALLOCATED]
+    pods = [f for f in demo_findings() if f.kind is WasteKind.IDLE and f.subject.namespace]
+    assert nodes and pods and all(f.subject.cluster == "demo" for f in nodes)
+    # WHEN routed and rendered
+    routes = {route_for(f, cfg.delivery) for f in nodes}
+    (route,) = routes
+    payload = render_notice(Notice(kind=NoticeKind.DIGEST, route=route, items=tuple(_item(f) for f in nodes)))[0]
+    # THEN they go to the platform owner's channel, team and project, and the digest names the team
+    assert (route.channel, route.team, route.jira_project) == ("#gpu-platform", "gpu-platform", "PLAT")
+    assert "platform owner of cluster demo" in route.source
+    header = payload.blocks[0]["text"]["text"]
+    assert header.startswith(f"GPU waste: {len(nodes)} findings for team gpu-platform")
+    assert "for nobody" not in _texts(payload.blocks) and "for #gpu-waste" not in _texts(payload.blocks)
+    # AND a pod with a team of its own keeps it (the platform owner only takes what nothing else routes)
+    owned = pods[0].model_copy(update={"subject": pods[0].subject.model_copy(
+        update={"namespace_annotations": {"gpuwaste.io/team": "ml", "gpuwaste.io/slack-channel": "#ml"}})})
+    assert (route_for(owned, cfg.delivery).team, route_for(owned, cfg.delivery).channel) == ("ml", "#ml")
+
+
+def test_slack_node_capacity_without_a_platform_owner_says_what_to_configure() -> None:
+    # GIVEN no platform owner configured
+    cfg = GpuWasteConfig()
+    nodes = [f for f in demo_findings() if f.kind is WasteKind.UNALLOCATED]
+    route = route_for(nodes[0], cfg.delivery)
+    # WHEN the node digest is rendered
+    payload = render_notice(Notice(kind=NoticeKind.DIGEST, route=route, items=tuple(_item(f) for f in nodes)))[0]
+    text = _texts(payload.blocks)
+    # THEN it is addressed to no owner (not to a channel as if it were one) and names the setting to add
+    assert ", no owner" in payload.blocks[0]["text"]["text"] and "for #gpu-waste" not in text
+    assert "set `platform_owner` (team and channel) on cluster demo" in text
+
+
+def _coded(f: Finding) -> Finding:
+    """`f` with the internal codes and repository paths detector and price-book text can carry."""
+    ev = (*f.evidence, Evidence(signal="DCGM_FI_DEV_FB_USED", unit="MiB", window_s=3600, avg=70_000.0,
+                                note="pre-allocated by vLLM: not demand (B16)"))
+    cost = f.cost.model_copy(update={"source": "https://github.com/aws/karpenter-provider-aws pkg/providers/pricing/"
+                                     "zz_generated.pricing_aws.go @ 6fc13b523", "warnings": ("GPU_UTIL is percent (B15)",)}) \
+        if f.cost else None
+    return f.model_copy(update={"recommendation": f.recommendation + " (B16)", "evidence": ev, "cost": cost,
+                                "title": f.title + " (field guide B06)"})
+
+
+def test_slack_and_teams_text_carries_no_internal_codes_or_repository_paths() -> None:
+    # GIVEN every finding of the demo fleet (every kind), as found and with codes and paths in its detector text
+    findings = [*demo_findings(), *(_coded(f) for f in demo_findings())]
+    assert {f.kind for f in findings} == set(WasteKind) - {WasteKind.UNREQUESTED_USE}  # governance: not in the demo
+    items = tuple(_item(f) for f in findings)
+    # WHEN rendered every way a chat shows them: alerts, digest, update, text only, details, Teams cards
+    texts = []
+    for item in items:
+        texts.append(_texts(render_notice(Notice(kind=NoticeKind.ALERT, route=ROUTE, items=(item,)))[0].blocks))
+        texts.append(_texts(render_notice(Notice(kind=NoticeKind.UPDATE, route=ROUTE, items=(item,), reason="Worse"))[0].blocks))
+        texts.append(details_text(item.finding, item.fingerprint))
+        texts.append(json.dumps(render_card(Notice(kind=NoticeKind.ALERT, route=ROUTE, items=(item,)), now=item.finding.observed_at,
+                                            destination="ml", source="team map")[0].body, ensure_ascii=False))
+    digest = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items)
+    texts += [_texts(p.blocks) + p.text for p in render_notice(digest)]
+    texts += [p.text for p in render_text_only(digest, now=NOW_ANY)]
+    # THEN no internal code, no path inside a repository
+    for text in texts:
+        assert not CODE.search(text), CODE.search(text)
+        assert "../shared" not in text and "zz_generated" not in text and "pkg/providers" not in text
+    # AND the price source is its public name and address
+    joined = "\n".join(texts)
+    assert "Karpenter's AWS on-demand price table" in joined and "https://github.com/aws/karpenter-provider-aws" in joined
+
+
+def test_slack_details_reply_has_evidence_formula_and_price_source() -> None:
+    # GIVEN the costliest demo finding
+    f = max((f for f in demo_findings() if f.usd_per_day), key=lambda f: f.usd_per_day or 0)
+    # WHEN its Details are rendered
+    text = details_text(f, f.fingerprint)
+    # THEN they hold the evidence in people's units, the formula, the price's public source and what to do
+    assert "SM_ACTIVE" in text or "GPU_UTIL" in text
+    assert "/GPU-h ×" in text and f"= ${f.usd_per_day:,.2f}/day" in text
+    assert "Price: Karpenter's AWS on-demand price table, 2026-07-20 (https://github.com/aws/karpenter-provider-aws)" in text
+    assert "What to do:" in text and f"gpuwaste explain {f.fingerprint[:6]}" in text
