@@ -1,8 +1,8 @@
 """Adapter: Prometheus (prometheus-api-client) → `TelemetryWindow`, with a fixed query plan per scan.
 
 Every query has an explicit evaluation time (the scan's `at`, never the wall clock) and is built by
-`sources.promql` from `sources.metrics_plan.PLAN`: one query per metric (26 with the bundled plan) plus
-one probe for the shipped recording rules, whatever the fleet size. Time-resolved metrics come from the
+`sources.promql` from `sources.metrics_plan.PLAN` (`scan_queries`: 26 queries with the bundled plan read raw, 14
+through the recording rules) plus one probe for the shipped recording rules, whatever the fleet size. Time-resolved metrics come from the
 recorded 5-minute buckets when the rules cover the window ("plan: recording rules"), else from a
 `query_range` at the bucket step ("plan: raw"). Results are summarised into the same `SeriesSummary`
 units the recording adapter computes, and assembled by the same code, so both paths give identical

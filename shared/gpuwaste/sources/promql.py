@@ -1,8 +1,8 @@
 """Adapter helper: every PromQL expression gpuwaste sends, and the shipped recording rules (PromQL lives only here).
 
-The per-scan plan is fixed whatever the number of nodes or pods (`scan_queries`: 27 queries with the bundled
+The per-scan plan is fixed whatever the number of nodes or pods (`scan_queries`: 26 queries with the bundled
 plan read raw — 6 time-resolved GPU fields × 3 statistics + 6 other GPU fields + 2 for the pod metrics — and
-15 with the recording rules, plus one probe for the rules). Every query is evaluated at the window end `T`
+14 with the recording rules; the adapter adds one probe for the rules). Every query is evaluated at the window end `T`
 (never the wall clock).
 
 * **Time-resolved metrics** (`MetricSpec.resolved`) are read as buckets of `B = TelemetryWindow.bucket_s`
