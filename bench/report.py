@@ -31,6 +31,28 @@ def _noise(sizes: list[dict[str, Any]]) -> str:
             "ratios within a size (best of the runs) rather than absolute seconds across runs.")
 
 
+def _load_line(report: dict[str, Any]) -> str:
+    """Machine state: load averages at the start, after each size, at the end; the CLI start-up figures."""
+    def la(v: Any) -> str:
+        return " / ".join(f"{x:.1f}" for x in v) if v else "n/a"
+
+    sizes = report.get("sizes", [])
+    parts = [f"Load average (1/5/15 min) at the start {la(report.get('load_average_start'))}"]
+    for s in sizes:
+        parts.append(f"after the raw runs at {s['gpus']:,} GPUs {la(s.get('load_average'))}, after the rules runs "
+                     f"{la(s.get('rules', {}).get('load_average'))}")
+    parts.append(f"at the end {la(report.get('load_average_end'))}; {report['machine']['nproc']} cores.")
+    text = ", ".join(parts)
+    st = report.get("startup")
+    if st:
+        text += (f" CLI start-up (`bench/startup.py`, {st['--help']['runs']} fresh processes each, load {st['load_average'][0]:.1f}): "
+                 f"`gpuwaste --help` median {st['--help']['median_s']:.2f} s (worst {st['--help']['worst_s']:.2f} s, CPU {st['--help']['cpu_s']:.2f} s, "
+                 f"target {st['--help']['target_s']} s), a scan of the demo recording {st['scan demo']['median_s']:.2f} s (worst "
+                 f"{st['scan demo']['worst_s']:.2f} s, CPU {st['scan demo']['cpu_s']:.2f} s, target {st['scan demo']['target_s']} s); heavy libraries "
+                 f"imported: {', '.join(st['--help']['heavy_imports'] + st['scan demo']['heavy_imports']) or 'none'}.")
+    return text
+
+
 def _targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None, str]]:
     """(target, goal, measured, met, what stands in the way) rows."""
     t = report["targets"]
@@ -41,20 +63,24 @@ def _targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None, s
     rows: list[tuple[str, str, str, bool | None, str]] = []
     if big:
         ru = big.get("rules", {})
+        rt = ru.get("timings_s", {})
+        bt = big.get("ours_timings_s", {})
         rows.append((f"scan of {big['gpus']:,} GPUs with the recording rules ÷ the minimal floor (same run)",
                      f"≤ {t['rules_scan_over_minimal']}×", f"{cell(ru.get('scan_over_minimal'))}× ({cell(ru.get('scan_s'))} s ÷ {cell(ru.get('minimal_floor_s'))} s)",
                      (ru.get("scan_over_minimal") or 99) <= t["rules_scan_over_minimal"],
                      f"the rules plan's own floor is {cell(ru.get('plan_floor_over_minimal'))}× the minimal floor ({cell(ru.get('plan_floor_s'))} s: "
-                     "12 points per series of the six time-resolved fields, plus the other fields and pod series); on top come cluster state "
-                     f"{ru.get('timings_s', {}).get('cluster_state', 0):.1f} s, building the telemetry models and detection "
-                     f"{ru.get('timings_s', {}).get('detect', 0):.1f} s, in Python on the same 2 cores as Prometheus"))
+                     "12 points per series of three recorded statistics of the six time-resolved fields, plus the other fields); on top come "
+                     f"decoding and building the telemetry models (telemetry {rt.get('telemetry', 0):.1f} s against that floor) and detection "
+                     f"{rt.get('detect', 0):.1f} s, in Python on the same cores as Prometheus (cluster state {rt.get('cluster_state', 0):.1f} s is read "
+                     "while the telemetry is)"))
         rows.append((f"scan without rules ÷ its own plan's floor at {big['gpus']:,} GPUs", f"≤ {t['raw_scan_over_plan_floor']}×",
                      f"{cell(big.get('scan_over_floor'))}×", (big.get("scan_over_floor") or 99) <= t["raw_scan_over_plan_floor"],
-                     "cluster state, model building and detection come on top of the telemetry the floor fetches"))
+                     f"detection {bt.get('detect', 0):.1f} s and the telemetry models (telemetry {bt.get('telemetry', 0):.1f} s against the floor "
+                     f"{cell(big.get('floor_s'))} s) come on top of the data the floor fetches"))
         rows.append((f"raw plan's floor ÷ minimal floor at {big['gpus']:,} GPUs", f"≤ {t['raw_plan_floor_over_minimal']}×",
                      f"{cell(big.get('plan_floor_over_minimal'))}×", (big.get("plan_floor_over_minimal") or 99) <= t["raw_plan_floor_over_minimal"],
-                     "time resolution without the rules is a `query_range` per time-resolved field (Prometheus evaluates every step): "
-                     "the shipped recording rules move that work into rule evaluation"))
+                     "time resolution without the rules needs range queries, which Prometheus evaluates step by step (12 steps per "
+                     "time-resolved field, three bare functions each); the shipped recording rules move that work into rule evaluation"))
         peak = max(big.get("peak_rss_mb", 0), ru.get("peak_rss_mb", 0))
         rows.append((f"live scan peak memory at {big['gpus']:,} GPUs", f"≤ {t['peak_mb']} MB", f"{peak:.0f} MB", peak <= t["peak_mb"],
                      f"{big.get('rss_before_scan_mb', 0):.0f} MB before the scan (interpreter + imports); the rest is the decoded JSON of the answers "
@@ -116,8 +142,12 @@ def render(report: dict[str, Any], table: str) -> str:
         "Fleet: `FleetSpec(layout=\"random\", metrics=\"" + (sizes[0]["metrics"] if sizes else "full") + f"\")`, {report['history_s'] // 60} min of history "
         f"(a {report['window_s'] // 60} min window + 10 min) at a {report['step_s']} s step, every DCGM field of the generator (activity, SM, "
         "tensor, DRAM, framebuffer, power, energy; `metrics=\"full\"`) plus vLLM series; written as OpenMetrics family by family in a streaming way "
-        "(`bench/fleet_om.py`), backfilled with promtool into one data dir per size, the `.om` file deleted right after. The cluster objects "
+        "(`bench/fleet_om.py`), backfilled with promtool into one data dir per size; the recording and the backfilled TSDB are kept in "
+        "`bench/.cache/` per (size, metric set, hash of the generator's sources) and reused by the next run (row *generated data*; the "
+        "generation figures in the details are those measured when the entry was made). The cluster objects "
         "are served by the fake kube-apiserver (`tests/servers/kube_api.py`, list/pagination wire format).",
+        "",
+        _load_line(report),
         "",
         "## Scan, floor and naive, side by side",
         "",
@@ -133,7 +163,8 @@ def render(report: dict[str, Any], table: str) -> str:
         f"**floor s** — the exact requests the scan sent, replayed with plain `http.client`, {report['concurrency']} connections, JSON merely parsed; "
         "**naive** — one `avg_over_time(<signal>{pod=…,namespace=…}[1h]) or …{exported_pod=…}` instant query per GPU pod and per signal "
         f"({', '.join(report['naive_signals'])}), {report['concurrency']} connections, on loopback and through the proxy adding 2 ms per request; "
-        "the “+2 ms” ratio divides by our scan through the same proxy. "
+        "the “+2 ms” ratio divides by our scan through the same proxy (which also buffers our ~100 MB of answers in Python, and our scan "
+        "reads the cluster state, while the per-pod strategy is handed the pod list: the ratio leans toward the per-pod strategy). "
         "* = measured on the first 1,000 pods and extrapolated linearly to all pods. "
         "**GPUs naive cannot see** — GPUs no pod holds (per-pod queries never ask for them).",
         "",

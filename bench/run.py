@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -216,10 +217,98 @@ def scan_child(prom_url: str, kubeconfig: Path, cluster: str, cluster_state: str
     return result
 
 
+# -- generated data, cached ---------------------------------------------------------------------------
+
+#: What the generated telemetry depends on: a change to any of these files makes a new cache entry.
+GENERATOR_SOURCES = (ROOT / "shared" / "gpuwaste" / "fleet", ROOT / "bench" / "fleet_om.py", ROOT / "shared" / "gpuwaste" / "sources" / "exposition.py")
+CACHE_ROOT = ROOT / "bench" / ".cache"
+
+
+def generator_hash(gpus: int, metrics: str) -> str:
+    """A short hash of what the generated, backfilled data depends on: sources, sizes, time constants, promtool's version."""
+    h = hashlib.sha256(f"{gpus}|{metrics}|{WINDOW_S}|{HISTORY_S}|{STEP_S}|{EVAL_TS}|{BASE_TS}".encode())
+    for src in GENERATOR_SOURCES:
+        for f in sorted(src.rglob("*.py") if src.is_dir() else [src]):
+            h.update(f.relative_to(ROOT).as_posix().encode())
+            h.update(f.read_bytes())
+    with contextlib.suppress(OSError, IndexError):
+        h.update(subprocess.run(["promtool", "--version"], capture_output=True, text=True, check=False).stdout.encode())
+    return h.hexdigest()[:16]
+
+
+class Prepared:
+    """One fleet's generated data: the recording (OpenMetrics + cluster.json) and the promtool-backfilled TSDB.
+
+    Attributes:
+        root: the entry's folder. status: "hit" (reused), "miss" (generated now).
+        meta: the generation figures (series, samples, OpenMetrics MB, write and backfill times), as measured when generated.
+    """
+
+    def __init__(self, root: Path, status: str) -> None:
+        self.root = root
+        self.status = status
+        self.meta: dict[str, Any] = json.loads((root / "meta.json").read_text())
+        rules_hash = hashlib.sha256(RULES_FILE.read_bytes()).hexdigest()[:12]
+        self.rule_blocks = root / f"rule-blocks-{rules_hash}"
+        self._rules_meta = root / f"rule-blocks-{rules_hash}.json"
+
+    @property
+    def recording(self) -> Path:
+        """The recording folder (telemetry.om, cluster.json, recording.json)."""
+        return self.root / "recording"
+
+    @property
+    def data(self) -> Path:
+        """The backfilled TSDB (raw series only; copy it before starting Prometheus on it)."""
+        return self.root / "data"
+
+    @property
+    def meta_rules(self) -> dict[str, Any]:
+        """Figures of the recording-rules backfill, when it was done for this rules file."""
+        return json.loads(self._rules_meta.read_text()) if self._rules_meta.exists() else {}
+
+    def save_rules_meta(self, meta: dict[str, Any]) -> None:
+        """Remember the rules backfill figures beside its blocks."""
+        self._rules_meta.write_text(json.dumps(meta))
+
+
+def prepared_data(fleet: Fleet, gpus: int, metrics: str, cache_root: Path) -> Prepared:
+    """The fleet's recording and backfilled TSDB under `cache_root`, generated only when no entry matches.
+
+    An entry is keyed by the size, the metric set and `generator_hash`; it is written under a temporary name and
+    renamed when complete, so an interrupted run leaves no half entry behind.
+    """
+    root = cache_root / f"gpus-{gpus}-{metrics}-{generator_hash(gpus, metrics)}"
+    if (root / "meta.json").exists() and (root / "data").is_dir() and (root / "recording" / "telemetry.om").exists():
+        log(f"{gpus} GPUs: reusing the generated, backfilled data in {root}")
+        return Prepared(root, "hit")
+    tmp = root.with_name(root.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
+    recdir = tmp / "recording"
+    recdir.mkdir(parents=True)
+    om = recdir / "telemetry.om"
+    meta: dict[str, Any] = {}
+    t = time.perf_counter()
+    stats = write_openmetrics_streaming(fleet.iter_series(), om)
+    (recdir / "cluster.json").write_text(json.dumps(fleet.kube_list()))
+    (recdir / "recording.json").write_text(json.dumps({"cluster": fleet.spec.cluster, "eval_time": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(),
+                                                      "window_s": WINDOW_S, "scrape_interval_s": STEP_S, "format": "openmetrics"}))
+    meta.update(series=stats.series, samples=stats.samples, om_mb=stats.bytes / 1e6, write_om_s=time.perf_counter() - t)
+    log(f"{gpus} GPUs: {stats.series} series, {stats.samples} samples, {stats.bytes / 1e6:.0f} MB OpenMetrics in {meta['write_om_s']:.1f} s")
+    meta.update(backfill(om, tmp / "data"))
+    meta["tsdb_mb"] = sum(f.stat().st_size for f in (tmp / "data").rglob("*") if f.is_file()) / 1e6
+    log(f"{gpus} GPUs: backfilled in {meta['backfill_s']:.1f} s (promtool peak {meta['backfill_rss_mb']:.0f} MB), TSDB {meta['tsdb_mb']:.1f} MB")
+    meta["generated"] = datetime.now(tz=UTC).isoformat(timespec="seconds")
+    (tmp / "meta.json").write_text(json.dumps(meta))
+    tmp.rename(root)
+    return Prepared(root, "miss")
+
+
 # -- one size ------------------------------------------------------------------------------------------
 
 
-def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, workroot: Path) -> dict[str, Any]:
+def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, workroot: Path, cache_root: Path | None) -> dict[str, Any]:
     """Measure everything for one fleet size; returns the row of the report."""
     row: dict[str, Any] = {"target_gpus": gpus, "metrics": metrics}
     t = time.perf_counter()
@@ -230,24 +319,16 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
     workdir = workroot / f"gpus-{gpus}"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    recdir = workdir / "recording"
-    recdir.mkdir()
-    om = recdir / "telemetry.om"
-    t = time.perf_counter()
-    stats = write_openmetrics_streaming(fleet.iter_series(), om)
-    (recdir / "cluster.json").write_text(json.dumps(fleet.kube_list()))
-    (recdir / "recording.json").write_text(json.dumps({"cluster": fleet.spec.cluster, "eval_time": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(),
-                                                      "window_s": WINDOW_S, "scrape_interval_s": STEP_S, "format": "openmetrics"}))
-    row.update(series=stats.series, samples=stats.samples, om_mb=stats.bytes / 1e6, write_om_s=time.perf_counter() - t)
-    log(f"{gpus} GPUs: {stats.series} series, {stats.samples} samples, {stats.bytes / 1e6:.0f} MB OpenMetrics in {row['write_om_s']:.1f} s")
-    data_dir = workdir / "data"
-    row.update(backfill(om, data_dir))
-    row.update(recording_path(recdir))
+    entry = prepared_data(fleet, gpus, metrics, cache_root or workdir / "prepared")
+    row.update(entry.meta)
+    row["cache"] = "reused from the cache" if entry.status == "hit" else "generated now"
+    row.update(recording_path(entry.recording))
     log(f"{gpus} GPUs: recording path {row['recording_s']:.1f} s, peak {row['recording_peak_mb']:.0f} MB "
         f"({row['recording_kb_per_gpu']:.0f} KB per GPU over 200 MB)")
-    shutil.rmtree(recdir)
-    row["tsdb_mb"] = sum(f.stat().st_size for f in data_dir.rglob("*") if f.is_file()) / 1e6
-    log(f"{gpus} GPUs: backfilled in {row['backfill_s']:.1f} s (promtool peak {row['backfill_rss_mb']:.0f} MB), TSDB {row['tsdb_mb']:.1f} MB")
+    if cache_root is None:
+        shutil.rmtree(entry.recording)
+    data_dir = workdir / "data"
+    shutil.copytree(entry.data, data_dir)  # Prometheus writes into its data dir (WAL, lock, compaction): the cached copy stays pristine
 
     objects = kube_objects(fleet)
     kube = FakeKubeApi(pods=objects.pop("pods", []), nodes=objects.pop("nodes", []), others=objects).start()
@@ -326,15 +407,25 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
                 row["naive_unseen_gpus"] = row["gpus"] - len(naive_lo.uuids)
             row["prometheus_peak_rss_mb"] = vm_hwm_mb(prom_proc.pid)
             # 5. the shipped recording rules, evaluated over the data by promtool (the server answers the rule queries)
-            rule_blocks = workdir / "rule-blocks"
-            t = time.perf_counter()
-            rc, out, err, _w, _c, _r = run_child(["promtool", "tsdb", "create-blocks-from", "rules", f"--start={BASE_TS}", f"--end={EVAL_TS}",
-                                                   f"--url={prom_url}", f"--output-dir={rule_blocks}", "--eval-interval=5m", str(RULES_FILE)])
-            if rc != 0:
-                raise RuntimeError(f"promtool rules backfill failed rc={rc}: {err[-2000:]}")
-            row["rules_backfill_s"] = time.perf_counter() - t
+            rule_blocks = entry.rule_blocks
+            if rule_blocks.exists():
+                row["rules_backfill_s"] = entry.meta_rules.get("rules_backfill_s")
+                row["rules_cache"] = "hit"
+            else:
+                tmp_blocks = rule_blocks.with_name(rule_blocks.name + ".tmp")
+                shutil.rmtree(tmp_blocks, ignore_errors=True)
+                t = time.perf_counter()
+                rc, out, err, _w, _c, _r = run_child(["promtool", "tsdb", "create-blocks-from", "rules", f"--start={BASE_TS}", f"--end={EVAL_TS}",
+                                                       f"--url={prom_url}", f"--output-dir={tmp_blocks}", "--eval-interval=5m", str(RULES_FILE)])
+                if rc != 0:
+                    raise RuntimeError(f"promtool rules backfill failed rc={rc}: {err[-2000:]}")
+                row["rules_backfill_s"] = time.perf_counter() - t
+                row["rules_cache"] = "miss"
+                tmp_blocks.rename(rule_blocks)
+                entry.save_rules_meta({"rules_backfill_s": row["rules_backfill_s"]})
         for block in rule_blocks.iterdir():
-            shutil.move(str(block), str(data_dir / block.name))
+            if block.is_dir():
+                shutil.copytree(block, data_dir / block.name)
         log(f"{gpus} GPUs: rules backfilled in {row['rules_backfill_s']:.1f} s; restarting Prometheus with them")
         with prometheus(data_dir) as (prom_url, prom_proc, ready_s), LatencyProxy(prom_url) as counter, \
                 LatencyProxy(prom_url, delay_s=PROXY_DELAY_S) as slow:
@@ -369,9 +460,28 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
     finally:
         kube.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+        if cache_root is None:
+            shutil.rmtree(entry.root, ignore_errors=True)
     log(f"{gpus} GPUs: ours {row['ours_s']:.2f} s, floor {row['floor_s']:.2f} s, naive(2ms) {row['naive_2ms_s']:.2f} s, "
         f"{row['queries']} queries, peak {row['peak_rss_mb']:.0f} MB")
     return row
+
+
+def cli_startup() -> dict[str, Any]:
+    """`gpuwaste --help` and a scan of the demo recording, fresh processes (`bench/startup.py`): median/worst wall, CPU, heavy imports."""
+    import statistics
+
+    from bench import startup
+
+    out: dict[str, Any] = {"load_average": os.getloadavg()}
+    for name, argv in startup.COMMANDS.items():
+        times, cpu = startup.wall(argv)
+        _top, modules = startup.imports(argv)
+        out[name] = {"median_s": statistics.median(times), "worst_s": max(times), "cpu_s": statistics.median(cpu), "runs": len(times),
+                     "target_s": startup.TARGETS_S[name], "heavy_imports": sorted({m.split(".")[0] for m in modules if m.split(".")[0] in startup.HEAVY}),
+                     "modules": len(modules)}
+    out["summary"] = f"--help {out['--help']['median_s']:.2f} / demo scan {out['scan demo']['median_s']:.2f}"
+    return out
 
 
 def minimal_plan() -> list[tuple[str, list[tuple[str, str]]]]:
@@ -401,11 +511,18 @@ def recording_path(recdir: Path) -> dict[str, Any]:
 
 
 def _short(query: str) -> str:
-    """The metric a plan query reads (its first name or `__name__` alternative), for the per-query table."""
+    """What a plan query reads, for the per-query table: the metric (its first name or `__name__` alternative), the bucket
+    statistic of a single-statistic range query, or "pod metrics (n)" for the query reading several metrics."""
     import re
 
+    from gpuwaste.sources.promql import METRIC_LABEL
+
+    if METRIC_LABEL in query:
+        return f"pod metrics ({query.count(METRIC_LABEL)})"
     m = re.search(r'__name__=~"([A-Za-z0-9_:]+)', query) or re.search(r"\(([A-Za-z_:][A-Za-z0-9_:]*)[\[{]", query)
-    return m.group(1) if m else query[:60]
+    name = m.group(1) if m else query[:60]
+    bare = re.match(r"(count|sum|max)_over_time\(", query)
+    return f"{name} ({bare.group(1)})" if bare else name
 
 
 # -- report --------------------------------------------------------------------------------------------
@@ -429,7 +546,9 @@ COLUMNS = [
     ("naive ÷ ours (+2 ms), with rules", "rules_naive_over_ours_2ms", 1),
     ("GPUs naive cannot see", "naive_unseen_gpus", 0),
     ("KSM-only cluster state s (Prometheus-only scan, rules)", "ksm_cluster_state_s", 2), ("KSM cluster state ÷ that scan", "ksm_share_of_scan", 2),
-    ("Prometheus-only scan s / findings", "rules_ksm_scan_s", 2), ("CLI start-up s (surfaces helper)", "cli_startup_s", 2),
+    ("Prometheus-only scan s / findings", "rules_ksm_scan_s", 2),
+    ("CLI start-up s, median (once per run; targets 0.5 / 1.5)", "cli_startup", 0),
+    ("load average 1/5/15 min after the timed runs", "load_text", 0), ("generated data", "cache", 0),
 ]
 
 
@@ -437,6 +556,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     """A Markdown table: one column per size, one line per measure."""
     for r in rows:
         r.setdefault("mb_received", r.get("bytes_received", 0) / 1e6)
+        if r.get("load_average"):
+            r["load_text"] = " / ".join(f"{x:.1f}" for x in r["load_average"])
+        r.setdefault("cache", "generated")
     head = "| measure | " + " | ".join(f"{r['gpus']:,} GPUs" for r in rows) + " |"
     sep = "|---|" + "---:|" * len(rows)
     lines = [head, sep]
@@ -476,7 +598,7 @@ def machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `make bench`."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,1000,10000", help="comma-separated GPU counts")
+    parser.add_argument("--sizes", default="1000,10000", help="comma-separated GPU counts")
     parser.add_argument("--metrics", choices=("full", "lean"), default="full", help="fleet generator metric set")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of ours and of the floor per size (best kept)")
     parser.add_argument("--naive-max-pods", type=int, default=1000, help="naive strategy: pods measured (time extrapolated beyond)")
@@ -485,6 +607,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "RESULTS.md", help="Markdown report to write")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw numbers as JSON here")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--cache-dir", type=Path, default=CACHE_ROOT,
+                        help="keeps the generated recording and backfilled TSDB per (size, metrics, generator sources) for the next run")
+    parser.add_argument("--no-cache", action="store_true", help="generate everything again and keep nothing")
+    parser.add_argument("--no-chain", action="store_true", help="skip the local chain, moto and Slack part (scan rows only)")
+    parser.add_argument("--no-startup", action="store_true", help="skip the CLI start-up measure")
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats = 1
@@ -494,19 +621,26 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     workroot = args.workdir or Path(tempfile.mkdtemp(prefix="gpuwaste-bench-"))
     workroot.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"machine": machine(), "started": started.isoformat(timespec="seconds"),
+    report: dict[str, Any] = {"machine": machine(), "started": started.isoformat(timespec="seconds"), "load_average_start": os.getloadavg(),
                               "command": " ".join(["bench/run.py", *(argv if argv is not None else sys.argv[1:])]),
                               "window_s": WINDOW_S, "history_s": HISTORY_S, "step_s": STEP_S, "concurrency": CONCURRENCY,
                               "naive_signals": list(NAIVE_SIGNALS), "sizes": [], "targets": TARGETS}
     try:
         for gpus in sizes:
             report["sizes"].append(bench_size(gpus, metrics=args.metrics, repeats=args.repeats, naive_max_pods=args.naive_max_pods,
-                                              workroot=workroot))
+                                              workroot=workroot, cache_root=None if args.no_cache else args.cache_dir))
         from bench import chain, projection
 
-        log("local chain, moto, Slack")
-        report["chain"] = chain.run_all(findings=args.chain_findings, quick=args.quick, workdir=workroot)
-        report["projection"] = projection.project(report)
+        if not args.no_startup:
+            log("CLI start-up (bench/startup.py)")
+            report["startup"] = cli_startup()
+            for row in report["sizes"]:
+                row["cli_startup"] = report["startup"]["summary"]
+        if not args.no_chain:
+            log("local chain, moto, Slack")
+            report["chain"] = chain.run_all(findings=args.chain_findings, quick=args.quick, workdir=workroot)
+            report["projection"] = projection.project(report)
+        report["load_average_end"] = os.getloadavg()
     finally:
         if args.workdir is None:
             shutil.rmtree(workroot, ignore_errors=True)
@@ -517,8 +651,9 @@ def main(argv: list[str] | None = None) -> int:
     from bench import projection as projection_mod
     from bench.report import render
 
-    sys.stdout.write(chain_mod.summary_lines(report["chain"]) + "\n")
-    sys.stdout.write(projection_mod.summary_lines(report["projection"]) + "\n")
+    if "chain" in report:
+        sys.stdout.write(chain_mod.summary_lines(report["chain"]) + "\n")
+        sys.stdout.write(projection_mod.summary_lines(report["projection"]) + "\n")
     args.results.write_text(render(report, text))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str) + "\n")

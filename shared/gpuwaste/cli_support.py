@@ -521,7 +521,7 @@ def _exposition(report: ScanReport, findings: list[Finding], config: GpuWasteCon
     from gpuwaste.sinks.prometheus_metrics import render_openmetrics, render_text
 
     health = health_of_scan(report.cluster, at=datetime.now(tz=UTC).replace(microsecond=0),
-                            duration_s=sum(report.timings_s.values()), window_s=report.window_s,
+                            duration_s=report.duration_s, window_s=report.window_s,
                             gpus=report.inventory.physical_gpus, findings=findings,
                             no_verdict_detectors=[nv.detector for nv in report.no_verdict])
     snapshot = snapshot_of_scan(findings, health, config.delivery, top=config.serve.top_workloads,

@@ -37,11 +37,13 @@ def smoke_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, s
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
     proc = subprocess.run(
         [sys.executable, "bench/run.py", "--sizes", "8", "--quick", "--results", str(out / "RESULTS.md"), "--json", str(out / "r.json"),
-         "--workdir", str(out / "work")],
+         "--workdir", str(out / "work"), "--cache-dir", str(out / "cache")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads((out / "r.json").read_text()), (out / "RESULTS.md").read_text(), proc.stdout
+    report = json.loads((out / "r.json").read_text())
+    report["_cache_dir"] = str(out / "cache")
+    return report, (out / "RESULTS.md").read_text(), proc.stdout
 
 
 def test_bench_smoke_reports_every_measure_per_size(smoke_report: tuple[dict, str, str]) -> None:
@@ -64,6 +66,24 @@ def test_bench_smoke_reports_every_measure_per_size(smoke_report: tuple[dict, st
     assert size["rules"]["findings"] == size["findings"] == size["recording_findings"]
     assert size["rules"]["minimal_floor_s"] > 0 and size["recording_gpus"] == size["gpus"]
     assert len(size["per_query"]) == size["queries"]
+
+
+def test_bench_smoke_keeps_the_generated_data_for_the_next_run_and_states_the_machine(smoke_report: tuple[dict, str, str]) -> None:
+    # GIVEN the smoke run's report and its cache folder
+    report, text, _ = smoke_report
+    (size,) = report["sizes"]
+    entries = list(Path(report["_cache_dir"]).iterdir())
+    # THEN the data was generated now and kept: the recording, the backfilled TSDB and the rule blocks of this rules file
+    assert size["cache"] == "generated now" and size["rules_cache"] == "miss"
+    (entry,) = [e for e in entries if e.is_dir()]
+    assert entry.name.startswith("gpus-8-full-") and (entry / "meta.json").exists() and (entry / "data").is_dir()
+    assert (entry / "recording" / "telemetry.om").exists() and any(e.name.startswith("rule-blocks-") for e in entry.iterdir())
+    # AND the report states the load, the CLI start-up and the ratio rows of issue 13
+    assert report["load_average_start"] and report["load_average_end"] and size["load_average"]
+    assert report["startup"]["--help"]["median_s"] > 0 and report["startup"]["scan demo"]["median_s"] > 0
+    for row in ("scan ÷ minimal floor", "plan floor ÷ minimal floor", "KSM-only cluster state", "recording path peak MB",
+                "CLI start-up s", "load average 1/5/15 min"):
+        assert row in text, row
 
 
 def test_bench_smoke_measures_the_chain_aws_calls_and_slack(smoke_report: tuple[dict, str, str]) -> None:

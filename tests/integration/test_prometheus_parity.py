@@ -31,8 +31,13 @@ from gpuwaste.settings import PrometheusAuth, PrometheusSettings
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
 from gpuwaste.sources.metrics_plan import PLAN
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+from gpuwaste.sources.promql import scan_queries
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
 from tests.servers.ports import free_port
+
+#: Queries of one raw scan (the plan, fixed in fleet size) and of one through the recording rules; each + the rules probe.
+RAW_QUERIES = len(scan_queries(window_s=3600)) + 1
+RULED_QUERIES = len(scan_queries(window_s=3600, rules=True)) + 1
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -132,6 +137,18 @@ def _unreadable(fleet: Any, series: list[RecordedSeries]) -> list[RecordedSeries
     return series
 
 
+def _dropped_label_copies(fleet: Any, series: list[RecordedSeries]) -> list[RecordedSeries]:
+    """A second exporter job scraping one GPU (labels differing only in `job` and `pci_bus_id`, which nobody reads), with
+    other values, for a time-resolved field, the framebuffer and power: both summaries must merge them the same way."""
+    uuid = next(g.uuid for g in fleet.gpus if g.mig is None)
+    copies = [RecordedSeries(s.name, {**s.labels, "job": "dcgm-exporter-2", "pci_bus_id": "00000000:99:00.0"}, list(s.timestamps_ms),
+                             [v * 0.5 for v in s.values])
+              for s in series if s.labels.get("UUID") == uuid and s.name in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_FB_USED",
+                                                                              "DCGM_FI_DEV_POWER_USAGE")]
+    assert len(copies) == 3
+    return series + copies
+
+
 WEIGHTS = {"busy": 0.3, "idle": 0.2, "underused": 0.15, "bursty": 0.1, "gap": 0.1, "frozen": 0.05, "free": 0.1}
 
 
@@ -150,6 +167,8 @@ def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
                                                        instance_types=("g5.12xlarge",)), _b12_aliases_pods),
             _write("unreadable", root, FleetSpec(layout="random", nodes=2, seed=21, label_style="pod", cluster="bad",
                                                  instance_types=("g5.12xlarge",)), _unreadable),
+            _write("dropped-labels", root, FleetSpec(layout="random", nodes=2, seed=4, cluster="dl", instance_types=("g5.12xlarge",)),
+                   _dropped_label_copies),
             _write("five-minute-export", root, FleetSpec(layout="random", nodes=2, seed=9, cluster="slow", step_s=300,
                                                          instance_types=("g5.12xlarge",))),
         )
@@ -261,7 +280,8 @@ def finding_diffs(a: ScanReport, b: ScanReport) -> list[str]:
 
 
 # -- parity ----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["demo", "random-exported", "random-pod", "b12-aliases-pods", "unreadable", "five-minute-export"])
+@pytest.mark.parametrize("name", ["demo", "random-exported", "random-pod", "b12-aliases-pods", "unreadable", "five-minute-export",
+                                  "dropped-labels"])
 def test_prometheus_source_window_and_findings_match_the_recording(
     name: str, scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
 ) -> None:
@@ -277,7 +297,7 @@ def test_prometheus_source_window_and_findings_match_the_recording(
     rep_rec = _scan(sc, rec, at)
     rep_prom = _scan(sc, prom, at)
     # THEN the windows and the findings are the same (evidence floats within 1e-9 relative, counts exact)
-    assert tw_rec.gpus and tw_prom.query_count == len(PLAN) + 1  # + the recording-rules probe
+    assert tw_rec.gpus and tw_prom.query_count == RAW_QUERIES
     assert tw_prom.plan == "raw" and tw_rec.bucket_s == tw_prom.bucket_s == 300
     assert tw_rec.scrape_interval_inferred and tw_rec.scrape_interval_s == tw_prom.scrape_interval_s == sc.spec.step_s
     assert [(p.metric, p.count) for p in tw_rec.problems] == [(p.metric, p.count) for p in tw_prom.problems]
@@ -287,6 +307,22 @@ def test_prometheus_source_window_and_findings_match_the_recording(
     assert [(f.kind, f.subject.namespace, f.subject.pod, f.subject.node, f.wasted_gpu_share) for f in rep_rec.findings] == [
         (f.kind, f.subject.namespace, f.subject.pod, f.subject.node, f.wasted_gpu_share) for f in rep_prom.findings
     ]
+
+
+def test_prometheus_source_merges_series_differing_only_in_labels_nobody_reads(
+    scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN one GPU scraped by two exporter jobs (series differing only in `job` and `pci_bus_id`) in Prometheus
+    sc = scenarios["dropped-labels"]
+    rec, prom = _sources(sc, prometheus_factory(sc.telemetry_file).url)
+    # WHEN the window is read raw (the time-resolved fields come back unaggregated, the scan merges them)
+    tw = prom.telemetry(at=rec.end_time(), window=timedelta(hours=1))
+    # THEN that GPU is one device whose samples are those of both jobs, bucket by bucket, as the recording path merges them
+    doubled = [g for g in tw.gpus if (g.merged("DCGM_FI_PROF_GR_ENGINE_ACTIVE") or WindowStats()).count > 130]
+    assert len(doubled) == 1 and len({g.device.uuid for g in tw.gpus}) == len(tw.gpus)
+    gr = doubled[0].merged("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    assert gr is not None and gr.series == 1 and all(b.count == 20 for b in gr.buckets)
+    assert (doubled[0].merged("DCGM_FI_DEV_FB_USED") or WindowStats()).count == gr.count
 
 
 def test_prometheus_source_b12_scenario_merges_restart_aliases_and_pod_rates(
@@ -325,7 +361,7 @@ def test_prometheus_source_query_count_is_constant_in_fleet_size(
         counts[name], gpus[name] = tw.query_count, len(tw.gpus)
     # THEN the fleets differ in size but the query count is the same fixed number
     assert gpus["random-exported"] > gpus["random-pod"]
-    assert counts["random-exported"] == counts["random-pod"] == len(PLAN) + 1 == 27  # + the recording-rules probe
+    assert counts["random-exported"] == counts["random-pod"] == RAW_QUERIES == 27 and len(PLAN) == 26
 
 
 def test_prometheus_source_uses_the_explicit_evaluation_time(
@@ -343,7 +379,7 @@ def test_prometheus_source_uses_the_explicit_evaluation_time(
     # THEN the 2024 scan finds idle GPUs; the later window is empty and nothing is called idle or under-used
     assert any(f.kind is WasteKind.IDLE for f in in_data.findings)
     assert empty_window.gpus == () and empty_window.pods == () and empty_window.metrics_present == frozenset()
-    assert empty_window.query_count == len(PLAN) + 1
+    assert empty_window.query_count == RAW_QUERIES
     assert not [f for f in later.findings if f.kind in (WasteKind.IDLE, WasteKind.UNDERUSED)]
 
 
@@ -357,7 +393,7 @@ def test_prometheus_source_hostile_matcher_values_parse_in_real_prometheus(
     # WHEN every query of the plan is sent to a real Prometheus
     tw = prom.telemetry(at=RecordingTelemetrySource(sc.path).end_time(), window=timedelta(hours=1))
     # THEN Prometheus accepts them all (no PermanentError) and matches nothing
-    assert tw.query_count == len(PLAN) + 1 and tw.gpus == ()
+    assert tw.query_count == RAW_QUERIES and tw.gpus == ()
 
 
 def test_prometheus_source_probe_counts_series_per_metric(
@@ -526,7 +562,7 @@ def test_prometheus_source_sends_the_explicit_time_and_bearer_token(fake_prom: _
     # THEN every request carries the token; every query the evaluation time (never the wall clock): instant queries
     # at T, the time-resolved ones as a range from T − 55 min to T (5-minute buckets); one retention check besides
     queries = [r for r in fake_prom.requests if urlsplit(r["path"]).path != "/api/v1/status/flags"]
-    assert len(queries) == tw.query_count == len(PLAN) + 1
+    assert len(queries) == tw.query_count == RAW_QUERIES
     assert {r["headers"]["Authorization"] for r in fake_prom.requests} == {"Bearer tok-123"}
     instant = [r for r in queries if urlsplit(r["path"]).path.endswith("/query")]
     ranged = [r for r in queries if urlsplit(r["path"]).path.endswith("/query_range")]
@@ -626,7 +662,7 @@ def test_recording_rules_plan_matches_the_recording_and_the_raw_plan(ruled_prome
     tw_ruled, tw_raw, tw_rec = ruled.telemetry(at=at, window=window), raw.telemetry(at=at, window=window), rec.telemetry(at=at, window=window)
     # THEN the scan says which plan it used, and the three windows are the same, bucket by bucket
     assert (tw_ruled.plan, tw_raw.plan) == ("recording rules", "raw")
-    assert tw_ruled.query_count == len(PLAN) + 1 and tw_raw.query_count == len(PLAN)
+    assert (tw_ruled.query_count, tw_raw.query_count) == (RULED_QUERIES, RAW_QUERIES - 1) == (15, 26)
     assert tw_rec.gpus and window_diffs(tw_rec, tw_ruled) == [] and window_diffs(tw_rec, tw_raw) == []
     assert ruled.rules_status(at=at)["installed"] is True
     # AND the findings are the same

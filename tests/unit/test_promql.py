@@ -8,7 +8,6 @@ from gpuwaste.models.telemetry import Signal
 from gpuwaste.sources.metrics_plan import (
     DROPPED_LABELS,
     GPU_METRICS,
-    PLAN,
     POD_METRICS,
     SeriesSummary,
     assemble,
@@ -16,6 +15,7 @@ from gpuwaste.sources.metrics_plan import (
     summarise_samples,
 )
 from gpuwaste.sources.promql import (
+    METRIC_LABEL,
     RATE_BRANCHES,
     STAT_LABEL,
     STATS_BRANCHES,
@@ -65,13 +65,41 @@ def test_selector_rejects_an_invalid_label_name() -> None:
         selector(["x"], {'bad"name': "v"})
 
 
-def test_scan_queries_count_is_one_per_plan_metric_whatever_the_matchers() -> None:
+def test_scan_queries_count_is_fixed_whatever_the_matchers_and_window() -> None:
     # GIVEN the bundled plan
     # WHEN the per-scan query plan is built with and without matchers, for two windows
     plans = [scan_queries(window_s=w, matchers=m) for w in (3600, 4200) for m in (None, {"cluster": "a"})]
-    # THEN every plan has the same fixed number of queries: 12 GPU + 14 pod metrics = 26
-    assert {len(p) for p in plans} == {len(PLAN)} == {26}
+    # THEN every plan has the same fixed number of queries: 6 time-resolved GPU fields × 3 statistics + 6 other GPU fields
+    # + one instant query for the pod counters + one range query for the pod gauges = 26
+    assert {len(p) for p in plans} == {26}
     assert len(GPU_METRICS) == 12 and len(POD_METRICS) == 14
+
+
+def test_raw_time_resolved_gpu_field_is_three_untagged_unaggregated_range_queries() -> None:
+    # GIVEN the raw plan (no recording rules)
+    plan = scan_queries(window_s=3600, drop=DROPPED_LABELS)
+    spec = spec_for("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    assert spec is not None
+    # WHEN the GR engine field's queries are picked
+    mine = [q for q in plan if q.spec is spec]
+    sel = selector(spec.names)
+    # THEN one range query per bucket statistic, each the bare function over one left-open bucket: no label_replace,
+    # no `or`, no aggregation (Prometheus evaluates them at every step)
+    assert [(q.kind, q.stat, q.step_s) for q in mine] == [("range", "count", 300), ("range", "sum", 300), ("range", "max", 300)]
+    assert [q.promql for q in mine] == [f"{fn}({sel}[299999ms])" for fn in ("count_over_time", "sum_over_time", "max_over_time")]
+
+
+def test_pod_metrics_are_read_by_two_queries_each_series_naming_its_metric() -> None:
+    # GIVEN the bundled plan
+    plan = scan_queries(window_s=3600)
+    # WHEN the pod queries are picked
+    pods = [q for q in plan if q.group]
+    # THEN one instant query holds every pod counter, one range query every time-resolved pod gauge
+    assert [(q.kind, len(q.group)) for q in pods] == [("instant", 8), ("range", 6)]
+    for q in pods:
+        for spec in q.group:
+            assert f'"{METRIC_LABEL}", "{spec.name}", "", ""' in q.promql
+    assert {s.name for q in pods for s in q.group} == {s.name for s in POD_METRICS}
 
 
 def test_time_resolved_query_asks_for_count_sum_and_max_per_left_open_bucket() -> None:
@@ -116,11 +144,12 @@ def test_scan_plan_reads_recorded_buckets_when_the_rules_are_used() -> None:
     # GIVEN the bundled plan with and without the recording rules
     raw = scan_queries(window_s=3600, drop=DROPPED_LABELS)
     ruled = scan_queries(window_s=3600, drop=DROPPED_LABELS, rules=True)
-    # THEN the same number of queries; the time-resolved GPU fields become one raw read of their three recorded series
-    assert len(raw) == len(ruled) == len(PLAN)
+    # THEN each time-resolved GPU field becomes one raw read of its three recorded series (26 → 14 queries)
+    assert (len(raw), len(ruled)) == (26, 14)
     kinds = {(q.spec.name, q.kind) for q in ruled}
     assert ("DCGM_FI_PROF_SM_ACTIVE", "recorded") in kinds and ("DCGM_FI_DEV_FB_USED", "instant") in kinds
-    assert ("vllm:num_requests_running", "range") in kinds  # pod gauges are never recorded
+    gauges = next(q for q in ruled if q.kind == "range")  # pod gauges are never recorded
+    assert "vllm:num_requests_running" in {s.name for s in gauges.group}
     sm = next(q for q in ruled if q.spec.name == "DCGM_FI_PROF_SM_ACTIVE")
     assert "gpuwaste:dcgm_fi_prof_sm_active:count5m" in sm.promql and sm.promql.endswith("[3300001ms]")
     assert {q.step_s for q in raw if q.kind == "range"} == {300}

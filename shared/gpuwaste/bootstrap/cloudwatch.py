@@ -59,7 +59,7 @@ def _single(name: str, unit: MetricUnit, value: float, dimensions: dict[str, str
 def record_scan(metrics: Metrics, report: ScanReport) -> None:
     """scan_gpu_waste: ScanDuration (s), GpusSeen, DataQualityProblems per cluster; Findings per cluster and kind."""
     dims = {"cluster": report.cluster}
-    _single("ScanDuration", MetricUnit.Seconds, round(sum(report.timings_s.values()), 3), dims)
+    _single("ScanDuration", MetricUnit.Seconds, round(report.duration_s, 3), dims)
     _single("GpusSeen", MetricUnit.Count, report.inventory.physical_gpus, dims)
     quality = sum(1 for f in report.findings if f.kind is WasteKind.DATA_QUALITY)
     _single("DataQualityProblems", MetricUnit.Count, quality, dims)

@@ -107,7 +107,8 @@ class _TrackedCluster:
         try:
             return self.inner.cluster_state(at=at)
         except Exception:
-            self.blame.source = self.blame.source or "kubernetes"
+            # the scan reads cluster state and telemetry at the same time and raises the cluster-state error when both fail
+            self.blame.source = "kubernetes"
             raise
 
     def __getattr__(self, name: str) -> Any:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -17,6 +20,7 @@ from gpuwaste.allocation.physical import physical_gpu_count
 from gpuwaste.detectors import DetectorSettings, NoVerdict, build_context, run_detectors
 from gpuwaste.errors import ConfigError
 from gpuwaste.join import ScanContext
+from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.findings import Episode, Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, TelemetryWindow
@@ -63,7 +67,11 @@ class Inventory:
 
 @dataclass
 class ScanReport:
-    """The result of one scan."""
+    """The result of one scan.
+
+    `timings_s` holds each part's own duration (cluster state and telemetry are read at the same time, so the
+    parts add up to more than the scan); `duration_s` is the scan's wall time.
+    """
 
     scan_id: str
     cluster: str
@@ -73,6 +81,7 @@ class ScanReport:
     no_verdict: list[NoVerdict]
     inventory: Inventory
     timings_s: dict[str, float] = field(default_factory=dict)
+    duration_s: float = 0.0
     query_count: int = 0
     telemetry_source: str = ""
     cluster_source: str = ""
@@ -212,6 +221,38 @@ def _union_episodes(group: list[Finding]) -> tuple[Episode, ...]:
     return tuple(out)
 
 
+class _PausedCollector:
+    """Pauses Python's cyclic garbage collector while at least one scan runs (re-entrant, thread-safe).
+
+    A fleet-scale scan allocates millions of small, long-lived objects (decoded answers, buckets, models) and
+    almost no reference cycles; every collection of the oldest generation walks all of them again. Measured on
+    the 1,000-GPU bench (`bench/run.py`), the scan's CPU time fell from 1.35–1.46 s to 0.85 s with the collector
+    paused, peak memory unchanged (139–143 MB). Reference counting still frees everything at once; cycles made
+    during a scan are collected after it, when the collector runs again (only if it was enabled before).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._was_enabled = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._depth += 1
+
+    def __exit__(self, *_exc: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._was_enabled:
+                gc.enable()
+
+
+_PAUSED_COLLECTOR = _PausedCollector()
+
+
 class ScanService:
     """Scan one cluster: cluster state + telemetry → joined context → detectors → (priced) findings.
 
@@ -246,23 +287,22 @@ class ScanService:
         self._progress = progress or (lambda _msg: None)
 
     def scan(self, *, at: datetime, scan_id: str | None = None) -> ScanReport:
-        """Run one scan evaluated at `at` (the scheduled time).
+        """Run one scan evaluated at `at` (the scheduled time), the cyclic garbage collector paused meanwhile.
 
         Raises:
             SourceUnavailableError, SourceAuthError, InputFormatError: from the sources.
             RetryableError: when the findings queue cannot take the findings.
         """
+        with _PAUSED_COLLECTOR:
+            return self._scan(at=at, scan_id=scan_id)
+
+    def _scan(self, *, at: datetime, scan_id: str | None) -> ScanReport:
         scan_id = scan_id or uuid.uuid4().hex
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        self._progress("reading cluster state")
-        cluster = self.cluster_source.cluster_state(at=at)
-        t1 = time.perf_counter()
-        timings["cluster_state"] = t1 - t0
-        self._progress("reading telemetry")
-        telemetry = self.telemetry_source.telemetry(at=at, window=self.window)
+        self._progress("reading cluster state and telemetry")
+        cluster, telemetry = self._read(at, timings)
         t2 = time.perf_counter()
-        timings["telemetry"] = t2 - t1
         self._progress("detecting")
         ctx = build_context(cluster, telemetry, self.settings.common,
                             power_limits_w=power_limits_w(g.model_name for g in telemetry.gpus))
@@ -291,6 +331,7 @@ class ScanService:
             no_verdict=list(result.no_verdict),
             inventory=inventory_of(ctx),
             timings_s=timings,
+            duration_s=time.perf_counter() - t0,
             query_count=telemetry.query_count + cluster.query_count,
             telemetry_source=telemetry.source,
             cluster_source=cluster.source,
@@ -302,6 +343,34 @@ class ScanService:
             extra={"cluster": cluster.cluster, "scan_id": scan_id, "findings": len(findings), "gpus": report.inventory.physical_gpus},
         )
         return report
+
+    def _read(self, at: datetime, timings: dict[str, float]) -> tuple[ClusterState, TelemetryWindow]:
+        """Cluster state and telemetry, read at the same time (both wait on I/O: the API server and Prometheus).
+
+        The cluster state is read on a second thread while this one reads the telemetry; each part's own
+        duration goes to `timings` ("cluster_state", "telemetry"). When both fail, the cluster-state error
+        is raised (as when they were read one after the other).
+        """
+
+        def cluster_state() -> ClusterState:
+            c0 = time.perf_counter()
+            try:
+                return self.cluster_source.cluster_state(at=at)
+            finally:
+                timings["cluster_state"] = time.perf_counter() - c0
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cluster-state") as pool:
+            pending = pool.submit(cluster_state)
+            t0 = time.perf_counter()
+            try:
+                telemetry = self.telemetry_source.telemetry(at=at, window=self.window)
+            except BaseException:
+                pending.result()  # a cluster-state error wins, as when it was read first
+                raise
+            finally:
+                timings["telemetry"] = time.perf_counter() - t0
+            cluster = pending.result()
+        return cluster, telemetry
 
     def send(self, scan_id: str, cluster: str, at: datetime, findings: Sequence[Finding], *, judged: bool = True,
              unjudged: tuple[str, ...] = ()) -> None:

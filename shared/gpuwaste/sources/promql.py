@@ -1,16 +1,19 @@
 """Adapter helper: every PromQL expression gpuwaste sends, and the shipped recording rules (PromQL lives only here).
 
-The per-scan plan is fixed: one query per metric of `sources.metrics_plan.PLAN` (26 with the bundled
-plan: 12 GPU, 14 pod), plus one probe for the shipped recording rules, whatever the number of nodes or
-pods. Every query is evaluated at the window end `T` (never the wall clock); each returns its statistics
-as separate result series told apart by the label `gpuwaste_stat`.
+The per-scan plan is fixed whatever the number of nodes or pods (`scan_queries`: 26 queries with the bundled
+plan read raw — 6 time-resolved GPU fields × 3 statistics + 6 other GPU fields + 2 for the pod metrics — and
+14 with the recording rules; the adapter adds one probe for the rules). Every query is evaluated at the window end `T`
+(never the wall clock).
 
 * **Time-resolved metrics** (`MetricSpec.resolved`) are read as buckets of `B = TelemetryWindow.bucket_s`
   ending at `T − (n−1)·B, …, T`:
 
-  - *raw* plan: one `query_range` (start `T − W + B`, end `T`, step `B`) of
-    `count_over_time`, `sum_over_time`, `max_over_time` over `[B − 1 ms]` (left-open buckets in
-    Prometheus 2.x and 3.x alike), GPU metrics aggregated `sum/max without (dropped labels)`;
+  - *raw* plan: per GPU field, three `query_range` requests (start `T − W + B`, end `T`, step `B`), one
+    for each of `count_over_time`, `sum_over_time`, `max_over_time` over `[B − 1 ms]` (left-open buckets
+    in Prometheus 2.x and 3.x alike), neither tagged nor aggregated: Prometheus evaluates a range query
+    step by step, and `label_replace`, `or` and `sum without (…)` at every step cost it three to four
+    times the functions themselves. The scan merges the dropped labels away itself
+    (`metrics_plan.merge_dropped`, the same operators);
   - *recording rules* plan (`RULE_INTERVAL_S` divides `B`, and the rules cover the window): the shipped
     rules record the same three statistics per 5-minute bucket
     (`gpuwaste:<metric>:count5m|sum5m|max5m`); one instant query per metric reads the recorded samples
@@ -20,9 +23,12 @@ as separate result series told apart by the label `gpuwaste_stat`.
     the window go unread; nothing outside the window is ever read).
 
 * **Other GPU metrics**: one instant query of `count_over_time`, `sum_over_time`, `max_over_time`
-  (or `changes` for the energy counter) over `[W − 1 ms]`, aggregated like the above.
-* **Pod counters**: `rate`, `count_over_time`, `resets` over `[W]` and `count_over_time` over the recent
-  tail (Prometheus 2.x `rate` semantics, both ends included).
+  (or `changes` for the energy counter) over `[W − 1 ms]`, aggregated `sum/max without (dropped labels)`,
+  each statistic a result series told apart by the label `gpuwaste_stat`.
+* **Pod metrics**: one instant query for all pod counters — `rate`, `count_over_time`, `resets` over `[W]`
+  and `count_over_time` over the recent tail (Prometheus 2.x `rate` semantics, both ends included) — and
+  one `query_range` for all time-resolved pod gauges (tagged bucket statistics), each series naming its
+  metric in the label `gpuwaste_metric`.
 
 Label values that come from configuration are escaped with `escape_label_value`.
 """
@@ -38,6 +44,8 @@ from gpuwaste.models.telemetry import bucket_seconds
 from gpuwaste.sources.metrics_plan import ALL_STATS, BUCKET_STATS, DROPPED_LABELS, PLAN, MetricSpec
 
 STAT_LABEL = "gpuwaste_stat"
+#: The label naming the plan entry of a result series when one query reads several (the pod metrics).
+METRIC_LABEL = "gpuwaste_metric"
 RECENT_S = 600
 #: Evaluation interval of the shipped recording rules (seconds) and the rules' version.
 RULE_INTERVAL_S = 300
@@ -197,40 +205,80 @@ Kind = Literal["instant", "range", "recorded"]
 
 @dataclass(frozen=True)
 class PlannedQuery:
-    """One query of a scan: the plan entry, its PromQL and how it is sent.
+    """One query of a scan: the plan entry (or entries), its PromQL and how it is sent.
 
     Attributes:
         kind: "instant" (at T), "range" (`query_range` from `T − W + step` to `T`, step `step_s`) or
             "recorded" (an instant query at T returning the recorded 5-minute buckets raw).
+        stat: the one bucket statistic ("count", "sum" or "max") the query returns untagged (a time-resolved
+            GPU field read raw is three such queries); None when each result series says its statistic in
+            `STAT_LABEL` (or, for recorded buckets, in its name).
+        group: the plan entries one query reads together (the pod metrics), each result series naming its
+            entry in `METRIC_LABEL`; empty for a query of `spec` alone.
     """
 
     spec: MetricSpec
     promql: str
     kind: Kind = "instant"
     step_s: int | None = None
+    stat: str | None = None
+    group: tuple[MetricSpec, ...] = ()
+
+
+def bucket_stat_query(sel: str, stat: str, *, bucket_s: int) -> str:
+    """One statistic (`BUCKET_STATS`) of every series over one bucket `(t − B, t]`, untagged and not aggregated.
+
+    The cheapest time-resolved read Prometheus can evaluate step by step: no `label_replace`, no `or`, no
+    `sum without (…)` at each step (measured in bench/RESULTS.md: a quarter of the tagged, aggregated query's
+    evaluation time). The labels nobody reads come back and the scan merges them away (`metrics_plan.merge_dropped`,
+    the operators of `MERGE_OPS`), exactly what the aggregated query computed.
+    """
+    return f"{_FUNCS[stat]}({sel}{_range_ms(bucket_s)})"
+
+
+def _tag_metric(expr: str, spec: MetricSpec) -> str:
+    return f'label_replace({expr}, "{METRIC_LABEL}", "{escape_label_value(spec.name)}", "", "")'
 
 
 def scan_queries(
     *, window_s: int, matchers: Mapping[str, str] | None = None, plan: Sequence[MetricSpec] = PLAN, drop: Sequence[str] = (),
     bucket_s: int | None = None, rules: bool = False,
 ) -> list[PlannedQuery]:
-    """The fixed per-scan query plan, one query per entry, independent of fleet size.
+    """The fixed per-scan query plan, independent of fleet size.
+
+    * each time-resolved GPU field: three `query_range` requests, one per bucket statistic (`bucket_stat_query`);
+      with the recording rules, one instant read of its three recorded series instead;
+    * each other GPU field: one instant query of its window statistics (aggregated without `drop`);
+    * the pod metrics: one instant query for every pod counter and window statistic, one `query_range` for every
+      time-resolved pod gauge, each series tagged with its metric (`METRIC_LABEL`).
 
     Args:
-        drop: labels aggregated away from GPU metrics (the Prometheus adapter passes
-            `metrics_plan.droppable_labels(settings)`); none by default.
+        drop: labels aggregated away from the instant GPU queries (the Prometheus adapter passes
+            `metrics_plan.droppable_labels(settings)`; the time-resolved reads return them and the adapter merges
+            them away); none by default.
         bucket_s: bucket width of the time-resolved entries (default: `models.telemetry.bucket_seconds`).
         rules: read the time-resolved GPU entries from the shipped recording rules.
     """
     b = int(bucket_s or bucket_seconds(window_s))
-    out = []
+    out: list[PlannedQuery] = []
+    pod_instant: list[MetricSpec] = []
+    pod_range: list[MetricSpec] = []
     for spec in plan:
-        if spec.summary == "buckets" and rules and spec.scope == "gpu":
+        if spec.scope == "pod":
+            (pod_range if spec.summary == "buckets" else pod_instant).append(spec)
+        elif spec.summary == "buckets" and rules:
             out.append(PlannedQuery(spec, recorded_query(spec, window_s=window_s, matchers=matchers), "recorded", RULE_INTERVAL_S))
         elif spec.summary == "buckets":
-            out.append(PlannedQuery(spec, metric_query(spec, window_s=window_s, matchers=matchers, drop=drop, bucket_s=b), "range", b))
+            sel = selector(spec.names, matchers)
+            out.extend(PlannedQuery(spec, bucket_stat_query(sel, k, bucket_s=b), "range", b, stat=k) for k in BUCKET_STATS)
         else:
             out.append(PlannedQuery(spec, metric_query(spec, window_s=window_s, matchers=matchers, drop=drop)))
+    if pod_instant:
+        promql = " or ".join(_tag_metric(metric_query(s, window_s=window_s, matchers=matchers), s) for s in pod_instant)
+        out.append(PlannedQuery(pod_instant[0], promql, "instant", group=tuple(pod_instant)))
+    if pod_range:
+        promql = " or ".join(_tag_metric(metric_query(s, window_s=window_s, matchers=matchers, bucket_s=b), s) for s in pod_range)
+        out.append(PlannedQuery(pod_range[0], promql, "range", b, group=tuple(pod_range)))
     return out
 
 
@@ -284,8 +332,10 @@ __all__ = [
     "RULE_INTERVAL_S",
     "STATS_BRANCHES",
     "STAT_LABEL",
+    "METRIC_LABEL",
     "PlannedQuery",
     "bucket_query",
+    "bucket_stat_query",
     "escape_label_value",
     "metric_query",
     "minimal_queries",
