@@ -65,7 +65,7 @@ PLURALS = {"Pod": "pods", "Node": "nodes", "Namespace": "namespaces", "ReplicaSe
            "StatefulSet": "statefulsets", "DaemonSet": "daemonsets", "Job": "jobs", "CronJob": "cronjobs"}
 TARGETS = {"rules_scan_over_minimal": 1.3, "raw_scan_over_plan_floor": 1.5, "raw_plan_floor_over_minimal": 2.0, "peak_mb": 512,
            "queries": 30, "naive_over_ours_2ms": 4.0, "recording_mb_base": 200, "recording_kb_per_gpu": 60,
-           "chain_s_10k": 10.0, "sqs_per_finding": 0.2}
+           "chain_s_10k": 10.0, "sqs_per_finding": 0.2, "cluster_state_share": 0.10, "dynamodb_per_finding": 2.0}
 
 
 def log(msg: str) -> None:
