@@ -280,6 +280,8 @@ def progress_printer(quiet: bool):  # type: ignore[no-untyped-def]
 
 def telemetry_lines(report: ScanReport) -> None:
     """How the telemetry was read (plan, sample spacing, buckets) and any unreadable samples, with where they are."""
+    from gpuwaste.sinks import terminal
+
     q = report.telemetry_quality
     if not q:
         return
@@ -287,7 +289,7 @@ def telemetry_lines(report: ScanReport) -> None:
     parts = [f"plan: {q['plan']}" if q.get("plan") else "", f"{report.query_count} queries" if report.query_count else "",
              f"a sample every {spacing:g} s ({'inferred from the data' if q.get('sample_interval_inferred') else 'configured'})" if spacing else "",
              f"{q['bucket_s'] // 60}-min buckets" if q.get("bucket_s") else ""]
-    out.print("telemetry: " + " · ".join(p for p in parts if p), highlight=False, style="dim", markup=False)
+    terminal.print_fitted(out, "telemetry: " + " · ".join(p for p in parts if p), style="dim")
     problems = q.get("problems") or []
     if problems:
         out.print(f"[yellow]{q['unreadable_samples']} unreadable sample(s) were left out (never read as idle):[/]", highlight=False)
@@ -424,21 +426,25 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         span = dated or f"one scrape dated {when_text(report.eval_time)}"
     else:
         span = f"{report.window_s // 60} min to {when_text(report.eval_time)}"
-    out.print(Text.assemble((plain(report.cluster), "bold"), f" · {plain(span)} · {plural(inv.physical_gpus, 'GPU')} on "
-                            f"{plural(inv.nodes, 'node')} · {inv.pods_holding_gpus} "
-                            f"{'pod holds' if inv.pods_holding_gpus == 1 else 'pods hold'} GPUs"))
+    header = (f"{plain(report.cluster)} · {plain(span)} · {plural(inv.physical_gpus, 'GPU')} on "
+              f"{plural(inv.nodes, 'node')} · {inv.pods_holding_gpus} "
+              f"{'pod holds' if inv.pods_holding_gpus == 1 else 'pods hold'} GPUs")
+    for n, line in enumerate(terminal.fit_line(header, out.width)):  # broken at " · " only, never mid-phrase
+        cluster = plain(report.cluster)
+        out.print(Text.assemble((cluster, "bold"), line[len(cluster):]) if n == 0 and line.startswith(cluster) else Text(line),
+                  soft_wrap=True)
     if view.verbose:
         models = ", ".join(f"{'unknown (no modelName label)' if k == 'unknown' else k}×{v}" for k, v in sorted(inv.models.items()))
-        out.print(Text(f"{plural(inv.mig_instances, 'MIG instance')} · models: {plain(models) or 'none'}", style="dim"))
-        out.print(Text("activity signal per device: "
-                       + ", ".join(f"{k.replace('DCGM_FI_', '')}×{v}" for k, v in sorted(inv.activity_signals.items()))
-                       + " · attribution: " + (", ".join(f"{k}×{v}" for k, v in sorted(inv.attribution.items())) or "none")
-                       + (f" · allocation: {inv.allocation}" if inv.allocation else ""),
-                       style="dim"))
+        terminal.print_fitted(out, f"{plural(inv.mig_instances, 'MIG instance')} · models: {plain(models) or 'none'}",
+                              style="dim")
+        terminal.print_fitted(out, "activity signal per device: "
+                              + ", ".join(f"{k.replace('DCGM_FI_', '')}×{v}" for k, v in sorted(inv.activity_signals.items()))
+                              + " · attribution: " + (", ".join(f"{k}×{v}" for k, v in sorted(inv.attribution.items())) or "none")
+                              + (f" · allocation: {plain(str(inv.allocation))}" if inv.allocation else ""), style="dim")
         if inv.metrics_present:
             dcgm = [m.removeprefix("DCGM_FI_") for m in inv.metrics_present if m.startswith("DCGM_FI_")]
             other = [m for m in inv.metrics_present if not m.startswith("DCGM_FI_")]
-            out.print(Text(f"signals present ({len(inv.metrics_present)}): " + ", ".join(dcgm + other), style="dim"))
+            terminal.print_fitted(out, f"signals present ({len(inv.metrics_present)}): " + ", ".join(dcgm + other), style="dim")
         if report.query_count:
             out.print(Text(f"{report.query_count} Prometheus queries", style="dim"))
     for note in inv.allocation_notes:  # capacity that is not GPUs, claims nobody uses, RBAC to grant (issue 11)
@@ -460,7 +466,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
             subjects.setdefault(reason, set()).add(nv.subject)  # count subjects (pods, nodes), not detectors
         every = set().union(*subjects.values())
         if view.verbose:
-            out.print(Text("no verdict: " + "; ".join(f"{len(v)}× {r}" for r, v in sorted(subjects.items())), style="dim"))
+            terminal.print_fitted(out, "no verdict: " + "; ".join(f"{len(v)}× {r}" for r, v in sorted(subjects.items())),
+                                  style="dim")
         else:
             out.print(Text(f"no verdict on {len(every)} pods/nodes (-v says why)" if len(every) != 1
                            else "no verdict on 1 pod/node (-v says why)", style="dim"))

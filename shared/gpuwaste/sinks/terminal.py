@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -91,8 +92,9 @@ NODE_SUFFIXES = (".ec2.internal", ".compute.internal")
 SHORT_ID = 6
 #: USD/day from which a finding's amount is shown in red (high) or yellow (medium).
 SEVERITY_USD = ((Decimal(100), "bold red"), (Decimal(20), "yellow"))
-#: The rollup's name for node-level findings nobody owns (free GPUs, node-wide problems).
-NODE_OWNER = "(nodes: no owner)"
+#: The rollup's name for node-level findings nobody owns (free GPUs, node-wide problems): the words Slack and the
+#: daily summary use for a group without a team.
+NODE_OWNER = "no owner"
 #: Least width of the elided text columns (owner, workload).
 MIN_TEXT = {"owner": 6, "workload": 10, "node": 8, "evidence": 20}
 
@@ -148,6 +150,61 @@ def fit_widths(columns: dict[str, list[str]], room: int, least: dict[str, int] |
     return cut
 
 
+_URL_TOKEN = re.compile(r"^\(?(https?://[^\s()]+)\)?[.,;:]?$")
+#: Separators a long line is broken at, from the loosest to the tightest (never inside a word).
+BREAKS = (" · ", "; ", ", ", " ")
+
+
+def fit_line(text: str, width: int | None, *, indent: str = "", breaks: Sequence[str] = BREAKS) -> list[str]:
+    """`text` as lines of at most `width` characters (continuation lines start with `indent`), broken only at the
+    loosest separator that suffices (` · ` parts, then `; `, `, ` items, then spaces) and never inside a word; the
+    separator stays at the end of the line ("… ·"). A URL gets a line of its own, whole (without the parentheses
+    around it), even when it is wider than `width`: a terminal wraps it, and it stays clickable."""
+    if width is None or width <= 0:
+        return [text]
+    lines: list[str] = []
+
+    def room(first: bool) -> int:
+        return max(1, width - (0 if first and not lines else len(indent)))
+
+    def fits(candidate: str) -> bool:
+        return "://" not in candidate and len(candidate) <= room(not lines)
+
+    def pack(part: str, levels: Sequence[str], current: str) -> str:
+        """Add `part` after the unfinished line `current`; return the new unfinished line."""
+        joined = f"{current} {part}" if current else part
+        if fits(joined):
+            return joined
+        if current and fits(part):
+            lines.append(current)
+            return part
+        if not levels:  # one word that does not fit: whole, on a line of its own
+            if current:
+                lines.append(current)
+            url = _URL_TOKEN.match(part)
+            if url:
+                lines.append(url.group(1))
+                return ""
+            return part
+        sep, mark = levels[0], levels[0].rstrip()
+        pieces = part.split(sep)
+        for i, piece in enumerate(pieces):
+            current = pack(piece + (mark if i < len(pieces) - 1 else ""), levels[1:], current)
+        return current
+
+    last = pack(text, breaks, "")
+    if last:
+        lines.append(last)
+    return [line if n == 0 or _URL_TOKEN.match(line) and len(indent) + len(line) > width else indent + line
+            for n, line in enumerate(lines)]
+
+
+def print_fitted(console: Console, text: str, *, indent: str = "", first: str = "", style: str = "") -> None:
+    """Print `first` + `text` fitted to the console (`fit_line`): every line whole, never re-folded by rich."""
+    for line in fit_line(first + text, console.width, indent=indent):
+        console.print(Text(line, style=style), soft_wrap=True)
+
+
 def table_overhead(columns: int) -> int:
     """Characters a findings table spends beside its cells (SIMPLE_HEAD box, no outer edge: 3 per gap)."""
     return 3 * (columns - 1)
@@ -188,7 +245,7 @@ def _rows(findings: Sequence[Finding], ids: dict[str, str], owner: Callable[[Fin
         caveat = " *" if f.cost is not None and f.cost.priced and f.cost.warnings else ""
         usd = "(shared)" if f.money_owner else usd_text(counted_usd_per_day(f)) if f.kind.is_waste else "not waste"
         rows.append(Row(f, ids.get(f.fingerprint, f.fingerprint[:SHORT_ID]),
-                        plain("(node)" if who.startswith("node ") or who == NODE_OWNER else who),
+                        plain(NODE_OWNER if who.startswith("node ") or who == NODE_OWNER else who),
                         plain(work), plain(short), kind, gpus_text(f.wasted_gpu_share), usd + caveat,
                         plain(evidence_text(f)), f.confidence.value))
     return rows, removed
@@ -338,16 +395,26 @@ def data_quality_table(findings: Sequence[Finding], *, width: int | None = None,
     checks = [str(f.details.get("check", "")).replace("_", " ") for f in rows]
     wheres = [plain(f"{f.subject.namespace}/{f.subject.pod}" if f.subject.pod else (short_node(f.subject.node or "-")[0]))
               for f in rows]
+    titles = [plain(f.title) for f in rows]
     check_w = max([5, *(len(c) for c in checks)])
-    where_w = max(8, min(max([5, *(len(w) for w in wheres)]), (width or 10_000) - check_w - table_overhead(2)))
+    where_natural = max([5, *(len(w) for w in wheres)])
+    where_w = max(8, min(where_natural, (width or 10_000) - check_w - table_overhead(2)))
+    what_w = 0
+    if verbose:  # the text wraps at spaces; its longest word (a GPU UUID, a pod name) gets room before `where`,
+        # which the text repeats anyway; a word still too long is elided in the middle, never folded
+        room = (width or 10_000) - check_w - table_overhead(3)
+        longest = max(len(w) for t in titles for w in [*t.split(), ""])
+        where_w = max(8, min(where_natural, room - max(longest, 20)))
+        what_w = max(8, room - where_w)
+        titles = [" ".join(elide(w, what_w) for w in t.split(" ")) for t in titles]
     table.add_column("check", no_wrap=True)
     table.add_column("where", no_wrap=True, width=where_w)
     if verbose:
-        table.add_column("what", overflow="fold")
-    for f, check, where in zip(rows, checks, wheres, strict=True):
+        table.add_column("what", width=what_w, overflow="ellipsis")
+    for check, where, title in zip(checks, wheres, titles, strict=True):
         cells = [Text(check), Text(elide(where, where_w))]
         if verbose:
-            cells.append(Text(plain(f.title)))
+            cells.append(Text(title))
         table.add_row(*cells)
     return table
 
