@@ -44,22 +44,46 @@ if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
 ACTION_STYLE = {"new": "bold red", "worse": "red", "reminder": "yellow", "escalate": "magenta", "resolved": "green"}
 
 
-def alert_line(alert: AlertMessage) -> str:
-    """One line per alert: action, owner/workload, kind, USD/day, why."""
+#: Least characters of an alert line's owner/workload name before the reason moves to a line of its own.
+ALERT_NAME_MIN = 24
+
+
+def alert_line(alert: AlertMessage, *, width: int | None = None, prefix: str = "") -> str:
+    """One line per alert: `prefix`, action, owner/workload, kind (people's label), USD/day, why.
+
+    With `width`, the text fits it: the name is elided in the middle (down to ALERT_NAME_MIN characters), then the
+    reason moves to an indented line of its own (wrapped at spaces), then the name gives way further."""
+    from gpuwaste.people import elide, kind_label
+    from gpuwaste.sinks.terminal import fit_line
+
     f = alert.finding
     s = f.subject
-    who = f"{s.namespace}/{s.workload_name}" if s.namespace else f"node {s.node or s.workload_name or '-'}"
+    who = for_terminal(f"{s.namespace}/{s.workload_name}" if s.namespace else f"node {s.node or s.workload_name or '-'}")
     usd = f.usd_per_day
     cost = "unpriced" if usd is None else f"${usd:,.2f}/day"
     extra = f" · saved ${alert.saved_usd_per_day}/day" if alert.saved_usd_per_day else ""
-    # names come from the cluster: no escape sequences, no markup reach the terminal
-    line = f"[{alert.action.value.upper()}] {for_terminal(who)} · {f.kind.value} · {cost}{extra} · {for_terminal(alert.reason)}"
-    return line.rstrip(" ·")
+    reason = for_terminal(alert.reason)  # names come from the cluster: no escape sequences, no markup reach the terminal
+
+    def head(name: str) -> str:
+        return f"{prefix}[{alert.action.value.upper()}] {name} · {kind_label(f.kind)} · {cost}{extra}"
+
+    line = f"{head(who)} · {reason}".rstrip(" ·")
+    if width is None or len(line) <= width:
+        return line
+    spare = width - len(line) + len(who)
+    if reason and spare >= ALERT_NAME_MIN:
+        return f"{head(elide(who, spare))} · {reason}"
+    top = head(who)
+    if len(top) > width:
+        top = head(elide(who, max(8, width - len(top) + len(who))))
+    rest = fit_line(reason, width - 2) if reason else []
+    return "\n".join([top, *("  " + r for r in rest)])
 
 
 def print_alert(alert: AlertMessage) -> None:
-    """Print one alert line (the local stand-in for the Slack message)."""
-    out.print(alert_line(alert), style=ACTION_STYLE.get(alert.action.value, ""), highlight=False, soft_wrap=True, markup=False)
+    """Print one alert line (the local stand-in for the Slack message), fitted to the terminal's width."""
+    out.print(alert_line(alert, width=out.width), style=ACTION_STYLE.get(alert.action.value, ""), highlight=False,
+              soft_wrap=True, markup=False)
 
 
 def _section(title: str) -> None:
@@ -147,7 +171,8 @@ def _ticket_stage(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
                 continue
             verb = {AlertAction.ESCALATE: "ticket", AlertAction.WORSE: "comment on",
                     AlertAction.RESOLVED: "resolved"}.get(request.action, request.action.value)
-            out.print(f"{verb} {key or '-'}: {alert_line(request)}", style="magenta", highlight=False, soft_wrap=True)
+            out.print(alert_line(request, width=out.width, prefix=f"{verb} {key or '-'}: "), style="magenta", highlight=False,
+                      soft_wrap=True, markup=False)
         return failed
 
     return file_tickets
