@@ -349,7 +349,7 @@ def team_function(config: GpuWasteConfig | None = None):  # type: ignore[no-unty
 
 def select(findings: Sequence[Finding], view: View, team: Callable[[Finding], str]) -> list[Finding]:
     """The findings `view` keeps (namespace, team and kind filters), in its order (sort), at most `top`."""
-    from gpuwaste.people import parse_kind
+    from gpuwaste.people import kind_names, parse_kind
 
     kinds = set()
     for k in view.kinds:
@@ -357,7 +357,8 @@ def select(findings: Sequence[Finding], view: View, team: Callable[[Finding], st
         if kind is None:
             from gpuwaste.models.findings import WasteKind
 
-            fail(f"--kind {escape_markup(k)}: not a kind; use one of " + ", ".join(w.value for w in WasteKind))
+            fail(f"--kind {escape_markup(k)}: not a kind; use one of " + ", ".join(kind_names())
+                 + " (the JSON values are accepted too: " + ", ".join(w.value for w in WasteKind) + ")")
         kinds.add(kind)
     kept = [f for f in findings
             if (not view.namespaces or (f.subject.namespace or "") in view.namespaces)

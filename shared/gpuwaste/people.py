@@ -130,6 +130,22 @@ def age(since: datetime, now: datetime) -> str:
     return f"{rest // 60}m"
 
 
+#: A group of findings without a team (free node capacity, pods nobody labelled), as people read it: the scan's
+#: rollup, the daily summary and Slack say the same words (JSON keeps its own value, "unassigned").
+NO_OWNER = "no owner"
+#: The team value the daily summary's JSON gives a group without a team.
+UNASSIGNED = "unassigned"
+
+
+def group_label(dimension: str, name: str) -> str:
+    """A rollup group's name as people read it: kinds by their label, a team-less group as NO_OWNER."""
+    if dimension == "kind":
+        return kind_label(name)
+    if dimension == "team" and name in (UNASSIGNED, NO_OWNER):
+        return NO_OWNER
+    return name
+
+
 #: Kind names for people (short enough for an 80-column table).
 KIND_LABELS: dict[WasteKind, str] = {
     WasteKind.IDLE: "idle",
@@ -158,10 +174,17 @@ def kind_label(kind: WasteKind | str) -> str:
 def parse_kind(text: str) -> WasteKind | None:
     """A kind from its value (`idle_allocation`), its label (`idle`, `wrong hw`) or a dashed form; None if unknown."""
     t = text.strip().lower().replace("-", "_").replace(" ", "_")
-    for kind, label in KIND_LABELS.items():
+    for kind in WasteKind:
+        label = KIND_LABELS.get(kind, kind.value)
         if t in (kind.value, label.lower().replace("-", "_").replace(" ", "_")):
             return kind
     return None
+
+
+def kind_names() -> list[str]:
+    """The short names `--kind` accepts, as people type them ("idle", "wrong-hw", "kv-cache"): each label in lower
+    case with dashes for spaces (`parse_kind` also accepts the JSON values)."""
+    return [KIND_LABELS[k].lower().replace(" ", "-") if k in KIND_LABELS else k.value.replace("_", "-") for k in WasteKind]
 
 
 def people_formula(finding: Finding) -> str:

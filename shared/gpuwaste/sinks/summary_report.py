@@ -21,7 +21,19 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, TrendDay
-from gpuwaste.people import DAYS_PER_MONTH, age, elide, kind_label, money, per_month, plain, usd, usd_whole, when
+from gpuwaste.people import (
+    DAYS_PER_MONTH,
+    age,
+    elide,
+    group_label,
+    kind_label,
+    money,
+    per_month,
+    plain,
+    usd,
+    usd_whole,
+    when,
+)
 from gpuwaste.people import period_date as _period_date
 from gpuwaste.sinks.chart import team_order, trend_svg
 from gpuwaste.sinks.terminal import fit_widths
@@ -144,7 +156,7 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
         if not groups:
             continue
         t = _table(f"By {label}")
-        names = [plain(kind_label(g.name) if label == "kind" else g.name) for g in groups]
+        names = [plain(group_label(label, g.name)) for g in groups]
         name_w = max(4, min(max([len(label), *(len(n) for n in names)]), width - 52))
         t.add_column(label, no_wrap=True, width=name_w)
         for col in ("wasted", "before", "trend", "open"):
@@ -194,7 +206,7 @@ def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
     for label, attr in _SECTIONS:
         out += ["", f"## By {label}", "", f"| {label} | wasted | before | trend | open |", "|---|---:|---:|---:|---:|"]
         out += [
-            f"| {_md_cell(g.name)} | {usd(g.wasted_usd)} | {usd(g.previous_usd)} | {_trend(g.wasted_usd, g.previous_usd)} | {g.findings} |"
+            f"| {_md_cell(group_label(label, g.name))} | {usd(g.wasted_usd)} | {usd(g.previous_usd)} | {_trend(g.wasted_usd, g.previous_usd)} | {g.findings} |"
             for g in getattr(s, attr)
         ]
     out += ["", "## Top offenders", "", "| # | workload | namespace | kind | team | wasted | USD/day | open for | state |",
@@ -264,7 +276,7 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
         parts.append(f"<h2>By {e(label)}</h2><table><tr><th>{e(label)}</th><th class=n>wasted</th><th class=n>before</th>"
                      "<th class=n>trend</th><th class=n>open</th></tr>")
         parts += [
-            f"<tr><td>{e(plain(g.name))}</td><td class=n>{usd(g.wasted_usd)}</td><td class=n>{usd(g.previous_usd)}</td>"
+            f"<tr><td>{e(plain(group_label(label, g.name)))}</td><td class=n>{usd(g.wasted_usd)}</td><td class=n>{usd(g.previous_usd)}</td>"
             f"<td class=n>{e(_trend(g.wasted_usd, g.previous_usd))}</td><td class=n>{g.findings}</td></tr>"
             for g in getattr(s, attr)
         ]

@@ -25,6 +25,7 @@ from rich.text import Text
 from gpuwaste.models.findings import Finding, WasteKind
 from gpuwaste.people import (
     DAYS_PER_MONTH,
+    NO_OWNER,
     counted_usd_per_day,
     elide,
     kind_label,
@@ -94,7 +95,7 @@ SHORT_ID = 6
 SEVERITY_USD = ((Decimal(100), "bold red"), (Decimal(20), "yellow"))
 #: The rollup's name for node-level findings nobody owns (free GPUs, node-wide problems): the words Slack and the
 #: daily summary use for a group without a team.
-NODE_OWNER = "no owner"
+NODE_OWNER = NO_OWNER
 #: Least width of the elided text columns (owner, workload).
 MIN_TEXT = {"owner": 6, "workload": 10, "node": 8, "evidence": 20}
 
