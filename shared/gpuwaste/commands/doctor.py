@@ -419,8 +419,25 @@ LABEL_CHECKS: dict[str, str] = {
 }
 
 
+#: Indents of the doctor's notes under a detector and of the fix/docs lines under a to-do item.
+NOTE = " " * 11
+TODO = " " * 7
+
+
+def _heading(title: str, url: str) -> None:
+    """A bold heading with its documentation URL: on one line when it fits, else the URL whole on its own line."""
+    if len(title) + len(url) + 3 <= (out.width or 80):
+        out.print(Text.assemble((title, "bold"), f" ({url})"), soft_wrap=True)
+    else:
+        out.print(Text(title, style="bold"), soft_wrap=True)
+        out.print(Text(url), soft_wrap=True)
+
+
 def render(report: DoctorReport, checks: list[CheckRow] | None = None) -> None:
-    """Print the report for people: signals, labels, detectors, then what to do and the verdict (last)."""
+    """Print the report for people: signals, labels, detectors, then what to do and the verdict (last); text fits
+    the terminal, broken at spaces, and every URL stays whole on a line (a terminal wraps a long one itself)."""
+    from gpuwaste.sinks.terminal import PROSE, print_fitted
+
     out.print("[bold]signals[/] (series at the probe time)")
     for s in report.signals:
         if s.state == "present":
@@ -439,31 +456,32 @@ def render(report: DoctorReport, checks: list[CheckRow] | None = None) -> None:
         style = {"ok": "green", "degraded": "yellow", "stale": "yellow", "off": "red"}[d.status]
         out.print(f"  [{style}]{d.status:8}[/] {d.name}", highlight=False)
         for n in d.notes:
-            out.print(f"           {n}", highlight=False, style="dim", markup=False)
+            print_fitted(out, n, first=NOTE, indent=NOTE, style="dim", breaks=PROSE)
     if report.csv_lines:
-        out.print(f"[bold]add to the dcgm-exporter counters CSV[/] ({DOCS['dcgm-fields']})", highlight=False)
+        _heading("add to the dcgm-exporter counters CSV", DOCS["dcgm-fields"])
         for line in report.csv_lines:
             out.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
-        out.print(f"[bold]Helm values[/] ({DOCS['gpu-operator']})", highlight=False)
+        _heading("Helm values", DOCS["gpu-operator"])
         out.print(report.helm_values, highlight=False, soft_wrap=True, markup=False)
     if report.pod_fixes:
         out.print("[bold]pod-level series[/]")
         for line in report.pod_fixes:
-            out.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
+            print_fitted(out, line, first="  ", indent="    ", breaks=PROSE)
     rows = checks if checks is not None else report.checks
     problems = [c for c in rows if c.status != "ok"]
     if problems:
         out.print("[bold]to do[/]")
         for c in problems:
             style = "red" if c.status == "fail" else "yellow"
-            out.print(Text(f"  {c.status:4} {c.check}: {c.detail}", style=style), soft_wrap=True)
+            print_fitted(out, f"{c.status:4} {c.check}: {c.detail}", first="  ", indent=NOTE, style=style,
+                         breaks=PROSE)
             if c.fix:
-                out.print(Text(f"       fix: {c.fix}"), soft_wrap=True)
+                print_fitted(out, f"fix: {c.fix}", first=TODO, indent=TODO + "  ", breaks=PROSE)
             if c.link:
-                out.print(Text(f"       docs: {c.link}", style="dim"), soft_wrap=True)
+                print_fitted(out, f"docs: {c.link}", first=TODO, indent=TODO, style="dim", breaks=PROSE)
     code = verdict_code(rows)
-    out.print(Text(f"verdict: exit {code}: {EXIT_CODES[code]}", style="bold " + ("green" if code == 0 else "red")),
-              soft_wrap=True)
+    print_fitted(out, f"verdict: exit {code}: {EXIT_CODES[code]}", style="bold " + ("green" if code == 0 else "red"),
+                 breaks=PROSE)
 
 
 def verdict_code(rows: list[CheckRow]) -> int:
@@ -569,12 +587,14 @@ def probe_ksm(source, when) -> KsmStatus:  # type: ignore[no-untyped-def]
 
 def render_ksm(status: KsmStatus) -> None:
     """Print the kube-state-metrics section for people."""
+    from gpuwaste.sinks.terminal import PROSE, print_fitted
+
     out.print("[bold]kube-state-metrics[/] (cluster state without Kubernetes access)")
     for name, count in status.series.items():
         mark = "[green]✓[/]" if count else ("[red]✗[/]" if name in status.missing else "[dim]–[/]")
         out.print(f"  {mark} {name:45} {count:6d}", highlight=False)
         if name in status.missing:
-            out.print(f"           {status.missing[name]}", highlight=False, style="dim", markup=False)
+            print_fitted(out, status.missing[name], first=NOTE, indent=NOTE, style="dim", breaks=PROSE)
     verdict = "a Prometheus-only scan can tie GPUs to pods" if status.usable else "a Prometheus-only scan cannot tie GPUs to pods"
     out.print(f"  {verdict}", highlight=False)
     if status.missing_keys:
@@ -649,13 +669,16 @@ def doctor(
 
 def render_rules(rules: dict[str, object]) -> None:
     """One line on the shipped recording rules (`PrometheusGpuMetricsSource.rules_status`)."""
+    from gpuwaste.sinks.terminal import PROSE, print_fitted
+
     if rules["installed"]:
-        out.print(f"[bold]recording rules[/] [green]✓[/] installed (version {rules['version']}, {rules['evaluations_last_hour']}/"
-                  f"{rules['expected_last_hour']} evaluations in the last hour): scans read their 5-minute buckets", highlight=False)
+        print_fitted(out, f"recording rules ✓ installed (version {rules['version']}, {rules['evaluations_last_hour']}/"
+                     f"{rules['expected_last_hour']} evaluations in the last hour): scans read their 5-minute buckets",
+                     indent="  ", style="green", breaks=PROSE)
     else:
-        out.print("[bold]recording rules[/] [yellow]✗[/] not installed: scans query the raw series (slower at fleet scale); install "
-                  "deploy/prometheus-rules.yaml (Prometheus Operator) or deploy/prometheus/gpuwaste-recording-rules.yml (rule_files)",
-                  highlight=False, soft_wrap=True)
+        print_fitted(out, "recording rules ✗ not installed: scans query the raw series (slower at fleet scale); install "
+                     "deploy/prometheus-rules.yaml (Prometheus Operator) or deploy/prometheus/gpuwaste-recording-rules.yml "
+                     "(rule_files)", indent="  ", style="yellow", breaks=PROSE)
 
 
 __all__ = ["CHECKS", "CSV_LINES", "EXIT_CODES", "CheckRow", "DetectorStatus", "DoctorReport", "KsmStatus", "Probe",

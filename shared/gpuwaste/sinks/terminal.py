@@ -156,20 +156,19 @@ _URL_TOKEN = re.compile(r"^\(?(https?://[^\s()]+)\)?[.,;:]?$")
 BREAKS = (" · ", "; ", ", ", " ")
 
 
-def fit_line(text: str, width: int | None, *, indent: str = "", breaks: Sequence[str] = BREAKS) -> list[str]:
-    """`text` as lines of at most `width` characters (continuation lines start with `indent`), broken only at the
-    loosest separator that suffices (` · ` parts, then `; `, `, ` items, then spaces) and never inside a word; the
-    separator stays at the end of the line ("… ·"). A URL gets a line of its own, whole (without the parentheses
-    around it), even when it is wider than `width`: a terminal wraps it, and it stays clickable."""
+def fit_line(text: str, width: int | None, *, indent: str = "", first: str = "",
+             breaks: Sequence[str] = BREAKS) -> list[str]:
+    """`first` + `text` as lines of at most `width` characters (continuation lines start with `indent`), broken only
+    at the loosest separator that suffices (` · ` parts, then `; `, `, ` items, then spaces; `breaks`) and never
+    inside a word; the separator stays at the end of the line ("… ·"). A URL too long for the line gets a line of
+    its own, whole (without parentheses around it), even when wider than `width`: a terminal wraps it itself, and
+    it stays clickable."""
     if width is None or width <= 0:
-        return [text]
+        return [first + text]
     lines: list[str] = []
 
-    def room(first: bool) -> int:
-        return max(1, width - (0 if first and not lines else len(indent)))
-
     def fits(candidate: str) -> bool:
-        return "://" not in candidate and len(candidate) <= room(not lines)
+        return len(candidate) <= width - len(first if not lines else indent)
 
     def pack(part: str, levels: Sequence[str], current: str) -> str:
         """Add `part` after the unfinished line `current`; return the new unfinished line."""
@@ -196,13 +195,21 @@ def fit_line(text: str, width: int | None, *, indent: str = "", breaks: Sequence
     last = pack(text, breaks, "")
     if last:
         lines.append(last)
-    return [line if n == 0 or _URL_TOKEN.match(line) and len(indent) + len(line) > width else indent + line
-            for n, line in enumerate(lines)]
+    out = []
+    for n, line in enumerate(lines or [""]):
+        lead = first if n == 0 else indent
+        out.append(line if _URL_TOKEN.match(line) and len(lead) + len(line) > width else lead + line)
+    return out
 
 
-def print_fitted(console: Console, text: str, *, indent: str = "", first: str = "", style: str = "") -> None:
+#: Breaks of prose (a sentence, a hint): spaces only.
+PROSE = (" ",)
+
+
+def print_fitted(console: Console, text: str, *, indent: str = "", first: str = "", style: str = "",
+                 breaks: Sequence[str] = BREAKS) -> None:
     """Print `first` + `text` fitted to the console (`fit_line`): every line whole, never re-folded by rich."""
-    for line in fit_line(first + text, console.width, indent=indent):
+    for line in fit_line(text, console.width, indent=indent, first=first, breaks=breaks):
         console.print(Text(line, style=style), soft_wrap=True)
 
 
