@@ -27,6 +27,7 @@ from gpuwaste.settings import DeliverySettings, GpuWasteConfig, JiraSettings
 from gpuwaste.sinks.jira import adf_document
 from gpuwaste.sinks.terminal import findings_table
 from gpuwaste.sinks.terminal_tickets import TerminalTicketSink, adf_to_text
+from tests.width_checks import overlong, recording_identifiers, split_identifiers
 
 DEMO = local.demo_recording()
 
@@ -125,6 +126,11 @@ def test_scan_filters_sort_top_and_group_by() -> None:
     gpus = [Decimal(re.search(r"\s(\d+(?:\.\d+)?)\s+(?:\$|unpriced)", r).group(1)) for r in _rows(top)]  # type: ignore[union-attr]
     assert gpus == sorted(gpus, reverse=True) and gpus[0] == 4
     assert bad.exit_code == 2 and "not a kind" in bad.output
+    # AND the error lists the short names --help documents, and says the JSON values are accepted too
+    said = " ".join(bad.output.split())
+    for short in ("idle", "under-used", "wrong-hw", "cpu-bound", "kv-cache", "serving-idle", "bandwidth"):
+        assert re.search(rf"\b{short}\b", said), short
+    assert "JSON values are accepted too" in said and "idle_allocation" in said
 
 
 def test_short_ids_from_the_table_are_accepted_by_explain() -> None:
@@ -218,6 +224,39 @@ def test_demo_at_80_columns_ends_with_the_rollup_and_the_total() -> None:
     assert max(len(line) for line in summary.splitlines()) <= 80
     offenders = summary[summary.index("Top offenders"):].splitlines()[3:]
     assert offenders and all(re.match(r"^\s*\d+ ", line) for line in offenders if line.strip())
+    # AND no line of the whole demo is wider than 80 columns (alert and ticket previews included), and no pod
+    # name, node name or GPU UUID of the recording is folded across two lines
+    assert overlong(result.stdout, 80) == []
+    assert split_identifiers(result.stdout, recording_identifiers(DEMO)) == []
+    # AND the alert previews name kinds as the table does ("idle", "serving idle"), never by their JSON values
+    previews = [line for line in lines if re.match(r"^\[(NEW|WORSE|REMINDER|RESOLVED)\] ", line)]
+    assert len(previews) == 21 and "[NEW] inference/rerank-api-0 · serving idle · $65.87/day" in result.stdout
+    assert not [line for line in previews if re.search(r"\b[a-z]+_[a-z_]+\b", line)], previews
+    # AND a ticket line too long for the terminal keeps the name and moves the reason to an indented line
+    start = lines.index(next(line for line in lines if line.startswith("ticket LOCAL-1: ")))
+    assert lines[start] == "ticket LOCAL-1: [ESCALATE] inference/llama-70b-vllm · idle · $660.48/day"
+    assert lines[start + 1] == "  cost $660.48/day ≥ $100/day"
+
+
+def test_verbose_scan_at_80_columns_keeps_every_identifier_and_phrase_whole() -> None:
+    # GIVEN an 80-column terminal and the demo, whose data-quality text names a GPU UUID and long pod names
+    # WHEN scanned with -v
+    result = invoke("scan", "-r", str(DEMO), "-v", env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    lines = text.splitlines()
+    # THEN no line is wider than 80 and no pod, node or GPU UUID of the recording is folded across two lines;
+    # the frozen GPU's UUID is printed whole
+    assert overlong(text, 80) == []
+    assert split_identifiers(text, recording_identifiers(DEMO)) == []
+    assert "GPU-e4b819ac-4095-770d-4983-9c6e78ced192" in text
+    # AND header lines break only between their " · " parts (then list items), never inside one
+    assert "a sample every 30 s (inferred from the data) ·" in lines[lines.index(next(
+        line for line in lines if line.startswith("telemetry: ")))]
+    assert any(line.strip() == "5-min buckets" or line.startswith("5-min buckets") for line in lines)
+    assert any("NVIDIA H100 80GB HBM3×8" in line for line in lines)
+    # AND the unowned node capacity is one group called "no owner", as in the daily summary and Slack
+    assert any(re.match(r"^no owner\s+4\s", line) for line in lines) and "(nodes: no owner)" not in text
 
 
 def test_piped_output_takes_the_width_of_the_terminal_on_stderr(monkeypatch: pytest.MonkeyPatch) -> None:

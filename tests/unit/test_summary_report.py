@@ -99,3 +99,38 @@ def test_slack_summary_header_date_is_the_report_date() -> None:
     header = render_summary(summary).blocks[0]["text"]["text"]
     # THEN both carry the period's last day
     assert header == "GPU waste summary 2024-01-01" and "<title>GPU waste summary 2024-01-01</title>" in render_html(summary)
+
+
+def test_every_summary_format_names_kinds_and_the_ownerless_group_as_people_read_them() -> None:
+    # GIVEN the demo history summarised, one team's findings without a team (nobody labelled them)
+    end = datetime(2024, 1, 1, 1, 20, tzinfo=UTC)
+    records = [r.model_copy(update={"team": None}) if r.team == "vision" else r for r in demo_history(end=end)]
+    summary = summarize(records, since=end - timedelta(days=1), until=end, team_of=lambda r: r.team or "unassigned")
+    assert "unassigned" in {g.name for g in summary.by_team} and "idle_allocation" in {g.name for g in summary.by_kind}
+    # WHEN rendered as HTML, Markdown and on an 80-column terminal
+    from rich.console import Console
+
+    from gpuwaste.people import kind_label
+    from gpuwaste.sinks.summary_report import render_markdown, render_terminal
+
+    page, markdown = render_html(summary), render_markdown(summary)
+    console = Console(width=80, record=True, color_system=None)
+    render_terminal(summary, console)
+    text = console.export_text()
+    by_kind_html = page[page.index("<h2>By kind</h2>"):page.index("</table>", page.index("<h2>By kind</h2>"))]
+    by_kind_md = markdown[markdown.index("## By kind"):markdown.index("## By cluster")]
+    by_kind_text = text[text.index("By kind"):text.index("By cluster")]
+    # THEN "By kind" uses the kind labels of the scan table ("idle", "serving idle"), never the JSON values
+    for g in summary.by_kind:
+        assert f"<td>{kind_label(g.name)}</td>" in by_kind_html and f"| {kind_label(g.name)} |" in by_kind_md
+        assert kind_label(g.name) in by_kind_text
+    assert "idle_allocation" not in by_kind_html + by_kind_md + by_kind_text
+    # AND in "By team" the group without a team reads "no owner" (as in the scan's rollup and in Slack)
+    by_team = (page[page.index("<h2>By team</h2>"):page.index("<h2>By namespace</h2>")],
+               markdown[markdown.index("## By team"):markdown.index("## By namespace")],
+               text[text.index("By team"):text.index("By namespace")])
+    for section in by_team:
+        assert "no owner" in section and "unassigned" not in section
+    # AND the JSON keeps its machine values
+    doc = json.loads(render_json(summary))
+    assert "unassigned" in {g["name"] for g in doc["by_team"]} and "idle_allocation" in {g["name"] for g in doc["by_kind"]}
