@@ -56,6 +56,29 @@ def test_doctor_against_backfilled_prometheus(prometheus_factory: PrometheusFact
     assert report["labels"]["DCGM series with pod label"] > 0
 
 
+def test_doctor_at_80_columns_against_backfilled_prometheus_folds_no_url(prometheus_factory: PrometheusFactory,
+                                                                         recording: Path):
+    # GIVEN the backfilled Prometheus (power-limit fields missing: CSV lines, Helm values and docs links printed)
+    from gpuwaste.commands.doctor import DOCS
+    from tests.width_checks import overlong, split_identifiers, urls
+
+    server = prometheus_factory(recording / "telemetry.om")
+    # WHEN `gpuwaste doctor` prints its table on an 80-column terminal
+    result = CliRunner().invoke(app, ["doctor", "--prometheus", server.url, "--at", SPEC.eval_time.isoformat()],
+                                env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    data = json.loads(CliRunner().invoke(app, ["doctor", "--prometheus", server.url, "--at", SPEC.eval_time.isoformat(),
+                                              "-o", "json"]).stdout)
+    # THEN no line is wider than 80 but a lone URL and the literal CSV lines and Helm values to copy
+    literal = [*data["csv_lines"], *data["helm_values"].splitlines(),
+               *(data.get("kube_state_metrics") or {}).get("helm_values", "").splitlines()]
+    assert overlong(result.stdout, 80, allowed=literal) == []
+    # AND every URL is a whole documentation URL, never folded
+    shown = urls(result.stdout)
+    assert DOCS["dcgm-fields"] in shown and shown <= set(DOCS.values()), shown
+    assert split_identifiers(result.stdout, DOCS.values()) == []
+
+
 def test_doctor_unreachable_prometheus_fails_with_advice():
     # GIVEN a URL nothing listens on
     # WHEN doctor runs

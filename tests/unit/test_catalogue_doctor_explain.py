@@ -84,3 +84,30 @@ def test_explain_text_for_a_finding_without_cost():
     assert "pod_age_s (s) · avg 300000" in text and "> 259200 s" in text
     assert "waste formula: wasted GPUs = all GPUs the pod holds" in text and "cost:" not in text
     assert text.endswith("recommendation: delete it")
+
+
+def test_doctor_at_80_columns_wraps_at_spaces_and_keeps_every_url_whole(monkeypatch):
+    # GIVEN a default dcgm-exporter install (missing fields, no pod-level series) and an 80-column terminal
+    import io
+
+    from gpuwaste.cli_support import out
+    from gpuwaste.commands.doctor import DOCS, render
+    from tests.width_checks import overlong, split_identifiers, urls
+
+    report = diagnose(_default_exporter_counts())
+    buffer = io.StringIO()
+    monkeypatch.setattr(out, "file", buffer)
+    monkeypatch.setattr(out, "width", 80)
+    # WHEN the report is printed for people
+    render(report)
+    text = buffer.getvalue()
+    # THEN no line is wider than 80 but a URL alone on its line (a terminal wraps it, it stays clickable) and the
+    # literal CSV lines and Helm values to copy
+    literal = [*report.csv_lines, *report.helm_values.splitlines()]
+    assert overlong(text, 80, allowed=literal) == []
+    # AND every URL printed is a whole documentation URL, none folded across lines, none followed by a lone ")"
+    shown = urls(text)
+    assert shown and shown <= set(DOCS.values()), shown - set(DOCS.values())
+    assert split_identifiers(text, DOCS.values()) == []
+    assert not [line for line in text.splitlines() if line.strip() == ")"]
+    assert DOCS["dcgm-fields"] in shown and DOCS["gpu-operator"] in shown
