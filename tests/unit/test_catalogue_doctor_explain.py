@@ -96,8 +96,8 @@ def test_doctor_at_80_columns_wraps_at_spaces_and_keeps_every_url_whole(monkeypa
 
     report = diagnose(_default_exporter_counts())
     buffer = io.StringIO()
-    monkeypatch.setattr(out, "file", buffer)
-    monkeypatch.setattr(out, "width", 80)
+    monkeypatch.setattr(out, "_file", buffer)  # the private fields: restored to "follow sys.stdout", "auto width"
+    monkeypatch.setattr(out, "_width", 80)
     # WHEN the report is printed for people
     render(report)
     text = buffer.getvalue()
