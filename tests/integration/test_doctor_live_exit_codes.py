@@ -45,8 +45,8 @@ def fb_only_om(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def invoke(*args: str):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(app, list(args))
+def invoke(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(app, list(args), env=env)
 
 
 def test_doctor_fresh_signals_exit_0(prometheus_factory: PrometheusFactory, demo_om: Path) -> None:
@@ -65,16 +65,24 @@ def test_doctor_stale_series_are_not_missing(prometheus_factory: PrometheusFacto
     # GIVEN the same Prometheus probed 20 minutes after its data stopped
     server = prometheus_factory(demo_om)
     # WHEN doctor runs (as people read it, and as JSON)
-    text = invoke("doctor", "-p", server.url, "--at", "2024-01-01T01:40:00Z")
+    text = invoke("doctor", "-p", server.url, "--at", "2024-01-01T01:40:00Z", env={"COLUMNS": "80"})
     doc = json.loads(invoke("doctor", "-p", server.url, "--at", "2024-01-01T01:40:00Z", "-o", "json").stdout)
     # THEN exit 4: stale with the newest sample's time, not "missing", and no Helm values (the wrong fix)
     assert text.exit_code == 4, text.output
     signal = next(s for s in doc["signals"] if s["name"] == "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
     assert signal["state"] == "stale" and signal["newest"].startswith("2024-01-01T01:2")
     assert "stale: newest sample at 2024-01-01 01:2" in text.stdout and "20m before the probe" in text.stdout
-    assert "never exported" not in text.stdout.split("detectors")[0].split("GR_ENGINE_ACTIVE")[1].splitlines()[0]
+    after = text.stdout.split("detectors")[0].split("GR_ENGINE_ACTIVE")[1].splitlines()
+    note = after[0] if after[0].strip() else after[1]  # on the name's line, or under it when the line is too narrow
+    assert "stale" in note and "never exported" not in note
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in " ".join(doc["csv_lines"])
-    assert "dcgm-exporter pods" in text.stdout and "verdict: exit 4" in text.stdout
+    said = " ".join(text.stdout.split())  # the terminal's lines break at spaces
+    assert "dcgm-exporter pods" in said and "verdict: exit 4" in said
+    # AND on an 80-column terminal no line is wider (but the literal CSV lines and Helm values), none folded mid-word
+    from tests.width_checks import overlong
+
+    assert overlong(text.stdout, 80, allowed=[*doc["csv_lines"], *doc["helm_values"].splitlines(),
+                    *(doc.get("kube_state_metrics") or {}).get("helm_values", "").splitlines()]) == []
     # AND nothing internal reaches the user
     assert "B0" not in text.stdout and "B1" not in text.stdout and "../shared" not in text.stdout
 

@@ -446,7 +446,11 @@ def render(report: DoctorReport, checks: list[CheckRow] | None = None) -> None:
             mark, note = "[yellow]~[/]", f"stale: newest sample at {_when(datetime.fromisoformat(s.newest)) if s.newest else '?'}"
         else:
             mark, note = "[red]✗[/]", "never exported"
-        out.print(f"  {mark} ", Text(f"{s.name:45} {note}"), sep="", highlight=False)
+        if 4 + 45 + 1 + len(note) <= (out.width or 80):
+            out.print(f"  {mark} ", Text(f"{s.name:45} {note}"), sep="", highlight=False, soft_wrap=True)
+        else:  # the note under the name, so neither is folded
+            out.print(f"  {mark} ", Text(s.name), sep="", highlight=False, soft_wrap=True)
+            print_fitted(out, note, first=NOTE, indent=NOTE, breaks=PROSE)
     if report.labels:
         out.print("[bold]labels[/]")
         for k, v in report.labels.items():
