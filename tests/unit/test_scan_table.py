@@ -284,3 +284,14 @@ def test_piped_output_takes_the_width_of_the_terminal_on_stderr(monkeypatch: pyt
         tty.close()
         os.close(leader)
         os.close(follower)
+
+
+def test_chat_messages_name_kinds_as_the_table_does(demo_report) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN the demo's findings
+    from gpuwaste.sinks import slack_blocks
+
+    # WHEN a chat message (Slack, Teams) names their kind
+    # THEN it uses the table's label ("idle", "serving idle"), never the JSON value or its spaced form
+    for f in demo_report.findings:
+        assert slack_blocks.kind_label(f) == kind_label(f.kind)
+    assert {slack_blocks.kind_label(f) for f in demo_report.findings} >= {"idle", "serving idle", "unallocated"}

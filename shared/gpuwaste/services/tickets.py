@@ -20,7 +20,7 @@ from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.models.notices import MessageRef, TicketDraft, TicketSection
-from gpuwaste.people import usd
+from gpuwaste.people import kind_label, usd
 from gpuwaste.ports import FindingStore, TicketSink
 from gpuwaste.services.notify import decimal_or_zero, delivery_key, finding_from_record, record_delivery
 from gpuwaste.services.routing import links_for, route_for
@@ -277,7 +277,7 @@ def overflow_label(team: str) -> str:
 def overflow_draft(team: str, alerts: Sequence[AlertMessage], *, project: str, settings: DeliverySettings) -> TicketDraft:
     """One ticket for the findings of `team` over its cap: the money in the summary, one line per finding."""
     total = sum((a.finding.usd_per_day or Decimal(0) for a in alerts), Decimal(0))
-    lines = tuple(f"{_usd(a.finding.usd_per_day)}/day · {a.finding.kind.value.replace('_', ' ')} · "
+    lines = tuple(f"{_usd(a.finding.usd_per_day)}/day · {kind_label(a.finding.kind)} · "
                   f"{one_line(where_of(a.finding))} · finding {a.fingerprint[:6]}" for a in alerts)
     sections = (
         TicketSection(heading="What", lines=(

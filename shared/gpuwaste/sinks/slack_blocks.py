@@ -114,8 +114,8 @@ def truncate(text: str, limit: int) -> str:
 
 
 def kind_label(finding: Finding) -> str:
-    """The waste kind in words ("idle allocation")."""
-    return finding.kind.value.replace("_", " ")
+    """The waste kind as people read it on every surface ("idle", "serving idle": `people.kind_label`)."""
+    return people_kind_label(finding.kind)
 
 
 def workload_text(finding: Finding) -> str:
