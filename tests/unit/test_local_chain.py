@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -82,3 +83,16 @@ def test_demo_command_runs_the_chain_and_matches_ground_truth() -> None:
     assert "GPU waste findings" in result.stdout and "[NEW] inference/llama-70b-vllm" in result.stdout
     assert "→ #gpu-waste" in result.stdout
     assert "ground truth: 23/23 expected findings found, 0 unexpected, 0 missed" in result.stdout
+
+
+def test_demo_summary_open_now_equals_the_scan_total() -> None:
+    # GIVEN the bundled demo fleet and its seeded 30 days of history
+    # WHEN `gpuwaste demo` runs (scan, alerts, then the daily summary)
+    result = CliRunner().invoke(app, ["demo"])
+    assert result.exit_code == 0, result.output
+    # THEN the summary's "Open now" counts the same findings and $/day as the scan's total line: past findings the
+    # demo fleet no longer has were resolved before the demo's scan
+    total = re.search(r"Total: \$([\d,.]+)/day · \$[\d,]+/month · (\d+) findings", result.stdout)
+    open_now = re.search(r"Open now\s+(\d+) findings, \$([\d,.]+)/day", result.stdout)
+    assert total and open_now, result.stdout
+    assert (open_now[1], open_now[2]) == (total[2], total[1])
