@@ -327,7 +327,7 @@ class View:
     top: int | None = None
     group_by: GroupBy = GroupBy.team
     verbose: bool = False
-    source: str | None = None  # what `gpuwaste explain ID` needs to find the finding again (`-r DIR`)
+    source: str | None = None  # what `gpuwaste explain ID` needs to find the finding again (`-r DIR`, `--state FILE`)
 
 
 def team_function(config: GpuWasteConfig | None = None):  # type: ignore[no-untyped-def]
@@ -482,9 +482,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     hidden = len(chosen) - len(findings)
     if hidden:
         out.print(Text(f"{hidden} finding(s) under ${min_usd:g}/day hidden by --min-usd", style="dim"))
-    if shown and not quiet:
-        where = f" {view.source}" if view.source else ""
-        out.print(Text(f"why: gpuwaste explain ID{where}", style="dim"))
+    if shown and not quiet and view.source:  # a live scan keeps no finding `explain` could read again: no hint
+        out.print(Text(f"why: gpuwaste explain ID {view.source}", style="dim"))
     key = {GroupBy.team: team, GroupBy.namespace: lambda f: f.subject.namespace or "(node)",
            GroupBy.kind: lambda f: kind_label(f.kind)}[view.group_by]
     terminal.print_rollup(out, waste, key=key, by=view.group_by.value, window_s=report.window_s)

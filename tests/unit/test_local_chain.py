@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from datetime import timedelta
 from pathlib import Path
 
@@ -96,3 +97,55 @@ def test_demo_summary_open_now_equals_the_scan_total() -> None:
     open_now = re.search(r"Open now\s+(\d+) findings, \$([\d,.]+)/day", result.stdout)
     assert total and open_now, result.stdout
     assert (open_now[1], open_now[2]) == (total[2], total[1])
+
+
+def _explain_hints(stdout: str) -> list[list[str]]:
+    """The `gpuwaste explain …` commands the output suggests, as argument lists: the scan's `why:` line (with the
+    first finding's ID for "ID") and each ticket's Finding fact (on one line: the output is 300 columns wide)."""
+    first_id = re.search(r"^([0-9a-f]{6}) ", stdout, re.M)
+    assert first_id, stdout
+    why = re.search(r"^why: gpuwaste explain ID (.+)$", stdout, re.M)
+    assert why, stdout
+    hints = [["explain", first_id[1], *shlex.split(why[1])]]
+    facts = re.findall(r"• Finding: \w+ \(\w+; gpuwaste explain ([0-9a-f]{6})(.*)\)\s*│$", stdout, re.M)
+    assert facts, stdout
+    hints += [["explain", fid, *shlex.split(rest)] for fid, rest in facts]
+    return hints
+
+
+def test_explain_hints_printed_by_demo_and_run_work_as_printed(tmp_path: Path) -> None:
+    # GIVEN the demo (temporary state) and `gpuwaste run` keeping its state file
+    wide = {"COLUMNS": "300"}
+    demo = CliRunner().invoke(app, ["demo"], env=wide)
+    ran = CliRunner().invoke(app, ["run", "--recording", str(DEMO), "--state", str(tmp_path / "my state.db")], env=wide)
+    assert demo.exit_code == 0 and ran.exit_code == 0, demo.output + ran.output
+    for result, source in ((demo, "-r"), (ran, "--state")):
+        hints = _explain_hints(result.stdout)
+        assert len(hints) == 3 and all(source in h for h in hints), hints
+        for args in hints:
+            # WHEN each suggested command is run as printed
+            explained = CliRunner().invoke(app, args)
+            # THEN it exits 0 and explains that finding
+            assert explained.exit_code == 0, (args, explained.output)
+            assert f"ID: {args[1]} (fingerprint {args[1]}" in explained.stdout and "evidence:" in explained.stdout
+            assert "cost: $" in explained.stdout and "recommendation:" in explained.stdout
+
+
+def test_explain_without_recording_or_state_file_says_what_to_pass(tmp_path: Path, monkeypatch) -> None:
+    # GIVEN a directory without run's default state file
+    monkeypatch.chdir(tmp_path)
+    # WHEN a finding is explained without -r or --state
+    result = CliRunner().invoke(app, ["explain", "02dd91"])
+    # THEN it fails plainly, naming both ways to find the finding
+    assert result.exit_code == 2 and "-r DIR" in result.output and "--state FILE" in result.output
+
+
+def test_explain_reads_runs_default_state_file(tmp_path: Path, monkeypatch) -> None:
+    # GIVEN `gpuwaste run` with its default state file, in this directory
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(app, ["run", "--recording", str(DEMO), "-q"]).exit_code == 0
+    # WHEN a finding it stored is explained by its ID alone
+    result = CliRunner().invoke(app, ["explain", "02dd91"])
+    # THEN the stored finding is explained, priced
+    assert result.exit_code == 0, result.output
+    assert "ID: 02dd91" in result.stdout and "llama-70b-vllm" in result.stdout and "$660.48/day" in result.stdout
