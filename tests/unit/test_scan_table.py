@@ -96,6 +96,19 @@ def test_scan_total_equals_the_sum_of_the_rows_and_the_rollup(demo_report) -> No
     assert sum(rows) == sum(rollup) == total == expected.quantize(Decimal("0.01"))
 
 
+def test_total_counts_the_unpriced_findings_among_the_listed_ones() -> None:
+    # GIVEN the demo, whose idle findings include one unpriced (no price for its node)
+    # WHEN scanned whole, and for idle findings cut to the top 3
+    whole = invoke("scan", "-r", str(DEMO), "-q", env={"COLUMNS": "120"}).stdout
+    top = invoke("scan", "-r", str(DEMO), "-q", "--kind", "idle", "--top", "3", env={"COLUMNS": "80"}).stdout
+    # THEN the total's count is the listed rows, the unpriced one among them, never added on top ("+1")
+    rows = _rows(whole)
+    unpriced = [r for r in rows if r.rstrip().endswith("unpriced")]
+    assert len(unpriced) == 1
+    assert f"· {len(rows)} findings ({len(unpriced)} unpriced) ·" in whole and "(+" not in whole
+    assert "(top 3 of 7)" in top and "· 7 findings (1 unpriced) ·" in top and "(+" not in top
+
+
 def test_scan_metadata_is_behind_verbose() -> None:
     # GIVEN the demo
     quiet = invoke("scan", "-r", str(DEMO), env={"COLUMNS": "120"}).stdout

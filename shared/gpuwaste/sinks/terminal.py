@@ -322,7 +322,7 @@ def total_line(findings: Sequence[Finding], *, window_s: int | None = None) -> s
     unpriced = sum(1 for f in waste if f.usd_per_day is None and not f.money_owner)
     hrs = sum((wasted_gpu_hours(f) for f in waste), Decimal(0))
     del window_s  # the rollup's GPU-h column says the window
-    more = f" (+{unpriced} unpriced)" if unpriced else ""
+    more = f" ({unpriced} unpriced)" if unpriced else ""  # of the findings counted, not more of them
     return (f"Total: {usd_text(usd)}/day · {usd_whole(usd * DAYS_PER_MONTH)}/month · "
             f"{len(waste)} finding{'s' if len(waste) != 1 else ''}{more} · {hours_text(hrs)} GPU-h")
 
