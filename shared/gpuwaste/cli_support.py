@@ -151,7 +151,8 @@ class Fmt(StrEnum):
 
 
 OUTPUT_HELP = ("table for people; JSON keeps exact decimal strings (USD, GPU shares); CSV rounds decimals to at most "
-               "6 places and has gpus_held (GPUs the workload holds) and wasted_gpus; openmetrics / prometheus print "
+               "6 places and has gpus_held (GPUs the workload holds) and wasted_gpus; CSV and JSON name each finding's team "
+               "(the owner --team selects); openmetrics / prometheus print "
                "gpuwaste's metric families (prometheus: the format of node-exporter's textfile collector).")
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -406,6 +407,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         inv = report.inventory
         sys.stdout.write(terminal.to_json(
             findings,
+            team=team,
             cluster=report.cluster,
             scan_id=report.scan_id,
             eval_time=report.eval_time.isoformat(),
@@ -417,7 +419,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         ) + "\n")
         return
     if output is Output.csv:
-        sys.stdout.write(terminal.to_csv(findings))
+        sys.stdout.write(terminal.to_csv(findings, team=team))
         return
     inv = report.inventory
     if inv.single_instant:
