@@ -99,3 +99,22 @@ def test_slack_summary_header_date_is_the_report_date() -> None:
     header = render_summary(summary).blocks[0]["text"]["text"]
     # THEN both carry the period's last day
     assert header == "GPU waste summary 2024-01-01" and "<title>GPU waste summary 2024-01-01</title>" in render_html(summary)
+
+
+def test_terminal_top_offenders_show_the_wasted_amount_they_are_ranked_by(tmp_path: Path) -> None:
+    # GIVEN the demo's state (30 days of history and the demo scan)
+    state = tmp_path / "demo.db"
+    assert invoke("demo", "-q", "--state", str(state)).exit_code == 0
+    for width in (80, 100, 200):
+        # WHEN its summary is printed on a terminal of WIDTH columns
+        result = invoke("summary", "--state", str(state), env={"COLUMNS": str(width)})
+        assert result.exit_code == 0, result.output
+        text = result.stdout[result.stdout.index("Top offenders"):]
+        lines = text.splitlines()
+        # THEN the table has the period's wasted amount next to USD/day, and the rows are in its order
+        assert re.search(r"\bwasted\s+USD/day\b", lines[1]), (width, lines[1])
+        rows = [line for line in lines[3:] if re.match(r"^\s*\d+ ", line)]
+        wasted = [Decimal(m[1].replace(",", "")) for r in rows if (m := re.search(r"\$([\d,]+\.\d\d)\s+\$[\d,]+\.\d\d", r))]
+        assert len(wasted) == len(rows) >= 5 and wasted == sorted(wasted, reverse=True), (width, rows)
+        # AND every line fits the width
+        assert max(len(line) for line in result.stdout.splitlines()) <= width, width
