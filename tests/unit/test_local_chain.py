@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from datetime import timedelta
@@ -149,3 +150,17 @@ def test_explain_reads_runs_default_state_file(tmp_path: Path, monkeypatch) -> N
     # THEN the stored finding is explained, priced
     assert result.exit_code == 0, result.output
     assert "ID: 02dd91" in result.stdout and "llama-70b-vllm" in result.stdout and "$660.48/day" in result.stdout
+
+
+def test_demo_slack_cumulative_per_team_is_the_summary_money_of_that_team_to_the_cent(tmp_path: Path) -> None:
+    # GIVEN the demo, keeping its state (its findings were all first seen in the last UTC day of its summary)
+    state = tmp_path / "demo.db"
+    demo = CliRunner().invoke(app, ["demo", "--state", str(state)], env={"COLUMNS": "200"})
+    assert demo.exit_code == 0, demo.output
+    # WHEN each team's Slack digest and the summary's waste per team on that day are read back
+    digests = {("unassigned" if m[1] is None else m[1]): m[2] for m in re.finditer(
+        r"GPU waste: \d+ findings(?: for team (\S+)|, no owner) — .*?cumulative so far \$([\d,.]+)", demo.stdout, re.S)}
+    summary = CliRunner().invoke(app, ["summary", "--state", str(state), "-o", "json"])
+    day = json.loads(summary.stdout)["trend"][-1]
+    # THEN they are the same money to the cent: the digest sums the findings' exact ledger figures, rounded once
+    assert len(digests) == 5 and digests == dict(day["by_team"]), (digests, day)

@@ -47,7 +47,7 @@ def dedupe_label(fingerprint: str) -> str:
 
 def _usd(text: Any) -> str:
     value = decimal_or_zero(str(text)) if text is not None else None
-    return "unpriced" if value is None else f"${value.quantize(decimal_or_zero('0.01')):,}"
+    return usd(value)  # cents rounded half-up, as every surface prints money
 
 
 class TicketService:
