@@ -84,3 +84,33 @@ def test_explain_text_for_a_finding_without_cost():
     assert "pod_age_s (s) · avg 300000" in text and "> 259200 s" in text
     assert "waste formula: wasted GPUs = all GPUs the pod holds" in text and "cost:" not in text
     assert text.endswith("recommendation: delete it")
+
+
+def _annotations_read() -> set[str]:
+    """Every pod annotation key the scan reads: each detector setting named `*_annotation` (its default) and the
+    routing keys (team, Slack, Jira, snooze), taken from the settings models, not written out here."""
+    from gpuwaste.detectors import DetectorSettings
+    from gpuwaste.settings import RoutingKeys
+
+    keys = set(RoutingKeys().model_dump().values())
+    for model in DetectorSettings.detector_fields().values():
+        keys |= {getattr(model(), f) for f in model.model_fields if f.endswith("_annotation")}
+    return keys
+
+
+def test_doctor_kube_state_metrics_allowlist_names_every_annotation_a_detector_reads():
+    # GIVEN a kube-state-metrics that exports none of the allow-listed keys
+    from gpuwaste.commands.doctor import diagnose_ksm, ksm_key_checks
+    from gpuwaste.sources.ksm import POD_KEYS
+
+    report = diagnose_ksm({}, dict.fromkeys(ksm_key_checks(), 0))
+    # WHEN doctor prints its Helm values
+    line = next(x for x in report.helm_values.splitlines()[report.helm_values.splitlines().index("metricAnnotationsAllowlist:"):]
+                if x.strip().startswith("- pods=["))
+    printed = set(line.strip()[len("- pods=["):-1].split(","))
+    # THEN the pod annotation allow-list holds every annotation a detector (or routing) reads, under its exact name,
+    # and the KSM reader maps each back from its sanitised form
+    wanted = _annotations_read()
+    assert "gpuwaste.io/model-weights-mib" in wanted and "notebooks.kubeflow.org/last-activity" in wanted
+    assert wanted - printed == set()
+    assert wanted - set(POD_KEYS) == set()

@@ -38,3 +38,17 @@ def test_doctor_help_documents_exit_codes_and_json_alias() -> None:
     # THEN the exit codes are documented and -o is the output option (--json stays as a hidden alias)
     assert "0 ok; 1 a needed signal was never exported" in text and "4 needed signals exist but are stale" in text
     assert "--output" in text and "--json" not in text
+
+
+@pytest.mark.parametrize("command", ["scan", "run", "demo", "doctor", "record", "serve", "summary", "explain", "replay"])
+def test_help_at_80_columns_shows_every_env_var_whole_and_no_internal_names(command: str) -> None:
+    # GIVEN a command's --help on an 80-column terminal, and the env vars its options read
+    import typer.main
+
+    params = typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
+    envvars = {p.envvar for p in params if isinstance(p.envvar, str) and getattr(p, "show_envvar", False)}
+    text = invoke(command, "--help", env={"COLUMNS": "80"}).output
+    # WHEN read THEN nothing is cut off, every env var is printed whole, and no Lambda function name is shown
+    assert "…" not in text
+    assert {e for e in envvars if f"{e}]" not in text} == set()
+    assert "notify_slack" not in text and "create_tickets" not in text

@@ -215,6 +215,15 @@ def test_ksm_helm_values_name_every_allowlisted_key():
     assert "replicasets" in text and "jobs" in text
 
 
+def test_ksm_docs_quote_the_helm_values_doctor_prints():
+    # GIVEN docs/kube-state-metrics.md's Helm values block WHEN compared with what `gpuwaste doctor` prints
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "kube-state-metrics.md").read_text(encoding="utf-8")
+    block = doc.split("```yaml\n", 1)[1].split("```", 1)[0].strip()
+    # THEN they are the same (the comment line aside), so the doc's annotation names are the ones the scan reads
+    printed = "\n".join(line for line in helm_values().splitlines() if not line.startswith("#"))
+    assert block == printed
+
+
 # -- API + KSM -------------------------------------------------------------------------------------------------
 def test_api_and_ksm_disagreement_becomes_a_note_and_the_api_wins(tmp_path):
     # GIVEN the API says trainer-0 runs on n1 with 2 GPUs; KSM (lagging) says 1 GPU, and saw a Job finish in the window

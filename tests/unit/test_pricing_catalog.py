@@ -275,6 +275,17 @@ def test_price_book_azure_nd_h100_uses_eight_gpus(book: PriceBook) -> None:
     assert rate.warnings == ()
 
 
+@pytest.mark.parametrize(("physical", "words"), [(1, "DCGM sees 1 physical GPU on"), (2, "DCGM sees 2 physical GPUs on")])
+def test_gpu_count_warning_counts_gpus_in_plain_english(book: PriceBook, physical: int, words: str) -> None:
+    # GIVEN a p4d.24xlarge (8 GPUs in the price book) on which DCGM sees fewer physical GPUs
+    # WHEN one GPU-hour is priced
+    rate = _rate(book.gpu_hour_rate(instance_type="p4d.24xlarge", capacity_type="on-demand", gpu_model=None,
+                                    physical_gpus=physical))
+    # THEN the warning says "1 physical GPU" / "2 physical GPUs", and the price book's 8
+    (warning,) = [w for w in rate.warnings if "DCGM sees" in w]
+    assert warning.startswith(words) and "price book says 8" in warning
+
+
 # -- price lookups ----------------------------------------------------------------------------------
 
 

@@ -285,14 +285,14 @@ def run_cmd(
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig (live).", envvar="KUBECONFIG")] = None,
     context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
     state: Annotated[Path | None, typer.Option("--state", help=f"SQLite lifecycle store, kept between runs; `summary` reads the same default ({DEFAULT_STATE}).")] = None,
-    scans: Annotated[int, typer.Option("--scans", min=1, max=1000, help="Successive scans, --interval apart, the last at --at.")] = 1,
+    scans: Annotated[int, typer.Option("--scans", min=1, max=1000, metavar="N", help="Successive scans, --interval apart, the last at --at.")] = 1,
     interval: Annotated[str, typer.Option("--interval", help="Time between successive scans, e.g. 10m.")] = "10m",
     at: Annotated[str | None, typer.Option("--at", help="Time of the last scan (RFC 3339 / unix s). Default: recording end, or now.")] = None,
     window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window per scan, 10m or more, e.g. 1h.")] = None,
-    output: Annotated[Output, typer.Option("--output", "-o", help="table (scans + alerts), json or csv (last scan). JSON keeps exact decimal strings; CSV rounds decimals to at most 6 places (gpus_held, wasted_gpus columns).")] = Output.table,
+    output: Annotated[Output, typer.Option("--output", "-o", metavar="FORMAT", help="table (scans + alerts), or the last scan as json, csv, openmetrics or prometheus. JSON keeps exact decimal strings; CSV rounds decimals to at most 6 places (gpus_held, wasted_gpus columns).")] = Output.table,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the alerts.")] = False,
-    slack: Annotated[bool, typer.Option("--slack/--no-slack", help="Show each alert as the Slack message notify_slack sends (posted when delivery.slack has a bot token).")] = True,
-    tickets: Annotated[bool, typer.Option("--tickets/--no-tickets", help="Handle ticket requests: show the ticket create_tickets opens (created in Jira when delivery.jira is configured). "
+    slack: Annotated[bool, typer.Option("--slack/--no-slack", help="Show each alert as the Slack message the owner gets (posted to Slack when delivery.slack has a bot token).")] = True,
+    tickets: Annotated[bool, typer.Option("--tickets/--no-tickets", help="Handle ticket requests: show each ticket that would be opened for the owning team (created in Jira when delivery.jira is configured). "
                                                         "--no-tickets leaves them unfiled and unmarked: the next run requests them again.")] = True,
     summary: Annotated[bool, typer.Option("--summary/--no-summary", help="Print the daily summary of the state file after the scans.")] = True,
     wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,

@@ -570,7 +570,7 @@ class PriceBook:
 
 def _gpu_count_warning(instance_type: str, physical: int, used: int, by: str) -> str:
     return (
-        f"DCGM sees {physical} physical GPUs on this {instance_type} node but {by} says {used}; "
+        f"DCGM sees {physical} physical GPU{'' if physical == 1 else 's'} on this {instance_type} node but {by} says {used}; "
         f"priced per {by}'s {used}"
     )
 

@@ -129,7 +129,7 @@ NODE_LABELS_NEEDED = {
 POD_KEYS = (
     "pod-template-hash", "app", "app.kubernetes.io/name", "app.kubernetes.io/instance", "team",
     "gpuwaste.io/team", "gpuwaste.io/slack-channel", "gpuwaste.io/slack-user", "gpuwaste.io/jira-project",
-    "gpuwaste.io/snooze-until", "gpuwaste.io/model-weights-gib", "notebooks.kubeflow.org/last-activity",
+    "gpuwaste.io/snooze-until", "gpuwaste.io/model-weights-mib", "notebooks.kubeflow.org/last-activity",
     "batch.kubernetes.io/job-name", "job-name", "controller-uid",
     # GPU shares (issue 11): KAI/Run:ai fractions, group and reserved device (B28), HAMi's device grant (B27)
     "gpu-fraction", "gpu-memory", "gpu-fraction-num-devices", "runai-gpu-group", "run.ai/reserve_for_gpu_index",
@@ -150,7 +150,7 @@ ALLOWLIST: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "annotations": {
         "pods": ("gpuwaste.io/team", "gpuwaste.io/slack-channel", "gpuwaste.io/slack-user", "gpuwaste.io/jira-project",
-                 "gpuwaste.io/snooze-until", "notebooks.kubeflow.org/last-activity", "gpuwaste.io/model-weights-gib",
+                 "gpuwaste.io/snooze-until", "notebooks.kubeflow.org/last-activity", "gpuwaste.io/model-weights-mib",
                  # GPU shares (issue 11): KAI/Run:ai fractions and reserved device (B28), HAMi's device grant (B27)
                  "gpu-fraction", "gpu-memory", "gpu-fraction-num-devices", "run.ai/reserve_for_gpu_index",
                  "hami.io/vgpu-devices-allocated"),
