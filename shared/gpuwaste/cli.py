@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -128,7 +129,7 @@ def scan(
         else:
             check_window(sources, when, window_s, given=window_given)
         warn_recording(sources, when, window_s, quiet=quiet)
-        source_hint = f"-r {escape_markup(str(recording))}"
+        source_hint = f"-r {shlex.quote(str(recording))}"  # printed as plain text: a command to copy
     else:
         if prometheus is None and not cfg.clusters:
             fail("nothing to scan: pass --recording DIR, or --prometheus URL (cluster state from kube-state-metrics, "
@@ -218,7 +219,7 @@ def demo(
         seed_history(path_state, sources.recording.end_time(), cluster=sources.recording.cluster)
         chain = run_local_chain(sources, cfg, cluster=sources.recording.cluster, times=[sources.recording.end_time()],
                                 window_s=sources.recording.meta.window_s, state=path_state, output=output,
-                                quiet=quiet, slack=True, state_kept=state is not None)
+                                quiet=quiet, slack=True, state_kept=state is not None, recording=path)
     report = chain.reports[-1]
     if output is Output.table:
         _print_truth(report, json.loads((path / "truth.json").read_text()), to=out)

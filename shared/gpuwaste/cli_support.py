@@ -151,7 +151,8 @@ class Fmt(StrEnum):
 
 
 OUTPUT_HELP = ("table for people; JSON keeps exact decimal strings (USD, GPU shares); CSV rounds decimals to at most "
-               "6 places and has gpus_held (GPUs the workload holds) and wasted_gpus; openmetrics / prometheus print "
+               "6 places and has gpus_held (GPUs the workload holds) and wasted_gpus; CSV and JSON name each finding's team "
+               "(the owner --team selects); openmetrics / prometheus print "
                "gpuwaste's metric families (prometheus: the format of node-exporter's textfile collector).")
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -329,7 +330,7 @@ class View:
     top: int | None = None
     group_by: GroupBy = GroupBy.team
     verbose: bool = False
-    source: str | None = None  # what `gpuwaste explain ID` needs to find the finding again (`-r DIR`)
+    source: str | None = None  # what `gpuwaste explain ID` needs to find the finding again (`-r DIR`, `--state FILE`)
 
 
 def team_function(config: GpuWasteConfig | None = None):  # type: ignore[no-untyped-def]
@@ -409,6 +410,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         inv = report.inventory
         sys.stdout.write(terminal.to_json(
             findings,
+            team=team,
             cluster=report.cluster,
             scan_id=report.scan_id,
             eval_time=report.eval_time.isoformat(),
@@ -420,7 +422,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         ) + "\n")
         return
     if output is Output.csv:
-        sys.stdout.write(terminal.to_csv(findings))
+        sys.stdout.write(terminal.to_csv(findings, team=team))
         return
     inv = report.inventory
     if inv.single_instant:
@@ -490,9 +492,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     hidden = len(chosen) - len(findings)
     if hidden:
         out.print(Text(f"{hidden} finding(s) under ${min_usd:g}/day hidden by --min-usd", style="dim"))
-    if shown and not quiet:
-        where = f" {view.source}" if view.source else ""
-        out.print(Text(f"why: gpuwaste explain ID{where}", style="dim"))
+    if shown and not quiet and view.source:  # a live scan keeps no finding `explain` could read again: no hint
+        out.print(Text(f"why: gpuwaste explain ID {view.source}", style="dim"))
     key = {GroupBy.team: team, GroupBy.namespace: lambda f: f.subject.namespace or "(node)",
            GroupBy.kind: lambda f: kind_label(f.kind)}[view.group_by]
     terminal.print_rollup(out, waste, key=key, by=view.group_by.value, window_s=report.window_s)

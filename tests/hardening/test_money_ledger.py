@@ -7,7 +7,8 @@ the lifecycle to the store, and any split of a period into sub-periods:
 
 * the daily summary's total over the period equals the sum of its totals over the sub-periods (to 1e-18 USD);
 * over all time, each finding's money in the summary, its cumulative USD in the store, in the Slack message and in
-  the Jira ticket are the same number to the cent;
+  the Jira ticket are the same number to the cent, and a digest's cumulative is the summary's total of the same
+  findings to the cent (the store keeps the ledger's exact figure; surfaces round once, when they print);
 * no money is counted before the first evidence or in a gap no evidence covers.
 """
 
@@ -92,8 +93,8 @@ def test_money_ledger_sub_periods_add_up_and_every_surface_shows_the_same_cents(
     tickets = TicketService(sink=None, store=store, settings=settings_, now=lambda: end)  # type: ignore[arg-type]
     for r in records:
         ledger_total = waste_usd(money_spans(r))
-        assert ledger_total.quantize(Decimal("0.01")) == r.cumulative_usd
-        assert by_fp.get(r.fingerprint, Decimal(0)).quantize(Decimal("0.01")) == r.cumulative_usd
+        assert ledger_total == r.cumulative_usd  # the store keeps the ledger's figure unrounded
+        assert usd(by_fp.get(r.fingerprint, Decimal(0))) == usd(r.cumulative_usd)
         f = finding(r.workload or "a", usd_per_day=str(r.usd_per_day))
         item = NoticeItem(fingerprint=r.fingerprint, finding=f, first_seen=r.first_seen, cumulative_usd=r.cumulative_usd)
         slack = render_notice(Notice(kind=NoticeKind.ALERT, route=Route(channel="#x", source="t"), items=(item,)),
@@ -115,6 +116,8 @@ def test_money_ledger_sub_periods_add_up_and_every_surface_shows_the_same_cents(
         digest = render_notice(Notice(kind=NoticeKind.DIGEST, route=Route(channel="#x", source="t"), items=items))
         text = json.dumps([b for p in digest for b in p.blocks], ensure_ascii=False)
         assert f"cumulative so far {usd(sum((r.cumulative_usd for r in records), Decimal(0)))}" in text
+        # ... which is the group's money in the summary over the same time, to the cent (rounded once, not per item)
+        assert f"cumulative so far {usd(summary.wasted_usd)}" in text, (summary.wasted_usd, text)
         for r in records:
             assert ("new" if r.first_seen >= r.last_seen else f"since {age(r.first_seen, r.last_seen)}") in text
     store.close()

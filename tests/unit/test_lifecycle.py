@@ -94,10 +94,11 @@ def test_lifecycle_still_open_is_silent_and_accrues_cost(h: Harness) -> None:
     for n in (1, 2):
         h.service.handle_finding(seen(finding("48.00", at=T0 + n * SCAN), n))
     # THEN nobody is told again; the evidence covers the 1 h window of the first sight plus the 20 minutes the next
-    # windows add (each moment once), rounded once: 48 × 80/1440 = 2.666… → $2.67
+    # windows add (each moment once), kept unrounded and printed to the cent: 48 × 80/1440 = 2.666… → $2.67
     assert h.sent() == []
     record = h.store.get(finding().fingerprint)
-    assert record is not None and record.cumulative_usd == Decimal("2.67")
+    assert record is not None and abs(record.cumulative_usd - Decimal(48) * 80 / 1440) < Decimal("1e-20")
+    assert record.cumulative_usd.quantize(Decimal("0.01")) == Decimal("2.67")
 
 
 def test_lifecycle_cost_up_by_the_share_alerts_worse(h: Harness) -> None:

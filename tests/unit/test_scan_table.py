@@ -5,7 +5,9 @@ piped scan, and confidence/evidence for kinds without a ratio."""
 
 from __future__ import annotations
 
+import csv
 import io
+import json
 import os
 import re
 import subprocess
@@ -95,6 +97,45 @@ def test_scan_total_equals_the_sum_of_the_rows_and_the_rollup(demo_report) -> No
     # THEN they agree with each other and with the findings' own USD/day
     expected = sum((f.usd_per_day or Decimal(0) for f in demo_report.findings if f.kind.is_waste), Decimal(0))
     assert sum(rows) == sum(rollup) == total == expected.quantize(Decimal("0.01"))
+
+
+def test_total_counts_the_unpriced_findings_among_the_listed_ones() -> None:
+    # GIVEN the demo, whose idle findings include one unpriced (no price for its node)
+    # WHEN scanned whole, and for idle findings cut to the top 3
+    whole = invoke("scan", "-r", str(DEMO), "-q", env={"COLUMNS": "120"}).stdout
+    top = invoke("scan", "-r", str(DEMO), "-q", "--kind", "idle", "--top", "3", env={"COLUMNS": "80"}).stdout
+    # THEN the total's count is the listed rows, the unpriced one among them, never added on top ("+1")
+    rows = _rows(whole)
+    unpriced = [r for r in rows if r.rstrip().endswith("unpriced")]
+    assert len(unpriced) == 1
+    assert f"· {len(rows)} findings ({len(unpriced)} unpriced) ·" in whole and "(+" not in whole
+    assert "(top 3 of 7)" in top and "· 7 findings (1 unpriced) ·" in top and "(+" not in top
+
+
+def test_csv_and_json_carry_the_team_the_table_rolls_up_and_team_filters_on() -> None:
+    # GIVEN the demo scanned as a table (its rollup by team), as CSV and as JSON
+    table = invoke("scan", "-r", str(DEMO), "-q", env={"COLUMNS": "200"}).stdout
+    rows = list(csv.DictReader(io.StringIO(invoke("scan", "-r", str(DEMO), "-o", "csv").stdout)))
+    doc = json.loads(invoke("scan", "-r", str(DEMO), "-o", "json").stdout)
+    # WHEN the team of each finding is read back from the machine output
+    waste = [r for r in rows if r["kind"] != "data_quality"]
+    rollup = {m[1]: (int(m[2]), Decimal(m[3].replace(",", ""))) for line in table.splitlines()
+              if (m := re.match(r"^(.+?)\s+(\d+)\s+[\d.]+\s+\$([\d,]+\.\d\d)\s+\$[\d,]+$", line))}
+    # THEN "team" is the last CSV column, after the existing ones in their order
+    assert list(rows[0])[-1] == "team" and list(rows[0])[:3] == ["kind", "idle_mode", "cluster"]
+    # AND grouped by it, the findings and USD/day are the table's rollup by team, row for row
+    by_team: dict[str, tuple[int, Decimal]] = {}
+    for r in waste:
+        n, usd = by_team.get(r["team"], (0, Decimal(0)))
+        by_team[r["team"]] = (n + 1, usd + Decimal(r["usd_per_day"] or 0))
+    assert len(rollup) >= 5 and {t: (n, usd.quantize(Decimal("0.01"))) for t, (n, usd) in by_team.items()} == rollup
+    # AND JSON says the same team for each finding
+    assert {f["fingerprint"]: f["team"] for f in doc["findings"]} == {r["fingerprint"]: r["team"] for r in rows}
+    # AND `--team` with that value selects exactly those findings
+    for name in rollup:
+        chosen = csv.DictReader(io.StringIO(invoke("scan", "-r", str(DEMO), "-o", "csv", "--team", name).stdout))
+        assert {r["fingerprint"] for r in chosen if r["kind"] != "data_quality"} == \
+            {r["fingerprint"] for r in waste if r["team"] == name}, name
 
 
 def test_scan_metadata_is_behind_verbose() -> None:

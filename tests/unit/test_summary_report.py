@@ -134,3 +134,22 @@ def test_every_summary_format_names_kinds_and_the_ownerless_group_as_people_read
     # AND the JSON keeps its machine values
     doc = json.loads(render_json(summary))
     assert "unassigned" in {g["name"] for g in doc["by_team"]} and "idle_allocation" in {g["name"] for g in doc["by_kind"]}
+
+
+def test_terminal_top_offenders_show_the_wasted_amount_they_are_ranked_by(tmp_path: Path) -> None:
+    # GIVEN the demo's state (30 days of history and the demo scan)
+    state = tmp_path / "demo.db"
+    assert invoke("demo", "-q", "--state", str(state)).exit_code == 0
+    for width in (80, 100, 200):
+        # WHEN its summary is printed on a terminal of WIDTH columns
+        result = invoke("summary", "--state", str(state), env={"COLUMNS": str(width)})
+        assert result.exit_code == 0, result.output
+        text = result.stdout[result.stdout.index("Top offenders"):]
+        lines = text.splitlines()
+        # THEN the table has the period's wasted amount next to USD/day, and the rows are in its order
+        assert re.search(r"\bwasted\s+USD/day\b", lines[1]), (width, lines[1])
+        rows = [line for line in lines[3:] if re.match(r"^\s*\d+ ", line)]
+        wasted = [Decimal(m[1].replace(",", "")) for r in rows if (m := re.search(r"\$([\d,]+\.\d\d)\s+\$[\d,]+\.\d\d", r))]
+        assert len(wasted) == len(rows) >= 5 and wasted == sorted(wasted, reverse=True), (width, rows)
+        # AND every line fits the width
+        assert max(len(line) for line in result.stdout.splitlines()) <= width, width

@@ -1,4 +1,5 @@
-"""`gpuwaste explain FINGERPRINT --recording DIR`: show one finding's evidence, thresholds, formula and numbers.
+"""`gpuwaste explain ID [--recording DIR | --state FILE]`: show one finding's evidence, thresholds, formula and numbers
+(from the recording scanned again, or as stored in a run's state file).
 
 The text (`explain_text`) is built by a pure function from the finding and its detector's settings, so
 tests check the output without a terminal.
@@ -8,19 +9,21 @@ from __future__ import annotations
 
 import re
 import sys
+from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuwaste.cli_support import app, config_or_exit, escape_markup, fail, out, parse_time, parse_window
-from gpuwaste.errors import InputFormatError
+from gpuwaste.cli_support import DEFAULT_STATE, app, config_or_exit, escape_markup, fail, out, parse_time, parse_window
+from gpuwaste.errors import GpuWasteError, InputFormatError
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
     from pydantic import BaseModel
 
     from gpuwaste.models.findings import Evidence, Finding
+    from gpuwaste.settings import GpuWasteConfig
 
 
 def _num(v: float | None) -> str:
@@ -114,24 +117,18 @@ def find(findings: list[Finding], prefix: str) -> list[Finding]:
     return [f for f in findings if f.fingerprint.startswith(p)]
 
 
-@app.command()
-def explain(
-    fingerprint: Annotated[str, typer.Argument(help="The finding's ID from the scan table (any unique start of its fingerprint).")],
-    recording: Annotated[Path, typer.Option("--recording", "-r", help="The recording the finding came from.")],
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (thresholds).")] = None,
-    at: Annotated[str | None, typer.Option("--at", help="Evaluation time (default: the recording's end).")] = None,
-    window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window (default: the recording's).")] = None,
-) -> None:
-    """Explain one finding (its ID from `gpuwaste scan`): evidence, thresholds, formula and numbers."""
+def _scanned(recording: Path, fingerprint: str, cfg: GpuWasteConfig, *, config_given: bool, at: str | None,
+             window: str | None) -> tuple[GpuWasteConfig, list[Finding]]:
+    """The recording scanned again (at its end unless `at`) and the findings matching `fingerprint`, with the
+    configuration the recording implies; exits 2 when none matches, listing what the scan found."""
     from gpuwaste.bootstrap import local
 
-    cfg = config_or_exit(config)
     if not recording.exists():
         fail(f"{recording}: no such file or directory")
     try:
         sources = local.recording_sources(recording, cfg)
         assert sources.recording is not None
-        cfg, _ = local.recording_config(cfg, sources, config_given=config is not None)
+        cfg, _ = local.recording_config(cfg, sources, config_given=config_given)
         when = parse_time(at) or sources.recording.end_time()
         window_s = parse_window(window) if window else (sources.recording.meta.window_s or cfg.scan.window_s)
         report = local.scan_service(sources, cfg, window_s=window_s).scan(at=when)
@@ -147,6 +144,55 @@ def explain(
                           f"{plain(f.subject.namespace or '')}/{plain(f.subject.pod or f.subject.node or '')}"
                           for f in report.findings)
         fail(escape_markup(f"no finding with ID {fingerprint!r} in this scan; the scan found:\n{known}"))
+    return cfg, matches
+
+
+def stored_findings(state: Path, prefix: str) -> list[Finding]:
+    """The findings a state file (`gpuwaste run` / `demo --state`) stored under fingerprints starting with `prefix`:
+    each as last seen (priced), so `explain` works without the recording or a live source."""
+    from gpuwaste.models.findings import Finding
+    from gpuwaste.store.sqlite import SqliteFindingStore
+
+    store = SqliteFindingStore(state)
+    try:
+        records = store.history(since=datetime(1970, 1, 1, tzinfo=UTC), until=datetime(9999, 1, 1, tzinfo=UTC))
+    finally:
+        store.close()
+    p = prefix.strip().lower()
+    return [Finding.model_validate_json(r.finding_json) for r in records
+            if r.fingerprint.startswith(p) and r.finding_json]
+
+
+@app.command()
+def explain(
+    fingerprint: Annotated[str, typer.Argument(help="The finding's ID from the scan table (any unique start of its fingerprint).")],
+    recording: Annotated[Path | None, typer.Option("--recording", "-r", help="The recording the finding came from (scanned again).")] = None,
+    state: Annotated[Path | None, typer.Option("--state", help="The state file of the `gpuwaste run` (or `demo --state`) "
+                                                                "that found it: the finding as last seen. Default without "
+                                                                f"--recording: {DEFAULT_STATE}, `run`'s default.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (thresholds).")] = None,
+    at: Annotated[str | None, typer.Option("--at", help="Evaluation time (default: the recording's end).")] = None,
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window (default: the recording's).")] = None,
+) -> None:
+    """Explain one finding (its ID from `gpuwaste scan` or `run`): evidence, thresholds, formula and numbers. Reads
+    the recording again (-r) or the finding stored in a run's state file (--state, default .gpuwaste/state.db)."""
+    cfg = config_or_exit(config)
+    if recording is not None and state is not None:
+        fail("pass --recording or --state, not both")
+    if recording is None:
+        path = state or DEFAULT_STATE
+        if not path.is_file():
+            fail(escape_markup(f"{path}: no such state file. Pass -r DIR (the recording the finding came from) or "
+                               "--state FILE (the state file of the `gpuwaste run` that found it)."))
+        try:
+            matches = stored_findings(path, fingerprint)
+        except GpuWasteError as exc:
+            fail(escape_markup(f"{path}: {exc}"))
+        if not matches:
+            fail(escape_markup(f"no finding with ID {fingerprint!r} in the state file {path}; pass the state file of "
+                               "the run that found it (--state FILE) or its recording (-r DIR)"))
+    else:
+        cfg, matches = _scanned(recording, fingerprint, cfg, config_given=config is not None, at=at, window=window)
     if len(matches) > 1:
         fail(f"{fingerprint!r} matches {len(matches)} findings; give more characters")
     finding = matches[0]
@@ -155,4 +201,4 @@ def explain(
     sys.stdout.flush()
 
 
-__all__ = ["explain", "explain_text", "find", "share_text"]
+__all__ = ["explain", "explain_text", "find", "share_text", "stored_findings"]

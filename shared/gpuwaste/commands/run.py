@@ -16,6 +16,7 @@ from gpuwaste.cli_support import (
     DEFAULT_STATE,
     KUBE_HINT,
     Output,
+    View,
     app,
     check_recording,
     config_or_exit,
@@ -119,7 +120,7 @@ def _show_told(alerts, at):  # type: ignore[no-untyped-def]
         print_alert(alert)
 
 
-def _ticket_stage(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
+def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore[no-untyped-def]
     """create_tickets' local twin over the state's outbox: each pending ticket request handled by the ticket service —
     with Jira when the config has `delivery.jira.base_url`, else printed as the ticket that would be created
     (LOCAL-<n>); returns the requests that failed."""
@@ -146,6 +147,7 @@ def _ticket_stage(cfg, *, panels: bool):  # type: ignore[no-untyped-def]
         assert service is not None
         failed = []
         service.now = lambda: at  # ages and "open since" read from the scan's time (a replay reads as it happened)
+        service.explain_args = explain_args  # the ticket's `gpuwaste explain ID …` works as printed
         plan = plan_tickets(requests, team_of=team, jira=service.settings.jira, started_at=_started(store), now=at)
         if plan.deferred:
             local.release_ticket_requests(plan.deferred, store)
@@ -222,23 +224,26 @@ def _pending_line(result: local.ChainResult, why: list[str], *, kept: bool = Tru
 def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[datetime], window_s: int | None,  # type: ignore[no-untyped-def]
                     state: Path, output: Output, quiet: bool, slack: bool = False, tickets: bool = True,
                     summary: bool = True, wide: bool = False, state_given: bool = True,
-                    state_kept: bool = True) -> local.ChainResult:
+                    state_kept: bool = True, recording: Path | None = None) -> local.ChainResult:
     """Run the chain and print each scan, its messages and tickets, then the daily summary; exits non-zero
     with a clear message on failure (exit `EXIT_UNDELIVERED` when a delivery failed). `quiet` keeps only the
     one-line alerts. Modes that do not deliver (`-q`, `-o json|csv`, `--no-slack`, `--no-tickets`) leave the
-    deliveries pending in the state and say so."""
+    deliveries pending in the state and say so. `recording` (the one scanned) is what `gpuwaste explain ID` is told
+    to read when the state is not kept."""
 
     from gpuwaste.bootstrap import local
 
     table = output is Output.table
+    explain_args = explain_source(state if state_kept else None, recording)
+    view = View(source=explain_args.strip() or None)
 
     def on_scan(report):  # type: ignore[no-untyped-def]
         if table and not quiet:
-            render(report, output, quiet=quiet, wide=wide, config=cfg)
+            render(report, output, quiet=quiet, wide=wide, config=cfg, view=view)
 
     delivering = table and slack and not quiet
     deliver = _slack_stage(cfg) if delivering else None
-    file_tickets = _ticket_stage(cfg, panels=True) if table and tickets and not quiet else None
+    file_tickets = _ticket_stage(cfg, panels=True, explain_args=explain_args) if table and tickets and not quiet else None
     why = []
     if not table:
         why.append(f"-o {output.value}")
@@ -282,6 +287,18 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
                   f"{state} and the next run retries them", style="red", highlight=False)
         raise typer.Exit(EXIT_UNDELIVERED)
     return result
+
+
+def explain_source(state: Path | None, recording: Path | None) -> str:
+    """The arguments after `gpuwaste explain ID` that find a finding of this run again, shell-quoted: the state file
+    when it is kept (it stores each finding as last seen), else the recording; empty when neither."""
+    import shlex
+
+    if state is not None:
+        return f" --state {shlex.quote(str(state))}"
+    if recording is not None:
+        return f" -r {shlex.quote(str(recording))}"
+    return ""
 
 
 @app.command("run")
@@ -345,4 +362,4 @@ def run_cmd(
     times = local.replay_times(when, scans=scans, interval=step)
     run_local_chain(sources, cfg, cluster=name, times=times, window_s=window_s, state=state or DEFAULT_STATE,
                     output=output, quiet=quiet, slack=slack, tickets=tickets, summary=summary, wide=wide,
-                    state_given=state is not None)
+                    state_given=state is not None, recording=recording)

@@ -28,7 +28,8 @@ class FindingRecord(Frozen):
 
     Attributes:
         usd_per_day: the latest priced cost (USD/day); `peak_usd_per_day` the highest seen.
-        cumulative_usd: USD wasted so far, to the cent: `waste_usd(ledger)` (models/ledger.py).
+        cumulative_usd: USD wasted so far: `waste_usd(ledger)` (models/ledger.py), unrounded — surfaces round to the
+            cent when they print, so a group's total is rounded once, as the daily summary rounds it.
         ledger: the stretches of time the sightings' evidence covered, each at its USD/day — the one source of the
             money of this finding over any period (store, chat, tickets and the daily summary read it).
         missed_scans: consecutive scans of the cluster that did not see it.

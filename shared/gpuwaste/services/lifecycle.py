@@ -53,7 +53,6 @@ from gpuwaste.settings import DeliverySettings, LifecycleSettings
 logger = logging.getLogger(__name__)
 
 DAY = Decimal(86400)
-CENT = Decimal("0.01")
 MAX_ATTEMPTS = 5
 
 
@@ -187,7 +186,7 @@ class LifecycleService:
             peak_usd_per_day=usd,
             # the waste was already there during the window that proved it: the time its evidence covers
             ledger=(ledger := add_sighting((), finding)),
-            cumulative_usd=waste_usd(ledger).quantize(CENT),
+            cumulative_usd=waste_usd(ledger),
             team=_team(finding),
             finding_json=finding.model_dump_json(exclude={"fingerprint"}),
             activity_at=at,
@@ -216,14 +215,14 @@ class LifecycleService:
             record, out = self._first_sight(finding, scan_id)
             ledger = add_sighting(money_spans(current), finding)  # the finding's money over all its open periods
             return record.model_copy(update={"version": current.version + 1, "ledger": ledger,
-                                             "cumulative_usd": waste_usd(ledger).quantize(CENT)}), out
+                                             "cumulative_usd": waste_usd(ledger)}), out
         at = finding.observed_at
         usd = finding.usd_per_day
         ledger = add_sighting(money_spans(current), finding)  # only time its evidence covers, each moment once
         peak = max((v for v in (current.peak_usd_per_day, usd) if v is not None), default=None)
         record = current.model_copy(update={
             "last_seen": at, "last_scan_id": scan_id, "usd_per_day": usd, "peak_usd_per_day": peak,
-            "ledger": ledger, "cumulative_usd": waste_usd(ledger).quantize(CENT), "missed_scans": 0,
+            "ledger": ledger, "cumulative_usd": waste_usd(ledger), "missed_scans": 0,
             "finding_json": finding.model_dump_json(exclude={"fingerprint"}), "team": _team(finding) or current.team,
             "activity_at": at, "version": current.version + 1, "expires_at": self._expiry(),
         })

@@ -47,7 +47,7 @@ def dedupe_label(fingerprint: str) -> str:
 
 def _usd(text: Any) -> str:
     value = decimal_or_zero(str(text)) if text is not None else None
-    return "unpriced" if value is None else f"${value.quantize(decimal_or_zero('0.01')):,}"
+    return usd(value)  # cents rounded half-up, as every surface prints money
 
 
 class TicketService:
@@ -66,6 +66,9 @@ class TicketService:
         self.store = store
         self.settings = settings
         self.now = now
+        #: what `gpuwaste explain ID` needs after the ID to find the finding again (e.g. " --state FILE" in a local
+        #: run); empty: the ID alone (the command then reads `run`'s default state file)
+        self.explain_args = ""
 
     def draft(self, finding: Finding, fingerprint: str, *, first_seen: datetime, cumulative_usd: str,
               messages: tuple[MessageRef, ...] = ()) -> TicketDraft:
@@ -89,7 +92,7 @@ class TicketService:
             ("Workload", f"{s.workload_kind or '-'}/{s.workload_name or '-'}" if s.namespace else f"node {s.node or '-'}"),
             ("Namespace", s.namespace or "-"),
             ("Cluster", s.cluster),
-            ("Finding", f"{fingerprint[:6]} ({finding.kind.value}; gpuwaste explain {fingerprint[:6]})"),
+            ("Finding", f"{fingerprint[:6]} ({finding.kind.value}; gpuwaste explain {fingerprint[:6]}{self.explain_args})"),
         ]
         if cumulative_usd not in (None, ""):
             facts.append(("Cumulative so far", usd(decimal_or_zero(str(cumulative_usd)))))  # the money ledger's figure

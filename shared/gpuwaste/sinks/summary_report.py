@@ -36,7 +36,7 @@ from gpuwaste.people import (
 )
 from gpuwaste.people import period_date as _period_date
 from gpuwaste.sinks.chart import team_order, trend_svg
-from gpuwaste.sinks.terminal import fit_widths
+from gpuwaste.sinks.terminal import fit_widths, table_overhead
 
 
 def _trend(current: Decimal, previous: Decimal) -> str:
@@ -168,24 +168,28 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
     if not s.top:
         console.print(Text("Top offenders: none in this period", style="bold"))
         return
-    t = _table("Top offenders")
-    wide = width >= 110  # team and the period's amount only when they fit
-    cells = [(o.workload or o.namespace or "-", kind_label(o.kind), o.team) for o in s.top]
-    fixed = 2 + 9 + 8 + 8 + (8 + 9 + 6) * wide + 3 * (5 + 2 * wide)
+    t = _table("Top offenders (by wasted in the period)")
+    wide = width >= 110  # the team only when it fits; the period's wasted amount (the order) always
+    cells = [(o.workload or o.namespace or "-", kind_label(o.kind), group_label("team", o.team)) for o in s.top]
+    money = {"wasted": [usd(o.wasted_usd) for o in s.top], "USD/day": [usd(o.usd_per_day) for o in s.top]}
+    tail = {**money, "open for": [_open_for(o, s.until) for o in s.top], "state": [_state(o) for o in s.top]}
     columns = {"workload": [c[0] for c in cells], "kind": [c[1] for c in cells]}
     if wide:
         columns["team"] = [c[2] for c in cells]
-    text_w = fit_widths(columns, width - fixed, {"workload": 12, "kind": 12, "team": 6})
+    fixed = (len(str(len(s.top))) + sum(max(len(k), *(len(v) for v in vs)) for k, vs in tail.items())
+             + table_overhead(1 + len(columns) + len(tail)))
+    text_w = fit_widths(columns, width - fixed, {"workload": 12, "kind": 8, "team": 6})
     t.add_column("#", justify="right", no_wrap=True)
     for col in columns:
         t.add_column(col, no_wrap=True, width=text_w[col])
-    for col in (*(("wasted",) if wide else ()), "USD/day", "open for", "state"):
-        t.add_column(col, justify="right" if col in ("wasted", "USD/day") else "left", no_wrap=True)
+    for col in tail:
+        t.add_column(col, justify="right" if col in money else "left", no_wrap=True)
     for n, (o, (work, kind, team)) in enumerate(zip(s.top, cells, strict=True), start=1):
         row: list[str | Text] = [str(n), Text(elide(plain(work), text_w["workload"])), Text(elide(kind, text_w["kind"]))]
         if wide:
-            row += [Text(elide(plain(team), text_w["team"])), usd(o.wasted_usd)]
-        row += [usd(o.usd_per_day), _open_for(o, s.until), Text(_state(o), style="red" if o.open else "green")]
+            row.append(Text(elide(plain(team), text_w["team"])))
+        row += [tail["wasted"][n - 1], tail["USD/day"][n - 1], tail["open for"][n - 1],
+                Text(_state(o), style="red" if o.open else "green")]
         t.add_row(*row)
     console.print(t)
 
@@ -212,7 +216,7 @@ def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
     out += ["", "## Top offenders", "", "| # | workload | namespace | kind | team | wasted | USD/day | open for | state |",
             "|---:|---|---|---|---|---:|---:|---|---|"]
     out += [
-        f"| {n} | {_md_cell(o.workload or '-')} | {_md_cell(o.namespace or '-')} | {o.kind} | {_md_cell(o.team)} |"
+        f"| {n} | {_md_cell(o.workload or '-')} | {_md_cell(o.namespace or '-')} | {kind_label(o.kind)} | {_md_cell(group_label('team', o.team))} |"
         f" {usd(o.wasted_usd)} | {usd(o.usd_per_day)} | {_open_for(o, s.until)} | {_state(o)} |"
         for n, o in enumerate(s.top, start=1)
     ]
@@ -285,7 +289,7 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
                  "<th>team</th><th class=n>wasted</th><th class=n>USD/day</th><th>open for</th><th>state</th></tr>")
     parts += [
         f"<tr><td class=n>{n}</td><td>{e(plain(o.workload or '-'))}</td><td>{e(plain(o.namespace or '-'))}</td>"
-        f"<td>{e(o.kind.replace('_', ' '))}</td><td>{e(plain(o.team))}</td><td class=n>{usd(o.wasted_usd)}</td>"
+        f"<td>{e(kind_label(o.kind))}</td><td>{e(plain(group_label('team', o.team)))}</td><td class=n>{usd(o.wasted_usd)}</td>"
         f"<td class=n>{usd(o.usd_per_day)}</td><td>{e(_open_for(o, s.until))}</td>"
         f"<td class='state-{_state(o)}'>{_state(o)}</td></tr>"
         for n, o in enumerate(s.top, start=1)

@@ -387,7 +387,7 @@ def total_line(findings: Sequence[Finding], *, window_s: int | None = None) -> s
     unpriced = sum(1 for f in waste if f.usd_per_day is None and not f.money_owner)
     hrs = sum((wasted_gpu_hours(f) for f in waste), Decimal(0))
     del window_s  # the rollup's GPU-h column says the window
-    more = f" (+{unpriced} unpriced)" if unpriced else ""
+    more = f" ({unpriced} unpriced)" if unpriced else ""  # of the findings counted, not more of them
     return (f"Total: {usd_text(usd)}/day · {usd_whole(usd * DAYS_PER_MONTH)}/month · "
             f"{len(waste)} finding{'s' if len(waste) != 1 else ''}{more} · {hours_text(hrs)} GPU-h")
 
@@ -433,16 +433,18 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     return data
 
 
-def to_json(findings: Sequence[Finding], **extra: Any) -> str:
-    """Findings (and extra report fields) as a JSON document."""
+def to_json(findings: Sequence[Finding], *, team: Callable[[Finding], str] | None = None, **extra: Any) -> str:
+    """Findings (and extra report fields) as a JSON document; with `team` each finding has its resolved "team" (the
+    owner the table shows, `--team` selects and the rollup groups by)."""
     total = sum((f.usd_per_day or Decimal(0) for f in findings), Decimal(0))
-    doc = {**extra, "total_usd_per_day": str(total), "findings": [finding_dict(f) for f in findings]}
+    items = [finding_dict(f) | ({"team": team(f)} if team else {}) for f in findings]
+    doc = {**extra, "total_usd_per_day": str(total), "findings": items}
     return json.dumps(doc, indent=2, default=str)
 
 
 CSV_COLUMNS = ("kind", "idle_mode", "cluster", "namespace", "workload_kind", "workload", "pod", "node", "gpus_held",
                "wasted_gpus", "gpu_model", "instance_type", "confidence", "signal", "avg", "p95", "max", "coverage",
-               "usd_per_gpu_hour", "usd_per_day", "formula", "fingerprint", "title")
+               "usd_per_gpu_hour", "usd_per_day", "formula", "fingerprint", "title", "team")
 #: Decimal places kept in CSV numbers (JSON keeps the exact decimal strings).
 CSV_PLACES = 6
 
@@ -460,8 +462,15 @@ def csv_number(v: Decimal | float | int | None) -> str:
     return "0" if text in ("-0", "") else text
 
 
-def to_csv(findings: Sequence[Finding]) -> str:
-    """Findings as CSV, one row per finding (see CSV_COLUMNS; numbers rounded to CSV_PLACES decimals)."""
+def _owner_or_nodes(f: Finding) -> str:
+    owner = owner_of(f)
+    return NODE_OWNER if owner.startswith("node ") else owner
+
+
+def to_csv(findings: Sequence[Finding], *, team: Callable[[Finding], str] | None = None) -> str:
+    """Findings as CSV, one row per finding (see CSV_COLUMNS; numbers rounded to CSV_PLACES decimals). "team" is
+    `team(finding)` (the owner the table shows, `--team` selects and the rollup groups by), else the owner from
+    the finding alone (`owner_of`; node capacity: NODE_OWNER)."""
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(CSV_COLUMNS)
@@ -476,7 +485,7 @@ def to_csv(findings: Sequence[Finding]) -> str:
             csv_number(e.avg if e else None), csv_number(e.p95 if e else None), csv_number(e.max if e else None),
             csv_number(e.coverage if e else None),
             csv_number(c.usd_per_gpu_hour if c else None), csv_number(c.usd_per_day if c else None),
-            "" if c is None else c.formula, f.fingerprint, f.title,
+            "" if c is None else c.formula, f.fingerprint, f.title, team(f) if team else _owner_or_nodes(f),
         ])
     return buf.getvalue()
 

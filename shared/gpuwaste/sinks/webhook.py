@@ -22,7 +22,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from gpuwaste.models.notices import DailySummary, MessageRef, Notice, NoticeItem, NoticeKind, PostedMessage
@@ -57,6 +57,10 @@ def verify_signature(secret: str, headers: Mapping[str, str], body: bytes, *, no
 
 def _money(value: Decimal | None) -> str | None:
     return None if value is None else str(value)
+
+
+def _cents(value: Decimal) -> Decimal:
+    return value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
 
 
 def _action(notice: Notice, item: NoticeItem) -> str:
@@ -106,7 +110,7 @@ def event_for(notice: Notice, item: NoticeItem, *, sent_at: datetime) -> dict[st
         "money": {
             "currency": "USD",
             "usd_per_day": _money(f.usd_per_day),
-            "cumulative_usd": _money(item.cumulative_usd),
+            "cumulative_usd": _money(_cents(item.cumulative_usd)),  # the ledger's exact figure, rounded as people read it
             "saved_usd_per_day": _money(item.saved_usd_per_day),
             "formula": cost.formula if cost is not None else None,
         },
