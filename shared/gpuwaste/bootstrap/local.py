@@ -29,6 +29,7 @@ from gpuwaste.models.messages import (
 from gpuwaste.ports import FindingStore
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.scan import ScanReport, ScanService
+from gpuwaste.services.tickets import release_requests
 from gpuwaste.settings import GpuWasteConfig
 from gpuwaste.store.sqlite import DeliveryQueue, SqliteFindingStore
 
@@ -303,17 +304,7 @@ def release_ticket_requests(requests: Sequence[AlertMessage], store: FindingStor
     Returns:
         How many records were released.
     """
-    released = 0
-    for request in requests:
-        if request.action is not AlertAction.ESCALATE:
-            continue
-        record = store.get(request.finding.fingerprint)
-        if record is None or record.ticket_key or record.ticket_requested_at is None:
-            continue
-        cleared = record.model_copy(update={"ticket_requested_at": None, "version": record.version + 1})
-        if store.update(cleared, expected_version=record.version):
-            released += 1
-    return released
+    return release_requests(requests, store)
 
 
 def replay_times(end: datetime, *, scans: int, interval: timedelta) -> list[datetime]:
