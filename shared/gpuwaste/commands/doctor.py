@@ -421,7 +421,7 @@ LABEL_CHECKS: dict[str, str] = {
 
 #: Indents of the doctor's notes under a detector and of the fix/docs lines under a to-do item.
 NOTE = " " * 11
-TODO = " " * 7
+HINT_INDENT = " " * 7
 
 
 def _heading(title: str, url: str) -> None:
@@ -480,9 +480,9 @@ def render(report: DoctorReport, checks: list[CheckRow] | None = None) -> None:
             print_fitted(out, f"{c.status:4} {c.check}: {c.detail}", first="  ", indent=NOTE, style=style,
                          breaks=PROSE)
             if c.fix:
-                print_fitted(out, f"fix: {c.fix}", first=TODO, indent=TODO + "  ", breaks=PROSE)
+                print_fitted(out, f"fix: {c.fix}", first=HINT_INDENT, indent=HINT_INDENT + "  ", breaks=PROSE)
             if c.link:
-                print_fitted(out, f"docs: {c.link}", first=TODO, indent=TODO, style="dim", breaks=PROSE)
+                print_fitted(out, f"docs: {c.link}", first=HINT_INDENT, indent=HINT_INDENT, style="dim", breaks=PROSE)
     code = verdict_code(rows)
     print_fitted(out, f"verdict: exit {code}: {EXIT_CODES[code]}", style="bold " + ("green" if code == 0 else "red"),
                  breaks=PROSE)
