@@ -28,13 +28,13 @@ This module is pure standard library and imports nothing from other adapters.
 
 from __future__ import annotations
 
-import gc
 import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TextIO
 
 from gpuwaste.errors import InputFormatError
+from gpuwaste.models.collector import PAUSED_COLLECTOR
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -229,13 +229,8 @@ def parse_exposition(
     )
     # The parse allocates millions of small acyclic objects; the cyclic collector would rescan the growing
     # heap over and over (measured: half the time on a scrape of unique series), so pause it meanwhile.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with PAUSED_COLLECTOR:
         parser.run()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return result
 
 
@@ -280,13 +275,8 @@ def stream_exposition(
         streaming=True,
     )
     parser.lines = _stream_lines(stream, parser)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with PAUSED_COLLECTOR:
         parser.run()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return result
 
 
