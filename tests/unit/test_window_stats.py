@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import math
+import random
 from datetime import UTC, datetime, timedelta
+
+import pydantic
+import pytest
 
 from gpuwaste.detectors.context import build_context
 from gpuwaste.models.cluster import ClusterState, Pod, PodPhase, Workload
-from gpuwaste.models.telemetry import BucketGrid, TelemetryWindow, WindowStats, bucket_seconds
+from gpuwaste.models.telemetry import (
+    STATS_FIELDS_SET,
+    Bucket,
+    BucketGrid,
+    TelemetryWindow,
+    WindowStats,
+    bucket_seconds,
+    stats_from_buckets,
+    stats_from_columns,
+)
+from gpuwaste.models.telemetry import window_stats as unvalidated_stats
 from gpuwaste.sources.window import quantile, window_stats
 
 BASE_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z, a multiple of 10 minutes
@@ -166,3 +180,38 @@ def test_window_coverage_of_pod_started_before_the_window_uses_the_whole_window(
     # THEN 120 samples are expected and duplicates cannot push coverage above 1
     assert ctx.expected_samples(pod) == 120.0
     assert ctx.coverage(many, pod) == 1.0
+
+
+def test_one_pass_column_statistics_equal_the_bucket_statistics_for_every_window_shape():
+    # GIVEN random readable bucket columns (gaps, constant runs, repeated maxima) over windows of 10 min to 7 days
+    rng = random.Random(13)
+    at = datetime(2024, 1, 1, 1, 20, tzinfo=UTC)
+    for window_s in (600, 3600, 4 * 3600, 86400, 7 * 86400):
+        grid = BucketGrid(at, window_s)
+        for _ in range(200):
+            counts = [float(rng.choice((0, 0, 1, 2, 10))) for _ in grid.ends]
+            flat = rng.random() < 0.3
+            maxes = [rng.choice((0.5, 0.25)) if flat else rng.random() for _ in grid.ends]
+            totals = [m * c if flat or rng.random() < 0.2 else m * c * rng.random() for m, c in zip(maxes, counts, strict=True)]
+            totals = [t if c else 0.0 for t, c in zip(totals, counts, strict=True)]
+            buckets = tuple(Bucket(e, int(c), t if c else 0.0, m if c else 0.0)
+                            for e, c, t, m in zip(grid.ends, counts, totals, maxes, strict=True))
+            # WHEN both summarise them
+            one_pass = stats_from_columns(grid, counts, totals, maxes)
+            # THEN every statistic, bucket and dump is the same (the same floats added in the same order)
+            assert one_pass == stats_from_buckets(buckets, grid)
+            assert one_pass.model_dump() == stats_from_buckets(buckets, grid).model_dump()
+
+
+def test_unvalidated_window_stats_equal_the_pydantic_construct():
+    # GIVEN the values of a summary
+    values = {"count": 3, "total": 1.5, "max": 0.75, "min": 0.0, "p95": 0.7, "max_avg_10m": 0.6, "recent_count": 2, "changes": 1,
+              "series": 1, "live_series": 1, "buckets": (), "unreadable": 0}
+    # WHEN built without validation and by pydantic's model_construct
+    fast = unvalidated_stats(**values)
+    slow = WindowStats.model_construct(_fields_set=STATS_FIELDS_SET, **values)
+    # THEN they are equal, dump alike, and the frozen model still refuses changes
+    assert fast == slow and fast.model_dump() == slow.model_dump() and fast.avg == 0.5
+    assert fast.model_fields_set == slow.model_fields_set
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        fast.count = 4  # type: ignore[misc]

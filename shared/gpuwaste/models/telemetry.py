@@ -246,6 +246,48 @@ def stats_from_buckets(buckets: Sequence[Bucket], grid: BucketGrid, *, series: i
         if prev_max is not None and m != prev_max:
             steps += 1
         prev_max = m
+    return _derived(buckets, grid, count, total, mx, maxima, varying + steps, series, unreadable)
+
+
+def stats_from_columns(grid: BucketGrid, counts: Sequence[float], totals: Sequence[float], maxes: Sequence[float]) -> WindowStats:
+    """`stats_from_buckets` of readable bucket columns in one pass (the Prometheus reader's hot path, same numbers).
+
+    Column k holds bucket k of `grid` (count, sum, max); a count ≤ 0 is an empty bucket. Every non-empty bucket must be
+    readable (`readable` for its unit: the caller checks and takes `stats_from_buckets` otherwise). Builds the same
+    buckets and adds up the same floats in the same order as `stats_from_buckets` over them, without a second pass.
+    """
+    new = tuple.__new__
+    isclose = math.isclose
+    buckets: list[Bucket] = []
+    append = buckets.append
+    count = 0
+    total = 0.0
+    mx: float | None = None
+    maxima: list[float] = []
+    changes = 0
+    prev_max: float | None = None
+    for e, c, t, m in zip(grid.ends, counts, totals, maxes, strict=True):
+        if c <= 0:
+            append(new(Bucket, (e, 0, 0.0, 0.0)))
+            continue
+        n = int(c)
+        append(new(Bucket, (e, n, t, m)))
+        count += n
+        total += t
+        if mx is None or m > mx:
+            mx = m
+        maxima.append(m)
+        if t != m * n and not isclose(t, m * n, rel_tol=1e-9, abs_tol=1e-12):
+            changes += 1
+        if prev_max is not None and m != prev_max:
+            changes += 1
+        prev_max = m
+    return _derived(buckets, grid, count, total, mx, maxima, changes, 1, 0)
+
+
+def _derived(buckets: Sequence[Bucket], grid: BucketGrid, count: int, total: float, mx: float | None, maxima: list[float], changes: int,
+             series: int, unreadable: int) -> WindowStats:
+    """The rest of `stats_from_buckets` once the buckets' sums are taken: the 10-minute peak, the recent tail, p95."""
     run = grid.avg_run
     best: float | None = None
     if count:
@@ -261,17 +303,17 @@ def stats_from_buckets(buckets: Sequence[Bucket], grid: BucketGrid, *, series: i
                 if c:
                     v = t / c
                     best = v if best is None or v > best else best
-    recent = sum(b[1] for b in buckets[len(buckets) - grid.recent_buckets :])
-    return WindowStats.model_construct(
-        _fields_set=STATS_FIELDS_SET,
+    recent = 0
+    for b in buckets[len(buckets) - grid.recent_buckets :]:
+        recent += b[1]
+    return window_stats(
         count=count,
         total=total,
         max=mx if mx is not None else 0.0,
-        min=0.0,
         p95=_quantile(0.95, maxima) if maxima else 0.0,
         max_avg_10m=best,
         recent_count=recent,
-        changes=varying + steps,
+        changes=changes,
         series=series,
         live_series=1 if recent else 0,
         buckets=tuple(buckets),
@@ -284,6 +326,25 @@ def stats_from_buckets(buckets: Sequence[Bucket], grid: BucketGrid, *, series: i
 STATS_FIELDS_SET: Any = frozenset(
     ("count", "total", "max", "min", "p95", "max_avg_10m", "recent_count", "changes", "series", "live_series", "buckets", "unreadable")
 )
+_new_object = object.__new__
+_set_attr = object.__setattr__
+
+
+def window_stats(*, count: int, total: float, max: float, p95: float, max_avg_10m: float | None, recent_count: int,  # noqa: A002 - the field's name
+                 changes: int, series: int, live_series: int, buckets: tuple[Bucket, ...], unreadable: int, min: float = 0.0) -> WindowStats:  # noqa: A002
+    """A `WindowStats` built without validation from values a source computed (every field given, `min` 0.0 by default).
+
+    The object `WindowStats.model_construct(_fields_set=STATS_FIELDS_SET, ...)` builds (equal, same dump), at a ninth of
+    its cost: a 10,000-GPU scan builds about 100,000 of them.
+    """
+    obj = _new_object(WindowStats)
+    _set_attr(obj, "__dict__", {"count": count, "total": total, "max": max, "min": min, "p95": p95, "max_avg_10m": max_avg_10m,
+                                "recent_count": recent_count, "changes": changes, "series": series, "live_series": live_series,
+                                "buckets": buckets, "unreadable": unreadable})
+    _set_attr(obj, "__pydantic_fields_set__", STATS_FIELDS_SET)
+    _set_attr(obj, "__pydantic_extra__", None)
+    _set_attr(obj, "__pydantic_private__", None)
+    return obj
 
 
 def _quantile(q: float, values: Sequence[float]) -> float:

@@ -61,7 +61,6 @@ from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
 from gpuwaste.models.telemetry import (
-    STATS_FIELDS_SET,
     SUMMARY_STATS,
     TIME_RESOLVED,
     Bucket,
@@ -73,6 +72,7 @@ from gpuwaste.models.telemetry import (
     WindowStats,
     merge_buckets,
     stats_from_buckets,
+    window_stats,
 )
 from gpuwaste.settings import TelemetryLabels
 from gpuwaste.sources.dcgm import build_gpu_telemetry
@@ -277,12 +277,10 @@ def neutral_stats(spec: MetricSpec, values: Mapping[str, float], *, series: int 
     computed = spec.computed
     count = int(values["count"])
     mx = values.get("max", 0.0) if "max" in computed and count else 0.0
-    return WindowStats.model_construct(
-        _fields_set=STATS_FIELDS_SET,
+    return window_stats(
         count=count,
         total=values.get("sum", 0.0) if "sum" in computed and count else 0.0,
         max=mx,
-        min=0.0,
         p95=mx,
         max_avg_10m=None,
         recent_count=count,
@@ -308,9 +306,9 @@ def _merge_aggregated(a: WindowStats, b: WindowStats, grid: BucketGrid | None) -
     if a.buckets and grid is not None:
         return stats_from_buckets(merge_buckets(a.buckets, b.buckets), grid, series=1, unreadable=a.unreadable + b.unreadable)
     count = a.count + b.count
-    return WindowStats.model_construct(
-        _fields_set=STATS_FIELDS_SET, count=count, total=a.total + b.total, max=max(a.max, b.max) if a.count and b.count else (a.max if a.count else b.max),
-        min=0.0, p95=max(a.p95, b.p95), max_avg_10m=None, recent_count=a.recent_count + b.recent_count,
+    return window_stats(
+        count=count, total=a.total + b.total, max=max(a.max, b.max) if a.count and b.count else (a.max if a.count else b.max),
+        p95=max(a.p95, b.p95), max_avg_10m=None, recent_count=a.recent_count + b.recent_count,
         changes=a.changes + b.changes, series=1, live_series=1 if count else 0, buckets=(), unreadable=a.unreadable + b.unreadable,
     )
 
@@ -495,7 +493,15 @@ def assemble(
                                              count=s.stats.unreadable))
     if drop:
         summaries = merge_dropped(summaries, droppable_labels(labels), grid)
-    ordered = sorted(summaries, key=_order)
+    sorted_labels: dict[int, tuple[tuple[str, str], ...]] = {}  # a live read shares one labels dict between its fields
+
+    def order(s: SeriesSummary) -> tuple[str, tuple[tuple[str, str], ...]]:
+        items = sorted_labels.get(id(s.labels))
+        if items is None:
+            items = sorted_labels[id(s.labels)] = tuple(sorted(s.labels.items()))
+        return (s.spec.name, items)
+
+    ordered = sorted(summaries, key=order)
     rows: list[tuple[str, dict[str, str], WindowStats]] = []
     pods: dict[tuple[str, str], dict[str, WindowStats]] = {}
     present: set[str] = set()

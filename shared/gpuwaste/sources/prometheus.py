@@ -46,6 +46,7 @@ from gpuwaste.models.telemetry import (
     BucketGrid,
     TelemetryWindow,
     WindowStats,
+    stats_from_columns,
 )
 from gpuwaste.settings import PrometheusSettings, TelemetryLabels
 from gpuwaste.sources.exposition import RecordedSeries
@@ -367,14 +368,15 @@ class PrometheusGpuMetricsSource:
                 return response.json()["data"]["result"]
             r = reader()
 
-            def hook(pairs: list[tuple[str, Any]]) -> Any:
-                if len(pairs) == 2 and pairs[0][0] == "metric" and isinstance(pairs[0][1], dict):  # a result item, not a label set
-                    points = pairs[1][1] if pairs[1][0] == "values" else [pairs[1][1]]  # a vector answer: one point
-                    r.item(pairs[0][1], points)
+            def hook(obj: dict[str, Any]) -> Any:
+                labels = obj.get("metric")
+                if type(labels) is dict and len(obj) == 2:  # a result item (a label set's values are strings, never objects)
+                    points = obj.get("values")
+                    r.item(labels, points if points is not None else [obj.get("value")])  # a vector answer: one point
                     return None
-                return dict(pairs)
+                return obj
 
-            doc = json.loads(response.content, object_pairs_hook=hook)
+            doc = json.loads(response.content, object_hook=hook)
             if not isinstance(doc["data"]["result"], list):
                 raise TypeError("result is not a list")
             return r
@@ -709,53 +711,72 @@ class _ItemReader:
                 acc = self.groups[key] = [[0.0] * n, [0.0] * n, [-math.inf] * n]
                 self.source._guard(self.spec, len(self.groups))
         row = acc[col]
-        index = self.index
-        for t, v in values:  # several series of one group (recorded buckets, dropped labels) add up: counts and sums add, max of maxima
-            k = index.get(t)
-            if k is None:
-                k = (round(float(t) * 1000) - self.start_ms - 1) // self.step_ms
-                index[t] = k = k if 0 <= k < n else -1
-            if k < 0:
-                continue
-            x = float(v)
-            if col == 2:
-                if x > row[k] or x != x:
-                    row[k] = x
-            else:
-                row[k] += x
+        get = self.index.get
+        # several series of one group (recorded buckets, dropped labels) add up: counts and sums add, max of maxima
+        if col == 2:
+            for t, v in values:
+                k = get(t)
+                if k is None:
+                    k = self._slot(t)
+                if k >= 0:
+                    x = float(v)
+                    if x > row[k] or x != x:
+                        row[k] = x
+        else:
+            for t, v in values:
+                k = get(t)
+                if k is None:
+                    k = self._slot(t)
+                if k >= 0:
+                    row[k] += float(v)
+
+    def _slot(self, t: Any) -> int:
+        """The bucket index of a point's timestamp (seconds), −1 outside the window; computed once per timestamp."""
+        k = (round(float(t) * 1000) - self.start_ms - 1) // self.step_ms
+        k = k if 0 <= k < self.n else -1
+        self.index[t] = k
+        return k
 
     def summaries(self) -> list[SeriesSummary]:
         """One summary per series, its bucket statistics checked (an unreadable bucket is emptied and counted)."""
-        spec, grid, n = self.spec, self.grid, self.n
+        spec, grid = self.spec, self.grid
         out: list[SeriesSummary] = []
-        ends = grid.ends
         lo, hi = READABLE_RANGE.get(spec.unit or "", (-math.inf, math.inf))
-        new = tuple.__new__
+        shared_labels = self.source._shared_labels
         for key, (counts, totals, maxes) in self.groups.items():
-            buckets: list[Bucket] = []
-            unreadable = 0
-            problem: str | None = None
-            for k in range(n):
-                c = counts[k]
-                if c <= 0:
-                    buckets.append(new(Bucket, (ends[k], 0, 0.0, 0.0)))
-                    continue
-                t, m = totals[k], maxes[k]
-                if lo <= m <= hi and t >= 0 and t - t == 0.0:  # the common case, without a call (NaN fails every comparison)
-                    buckets.append(new(Bucket, (ends[k], int(c), t, m)))
-                    continue
-                why = bucket_problem(spec.unit, c, t, m)
+            filled = False
+            for c, t, m in zip(counts, totals, maxes, strict=True):
+                if c > 0:
+                    if not (lo <= m <= hi and t >= 0 and t - t == 0.0):  # NaN fails every comparison
+                        break
+                    filled = True
+            else:  # every bucket readable: the common case, in one pass
+                if filled:
+                    stats = stats_from_columns(grid, counts, totals, maxes)
+                    out.append(SeriesSummary(spec, shared_labels(key), stats.count, stats, None))
+                continue
+            out.extend(self._checked(key, counts, totals, maxes))
+        return out
+
+    def _checked(self, key: frozenset[tuple[str, str]], counts: list[float], totals: list[float], maxes: list[float]) -> list[SeriesSummary]:
+        """The summary of a series with an unreadable bucket: that bucket is emptied and its samples counted."""
+        spec, grid = self.spec, self.grid
+        buckets: list[Bucket] = []
+        unreadable = 0
+        problem: str | None = None
+        for e, c, t, m in zip(grid.ends, counts, totals, maxes, strict=True):
+            why = bucket_problem(spec.unit, c, t, m) if c > 0 else None
+            if c <= 0 or why is not None:
                 if why is not None:
                     unreadable += int(c)
                     problem = problem or why
-                    buckets.append(new(Bucket, (ends[k], 0, 0.0, 0.0)))
-                else:
-                    buckets.append(new(Bucket, (ends[k], int(c), t, m)))
-            if not unreadable and not any(b[1] for b in buckets):
-                continue
-            stats = bucketed_stats(buckets, grid, unreadable=unreadable)
-            out.append(SeriesSummary(spec, self.source._shared_labels(key), stats.count + unreadable, stats, ("", problem) if problem else None))
-        return out
+                buckets.append(Bucket(e, 0, 0.0, 0.0))
+            else:
+                buckets.append(Bucket(e, int(c), t, m))
+        if not unreadable and not any(b[1] for b in buckets):
+            return []
+        stats = bucketed_stats(buckets, grid, unreadable=unreadable)
+        return [SeriesSummary(spec, self.source._shared_labels(key), stats.count + unreadable, stats, ("", problem) if problem else None)]
 
 
 _COLS = {"count": 0, "sum": 1, "max": 2}
