@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import yaml
 
 from gpuwaste.errors import PermanentError, SourceAuthError, SourceUnavailableError
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
@@ -31,7 +32,7 @@ from gpuwaste.settings import PrometheusAuth, PrometheusSettings
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
 from gpuwaste.sources.metrics_plan import PLAN
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
-from gpuwaste.sources.promql import scan_queries
+from gpuwaste.sources.promql import recording_rules, scan_queries
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
 from tests.servers.ports import free_port
 
@@ -149,6 +150,27 @@ def _dropped_label_copies(fleet: Any, series: list[RecordedSeries]) -> list[Reco
     return series + copies
 
 
+def _uneven_counts(fleet: Any, series: list[RecordedSeries]) -> list[RecordedSeries]:
+    """Fields of one GPU whose sample counts differ from its GPU_UTIL's (the rules' count reference): on one GPU the tensor
+    field misses every third scrape of the last 40 minutes, on another the GR-engine field starts 20 minutes late and
+    off the 5-minute grid, and a third GPU exports no GPU_UTIL at all."""
+    t_end_ms = int(fleet.spec.eval_time.timestamp() * 1000)
+    plain = [g.uuid for g in fleet.gpus if g.mig is None]
+    out = []
+    for s in series:
+        uuid = s.labels.get("UUID")
+        if uuid == plain[2] and s.name == "DCGM_FI_DEV_GPU_UTIL":
+            continue
+        if uuid == plain[0] and s.name == "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE":
+            keep = [i for i, t in enumerate(s.timestamps_ms) if t < t_end_ms - 2_400_000 or i % 3]
+            s = RecordedSeries(s.name, s.labels, [s.timestamps_ms[i] for i in keep], [s.values[i] for i in keep])
+        if uuid == plain[1] and s.name == "DCGM_FI_PROF_GR_ENGINE_ACTIVE":
+            keep = [i for i, t in enumerate(s.timestamps_ms) if t >= t_end_ms - 2_370_000]
+            s = RecordedSeries(s.name, s.labels, [s.timestamps_ms[i] for i in keep], [s.values[i] for i in keep])
+        out.append(s)
+    return out
+
+
 WEIGHTS = {"busy": 0.3, "idle": 0.2, "underused": 0.15, "bursty": 0.1, "gap": 0.1, "frozen": 0.05, "free": 0.1}
 
 
@@ -169,6 +191,8 @@ def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
                                                  instance_types=("g5.12xlarge",)), _unreadable),
             _write("dropped-labels", root, FleetSpec(layout="random", nodes=2, seed=4, cluster="dl", instance_types=("g5.12xlarge",)),
                    _dropped_label_copies),
+            _write("uneven-counts", root, FleetSpec(layout="random", nodes=6, seed=11, label_style="exported", cluster="rx", weights=WEIGHTS),
+                   _uneven_counts),
             _write("five-minute-export", root, FleetSpec(layout="random", nodes=2, seed=9, cluster="slow", step_s=300,
                                                          instance_types=("g5.12xlarge",))),
         )
@@ -633,12 +657,12 @@ RULES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "gp
 
 @pytest.fixture(scope="module")
 def ruled_prometheus(scenarios: dict[str, Scenario], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Scenario, str]]:
-    """The random-exported fleet in a real Prometheus, with the shipped recording rules backfilled by promtool."""
+    """The random-exported fleet with uneven field counts in a real Prometheus, the shipped recording rules backfilled by promtool."""
     from tests.servers.prometheus import INSTALL_HINT, PrometheusServer, prometheus_available
 
     if not prometheus_available():
         pytest.skip(INSTALL_HINT)
-    sc = scenarios["random-exported"]
+    sc = scenarios["uneven-counts"]
     server = PrometheusServer(sc.telemetry_file, workdir=tmp_path_factory.mktemp("ruled")).start()
     try:
         end = int(RecordingTelemetrySource(sc.path).end_time().timestamp())
@@ -667,6 +691,58 @@ def test_recording_rules_plan_matches_the_recording_and_the_raw_plan(ruled_prome
     assert ruled.rules_status(at=at)["installed"] is True
     # AND the findings are the same
     assert finding_diffs(_scan(sc, rec, at), _scan(sc, ruled, at)) == []
+
+
+def test_rules_record_a_fields_count_only_where_it_differs_and_the_scan_resolves_the_rest(ruled_prometheus: tuple[Scenario, str]) -> None:
+    # GIVEN the fleet with the shipped (version 2) rules backfilled, at the rules' last evaluation
+    sc, url = ruled_prometheus
+    rec = RecordingTelemetrySource(sc.path)
+    ruled = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url), cluster=rec.cluster)
+    marker = ruled.instant_query("gpuwaste:recording_rules:info[10m]", at=rec.end_time())
+    at = datetime.fromtimestamp(float(marker[0]["values"][-1][0]), tz=UTC)
+    # WHEN the recorded series are counted
+    def series(name: str) -> int:
+        return int(float(ruled.instant_query(f"count(count_over_time({name}[1h]))", at=at)[0]["value"][1]))
+
+    # THEN the reference field's count is recorded for every series, another field's only where its count differs (a late
+    # start, missed scrapes, a GPU without the reference, MIG instances)
+    assert series("gpuwaste:dcgm_fi_dev_gpu_util:count5m") == series("gpuwaste:dcgm_fi_dev_gpu_util:sum5m")
+    for field in ("dcgm_fi_prof_gr_engine_active", "dcgm_fi_prof_pipe_tensor_active"):
+        assert 0 < series(f"gpuwaste:{field}:count5m") < series(f"gpuwaste:{field}:sum5m") / 2
+    # AND the window read through them is the recording's, bucket by bucket (the test above), counts exact
+    tw_ruled, tw_rec = ruled.telemetry(at=at, window=timedelta(hours=1)), rec.telemetry(at=at, window=timedelta(hours=1))
+    assert sum(g.merged("DCGM_FI_PROF_GR_ENGINE_ACTIVE").count for g in tw_ruled.gpus if g.merged("DCGM_FI_PROF_GR_ENGINE_ACTIVE")) > 0
+    assert window_diffs(tw_rec, tw_ruled) == []
+
+
+def test_version_1_rules_are_still_read_and_the_doctor_calls_them_outdated(
+    scenarios: dict[str, Scenario], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # GIVEN the fleet with the version 1 rules backfilled (every field's count recorded in full)
+    from tests.servers.prometheus import INSTALL_HINT, PrometheusServer, prometheus_available
+
+    if not prometheus_available():
+        pytest.skip(INSTALL_HINT)
+    sc = scenarios["random-exported"]
+    workdir = tmp_path_factory.mktemp("ruled-v1")
+    old_rules = workdir / "rules-v1.yml"
+    old_rules.write_text(yaml.safe_dump(recording_rules(count_reference=None, version="1")))
+    server = PrometheusServer(sc.telemetry_file, workdir=workdir).start()
+    try:
+        end = int(RecordingTelemetrySource(sc.path).end_time().timestamp())
+        server.backfill_rules(old_rules, start=end - sc.spec.history_s, end=end)
+        rec = RecordingTelemetrySource(sc.path)
+        ruled = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=server.url), cluster=rec.cluster)
+        marker = ruled.instant_query("gpuwaste:recording_rules:info[10m]", at=rec.end_time())
+        at = datetime.fromtimestamp(float(marker[0]["values"][-1][0]), tz=UTC)
+        # WHEN a scan reads the window and the doctor asks about the rules
+        tw = ruled.telemetry(at=at, window=timedelta(hours=1))
+        status = ruled.rules_status(at=at)
+    finally:
+        server.stop()
+    # THEN the scan read the old rules' buckets, equal to the recording, and the doctor says they are outdated
+    assert tw.plan == "recording rules" and window_diffs(rec.telemetry(at=at, window=timedelta(hours=1)), tw) == []
+    assert status["installed"] is True and status["outdated"] is True and (status["version"], status["current_version"]) == ("1", "2")
 
 
 def test_rules_are_not_used_when_they_do_not_cover_the_window(ruled_prometheus: tuple[Scenario, str]) -> None:

@@ -71,10 +71,12 @@ def test_promtool_checks_the_rules(tmp_path: Path):
 
 
 def test_promtool_unit_tests_of_the_rules_pass():
-    # GIVEN the rules' unit tests (two exporters of one GPU differing in a dropped label; a MIG instance; the marker)
+    # GIVEN the rules' unit tests (two exporters of one GPU differing in a dropped label; a MIG instance without the count
+    # reference; fields scraped with the reference and one missing scrapes; the marker)
     promtool = _promtool()
     # WHEN promtool runs them
     result = subprocess.run([promtool, "test", "rules", RULES_TEST.name], capture_output=True, text=True, check=False, cwd=RULES_TEST.parent)
-    # THEN the recorded buckets are the left-open 5-minute counts, sums and maxima, the dropped label aggregated away
+    # THEN the recorded buckets are the left-open 5-minute counts, sums and maxima, the dropped label aggregated away, and a
+    # field's count is recorded exactly where it differs from the reference's
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout

@@ -675,7 +675,12 @@ def render_rules(rules: dict[str, object]) -> None:
     """One line on the shipped recording rules (`PrometheusGpuMetricsSource.rules_status`)."""
     from gpuwaste.sinks.terminal import PROSE, print_fitted
 
-    if rules["installed"]:
+    if rules["installed"] and rules.get("outdated"):
+        print_fitted(out, f"recording rules ! version {rules['version']} installed, version {rules['current_version']} is current: "
+                     "scans still read their 5-minute buckets, at a larger read; update deploy/prometheus-rules.yaml (Prometheus "
+                     "Operator) or deploy/prometheus/gpuwaste-recording-rules.yml (rule_files)", indent="  ", style="yellow",
+                     breaks=PROSE)
+    elif rules["installed"]:
         print_fitted(out, f"recording rules ✓ installed (version {rules['version']}, {rules['evaluations_last_hour']}/"
                      f"{rules['expected_last_hour']} evaluations in the last hour): scans read their 5-minute buckets",
                      indent="  ", style="green", breaks=PROSE)

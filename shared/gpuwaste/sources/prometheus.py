@@ -63,7 +63,9 @@ from gpuwaste.sources.metrics_plan import (
     rate_stats,
 )
 from gpuwaste.sources.promql import (
+    COUNT_REFERENCE,
     METRIC_LABEL,
+    READABLE_RULES_VERSIONS,
     RULE_INTERVAL_S,
     RULES_VERSION,
     STAT_LABEL,
@@ -453,8 +455,9 @@ class PrometheusGpuMetricsSource:
 
         They can when: the source may use them (`use_rules`), the dropped labels are the rules' own
         (a custom label setting needs a label the rules aggregate away), the bucket width is a multiple of
-        the rules' 5 minutes, and the rules' marker was evaluated once per 5 minutes of the whole window
-        (one probe query). Rule evaluation runs at its own offset δ < 5 min from the scan's grid, so each
+        the rules' 5 minutes, the plan reads the count reference field (`promql.COUNT_REFERENCE`), and the
+        marker of a readable rules version (`promql.READABLE_RULES_VERSIONS`: the current one or version 1, whose
+        full counts read the same) was evaluated once per 5 minutes of the whole window (one probe query). Rule evaluation runs at its own offset δ < 5 min from the scan's grid, so each
         bucket read from the rules covers `(end − B − δ, end − δ]`: never outside the window, the last δ
         before the evaluation time unread.
         """
@@ -465,17 +468,22 @@ class PrometheusGpuMetricsSource:
             return False
         if bucket_s is not None and bucket_s % RULE_INTERVAL_S:
             return False
+        if not any(s.name == COUNT_REFERENCE and s.scope == "gpu" and s.summary == "buckets" for s in self.plan):
+            return False  # the fields' shared count comes with the reference field's read
         self._probed = True
         result = self.instant_query(rules_probe_query(window_s=window_s), at=at, what="recording rules probe")
-        evaluations = max((float(r["value"][1]) for r in result if r.get("metric", {}).get("version") == RULES_VERSION), default=0.0)
+        # every readable version counts: a window may span an upgrade of the rules (each version's buckets are read alike)
+        evaluations = sum(float(r["value"][1]) for r in result if r.get("metric", {}).get("version") in READABLE_RULES_VERSIONS)
         return evaluations >= window_s // RULE_INTERVAL_S
 
     def rules_status(self, *, at: datetime | None = None) -> dict[str, Any]:
         """Whether the shipped recording rules are installed and running (for `gpuwaste doctor`).
 
         Returns:
-            {"installed": bool, "version": str | None, "evaluations_last_hour": int, "expected_last_hour": int}
-            read from the rules' marker series over the last hour before `at` (None: now).
+            {"installed": bool, "version": str | None, "current_version": str, "outdated": bool, "evaluations_last_hour": int,
+            "expected_last_hour": int} read from the rules' marker series over the last hour before `at` (None: now):
+            installed when a version scans read ran (`promql.READABLE_RULES_VERSIONS`), outdated when that is not the
+            current one (scans still read it, at a larger read).
 
         Raises:
             SourceUnavailableError, SourceAuthError, PermanentError: see `instant_query`.
@@ -484,7 +492,9 @@ class PrometheusGpuMetricsSource:
         best = max(result, key=lambda r: float(r["value"][1]), default=None)
         evaluations = int(float(best["value"][1])) if best else 0
         version = best.get("metric", {}).get("version") if best else None
-        return {"installed": evaluations > 0 and version == RULES_VERSION, "version": version, "evaluations_last_hour": evaluations,
+        installed = evaluations > 0 and version in READABLE_RULES_VERSIONS
+        return {"installed": installed, "version": version, "current_version": RULES_VERSION,
+                "outdated": installed and version != RULES_VERSION, "evaluations_last_hour": evaluations,
                 "expected_last_hour": 3600 // RULE_INTERVAL_S}
 
     def _check_retention(self, at: datetime, window_s: int) -> None:
@@ -515,6 +525,7 @@ class PrometheusGpuMetricsSource:
         """
         start = at - timedelta(seconds=grid.window_s - grid.bucket_s)
         shared: dict[str, _ItemReader] = {}
+        recorded: dict[str, _RecordedReader] = {}  # resolved and summarised once every answer is in (`_RecordedReader`)
         drop = droppable_labels(self.labels)
         for _, q in jobs:
             if q.kind == "range" and q.stat is not None and q.spec.name not in shared:
@@ -538,9 +549,9 @@ class PrometheusGpuMetricsSource:
                 return summaries
             if q.kind == "recorded":
                 params = {"query": q.promql, "time": f"{at.timestamp():.3f}"}
-                reader = self._get_result("query", params, what, lambda: _ItemReader(self, q.spec, grid, recorded=True))
-                recorded: list[SeriesSummary] = reader.summaries()
-                return recorded
+                recorded[q.spec.name] = self._get_result("query", params, what, lambda: _RecordedReader(
+                    self, q.spec, grid, reference=q.spec.name == COUNT_REFERENCE))
+                return []
             result = self.instant_query(q.promql, at=at, what=what)
             if not q.group:
                 return self._summaries(q.spec, result)
@@ -560,7 +571,10 @@ class PrometheusGpuMetricsSource:
                     for f in futures:
                         f.cancel()
                     raise
-        return [*out, *(r.summaries() for r in shared.values())]
+        reference = recorded.get(COUNT_REFERENCE)
+        for r in recorded.values():
+            r.resolve(reference)
+        return [*out, *(r.summaries() for r in shared.values()), *(r.summaries() for r in recorded.values())]
 
     def _shared_labels(self, key: frozenset[tuple[str, str]]) -> dict[str, str]:
         """The cleaned labels of a result series, one dict per distinct label set for the whole read (read only).
@@ -694,14 +708,18 @@ class _ItemReader:
         self.suffix = len(f"{RULE_INTERVAL_S // 60}m")
         self.lock = threading.Lock()
 
-    def item(self, labels: dict[str, str], values: Any, stat: str | None = None) -> None:
-        """One result series: its labels (consumed), its `[t, "v"]` points and, for an untagged answer, its statistic."""
+    def item(self, labels: dict[str, str], values: Any, stat: str | None = None) -> tuple[frozenset[tuple[str, str]], int] | None:
+        """One result series: its labels (consumed), its `[t, "v"]` points and, for an untagged answer, its statistic.
+
+        Returns:
+            The series' key (its labels) and statistic column, None when the series was ignored.
+        """
         n = self.n
         name = labels.pop("__name__", "")
         stat = stat or labels.pop(STAT_LABEL, "") or name.rsplit(":", 1)[-1][: -self.suffix]
         col = _COLS.get(stat)
         if col is None or not isinstance(values, list):
-            return
+            return None
         for label in self.drop:  # series differing only in labels nobody reads are added up here, as `sum/max without` would
             labels.pop(label, None)
         key = frozenset(labels.items())
@@ -729,6 +747,7 @@ class _ItemReader:
                     k = self._slot(t)
                 if k >= 0:
                     row[k] += float(v)
+        return key, col
 
     def _slot(self, t: Any) -> int:
         """The bucket index of a point's timestamp (seconds), −1 outside the window; computed once per timestamp."""
@@ -780,6 +799,107 @@ class _ItemReader:
 
 
 _COLS = {"count": 0, "sum": 1, "max": 2}
+_Key = frozenset[tuple[str, str]]
+
+
+class _RecordedReader(_ItemReader):
+    """The recorded 5-minute buckets of one field (rules plan): `_ItemReader`, and the counts the rules left unrecorded.
+
+    Rules version 2 record a field's count only where it differs from the reference field's (`promql.COUNT_REFERENCE`,
+    recorded in full; version 1 recorded every count). The rules run every 5 minutes, so each recorded sample of a
+    series falls in its own 5-minute slot of the window: per series the slots holding a count and those holding a sum
+    are kept as bit masks (and, for the reference field, its count per slot), and `resolve` adds the reference's count
+    for each slot where a sum came without its count. A slot whose count cannot be told (no reference count there, or
+    two samples in one slot) empties its bucket: no data, never idle.
+    """
+
+    def __init__(self, source: PrometheusGpuMetricsSource, spec: MetricSpec, grid: BucketGrid, *, reference: bool) -> None:
+        super().__init__(source, spec, grid, recorded=True)
+        self.reference = reference
+        self.slot_ms = RULE_INTERVAL_S * 1000
+        self.slots = grid.window_s // RULE_INTERVAL_S
+        self.per_bucket = max(1, grid.bucket_s // RULE_INTERVAL_S)
+        self.window_start_ms = round(grid.eval_time.timestamp() * 1000) - grid.window_s * 1000
+        self.bits: dict[Any, int] = {}
+        #: key → [slots with a count, slots with a sum, slots seen twice in one series]
+        self.masks: dict[_Key, list[int]] = {}
+        #: reference field only: key → (the first count, {slot: count} where another count was recorded)
+        self.counts: dict[_Key, tuple[float, dict[int, float]]] = {}
+
+    def item(self, labels: dict[str, str], values: Any, stat: str | None = None) -> tuple[_Key, int] | None:
+        """One recorded series (see `_ItemReader.item`), its count or sum slots noted."""
+        seen = super().item(labels, values, stat)
+        if seen is None or seen[1] == 2:
+            return seen
+        key, col = seen
+        get = self.bits.get
+        mask = 0
+        dup = 0
+        keep = self.reference and col == 0
+        first: float | None = None
+        other: dict[int, float] = {}
+        for t, v in values:
+            bit = get(t)
+            if bit is None:
+                bit = self._bit(t)
+            if not bit:
+                continue
+            if mask & bit:
+                dup |= bit
+            mask |= bit
+            if keep:
+                c = float(v)
+                if first is None:
+                    first = c
+                elif c != first:
+                    other[bit.bit_length() - 1] = c
+        with self.lock:
+            masks = self.masks.setdefault(key, [0, 0, 0])
+            dup |= masks[col] & mask
+            masks[col] |= mask
+            masks[2] |= dup
+            if keep and first is not None:
+                self.counts[key] = (first, other)
+        return seen
+
+    def _bit(self, t: Any) -> int:
+        """`1 << slot` of a recorded sample's timestamp (seconds); 0 outside the window. Computed once per timestamp."""
+        j = (round(float(t) * 1000) - self.window_start_ms - 1) // self.slot_ms
+        bit = 1 << j if 0 <= j < self.slots else 0
+        self.bits[t] = bit
+        return bit
+
+    def resolve(self, reference: _RecordedReader | None) -> None:
+        """Add the reference field's count where a sum came without its own count (call once every answer is in)."""
+        if reference is self:
+            return
+        ref_groups = reference.groups if reference is not None else {}
+        ref_masks = reference.masks if reference is not None else {}
+        ref_counts = reference.counts if reference is not None else {}
+        per = self.per_bucket
+        for key, (have, summed, dup) in self.masks.items():
+            need = summed & ~have
+            if not need:
+                continue
+            counts = self.groups[key][0]
+            ref_mask = ref_masks.get(key, (0, 0, 0))
+            bad = need & (dup | ref_mask[2])
+            if need == ref_mask[0] and not bad:  # the usual case: the reference counted every slot this field summed
+                for k, c in enumerate(ref_groups[key][0]):
+                    counts[k] += c
+                continue
+            first, other = ref_counts.get(key, (0.0, {}))
+            unresolved: set[int] = set()
+            while need:
+                low = need & -need
+                need ^= low
+                j = low.bit_length() - 1
+                if ref_mask[0] & low and not bad & low:
+                    counts[j // per] += other.get(j, first)
+                else:
+                    unresolved.add(j // per)
+            for k in unresolved:  # no count for part of this bucket's samples: the bucket holds no data
+                counts[k] = 0.0
 
 
 class _StatFeed:

@@ -16,7 +16,8 @@ plan read raw — 6 time-resolved GPU fields × 3 statistics + 6 other GPU field
     (`metrics_plan.merge_dropped`, the same operators);
   - *recording rules* plan (`RULE_INTERVAL_S` divides `B`, and the rules cover the window): the shipped
     rules record the same three statistics per 5-minute bucket
-    (`gpuwaste:<metric>:count5m|sum5m|max5m`); one instant query per metric reads the recorded samples
+    (`gpuwaste:<metric>:count5m|sum5m|max5m`, the count only where it differs from the reference field's,
+    see `recording_rules`); one instant query per metric reads the recorded samples
     of `(T − W + 5 min, T]` raw and the scan adds them up into its buckets. Rule evaluation is not
     aligned with `T`: a recorded sample at `t` covers `(t − 5 min, t]`, so only samples whose bucket lies
     wholly inside the window are read (at most the last 5 minutes before `T` and the first 5 minutes of
@@ -49,7 +50,12 @@ METRIC_LABEL = "gpuwaste_metric"
 RECENT_S = 600
 #: Evaluation interval of the shipped recording rules (seconds) and the rules' version.
 RULE_INTERVAL_S = 300
-RULES_VERSION = "1"
+RULES_VERSION = "2"
+#: Rules versions a scan reads: version 1 records every field's count in full, version 2 only where it differs from the
+#: reference field's (`COUNT_REFERENCE`); the reader resolves either (a window may span an upgrade).
+READABLE_RULES_VERSIONS: tuple[str, ...] = ("1", "2")
+#: The time-resolved field whose recorded sample count is the shared one (present on every GPU, whole-GPU scope).
+COUNT_REFERENCE = "DCGM_FI_DEV_GPU_UTIL"
 RULES_MARKER = "gpuwaste:recording_rules:info"
 RULE_GROUP = "gpuwaste-dcgm-buckets"
 
@@ -296,21 +302,33 @@ def minimal_queries(*, window_s: int, plan: Sequence[MetricSpec] = PLAN, drop: S
     return out
 
 
-def recording_rules(plan: Sequence[MetricSpec] = PLAN, drop: Sequence[str] = DROPPED_LABELS) -> dict[str, Any]:
+def _bucket_stat(spec: MetricSpec, stat: str, drop: Sequence[str]) -> str:
+    """One statistic of a field over one rules interval, aggregated without the dropped labels."""
+    return f"{MERGE_OPS[stat]} without ({_label_list(drop)}) ({_FUNCS[stat]}({selector(spec.names)}{_range_ms(RULE_INTERVAL_S)}))"
+
+
+def recording_rules(plan: Sequence[MetricSpec] = PLAN, drop: Sequence[str] = DROPPED_LABELS, *, count_reference: str | None = COUNT_REFERENCE,
+                    version: str = RULES_VERSION) -> dict[str, Any]:
     """The shipped recording rules (a Prometheus rules file document): 5-minute bucket statistics of each time-resolved DCGM field.
 
-    For each time-resolved GPU metric M (with its aliases) and each of count, sum, max:
-    `gpuwaste:<m>:<stat>5m = <sum|max> without (<dropped labels>) (<stat>_over_time(M[5m − 1 ms]))`,
-    evaluated every 5 minutes, plus the marker `gpuwaste:recording_rules:info{version}` the scan and
-    `gpuwaste doctor` look for.
+    For each time-resolved GPU metric M (with its aliases) and each of sum and max:
+    `gpuwaste:<m>:<stat>5m = <sum|max> without (<dropped labels>) (<stat>_over_time(M[5m − 1 ms]))`, evaluated every
+    5 minutes. The sample count `C(M)` (`sum without (…) (count_over_time(M[5m − 1 ms]))`) is recorded in full for the
+    reference field R (`COUNT_REFERENCE`) only; for every other field it is recorded where it differs from R's count
+    of the same series, or where R has no such series (`C(M) unless (C(M) == C(R))`): the fields of one GPU are
+    scraped together, so their counts almost always agree, and a field missing from some scrapes still records its
+    lower count (its coverage is never overstated). The scan takes R's count where a field's own is not recorded.
+    Plus the marker `gpuwaste:recording_rules:info{version}` the scan and `gpuwaste doctor` look for.
+    (`count_reference=None, version="1"`: the version 1 rules, every count in full; kept for tests of upgrades.)
     """
-    rules: list[dict[str, Any]] = [{"record": RULES_MARKER, "expr": "vector(1)", "labels": {"version": RULES_VERSION}}]
-    for spec in plan:
-        if spec.scope != "gpu" or spec.summary != "buckets":
-            continue
-        sel = selector(spec.names)
+    rules: list[dict[str, Any]] = [{"record": RULES_MARKER, "expr": "vector(1)", "labels": {"version": version}}]
+    specs = [s for s in plan if s.scope == "gpu" and s.summary == "buckets"]
+    reference = next((s for s in specs if s.name == count_reference), None)
+    for spec in specs:
         for k in BUCKET_STATS:
-            expr = f"{MERGE_OPS[k]} without ({_label_list(drop)}) ({_FUNCS[k]}({sel}{_range_ms(RULE_INTERVAL_S)}))"
+            expr = _bucket_stat(spec, k, drop)
+            if k == "count" and reference is not None and spec is not reference:
+                expr = f"{expr} unless ({expr} == {_bucket_stat(reference, k, drop)})"
             rules.append({"record": rule_name(spec, k), "expr": expr})
     return {"groups": [{"name": RULE_GROUP, "interval": f"{RULE_INTERVAL_S // 60}m", "rules": rules}]}
 
@@ -326,9 +344,12 @@ def series_count_query(name: str, matchers: Mapping[str, str] | None = None) -> 
 
 
 __all__ = [
+    "COUNT_REFERENCE",
     "MERGE_OPS",
     "RATE_BRANCHES",
+    "READABLE_RULES_VERSIONS",
     "RULES_MARKER",
+    "RULES_VERSION",
     "RULE_INTERVAL_S",
     "STATS_BRANCHES",
     "STAT_LABEL",
