@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
 import sys
 import time
@@ -44,7 +45,7 @@ def _source(url: str, store: dict[str, bytes], replay: bool) -> Any:
     from gpuwaste.settings import PrometheusSettings
     from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 
-    source = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url, concurrency=1), cluster="bench")
+    source = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url, concurrency=int(os.environ.get("CONCURRENCY", "1"))), cluster="bench")
     recorder = _Recorder(source.client._session, store, replay)
     source.client._session = recorder
     source.instant_query = _instant(source, recorder)  # type: ignore[method-assign]

@@ -416,11 +416,13 @@ class PrometheusGpuMetricsSource:
         rules = self.rules_cover(at=at, window_s=window_s, drop=drop, bucket_s=grid.bucket_s)
         queries = scan_queries(window_s=window_s, matchers=self.matchers, plan=self.plan, drop=drop, bucket_s=grid.bucket_s, rules=rules)
         self._labels_cache = {}
+        self._keys_cache = {}
         jobs = {str(i): q for i, q in enumerate(queries)}
         # each answer is summarised as soon as it arrives, so only the answers in flight are held decoded
         per_query = self._run_planned(list(jobs.items()), at, grid)
         summaries: list[SeriesSummary] = [s for part in per_query for s in part]
         self._labels_cache = None
+        self._keys_cache = None
         # the instant and recorded answers come with the dropped labels aggregated away; the raw time-resolved reads are merged
         # over them while they are read (`_ItemReader`)
         parts = assemble(summaries, self.labels, drop=False, grid=grid)
@@ -525,7 +527,34 @@ class PrometheusGpuMetricsSource:
         """
         start = at - timedelta(seconds=grid.window_s - grid.bucket_s)
         shared: dict[str, _ItemReader] = {}
-        recorded: dict[str, _RecordedReader] = {}  # resolved and summarised once every answer is in (`_RecordedReader`)
+        # a recorded field is resolved and summarised once its own answer and the count reference's are in
+        # (`_RecordedReader.resolve`): the reference is sent first and the other recorded fields last, after the instant
+        # queries, so that they seldom wait for it holding their buckets
+        jobs = sorted(jobs, key=lambda job: 0 if job[1].spec.name == COUNT_REFERENCE else 2 if job[1].kind == "recorded" else 1)
+        pending: list[_RecordedReader] = []
+        reference: list[_RecordedReader] = []
+        expects_reference = any(q.kind == "recorded" and q.spec.name == COUNT_REFERENCE for _, q in jobs)
+        lock = threading.Lock()
+
+        def finish(reader: _RecordedReader) -> list[SeriesSummary]:
+            with lock:
+                if reader.reference:
+                    reference.append(reader)
+                    ready = [reader, *pending]
+                    pending.clear()
+                elif expects_reference and not reference:
+                    pending.append(reader)
+                    return []
+                else:
+                    ready = [reader]
+            out: list[SeriesSummary] = []
+            for r in ready:
+                r.resolve(reference[0] if reference else None)
+                out.extend(r.summaries())
+                if r.reference:  # the others need its counts only
+                    r.groups = {k: [rows[0]] for k, rows in r.groups.items()}
+            return out
+
         drop = droppable_labels(self.labels)
         for _, q in jobs:
             if q.kind == "range" and q.stat is not None and q.spec.name not in shared:
@@ -549,9 +578,8 @@ class PrometheusGpuMetricsSource:
                 return summaries
             if q.kind == "recorded":
                 params = {"query": q.promql, "time": f"{at.timestamp():.3f}"}
-                recorded[q.spec.name] = self._get_result("query", params, what, lambda: _RecordedReader(
-                    self, q.spec, grid, reference=q.spec.name == COUNT_REFERENCE))
-                return []
+                return finish(self._get_result("query", params, what, lambda: _RecordedReader(
+                    self, q.spec, grid, reference=q.spec.name == COUNT_REFERENCE)))
             result = self.instant_query(q.promql, at=at, what=what)
             if not q.group:
                 return self._summaries(q.spec, result)
@@ -571,10 +599,7 @@ class PrometheusGpuMetricsSource:
                     for f in futures:
                         f.cancel()
                     raise
-        reference = recorded.get(COUNT_REFERENCE)
-        for r in recorded.values():
-            r.resolve(reference)
-        return [*out, *(r.summaries() for r in shared.values()), *(r.summaries() for r in recorded.values())]
+        return [*out, *(r.summaries() for r in shared.values())]
 
     def _shared_labels(self, key: frozenset[tuple[str, str]]) -> dict[str, str]:
         """The cleaned labels of a result series, one dict per distinct label set for the whole read (read only).
@@ -591,6 +616,9 @@ class PrometheusGpuMetricsSource:
         return labels
 
     _labels_cache: dict[frozenset[tuple[str, str]], dict[str, str]] | None = None  # one per read, while it runs (`telemetry`)
+    #: one key object per distinct label set for the whole read (every field of a GPU has the same labels; the readers'
+    #: keys then share it and its strings instead of holding a copy each while they wait to be summarised)
+    _keys_cache: dict[frozenset[tuple[str, str]], frozenset[tuple[str, str]]] | None = None
 
     def _guard(self, spec: MetricSpec, n: int) -> None:
         if n > self.max_series:
@@ -708,13 +736,8 @@ class _ItemReader:
         self.suffix = len(f"{RULE_INTERVAL_S // 60}m")
         self.lock = threading.Lock()
 
-    def item(self, labels: dict[str, str], values: Any, stat: str | None = None) -> tuple[frozenset[tuple[str, str]], int] | None:
-        """One result series: its labels (consumed), its `[t, "v"]` points and, for an untagged answer, its statistic.
-
-        Returns:
-            The series' key (its labels) and statistic column, None when the series was ignored.
-        """
-        n = self.n
+    def _target(self, labels: dict[str, str], values: Any, stat: str | None) -> tuple[frozenset[tuple[str, str]], int, list[float]] | None:
+        """A result series' key (its labels, consumed), statistic column and bucket row; None when the series is ignored."""
         name = labels.pop("__name__", "")
         stat = stat or labels.pop(STAT_LABEL, "") or name.rsplit(":", 1)[-1][: -self.suffix]
         col = _COLS.get(stat)
@@ -726,9 +749,20 @@ class _ItemReader:
         with self.lock:  # the three single-statistic answers of one field may be decoded at the same time
             acc = self.groups.get(key)
             if acc is None:
+                keys = self.source._keys_cache
+                if keys is not None:
+                    key = keys.setdefault(key, key)
+                n = self.n
                 acc = self.groups[key] = [[0.0] * n, [0.0] * n, [-math.inf] * n]
                 self.source._guard(self.spec, len(self.groups))
-        row = acc[col]
+        return key, col, acc[col]
+
+    def item(self, labels: dict[str, str], values: Any, stat: str | None = None) -> None:
+        """One result series: its labels (consumed), its `[t, "v"]` points and, for an untagged answer, its statistic."""
+        target = self._target(labels, values, stat)
+        if target is None:
+            return
+        _key, col, row = target
         get = self.index.get
         # several series of one group (recorded buckets, dropped labels) add up: counts and sums add, max of maxima
         if col == 2:
@@ -747,7 +781,6 @@ class _ItemReader:
                     k = self._slot(t)
                 if k >= 0:
                     row[k] += float(v)
-        return key, col
 
     def _slot(self, t: Any) -> int:
         """The bucket index of a point's timestamp (seconds), −1 outside the window; computed once per timestamp."""
@@ -819,40 +852,54 @@ class _RecordedReader(_ItemReader):
         self.slot_ms = RULE_INTERVAL_S * 1000
         self.slots = grid.window_s // RULE_INTERVAL_S
         self.per_bucket = max(1, grid.bucket_s // RULE_INTERVAL_S)
-        self.window_start_ms = round(grid.eval_time.timestamp() * 1000) - grid.window_s * 1000
-        self.bits: dict[Any, int] = {}
+        #: timestamp → its 5-minute slot of the window (−1 outside); bucket = slot // per_bucket (the buckets tile the window)
+        self.slot_of: dict[Any, int] = {}
         #: key → [slots with a count, slots with a sum, slots seen twice in one series]
         self.masks: dict[_Key, list[int]] = {}
         #: reference field only: key → (the first count, {slot: count} where another count was recorded)
         self.counts: dict[_Key, tuple[float, dict[int, float]]] = {}
 
-    def item(self, labels: dict[str, str], values: Any, stat: str | None = None) -> tuple[_Key, int] | None:
+    def item(self, labels: dict[str, str], values: Any, stat: str | None = None) -> None:
         """One recorded series (see `_ItemReader.item`), its count or sum slots noted."""
-        seen = super().item(labels, values, stat)
-        if seen is None or seen[1] == 2:
-            return seen
-        key, col = seen
-        get = self.bits.get
+        target = self._target(labels, values, stat)
+        if target is None:
+            return
+        key, col, row = target
+        get = self.slot_of.get
+        per = self.per_bucket
+        if col == 2:
+            for t, v in values:
+                j = get(t)
+                if j is None:
+                    j = self._slot_index(t)
+                if j >= 0:
+                    k = j // per
+                    x = float(v)
+                    if x > row[k] or x != x:
+                        row[k] = x
+            return
         mask = 0
         dup = 0
         keep = self.reference and col == 0
         first: float | None = None
         other: dict[int, float] = {}
         for t, v in values:
-            bit = get(t)
-            if bit is None:
-                bit = self._bit(t)
-            if not bit:
+            j = get(t)
+            if j is None:
+                j = self._slot_index(t)
+            if j < 0:
                 continue
+            bit = 1 << j
             if mask & bit:
                 dup |= bit
             mask |= bit
+            x = float(v)
+            row[j // per] += x
             if keep:
-                c = float(v)
                 if first is None:
-                    first = c
-                elif c != first:
-                    other[bit.bit_length() - 1] = c
+                    first = x
+                elif x != first:
+                    other[j] = x
         with self.lock:
             masks = self.masks.setdefault(key, [0, 0, 0])
             dup |= masks[col] & mask
@@ -860,14 +907,13 @@ class _RecordedReader(_ItemReader):
             masks[2] |= dup
             if keep and first is not None:
                 self.counts[key] = (first, other)
-        return seen
 
-    def _bit(self, t: Any) -> int:
-        """`1 << slot` of a recorded sample's timestamp (seconds); 0 outside the window. Computed once per timestamp."""
-        j = (round(float(t) * 1000) - self.window_start_ms - 1) // self.slot_ms
-        bit = 1 << j if 0 <= j < self.slots else 0
-        self.bits[t] = bit
-        return bit
+    def _slot_index(self, t: Any) -> int:
+        """The 5-minute slot of a recorded sample's timestamp (seconds) in the window, −1 outside; computed once per timestamp."""
+        j = (round(float(t) * 1000) - self.start_ms - 1) // self.slot_ms
+        j = j if 0 <= j < self.slots else -1
+        self.slot_of[t] = j
+        return j
 
     def resolve(self, reference: _RecordedReader | None) -> None:
         """Add the reference field's count where a sum came without its own count (call once every answer is in)."""
