@@ -21,7 +21,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from gpuwaste.cli import app
 from gpuwaste.errors import PermanentError, SourceAuthError, SourceUnavailableError
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.findings import WasteKind
@@ -738,11 +740,13 @@ def test_version_1_rules_are_still_read_and_the_doctor_calls_them_outdated(
         # WHEN a scan reads the window and the doctor asks about the rules
         tw = ruled.telemetry(at=at, window=timedelta(hours=1))
         status = ruled.rules_status(at=at)
+        doctor = CliRunner().invoke(app, ["doctor", "--prometheus", server.url, "--at", at.isoformat()], terminal_width=200)
     finally:
         server.stop()
     # THEN the scan read the old rules' buckets, equal to the recording, and the doctor says they are outdated
     assert tw.plan == "recording rules" and window_diffs(rec.telemetry(at=at, window=timedelta(hours=1)), tw) == []
     assert status["installed"] is True and status["outdated"] is True and (status["version"], status["current_version"]) == ("1", "2")
+    assert "version 1 installed, version 2 is current" in " ".join(doctor.output.split()), doctor.output
 
 
 def test_rules_are_not_used_when_they_do_not_cover_the_window(ruled_prometheus: tuple[Scenario, str]) -> None:
