@@ -78,6 +78,30 @@ def dra_labels(labels: dict[str, str]) -> DraDeviceLabels | None:
     return DraDeviceLabels(**found) if found else None
 
 
+def _place(devs: dict[tuple[str, str | None], _Dev], labels: dict[str, str], settings: TelemetryLabels,
+           exporter_re: re.Pattern[str]) -> dict[str, WindowStats] | None:
+    """The signals of the workload group a series' labels belong to, on its device (created on first sight, its identity
+    labels noted); None without a UUID."""
+    uuid = _first(labels, settings.uuid_labels)
+    if not uuid:
+        return None
+    gi = _first(labels, settings.gpu_instance_labels)
+    key = (uuid, gi)
+    dev = devs.get(key)
+    if dev is None:
+        dev = devs[key] = _Dev(DeviceId(uuid=uuid, gpu_i_id=gi))
+    dev.gpu_index = dev.gpu_index or labels.get("gpu")
+    dev.model = dev.model or _first(labels, settings.model_labels)
+    dev.profile = dev.profile or _first(labels, settings.mig_profile_labels)
+    dev.hostname = dev.hostname or _first(labels, settings.hostname_labels)
+    if labels.get("instance"):
+        dev.instances.add(labels["instance"])
+    dra = dra_labels(labels)
+    if dra is not None:
+        dev.dra[dra] = None
+    return dev.groups.setdefault(workload_labels(labels, settings, exporter_re), {})
+
+
 def build_gpu_telemetry(rows: Iterable[tuple[str, dict[str, str], WindowStats]], settings: TelemetryLabels | None = None) -> list[GpuTelemetry]:
     """Group (metric, labels, stats) rows into devices.
 
@@ -89,26 +113,16 @@ def build_gpu_telemetry(rows: Iterable[tuple[str, dict[str, str], WindowStats]],
     settings = settings or TelemetryLabels()
     exporter_re = re.compile(settings.exporter_pod_pattern)
     devs: dict[tuple[str, str | None], _Dev] = {}
+    # a live read shares one labels dict between the fields of a series (`PrometheusGpuMetricsSource._shared_labels`):
+    # its device and workload group are worked out once per dict (the memo holds the dict, so an id is never reused)
+    placed: dict[int, tuple[dict[str, str], dict[str, WindowStats] | None]] = {}
     for metric, labels, stats in rows:
-        uuid = _first(labels, settings.uuid_labels)
-        if not uuid:
+        seen = placed.get(id(labels))
+        if seen is None or seen[0] is not labels:
+            seen = placed[id(labels)] = (labels, _place(devs, labels, settings, exporter_re))
+        sigs = seen[1]
+        if sigs is None:
             continue
-        gi = _first(labels, settings.gpu_instance_labels)
-        key = (uuid, gi)
-        dev = devs.get(key)
-        if dev is None:
-            dev = devs[key] = _Dev(DeviceId(uuid=uuid, gpu_i_id=gi))
-        dev.gpu_index = dev.gpu_index or labels.get("gpu")
-        dev.model = dev.model or _first(labels, settings.model_labels)
-        dev.profile = dev.profile or _first(labels, settings.mig_profile_labels)
-        dev.hostname = dev.hostname or _first(labels, settings.hostname_labels)
-        if labels.get("instance"):
-            dev.instances.add(labels["instance"])
-        dra = dra_labels(labels)
-        if dra is not None:
-            dev.dra[dra] = None
-        gkey = workload_labels(labels, settings, exporter_re)
-        sigs = dev.groups.setdefault(gkey, {})
         prev = sigs.get(metric)
         sigs[metric] = stats if prev is None else prev.merge(stats)
     # MIG: whole-GPU values repeated on every GPU instance (B06) are moved to the parent, once.
