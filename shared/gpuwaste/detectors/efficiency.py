@@ -12,11 +12,13 @@ from gpuwaste.detectors.readings import (
     judged_allocations,
     lower,
     physical_power,
+    power_avg_ratio,
+    power_ratio_bounds,
     power_ratio_series,
     stat,
 )
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
-from gpuwaste.join import Allocation, ScanContext
+from gpuwaste.join import BOUND_EPS, Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Episode, Finding, WasteKind
 from gpuwaste.models.telemetry import Signal
@@ -72,14 +74,18 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
             continue
         alloc, act = item
         peak = act.max_avg_10m if act.max_avg_10m is not None else act.avg
-        power = physical_power(ctx, alloc.devices)
         subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
-        if power is None:
+        avg_ratio = power_avg_ratio(ctx, alloc.devices)
+        if avg_ratio is None:
             if peak < settings.max_activity_ratio:
                 yield NoVerdict("power_anomaly", subject, "no power reading or power limit for its GPUs")
             continue
+        whole = peak < settings.max_activity_ratio and avg_ratio >= settings.min_power_ratio
+        if not whole and not _may_fire(ctx, alloc, settings):
+            continue  # no stretch can be reported either (a proof from the buckets' bounds)
+        power = physical_power(ctx, alloc.devices)
+        assert power is not None
         span = ctx.held_span(alloc)
-        whole = peak < settings.max_activity_ratio and power.avg_ratio >= settings.min_power_ratio
         avg = act.avg
         if whole:
             episodes: tuple[Episode, ...] = (episode(ctx, span[0], span[1], _held_wasted(alloc.share, avg)),)
@@ -131,6 +137,19 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
                      "formula": "wasted GPUs = GPUs held × (1 − average activity)", "cause": cause},
         )
         yield finish(ctx, finding, episodes, span_seconds(span) * act.coverage)
+
+
+def _may_fire(ctx: ScanContext, alloc: Allocation, settings: PowerAnomalySettings) -> bool:
+    """False when no bucket can be flagged (low activity and high power in the same bucket): no buckets, a MIG
+    allocation (judged over the whole window only), activity that never gets under `max_activity_ratio` or power
+    that never reaches `min_power_ratio` (bounds: `ScanContext.activity_floor`, `readings.power_ratio_bounds`)."""
+    if not ctx.slots or any(d.device.gpu_i_id is not None for d in alloc.devices):
+        return False
+    floor = ctx.activity_floor(alloc.devices, alloc.pod)
+    if floor is None or floor >= settings.max_activity_ratio + BOUND_EPS:
+        return False
+    power = power_ratio_bounds(ctx, alloc.devices)
+    return power is not None and power[1] >= settings.min_power_ratio - BOUND_EPS
 
 
 def _held_wasted(share: Decimal, activity: float) -> Decimal:

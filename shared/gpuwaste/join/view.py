@@ -8,9 +8,11 @@ the sample spacing, pod-scoped samples, data problems). Built by `gpuwaste.join.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any, TypeVar
 
 from pydantic import Field
 
@@ -28,6 +30,8 @@ from gpuwaste.models.telemetry import (
     WindowStats,
     summarises,
 )
+
+_T = TypeVar("_T")
 
 
 class CommonSettings(SettingsModel):
@@ -55,6 +59,9 @@ class CommonSettings(SettingsModel):
 
 #: An activity ratio under this reads "idle" (the idle detector's default threshold).
 IDLE_RATIO = 0.05
+#: Slack (in ratio units) of the bounds that let a detector skip a subject whose rule cannot fire: a mean of per-slot
+#: values is at least the mean of their lower bounds minus float rounding, which is far below this.
+BOUND_EPS = 1e-9
 #: GPU_UTIL ÷ 100 and power ÷ limit at or above this show work that contradicts an idle profiling ratio.
 WORK_RATIO = 0.5
 
@@ -245,12 +252,16 @@ class ScanContext:
         return index.get((namespace, pod), {})
 
     def unscheduled_gpu_requests(self) -> list[Decimal]:
-        """Physical-GPU shares requested by Pending pods that no node took yet (smallest first)."""
-        return sorted(
-            sum((gpu_share_for_request(r, c, None) for r, c in p.gpu_requests.items()), Decimal(0))
-            for p in self.cluster.pods
-            if p.phase is PodPhase.PENDING and not p.node_name and p.gpu_requests
-        )
+        """Physical-GPU shares requested by Pending pods that no node took yet (smallest first; computed once per scan)."""
+        cached: list[Decimal] | None = self.__dict__.get("_unscheduled")
+        if cached is None:
+            cached = sorted(
+                sum((gpu_share_for_request(r, c, None) for r, c in p.gpu_requests.items()), Decimal(0))
+                for p in self.cluster.pods
+                if p.phase is PodPhase.PENDING and not p.node_name and p.gpu_requests
+            )
+            self.__dict__["_unscheduled"] = cached
+        return list(cached)
 
     def stranded_by_fragmentation(self, free: Decimal) -> bool:
         """True when GPU work waits unscheduled while `free` GPUs on a node are too few for the smallest request."""
@@ -321,6 +332,61 @@ class ScanContext:
                 out[i] = b
         return out
 
+    def memo(self, kind: str, obj: object, compute: Callable[[], _T]) -> _T:
+        """`compute()` once per scan for `obj` (an allocation, a device…) under `kind`; later calls return the same value.
+
+        The entry keeps `obj` alive, so its id is never reused while the context lives.
+        """
+        cache: dict[tuple[str, int], tuple[object, Any]] = self.__dict__.setdefault("_memo", {})
+        key = (kind, id(obj))
+        hit = cache.get(key)
+        if hit is None or hit[0] is not obj:
+            hit = cache[key] = (obj, compute())
+        value: _T = hit[1]
+        return value
+
+    def avg_bounds(self, stats: WindowStats | None) -> tuple[float, float] | None:
+        """The lowest and highest bucket average of `stats` (in the signal's unit) over its buckets with samples; None
+        when no bucket has any (then `buckets_of(stats)` shows no value at all).
+
+        `buckets_of` shows a subset of these buckets, so every value it shows lies between the two: a rule that no value
+        between them can meet cannot fire on any slot. Detectors use this to skip subjects without building their
+        series — a proof, never a guess (missing samples still read as unknown).
+        """
+        if stats is None or not stats.buckets:
+            return None
+        cache: dict[int, tuple[WindowStats, tuple[float, float] | None]] = self.__dict__.setdefault("_bounds_cache", {})
+        hit = cache.get(id(stats))
+        if hit is not None and hit[0] is stats:
+            return hit[1]
+        lo = hi = None
+        for b in stats.buckets:
+            c = b[1]
+            if c:
+                v = b[2] / c  # Bucket.avg
+                if lo is None or v < lo:
+                    lo = v
+                if hi is None or v > hi:
+                    hi = v
+        value = None if lo is None or hi is None else (lo, hi)
+        cache[id(stats)] = (stats, value)  # keeps `stats` alive, so its id is never reused
+        return value
+
+    def activity_floor(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> float | None:
+        """A lower bound of every value `activity_series(devices, pod)` shows: the mean over devices of each device's
+        lowest bucket activity ratio (0–1; subtract `BOUND_EPS` for rounding); None when the series shows no value in any
+        slot (no devices, a device without an activity signal or without buckets)."""
+        lows: list[float] = []
+        for dev in devices:
+            sig = self.activity_signal(dev)
+            if sig is None:
+                return None
+            bounds = self.avg_bounds(self.device_stats(dev, sig, pod if self._labelled_for(dev, pod) else None))
+            if bounds is None:
+                return None
+            lows.append(sig.to_ratio(bounds[0]))
+        return sum(lows) / len(lows) if lows else None
+
     def resolved_time(self, stats: WindowStats | None) -> bool:
         """True when `stats` carries buckets for this window's slots."""
         return bool(self.slots) and stats is not None and bool(stats.buckets)
@@ -378,9 +444,15 @@ class ScanContext:
             if sig is None or sig is Signal.GPU_UTIL or dev.device.gpu_i_id is not None or limit is None:
                 continue
             scoped = pod if self._labelled_for(dev, pod) else None
-            prof = self.buckets_of(self.device_stats(dev, sig, scoped))
-            util = self.buckets_of(self.device_stats(dev, Signal.GPU_UTIL, scoped))
-            power = self.buckets_of(self.device_stats(dev, Signal.POWER_USAGE))
+            prof_st, util_st, power_st = (self.device_stats(dev, sig, scoped), self.device_stats(dev, Signal.GPU_UTIL, scoped),
+                                          self.device_stats(dev, Signal.POWER_USAGE))
+            pb, ub, wb = self.avg_bounds(prof_st), self.avg_bounds(util_st), self.avg_bounds(power_st)
+            if (pb is None or ub is None or wb is None or sig.to_ratio(pb[0]) >= IDLE_RATIO
+                    or Signal.GPU_UTIL.to_ratio(ub[1]) < WORK_RATIO or wb[1] < WORK_RATIO * limit):
+                continue  # no bucket of this device can meet all three conditions (see `avg_bounds`)
+            prof = self.buckets_of(prof_st)
+            util = self.buckets_of(util_st)
+            power = self.buckets_of(power_st)
             for i, (p, u, w) in enumerate(zip(prof, util, power, strict=True)):
                 if p is None or u is None or w is None or p.avg is None or u.avg is None or w.avg is None:
                     continue
@@ -401,12 +473,22 @@ class ScanContext:
 
     # --- signal access -------------------------------------------------------------------------
     def device_stats(self, device: GpuTelemetry, signal: Signal | str, pod: Pod | None = None) -> WindowStats | None:
-        """A device's window summary for `signal`, restricted to `pod`'s labelled samples when given."""
+        """A device's window summary for `signal`, restricted to `pod`'s labelled samples when given.
+
+        Merged once per scan (device, signal, pod): every detector reads the same summary object.
+        """
+        cache: dict[tuple[int, str, object], tuple[GpuTelemetry, WindowStats | None]] = self.__dict__.setdefault("_stats_cache", {})
+        key = (id(device), signal, None if pod is None else (pod.namespace, pod.name))
+        hit = cache.get(key)
+        if hit is not None and hit[0] is device:
+            return hit[1]
+        found: WindowStats | None = None
         if pod is not None:
-            scoped = device.for_workload(pod.namespace, pod.name, signal)
-            if scoped is not None:
-                return scoped
-        return device.merged(signal)
+            found = device.for_workload(pod.namespace, pod.name, signal)
+        if found is None:
+            found = device.merged(signal)
+        cache[key] = (device, found)  # the entry keeps `device` alive, so its id is never reused
+        return found
 
     def activity_signal(self, device: GpuTelemetry) -> Signal | None:
         """Best activity signal present for a device (B04, B05, B15).
@@ -585,9 +667,9 @@ class ScanContext:
                 return st.max
         return self.power_limits_w.get(device.model_name or "")
 
-    @staticmethod
-    def _labelled_for(device: GpuTelemetry, pod: Pod | None) -> bool:
-        return pod is not None and (pod.namespace, pod.name) in device.workloads
+    def _labelled_for(self, device: GpuTelemetry, pod: Pod | None) -> bool:
+        """True when some of `device`'s series carry `pod`'s labels (its samples can be told apart)."""
+        return pod is not None and (pod.namespace, pod.name) in self.memo("workloads", device, lambda: frozenset(device.workloads))
 
     # --- subjects ------------------------------------------------------------------------------
     def subject_for(self, alloc: Allocation) -> Subject:
