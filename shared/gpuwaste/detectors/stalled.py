@@ -126,8 +126,14 @@ def detect_stalled(ctx: ScanContext, settings: StalledSettings) -> DetectorOutpu
         if busy is None:
             continue
         sig, low = busy
-        if low < settings.min_busy_ratio and not _may_stall(ctx, alloc, settings, sig):
-            continue  # below the busy ratio only a stalled stretch can be reported, and none can exist (a proof)
+        if not _may_stall(ctx, alloc, settings, sig):
+            # no stalled stretch can exist (a proof); what is left needs busy GPUs whose tensor/DRAM work stays ≈ 0
+            # over the window (a whole-window stall, or the no-power no-verdict) or lacks tensor/DRAM fields altogether
+            if low < settings.min_busy_ratio:
+                continue
+            peaks = [p for s in (Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE) if (p := ctx.evidence_peak(alloc.devices, s, alloc.pod)) is not None]
+            if peaks and not all(p <= settings.max_work_ratio for p in peaks):
+                continue
         busy_ev = ctx.signal_evidence(alloc.devices, sig, alloc.pod)
         assert busy_ev is not None
         work = [e for e in (ctx.signal_evidence(alloc.devices, s, alloc.pod) for s in (Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE)) if e is not None]

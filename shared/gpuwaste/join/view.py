@@ -512,6 +512,11 @@ class ScanContext:
 
     def expected_samples(self, pod: Pod | None = None) -> float:
         """Samples expected in the window, shortened to the pod's lifetime when it started (or ended) inside it."""
+        if pod is None:
+            return self.window_s / self.telemetry.scrape_interval_s
+        return self.memo("expected_samples", pod, lambda: self._expected_samples(pod))
+
+    def _expected_samples(self, pod: Pod | None) -> float:
         span = float(self.window_s)
         if pod is not None:
             start = max(self.window_start, pod.started_at) if pod.started_at is not None else self.window_start
@@ -581,11 +586,9 @@ class ScanContext:
         self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None = None
     ) -> Evidence | None:
         """Evidence for a non-activity signal over devices (avg of averages, highest p95/max); None if absent."""
-        stats = [self.device_stats(d, signal, pod if self._labelled_for(d, pod) else None) for d in devices]
-        present = [s for s in stats if s is not None and s.count > 0]
+        present = self._present(devices, signal, pod)
         if not present:
             return None
-        m10 = [p for s in present if (p := self.peak_10m(s)) is not None]
         return Evidence(
             signal=signal.value,
             unit=signal.unit,
@@ -594,10 +597,29 @@ class ScanContext:
             p95=round(max(s.p95 for s in present), 6) if summarises(signal, "p95") else None,
             max=round(max(s.max for s in present), 6),
             min=round(min(s.min for s in present), 6) if summarises(signal, "min") else None,
-            max_avg_10m=round(max(m10), 6) if m10 else None,
+            max_avg_10m=self._evidence_peak(present),
             samples=sum(s.count for s in present),
             coverage=round(min(self.coverage(s, pod) for s in present), 4),
         )
+
+    def evidence_peak(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None = None
+                      ) -> float | None:
+        """`signal_evidence(devices, signal, pod)`'s highest 10-minute average, else its max (as the evidence rounds
+        them), without building the evidence; None when that evidence is None."""
+        present = self._present(devices, signal, pod)
+        if not present:
+            return None
+        peak = self._evidence_peak(present)
+        return peak if peak is not None else round(max(s.max for s in present), 6)
+
+    def _present(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None) -> list[WindowStats]:
+        """The devices' summaries of `signal` that hold samples (pod-scoped where the device carries the pod's labels)."""
+        stats = [self.device_stats(d, signal, pod if self._labelled_for(d, pod) else None) for d in devices]
+        return [s for s in stats if s is not None and s.count > 0]
+
+    def _evidence_peak(self, present: list[WindowStats]) -> float | None:
+        m10 = [p for s in present if (p := self.peak_10m(s)) is not None]
+        return round(max(m10), 6) if m10 else None
 
     def device_problem(self, device: GpuTelemetry, stale_min_samples: int = 20) -> str | None:
         """Why a device's telemetry cannot be trusted, or None: "no_activity_signal", "unreadable_samples"
