@@ -409,14 +409,21 @@ class ScanContext:
             self.__dict__["_ten_minute_group"] = group
         totals: dict[int, list[float]] = {}
         counts: dict[int, int] = {}
-        for b in stats.buckets:
-            k = group.get(b.end)
-            if k is None or not b.count:
+        for end, count, total, _max in stats.buckets:
+            if not count:
                 continue
-            totals.setdefault(k, []).append(b.total)
-            counts[k] = counts.get(k, 0) + b.count
-        avgs = [math.fsum(totals[k]) / n for k, n in counts.items() if n]
-        value = max(avgs) if avgs else stats.max_avg_10m
+            k = group.get(end)
+            if k is None:
+                continue
+            same = totals.get(k)
+            if same is None:
+                totals[k] = [total]
+                counts[k] = count
+            else:
+                same.append(total)
+                counts[k] += count
+        fsum = math.fsum
+        value = max([fsum(totals[k]) / n for k, n in counts.items()]) if counts else stats.max_avg_10m
         cache[id(stats)] = (stats, value)  # the entry keeps `stats` alive, so its id is never reused
         return value
 
@@ -585,7 +592,18 @@ class ScanContext:
     def signal_evidence(
         self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None = None
     ) -> Evidence | None:
-        """Evidence for a non-activity signal over devices (avg of averages, highest p95/max); None if absent."""
+        """Evidence for a non-activity signal over devices (avg of averages, highest p95/max); None if absent.
+
+        Built once per scan for the same devices, signal and pod (detectors share the frozen evidence)."""
+        cache: dict[tuple[object, ...], Evidence | None] = self.__dict__.setdefault("_evidence_cache", {})
+        key = (tuple(id(d) for d in devices), signal, None if pod is None else (pod.namespace, pod.name))
+        if key not in cache:
+            cache[key] = self._signal_evidence(devices, signal, pod)
+        return cache[key]
+
+    def _signal_evidence(
+        self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None
+    ) -> Evidence | None:
         present = self._present(devices, signal, pod)
         if not present:
             return None
