@@ -160,7 +160,8 @@ def _device_checks(ctx: ScanContext, dev: GpuTelemetry, node_subject: _NodeSubje
     if problem is None and ctx.slots:
         # the same contradiction for part of the window only (a counter that broke at some point)
         broken = [b or None for b in ctx.contradicted_slots([dev])]
-        stretches = [r for r in runs(ctx, broken, (ctx.window_start, ctx.eval_time)) if r.seconds >= ctx.common.min_episode_s]
+        stretches = [r for r in runs(ctx, broken, (ctx.window_start, ctx.eval_time)) if r.seconds >= ctx.common.min_episode_s
+                     ] if any(broken) else []
         if stretches:
             problem, since = "activity_signals_disagree", stretches[0].start
     if problem not in ("stale_series", "frozen_exporter", "profiling_counter_broken", "activity_signals_disagree",

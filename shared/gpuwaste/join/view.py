@@ -359,23 +359,30 @@ class ScanContext:
         hit = cache.get(id(stats))
         if hit is not None and hit[0] is stats:
             return hit[1]
-        lo = hi = None
-        for b in stats.buckets:
-            c = b[1]
-            if c:
-                v = b[2] / c  # Bucket.avg
-                if lo is None or v < lo:
-                    lo = v
-                if hi is None or v > hi:
-                    hi = v
-        value = None if lo is None or hi is None else (lo, hi)
-        cache[id(stats)] = (stats, value)  # keeps `stats` alive, so its id is never reused
+        avgs = [total / count for _end, count, total, _max in stats.buckets if count]  # Bucket.avg of those with samples
+        value = (min(avgs), max(avgs)) if avgs else None
+        cache[id(stats)] = (stats, value)  # the entry keeps `stats` alive, so its id is never reused
         return value
+
+    def _ten_minute_group(self) -> dict[datetime, int]:
+        """Slot end → its 10-minute group, counted backwards from the evaluation time (cached)."""
+        group: dict[datetime, int] | None = self.__dict__.get("_ten_minute_groups")
+        if group is None:
+            group = {end: int((self.eval_time - end).total_seconds() // 600) for _, end in self.slots}
+            self.__dict__["_ten_minute_groups"] = group
+        return group
 
     def activity_floor(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> float | None:
         """A lower bound of every value `activity_series(devices, pod)` shows: the mean over devices of each device's
         lowest bucket activity ratio (0–1; subtract `BOUND_EPS` for rounding); None when the series shows no value in any
         slot (no devices, a device without an activity signal or without buckets)."""
+        cache: dict[tuple[object, ...], float | None] = self.__dict__.setdefault("_floor_cache", {})
+        key = (tuple(id(d) for d in devices), None if pod is None else (pod.namespace, pod.name))
+        if key not in cache:
+            cache[key] = self._activity_floor(devices, pod)
+        return cache[key]
+
+    def _activity_floor(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None) -> float | None:
         lows: list[float] = []
         for dev in devices:
             sig = self.activity_signal(dev)
@@ -403,10 +410,7 @@ class ScanContext:
         hit = cache.get(id(stats))
         if hit is not None and hit[0] is stats:
             return hit[1]
-        group = self.__dict__.get("_ten_minute_group")
-        if group is None:  # slot end → its 10-minute group, counted backwards from the evaluation time
-            group = {end: int((self.eval_time - end).total_seconds() // 600) for _, end in self.slots}
-            self.__dict__["_ten_minute_group"] = group
+        group = self._ten_minute_group()
         totals: dict[int, list[float]] = {}
         counts: dict[int, int] = {}
         for end, count, total, _max in stats.buckets:
@@ -451,12 +455,19 @@ class ScanContext:
             if sig is None or sig is Signal.GPU_UTIL or dev.device.gpu_i_id is not None or limit is None:
                 continue
             scoped = pod if self._labelled_for(dev, pod) else None
-            prof_st, util_st, power_st = (self.device_stats(dev, sig, scoped), self.device_stats(dev, Signal.GPU_UTIL, scoped),
-                                          self.device_stats(dev, Signal.POWER_USAGE))
-            pb, ub, wb = self.avg_bounds(prof_st), self.avg_bounds(util_st), self.avg_bounds(power_st)
-            if (pb is None or ub is None or wb is None or sig.to_ratio(pb[0]) >= IDLE_RATIO
-                    or Signal.GPU_UTIL.to_ratio(ub[1]) < WORK_RATIO or wb[1] < WORK_RATIO * limit):
-                continue  # no bucket of this device can meet all three conditions (see `avg_bounds`)
+            # no bucket of this device can meet all three conditions when one series' bounds rule it out (`avg_bounds`)
+            util_st = self.device_stats(dev, Signal.GPU_UTIL, scoped)
+            ub = self.avg_bounds(util_st)
+            if ub is None or Signal.GPU_UTIL.to_ratio(ub[1]) < WORK_RATIO:
+                continue
+            power_st = self.device_stats(dev, Signal.POWER_USAGE)
+            wb = self.avg_bounds(power_st)
+            if wb is None or wb[1] < WORK_RATIO * limit:
+                continue
+            prof_st = self.device_stats(dev, sig, scoped)
+            pb = self.avg_bounds(prof_st)
+            if pb is None or sig.to_ratio(pb[0]) >= IDLE_RATIO:
+                continue
             prof = self.buckets_of(prof_st)
             util = self.buckets_of(util_st)
             power = self.buckets_of(power_st)
@@ -709,7 +720,13 @@ class ScanContext:
 
     def _labelled_for(self, device: GpuTelemetry, pod: Pod | None) -> bool:
         """True when some of `device`'s series carry `pod`'s labels (its samples can be told apart)."""
-        return pod is not None and (pod.namespace, pod.name) in self.memo("workloads", device, lambda: frozenset(device.workloads))
+        if pod is None:
+            return False
+        cache: dict[int, tuple[GpuTelemetry, frozenset[tuple[str, str]]]] = self.__dict__.setdefault("_workloads", {})
+        hit = cache.get(id(device))
+        if hit is None or hit[0] is not device:
+            hit = cache[id(device)] = (device, frozenset(device.workloads))
+        return (pod.namespace, pod.name) in hit[1]
 
     # --- subjects ------------------------------------------------------------------------------
     def subject_for(self, alloc: Allocation) -> Subject:
