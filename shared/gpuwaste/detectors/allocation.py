@@ -9,7 +9,7 @@ from pydantic import Field
 
 from gpuwaste.detectors.episodes import episode, finish, from_runs, minutes_text, qualifying, runs, span_seconds
 from gpuwaste.detectors.readings import activity_confidence, judged_allocations
-from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, Superseded, detector
 from gpuwaste.join import BOUND_EPS, ActivityReading, Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Episode, Evidence, Finding, IdleMode, WasteKind
@@ -212,6 +212,10 @@ def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -
             episodes = tuple(episode(ctx, r.start, r.end, _wasted(alloc.share, _mean([series[i] for i in r.slots]))) for r in found)
             avg = _mean([series[i] for r in found for i in r.slots])
         else:
+            continue
+        key = (alloc.pod.namespace, alloc.pod.name, None)
+        if ctx.superseded_now("underused_allocation", key, episodes):
+            yield Superseded("underused_allocation", key, episodes)  # an idle finding already covers it
             continue
         used = Decimal(str(round(avg, 4)))
         wasted = _wasted(alloc.share, avg)

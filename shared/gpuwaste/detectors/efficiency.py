@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from gpuwaste.detectors.episodes import episode, finish, minutes_text, qualifying, runs, span_seconds
+from gpuwaste.detectors.episodes import completed_episodes, episode, finish, minutes_text, qualifying, runs, span_seconds
 from gpuwaste.detectors.readings import (
     activity_confidence,
     judged_allocations,
@@ -17,7 +17,7 @@ from gpuwaste.detectors.readings import (
     power_ratio_series,
     stat,
 )
-from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
+from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, Superseded, detector
 from gpuwaste.join import BOUND_EPS, Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Episode, Finding, WasteKind
@@ -197,6 +197,11 @@ def detect_low_memory_bandwidth(ctx: ScanContext, settings: LowBandwidthSettings
             continue
         busiest = max(act.avg, dram.avg or 0.0)
         wasted = (alloc.share * (Decimal(1) - Decimal(str(round(busiest, 4))))).quantize(_SHARE)
+        key = (alloc.pod.namespace, alloc.pod.name, None)
+        episodes = completed_episodes(ctx, alloc.pod.namespace, alloc.pod.name, wasted)
+        if ctx.superseded_now("low_memory_bandwidth", key, episodes):
+            yield Superseded("low_memory_bandwidth", key, episodes)  # an idle, under-used… finding already covers it
+            continue
         subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
         yield Finding(
             kind=WasteKind.LOW_MEMORY_BANDWIDTH,

@@ -20,7 +20,7 @@ from gpuwaste.allocation import Resolved
 from gpuwaste.allocation.physical import physical_gpu_count
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, gpu_share_for_request
-from gpuwaste.models.findings import Attribution, Evidence, GpuRef, Subject
+from gpuwaste.models.findings import Attribution, Episode, Evidence, GpuRef, Subject
 from gpuwaste.models.telemetry import (
     ACTIVITY_SIGNALS,
     Bucket,
@@ -203,6 +203,17 @@ class NodeInventory:
         return n.gpu_count_label
 
 
+#: A finding's subject as supersession compares it: (namespace, pod, node when there is no pod).
+SubjectKey = tuple[str | None, str | None, str | None]
+#: (detector, subject key, episodes) → True when a finding that will be dropped in favour of one already reported
+#: (`detectors.registry` supersession) — see `ScanContext.superseded_now`.
+SupersededCheck = Callable[[str, SubjectKey, tuple[Episode, ...]], bool]
+
+
+def _never_superseded(_detector: str, _key: SubjectKey, _episodes: tuple[Episode, ...]) -> bool:
+    return False
+
+
 @dataclass
 class ScanContext:
     """The joined view of one scan.
@@ -215,6 +226,9 @@ class ScanContext:
         resolved: the merged answer of the allocation resolvers (holdings, mechanisms, notes).
         power_limits_w: GPU model name as the telemetry spells it → bundled board power limit (W), filled
             by the scan service from the pricing catalog; used when DCGM exports no power-limit field.
+        superseded_now: while `detectors.registry.run_detectors` runs the detectors, True for (detector, subject key,
+            episodes) when a finding already reported supersedes such a finding (same subject, overlapping time), so
+            the detector can skip building it and report `registry.Superseded` instead; outside a run, always False.
     """
 
     cluster: ClusterState
@@ -226,6 +240,7 @@ class ScanContext:
     stray_labels: list[tuple[GpuTelemetry, str, str, str]]
     power_limits_w: dict[str, float] = field(default_factory=dict)
     resolved: Resolved = field(default_factory=Resolved)
+    superseded_now: SupersededCheck = field(default=_never_superseded, repr=False)
 
     @property
     def window_start(self) -> datetime:
@@ -730,7 +745,11 @@ class ScanContext:
 
     # --- subjects ------------------------------------------------------------------------------
     def subject_for(self, alloc: Allocation) -> Subject:
-        """The finding subject for an allocation (workload, node, devices, pricing inputs)."""
+        """The finding subject for an allocation (workload, node, devices, pricing inputs); built once per scan and
+        shared by the findings about the allocation (a frozen model)."""
+        return self.memo("subject", alloc, lambda: self._subject_for(alloc))
+
+    def _subject_for(self, alloc: Allocation) -> Subject:
         inv = self.nodes.get(alloc.pod.node_name or "")
         return Subject(
             cluster=self.cluster.cluster,
