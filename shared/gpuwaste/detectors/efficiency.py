@@ -6,7 +6,15 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from gpuwaste.detectors.episodes import completed_episodes, episode, finish, minutes_text, qualifying, runs, span_seconds
+from gpuwaste.detectors.episodes import (
+    completed_episodes,
+    episode,
+    finish,
+    minutes_text,
+    qualifying,
+    runs,
+    span_seconds,
+)
 from gpuwaste.detectors.readings import (
     activity_confidence,
     judged_allocations,

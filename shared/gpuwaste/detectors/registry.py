@@ -186,7 +186,7 @@ def run_detectors(ctx: ScanContext, settings_by_name: dict[str, BaseModel], enab
 
     def superseded_now(detector: str, key: SubjectKey, episodes: tuple[Episode, ...]) -> bool:
         spec = REGISTRY.get(detector)
-        return bool(spec) and any(o.detector in spec.superseded_by and _overlap(o.episodes, episodes) for o in present.get(key, ()))
+        return spec is not None and any(o.detector in spec.superseded_by and _overlap(o.episodes, episodes) for o in present.get(key, ()))
 
     before, ctx.superseded_now = ctx.superseded_now, superseded_now
     try:

@@ -9,7 +9,7 @@ from gpuwaste.detectors.readings import physical_power, power_ratio_bounds, powe
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
 from gpuwaste.join import BOUND_EPS, Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
-from gpuwaste.models.findings import Confidence, Episode, Evidence, Finding, WasteKind
+from gpuwaste.models.findings import Confidence, Episode, Finding, WasteKind
 from gpuwaste.models.telemetry import Signal
 
 
