@@ -101,8 +101,12 @@ def power_limit(ctx: ScanContext, device: GpuTelemetry) -> tuple[float, str] | N
     """The enforced power limit of a device's physical GPU (W) and where it came from, or None.
 
     Order: DCGM_FI_DEV_ENFORCED_POWER_LIMIT, DCGM_FI_DEV_POWER_MGMT_LIMIT (both whole-GPU fields, read from
-    the parent on MIG), else the bundled per-model limit the service put in `ctx.power_limits_w`.
+    the parent on MIG), else the bundled per-model limit the service put in `ctx.power_limits_w`. Once per device and scan.
     """
+    return ctx.memo("power_limit", device, lambda: _power_limit(ctx, device))
+
+
+def _power_limit(ctx: ScanContext, device: GpuTelemetry) -> tuple[float, str] | None:
     for sig in (Signal.POWER_LIMIT, Signal.POWER_MGMT_LIMIT):
         st = ctx.device_stats(device, sig)
         if st is not None and st.count and st.max > 0:

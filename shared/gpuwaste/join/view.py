@@ -32,6 +32,7 @@ from gpuwaste.models.telemetry import (
 )
 
 _T = TypeVar("_T")
+_MISSING: Any = object()
 
 
 class CommonSettings(SettingsModel):
@@ -510,18 +511,24 @@ class ScanContext:
 
         Merged once per scan (device, signal, pod): every detector reads the same summary object.
         """
-        cache: dict[tuple[int, str, object], tuple[GpuTelemetry, WindowStats | None]] = self.__dict__.setdefault("_stats_cache", {})
-        key = (id(device), signal, None if pod is None else (pod.namespace, pod.name))
-        hit = cache.get(key)
-        if hit is not None and hit[0] is device:
-            return hit[1]
-        found: WindowStats | None = None
-        if pod is not None:
-            found = device.for_workload(pod.namespace, pod.name, signal)
-        if found is None:
-            found = device.merged(signal)
-        cache[key] = (device, found)  # the entry keeps `device` alive, so its id is never reused
-        return found
+        records: dict[int, tuple[GpuTelemetry, dict[str, WindowStats | None], bool]] = self.__dict__.setdefault("_device_signals", {})
+        rec = records.get(id(device))
+        if rec is None or rec[0] is not device:
+            # the entry keeps `device` alive, so its id is never reused
+            rec = records[id(device)] = (device, {}, len(device.groups) > 1)
+        if pod is None or not rec[2]:
+            # with one label group at most, the pod's samples (if labelled) are all of the device's samples
+            merged = rec[1]
+            found = merged.get(signal, _MISSING)
+            if found is _MISSING:
+                found = merged[signal] = device.merged(signal)
+            return found  # type: ignore[return-value]
+        cache: dict[tuple[int, str, object], WindowStats | None] = self.__dict__.setdefault("_scoped_stats", {})
+        key = (id(device), signal, (pod.namespace, pod.name))
+        if key not in cache:
+            scoped = device.for_workload(pod.namespace, pod.name, signal)
+            cache[key] = scoped if scoped is not None else self.device_stats(device, signal)
+        return cache[key]
 
     def activity_signal(self, device: GpuTelemetry) -> Signal | None:
         """Best activity signal present for a device (B04, B05, B15).
@@ -727,6 +734,9 @@ class ScanContext:
 
     def power_limit_w(self, device: GpuTelemetry) -> float | None:
         """The device's power limit (W): DCGM's enforced or management limit, else the bundled per-model limit."""
+        return self.memo("power_limit_w", device, lambda: self._power_limit_w(device))
+
+    def _power_limit_w(self, device: GpuTelemetry) -> float | None:
         for sig in (Signal.POWER_LIMIT, Signal.POWER_MGMT_LIMIT):
             st = self.device_stats(device, sig)
             if st is not None and st.count and st.max > 0:
