@@ -32,7 +32,6 @@ from gpuwaste.models.telemetry import (
 )
 
 _T = TypeVar("_T")
-_MISSING: Any = object()
 
 
 class CommonSettings(SettingsModel):
@@ -511,24 +510,20 @@ class ScanContext:
 
         Merged once per scan (device, signal, pod): every detector reads the same summary object.
         """
-        records: dict[int, tuple[GpuTelemetry, dict[str, WindowStats | None], bool]] = self.__dict__.setdefault("_device_signals", {})
-        rec = records.get(id(device))
-        if rec is None or rec[0] is not device:
+        groups = device.groups
+        if len(groups) <= 1:
+            # one label group at most (most devices): its summaries are the device's, and the pod's samples (if
+            # labelled) are all of the device's samples; whole-GPU fields of a MIG instance come from its parent
+            found = groups[0].signals.get(signal) if groups else None
+            return found if found is not None else device.parent_signals.get(signal)
+        cache: dict[tuple[int, str, object], tuple[GpuTelemetry, WindowStats | None]] = self.__dict__.setdefault("_merged_stats", {})
+        key = (id(device), signal, None if pod is None else (pod.namespace, pod.name))
+        hit = cache.get(key)
+        if hit is None or hit[0] is not device:
+            scoped = None if pod is None else device.for_workload(pod.namespace, pod.name, signal)
             # the entry keeps `device` alive, so its id is never reused
-            rec = records[id(device)] = (device, {}, len(device.groups) > 1)
-        if pod is None or not rec[2]:
-            # with one label group at most, the pod's samples (if labelled) are all of the device's samples
-            merged = rec[1]
-            found = merged.get(signal, _MISSING)
-            if found is _MISSING:
-                found = merged[signal] = device.merged(signal)
-            return found  # type: ignore[return-value]
-        cache: dict[tuple[int, str, object], WindowStats | None] = self.__dict__.setdefault("_scoped_stats", {})
-        key = (id(device), signal, (pod.namespace, pod.name))
-        if key not in cache:
-            scoped = device.for_workload(pod.namespace, pod.name, signal)
-            cache[key] = scoped if scoped is not None else self.device_stats(device, signal)
-        return cache[key]
+            hit = cache[key] = (device, scoped if scoped is not None else device.merged(signal))
+        return hit[1]
 
     def activity_signal(self, device: GpuTelemetry) -> Signal | None:
         """Best activity signal present for a device (B04, B05, B15).
