@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from operator import itemgetter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -32,6 +33,7 @@ from gpuwaste.models.telemetry import (
 )
 
 _T = TypeVar("_T")
+_END = itemgetter(0)  # a Bucket's end
 
 
 class CommonSettings(SettingsModel):
@@ -57,6 +59,8 @@ class CommonSettings(SettingsModel):
     confident_observed_s: int = Field(1800, ge=0)
 
 
+#: Activity signal → its rank in `ACTIVITY_SIGNALS` (higher: weaker).
+_ACTIVITY_ORDER: dict[Signal, int] = {s: i for i, s in enumerate(ACTIVITY_SIGNALS)}
 #: An activity ratio under this reads "idle" (the idle detector's default threshold).
 IDLE_RATIO = 0.05
 #: Slack (in ratio units) of the bounds that let a detector skip a subject whose rule cannot fire: a mean of per-slot
@@ -379,6 +383,22 @@ class ScanContext:
         cache[id(stats)] = (stats, value)  # the entry keeps `stats` alive, so its id is never reused
         return value
 
+    def _grid(self) -> tuple[tuple[datetime, ...], list[tuple[int, int]]]:
+        """The slot ends, oldest first, and each 10-minute group (`_ten_minute_group`) as a [lo, hi) run of slot
+        positions (cached)."""
+        grid: tuple[tuple[datetime, ...], list[tuple[int, int]]] | None = self.__dict__.get("_grid_runs")
+        if grid is None:
+            group = self._ten_minute_group()
+            ends = tuple(end for _, end in self.slots)
+            runs: list[tuple[int, int]] = []
+            for i, end in enumerate(ends):
+                if runs and group[ends[runs[-1][0]]] == group[end]:
+                    runs[-1] = (runs[-1][0], i + 1)
+                else:
+                    runs.append((i, i + 1))
+            grid = self.__dict__["_grid_runs"] = (ends, runs)
+        return grid
+
     def _ten_minute_group(self) -> dict[datetime, int]:
         """Slot end → its 10-minute group, counted backwards from the evaluation time (cached)."""
         group: dict[datetime, int] | None = self.__dict__.get("_ten_minute_groups")
@@ -425,6 +445,26 @@ class ScanContext:
         hit = cache.get(id(stats))
         if hit is not None and hit[0] is stats:
             return hit[1]
+        buckets = stats.buckets
+        grid = self._grid()
+        if len(buckets) == len(grid[0]) and tuple(map(_END, buckets)) == grid[0]:
+            # the buckets are the window's slots (the usual case): the 10-minute groups are runs of positions
+            best: float | None = None
+            fsum = math.fsum
+            for lo, hi in grid[1]:
+                n = 0
+                part: list[float] = []
+                for b in buckets[lo:hi]:
+                    if b[1]:
+                        n += b[1]
+                        part.append(b[2])
+                if n:
+                    v = fsum(part) / n
+                    if best is None or v > best:
+                        best = v
+            value = best if best is not None else stats.max_avg_10m
+            cache[id(stats)] = (stats, value)  # the entry keeps `stats` alive, so its id is never reused
+            return value
         group = self._ten_minute_group()
         totals: dict[int, list[float]] = {}
         counts: dict[int, int] = {}
@@ -600,21 +640,19 @@ class ScanContext:
             if stats is None or stats.count == 0:
                 return None
             readings.append((sig, stats))
-        order = {s: i for i, s in enumerate(ACTIVITY_SIGNALS)}
-        weakest = max((s for s, _ in readings), key=lambda s: order[s])
-        ratio = [(s, st) for s, st in readings]
-        avgs = [s.to_ratio(st.avg) for s, st in ratio]
-        m10 = [s.to_ratio(p) for s, st in ratio if (p := self.peak_10m(st)) is not None]
+        weakest = max((s for s, _ in readings), key=_ACTIVITY_ORDER.__getitem__)
+        avgs = [s.to_ratio(st.avg) for s, st in readings]
+        m10 = [s.to_ratio(p) for s, st in readings if (p := self.peak_10m(st)) is not None]
         return ActivityReading(
             signal=weakest,
             avg=sum(avgs) / len(avgs),
-            p95=max(s.to_ratio(st.p95) for s, st in ratio),
-            max=max(s.to_ratio(st.max) for s, st in ratio),
-            min=min(s.to_ratio(st.min) for s, st in ratio),
+            p95=max([s.to_ratio(st.p95) for s, st in readings]),
+            max=max([s.to_ratio(st.max) for s, st in readings]),
+            min=min([s.to_ratio(st.min) for s, st in readings]),
             max_avg_10m=max(m10) if m10 else None,
-            coverage=min(self.coverage(st, pod) for _, st in ratio),
-            samples=sum(st.count for _, st in ratio),
-            devices=len(ratio),
+            coverage=min([self.coverage(st, pod) for _, st in readings]),
+            samples=sum([st.count for _, st in readings]),
+            devices=len(readings),
         )
 
     def signal_evidence(
