@@ -677,13 +677,13 @@ class ScanContext:
             signal=signal.value,
             unit=signal.unit,
             window_s=self.window_s,
-            avg=round(sum(s.avg for s in present) / len(present), 6),
-            p95=round(max(s.p95 for s in present), 6) if summarises(signal, "p95") else None,
-            max=round(max(s.max for s in present), 6),
-            min=round(min(s.min for s in present), 6) if summarises(signal, "min") else None,
+            avg=round(sum([s.avg for s in present]) / len(present), 6),
+            p95=round(max([s.p95 for s in present]), 6) if summarises(signal, "p95") else None,
+            max=round(max([s.max for s in present]), 6),
+            min=round(min([s.min for s in present]), 6) if summarises(signal, "min") else None,
             max_avg_10m=self._evidence_peak(present),
-            samples=sum(s.count for s in present),
-            coverage=round(min(self.coverage(s, pod) for s in present), 4),
+            samples=sum([s.count for s in present]),
+            coverage=round(min([self.coverage(s, pod) for s in present]), 4),
         )
 
     def evidence_peak(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None = None
@@ -698,10 +698,16 @@ class ScanContext:
 
     def _present(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None) -> list[WindowStats]:
         """The devices' summaries of `signal` that hold samples (pod-scoped where the device carries the pod's labels)."""
-        stats = [self.device_stats(d, signal, pod if self._labelled_for(d, pod) else None) for d in devices]
+        if pod is None:
+            stats = [self.device_stats(d, signal) for d in devices]
+        else:
+            stats = [self.device_stats(d, signal, pod if self._labelled_for(d, pod) else None) for d in devices]
         return [s for s in stats if s is not None and s.count > 0]
 
     def _evidence_peak(self, present: list[WindowStats]) -> float | None:
+        if len(present) == 1:
+            p = self.peak_10m(present[0])
+            return None if p is None else round(p, 6)
         m10 = [p for s in present if (p := self.peak_10m(s)) is not None]
         return round(max(m10), 6) if m10 else None
 
