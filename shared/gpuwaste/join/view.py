@@ -249,7 +249,10 @@ class ScanContext:
     @property
     def window_start(self) -> datetime:
         """The start of the scan window (UTC)."""
-        return self.eval_time - timedelta(seconds=self.window_s)
+        start: datetime | None = self.__dict__.get("_window_start")
+        if start is None:
+            start = self.__dict__["_window_start"] = self.eval_time - timedelta(seconds=self.window_s)
+        return start
 
     def held_span(self, alloc: Allocation) -> tuple[datetime, datetime]:
         """An allocation's holding span clipped to the window."""
@@ -814,7 +817,7 @@ class ScanContext:
             capacity_type=alloc.node.capacity_type if alloc.node else None,
             region=alloc.node.region if alloc.node else None,
             accelerator=alloc.node.labels.get("cloud.google.com/gke-accelerator") if alloc.node else None,
-            physical_gpus_on_node=len(inv.physical_uuids) if inv and inv.devices else None,
+            physical_gpus_on_node=self._physical_gpus(inv) if inv and inv.devices else None,
             attribution=alloc.attribution,
             labels=dict(alloc.pod.labels),
             annotations=dict(alloc.pod.annotations),
@@ -837,10 +840,15 @@ class ScanContext:
             capacity_type=n.capacity_type if n else None,
             region=n.region if n else None,
             accelerator=n.labels.get("cloud.google.com/gke-accelerator") if n else None,
-            physical_gpus_on_node=len(inv.physical_uuids) or None,
+            physical_gpus_on_node=self._physical_gpus(inv) or None,
             attribution=Attribution.NODE,
             labels=dict(n.labels) if n else {},
         )
+
+
+    def _physical_gpus(self, inv: NodeInventory) -> int:
+        """Distinct physical GPU UUIDs seen on a node (`NodeInventory.physical_uuids`), counted once per scan."""
+        return self.memo("physical_gpus", inv, lambda: len(inv.physical_uuids))
 
 
 def gpu_ref(device: GpuTelemetry) -> GpuRef:
