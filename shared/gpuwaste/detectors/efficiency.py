@@ -82,6 +82,8 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
             continue
         alloc, act = item
         peak = act.max_avg_10m if act.max_avg_10m is not None else act.avg
+        if peak >= settings.max_activity_ratio and not _may_fire(ctx, alloc, settings, power=False):
+            continue  # busy over the window and in every bucket: no verdict of any kind can follow (a proof)
         subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
         avg_ratio = power_avg_ratio(ctx, alloc.devices)
         if avg_ratio is None:
@@ -147,17 +149,19 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
         yield finish(ctx, finding, episodes, span_seconds(span) * act.coverage)
 
 
-def _may_fire(ctx: ScanContext, alloc: Allocation, settings: PowerAnomalySettings) -> bool:
+def _may_fire(ctx: ScanContext, alloc: Allocation, settings: PowerAnomalySettings, *, power: bool = True) -> bool:
     """False when no bucket can be flagged (low activity and high power in the same bucket): no buckets, a MIG
-    allocation (judged over the whole window only), activity that never gets under `max_activity_ratio` or power
-    that never reaches `min_power_ratio` (bounds: `ScanContext.activity_floor`, `readings.power_ratio_bounds`)."""
+    allocation (judged over the whole window only), activity that never gets under `max_activity_ratio` or (with
+    `power`) power that never reaches `min_power_ratio` (bounds: `ScanContext.activity_floor`, `readings.power_ratio_bounds`)."""
     if not ctx.slots or any(d.device.gpu_i_id is not None for d in alloc.devices):
         return False
     floor = ctx.activity_floor(alloc.devices, alloc.pod)
     if floor is None or floor >= settings.max_activity_ratio + BOUND_EPS:
         return False
-    power = power_ratio_bounds(ctx, alloc.devices)
-    return power is not None and power[1] >= settings.min_power_ratio - BOUND_EPS
+    if not power:
+        return True
+    bounds = power_ratio_bounds(ctx, alloc.devices)
+    return bounds is not None and bounds[1] >= settings.min_power_ratio - BOUND_EPS
 
 
 def _held_wasted(share: Decimal, activity: float) -> Decimal:

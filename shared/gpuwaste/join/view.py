@@ -514,6 +514,10 @@ class ScanContext:
                 continue
             scoped = pod if self._labelled_for(dev, pod) else None
             # no bucket of this device can meet all three conditions when one series' bounds rule it out (`avg_bounds`)
+            prof_st = self.device_stats(dev, sig, scoped)
+            pb = self.avg_bounds(prof_st)
+            if pb is None or sig.to_ratio(pb[0]) >= IDLE_RATIO:
+                continue
             util_st = self.device_stats(dev, Signal.GPU_UTIL, scoped)
             ub = self.avg_bounds(util_st)
             if ub is None or Signal.GPU_UTIL.to_ratio(ub[1]) < WORK_RATIO:
@@ -521,10 +525,6 @@ class ScanContext:
             power_st = self.device_stats(dev, Signal.POWER_USAGE)
             wb = self.avg_bounds(power_st)
             if wb is None or wb[1] < WORK_RATIO * limit:
-                continue
-            prof_st = self.device_stats(dev, sig, scoped)
-            pb = self.avg_bounds(prof_st)
-            if pb is None or sig.to_ratio(pb[0]) >= IDLE_RATIO:
                 continue
             prof = self.buckets_of(prof_st)
             util = self.buckets_of(util_st)
