@@ -244,7 +244,7 @@ class ScanContext:
     stray_labels: list[tuple[GpuTelemetry, str, str, str]]
     power_limits_w: dict[str, float] = field(default_factory=dict)
     resolved: Resolved = field(default_factory=Resolved)
-    superseded_now: SupersededCheck = field(default=_never_superseded, repr=False)
+    superseded_now: SupersededCheck = field(default=_never_superseded, repr=False, compare=False)
 
     @property
     def window_start(self) -> datetime:
