@@ -4,6 +4,7 @@
 saves every answer body (gzip) to FILE; `python -m bench.telemetry_decode replay FILE [RUNS]` replays those answers to
 `PrometheusGpuMetricsSource.telemetry` (one connection, no network, the garbage collector paused as in a scan) and prints the CPU seconds of each run, the bytes
 read and the GPUs assembled, so a change to the readers is measured apart from Prometheus and the machine's load.
+`CONCURRENCY=4` replays with the scan's four connections (threads; for memory, e.g. under `tracemalloc`).
 """
 
 from __future__ import annotations
