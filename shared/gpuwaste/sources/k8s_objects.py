@@ -604,13 +604,16 @@ def cluster_state_from_objects(
     pods: list[Pod] = []
     for i, obj in pod_objs:
         try:
-            pod = pod_from_dict(obj, settings.gpu_resource_names, owners_of=(controllers, listed))
-            if exporter_re.search(pod.name) and pod.node_name:
-                exporters[pod.name] = pod.node_name
-                if pod.pod_ip:
-                    exporter_ips[pod.pod_ip] = pod.node_name
-            if is_gpu_relevant_pod(obj, settings.gpu_resource_names):
-                pods.append(pod)
+            name = str(obj["metadata"]["name"])
+            if exporter_re.search(name):  # an exporter pod: its node and IP are what the scan needs of it
+                node = (obj.get("spec") or {}).get("nodeName") or None
+                ip = (obj.get("status") or {}).get("podIP") or None
+                if node:
+                    exporters[name] = str(node)
+                    if ip:
+                        exporter_ips[str(ip)] = str(node)
+            if is_gpu_relevant_pod(obj, settings.gpu_resource_names):  # only these become `Pod`s
+                pods.append(pod_from_dict(obj, settings.gpu_resource_names, owners_of=(controllers, listed)))
         except (AttributeError, TypeError, ValueError) as exc:
             raise _malformed(i, obj, exc) from exc
     resolved = pods
