@@ -912,7 +912,7 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     `history_only` (next to the Kubernetes API): three — GPU requests over the window, current phases, pods gone.
 
     Pods that exist at the evaluation time are read with instant selectors (one sample per series; the metric
-    name kept), only for GPU pods and exporter pods (one join on namespace, pod), in two queries of about the same
+    name kept), only for GPU pods (one join on namespace, pod; exporter pods: only `kube_pod_info`), in two queries of about the same
     cost that Prometheus evaluates and encodes in parallel (the pod series are most of the answer). GPU requests
     are read over the window (`last_over_time`), and so is the list of pods that were exported in the window but
     are gone now, with their sample counts (`pods gone`); their last state is read by `ksm_history_query`.
