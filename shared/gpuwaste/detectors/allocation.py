@@ -9,8 +9,8 @@ from pydantic import Field
 
 from gpuwaste.detectors.episodes import episode, finish, from_runs, minutes_text, qualifying, runs, span_seconds
 from gpuwaste.detectors.readings import activity_confidence, judged_allocations
-from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
-from gpuwaste.join import ActivityReading, Allocation, ScanContext
+from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, Superseded, detector
+from gpuwaste.join import BOUND_EPS, ActivityReading, Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Episode, Evidence, Finding, IdleMode, WasteKind
 from gpuwaste.models.telemetry import Signal
@@ -101,6 +101,9 @@ def idle_episodes(ctx: ScanContext, alloc: Allocation, act: ActivityReading, set
         return (episode(ctx, span[0], span[1], alloc.share),)
     if not ctx.slots:
         return ()
+    floor = ctx.activity_floor(alloc.devices, alloc.pod)
+    if floor is None or floor >= settings.max_activity_ratio + BOUND_EPS:
+        return ()  # no bucket can read idle (a proof from the buckets' bounds: `ScanContext.activity_floor`)
     series = ctx.activity_series(alloc.devices, alloc.pod)
     broken = ctx.contradicted_slots(alloc.devices, alloc.pod)
     flags = [None if v is None or bad else v < settings.max_activity_ratio for v, bad in zip(series, broken, strict=True)]
@@ -197,6 +200,9 @@ def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -
         if whole:
             episodes: tuple[Episode, ...] = (episode(ctx, span[0], span[1], _wasted(alloc.share, avg)),)
         elif ctx.slots:
+            floor = ctx.activity_floor(alloc.devices, alloc.pod)
+            if floor is None or floor >= settings.max_avg_10m_ratio + BOUND_EPS:
+                continue  # no bucket can read under-used (a proof from the buckets' bounds)
             series = ctx.activity_series(alloc.devices, alloc.pod)
             broken = ctx.contradicted_slots(alloc.devices, alloc.pod)
             flags = [None if v is None or bad else v < settings.max_avg_10m_ratio for v, bad in zip(series, broken, strict=True)]
@@ -206,6 +212,10 @@ def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -
             episodes = tuple(episode(ctx, r.start, r.end, _wasted(alloc.share, _mean([series[i] for i in r.slots]))) for r in found)
             avg = _mean([series[i] for r in found for i in r.slots])
         else:
+            continue
+        key = (alloc.pod.namespace, alloc.pod.name, None)
+        if ctx.superseded_now("underused_allocation", key, episodes):
+            yield Superseded("underused_allocation", key, episodes)  # an idle finding already covers it
             continue
         used = Decimal(str(round(avg, 4)))
         wasted = _wasted(alloc.share, avg)

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from gpuwaste.detectors.episodes import runs
 from gpuwaste.detectors.registry import DetectorOutput, detector
-from gpuwaste.join import Allocation, ScanContext
+from gpuwaste.join import Allocation, NodeInventory, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Attribution, Confidence, Evidence, Finding, Subject, WasteKind
@@ -72,25 +72,24 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
         yield from _allocation_checks(ctx, alloc, settings)
     for inv in ctx.nodes.values():
         node = inv.node
-        subject = Subject(cluster=cluster, node=inv.name, workload_kind="Node", workload_name=inv.name,
-                          instance_type=node.instance_type if node else None, attribution=Attribution.NODE)
+        subject = _NodeSubject(cluster, inv)
         expected = inv.expected_gpus()
         seen = len(inv.physical_uuids)
         if expected and seen < expected and not no_telemetry:
-            yield _dq(ctx, subject.model_copy(update={"gpu_share": Decimal(expected - seen)}), "unmonitored_gpus",
+            yield _dq(ctx, subject().model_copy(update={"gpu_share": Decimal(expected - seen)}), "unmonitored_gpus",
                       f"Node {inv.name} has {expected} GPU(s) but DCGM reports {seen}",
                       "The missing GPUs are billed but unmonitored (broken GPU, crashed exporter): check nvidia-smi and the dcgm-exporter pod on the node.",
                       inv.name, details={"expected_gpus": expected, "observed_gpus": seen})
         if inv.ambiguous_pods:
             pods = ", ".join(f"{p.namespace}/{p.name}" for p in inv.ambiguous_pods)
-            yield _dq(ctx, subject, "attribution_missing",
+            yield _dq(ctx, subject(), "attribution_missing",
                       f"dcgm-exporter pod mapping is not working on node {inv.name}: {len(inv.unattributed_devices)} GPU(s) carry no pod labels",
                       "Enable the exporter's Kubernetes mapping (DCGM_EXPORTER_KUBERNETES=true, pod-resources mounted; on GKE set DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE=device-name).",
                       inv.name, details={"candidate_pods": pods})
         if inv.devices and node is not None and not inv.gpus_known_otherwise and not any(
             r.startswith(KNOWN_GPU_RESOURCE_PREFIXES) for r in {**node.allocatable_gpu, **node.capacity_gpu}
         ):
-            yield _dq(ctx, subject, "unknown_gpu_resource",
+            yield _dq(ctx, subject(), "unknown_gpu_resource",
                       f"Node {inv.name} has {seen} GPU(s) in DCGM but advertises no known GPU resource",
                       "Add the device plugin's resource name to gpu_resource_names in the configuration.",
                       inv.name, details={"resources": ",".join(sorted(node.allocatable_gpu)) or "none"})
@@ -116,15 +115,29 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
                   f"{dev.device}:{ns}/{pod}", confidence=Confidence.MEDIUM)
 
 
+class _NodeSubject:
+    """A node's data-quality subject, built when a finding needs it (most nodes get none)."""
+
+    def __init__(self, cluster: str, inv: NodeInventory) -> None:
+        self.cluster, self.inv = cluster, inv
+        self.built: Subject | None = None
+
+    def __call__(self) -> Subject:
+        if self.built is None:
+            node = self.inv.node
+            self.built = Subject(cluster=self.cluster, node=self.inv.name, workload_kind="Node", workload_name=self.inv.name,
+                                 instance_type=node.instance_type if node else None, attribution=Attribution.NODE)
+        return self.built
+
+
 def _allocation_checks(ctx: ScanContext, alloc: Allocation, settings: DataQualitySettings) -> DetectorOutput:
     if alloc.pod.phase is not PodPhase.RUNNING or not alloc.devices:
         return
-    subject = ctx.subject_for(alloc)
     name = f"{alloc.pod.namespace}/{alloc.pod.name}"
     missing = [d for d in alloc.devices if ctx.activity_signal(d) is None]
     if missing:
         mig = any(d.device.gpu_i_id for d in missing)
-        yield _dq(ctx, subject, "no_activity_signal",
+        yield _dq(ctx, ctx.subject_for(alloc), "no_activity_signal",
                   f"No activity signal for {len(missing)} GPU(s) of {name}: activity unknown, not idle",
                   ("MIG instances need DCGM_FI_PROF_GR_ENGINE_ACTIVE (GPU_UTIL is whole-GPU and reads 0 under MIG)."
                    if mig else "Enable DCGM_FI_PROF_GR_ENGINE_ACTIVE or DCGM_FI_DEV_GPU_UTIL in the dcgm-exporter counters CSV."),
@@ -134,28 +147,28 @@ def _allocation_checks(ctx: ScanContext, alloc: Allocation, settings: DataQualit
     started = alloc.pod.started_at or alloc.pod.created_at
     young = started is not None and (ctx.eval_time - started).total_seconds() < ctx.common.pod_grace_s
     if act is not None and act.coverage < ctx.common.min_coverage and not young and not ctx.telemetry.single_instant:
-        yield _dq(ctx, subject, "partial_coverage",
+        yield _dq(ctx, ctx.subject_for(alloc), "partial_coverage",
                   f"Telemetry covers {act.coverage:.0%} of the window for {name}: no verdict",
                   "Gaps mean the exporter or scrape failed; missing samples are unknown, never idle. Check the dcgm-exporter pod and the scrape target.",
                   name, evidence=(act.evidence(ctx.window_s, threshold=ctx.common.min_coverage, comparison="coverage ≥ min_coverage"),),
                   details={"coverage": round(act.coverage, 4)})
 
 
-def _device_checks(ctx: ScanContext, dev: GpuTelemetry, subject: Subject, settings: DataQualitySettings) -> DetectorOutput:
+def _device_checks(ctx: ScanContext, dev: GpuTelemetry, node_subject: _NodeSubject, settings: DataQualitySettings) -> DetectorOutput:
     problem = ctx.device_problem(dev, settings.stale_min_samples)
     since = None
     if problem is None and ctx.slots:
         # the same contradiction for part of the window only (a counter that broke at some point)
         broken = [b or None for b in ctx.contradicted_slots([dev])]
-        stretches = [r for r in runs(ctx, broken, (ctx.window_start, ctx.eval_time)) if r.seconds >= ctx.common.min_episode_s]
+        stretches = [r for r in runs(ctx, broken, (ctx.window_start, ctx.eval_time)) if r.seconds >= ctx.common.min_episode_s
+                     ] if any(broken) else []
         if stretches:
             problem, since = "activity_signals_disagree", stretches[0].start
     if problem not in ("stale_series", "frozen_exporter", "profiling_counter_broken", "activity_signals_disagree",
                        "unreadable_samples"):
         return
     holder = ctx.holder_of(dev)
-    if holder is not None:
-        subject = ctx.subject_for(holder)
+    subject = ctx.subject_for(holder) if holder is not None else node_subject()
     where = f"{holder.pod.namespace}/{holder.pod.name} on {subject.node}" if holder else f"{subject.node}"
     if problem in ("profiling_counter_broken", "activity_signals_disagree"):
         yield _contradiction(ctx, dev, subject, where, problem, since)

@@ -6,17 +6,27 @@ from decimal import Decimal
 
 from pydantic import Field
 
-from gpuwaste.detectors.episodes import episode, finish, minutes_text, qualifying, runs, span_seconds
+from gpuwaste.detectors.episodes import (
+    completed_episodes,
+    episode,
+    finish,
+    minutes_text,
+    qualifying,
+    runs,
+    span_seconds,
+)
 from gpuwaste.detectors.readings import (
     activity_confidence,
     judged_allocations,
     lower,
     physical_power,
+    power_avg_ratio,
+    power_ratio_bounds,
     power_ratio_series,
     stat,
 )
-from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
-from gpuwaste.join import Allocation, ScanContext
+from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, Superseded, detector
+from gpuwaste.join import BOUND_EPS, Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Episode, Finding, WasteKind
 from gpuwaste.models.telemetry import Signal
@@ -72,14 +82,20 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
             continue
         alloc, act = item
         peak = act.max_avg_10m if act.max_avg_10m is not None else act.avg
-        power = physical_power(ctx, alloc.devices)
+        if peak >= settings.max_activity_ratio and not _may_fire(ctx, alloc, settings, power=False):
+            continue  # busy over the window and in every bucket: no verdict of any kind can follow (a proof)
         subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
-        if power is None:
+        avg_ratio = power_avg_ratio(ctx, alloc.devices)
+        if avg_ratio is None:
             if peak < settings.max_activity_ratio:
                 yield NoVerdict("power_anomaly", subject, "no power reading or power limit for its GPUs")
             continue
+        whole = peak < settings.max_activity_ratio and avg_ratio >= settings.min_power_ratio
+        if not whole and not _may_fire(ctx, alloc, settings):
+            continue  # no stretch can be reported either (a proof from the buckets' bounds)
+        power = physical_power(ctx, alloc.devices)
+        assert power is not None
         span = ctx.held_span(alloc)
-        whole = peak < settings.max_activity_ratio and power.avg_ratio >= settings.min_power_ratio
         avg = act.avg
         if whole:
             episodes: tuple[Episode, ...] = (episode(ctx, span[0], span[1], _held_wasted(alloc.share, avg)),)
@@ -133,6 +149,21 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
         yield finish(ctx, finding, episodes, span_seconds(span) * act.coverage)
 
 
+def _may_fire(ctx: ScanContext, alloc: Allocation, settings: PowerAnomalySettings, *, power: bool = True) -> bool:
+    """False when no bucket can be flagged (low activity and high power in the same bucket): no buckets, a MIG
+    allocation (judged over the whole window only), activity that never gets under `max_activity_ratio` or (with
+    `power`) power that never reaches `min_power_ratio` (bounds: `ScanContext.activity_floor`, `readings.power_ratio_bounds`)."""
+    if not ctx.slots or any(d.device.gpu_i_id is not None for d in alloc.devices):
+        return False
+    floor = ctx.activity_floor(alloc.devices, alloc.pod)
+    if floor is None or floor >= settings.max_activity_ratio + BOUND_EPS:
+        return False
+    if not power:
+        return True
+    bounds = power_ratio_bounds(ctx, alloc.devices)
+    return bounds is not None and bounds[1] >= settings.min_power_ratio - BOUND_EPS
+
+
 def _held_wasted(share: Decimal, activity: float) -> Decimal:
     return (share * (Decimal(1) - Decimal(str(round(activity, 4))))).quantize(_SHARE)
 
@@ -178,6 +209,11 @@ def detect_low_memory_bandwidth(ctx: ScanContext, settings: LowBandwidthSettings
             continue
         busiest = max(act.avg, dram.avg or 0.0)
         wasted = (alloc.share * (Decimal(1) - Decimal(str(round(busiest, 4))))).quantize(_SHARE)
+        key = (alloc.pod.namespace, alloc.pod.name, None)
+        episodes = completed_episodes(ctx, alloc.pod.namespace, alloc.pod.name, wasted)
+        if ctx.superseded_now("low_memory_bandwidth", key, episodes):
+            yield Superseded("low_memory_bandwidth", key, episodes)  # an idle, under-used… finding already covers it
+            continue
         subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
         yield Finding(
             kind=WasteKind.LOW_MEMORY_BANDWIDTH,

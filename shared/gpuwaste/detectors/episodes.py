@@ -130,7 +130,7 @@ def minutes_text(episodes: tuple[Episode, ...]) -> str:
     return f"{secs / 3600:.1f} h" if secs >= 5400 else f"{secs / 60:.0f} min"
 
 
-__all__ = ["Run", "complete", "episode", "finish", "from_runs", "minutes_text", "observed_slots", "qualifying", "runs", "span_seconds"]
+__all__ = ["Run", "complete", "completed_episodes", "episode", "finish", "from_runs", "minutes_text", "observed_slots", "qualifying", "runs", "span_seconds"]
 
 
 def complete(ctx: ScanContext, finding: Finding) -> Finding:
@@ -139,12 +139,24 @@ def complete(ctx: ScanContext, finding: Finding) -> Finding:
     if finding.observed_s or finding.episodes or not finding.kind.is_waste:
         return finding
     s = finding.subject
-    alloc = ctx.allocation_of(s.namespace or "", s.pod) if s.pod else None
-    span = ctx.held_span(alloc) if alloc is not None else (ctx.window_start, ctx.eval_time)
+    span = _judged_span(ctx, s.namespace, s.pod)
     coverage = min((e.coverage for e in finding.evidence if e.samples and e.coverage), default=1.0)
     share = finding.wasted_gpu_share
     episodes = (episode(ctx, span[0], span[1], share),) if share > 0 else ()
     return finish(ctx, finding, episodes, span_seconds(span) * coverage, cap=finding.kind not in CLUSTER_FACT_KINDS)
+
+
+def completed_episodes(ctx: ScanContext, namespace: str | None, pod: str | None, share: Decimal) -> tuple[Episode, ...]:
+    """The episodes `complete` gives a waste finding about pod `namespace/pod` (no episodes of its own) that wastes
+    `share` GPUs: the pod's holding span as one episode, none when nothing is wasted."""
+    span = _judged_span(ctx, namespace, pod)
+    return (episode(ctx, span[0], span[1], share),) if share > 0 else ()
+
+
+def _judged_span(ctx: ScanContext, namespace: str | None, pod: str | None) -> tuple[datetime, datetime]:
+    """The holding span of the pod's allocation, or the whole window when the subject is no pod with GPUs."""
+    alloc = ctx.allocation_of(namespace or "", pod) if pod else None
+    return ctx.held_span(alloc) if alloc is not None else (ctx.window_start, ctx.eval_time)
 
 
 #: Kinds judged from cluster facts (owner gone, Pending for long, a finished container): no bursty phase to mislead.

@@ -7,6 +7,7 @@ window summed over the pod's series (never read `.avg` of a rate).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -27,26 +28,33 @@ def readable(ctx: ScanContext, alloc: Allocation, name: str) -> ActivityReading 
     signals), a missing activity signal (B04/B05: on MIG only the PROF ratios count), coverage below
     `common.min_coverage`. A pod that ended inside the window (a finished Job) held its GPUs until it ended —
     they are not free capacity then — but gets no verdict of its own: there is nothing left to act on.
+    Judged once per scan and allocation; each detector gets the NoVerdict under its own `name`.
     """
+    out = ctx.memo("readable", alloc, lambda: _readable(ctx, alloc))
+    if isinstance(out, str):
+        return NoVerdict(name, f"{alloc.pod.namespace}/{alloc.pod.name}", out)
+    return out
+
+
+def _readable(ctx: ScanContext, alloc: Allocation) -> ActivityReading | str | None:
+    """`readable` with the reason for no verdict as a string."""
     if alloc.pod.phase is not PodPhase.RUNNING or not alloc.devices:
         return None
-    subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
     started = alloc.pod.started_at or alloc.pod.created_at
     if started is not None and (ctx.eval_time - started).total_seconds() < ctx.common.pod_grace_s:
-        return NoVerdict(name, subject, f"pod younger than {ctx.common.pod_grace_s}s")
-    started = alloc.pod.started_at or alloc.pod.created_at
+        return f"pod younger than {ctx.common.pod_grace_s}s"
     window_start = ctx.eval_time - timedelta(seconds=ctx.window_s)
     if not alloc.labelled and started is not None and started > window_start:
         # its GPUs carry no pod labels, so samples from before the pod existed cannot be told apart
-        return NoVerdict(name, subject, "pod started inside the window and its GPUs carry no pod labels")
+        return "pod started inside the window and its GPUs carry no pod labels"
     problems = {p for d in alloc.devices if (p := ctx.device_problem(d))}
     if problems:
-        return NoVerdict(name, subject, "untrusted telemetry: " + ", ".join(sorted(problems)))
+        return "untrusted telemetry: " + ", ".join(sorted(problems))
     act = ctx.activity(alloc.devices, alloc.pod)
     if act is None:
-        return NoVerdict(name, subject, "no activity signal on its GPUs")
+        return "no activity signal on its GPUs"
     if act.coverage < ctx.common.min_coverage:
-        return NoVerdict(name, subject, f"coverage {act.coverage:.0%} < {ctx.common.min_coverage:.0%}")
+        return f"coverage {act.coverage:.0%} < {ctx.common.min_coverage:.0%}"
     return act
 
 
@@ -93,8 +101,12 @@ def power_limit(ctx: ScanContext, device: GpuTelemetry) -> tuple[float, str] | N
     """The enforced power limit of a device's physical GPU (W) and where it came from, or None.
 
     Order: DCGM_FI_DEV_ENFORCED_POWER_LIMIT, DCGM_FI_DEV_POWER_MGMT_LIMIT (both whole-GPU fields, read from
-    the parent on MIG), else the bundled per-model limit the service put in `ctx.power_limits_w`.
+    the parent on MIG), else the bundled per-model limit the service put in `ctx.power_limits_w`. Once per device and scan.
     """
+    return ctx.memo("power_limit", device, lambda: _power_limit(ctx, device))
+
+
+def _power_limit(ctx: ScanContext, device: GpuTelemetry) -> tuple[float, str] | None:
     for sig in (Signal.POWER_LIMIT, Signal.POWER_MGMT_LIMIT):
         st = ctx.device_stats(device, sig)
         if st is not None and st.count and st.max > 0:
@@ -104,8 +116,9 @@ def power_limit(ctx: ScanContext, device: GpuTelemetry) -> tuple[float, str] | N
     return None
 
 
-def physical_power(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]) -> PowerReading | None:
-    """Power ÷ limit over the physical GPUs of `devices`, each UUID once; None when power or a limit is missing."""
+def _physical_power_inputs(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]
+                           ) -> dict[str, tuple[WindowStats, float, str]] | None:
+    """Physical GPU UUID → (power stats, limit W, limit source), each UUID once; None when power or a limit is missing."""
     seen: dict[str, tuple[WindowStats, float, str]] = {}
     for dev in devices:
         if dev.device.uuid in seen:
@@ -115,7 +128,22 @@ def physical_power(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[Gp
         if st is None or st.count == 0 or lim is None:
             return None
         seen[dev.device.uuid] = (st, lim[0], lim[1])
-    if not seen:
+    return seen or None
+
+
+def power_avg_ratio(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]) -> float | None:
+    """`physical_power(ctx, devices).avg_ratio` without building the reading's evidence; None when that reading is None."""
+    seen = _physical_power_inputs(ctx, devices)
+    if seen is None:
+        return None
+    ratios = [st.avg / lim for st, lim, _ in seen.values()]
+    return sum(ratios) / len(ratios)
+
+
+def physical_power(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]) -> PowerReading | None:
+    """Power ÷ limit over the physical GPUs of `devices`, each UUID once; None when power or a limit is missing."""
+    seen = _physical_power_inputs(ctx, devices)
+    if seen is None:
         return None
     ratios = [st.avg / lim for st, lim, _ in seen.values()]
     m10 = [(p if (p := ctx.peak_10m(st)) is not None else st.avg) / lim for st, lim, _ in seen.values()]
@@ -155,6 +183,30 @@ def power_ratio_series(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | lis
     if not rows:
         return [None] * len(ctx.slots)
     return [None if any(v is None for v in col) else sum(v for v in col if v is not None) / len(col) for col in zip(*rows, strict=True)]
+
+
+def power_ratio_bounds(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]) -> tuple[float, float] | None:
+    """Lower and upper bounds of every value `power_ratio_series(ctx, devices)` shows: the means over the physical GPUs of
+    each GPU's lowest and highest bucket power ÷ limit (widen by `join.view.BOUND_EPS` for rounding); None when the
+    series shows no value in any slot."""
+    lows: list[float] = []
+    highs: list[float] = []
+    seen: set[str] = set()
+    for dev in devices:
+        if dev.device.uuid in seen:
+            continue
+        seen.add(dev.device.uuid)
+        lim = power_limit(ctx, dev)
+        bounds = ctx.avg_bounds(ctx.device_stats(dev, Signal.POWER_USAGE))
+        if lim is None or bounds is None:
+            return None
+        if lim[0] <= 0:
+            return -math.inf, math.inf  # no bound (a limit is never ≤ 0 in practice)
+        lows.append(bounds[0] / lim[0])
+        highs.append(bounds[1] / lim[0])
+    if not lows:
+        return None
+    return sum(lows) / len(lows), sum(highs) / len(highs)
 
 
 def stat(ctx: ScanContext, alloc: Allocation, signal: Signal) -> Evidence | None:
@@ -231,6 +283,8 @@ __all__ = [
     "pod_gauge",
     "pod_rate",
     "power_limit",
+    "power_avg_ratio",
+    "power_ratio_bounds",
     "power_ratio_series",
     "rate_evidence",
     "readable",

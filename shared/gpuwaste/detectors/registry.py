@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from gpuwaste.detectors.episodes import complete
 from gpuwaste.detectors.money import assign_money_owners
-from gpuwaste.join import ScanContext
-from gpuwaste.models.findings import Finding
+from gpuwaste.join import ScanContext, SubjectKey
+from gpuwaste.models.findings import Episode, Finding
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,23 @@ class NoVerdict:
     reason: str
 
 
-DetectorOutput = Iterable[Finding | NoVerdict]
+@dataclass(frozen=True)
+class Superseded:
+    """A finding a detector did not build because a finding already reported supersedes it (`ScanContext.superseded_now`).
+
+    It still takes part in supersession as the finding would have (it may supersede others), and is never reported.
+
+    Attributes:
+        detector: the detector that would have reported it. key: its subject key (`SubjectKey`).
+        episodes: the episodes it would have had (after `episodes.complete`).
+    """
+
+    detector: str
+    key: SubjectKey
+    episodes: tuple[Episode, ...]
+
+
+DetectorOutput = Iterable[Finding | NoVerdict | Superseded]
 DetectorFn = Callable[[ScanContext, Any], DetectorOutput]
 
 
@@ -166,38 +182,51 @@ def run_detectors(ctx: ScanContext, settings_by_name: dict[str, BaseModel], enab
     names = list(enabled) if enabled is not None else list(REGISTRY)
     findings: list[Finding] = []
     skipped: list[NoVerdict] = []
-    for name in names:
-        spec = REGISTRY[name]
-        for item in spec.fn(ctx, settings_by_name.get(name) or spec.settings_model()):
-            if isinstance(item, NoVerdict):
-                skipped.append(item)
-            else:
-                findings.append(complete(ctx, item))
-    return DetectionResult(tuple(assign_money_owners(_supersede(findings))), tuple(skipped))
+    present: dict[SubjectKey, list[Finding | Superseded]] = {}
+
+    def superseded_now(detector: str, key: SubjectKey, episodes: tuple[Episode, ...]) -> bool:
+        spec = REGISTRY.get(detector)
+        return spec is not None and any(o.detector in spec.superseded_by and _overlap(o.episodes, episodes) for o in present.get(key, ()))
+
+    before, ctx.superseded_now = ctx.superseded_now, superseded_now
+    try:
+        for name in names:
+            spec = REGISTRY[name]
+            for item in spec.fn(ctx, settings_by_name.get(name) or spec.settings_model()):
+                if isinstance(item, NoVerdict):
+                    skipped.append(item)
+                elif isinstance(item, Superseded):
+                    present.setdefault(item.key, []).append(item)
+                else:
+                    f = complete(ctx, item)
+                    findings.append(f)
+                    present.setdefault(subject_key(f), []).append(f)
+    finally:
+        ctx.superseded_now = before
+    return DetectionResult(tuple(assign_money_owners(_supersede(findings, present))), tuple(skipped))
 
 
-def _subject_key(f: Finding) -> tuple[str | None, str | None, str | None]:
+def subject_key(f: Finding) -> SubjectKey:
+    """The subject of a finding as supersession compares it (`join.view.SubjectKey`)."""
     s = f.subject
     return (s.namespace, s.pod, s.node if s.pod is None else None)
 
 
-def _supersede(findings: list[Finding]) -> list[Finding]:
+def _supersede(findings: list[Finding], present: dict[SubjectKey, list[Finding | Superseded]]) -> list[Finding]:
     """Drop a finding when a finding of a detector that supersedes it covers the same subject at the same time
-    (an idle hour before a stall that started later stays its own finding)."""
-    present: dict[tuple[str | None, str | None, str | None], list[Finding]] = {}
-    for f in findings:
-        present.setdefault(_subject_key(f), []).append(f)
+    (an idle hour before a stall that started later stays its own finding). `present`: every finding and every
+    `Superseded` placeholder by subject key (placeholders supersede as the findings they stand for would have)."""
     out = []
     for f in findings:
         spec = REGISTRY.get(f.detector)
-        if spec and any(o.detector in spec.superseded_by and _overlap(o, f) for o in present.get(_subject_key(f), [])):
+        if spec and any(o.detector in spec.superseded_by and _overlap(o.episodes, f.episodes) for o in present.get(subject_key(f), [])):
             continue
         out.append(f)
     return out
 
 
-def _overlap(a: Finding, b: Finding) -> bool:
+def _overlap(a: tuple[Episode, ...], b: tuple[Episode, ...]) -> bool:
     """True when two findings' episodes share time (a finding without episodes covers the whole window)."""
-    if not a.episodes or not b.episodes:
+    if not a or not b:
         return True
-    return any(x.start < y.end and y.start < x.end for x in a.episodes for y in b.episodes)
+    return any(x.start < y.end and y.start < x.end for x in a for y in b)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pydantic import Field
 
 from gpuwaste.detectors.episodes import episode, finish, from_runs, qualifying, runs, span_seconds
-from gpuwaste.detectors.readings import physical_power, power_ratio_series, readable
+from gpuwaste.detectors.readings import physical_power, power_ratio_bounds, power_ratio_series, readable
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
-from gpuwaste.join import Allocation, ScanContext
+from gpuwaste.join import BOUND_EPS, Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
-from gpuwaste.models.findings import Confidence, Episode, Evidence, Finding, WasteKind
+from gpuwaste.models.findings import Confidence, Episode, Finding, WasteKind
 from gpuwaste.models.telemetry import Signal
 
 
@@ -29,7 +29,7 @@ class StalledSettings(SettingsModel):
     min_duration_s: int = Field(1800, ge=60)
 
 
-def _busy(ctx: ScanContext, alloc: Allocation) -> tuple[Signal, float, Evidence] | None:
+def _busy(ctx: ScanContext, alloc: Allocation) -> tuple[Signal, float] | None:
     """The lowest busy reading over the pod's GPUs: GPU_UTIL (not on MIG, B05) else GR_ENGINE_ACTIVE."""
     readings: list[tuple[Signal, float]] = []
     for dev in alloc.devices:
@@ -44,10 +44,35 @@ def _busy(ctx: ScanContext, alloc: Allocation) -> tuple[Signal, float, Evidence]
         if chosen is None:
             return None
         readings.append(chosen)
-    sig, low = min(readings, key=lambda r: r[1])
-    ev = ctx.signal_evidence(alloc.devices, sig, alloc.pod)
-    assert ev is not None
-    return sig, low, ev
+    return min(readings, key=lambda r: r[1])
+
+
+def _may_stall(ctx: ScanContext, alloc: Allocation, settings: StalledSettings, busy_sig: Signal) -> bool:
+    """False when no bucket of `_stall_flags` can be True (a proof from each series' bucket bounds, `ScanContext.avg_bounds`):
+    some GPU never looks busy enough, a tensor/DRAM row never gets down to `max_work_ratio`, or power never gets down
+    to `max_power_ratio` — or a row shows no value at all (unknown, never a stall)."""
+    pod = alloc.pod
+    for dev in alloc.devices:
+        sig = Signal.GR_ENGINE_ACTIVE if dev.device.gpu_i_id is not None else busy_sig
+        bounds = ctx.avg_bounds(ctx.device_stats(dev, sig, pod if (pod.namespace, pod.name) in dev.workloads else None))
+        if bounds is None or sig.to_ratio(bounds[1]) < settings.min_busy_ratio:
+            return False
+    rows = 0
+    for s in (Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE):
+        stats = [ctx.device_stats(d, s, pod if (pod.namespace, pod.name) in d.workloads else None) for d in alloc.devices]
+        if not any(st is not None and st.count > 0 for st in stats):
+            continue  # not a row of `_stall_flags` (its evidence is None)
+        rows += 1
+        lows = []
+        for st in stats:
+            bounds = ctx.avg_bounds(st)
+            if bounds is None:
+                return False
+            lows.append(bounds[0])
+        if sum(lows) / len(lows) > settings.max_work_ratio + BOUND_EPS:
+            return False
+    power = power_ratio_bounds(ctx, alloc.devices)
+    return bool(rows) and power is not None and power[0] <= settings.max_power_ratio + BOUND_EPS
 
 
 def _stall_flags(ctx: ScanContext, alloc: Allocation, settings: StalledSettings, busy_sig: Signal) -> list[bool | None]:
@@ -100,7 +125,17 @@ def detect_stalled(ctx: ScanContext, settings: StalledSettings) -> DetectorOutpu
         busy = _busy(ctx, alloc)
         if busy is None:
             continue
-        sig, low, busy_ev = busy
+        sig, low = busy
+        if not _may_stall(ctx, alloc, settings, sig):
+            # no stalled stretch can exist (a proof); what is left needs busy GPUs whose tensor/DRAM work stays ≈ 0
+            # over the window (a whole-window stall, or the no-power no-verdict) or lacks tensor/DRAM fields altogether
+            if low < settings.min_busy_ratio:
+                continue
+            peaks = [p for s in (Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE) if (p := ctx.evidence_peak(alloc.devices, s, alloc.pod)) is not None]
+            if peaks and not all(p <= settings.max_work_ratio for p in peaks):
+                continue
+        busy_ev = ctx.signal_evidence(alloc.devices, sig, alloc.pod)
+        assert busy_ev is not None
         work = [e for e in (ctx.signal_evidence(alloc.devices, s, alloc.pod) for s in (Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE)) if e is not None]
         if not work:
             if low >= settings.min_busy_ratio:

@@ -6,6 +6,15 @@ allocation resolvers (`gpuwaste.allocation`) say who holds which share of which 
 """
 
 from gpuwaste.join.build import build_context, join
-from gpuwaste.join.view import ActivityReading, Allocation, CommonSettings, NodeInventory, ScanContext, gpu_ref
+from gpuwaste.join.view import (
+    BOUND_EPS,
+    ActivityReading,
+    Allocation,
+    CommonSettings,
+    NodeInventory,
+    ScanContext,
+    SubjectKey,
+    gpu_ref,
+)
 
-__all__ = ["ActivityReading", "Allocation", "CommonSettings", "NodeInventory", "ScanContext", "build_context", "gpu_ref", "join"]
+__all__ = ["BOUND_EPS", "ActivityReading", "Allocation", "CommonSettings", "NodeInventory", "ScanContext", "SubjectKey", "build_context", "gpu_ref", "join"]

@@ -8,9 +8,12 @@ the sample spacing, pod-scoped samples, data problems). Built by `gpuwaste.join.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from operator import itemgetter
+from typing import Any, TypeVar
 
 from pydantic import Field
 
@@ -18,7 +21,7 @@ from gpuwaste.allocation import Resolved
 from gpuwaste.allocation.physical import physical_gpu_count
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, gpu_share_for_request
-from gpuwaste.models.findings import Attribution, Evidence, GpuRef, Subject
+from gpuwaste.models.findings import Attribution, Episode, Evidence, GpuRef, Subject
 from gpuwaste.models.telemetry import (
     ACTIVITY_SIGNALS,
     Bucket,
@@ -28,6 +31,9 @@ from gpuwaste.models.telemetry import (
     WindowStats,
     summarises,
 )
+
+_T = TypeVar("_T")
+_END = itemgetter(0)  # a Bucket's end
 
 
 class CommonSettings(SettingsModel):
@@ -53,8 +59,13 @@ class CommonSettings(SettingsModel):
     confident_observed_s: int = Field(1800, ge=0)
 
 
+#: Activity signal → its rank in `ACTIVITY_SIGNALS` (higher: weaker).
+_ACTIVITY_ORDER: dict[Signal, int] = {s: i for i, s in enumerate(ACTIVITY_SIGNALS)}
 #: An activity ratio under this reads "idle" (the idle detector's default threshold).
 IDLE_RATIO = 0.05
+#: Slack (in ratio units) of the bounds that let a detector skip a subject whose rule cannot fire: a mean of per-slot
+#: values is at least the mean of their lower bounds minus float rounding, which is far below this.
+BOUND_EPS = 1e-9
 #: GPU_UTIL ÷ 100 and power ÷ limit at or above this show work that contradicts an idle profiling ratio.
 WORK_RATIO = 0.5
 
@@ -196,6 +207,17 @@ class NodeInventory:
         return n.gpu_count_label
 
 
+#: A finding's subject as supersession compares it: (namespace, pod, node when there is no pod).
+SubjectKey = tuple[str | None, str | None, str | None]
+#: (detector, subject key, episodes) → True when a finding that will be dropped in favour of one already reported
+#: (`detectors.registry` supersession) — see `ScanContext.superseded_now`.
+SupersededCheck = Callable[[str, SubjectKey, tuple[Episode, ...]], bool]
+
+
+def _never_superseded(_detector: str, _key: SubjectKey, _episodes: tuple[Episode, ...]) -> bool:
+    return False
+
+
 @dataclass
 class ScanContext:
     """The joined view of one scan.
@@ -208,6 +230,9 @@ class ScanContext:
         resolved: the merged answer of the allocation resolvers (holdings, mechanisms, notes).
         power_limits_w: GPU model name as the telemetry spells it → bundled board power limit (W), filled
             by the scan service from the pricing catalog; used when DCGM exports no power-limit field.
+        superseded_now: while `detectors.registry.run_detectors` runs the detectors, True for (detector, subject key,
+            episodes) when a finding already reported supersedes such a finding (same subject, overlapping time), so
+            the detector can skip building it and report `registry.Superseded` instead; outside a run, always False.
     """
 
     cluster: ClusterState
@@ -219,11 +244,15 @@ class ScanContext:
     stray_labels: list[tuple[GpuTelemetry, str, str, str]]
     power_limits_w: dict[str, float] = field(default_factory=dict)
     resolved: Resolved = field(default_factory=Resolved)
+    superseded_now: SupersededCheck = field(default=_never_superseded, repr=False, compare=False)
 
     @property
     def window_start(self) -> datetime:
         """The start of the scan window (UTC)."""
-        return self.eval_time - timedelta(seconds=self.window_s)
+        start: datetime | None = self.__dict__.get("_window_start")
+        if start is None:
+            start = self.__dict__["_window_start"] = self.eval_time - timedelta(seconds=self.window_s)
+        return start
 
     def held_span(self, alloc: Allocation) -> tuple[datetime, datetime]:
         """An allocation's holding span clipped to the window."""
@@ -245,12 +274,16 @@ class ScanContext:
         return index.get((namespace, pod), {})
 
     def unscheduled_gpu_requests(self) -> list[Decimal]:
-        """Physical-GPU shares requested by Pending pods that no node took yet (smallest first)."""
-        return sorted(
-            sum((gpu_share_for_request(r, c, None) for r, c in p.gpu_requests.items()), Decimal(0))
-            for p in self.cluster.pods
-            if p.phase is PodPhase.PENDING and not p.node_name and p.gpu_requests
-        )
+        """Physical-GPU shares requested by Pending pods that no node took yet (smallest first; computed once per scan)."""
+        cached: list[Decimal] | None = self.__dict__.get("_unscheduled")
+        if cached is None:
+            cached = sorted(
+                sum((gpu_share_for_request(r, c, None) for r, c in p.gpu_requests.items()), Decimal(0))
+                for p in self.cluster.pods
+                if p.phase is PodPhase.PENDING and not p.node_name and p.gpu_requests
+            )
+            self.__dict__["_unscheduled"] = cached
+        return list(cached)
 
     def stranded_by_fragmentation(self, free: Decimal) -> bool:
         """True when GPU work waits unscheduled while `free` GPUs on a node are too few for the smallest request."""
@@ -321,6 +354,84 @@ class ScanContext:
                 out[i] = b
         return out
 
+    def memo(self, kind: str, obj: object, compute: Callable[[], _T]) -> _T:
+        """`compute()` once per scan for `obj` (an allocation, a device…) under `kind`; later calls return the same value.
+
+        The entry keeps `obj` alive, so its id is never reused while the context lives.
+        """
+        cache: dict[tuple[str, int], tuple[object, Any]] = self.__dict__.setdefault("_memo", {})
+        key = (kind, id(obj))
+        hit = cache.get(key)
+        if hit is None or hit[0] is not obj:
+            hit = cache[key] = (obj, compute())
+        value: _T = hit[1]
+        return value
+
+    def avg_bounds(self, stats: WindowStats | None) -> tuple[float, float] | None:
+        """The lowest and highest bucket average of `stats` (in the signal's unit) over its buckets with samples; None
+        when no bucket has any (then `buckets_of(stats)` shows no value at all).
+
+        `buckets_of` shows a subset of these buckets, so every value it shows lies between the two: a rule that no value
+        between them can meet cannot fire on any slot. Detectors use this to skip subjects without building their
+        series — a proof, never a guess (missing samples still read as unknown).
+        """
+        if stats is None or not stats.buckets:
+            return None
+        cache: dict[int, tuple[WindowStats, tuple[float, float] | None]] = self.__dict__.setdefault("_bounds_cache", {})
+        hit = cache.get(id(stats))
+        if hit is not None and hit[0] is stats:
+            return hit[1]
+        avgs = [total / count for _end, count, total, _max in stats.buckets if count]  # Bucket.avg of those with samples
+        value = (min(avgs), max(avgs)) if avgs else None
+        cache[id(stats)] = (stats, value)  # the entry keeps `stats` alive, so its id is never reused
+        return value
+
+    def _grid(self) -> tuple[tuple[datetime, ...], list[tuple[int, int]]]:
+        """The slot ends, oldest first, and each 10-minute group (`_ten_minute_group`) as a [lo, hi) run of slot
+        positions (cached)."""
+        grid: tuple[tuple[datetime, ...], list[tuple[int, int]]] | None = self.__dict__.get("_grid_runs")
+        if grid is None:
+            group = self._ten_minute_group()
+            ends = tuple(end for _, end in self.slots)
+            runs: list[tuple[int, int]] = []
+            for i, end in enumerate(ends):
+                if runs and group[ends[runs[-1][0]]] == group[end]:
+                    runs[-1] = (runs[-1][0], i + 1)
+                else:
+                    runs.append((i, i + 1))
+            grid = self.__dict__["_grid_runs"] = (ends, runs)
+        return grid
+
+    def _ten_minute_group(self) -> dict[datetime, int]:
+        """Slot end → its 10-minute group, counted backwards from the evaluation time (cached)."""
+        group: dict[datetime, int] | None = self.__dict__.get("_ten_minute_groups")
+        if group is None:
+            group = {end: int((self.eval_time - end).total_seconds() // 600) for _, end in self.slots}
+            self.__dict__["_ten_minute_groups"] = group
+        return group
+
+    def activity_floor(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None = None) -> float | None:
+        """A lower bound of every value `activity_series(devices, pod)` shows: the mean over devices of each device's
+        lowest bucket activity ratio (0–1; subtract `BOUND_EPS` for rounding); None when the series shows no value in any
+        slot (no devices, a device without an activity signal or without buckets)."""
+        cache: dict[tuple[object, ...], float | None] = self.__dict__.setdefault("_floor_cache", {})
+        key = (tuple(id(d) for d in devices), None if pod is None else (pod.namespace, pod.name))
+        if key not in cache:
+            cache[key] = self._activity_floor(devices, pod)
+        return cache[key]
+
+    def _activity_floor(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], pod: Pod | None) -> float | None:
+        lows: list[float] = []
+        for dev in devices:
+            sig = self.activity_signal(dev)
+            if sig is None:
+                return None
+            bounds = self.avg_bounds(self.device_stats(dev, sig, pod if self._labelled_for(dev, pod) else None))
+            if bounds is None:
+                return None
+            lows.append(sig.to_ratio(bounds[0]))
+        return sum(lows) / len(lows) if lows else None
+
     def resolved_time(self, stats: WindowStats | None) -> bool:
         """True when `stats` carries buckets for this window's slots."""
         return bool(self.slots) and stats is not None and bool(stats.buckets)
@@ -337,20 +448,44 @@ class ScanContext:
         hit = cache.get(id(stats))
         if hit is not None and hit[0] is stats:
             return hit[1]
-        group = self.__dict__.get("_ten_minute_group")
-        if group is None:  # slot end → its 10-minute group, counted backwards from the evaluation time
-            group = {end: int((self.eval_time - end).total_seconds() // 600) for _, end in self.slots}
-            self.__dict__["_ten_minute_group"] = group
+        buckets = stats.buckets
+        grid = self._grid()
+        if len(buckets) == len(grid[0]) and tuple(map(_END, buckets)) == grid[0]:
+            # the buckets are the window's slots (the usual case): the 10-minute groups are runs of positions
+            best: float | None = None
+            fsum = math.fsum
+            for lo, hi in grid[1]:
+                n = 0
+                part: list[float] = []
+                for b in buckets[lo:hi]:
+                    if b[1]:
+                        n += b[1]
+                        part.append(b[2])
+                if n:
+                    v = fsum(part) / n
+                    if best is None or v > best:
+                        best = v
+            value = best if best is not None else stats.max_avg_10m
+            cache[id(stats)] = (stats, value)  # the entry keeps `stats` alive, so its id is never reused
+            return value
+        group = self._ten_minute_group()
         totals: dict[int, list[float]] = {}
         counts: dict[int, int] = {}
-        for b in stats.buckets:
-            k = group.get(b.end)
-            if k is None or not b.count:
+        for end, count, total, _max in stats.buckets:
+            if not count:
                 continue
-            totals.setdefault(k, []).append(b.total)
-            counts[k] = counts.get(k, 0) + b.count
-        avgs = [math.fsum(totals[k]) / n for k, n in counts.items() if n]
-        value = max(avgs) if avgs else stats.max_avg_10m
+            k = group.get(end)
+            if k is None:
+                continue
+            same = totals.get(k)
+            if same is None:
+                totals[k] = [total]
+                counts[k] = count
+            else:
+                same.append(total)
+                counts[k] += count
+        fsum = math.fsum
+        value = max([fsum(totals[k]) / n for k, n in counts.items()]) if counts else stats.max_avg_10m
         cache[id(stats)] = (stats, value)  # the entry keeps `stats` alive, so its id is never reused
         return value
 
@@ -378,9 +513,22 @@ class ScanContext:
             if sig is None or sig is Signal.GPU_UTIL or dev.device.gpu_i_id is not None or limit is None:
                 continue
             scoped = pod if self._labelled_for(dev, pod) else None
-            prof = self.buckets_of(self.device_stats(dev, sig, scoped))
-            util = self.buckets_of(self.device_stats(dev, Signal.GPU_UTIL, scoped))
-            power = self.buckets_of(self.device_stats(dev, Signal.POWER_USAGE))
+            # no bucket of this device can meet all three conditions when one series' bounds rule it out (`avg_bounds`)
+            prof_st = self.device_stats(dev, sig, scoped)
+            pb = self.avg_bounds(prof_st)
+            if pb is None or sig.to_ratio(pb[0]) >= IDLE_RATIO:
+                continue
+            util_st = self.device_stats(dev, Signal.GPU_UTIL, scoped)
+            ub = self.avg_bounds(util_st)
+            if ub is None or Signal.GPU_UTIL.to_ratio(ub[1]) < WORK_RATIO:
+                continue
+            power_st = self.device_stats(dev, Signal.POWER_USAGE)
+            wb = self.avg_bounds(power_st)
+            if wb is None or wb[1] < WORK_RATIO * limit:
+                continue
+            prof = self.buckets_of(prof_st)
+            util = self.buckets_of(util_st)
+            power = self.buckets_of(power_st)
             for i, (p, u, w) in enumerate(zip(prof, util, power, strict=True)):
                 if p is None or u is None or w is None or p.avg is None or u.avg is None or w.avg is None:
                     continue
@@ -401,12 +549,24 @@ class ScanContext:
 
     # --- signal access -------------------------------------------------------------------------
     def device_stats(self, device: GpuTelemetry, signal: Signal | str, pod: Pod | None = None) -> WindowStats | None:
-        """A device's window summary for `signal`, restricted to `pod`'s labelled samples when given."""
-        if pod is not None:
-            scoped = device.for_workload(pod.namespace, pod.name, signal)
-            if scoped is not None:
-                return scoped
-        return device.merged(signal)
+        """A device's window summary for `signal`, restricted to `pod`'s labelled samples when given.
+
+        Merged once per scan (device, signal, pod): every detector reads the same summary object.
+        """
+        groups = device.groups
+        if len(groups) <= 1:
+            # one label group at most (most devices): its summaries are the device's, and the pod's samples (if
+            # labelled) are all of the device's samples; whole-GPU fields of a MIG instance come from its parent
+            found = groups[0].signals.get(signal) if groups else None
+            return found if found is not None else device.parent_signals.get(signal)
+        cache: dict[tuple[int, str, object], tuple[GpuTelemetry, WindowStats | None]] = self.__dict__.setdefault("_merged_stats", {})
+        key = (id(device), signal, None if pod is None else (pod.namespace, pod.name))
+        hit = cache.get(key)
+        if hit is None or hit[0] is not device:
+            scoped = None if pod is None else device.for_workload(pod.namespace, pod.name, signal)
+            # the entry keeps `device` alive, so its id is never reused
+            hit = cache[key] = (device, scoped if scoped is not None else device.merged(signal))
+        return hit[1]
 
     def activity_signal(self, device: GpuTelemetry) -> Signal | None:
         """Best activity signal present for a device (B04, B05, B15).
@@ -430,6 +590,11 @@ class ScanContext:
 
     def expected_samples(self, pod: Pod | None = None) -> float:
         """Samples expected in the window, shortened to the pod's lifetime when it started (or ended) inside it."""
+        if pod is None:
+            return self.window_s / self.telemetry.scrape_interval_s
+        return self.memo("expected_samples", pod, lambda: self._expected_samples(pod))
+
+    def _expected_samples(self, pod: Pod | None) -> float:
         span = float(self.window_s)
         if pod is not None:
             start = max(self.window_start, pod.started_at) if pod.started_at is not None else self.window_start
@@ -478,44 +643,76 @@ class ScanContext:
             if stats is None or stats.count == 0:
                 return None
             readings.append((sig, stats))
-        order = {s: i for i, s in enumerate(ACTIVITY_SIGNALS)}
-        weakest = max((s for s, _ in readings), key=lambda s: order[s])
-        ratio = [(s, st) for s, st in readings]
-        avgs = [s.to_ratio(st.avg) for s, st in ratio]
-        m10 = [s.to_ratio(p) for s, st in ratio if (p := self.peak_10m(st)) is not None]
+        weakest = max((s for s, _ in readings), key=_ACTIVITY_ORDER.__getitem__)
+        avgs = [s.to_ratio(st.avg) for s, st in readings]
+        m10 = [s.to_ratio(p) for s, st in readings if (p := self.peak_10m(st)) is not None]
         return ActivityReading(
             signal=weakest,
             avg=sum(avgs) / len(avgs),
-            p95=max(s.to_ratio(st.p95) for s, st in ratio),
-            max=max(s.to_ratio(st.max) for s, st in ratio),
-            min=min(s.to_ratio(st.min) for s, st in ratio),
+            p95=max([s.to_ratio(st.p95) for s, st in readings]),
+            max=max([s.to_ratio(st.max) for s, st in readings]),
+            min=min([s.to_ratio(st.min) for s, st in readings]),
             max_avg_10m=max(m10) if m10 else None,
-            coverage=min(self.coverage(st, pod) for _, st in ratio),
-            samples=sum(st.count for _, st in ratio),
-            devices=len(ratio),
+            coverage=min([self.coverage(st, pod) for _, st in readings]),
+            samples=sum([st.count for _, st in readings]),
+            devices=len(readings),
         )
 
     def signal_evidence(
         self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None = None
     ) -> Evidence | None:
-        """Evidence for a non-activity signal over devices (avg of averages, highest p95/max); None if absent."""
-        stats = [self.device_stats(d, signal, pod if self._labelled_for(d, pod) else None) for d in devices]
-        present = [s for s in stats if s is not None and s.count > 0]
+        """Evidence for a non-activity signal over devices (avg of averages, highest p95/max); None if absent.
+
+        Built once per scan for the same devices, signal and pod (detectors share the frozen evidence)."""
+        cache: dict[tuple[object, ...], Evidence | None] = self.__dict__.setdefault("_evidence_cache", {})
+        key = (tuple(id(d) for d in devices), signal, None if pod is None else (pod.namespace, pod.name))
+        if key not in cache:
+            cache[key] = self._signal_evidence(devices, signal, pod)
+        return cache[key]
+
+    def _signal_evidence(
+        self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None
+    ) -> Evidence | None:
+        present = self._present(devices, signal, pod)
         if not present:
             return None
-        m10 = [p for s in present if (p := self.peak_10m(s)) is not None]
         return Evidence(
             signal=signal.value,
             unit=signal.unit,
             window_s=self.window_s,
-            avg=round(sum(s.avg for s in present) / len(present), 6),
-            p95=round(max(s.p95 for s in present), 6) if summarises(signal, "p95") else None,
-            max=round(max(s.max for s in present), 6),
-            min=round(min(s.min for s in present), 6) if summarises(signal, "min") else None,
-            max_avg_10m=round(max(m10), 6) if m10 else None,
-            samples=sum(s.count for s in present),
-            coverage=round(min(self.coverage(s, pod) for s in present), 4),
+            avg=round(sum([s.avg for s in present]) / len(present), 6),
+            p95=round(max([s.p95 for s in present]), 6) if summarises(signal, "p95") else None,
+            max=round(max([s.max for s in present]), 6),
+            min=round(min([s.min for s in present]), 6) if summarises(signal, "min") else None,
+            max_avg_10m=self._evidence_peak(present),
+            samples=sum([s.count for s in present]),
+            coverage=round(min([self.coverage(s, pod) for s in present]), 4),
         )
+
+    def evidence_peak(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None = None
+                      ) -> float | None:
+        """`signal_evidence(devices, signal, pod)`'s highest 10-minute average, else its max (as the evidence rounds
+        them), without building the evidence; None when that evidence is None."""
+        present = self._present(devices, signal, pod)
+        if not present:
+            return None
+        peak = self._evidence_peak(present)
+        return peak if peak is not None else round(max(s.max for s in present), 6)
+
+    def _present(self, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry], signal: Signal, pod: Pod | None) -> list[WindowStats]:
+        """The devices' summaries of `signal` that hold samples (pod-scoped where the device carries the pod's labels)."""
+        if pod is None:
+            stats = [self.device_stats(d, signal) for d in devices]
+        else:
+            stats = [self.device_stats(d, signal, pod if self._labelled_for(d, pod) else None) for d in devices]
+        return [s for s in stats if s is not None and s.count > 0]
+
+    def _evidence_peak(self, present: list[WindowStats]) -> float | None:
+        if len(present) == 1:
+            p = self.peak_10m(present[0])
+            return None if p is None else round(p, 6)
+        m10 = [p for s in present if (p := self.peak_10m(s)) is not None]
+        return round(max(m10), 6) if m10 else None
 
     def device_problem(self, device: GpuTelemetry, stale_min_samples: int = 20) -> str | None:
         """Why a device's telemetry cannot be trusted, or None: "no_activity_signal", "unreadable_samples"
@@ -579,19 +776,32 @@ class ScanContext:
 
     def power_limit_w(self, device: GpuTelemetry) -> float | None:
         """The device's power limit (W): DCGM's enforced or management limit, else the bundled per-model limit."""
+        return self.memo("power_limit_w", device, lambda: self._power_limit_w(device))
+
+    def _power_limit_w(self, device: GpuTelemetry) -> float | None:
         for sig in (Signal.POWER_LIMIT, Signal.POWER_MGMT_LIMIT):
             st = self.device_stats(device, sig)
             if st is not None and st.count and st.max > 0:
                 return st.max
         return self.power_limits_w.get(device.model_name or "")
 
-    @staticmethod
-    def _labelled_for(device: GpuTelemetry, pod: Pod | None) -> bool:
-        return pod is not None and (pod.namespace, pod.name) in device.workloads
+    def _labelled_for(self, device: GpuTelemetry, pod: Pod | None) -> bool:
+        """True when some of `device`'s series carry `pod`'s labels (its samples can be told apart)."""
+        if pod is None:
+            return False
+        cache: dict[int, tuple[GpuTelemetry, frozenset[tuple[str, str]]]] = self.__dict__.setdefault("_workloads", {})
+        hit = cache.get(id(device))
+        if hit is None or hit[0] is not device:
+            hit = cache[id(device)] = (device, frozenset(device.workloads))
+        return (pod.namespace, pod.name) in hit[1]
 
     # --- subjects ------------------------------------------------------------------------------
     def subject_for(self, alloc: Allocation) -> Subject:
-        """The finding subject for an allocation (workload, node, devices, pricing inputs)."""
+        """The finding subject for an allocation (workload, node, devices, pricing inputs); built once per scan and
+        shared by the findings about the allocation (a frozen model)."""
+        return self.memo("subject", alloc, lambda: self._subject_for(alloc))
+
+    def _subject_for(self, alloc: Allocation) -> Subject:
         inv = self.nodes.get(alloc.pod.node_name or "")
         return Subject(
             cluster=self.cluster.cluster,
@@ -607,7 +817,7 @@ class ScanContext:
             capacity_type=alloc.node.capacity_type if alloc.node else None,
             region=alloc.node.region if alloc.node else None,
             accelerator=alloc.node.labels.get("cloud.google.com/gke-accelerator") if alloc.node else None,
-            physical_gpus_on_node=len(inv.physical_uuids) if inv and inv.devices else None,
+            physical_gpus_on_node=self._physical_gpus(inv) if inv and inv.devices else None,
             attribution=alloc.attribution,
             labels=dict(alloc.pod.labels),
             annotations=dict(alloc.pod.annotations),
@@ -630,10 +840,15 @@ class ScanContext:
             capacity_type=n.capacity_type if n else None,
             region=n.region if n else None,
             accelerator=n.labels.get("cloud.google.com/gke-accelerator") if n else None,
-            physical_gpus_on_node=len(inv.physical_uuids) or None,
+            physical_gpus_on_node=self._physical_gpus(inv) or None,
             attribution=Attribution.NODE,
             labels=dict(n.labels) if n else {},
         )
+
+
+    def _physical_gpus(self, inv: NodeInventory) -> int:
+        """Distinct physical GPU UUIDs seen on a node (`NodeInventory.physical_uuids`), counted once per scan."""
+        return self.memo("physical_gpus", inv, lambda: len(inv.physical_uuids))
 
 
 def gpu_ref(device: GpuTelemetry) -> GpuRef:
