@@ -11,7 +11,8 @@ wall time of each is compared with the scan's wall time at 10,000 GPUs: `--scan-
 the recording rules recorded in bench/RESULTS.md (`make bench`). Per KSM query wall times are printed under the table.
 
 Run: `PYTHONPATH=shared:. .venv/bin/python bench/cluster_state.py [--sizes 1000,10000] [--repeats 3] [--scan-s S]
-[--workdir DIR] [--profile N] [--gc-on]`. `--workdir` keeps the backfilled Prometheus data and the fleet's objects
+[--workdir DIR] [--profile N] [--gc-on]`, or against servers already running (the dev harness):
+`... bench/cluster_state.py --urls /work/dev/10000/urls.json [--pids KUBE_PID,PROMETHEUS_PID] [--repeats 3]`. `--workdir` keeps the backfilled Prometheus data and the fleet's objects
 for the next run (the fleet is deterministic); `--profile N` reads each source once more under cProfile and prints
 its N costliest functions. Prints a table (markdown) on stdout; progress on stderr.
 """
@@ -105,8 +106,8 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=args["prometheus"], timeout_s=120), cluster="bench")
     timed = _TimedQueries(prom)
     ksm = PrometheusKsmSource(timed, cluster="bench", window=timedelta(seconds=args["window_s"]), scrape_interval_s=60)
-    # the server's CPU: the fake apiserver runs in the parent process (idle otherwise), Prometheus in its own
-    servers = {"api": os.getppid(), "ksm": int(args["prometheus_pid"])}
+    # the server's CPU: the fake apiserver runs in the parent process (idle otherwise) unless named, Prometheus in its own
+    servers = {"api": int(args.get("kube_pid") or os.getppid()), "ksm": int(args["prometheus_pid"])}
     for name, source in (("api", api), ("ksm", ksm)):
         walls, cpus, server_cpus = [], [], []
         state = None
@@ -184,6 +185,32 @@ def bench_size(gpus: int, repeats: int, workroot: Path, profile: int = 0, gc_pau
     return result
 
 
+def against_running(urls: dict[str, Any], repeats: int, pids: str, *, profile: int = 0, gc_paused: bool = True) -> int:
+    """Measure both sources against servers already running (e.g. `/work/dev/serve10k.py`); print one line each."""
+    kube_pid, prom_pid = (int(x) for x in pids.split(","))
+    args = {"kubeconfig": urls["kubeconfig"], "prometheus": urls["prometheus"], "repeats": repeats, "window_s": urls["window_s"],
+            "at": urls["at"], "profile": profile, "gc_paused": gc_paused, "prometheus_pid": prom_pid, "kube_pid": kube_pid}
+    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(args)], capture_output=True, text=True, timeout=1800, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}:{ROOT}", "NO_PROXY": "127.0.0.1"}, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    if profile:
+        sys.stderr.write(proc.stderr)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    load = os.getloadavg()
+    print(f"Cluster state against {urls['prometheus']} and {urls['kubeconfig']} (load {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f}); "
+          f"{repeats} reads each, median (all); server CPU from /proc ({'given' if kube_pid or prom_pid else 'pids not given: 0'})")
+    for name in ("api", "ksm"):
+        r = result[name]
+
+        def med(key: str, r: dict[str, Any] = r) -> str:
+            return f"{statistics.median(r[key]):.2f} ({' '.join(f'{x:.2f}' for x in r[key])})"
+
+        print(f"  {name}: wall s {med('wall_s')}; our CPU s {med('cpu_s')}; server CPU s {med('server_cpu_s')}; "
+              f"pods {r['pods']} (holding {r['holding']}), nodes {r['nodes']}, exporters {r['exporters']}")
+    return 0
+
+
 def recorded_scan_s() -> float | None:
     """The 10,004-GPU scan wall time recorded in bench/RESULTS.md by `make bench` (None when not found)."""
     try:
@@ -214,10 +241,16 @@ def main() -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="one more read of each source under cProfile; print its N costliest functions (stderr)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--urls", default=None, metavar="URLS_JSON",
+                        help="read from servers already running (the dev harness' urls.json: prometheus, kubeconfig, at, window_s) "
+                             "instead of building a fleet; --pids KUBE_PID,PROMETHEUS_PID names the server processes for their CPU")
+    parser.add_argument("--pids", default="0,0", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
         sys.stdout.write(json.dumps(child(json.loads(opts.child))) + "\n")
         return 0
+    if opts.urls:
+        return against_running(json.loads(Path(opts.urls).read_text()), opts.repeats, opts.pids, profile=opts.profile, gc_paused=not opts.gc_on)
     scan_s = opts.scan_s or recorded_scan_s()
     rows = []
     with contextlib.ExitStack() as stack:

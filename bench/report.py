@@ -85,21 +85,24 @@ def _targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None, s
         rows.append((f"live scan peak memory at {big['gpus']:,} GPUs", f"≤ {t['peak_mb']} MB", f"{peak:.0f} MB", peak <= t["peak_mb"],
                      f"{big.get('rss_before_scan_mb', 0):.0f} MB before the scan (interpreter + imports); the rest is the decoded JSON of the answers "
                      "in flight and the per-device models (buckets of six fields)"))
-        api_s, scan_s = bt.get("cluster_state"), big.get("ours_s")
-        if api_s is not None and scan_s:
-            share = api_s / scan_s
-            rows.append((f"cluster state from the Kubernetes API (raw JSON) ÷ the scan's wall time at {big['gpus']:,} GPUs",
-                         f"≤ {t['cluster_state_share']:.0%}", f"{share:.1%} ({api_s:.2f} s of {scan_s:.2f} s)", share <= t["cluster_state_share"],
-                         "the read's own wall time; it runs on a second thread while the telemetry is read, so the scan waits for it "
-                         "only when it outlasts the telemetry read; what remains is the fake apiserver's JSON and building the pods "
-                         "and nodes, on the same 2 cores as Prometheus and the telemetry decoding"))
-        ksm_share = big.get("ksm_share_of_scan")
-        if ksm_share is not None:
-            rows.append((f"cluster state from kube-state-metrics ÷ the Prometheus-only scan's wall time at {big['gpus']:,} GPUs",
-                         f"≤ {t['cluster_state_share']:.0%}", f"{ksm_share:.1%} ({cell(big.get('ksm_cluster_state_s'))} s)",
-                         ksm_share <= t["cluster_state_share"],
-                         "seven PromQL reads of ~145,000 KSM series (Prometheus ≈ 1.1 CPU-s per read) and our decoding (≈ 0.6 CPU-s), "
-                         "read while the telemetry is read on the same 2 cores, so both stretch"))
+        # judged on the wall time the read adds to the scan (scan with the read − the same scan with the state handed
+        # in): the read runs on a second thread while the telemetry is read, so its own wall time is not time the scan
+        # waits for; what it costs is the CPU it takes from the telemetry read and detection on the same cores
+        for src, title, why in (
+            ("api", "the Kubernetes API (raw JSON)", "pages of 500 from the fake apiserver, which runs on the same 2 cores (a real apiserver "
+             "does not), JSON decoded and the GPU pods and nodes built in Python while the telemetry is decoded"),
+            ("ksm", "kube-state-metrics (Prometheus-only scan)", "six PromQL reads of the GPU pods' KSM series (Prometheus ≈ 1.0 CPU-s "
+             "per read at 10,004 GPUs) and our decoding (≈ 0.55 CPU-s), on the same 2 cores as the telemetry read"),
+        ):
+            added, share = big.get(f"{src}_cs_added_s"), big.get(f"{src}_cs_added_share")
+            if added is None or share is None:
+                continue
+            rows.append((f"cluster state from {title}: wall time it adds to the scan at {big['gpus']:,} GPUs ÷ the scan",
+                         f"≤ {t['cluster_state_share']:.0%}",
+                         f"{share:.1%} (+{added:.2f} s: {cell(big.get(f'{src}_cs_scan_s'))} s with the read, "
+                         f"{cell(big.get(f'{src}_cs_given_scan_s'))} s handed in; own wall {cell(big.get(f'{src}_cs_own_s'))} s = "
+                         f"{(big.get(f'{src}_cs_own_share') or 0):.1%}; +{cell(big.get(f'{src}_cs_added_cpu_s'))} CPU-s)",
+                         share <= t["cluster_state_share"], why))
     for s in sizes:
         if "recording_peak_mb" in s:
             goal = s["recording_target_mb"]

@@ -200,14 +200,16 @@ def vm_hwm_mb(pid: int) -> float:
     return 0.0
 
 
-def scan_child(prom_url: str, kubeconfig: Path, cluster: str, cluster_state: str = "kubernetes") -> dict[str, Any]:
-    """One scan in a child process (`bench/scan_once.py`); cluster state from the Kubernetes API unless told otherwise.
+def scan_child(prom_url: str, kubeconfig: Path, cluster: str, cluster_state: str = "kubernetes", *, preread: bool = False) -> dict[str, Any]:
+    """One scan in a child process (`bench/scan_once.py`); cluster state from the Kubernetes API unless told otherwise;
+    `preread`: the cluster state is read before the timed scan and handed to it (what the read adds = the difference).
 
     Raises:
         RuntimeError: the scan failed.
     """
     args = {"prometheus": prom_url, "kubeconfig": str(kubeconfig), "cluster": cluster, "window_s": WINDOW_S, "step_s": STEP_S,
-            "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(), "concurrency": CONCURRENCY, "cluster_state": cluster_state}
+            "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(), "concurrency": CONCURRENCY, "cluster_state": cluster_state,
+            "cluster_state_preread": preread}
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     rc, out, err, wall, cpu, rss = run_child([sys.executable, "-m", "bench.scan_once", json.dumps(args)], env=env)
     if rc != 0:
@@ -215,6 +217,21 @@ def scan_child(prom_url: str, kubeconfig: Path, cluster: str, cluster_state: str
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result.update(process_wall_s=wall, process_cpu_s=cpu, process_maxrss_mb=rss)
     return result
+
+
+def cluster_state_cost(source: str, with_read: list[dict[str, Any]], given: list[dict[str, Any]]) -> dict[str, Any]:
+    """What reading the cluster state costs the scan (rules plan), from scans with the read and the same scans with the
+    state handed in already read: its own wall time inside the scan (it overlaps the telemetry read on a second
+    thread), the wall time it adds (best with − best given) and the CPU seconds it adds to the scan process."""
+    best, base = min(with_read, key=lambda r: r["wall_s"]), min(given, key=lambda r: r["wall_s"])
+    added = best["wall_s"] - base["wall_s"]
+    return {f"{source}_cs_own_s": best["timings_s"].get("cluster_state"), f"{source}_cs_scan_s": best["wall_s"],
+            f"{source}_cs_given_scan_s": base["wall_s"], f"{source}_cs_added_s": added,
+            f"{source}_cs_added_share": added / best["wall_s"] if best["wall_s"] else None,
+            f"{source}_cs_own_share": (best["timings_s"].get("cluster_state") or 0) / best["wall_s"] if best["wall_s"] else None,
+            f"{source}_cs_added_cpu_s": min(r["cpu_s"] for r in with_read) - min(r["cpu_s"] for r in given),
+            f"{source}_cs_runs_s": [r["wall_s"] for r in with_read], f"{source}_cs_given_runs_s": [r["wall_s"] for r in given],
+            f"{source}_cs_findings": best["findings_by_kind"], f"{source}_cs_given_findings": base["findings_by_kind"]}
 
 
 # -- generated data, cached ---------------------------------------------------------------------------
@@ -431,12 +448,14 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
                 LatencyProxy(prom_url, delay_s=PROXY_DELAY_S) as slow:
             counted = scan_child(counter.url, kubeconfig, fleet.spec.cluster)
             rules_plan = [(q.path, list(q.params)) for q in counter.queries]
-            ours_runs, floor_runs, minimal_runs = [counted], [], []
+            ours_runs, floor_runs, minimal_runs, given_runs = [counted], [], [], []
             for _ in range(repeats):
                 minimal_runs.append(issue(prom_url, minimal, concurrency=CONCURRENCY))
                 floor_runs.append(issue(prom_url, rules_plan, concurrency=CONCURRENCY))
                 ours_runs.append(scan_child(prom_url, kubeconfig, fleet.spec.cluster))
+                given_runs.append(scan_child(prom_url, kubeconfig, fleet.spec.cluster, preread=True))  # the API state handed in
             best = min(ours_runs, key=lambda r: r["wall_s"])
+            row.update(cluster_state_cost("api", ours_runs[1:] or ours_runs, given_runs))
             mfloor = min(r.wall_s for r in minimal_runs)
             row["rules"] = {"plan": counted.get("plan"), "queries": len(counter.queries), "findings": counted["findings"],
                             "scan_s": best["wall_s"], "telemetry_s": best["timings_s"].get("telemetry", 0.0), "timings_s": best["timings_s"],
@@ -450,7 +469,12 @@ def bench_size(gpus: int, *, metrics: str, repeats: int, naive_max_pods: int, wo
             row["rules"]["ours_2ms_s"] = ours_slow["wall_s"]
             row["rules"]["naive_over_ours_2ms"] = row["naive_2ms_s"] / ours_slow["wall_s"]
             # 6. Prometheus-only mode: cluster state from the kube-state-metrics series of the same Prometheus
-            ksm_only = scan_child(prom_url, kubeconfig, fleet.spec.cluster, cluster_state="kube-state-metrics")
+            ksm_runs, ksm_given = [], []
+            for _ in range(max(repeats, 1)):  # with the read and with the state handed in, alternately
+                ksm_runs.append(scan_child(prom_url, kubeconfig, fleet.spec.cluster, cluster_state="kube-state-metrics"))
+                ksm_given.append(scan_child(prom_url, kubeconfig, fleet.spec.cluster, cluster_state="kube-state-metrics", preread=True))
+            ksm_only = min(ksm_runs, key=lambda r: r["wall_s"])
+            row.update(cluster_state_cost("ksm", ksm_runs, ksm_given))
             row["rules"]["ksm_cluster_state_s"] = ksm_only["timings_s"].get("cluster_state")
             row["rules"]["ksm_scan_s"] = ksm_only["wall_s"]
             row["rules"]["ksm_findings"] = ksm_only["findings"]
@@ -547,6 +571,12 @@ COLUMNS = [
     ("GPUs naive cannot see", "naive_unseen_gpus", 0),
     ("KSM-only cluster state s (Prometheus-only scan, rules)", "ksm_cluster_state_s", 2), ("KSM cluster state ÷ that scan", "ksm_share_of_scan", 2),
     ("Prometheus-only scan s / findings", "rules_ksm_scan_s", 2),
+    ("**cluster state cost** (rules): API read's own wall s in the scan", "api_cs_own_s", 2),
+    ("API: scan s with the read / with the state handed in", "api_cs_pair", 0), ("API: wall the read adds s (÷ scan)", "api_cs_added", 0),
+    ("API: CPU s the read adds to the scan process", "api_cs_added_cpu_s", 2),
+    ("KSM read's own wall s in the scan", "ksm_cs_own_s", 2),
+    ("KSM: scan s with the read / with the state handed in", "ksm_cs_pair", 0), ("KSM: wall the read adds s (÷ scan)", "ksm_cs_added", 0),
+    ("KSM: CPU s the read adds to the scan process", "ksm_cs_added_cpu_s", 2),
     ("CLI start-up s, median (once per run; targets 0.5 / 1.5)", "cli_startup", 0),
     ("load average 1/5/15 min after the timed runs", "load_text", 0), ("generated data", "cache", 0),
 ]
@@ -559,6 +589,10 @@ def table(rows: list[dict[str, Any]]) -> str:
         if r.get("load_average"):
             r["load_text"] = " / ".join(f"{x:.1f}" for x in r["load_average"])
         r.setdefault("cache", "generated")
+        for src in ("api", "ksm"):
+            if r.get(f"{src}_cs_added_s") is not None:
+                r[f"{src}_cs_pair"] = f"{r[f'{src}_cs_scan_s']:.2f} / {r[f'{src}_cs_given_scan_s']:.2f}"
+                r[f"{src}_cs_added"] = f"{r[f'{src}_cs_added_s']:.2f} ({r[f'{src}_cs_added_share']:.1%})"
     head = "| measure | " + " | ".join(f"{r['gpus']:,} GPUs" for r in rows) + " |"
     sep = "|---|" + "---:|" * len(rows)
     lines = [head, sep]

@@ -25,7 +25,7 @@ SIZE_KEYS = {
     "gpus", "pods", "findings", "queries", "bytes_received", "ours_s", "ours_cpu_s", "peak_rss_mb", "prom_eval_s", "floor_s",
     "ours_over_floor", "scan_over_floor", "naive_loopback_s", "naive_2ms_s", "naive_over_ours_loopback", "naive_over_ours_2ms",
     "naive_unseen_gpus", "split_s", "per_query", "minimal_floor_s", "plan_floor_over_minimal", "scan_over_minimal", "rules",
-    "recording_s", "recording_peak_mb", "recording_kb_per_gpu",
+    "recording_s", "recording_peak_mb", "recording_kb_per_gpu", "api_cs_added_s", "ksm_cs_added_s",
 }
 
 
@@ -66,6 +66,12 @@ def test_bench_smoke_reports_every_measure_per_size(smoke_report: tuple[dict, st
     assert size["rules"]["findings"] == size["findings"] == size["recording_findings"]
     assert size["rules"]["minimal_floor_s"] > 0 and size["recording_gpus"] == size["gpus"]
     assert len(size["per_query"]) == size["queries"]
+    # AND the cluster-state cost of each source: a scan with the state handed in already read finds what the scan with
+    # the read finds (the same state), and the wall time the read adds is measured next to its own wall time
+    for src in ("api", "ksm"):
+        assert size[f"{src}_cs_given_findings"] == size[f"{src}_cs_findings"] and sum(size[f"{src}_cs_findings"].values()) > 0
+        assert size[f"{src}_cs_own_s"] > 0 and size[f"{src}_cs_given_scan_s"] > 0
+        assert size[f"{src}_cs_added_s"] == size[f"{src}_cs_scan_s"] - size[f"{src}_cs_given_scan_s"]
 
 
 def test_bench_smoke_keeps_the_generated_data_for_the_next_run_and_states_the_machine(smoke_report: tuple[dict, str, str]) -> None:

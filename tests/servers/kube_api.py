@@ -538,13 +538,16 @@ def _encode_continue(resource_version: int, start: int) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _with_api_version(obj: Mapping[str, Any], resource: _ResourceType) -> dict[str, Any]:
-    """A copy of a list item; DRA items carry the apiVersion of the version served, as the apiserver converts them."""
-    item = copy.deepcopy(dict(obj))
+def _with_api_version(obj: Mapping[str, Any], resource: _ResourceType) -> Mapping[str, Any]:
+    """A list item as served; DRA items without their stored apiVersion/kind, as the apiserver converts them.
+
+    The served objects are deep copies taken by `set_objects` and never changed in place, and the response is only
+    JSON-encoded, so items are not copied again (a copy per item per page is CPU on the benchmark's cores that a real
+    apiserver, on its own machine, does not take; the bytes served are the same).
+    """
     if resource.group == "resource.k8s.io":
-        item.pop("apiVersion", None)
-        item.pop("kind", None)
-    return item
+        return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    return obj
 
 
 def _sort_key(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -7,6 +7,7 @@ Malformed or partial objects raise `InputFormatError` naming the object and fiel
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -41,6 +42,12 @@ def _annotations(meta: Mapping[str, Any]) -> dict[str, str]:
 
 def is_gpu_resource(name: str, patterns: Iterable[str]) -> bool:
     """True when a resource name matches one of the GPU resource patterns."""
+    return _matches_any(name, patterns if isinstance(patterns, tuple) else tuple(patterns))
+
+
+@functools.lru_cache(maxsize=4096)
+def _matches_any(name: str, patterns: tuple[str, ...]) -> bool:
+    # a cluster has a handful of resource names and one pattern set: remembered, not matched again per container
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
@@ -604,13 +611,20 @@ def cluster_state_from_objects(
     pods: list[Pod] = []
     for i, obj in pod_objs:
         try:
-            pod = pod_from_dict(obj, settings.gpu_resource_names, owners_of=(controllers, listed))
-            if exporter_re.search(pod.name) and pod.node_name:
-                exporters[pod.name] = pod.node_name
-                if pod.pod_ip:
-                    exporter_ips[pod.pod_ip] = pod.node_name
-            if is_gpu_relevant_pod(obj, settings.gpu_resource_names):
-                pods.append(pod)
+            name = str(obj["metadata"]["name"])
+            is_exporter = exporter_re.search(name) is not None
+            relevant = is_gpu_relevant_pod(obj, settings.gpu_resource_names)
+            if relevant or not is_exporter:  # every pod but a GPU-less exporter is built: a malformed one is a clear error
+                pod = pod_from_dict(obj, settings.gpu_resource_names, owners_of=(controllers, listed))
+                if relevant:
+                    pods.append(pod)
+            if is_exporter:  # an exporter pod: its node and IP are what the scan needs of it
+                node = (obj.get("spec") or {}).get("nodeName") or None
+                ip = (obj.get("status") or {}).get("podIP") or None
+                if node:
+                    exporters[name] = str(node)
+                    if ip:
+                        exporter_ips[str(ip)] = str(node)
         except (AttributeError, TypeError, ValueError) as exc:
             raise _malformed(i, obj, exc) from exc
     resolved = pods

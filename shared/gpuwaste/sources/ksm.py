@@ -529,14 +529,15 @@ class _Builder:
         exporter_ips: dict[str, str] = {}
         for (ns, name), f in self.pods.items():
             is_exporter = self.exporter.search(name) is not None
-            if not f.has_gpu and not is_exporter and not _asks_share(f):
+            asks_share = _asks_share(f)
+            if is_exporter and f.node:  # an exporter pod: only its node and IP are read
+                exporters[name] = f.node
+                if f.pod_ip:
+                    exporter_ips[f.pod_ip] = f.node
+            if not f.has_gpu and not asks_share:
                 continue
             pod = self._pod(ns, name, f, owners_of)
-            if is_exporter and pod.node_name:
-                exporters[name] = pod.node_name
-                if pod.pod_ip:
-                    exporter_ips[pod.pod_ip] = pod.node_name
-            if _asks_share(f) or any(is_gpu_resource(r, self.patterns) or r in SHARE_RESOURCES
+            if asks_share or any(is_gpu_resource(r, self.patterns) or r in SHARE_RESOURCES
                                      for sections in f.resources.values() for section in sections.values() for r in section):
                 pods.append(pod)
         used = {p.node_name for p in pods} | set(exporters.values())
@@ -629,12 +630,14 @@ class _Builder:
                           unschedulable=f.unschedulable)
 
     def listed_kinds(self) -> frozenset[str]:
-        """Controller kinds KSM exported completely: `_created` present; for ReplicaSet/Job also their owner series."""
+        """Controller kinds KSM exported completely: `_created` present; ReplicaSet/Job: their owner series present (KSM
+        exports one per object, so the live read skips their `_created` series)."""
         listed = set(self.kinds_listed)
-        if RS_OWNER not in self.present:
-            listed.discard("ReplicaSet")
-        if JOB_OWNER not in self.present:
-            listed.discard("Job")
+        for metric, kind in ((RS_OWNER, "ReplicaSet"), (JOB_OWNER, "Job")):  # one owner series per object (live reads skip `_created`)
+            if metric in self.present:
+                listed.add(kind)
+            else:
+                listed.discard(kind)
         return frozenset(listed)
 
     def notes(self, pods_kept: int) -> list[str]:
@@ -909,7 +912,7 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     `history_only` (next to the Kubernetes API): three — GPU requests over the window, current phases, pods gone.
 
     Pods that exist at the evaluation time are read with instant selectors (one sample per series; the metric
-    name kept), only for GPU pods and exporter pods (one join on namespace, pod), in two queries of about the same
+    name kept), only for GPU pods (one join on namespace, pod; exporter pods: only `kube_pod_info`), in two queries of about the same
     cost that Prometheus evaluates and encodes in parallel (the pod series are most of the answer). GPU requests
     are read over the window (`last_over_time`), and so is the list of pods that were exported in the window but
     are gone now, with their sample counts (`pods gone`); their last state is read by `ksm_history_query`.
@@ -923,10 +926,14 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     resources = " or ".join(_tag(f"last_over_time({s}{w})", n) for s, n in zip(gpu, RESOURCE_METRICS, strict=True)
                             if n in _REQUEST_METRICS)
     exporter = _sel(POD_INFO, m, f'pod=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
-    gpu_now = "group by (namespace, pod) (" + " or ".join(gpu) + ")"
-    keep_now = f"({gpu_now} or group by (namespace, pod) ({exporter}) or {_share_pods(m)})"
+    # pods that hold or ask for a GPU now: by their GPU request series (Kubernetes defaults an extended resource's
+    # request to its limit, so KSM exports a request for every GPU limit: the limit series would only double the
+    # join) or a share annotation/label
+    gpu_now = "group by (namespace, pod) (" + " or ".join(s for s, n in zip(gpu, RESOURCE_METRICS, strict=True) if n in _REQUEST_METRICS) + ")"
+    keep_now = f"({gpu_now} or {_share_pods(m)})"
     cpu = _sel(LIMITS, m, 'resource="cpu"')
-    pods = f"({_names(_POD_IDENTITY, m)} or {_sel(POD_PHASE, m)} == 1) and on (namespace, pod) {keep_now}"
+    # exporter pods need only their node and IP (`kube_pod_info`), not the other pod series
+    pods = f"(({_names(_POD_IDENTITY, m)} or {_sel(POD_PHASE, m)} == 1) and on (namespace, pod) {keep_now}) or {exporter}"
     pod_details = f"({_names(_POD_DETAILS, m)} or {cpu}) and on (namespace, pod) {keep_now}"
     gone = f"count_over_time({_sel(POD_INFO, m)}{w}) unless on (namespace, pod) {_sel(POD_INFO, m)}"
     node_res = f'resource=~"{promql_resource_regex(settings.gpu_resource_names)}"'
@@ -935,7 +942,10 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     # allocatable (same labels) must come from one selector, not from `a or b`
     capacity = _names((NODE_CAPACITY, NODE_ALLOCATABLE), m).replace("}", f",{node_res}}}")
     nodes = f"{_names(node_names, m)} or {capacity}"
-    owners = _names((NS_LABELS, NS_ANNOTATIONS, RS_OWNER, JOB_OWNER, *(metric for metric, _ in CONTROLLER_CREATED.values())), m)
+    # ReplicaSets and Jobs are known from their owner series (KSM exports one per object, `<none>` when unowned):
+    # their `_created` series would say the same again
+    owners = _names((NS_LABELS, NS_ANNOTATIONS, RS_OWNER, JOB_OWNER,
+                     *(metric for kind, (metric, _) in CONTROLLER_CREATED.items() if kind not in ("ReplicaSet", "Job"))), m)
     if history_only:
         phases = f"{_sel(POD_PHASE, m)} == 1 and on (namespace, pod) {gpu_now}"
         return {"resources": resources, "phases": phases, "pods gone": gone}
