@@ -32,7 +32,6 @@ from gpuwaste.cli_support import (
     team_function,
 )
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
-from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.models.text import for_terminal, strip_controls
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
@@ -115,6 +114,8 @@ def _slack_stage(cfg: GpuWasteConfig) -> local.DeliverStage:
 
 
 def _show_told(alerts, at):  # type: ignore[no-untyped-def]
+    from gpuwaste.models.messages import AlertAction
+
     _section(f"messages · scan at {at:%Y-%m-%d %H:%M}Z ({len(alerts)} alerts)")
     for alert in sorted(alerts, key=lambda a: (list(AlertAction).index(a.action), -(a.finding.usd_per_day or 0))):
         print_alert(alert)
