@@ -116,13 +116,20 @@ def _power_limit(ctx: ScanContext, device: GpuTelemetry) -> tuple[float, str] | 
     return None
 
 
+def physical_gpus(devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]) -> list[GpuTelemetry]:
+    """The first device of each physical GPU UUID in `devices`, in order: MIG instances of one GPU share one power
+    value (field guide B06), so power readings count each physical GPU once."""
+    first: dict[str, GpuTelemetry] = {}
+    for dev in devices:
+        first.setdefault(dev.device.uuid, dev)
+    return list(first.values())
+
+
 def _physical_power_inputs(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]
                            ) -> dict[str, tuple[WindowStats, float, str]] | None:
     """Physical GPU UUID → (power stats, limit W, limit source), each UUID once; None when power or a limit is missing."""
     seen: dict[str, tuple[WindowStats, float, str]] = {}
-    for dev in devices:
-        if dev.device.uuid in seen:
-            continue  # MIG instances of one GPU share one power value (B06)
+    for dev in physical_gpus(devices):
         st = ctx.device_stats(dev, Signal.POWER_USAGE)
         lim = power_limit(ctx, dev)
         if st is None or st.count == 0 or lim is None:
@@ -170,11 +177,7 @@ def physical_power(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[Gp
 def power_ratio_series(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]) -> list[float | None]:
     """Per slot, mean over the physical GPUs of `devices` (each UUID once, B06) of bucket power ÷ limit; None where unknown."""
     rows: list[list[float | None]] = []
-    seen: set[str] = set()
-    for dev in devices:
-        if dev.device.uuid in seen:
-            continue
-        seen.add(dev.device.uuid)
+    for dev in physical_gpus(devices):
         lim = power_limit(ctx, dev)
         st = ctx.device_stats(dev, Signal.POWER_USAGE)
         if lim is None or st is None:
@@ -191,11 +194,7 @@ def power_ratio_bounds(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | lis
     series shows no value in any slot."""
     lows: list[float] = []
     highs: list[float] = []
-    seen: set[str] = set()
-    for dev in devices:
-        if dev.device.uuid in seen:
-            continue
-        seen.add(dev.device.uuid)
+    for dev in physical_gpus(devices):
         lim = power_limit(ctx, dev)
         bounds = ctx.avg_bounds(ctx.device_stats(dev, Signal.POWER_USAGE))
         if lim is None or bounds is None:
