@@ -8,23 +8,32 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.runtime-installed
 SAM_VENV := .venv-sam
 FN ?= ScanGpuWasteFunction
 EVENT ?= events/scheduled_scan.json
 LAYER_DIR := .aws-sam/layer
 
-.PHONY: help install prometheus fmt lint typecheck test test-unit test-integration test-hardening test-aws demo bench scorecard coverage layer build invoke deploy clean check validate
+.PHONY: help install install-user prometheus fmt lint typecheck test test-unit test-integration test-hardening test-aws demo bench scorecard coverage layer build invoke deploy clean check validate
 
 help: ## list the targets
 	@if [ -t 1 ]; then c='\033[36m'; r='\033[0m'; else c=''; r=''; fi; \
 	grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -v c="$$c" -v r="$$r" 'BEGIN {FS = ":.*?## "}; {printf "  %s%-18s%s %s\n", c, $$1, r, $$2}'
 
-$(STAMP): shared/requirements.txt requirements-dev.txt pyproject.toml
+$(RUNTIME_STAMP): shared/requirements.txt requirements-cli.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip >/dev/null
+	$(BIN)/pip install -q -r requirements-cli.txt
+	$(BIN)/pip install -q -e .
+	@touch $(RUNTIME_STAMP)
+
+$(STAMP): $(RUNTIME_STAMP) requirements-dev.txt
 	$(BIN)/pip install -q -r requirements-dev.txt
 	$(BIN)/pip install -q --no-deps -e .
 	@touch $(STAMP)
+
+install-user: $(RUNTIME_STAMP) ## .venv with the gpuwaste command and its runtime dependencies only (no dev toolchain)
+	@echo "installed: $(BIN)/gpuwaste ($$($(BIN)/gpuwaste --version 2>/dev/null || echo gpuwaste))"
 
 install: $(STAMP) ## create .venv and install runtime + dev dependencies (and the gpuwaste command)
 
@@ -70,7 +79,7 @@ test-hardening: install prometheus ## faults, bad input, hostile names, secrets,
 test-aws: install ## tests against a deployed stack (needs AWS_SAM_STACK_NAME)
 	$(BIN)/python -m pytest -q -m aws tests/aws
 
-demo: install ## run the whole local pipeline on the bundled demo fleet
+demo: $(RUNTIME_STAMP) ## run the whole local pipeline on the bundled demo fleet (runtime dependencies only)
 	$(BIN)/gpuwaste demo
 
 bench: install prometheus ## benchmarks: fleet scale, floor and naive comparisons; exposition parser vs prometheus_client (prints numbers)
