@@ -14,7 +14,7 @@ FN ?= ScanGpuWasteFunction
 EVENT ?= events/scheduled_scan.json
 LAYER_DIR := .aws-sam/layer
 
-.PHONY: help install install-user prometheus fmt lint typecheck test test-unit test-integration test-hardening test-aws demo bench scorecard coverage layer build invoke deploy clean check validate
+.PHONY: help install install-user prometheus browser fmt lint typecheck test test-unit test-integration test-hardening test-aws demo bench scorecard coverage layer build invoke deploy clean check validate
 
 help: ## list the targets
 	@if [ -t 1 ]; then c='\033[36m'; r='\033[0m'; else c=''; r=''; fi; \
@@ -46,6 +46,16 @@ prometheus: ## install Debian's prometheus/promtool (+ node-exporter, for the te
 	fi
 	@prometheus --version 2>&1 | head -1
 
+browser: ## install Debian's chromium when missing (the HTML summary's narrow-screen test lays the page out in it; skipped without it)
+	@if ! command -v chromium >/dev/null; then \
+	  echo "installing chromium (Debian package, for the HTML summary layout test)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  (DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+	   (DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -q >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends chromium >/dev/null)) || \
+	  echo "chromium could not be installed: the narrow-screen summary test will skip"; \
+	fi
+
 fmt: install ## format and autofix
 	$(BIN)/ruff format shared functions tests bench
 	$(BIN)/ruff check --fix shared functions tests bench
@@ -64,7 +74,7 @@ validate: install ## cfn-lint + sam validate (sam in its own venv, offline)
 	@test -x $(SAM_VENV)/bin/sam || ($(PYTHON) -m venv $(SAM_VENV) && $(SAM_VENV)/bin/pip install -q aws-sam-cli)
 	$(SAM_VENV)/bin/sam validate -t template.yaml --region us-east-1
 
-test: install prometheus ## the README's test command: install what is needed, then run every test (unit + real servers)
+test: install prometheus browser ## the README's test command: install what is needed, then run every test (unit + real servers)
 	$(BIN)/python -m pytest -q tests
 
 test-unit: install ## unit tests only (no servers)
