@@ -1,0 +1,297 @@
+"""Every function of template.yaml through its real entry point, as Lambda invokes it.
+
+`functions/<fn>/app.py`'s `lambda_handler(event, context)` on the event shapes of `events/`, in the environment the
+template gives the function, over moto's server (queues, table, SSM config, Secrets Manager) and the fake Slack and
+Jira servers; every AWS call each function makes is checked against its IAM policy in the template
+(`tests.lambda_stack`). Counted at the fakes: what Slack and Jira accepted, never what the code says it did.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+
+from gpuwaste.bootstrap import local
+from gpuwaste.models.lifecycle import FindingState
+from gpuwaste.sinks.slack_signature import sign
+from tests.lambda_events import FakeLambdaContext, load_event
+from tests.lambda_stack import DeployedStack, deploy
+from tests.servers.jira_api import FakeJira
+from tests.servers.slack_api import FakeSlack
+
+pytestmark = pytest.mark.integration
+
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+SCAN_TIME = "2024-01-01T01:20:00Z"  # the end of the demo recording
+POISON = "[" * 5000 + "]" * 5000  # deeper than Python's json module's recursion limit
+
+
+def config_document(slack: FakeSlack, jira: FakeJira, **slack_extra: Any) -> str:
+    return json.dumps({
+        "clusters": [{"name": "demo", "recording": str(local.demo_recording())}],
+        "delivery": {"default_channel": "#gpu-waste",
+                     "slack": {"base_url": slack.url, "rate_limit_retries": 0, "server_error_retries": 0, **slack_extra},
+                     "jira": {"base_url": jira.url, "default_project": "OPS"}}})
+
+
+@pytest.fixture
+def stack(aws: Any, slack_api: FakeSlack, jira_api: FakeJira, monkeypatch: pytest.MonkeyPatch) -> Iterator[DeployedStack]:
+    secrets = {"SlackSecretArn": json.dumps({"bot_token": slack_api.token, "signing_secret": SIGNING_SECRET}),
+               "JiraSecretArn": json.dumps({"email": jira_api.email, "api_token": jira_api.api_token})}
+    deployed = deploy(monkeypatch, config=config_document(slack_api, jira_api), secrets=secrets)
+    yield deployed
+    from tests.lambda_stack import _reset_composition_roots
+
+    _reset_composition_roots()
+
+
+def scan_and_deliver(stack: DeployedStack) -> dict[str, Any]:
+    """The schedule fires and every queue is delivered to its function; each function's responses."""
+    tick = {**load_event("scheduled_scan"), "time": SCAN_TIME}
+    out: dict[str, Any] = {"DispatchScansFunction": stack.invoke("DispatchScansFunction", tick)}
+    for queue in ("ScanRequestsQueue", "FindingsQueue", "PricedQueue", "AlertsQueue", "TicketsQueue"):
+        function, _ = stack.consumer(queue)
+        out[function] = stack.pump(queue)
+    return out
+
+
+def posts(slack: FakeSlack) -> list[dict[str, Any]]:
+    return slack.calls_to("chat.postMessage")
+
+
+# -- the whole pipeline -----------------------------------------------------------------------------------------------
+def test_every_function_runs_through_its_entry_point_within_its_iam_policy(stack: DeployedStack, slack_api: FakeSlack,
+                                                                           jira_api: FakeJira) -> None:
+    # GIVEN the stack with the demo cluster configured in SSM, Slack and Jira secrets in Secrets Manager
+    # WHEN the scan schedule fires, every queue is delivered, the daily summary fires and a Slack button is pressed
+    responses = scan_and_deliver(stack)
+    summary = stack.invoke("SendDailySummaryFunction", load_event("scheduled_summary"))
+    fingerprint = next(iter(jira_issue_fingerprints(jira_api)))
+    click = interaction_event(fingerprint, "snooze_7d")
+    clicked = stack.invoke("SlackInteractionsFunction", click)
+    # THEN every batch succeeded, Slack and Jira accepted what the pipeline sent, and every AWS call every function
+    # made is allowed by its policy in template.yaml (action and resource)
+    assert responses["DispatchScansFunction"]["scan_requests"] == 1
+    for function in ("ScanGpuWasteFunction", "PriceFindingsFunction", "DedupeFindingsFunction", "NotifySlackFunction",
+                     "CreateTicketsFunction"):
+        assert responses[function] and all(r == {"batchItemFailures": []} for r in responses[function]), function
+    assert len(jira_api.issues) >= 1
+    assert summary["posted"] and summary["posted"][0]["sink"] == "slack"
+    assert clicked["statusCode"] == 200
+    assert stack.denied() == []
+    # AND every function was exercised (its calls recorded)
+    assert all(stack.recorder.of(f) for f in stack.functions()), [f for f in stack.functions() if not stack.recorder.of(f)]
+
+
+def jira_issue_fingerprints(jira: FakeJira) -> set[str]:
+    return {label.split(":", 1)[1] for issue in jira.issues.values() for label in issue.labels if ":" in label} or {
+        label for issue in jira.issues.values() for label in issue.labels if len(label) >= 32}
+
+
+def interaction_event(fingerprint: str, action: str, *, at: int | None = None, secret: str = SIGNING_SECRET) -> dict[str, Any]:
+    """A Function URL request of a Slack button click (events/function_url_interaction.json), signed."""
+    event = load_event("function_url_interaction")
+    payload = json.loads(event["_payload"])
+    payload["actions"][0].update(action_id=f"gpuwaste_{action}", value=f"{action}|{fingerprint}")
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    ts = str(at if at is not None else int(time.time()))
+    event = {k: v for k, v in event.items() if k != "_payload"}
+    event["headers"] = {**event["headers"], "x-slack-request-timestamp": ts, "x-slack-signature": sign(secret, ts, body)}
+    event["body"], event["isBase64Encoded"] = base64.b64encode(body).decode(), True
+    return event
+
+
+# -- create_tickets ---------------------------------------------------------------------------------------------------
+def test_create_tickets_policy_allows_what_each_batch_reads(stack: DeployedStack, jira_api: FakeJira) -> None:
+    # GIVEN ticket requests from a scan on the tickets queue
+    scan_and_deliver_until(stack, "PricedQueue")
+    # WHEN create_tickets consumes them
+    responses = stack.pump("TicketsQueue")
+    # THEN Jira got the tickets, and the batch's reads (the run's tickets: a Query on the activity index) are granted
+    assert responses and all(r == {"batchItemFailures": []} for r in responses)
+    assert jira_api.issues
+    assert any(a == "dynamodb:Query" and r.endswith("/index/ByActivityDay") for a, r in stack.exercised("CreateTicketsFunction"))
+    assert stack.denied("CreateTicketsFunction") == []
+
+
+def scan_and_deliver_until(stack: DeployedStack, last: str) -> None:
+    tick = {**load_event("scheduled_scan"), "time": SCAN_TIME}
+    stack.invoke("DispatchScansFunction", tick)
+    for queue in ("ScanRequestsQueue", "FindingsQueue", "PricedQueue", "AlertsQueue"):
+        stack.pump(queue)
+        if queue == last:
+            return
+
+
+# -- send_daily_summary -----------------------------------------------------------------------------------------------
+def test_daily_summary_is_posted_once_when_the_scheduler_retries(stack: DeployedStack, slack_api: FakeSlack) -> None:
+    # GIVEN a day of findings in the table
+    scan_and_deliver_until(stack, "AlertsQueue")
+    before = len(posts(slack_api))
+    event = load_event("scheduled_summary")
+    # WHEN the summary schedule fires, and EventBridge Scheduler delivers the same tick twice more (its retries)
+    first = stack.invoke("SendDailySummaryFunction", event)
+    second = stack.invoke("SendDailySummaryFunction", event)
+    third = stack.invoke("SendDailySummaryFunction", event)
+    # THEN the invocation succeeds, Slack received one summary, and the retries post nothing and succeed
+    summaries = posts(slack_api)[before:]
+    assert len(summaries) == 1
+    assert first["posted"] == [{"sink": "slack", "destination": summaries[0]["channel"] if summaries[0]["channel"].startswith("C")
+                                else first["posted"][0]["destination"], "message_id": first["posted"][0]["message_id"]}]
+    assert first["posted"][0]["message_id"]
+    assert second == third == {"day": "2024-01-02", "posted": [], "already_posted": ["slack"]}
+    assert stack.denied("SendDailySummaryFunction") == []
+
+
+def test_daily_summary_that_slack_refused_is_posted_by_the_retry(stack: DeployedStack, slack_api: FakeSlack) -> None:
+    # GIVEN Slack failing the next post (500) — nothing was posted
+    event = load_event("scheduled_summary")
+    slack_api.fail_next("chat.postMessage", status=500)
+    # WHEN the summary fires (the invocation fails: Scheduler retries it) and then the retry comes
+    with pytest.raises(Exception):  # noqa: B017, PT011 - whichever delivery error the sink raises
+        stack.invoke("SendDailySummaryFunction", event)
+    retry = stack.invoke("SendDailySummaryFunction", event)
+    # THEN the retry posts the summary: exactly one accepted at Slack
+    accepted = [c for c in posts(slack_api)]
+    assert len(retry["posted"]) == 1
+    assert len(accepted) == 2  # the refused attempt and the accepted retry, as Slack saw them
+    assert len(slack_api.messages) == 1
+
+
+def test_daily_summary_of_another_day_is_posted(stack: DeployedStack, slack_api: FakeSlack) -> None:
+    # GIVEN yesterday's summary posted
+    stack.invoke("SendDailySummaryFunction", load_event("scheduled_summary"))
+    # WHEN the next day's tick comes
+    next_day = stack.invoke("SendDailySummaryFunction", {**load_event("scheduled_summary"), "time": "2024-01-03T08:00:00Z"})
+    # THEN it is posted too (the record is per day and destination)
+    assert next_day["day"] == "2024-01-03" and len(next_day["posted"]) == 1
+    assert len(slack_api.messages) == 2
+
+
+# -- poison messages, per record --------------------------------------------------------------------------------------
+def _good_alert() -> str:
+    return str(load_event("sqs_alerts")["Records"][0]["body"])
+
+
+@pytest.mark.parametrize("poison", [POISON, '{"a":' * 3000 + "1" + "}" * 3000, "{not json", '{"schema_version": 1}'],
+                         ids=["deep-array", "deep-object", "not-json", "schema"])
+def test_notify_slack_poison_record_fails_alone(stack: DeployedStack, slack_api: FakeSlack, poison: str) -> None:
+    # GIVEN one poison body and one good alert in the same batch
+    stack.send("AlertsQueue", poison, _good_alert())
+    # WHEN notify_slack consumes the queue
+    responses = stack.pump("AlertsQueue")
+    # THEN the good alert was posted (counted at Slack), the poison body is in the DLQ with its reason, no retry
+    assert responses == [{"batchItemFailures": []}]
+    assert len(posts(slack_api)) == 1
+    assert_dead_lettered(stack, "AlertsDlq", poison)
+
+
+def _good_ticket_request() -> str:
+    return str(load_event("sqs_tickets")["Records"][0]["body"])
+
+
+@pytest.mark.parametrize("poison", [POISON, "{not json", '{"schema_version": 1}'], ids=["deep", "not-json", "schema"])
+def test_create_tickets_poison_record_fails_alone(stack: DeployedStack, jira_api: FakeJira, poison: str) -> None:
+    # GIVEN one poison body and one good ticket request in the same batch
+    stack.send("TicketsQueue", poison, _good_ticket_request())
+    # WHEN create_tickets consumes the queue
+    responses = stack.pump("TicketsQueue")
+    # THEN the good request became a Jira issue (counted at Jira), the poison body is in the DLQ with its reason
+    assert responses == [{"batchItemFailures": []}]
+    assert len(jira_api.issues) == 1
+    assert_dead_lettered(stack, "TicketsDlq", poison)
+    assert stack.denied("CreateTicketsFunction") == []
+
+
+@pytest.mark.parametrize(("queue", "dlq", "event", "out"), [
+    ("PricedQueue", "PricedDlq", "sqs_priced", "AlertsQueue"),
+    ("FindingsQueue", "FindingsDlq", "sqs_findings", "PricedQueue"),
+    ("ScanRequestsQueue", "ScanRequestsDlq", "sqs_scan_request", "FindingsQueue"),
+], ids=["dedupe_findings", "price_findings", "scan_gpu_waste"])
+def test_pipeline_stage_poison_record_fails_alone(stack: DeployedStack, queue: str, dlq: str, event: str, out: str) -> None:
+    # GIVEN one deeply nested body and one good message in the same batch
+    stack.send(queue, POISON, str(load_event(event)["Records"][0]["body"]))
+    # WHEN the stage's function consumes the queue
+    responses = stack.pump(queue)
+    # THEN the good message went on to the next queue, the poison one is in the DLQ with its reason
+    assert all(r == {"batchItemFailures": []} for r in responses)
+    assert stack.drain(out)
+    assert_dead_lettered(stack, dlq, POISON)
+
+
+def assert_dead_lettered(stack: DeployedStack, dlq: str, body: str) -> None:
+    dead = stack.drain(dlq)
+    assert [m["Body"] for m in dead] == [body]
+    reason = dead[0]["MessageAttributes"]["error_reason"]["StringValue"]
+    assert reason and reason != "-"
+
+
+# -- slack_interactions -----------------------------------------------------------------------------------------------
+@pytest.fixture
+def open_finding(stack: DeployedStack) -> str:
+    scan_and_deliver_until(stack, "PricedQueue")
+    items = stack.client("dynamodb").scan(TableName=stack.stack.table_name)["Items"]
+    return next(i["fingerprint"]["S"] for i in items if i.get("state", {}).get("S") == FindingState.OPEN.value
+                and "#" not in i["fingerprint"]["S"])
+
+
+def _snoozed(stack: DeployedStack, fingerprint: str) -> bool:
+    item = stack.client("dynamodb").get_item(TableName=stack.stack.table_name, Key={"fingerprint": {"S": fingerprint}})["Item"]
+    return "snoozed_until" in item and item["snoozed_until"].get("S") not in (None, "")
+
+
+def test_slack_interaction_replayed_within_the_age_window_is_refused(stack: DeployedStack, open_finding: str) -> None:
+    # GIVEN a correctly signed "snooze" click, accepted once
+    click = interaction_event(open_finding, "snooze_1d")
+    first = stack.invoke("SlackInteractionsFunction", click)
+    # WHEN the very same request (same signature and timestamp) is sent again 1 s later, within Slack's 300 s window
+    replay = stack.invoke("SlackInteractionsFunction", click)
+    # THEN the first is applied; the replay is refused with 401 and changes nothing
+    assert first["statusCode"] == 200 and _snoozed(stack, open_finding)
+    assert replay["statusCode"] == 401
+    assert stack.denied("SlackInteractionsFunction") == []
+
+
+def test_slack_interaction_age_limit_comes_from_the_stack_parameter(aws: Any, slack_api: FakeSlack, jira_api: FakeJira,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the stack deployed with SlackRequestMaxAgeSeconds=60
+    secrets = {"SlackSecretArn": json.dumps({"bot_token": slack_api.token, "signing_secret": SIGNING_SECRET})}
+    stack = deploy(monkeypatch, config=config_document(slack_api, jira_api), secrets=secrets,
+                   params={"SlackRequestMaxAgeSeconds": "60"})
+    # WHEN signed clicks arrive 120 s and 10 s after they were signed
+    stale = stack.invoke("SlackInteractionsFunction", interaction_event("f" * 64, "snooze_1d", at=int(time.time()) - 120))
+    fresh = stack.invoke("SlackInteractionsFunction", interaction_event("f" * 64, "snooze_1d", at=int(time.time()) - 10))
+    # THEN the older one is refused (within the library's 300 s, beyond the stack's 60 s); the fresh one is read
+    assert stale["statusCode"] == 401
+    assert fresh["statusCode"] != 401
+
+
+def test_slack_interaction_age_limit_of_the_config_document_is_honoured(aws: Any, slack_api: FakeSlack,
+                                                                        jira_api: FakeJira,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the default stack, and delivery.slack.request_max_age_s: 60 in the config document
+    secrets = {"SlackSecretArn": json.dumps({"bot_token": slack_api.token, "signing_secret": SIGNING_SECRET})}
+    stack = deploy(monkeypatch, config=config_document(slack_api, jira_api, request_max_age_s=60), secrets=secrets)
+    # WHEN a signed click arrives 120 s after it was signed
+    stale = stack.invoke("SlackInteractionsFunction", interaction_event("f" * 64, "snooze_1d", at=int(time.time()) - 120))
+    # THEN it is refused
+    assert stale["statusCode"] == 401
+
+
+def test_slack_interaction_with_a_bad_signature_is_refused(stack: DeployedStack, open_finding: str) -> None:
+    # GIVEN a click signed with another secret
+    forged = interaction_event(open_finding, "snooze_7d", secret="not-the-signing-secret")
+    # WHEN it arrives / THEN 401, and the finding is not snoozed
+    assert stack.invoke("SlackInteractionsFunction", forged)["statusCode"] == 401
+    assert not _snoozed(stack, open_finding)
+
+
+def test_context_is_a_lambda_context() -> None:
+    # the handlers read these attributes (Powertools' inject_lambda_context)
+    assert FakeLambdaContext().get_remaining_time_in_millis() > 0
