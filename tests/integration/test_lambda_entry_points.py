@@ -40,11 +40,15 @@ def config_document(slack: FakeSlack, jira: FakeJira, **slack_extra: Any) -> str
                      "jira": {"base_url": jira.url, "default_project": "OPS"}}})
 
 
+def stack_secrets(slack: FakeSlack, jira: FakeJira) -> dict[str, str]:
+    """Stack parameter → secret string: the Slack bot token and signing secret, the Jira credentials."""
+    return {"SlackSecretArn": json.dumps({"bot_token": slack.token, "signing_secret": SIGNING_SECRET}),
+            "JiraSecretArn": json.dumps({"email": jira.email, "api_token": jira.api_token})}
+
+
 @pytest.fixture
 def stack(aws: Any, slack_api: FakeSlack, jira_api: FakeJira, monkeypatch: pytest.MonkeyPatch) -> Iterator[DeployedStack]:
-    secrets = {"SlackSecretArn": json.dumps({"bot_token": slack_api.token, "signing_secret": SIGNING_SECRET}),
-               "JiraSecretArn": json.dumps({"email": jira_api.email, "api_token": jira_api.api_token})}
-    deployed = deploy(monkeypatch, config=config_document(slack_api, jira_api), secrets=secrets)
+    deployed = deploy(monkeypatch, config=config_document(slack_api, jira_api), secrets=stack_secrets(slack_api, jira_api))
     yield deployed
     from tests.lambda_stack import _reset_composition_roots
 
@@ -261,7 +265,7 @@ def test_slack_interaction_replayed_within_the_age_window_is_refused(stack: Depl
 def test_slack_interaction_age_limit_comes_from_the_stack_parameter(aws: Any, slack_api: FakeSlack, jira_api: FakeJira,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN the stack deployed with SlackRequestMaxAgeSeconds=60
-    secrets = {"SlackSecretArn": json.dumps({"bot_token": slack_api.token, "signing_secret": SIGNING_SECRET})}
+    secrets = stack_secrets(slack_api, jira_api)
     stack = deploy(monkeypatch, config=config_document(slack_api, jira_api), secrets=secrets,
                    params={"SlackRequestMaxAgeSeconds": "60"})
     # WHEN signed clicks arrive 120 s and 10 s after they were signed
@@ -276,7 +280,7 @@ def test_slack_interaction_age_limit_of_the_config_document_is_honoured(aws: Any
                                                                         jira_api: FakeJira,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN the default stack, and delivery.slack.request_max_age_s: 60 in the config document
-    secrets = {"SlackSecretArn": json.dumps({"bot_token": slack_api.token, "signing_secret": SIGNING_SECRET})}
+    secrets = stack_secrets(slack_api, jira_api)
     stack = deploy(monkeypatch, config=config_document(slack_api, jira_api, request_max_age_s=60), secrets=secrets)
     # WHEN a signed click arrives 120 s after it was signed
     stale = stack.invoke("SlackInteractionsFunction", interaction_event("f" * 64, "snooze_1d", at=int(time.time()) - 120))
