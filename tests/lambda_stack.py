@@ -221,7 +221,7 @@ class Resolver:
             value = self.params[name]
             kind = self.template["Parameters"][name].get("Type", "String")
             if kind == "CommaDelimitedList" and isinstance(value, str):
-                return [v for v in value.split(",")] if value else [""]
+                return value.split(",") if value else [""]
             return value
         if name in self.stack.queue_urls:
             return self.stack.queue_urls[name]

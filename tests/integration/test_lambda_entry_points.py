@@ -162,7 +162,7 @@ def test_daily_summary_that_slack_refused_is_posted_by_the_retry(stack: Deployed
         stack.invoke("SendDailySummaryFunction", event)
     retry = stack.invoke("SendDailySummaryFunction", event)
     # THEN the retry posts the summary: exactly one accepted at Slack
-    accepted = [c for c in posts(slack_api)]
+    accepted = posts(slack_api)
     assert len(retry["posted"]) == 1
     assert len(accepted) == 2  # the refused attempt and the accepted retry, as Slack saw them
     assert len(slack_api.messages) == 1
