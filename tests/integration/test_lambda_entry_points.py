@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 
 import pytest
 
@@ -101,11 +101,10 @@ def jira_issue_fingerprints(jira: FakeJira) -> set[str]:
 def interaction_event(fingerprint: str, action: str, *, at: int | None = None, secret: str = SIGNING_SECRET) -> dict[str, Any]:
     """A Function URL request of a Slack button click (events/function_url_interaction.json), signed."""
     event = load_event("function_url_interaction")
-    payload = json.loads(event["_payload"])
+    payload = json.loads(parse_qs(base64.b64decode(event["body"]).decode())["payload"][0])
     payload["actions"][0].update(action_id=f"gpuwaste_{action}", value=f"{action}|{fingerprint}")
     body = urlencode({"payload": json.dumps(payload)}).encode()
     ts = str(at if at is not None else int(time.time()))
-    event = {k: v for k, v in event.items() if k != "_payload"}
     event["headers"] = {**event["headers"], "x-slack-request-timestamp": ts, "x-slack-signature": sign(secret, ts, body)}
     event["body"], event["isBase64Encoded"] = base64.b64encode(body).decode(), True
     return event
