@@ -76,8 +76,7 @@ def test_every_function_runs_through_its_entry_point_within_its_iam_policy(stack
     # WHEN the scan schedule fires, every queue is delivered, the daily summary fires and a Slack button is pressed
     responses = scan_and_deliver(stack)
     summary = stack.invoke("SendDailySummaryFunction", load_event("scheduled_summary"))
-    fingerprint = next(iter(jira_issue_fingerprints(jira_api)))
-    click = interaction_event(fingerprint, "snooze_7d")
+    click = interaction_event(finding_fingerprints(stack)[0], "snooze_7d")
     clicked = stack.invoke("SlackInteractionsFunction", click)
     # THEN every batch succeeded, Slack and Jira accepted what the pipeline sent, and every AWS call every function
     # made is allowed by its policy in template.yaml (action and resource)
@@ -93,9 +92,11 @@ def test_every_function_runs_through_its_entry_point_within_its_iam_policy(stack
     assert all(stack.recorder.of(f) for f in stack.functions()), [f for f in stack.functions() if not stack.recorder.of(f)]
 
 
-def jira_issue_fingerprints(jira: FakeJira) -> set[str]:
-    return {label.split(":", 1)[1] for issue in jira.issues.values() for label in issue.labels if ":" in label} or {
-        label for issue in jira.issues.values() for label in issue.labels if len(label) >= 32}
+def finding_fingerprints(stack: DeployedStack, state: FindingState = FindingState.OPEN) -> list[str]:
+    """The fingerprints of the table's finding records in `state` (once-records left out)."""
+    items = stack.client("dynamodb").scan(TableName=stack.stack.table_name)["Items"]
+    return sorted(i["fingerprint"]["S"] for i in items if i.get("state", {}).get("S") == state.value
+                  and "#" not in i["fingerprint"]["S"])
 
 
 def interaction_event(fingerprint: str, action: str, *, at: int | None = None, secret: str = SIGNING_SECRET) -> dict[str, Any]:
@@ -239,9 +240,7 @@ def assert_dead_lettered(stack: DeployedStack, dlq: str, body: str) -> None:
 @pytest.fixture
 def open_finding(stack: DeployedStack) -> str:
     scan_and_deliver_until(stack, "PricedQueue")
-    items = stack.client("dynamodb").scan(TableName=stack.stack.table_name)["Items"]
-    return next(i["fingerprint"]["S"] for i in items if i.get("state", {}).get("S") == FindingState.OPEN.value
-                and "#" not in i["fingerprint"]["S"])
+    return finding_fingerprints(stack)[0]
 
 
 def _snoozed(stack: DeployedStack, fingerprint: str) -> bool:
