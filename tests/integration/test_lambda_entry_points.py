@@ -99,6 +99,21 @@ def finding_fingerprints(stack: DeployedStack, state: FindingState = FindingStat
                   and "#" not in i["fingerprint"]["S"])
 
 
+def test_a_retried_scan_tick_posts_nothing_again(stack: DeployedStack, slack_api: FakeSlack, jira_api: FakeJira) -> None:
+    # GIVEN one scan tick delivered through the whole pipeline: its alerts posted, its tickets filed
+    scan_and_deliver(stack)
+    posted, filed = len(posts(slack_api)), len(jira_api.issues)
+    # WHEN EventBridge Scheduler delivers the same tick again (a retry after a failure it saw) and every queue is
+    # delivered again
+    again = scan_and_deliver(stack)
+    # THEN every invocation succeeds and neither Slack nor Jira received anything new
+    assert again["DispatchScansFunction"]["scan_requests"] == 1
+    assert all(r == {"batchItemFailures": []} for f, rs in again.items() if f != "DispatchScansFunction" for r in rs)
+    assert posted > 0 and filed > 0
+    assert (len(posts(slack_api)), len(jira_api.issues)) == (posted, filed)
+    assert stack.denied() == []
+
+
 def interaction_event(fingerprint: str, action: str, *, at: int | None = None, secret: str = SIGNING_SECRET) -> dict[str, Any]:
     """A Function URL request of a Slack button click (events/function_url_interaction.json), signed."""
     event = load_event("function_url_interaction")
