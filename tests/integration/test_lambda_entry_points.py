@@ -70,6 +70,7 @@ def posts(slack: FakeSlack) -> list[dict[str, Any]]:
 
 
 # -- the whole pipeline -----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_every_function_runs_through_its_entry_point_within_its_iam_policy(stack: DeployedStack, slack_api: FakeSlack,
                                                                            jira_api: FakeJira) -> None:
     # GIVEN the stack with the demo cluster configured in SSM, Slack and Jira secrets in Secrets Manager
@@ -99,6 +100,7 @@ def finding_fingerprints(stack: DeployedStack, state: FindingState = FindingStat
                   and "#" not in i["fingerprint"]["S"])
 
 
+@pytest.mark.slow
 def test_a_retried_scan_tick_posts_nothing_again(stack: DeployedStack, slack_api: FakeSlack, jira_api: FakeJira) -> None:
     # GIVEN one scan tick delivered through the whole pipeline: its alerts posted, its tickets filed
     scan_and_deliver(stack)
@@ -149,6 +151,7 @@ def scan_and_deliver_until(stack: DeployedStack, last: str) -> None:
 
 
 # -- send_daily_summary -----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_daily_summary_is_posted_once_when_the_scheduler_retries(stack: DeployedStack, slack_api: FakeSlack) -> None:
     # GIVEN a day of findings in the table
     scan_and_deliver_until(stack, "AlertsQueue")
