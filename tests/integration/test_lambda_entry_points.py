@@ -3,7 +3,8 @@
 `functions/<fn>/app.py`'s `lambda_handler(event, context)` on the event shapes of `events/`, in the environment the
 template gives the function, over moto's server (queues, table, SSM config, Secrets Manager) and the fake Slack and
 Jira servers; every AWS call each function makes is checked against its IAM policy in the template
-(`tests.lambda_stack`). Counted at the fakes: what Slack and Jira accepted, never what the code says it did.
+(`tests.lambda_stack`; the `stack` fixture checks every call of every test at teardown). Counted at the fakes: what
+Slack and Jira accepted, never what the code says it did.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from gpuwaste.bootstrap import local
 from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.sinks.slack_signature import sign
 from tests.lambda_events import load_event
-from tests.lambda_stack import DeployedStack, deploy
+from tests.lambda_stack import DeployedStack, _reset_composition_roots, deploy
 from tests.servers.jira_api import FakeJira
 from tests.servers.slack_api import FakeSlack
 
@@ -50,9 +51,9 @@ def stack_secrets(slack: FakeSlack, jira: FakeJira) -> dict[str, str]:
 def stack(aws: Any, slack_api: FakeSlack, jira_api: FakeJira, monkeypatch: pytest.MonkeyPatch) -> Iterator[DeployedStack]:
     deployed = deploy(monkeypatch, config=config_document(slack_api, jira_api), secrets=stack_secrets(slack_api, jira_api))
     yield deployed
-    from tests.lambda_stack import _reset_composition_roots
-
     _reset_composition_roots()
+    # every AWS call the test's functions made is allowed by their policies in template.yaml
+    assert deployed.denied() == []
 
 
 def scan_and_deliver(stack: DeployedStack) -> dict[str, Any]:
@@ -290,6 +291,7 @@ def test_slack_interaction_age_limit_comes_from_the_stack_parameter(aws: Any, sl
     # THEN the older one is refused (within the library's 300 s, beyond the stack's 60 s); the fresh one is read
     assert stale["statusCode"] == 401
     assert fresh["statusCode"] != 401
+    assert stack.denied() == []
 
 
 def test_slack_interaction_age_limit_of_the_config_document_is_honoured(aws: Any, slack_api: FakeSlack,
