@@ -23,6 +23,7 @@ from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.sinks.slack_signature import sign
 from tests.lambda_events import load_event
 from tests.lambda_stack import DeployedStack, _reset_composition_roots, deploy
+from tests.servers import HttpRequest, HttpResponse
 from tests.servers.jira_api import FakeJira
 from tests.servers.slack_api import FakeSlack
 
@@ -140,6 +141,52 @@ def test_create_tickets_policy_allows_what_each_batch_reads(stack: DeployedStack
     assert jira_api.issues
     assert any(a == "dynamodb:Query" and r.endswith("/index/ByActivityDay") for a, r in stack.exercised("CreateTicketsFunction"))
     assert stack.denied("CreateTicketsFunction") == []
+
+
+class LosingJira(FakeJira):
+    """The fake Jira that can create an issue and then lose its answer (the caller sees a 503), as a timeout does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lose_answers = 0
+        self.answers_lost = 0  # counted where the fault is injected
+
+    def handle(self, request: HttpRequest) -> HttpResponse:
+        response = super().handle(request)
+        if self.lose_answers and request.method == "POST" and request.path.rstrip("/") == "/rest/api/3/issue" \
+                and response.status == 201:
+            self.lose_answers -= 1
+            self.answers_lost += 1
+            return HttpResponse.json_body(503, {"errorMessages": ["Service Unavailable"]})
+        return response
+
+
+def test_create_tickets_lost_answer_then_redelivery_files_each_ticket_once(aws: Any, slack_api: FakeSlack,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the stack over a Jira that creates the first issue and loses its answer
+    with LosingJira() as jira:
+        stack = deploy(monkeypatch, config=config_document(slack_api, jira), secrets=stack_secrets(slack_api, jira))
+        scan_and_deliver_until(stack, "PricedQueue")
+        requested = {json.loads(m["Body"])["fingerprint"] for m in peek(stack, "TicketsQueue")}
+        jira.lose_answers = 1
+        # WHEN create_tickets consumes the queue: the record whose answer was lost fails and SQS redelivers it
+        responses = stack.pump("TicketsQueue")
+        # THEN the failure was reported for that record only, and every requested ticket exists exactly once in Jira
+        assert jira.answers_lost == 1
+        assert sum(len(r["batchItemFailures"]) for r in responses) == 1
+        assert responses[-1] == {"batchItemFailures": []}
+        filed = list(jira.issues.values())
+        assert len(filed) == len(requested) >= 1
+        assert stack.denied() == []
+
+
+def peek(stack: DeployedStack, queue: str) -> list[dict[str, Any]]:
+    """The messages on `queue`, left there (received, then made visible again)."""
+    sqs = stack.client("sqs")
+    got = sqs.receive_message(QueueUrl=stack.url(queue), MaxNumberOfMessages=10, WaitTimeSeconds=0).get("Messages", [])
+    for m in got:
+        sqs.change_message_visibility(QueueUrl=stack.url(queue), ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
+    return got
 
 
 def scan_and_deliver_until(stack: DeployedStack, last: str) -> None:
