@@ -36,9 +36,10 @@ logger = logging.getLogger(__name__)
 DAY_S = Decimal(86400)
 NO_CHART = "Chart left out: matplotlib is not installed (pip install 'gpuwaste[charts]')."
 NO_DATA_CHART = "No chart: no priced waste in the period."
-#: How long a summary post being sent blocks another invocation (longer than the function's timeout), and how long a
-#: posted summary is remembered (longer than the scheduler's retries and event age).
-SUMMARY_HOLD = timedelta(minutes=15)
+#: How long a summary post being sent blocks another invocation (longer than the function's 120 s timeout: a holder
+#: past it has died, and the scheduler's retry takes over), and how long a posted summary is remembered (longer than
+#: the scheduler's retries and event age).
+SUMMARY_HOLD = timedelta(minutes=5)
 SUMMARY_KEEP = timedelta(days=3)
 
 
