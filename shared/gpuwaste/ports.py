@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Literal, Protocol
 
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.findings import Finding
@@ -12,6 +12,9 @@ from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
 from gpuwaste.models.notices import DailySummary, MessageRef, Notice, PostedMessage, TicketDraft
 from gpuwaste.models.telemetry import TelemetryWindow
+
+#: What `OnceLedger.claim` found: the caller holds the key now, the action is done already, or another holds it.
+Claim = Literal["claimed", "done", "held"]
 
 
 class ClusterStateSource(Protocol):
@@ -226,6 +229,38 @@ class ChartRenderer(Protocol):
         ...
 
 
+class OnceLedger(Protocol):
+    """Records of actions that must happen once (a day's summary to one destination, one signed chat request), so a
+    retried invocation or a replayed request does not repeat them. Keys are the caller's; a record is kept until
+    `keep_until`, then forgotten."""
+
+    def claim(self, key: str, *, now: datetime, hold_until: datetime, keep_until: datetime) -> Claim:
+        """Claim `key` for the caller: "claimed" when no one holds it (new, released, or a claim held past its
+        `hold_until` by an invocation that died), "done" when the action was confirmed, "held" while another claim
+        is younger than its `hold_until`.
+
+        Raises:
+            StoreError: the ledger cannot be reached (retryable).
+        """
+        ...
+
+    def confirm(self, key: str, *, keep_until: datetime) -> None:
+        """Mark the claimed action done (it is not repeated before `keep_until`).
+
+        Raises:
+            StoreError: as `claim`.
+        """
+        ...
+
+    def release(self, key: str) -> None:
+        """Give the claim up: the action did not happen; the next `claim` takes it.
+
+        Raises:
+            StoreError: as `claim`.
+        """
+        ...
+
+
 class Clock(Protocol):
     """Injected time source for code that must know "now" (never used inside a scan)."""
 
@@ -235,6 +270,6 @@ class Clock(Protocol):
 
 
 __all__ = [
-    "AlertQueue", "Clock", "ClusterStateSource", "Finding", "FindingQueue", "FindingStore", "GpuTelemetrySource",
-    "ScanRequestQueue",
+    "AlertQueue", "Claim", "Clock", "ClusterStateSource", "Finding", "FindingQueue", "FindingStore", "GpuTelemetrySource",
+    "OnceLedger", "ScanRequestQueue",
 ]

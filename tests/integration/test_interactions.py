@@ -29,6 +29,25 @@ pytestmark = pytest.mark.integration
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 
 
+class MemoryLedger:
+    """`ports.OnceLedger` in memory: the handler's replay claims, without a table."""
+
+    def __init__(self) -> None:
+        self.claimed: list[str] = []
+
+    def claim(self, key: str, **_: object) -> str:
+        if key in self.claimed:
+            return "held"
+        self.claimed.append(key)
+        return "claimed"
+
+    def confirm(self, key: str, **_: object) -> None:
+        pass
+
+    def release(self, key: str) -> None:
+        self.claimed.remove(key)
+
+
 def _body(action_id: str, value: str, *, overflow: bool = False) -> bytes:
     action = {"action_id": action_id, "type": "overflow" if overflow else "button"}
     if overflow:
@@ -187,6 +206,7 @@ def test_slack_interactions_handler_reads_a_function_url_event(service: Interact
     app = load_app("slack_interactions")
     monkeypatch.setattr(app.bootstrap, "interaction_service", lambda: service)
     monkeypatch.setattr(app.bootstrap, "request_verifier", lambda: SlackSignatureVerifier(SECRET, now=lambda: NOW))
+    monkeypatch.setattr(app.bootstrap, "replay_ledger", MemoryLedger)
     # WHEN invoked
     result = app.lambda_handler(event, LambdaContext())
     # THEN it answers 200 and the snooze is stored
@@ -210,6 +230,8 @@ def test_slack_interactions_handler_refuses_a_forged_request_before_loading_the_
 
     monkeypatch.setattr(pipeline, "config", config)
     monkeypatch.setattr(app.bootstrap, "interaction_service", lambda: read.append("service") or service)
+    ledger = MemoryLedger()
+    monkeypatch.setattr(app.bootstrap, "replay_ledger", lambda: read.append("ledger") or ledger)
     app.bootstrap.request_verifier.cache_clear()
     body = _body("gpuwaste_snooze_1d", "snooze_1d|" + "0" * 64)
     fresh = str(int(time.time()))
@@ -223,6 +245,6 @@ def test_slack_interactions_handler_refuses_a_forged_request_before_loading_the_
     # WHEN a correctly signed one arrives
     signed = {"x-slack-request-timestamp": fresh, "x-slack-signature": sign(SECRET, fresh, body)}
     result = app.lambda_handler({**event, "headers": signed}, LambdaContext())
-    # THEN only then is the service (configuration, store, tokens) built
-    assert read == ["signing_secret", "service"]
+    # THEN only then is the request claimed (replays refused) and the service (configuration, store, tokens) built
+    assert read == ["signing_secret", "ledger", "service"]
     app.bootstrap.request_verifier.cache_clear()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
 
+from gpuwaste.errors import DeliveryError
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.notices import DailySummary, PostedMessage
 from gpuwaste.services.summary import NO_CHART, SummaryService
@@ -129,6 +130,59 @@ def test_summary_send_with_chart(store: SqliteFindingStore) -> None:
     # THEN the image goes with it
     assert notifier.calls[0][2] == b"\x89PNG fake"
     assert notifier.calls[0][3] is None
+
+
+class _Ledger:
+    """`ports.OnceLedger` in memory."""
+
+    def __init__(self, states: dict[str, str] | None = None) -> None:
+        self.states = dict(states or {})
+
+    def claim(self, key: str, **_: object) -> str:
+        state = self.states.get(key)
+        if state in ("done", "claimed"):
+            return "done" if state == "done" else "held"
+        self.states[key] = "claimed"
+        return "claimed"
+
+    def confirm(self, key: str, **_: object) -> None:
+        self.states[key] = "done"
+
+    def release(self, key: str) -> None:
+        self.states[key] = "released"
+
+
+def test_summary_send_once_per_day_and_sink(store: SqliteFindingStore) -> None:
+    # GIVEN a ledger
+    notifier, ledger = _Recorder(), _Ledger()
+    service = _service(store, notifier=notifier, ledger=ledger)
+    # WHEN the same day's summary is sent twice, then the next day's
+    first = service.send(day=date(2024, 1, 2))
+    again = service.send(day=date(2024, 1, 2))
+    later = service.send(day=date(2024, 1, 3))
+    # THEN the sink got it once per day; the repeat says it was posted already
+    assert len(notifier.calls) == 2
+    assert len(first.posted) == 1 and again.posted == () and again.already_posted == ("?",)
+    assert len(later.posted) == 1
+    assert ledger.states == {"summary#2024-01-02#?##gpu-waste": "done", "summary#2024-01-03#?##gpu-waste": "done"}
+
+
+def test_summary_refused_post_releases_its_claim_and_a_held_one_fails(store: SqliteFindingStore) -> None:
+    # GIVEN a sink that refuses the post, then one whose claim another invocation holds
+    class Refusing(_Recorder):
+        def post_summary(self, summary: DailySummary, **kw: object) -> PostedMessage:
+            raise DeliveryError("slack: 500")
+
+    ledger = _Ledger()
+    with pytest.raises(DeliveryError):
+        _service(store, notifier=Refusing(), ledger=ledger).send(day=date(2024, 1, 2))
+    # THEN the claim is released (the retry posts it)
+    assert set(ledger.states.values()) == {"released"}
+    held = _Ledger({"summary#2024-01-02#?##gpu-waste": "claimed"})
+    notifier = _Recorder()
+    with pytest.raises(DeliveryError, match="another invocation"):
+        _service(store, notifier=notifier, ledger=held).send(day=date(2024, 1, 2))
+    assert notifier.calls == []
 
 
 def test_summary_renders_markdown_and_html(store: SqliteFindingStore) -> None:

@@ -48,9 +48,9 @@ EXPECTED: dict[str, set[Grant]] = {
     "DedupeFindingsFunction": CONFIG | send("AlertsQueue", "TicketsQueue", "PricedDlq") | BATCH | query(BY_CLUSTER_STATE),
     "NotifySlackFunction": CONFIG | secret("SlackSecretArn") | secret("TeamsSecretArn") | secret("WebhookSecretArn")
     | send("AlertsDlq") | BATCH | query(BY_ACTIVITY_DAY),
-    "CreateTicketsFunction": CONFIG | secret("JiraSecretArn") | send("TicketsDlq") | ITEM,
+    "CreateTicketsFunction": CONFIG | secret("JiraSecretArn") | send("TicketsDlq") | ITEM | query(BY_ACTIVITY_DAY),
     "SendDailySummaryFunction": CONFIG | secret("SlackSecretArn") | secret("TeamsSecretArn") | secret("WebhookSecretArn")
-    | query(BY_ACTIVITY_DAY),
+    | query(BY_ACTIVITY_DAY) | {("dynamodb:PutItem", "FindingsTable")},  # PutItem: its once-records (once# keys only)
     "SlackInteractionsFunction": CONFIG | secret("SlackSecretArn") | secret("JiraSecretArn") | ITEM,
 }
 

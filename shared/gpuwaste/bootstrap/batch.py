@@ -66,8 +66,9 @@ def deferred_queue(env_name: str) -> DeferredQueue:
 
 
 def is_permanent(exc: BaseException | None) -> bool:
-    """True when retrying the same message cannot succeed (malformed, schema-invalid, PermanentError)."""
-    return isinstance(exc, ValidationError | PermanentError | json.JSONDecodeError | UnicodeDecodeError)
+    """True when retrying the same message cannot succeed (malformed, schema-invalid, nested deeper than the JSON
+    parser goes — a RecursionError from reading the body —, PermanentError)."""
+    return isinstance(exc, ValidationError | PermanentError | json.JSONDecodeError | UnicodeDecodeError | RecursionError)
 
 
 def reason_of(exc: BaseException) -> str:

@@ -49,7 +49,7 @@ def process(event: dict[str, Any], context: Any, *, model: Any, record_handler: 
             doc = json.loads(raw.get("body") or "{}")
             items = doc.get("findings") if isinstance(doc.get("findings"), list) else [doc]  # a packed batch or one
             fps = [item.get("finding", {}).get("fingerprint") for item in items]
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):  # RecursionError: nested deeper than json goes
             continue  # a poison body: process_batch dead-letters it
         fingerprints.extend(fp for fp in fps if isinstance(fp, str))
     service.defer_clears = True

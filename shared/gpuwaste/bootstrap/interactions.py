@@ -1,38 +1,90 @@
 """Bootstrap: composition root of slack_interactions (Lambda Function URL → lifecycle store).
 
 The request is verified first, with nothing but the signing secret: read from the secret named by SLACK_SECRET_ARN
-(template.yaml sets it), or, without it, from the configuration document. Only a verified request loads the
-configuration, the store, the bot token and Jira — a flood of forged requests costs one HMAC each.
+(template.yaml sets it), or, without it, from the configuration document; its timestamp may be at most
+SLACK_REQUEST_MAX_AGE_S old (template.yaml's `SlackRequestMaxAgeSeconds`; at most 300 s, Slack's own limit). Only a
+verified request loads the configuration, the store, the bot token and Jira — a flood of forged requests costs one HMAC
+each. A verified request is then accepted once: its signature is claimed in the table (`store.once`, kept past the age
+window), so the same signed request sent again inside the window — a replay — is refused. The service verifies once
+more against the configuration document's `delivery.slack.request_max_age_s`, so a stricter configured age holds too.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 from functools import cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpuwaste.bootstrap import delivery, pipeline
 from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.errors import RequestSignatureError
+from gpuwaste.ports import OnceLedger
 from gpuwaste.services.interactions import HttpReply, InteractionService, refused
 from gpuwaste.services.tickets import TicketService
 from gpuwaste.sinks.slack_blocks import details_text
 from gpuwaste.sinks.slack_interactions import read_request
-from gpuwaste.sinks.slack_signature import SlackSignatureVerifier
+from gpuwaste.sinks.slack_signature import LIBRARY_MAX_AGE_S, SlackSignatureVerifier
+from gpuwaste.store.once import DynamoDbOnceLedger
+
+#: How long a signed request's claim is kept: past any age window (the request is refused as stale after that anyway).
+REPLAY_KEEP = timedelta(seconds=2 * LIBRARY_MAX_AGE_S)
+
+
+class InteractionEnv(BaseSettings):
+    """The Function URL's own settings (env vars, set by template.yaml).
+
+    Attributes:
+        slack_request_max_age_s: the oldest request timestamp accepted, seconds (SLACK_REQUEST_MAX_AGE_S, from the
+            stack parameter SlackRequestMaxAgeSeconds; Slack's library refuses more than 300 s in any case).
+    """
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    slack_request_max_age_s: int = Field(LIBRARY_MAX_AGE_S, ge=1, le=LIBRARY_MAX_AGE_S)
 
 
 @cache
 def request_verifier() -> SlackSignatureVerifier:
-    """Slack's request verifier over the signing secret alone (SLACK_SECRET_ARN's `signing_secret`, else the config).
+    """Slack's request verifier over the signing secret alone (SLACK_SECRET_ARN's `signing_secret`, else the config),
+    refusing timestamps older than SLACK_REQUEST_MAX_AGE_S.
 
     Raises:
         ConfigError: the signing secret cannot be read.
+        pydantic.ValidationError: SLACK_REQUEST_MAX_AGE_S is not an integer in 1..300.
     """
+    max_age_s = InteractionEnv().slack_request_max_age_s
     arn = os.environ.get(delivery.SLACK_SECRET_ENV)
     if arn:
-        return SlackSignatureVerifier(delivery._secret_field(arn, "signing_secret"))
+        return SlackSignatureVerifier(delivery._secret_field(arn, "signing_secret"), max_age_s=max_age_s)
     settings = pipeline.config().delivery
-    return SlackSignatureVerifier(delivery.slack_signing_secret(settings), max_age_s=settings.slack.request_max_age_s)
+    return SlackSignatureVerifier(delivery.slack_signing_secret(settings),
+                                  max_age_s=min(max_age_s, settings.slack.request_max_age_s))
+
+
+@cache
+def replay_ledger() -> OnceLedger:
+    """Where verified requests are claimed (FINDINGS_TABLE_NAME's once-records).
+
+    Raises:
+        ConfigError: FINDINGS_TABLE_NAME is not set.
+    """
+    return DynamoDbOnceLedger(client=pipeline.client("dynamodb"), table_name=pipeline.env().require("findings_table_name"))
+
+
+def first_use(headers: Mapping[str, str]) -> bool:
+    """Claim a verified request by its signature; False when it was received before (a replay).
+
+    Raises:
+        StoreError: the table cannot be reached (the Function URL answers 500; Slack shows an error).
+    """
+    lower = {k.lower(): v for k, v in headers.items()}
+    key = f"slack-request#{lower.get('x-slack-request-timestamp', '')}#{lower.get('x-slack-signature', '')}"
+    now = pipeline.SystemClock().now()
+    return replay_ledger().claim(key, now=now, hold_until=now + REPLAY_KEEP, keep_until=now + REPLAY_KEEP) == "claimed"
 
 
 @cache
@@ -48,17 +100,21 @@ def interaction_service() -> InteractionService:
     sink = delivery.jira_sink(settings)
     tickets = TicketService(sink=sink, store=store, settings=settings, now=now,
                             message_link=delivery.message_link(settings)) if sink is not None else None
-    return InteractionService(verifier=None, reader=read_request, store=store, now=now, notifier=delivery.slack_notifier(settings),
-                              tickets=tickets, details_text=details_text)
+    # verified again against the configuration's age (request_verifier checked the stack's before loading anything)
+    verifier = SlackSignatureVerifier(delivery.slack_signing_secret(settings), max_age_s=settings.slack.request_max_age_s)
+    return InteractionService(verifier=verifier, reader=read_request, store=store, now=now,
+                              notifier=delivery.slack_notifier(settings), tickets=tickets, details_text=details_text)
 
 
 def handle(headers: Mapping[str, str], body: bytes) -> HttpReply:
-    """Verify the request, then (only then) build the service and act on it."""
+    """Verify the request, refuse a replay of it, then (only then) build the service and act on it."""
     try:
         request_verifier().verify(headers, body)
     except RequestSignatureError as exc:
         return refused(exc)
+    if not first_use(headers):
+        return refused(RequestSignatureError("request received before (replay refused)"))
     return interaction_service().handle(headers=headers, body=body)
 
 
-__all__ = ["handle", "interaction_service", "request_verifier"]
+__all__ = ["InteractionEnv", "first_use", "handle", "interaction_service", "replay_ledger", "request_verifier"]

@@ -11,20 +11,24 @@ from gpuwaste.errors import ConfigError
 from gpuwaste.services.summary import SummaryService
 from gpuwaste.settings import GpuWasteConfig
 from gpuwaste.sinks.chart import MatplotlibChartRenderer
+from gpuwaste.store.once import DynamoDbOnceLedger
 from gpuwaste.store.sqlite import SqliteFindingStore
 
 
 @cache
 def summary_service() -> SummaryService:
     """SummaryService over the DynamoDB lifecycle store, posting to every configured chat sink (Slack with the chart
-    when matplotlib is there; Teams and the JSON webhook without it).
+    when matplotlib is there; Teams and the JSON webhook without it), each day's post per sink recorded in the same
+    table (`store.once`: a retried invocation does not post it again).
 
     Raises:
         ConfigError: no configuration, no chat sink, or FINDINGS_TABLE_NAME not set.
     """
     settings = pipeline.config().delivery
-    return SummaryService(store=delivery.lambda_store(), settings=settings, now=pipeline.SystemClock().now,
-                          notifiers=delivery.chat_notifiers(settings), chart=MatplotlibChartRenderer())
+    store = delivery.lambda_store()
+    return SummaryService(store=store, settings=settings, now=pipeline.SystemClock().now,
+                          notifiers=delivery.chat_notifiers(settings), chart=MatplotlibChartRenderer(),
+                          ledger=DynamoDbOnceLedger(client=store.client, table_name=store.table_name))
 
 
 def local_summary_service(config: GpuWasteConfig, state: Path) -> SummaryService:

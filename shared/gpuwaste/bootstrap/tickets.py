@@ -97,7 +97,7 @@ def plan_batch(service: TicketService, event: dict[str, Any]) -> BatchPlan:
     for record in event.get("Records") or []:
         try:
             requests.append(AlertMessage.model_validate(json.loads(str(record.get("body") or ""))))
-        except (ValueError, ValidationError):
+        except (ValueError, ValidationError, RecursionError):  # RecursionError: nested deeper than json goes
             continue  # process_batch dead-letters it with its reason
 
     def team_of(finding: Finding) -> str:

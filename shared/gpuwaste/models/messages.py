@@ -180,7 +180,7 @@ def salvage(body: str | bytes) -> tuple[str | None, list[tuple[str, ValidationEr
 
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes: the whole message is bad
         return None, []
     if not isinstance(doc, dict) or doc.get("schema_version", 1) != 1:
         return None, []

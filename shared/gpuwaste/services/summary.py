@@ -17,14 +17,16 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
+from gpuwaste.errors import DeliveryError, GpuWasteError
 from gpuwaste.models.findings import NOT_WASTE_KINDS, WasteKind
 from gpuwaste.models.ledger import waste_usd
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
 from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, PostedMessage, TrendDay
-from gpuwaste.ports import ChartRenderer, FindingStore, Notifier
+from gpuwaste.ports import ChartRenderer, FindingStore, Notifier, OnceLedger
 from gpuwaste.services.notify import finding_from_record
 from gpuwaste.services.routing import route_for
 from gpuwaste.settings import DeliverySettings
@@ -34,6 +36,26 @@ logger = logging.getLogger(__name__)
 DAY_S = Decimal(86400)
 NO_CHART = "Chart left out: matplotlib is not installed (pip install 'gpuwaste[charts]')."
 NO_DATA_CHART = "No chart: no priced waste in the period."
+#: How long a summary post being sent blocks another invocation (longer than the function's 120 s timeout: a holder
+#: past it has died, and the scheduler's retry takes over), and how long a posted summary is remembered (longer than
+#: the scheduler's retries and event age).
+SUMMARY_HOLD = timedelta(minutes=5)
+SUMMARY_KEEP = timedelta(days=3)
+
+
+@dataclass(frozen=True)
+class SummaryDelivery:
+    """What one `SummaryService.send` did.
+
+    Attributes:
+        day: the day the summary is for (UTC): the key of its once-a-day record.
+        posted: the messages the sinks accepted in this call.
+        already_posted: the sinks that had this day's summary already (a retried invocation: nothing re-sent).
+    """
+
+    day: date
+    posted: tuple[PostedMessage, ...]
+    already_posted: tuple[str, ...]
 
 
 def wasted_usd(record: FindingRecord, start: datetime, end: datetime, lead: timedelta = timedelta(0)) -> Decimal:
@@ -100,6 +122,8 @@ class SummaryService:
     Args:
         store: the lifecycle store (its `history`). notifier / chart: where it goes and how the chart is drawn
             (both optional: `build` needs neither). notifiers: more chat sinks that also get it (Teams, a webhook).
+        ledger: where each day's post per sink and destination is recorded, so a retried invocation does not post
+            it again (None: every `send` posts — the local command).
     """
 
     def __init__(
@@ -111,7 +135,9 @@ class SummaryService:
         notifier: Notifier | None = None,
         chart: ChartRenderer | None = None,
         notifiers: Sequence[Notifier] = (),
+        ledger: OnceLedger | None = None,
     ) -> None:
+        self.ledger = ledger
         self.store = store
         self.settings = settings
         self.now = now
@@ -148,17 +174,22 @@ class SummaryService:
         records = self.store.history(since=datetime(1970, 1, 1, tzinfo=UTC), until=datetime(9999, 1, 1, tzinfo=UTC))
         return max((max(r.last_seen, r.resolved_at or r.last_seen) for r in records), default=None)
 
-    def send(self, *, period: timedelta = timedelta(days=1)) -> PostedMessage:
-        """Build the summary of the last `period` and post it with its chart to every sink (the first one's message
-        is returned); a sink's failure does not stop the others and is raised after them.
+    def send(self, *, period: timedelta = timedelta(days=1), day: date | None = None) -> SummaryDelivery:
+        """Build the summary of the last `period` and post it with its chart to every sink, once per `day` (default:
+        today, UTC) and destination: each post is claimed in the ledger first and confirmed once the sink accepted it,
+        so a retry of the same day's invocation posts only what was not accepted (a refused post releases its claim).
+        A sink's failure does not stop the others and is raised after them.
 
         Raises:
             DeliveryError / PermanentDeliveryError: from a notifier.
+            DeliveryError: another invocation is posting the same day's summary right now (retry later).
+            StoreError: the ledger cannot be reached.
             ValueError: no notifier configured.
         """
         if not self.notifiers:
             raise ValueError("summary: no notifier configured")
         until = self.now()
+        day = day or until.astimezone(UTC).date()
         summary = self.build(since=until - period, until=until)
         png: bytes | None = None
         note: str | None = None
@@ -171,20 +202,47 @@ class SummaryService:
             note = None if png is not None else NO_CHART
         channel = self.settings.summary_channel or self.settings.default_channel
         sent: list[PostedMessage] = []
+        already: list[str] = []
         errors: list[Exception] = []
         for notifier in self.notifiers:
+            sink = str(getattr(notifier, "name", "?"))
+            key = f"summary#{day.isoformat()}#{sink}#{channel}"
+            if self.ledger is not None:
+                claim = self.ledger.claim(key, now=until, hold_until=until + SUMMARY_HOLD, keep_until=until + SUMMARY_KEEP)
+                if claim != "claimed":
+                    logger.info("summary already sent to this sink today; not posted again",
+                                extra={"sink": sink, "day": day.isoformat(), "claim": claim})
+                    if claim == "held":
+                        errors.append(DeliveryError(f"summary {day.isoformat()} to {sink}: another invocation is "
+                                                    "posting it; retry later"))
+                    else:
+                        already.append(sink)
+                    continue
             try:
                 posted = notifier.post_summary(summary, channel=channel, chart_png=png, note=note)
             except Exception as exc:  # the other sinks still get it; raised below
-                logger.warning("summary not sent to a sink", extra={"sink": getattr(notifier, "name", "?"), "error": str(exc)})
+                logger.warning("summary not sent to a sink", extra={"sink": sink, "error": str(exc)})
+                if self.ledger is not None:
+                    self.ledger.release(key)
                 errors.append(exc)
                 continue
+            if self.ledger is not None:
+                self._confirm(key, keep_until=until + SUMMARY_KEEP)
             logger.info("summary sent", extra={"destination": posted.destination, "sink": posted.sink,
                                                "wasted_usd": str(summary.wasted_usd)})
             sent.append(posted)
         if errors:
             raise errors[0]
-        return sent[0]
+        return SummaryDelivery(day=day, posted=tuple(sent), already_posted=tuple(already))
+
+    def _confirm(self, key: str, *, keep_until: datetime) -> None:
+        """Confirm a post; a ledger failure here is logged, not raised: the post happened, and the claim still holds
+        off a retry for `SUMMARY_HOLD` (raising would make the retry come sooner, not post less)."""
+        assert self.ledger is not None
+        try:
+            self.ledger.confirm(key, keep_until=keep_until)
+        except GpuWasteError as exc:
+            logger.warning("summary posted but not recorded as posted", extra={"key": key, "error": str(exc)})
 
 
 def data_quality_open(records: Iterable[FindingRecord], *, since: datetime, until: datetime) -> int:
