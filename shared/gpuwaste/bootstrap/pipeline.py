@@ -24,6 +24,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpuwaste.errors import ConfigError
+from gpuwaste.models import redaction
 from gpuwaste.queue.sqs import SqsQueue
 from gpuwaste.settings import GpuWasteConfig, parse_config
 
@@ -82,14 +83,20 @@ class StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def stream(self, _value: Any) -> None:
         """Ignored: the stream is always the process's standard output."""
 
+    def format(self, record: logging.LogRecord) -> str:
+        """The formatter's line (Powertools' JSON, its exception fields included) with every credential redacted."""
+        return redaction.redact(super().format(record))
+
 
 #: the handler every Lambda function's Powertools `Logger` writes through (see `StdoutHandler`)
 LOG_HANDLER = StdoutHandler()
 
 
-# Installing a log filter is the one thing done at import: every composition root imports this module
-# before any AWS call (its own, or Powertools' parameter reads), so no secret is ever logged.
+# Installing the log redaction is the one thing done at import: every composition root imports this module
+# before any AWS call (its own, or Powertools' parameter reads), so no secret is ever logged — botocore's
+# secret-bearing response bodies dropped whole, and every record of every logger redacted (models/redaction.py).
 redact_secret_responses()
+redaction.install(LOG_HANDLER)
 
 
 class ConfigSourceSettings(BaseSettings):
