@@ -45,9 +45,11 @@ def _secret(arn: str) -> str:
     from aws_lambda_powertools.utilities import parameters
 
     try:
-        return str(parameters.get_secret(arn, max_age=SECRET_MAX_AGE_S))
+        text = str(parameters.get_secret(arn, max_age=SECRET_MAX_AGE_S))
     except parameters.exceptions.GetParameterError as exc:
         raise ConfigError(f"{arn}: cannot read the secret: {exc}") from exc
+    pipeline.remember_secret_text(text)
+    return text
 
 
 def _secret_field(arn: str, name: str) -> str:

@@ -9,6 +9,7 @@ Warm containers keep the services they built; a changed config is picked up by n
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from datetime import UTC, datetime
@@ -58,6 +59,20 @@ def redact_secret_responses() -> None:
     wire = logging.getLogger("botocore.parsers")
     if not any(isinstance(f, SecretResponseFilter) for f in wire.filters):
         wire.addFilter(SecretResponseFilter())
+
+
+def remember_secret_text(text: str) -> None:
+    """Redact a secret read from Secrets Manager / SSM from every log line from now on: the text, and each string
+    value when it is a JSON object (`{"bot_token": …, "url": …}`)."""
+    redaction.register_secret(text)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return
+    if isinstance(data, dict):
+        for value in data.values():
+            if isinstance(value, str):
+                redaction.register_secret(value)
 
 
 class StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
