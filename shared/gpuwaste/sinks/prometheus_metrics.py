@@ -16,6 +16,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import Collector
 
 from gpuwaste.models.metrics import ERROR_SOURCES, CounterSample, MetricsSnapshot
+from gpuwaste.models.text import for_prometheus_label
 
 WASTE_LABELS = ("cluster", "namespace", "workload", "kind", "team")
 TOTAL_LABELS = ("cluster", "namespace", "kind", "team")
@@ -126,7 +127,17 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
     limit = GaugeMetricFamily("gpuwaste_workloads_per_namespace_limit", "Workloads per namespace with their own "
                               "series; the rest are summed into workload other", value=snapshot.top_workloads)
     info = InfoMetricFamily("gpuwaste_build", "gpuwaste version", value={"version": snapshot.version or "unknown"})
-    return [*out, duration, attempt, success, window, seen, by_kind, quality, no_verdict, scans, errors, limit, info]
+    return _sanitised([*out, duration, attempt, success, window, seen, by_kind, quality, no_verdict, scans, errors,
+                       limit, info])
+
+
+def _sanitised(metrics: list[Metric]) -> list[Metric]:
+    """`metrics` with every label value freed of control characters (`models.text.for_prometheus_label`): names
+    and labels come from the cluster; the exposition writer then escapes backslash, quote and line feed."""
+    for metric in metrics:
+        metric.samples = [s._replace(labels={k: for_prometheus_label(v) for k, v in s.labels.items()})
+                          for s in metric.samples]
+    return metrics
 
 
 class SnapshotCollector(Collector):
