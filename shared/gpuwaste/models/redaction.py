@@ -10,6 +10,7 @@ message and exception text as it is made (any logger, any handler: the CLI's, th
 a test's), and `RedactingFilter` — on the handlers the product owns — also rewrites the fields passed with
 `extra={...}`. Both are installed once per process by each root: `gpuwaste.cli` and `gpuwaste.bootstrap.pipeline`.
 
+Values end at a quote, a backslash (an escape in a JSON line) or white space, so a redacted JSON line stays JSON.
 What is redacted (each value becomes `REDACTED`, the name before it stays, so a line still says what was there):
 URL query parameters whose name holds sig/signature/token/code/key/secret/password/auth/credential/session; the
 password of `user:password@` in a URL; the path of Slack webhook/response URLs (`/services/T…`, `/commands/T…`,
@@ -36,7 +37,7 @@ _VALUE_STOP = r"[^&#\s'\"<>\\]"
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # user:password@host in a URL
-    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]*://[^\s/@:'\"]*:)[^\s/@'\"]+(?=@)", re.I), rf"\g<pre>{REDACTED}"),
+    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]*://[^\s/@:'\"\\]*:)[^\s/@'\"\\]+(?=@)", re.I), rf"\g<pre>{REDACTED}"),
     # query (or form) parameters named like a credential: ?sig=…, &token=…, &X-Amz-Security-Token=…, &code=…
     (re.compile(r"(?P<pre>[?&;][\w.-]*(?:sig|token|code|key|secret|passw|pwd|auth|credential|session)[\w.-]*=)"
                 rf"{_VALUE_STOP}+", re.I), rf"\g<pre>{REDACTED}"),
@@ -48,9 +49,9 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # header-shaped credentials: "Authorization: …", "'X-Amz-Security-Token': b'…'", "x-amz-security-token:…"
     (re.compile(r"(?P<pre>['\"]?\b(?:proxy-)?(?:authorization|cookie|set-cookie|x-amz-security-token|"
                 r"x-amz-signature|x-api-key|x-auth-token|x-slack-signature|x-gpuwaste-signature|"
-                r"x-hub-signature(?:-256)?)['\"]?\s*[:=]\s*b?['\"]?)[^'\"\r\n]+", re.I), rf"\g<pre>{REDACTED}"),
+                r"x-hub-signature(?:-256)?)['\"]?\s*[:=]\s*b?['\"]?)[^'\"\r\n\\]+", re.I), rf"\g<pre>{REDACTED}"),
     # SigV4 parts wherever they are printed (canonical request, string to sign, presigned URLs)
-    (re.compile(r"(?P<pre>\b(?:Credential|Signature)=)[^\s,&'\"]+"), rf"\g<pre>{REDACTED}"),
+    (re.compile(r"(?P<pre>\b(?:Credential|Signature)=)[^\s,&'\"\\]+"), rf"\g<pre>{REDACTED}"),
     (re.compile(r"(?P<pre>\bSignature:\s*)[0-9a-f]{16,}"), rf"\g<pre>{REDACTED}"),
     # scheme credentials (an Authorization value printed alone)
     (re.compile(r"(?P<pre>\b(?:Bearer|Basic|Token)\s+)[A-Za-z0-9._~+/=-]{6,}"), rf"\g<pre>{REDACTED}"),
@@ -59,7 +60,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), REDACTED),
     # JSON / repr key-value pairs named like a credential (ARNs, which name a secret, stay)
     (re.compile(r"(?P<pre>['\"][\w-]*(?:token|secret|password|passwd|signature|api[_-]?key)['\"]\s*:\s*['\"])"
-                r"(?!arn:)[^'\"]+", re.I), rf"\g<pre>{REDACTED}"),
+                r"(?!arn:)[^'\"\\]+", re.I), rf"\g<pre>{REDACTED}"),
 )
 
 _lock = threading.Lock()
@@ -128,8 +129,12 @@ def _redact_record(record: logging.LogRecord, *, extras: bool) -> None:
         text = logging.Formatter().formatException(record.exc_info)
         clean_exc = redact(text)
         if clean_exc != text:
-            # the traceback held a secret: keep only its redacted text (formatters print exc_text)
+            # the traceback held a secret: keep only its redacted text. Standard formatters print `exc_text`;
+            # structured ones (Powertools' JSON) get it as the `exception` / `exception_name` fields they write.
+            name = record.exc_info[0].__name__
             record.exc_info, record.exc_text = None, clean_exc
+            record.__dict__.setdefault("exception", clean_exc)
+            record.__dict__.setdefault("exception_name", name)
     elif record.exc_text:
         record.exc_text = redact(record.exc_text)
     if record.stack_info:
