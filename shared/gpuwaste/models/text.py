@@ -33,14 +33,11 @@ _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2
 _RICH_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
 
 
-def strip_controls(text: str, *, keep_lines: bool = False, keep_spaces: bool = False) -> str:
-    """`text` without escape sequences and control characters; each run of them becomes one space, and runs of
-    spaces one space (with `keep_lines`, line breaks are kept and each line cleaned on its own; with `keep_spaces`
-    the text's own spacing is kept and only the removed characters leave a space)."""
+def strip_controls(text: str, *, keep_lines: bool = False) -> str:
+    """`text` without escape sequences and control characters; each run of them becomes one space (with
+    `keep_lines`, line breaks are kept and each line cleaned on its own)."""
     if not text:
         return text
-    if keep_spaces:
-        return _CONTROLS.sub(" ", _ESCAPES.sub(" ", text))
     if keep_lines:
         return "\n".join(strip_controls(line) for line in _ESCAPES.sub(" ", text).splitlines())
     return " ".join(_CONTROLS.sub(" ", _ESCAPES.sub(" ", text)).split())
@@ -105,12 +102,16 @@ def for_html(text: str | None) -> str:
     return html.escape(strip_controls(text)) if text else ""
 
 
+#: the control characters of `_CONTROLS` but line feed and tab (multi-line text in JSON is data, not an attack)
+_CONTROLS_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]+")
+
+
 def for_json(value: object) -> object:
     """A JSON-able document with every string in it (keys included) freed of escape sequences and control
-    characters (`strip_controls(keep_spaces=True)`: the text's own spacing is kept). Other values are returned as
-    they are."""
+    characters but line feed and tab (each run removed becomes one space; the text's own spacing and lines are
+    kept). Other values are returned as they are."""
     if isinstance(value, str):
-        return strip_controls(value, keep_spaces=True)
+        return _CONTROLS_BUT_LINES.sub(" ", _ESCAPES.sub(" ", value)) if value else value
     if isinstance(value, dict):
         return {for_json(k) if isinstance(k, str) else k: for_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
