@@ -159,3 +159,16 @@ def test_redaction_powertools_logger_json_lines_keep_no_credential(monkeypatch: 
 def test_redaction_leaves_ordinary_text_alone(line: str, kept_text: str) -> None:
     # GIVEN a line without credentials WHEN redacted THEN it is unchanged
     assert redaction.redact(line) == line and kept_text in line
+
+
+@pytest.mark.parametrize("unit", ["a.", "a-", "&a_", '"w-', "a:", "Bearer ", "/services/T", "?x"])
+def test_redaction_time_is_linear_in_the_text(unit: str) -> None:
+    # GIVEN a 200 kB line made of a pattern's prefix repeated (what a megabyte body at DEBUG could hold)
+    import time
+
+    line = unit * (200_000 // len(unit))
+    # WHEN redacted
+    started = time.perf_counter()
+    redaction.redact(line)
+    # THEN it takes well under a second per 200 kB (a quadratic pattern took 3 s for 20 kB of "a.")
+    assert time.perf_counter() - started < 2.0

@@ -10,7 +10,8 @@ message and exception text as it is made (any logger, any handler: the CLI's, th
 a test's), and `RedactingFilter` — on the handlers the product owns — also rewrites the fields passed with
 `extra={...}`. Both are installed once per process by each root: `gpuwaste.cli` and `gpuwaste.bootstrap.pipeline`.
 
-Values end at a quote, a backslash (an escape in a JSON line) or white space, so a redacted JSON line stays JSON.
+Values end at a quote, a backslash (an escape in a JSON line) or white space, so a redacted JSON line stays JSON;
+every repetition before a value is bounded, so a redaction takes time linear in the text (a megabyte body at DEBUG).
 What is redacted (each value becomes `REDACTED`, the name before it stays, so a line still says what was there):
 URL query parameters whose name holds sig/signature/token/code/key/secret/password/auth/credential/session; the
 password of `user:password@` in a URL; the path of Slack webhook/response URLs (`/services/T…`, `/commands/T…`,
@@ -37,9 +38,9 @@ _VALUE_STOP = r"[^&#\s'\"<>\\]"
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # user:password@host in a URL
-    (re.compile(r"(?P<pre>\b[a-z][a-z0-9+.-]*://[^\s/@:'\"\\]*:)[^\s/@'\"\\]+(?=@)", re.I), rf"\g<pre>{REDACTED}"),
+    (re.compile(r"(?P<pre>(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,31}://[^\s/@:'\"\\]{0,256}:)[^\s/@'\"\\]{1,512}(?=@)", re.I), rf"\g<pre>{REDACTED}"),
     # query (or form) parameters named like a credential: ?sig=…, &token=…, &X-Amz-Security-Token=…, &code=…
-    (re.compile(r"(?P<pre>[?&;][\w.-]*(?:sig|token|code|key|secret|passw|pwd|auth|credential|session)[\w.-]*=)"
+    (re.compile(r"(?P<pre>[?&;][\w.-]{0,48}?(?:sig|token|code|key|secret|passw|pwd|auth|credential|session)[\w.-]{0,48}=)"
                 rf"{_VALUE_STOP}+", re.I), rf"\g<pre>{REDACTED}"),
     # webhook URLs whose path is the credential (Slack, Teams connectors, Discord)
     (re.compile(r"(?P<pre>/(?:services|commands|actions|triggers|workflows)/)T[A-Z0-9]{2,}/[^\s'\"?#<>\\]+"),
@@ -59,7 +60,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bxox[a-z]-[A-Za-z0-9-]+|\bxapp-[A-Za-z0-9-]+"), REDACTED),
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), REDACTED),
     # JSON / repr key-value pairs named like a credential (ARNs, which name a secret, stay)
-    (re.compile(r"(?P<pre>['\"][\w-]*(?:token|secret|password|passwd|signature|api[_-]?key)['\"]\s*:\s*['\"])"
+    (re.compile(r"(?P<pre>['\"][\w-]{0,48}?(?:token|secret|password|passwd|signature|api[_-]?key)['\"]\s*:\s*['\"])"
                 r"(?!arn:)[^'\"\\]+", re.I), rf"\g<pre>{REDACTED}"),
 )
 
