@@ -491,3 +491,23 @@ def test_hostile_names_every_output_format_of_the_cli(name: str, tmp_path: Path)
         assert not FOREIGN_CONTROLS.search(data.decode().replace("\r\n", "\n")), fmt
     problems = {fmt: check(outputs[fmt].stdout_bytes) for fmt, check in FORMAT_CHECKS.items()}
     assert problems == {fmt: [] for fmt in FORMAT_CHECKS}
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_hostile_names_exposition_never_repeats_a_series(openmetrics: bool) -> None:
+    # GIVEN two workloads whose names and teams differ only in control characters (one series once stripped)
+    from gpuwaste.services.metrics import health_of_scan, snapshot_of_scan
+    from gpuwaste.sinks.prometheus_metrics import render_openmetrics, render_text
+
+    findings = [finding("w", namespace="ns", usd_per_day="100.00", ns_annotations={"gpuwaste.io/team": "a"}),
+                finding("w\x07", namespace="ns", usd_per_day="150.00", ns_annotations={"gpuwaste.io/team": "a\x1b[0m"})]
+    health = health_of_scan("c", at=NOW, duration_s=1.0, window_s=3600, gpus=2, findings=findings,
+                            no_verdict_detectors=[])
+    # WHEN exposed
+    snapshot = snapshot_of_scan(findings, health, DeliverySettings(), top=10)
+    data = (render_openmetrics if openmetrics else render_text)(snapshot).decode()
+    # THEN every series appears once (a repeated one fails the whole scrape) and the USD/day adds up
+    series = [line.rsplit(" ", 1)[0] for line in data.splitlines() if line and not line.startswith("#")]
+    assert len(series) == len(set(series))
+    usd = [line for line in data.splitlines() if line.startswith("gpuwaste_waste_usd_per_day{")]
+    assert len(usd) == 1 and float(usd[0].rsplit(" ", 1)[1]) == 250.0, usd

@@ -8,6 +8,7 @@ both expose the same names, labels and units. The names and labels are documente
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import generate_latest as generate_text
@@ -133,10 +134,25 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
 
 def _sanitised(metrics: list[Metric]) -> list[Metric]:
     """`metrics` with every label value freed of control characters (`models.text.for_prometheus_label`): names
-    and labels come from the cluster; the exposition writer then escapes backslash, quote and line feed."""
+    and labels come from the cluster; the exposition writer then escapes backslash, quote and line feed.
+
+    Two series whose label values differ only in what was stripped (`team: "a\x07"` and `team: "a"`) become one
+    series — never two with the same labels, which would fail the whole scrape: their values add up (USD/day, GPUs,
+    findings, counters), except `*_timestamp_seconds`, which keeps the earliest.
+    """
     for metric in metrics:
-        metric.samples = [s._replace(labels={k: for_prometheus_label(v) for k, v in s.labels.items()})
-                          for s in metric.samples]
+        merged: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        for sample in metric.samples:
+            labels = {k: for_prometheus_label(v) for k, v in sample.labels.items()}
+            key = (sample.name, tuple(sorted(labels.items())))
+            seen = merged.get(key)
+            if seen is None:
+                merged[key] = sample._replace(labels=labels)
+            elif sample.name.endswith("_timestamp_seconds"):
+                merged[key] = seen._replace(value=min(seen.value, sample.value))
+            else:
+                merged[key] = seen._replace(value=seen.value + sample.value)
+        metric.samples = list(merged.values())
     return metrics
 
 
