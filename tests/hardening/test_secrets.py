@@ -536,7 +536,8 @@ def test_secrets_every_command_at_verbose_never_prints_or_logs_a_canary(
     assert w.slack.accepted and w.jira.issues and w.teams.posts and w.hook.events
     assert sum("DEBUG urllib3" in r.stderr for r in results.values()) >= 3, "urllib3's request lines were logged"
     assert any("DEBUG botocore" in r.stderr for r in results.values()), "botocore's signing was logged"
-    assert all(r.exit_code in (0, 1, 2, 3, 4) for r in results.values()), {n: r.exit_code for n, r in results.items()}
+    # every command did its work (replay has no public trace here: its usage error is the path it takes)
+    assert {n: r.exit_code for n, r in results.items()} == {n: 2 if n.startswith("replay") else 0 for n in commands}
     # ... and no printed line, log record or written file holds any canary
     found = _leaks(texts, w.canaries)
     assert found == [], "\n".join(f"{name}: {excerpt!r}" for name, excerpt in found)
