@@ -472,6 +472,8 @@ def _commands(w: CliWorld) -> dict[str, list[str]]:
                                         str(w.tmp / "state-rec.db")],
         "record": ["record", str(w.tmp / "recorded"), "-c", str(w.config), "--cluster", "demo", "--at", at,
                    "-w", "30m", "--force"],
+        "record (basic + URL password)": ["record", str(w.tmp / "recorded-basic"), "-c", str(w.config), "--cluster",
+                                          "basic", "--at", at, "-w", "30m", "--force"],
         "doctor": ["doctor", "-p", w.proxy_url, "--at", at],
         "explain": ["explain", "FINDING", "--state", state, "-c", str(w.config)],
         "summary (markdown)": ["summary", "--state", state, "-o", "markdown", "-c", str(w.config)],
