@@ -105,14 +105,19 @@ def redact(text: str) -> str:
 
 
 def _redact_value(value: Any) -> Any:
+    """`value` (an `extra` field) with its strings redacted; the same object when nothing in it changed."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, bytes):
-        return redact(value.decode("utf-8", "replace"))
+        text = value.decode("utf-8", "replace")
+        clean = redact(text)
+        return value if clean == text else clean
     if isinstance(value, dict):
-        return {k: _redact_value(v) for k, v in value.items()}
+        items = {k: _redact_value(v) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
     if isinstance(value, list | tuple):
-        return [_redact_value(v) for v in value]
+        seq = [_redact_value(v) for v in value]
+        return value if all(a is b for a, b in zip(seq, value, strict=True)) else seq
     return value
 
 
@@ -156,18 +161,6 @@ class RedactingFilter(logging.Filter):
         """Redact `record` in place and keep it."""
         _redact_record(record, extras=True)
         return True
-
-
-class RedactingFormatter(logging.Formatter):
-    """Redacts the finished line, whatever formatter made it (Powertools' JSON, with its exception fields)."""
-
-    def __init__(self, inner: logging.Formatter | None = None) -> None:
-        super().__init__()
-        self.inner = inner or logging.Formatter()
-
-    def format(self, record: logging.LogRecord) -> str:
-        """The inner formatter's line, redacted."""
-        return redact(self.inner.format(record))
 
 
 _factory_installed: Callable[..., logging.LogRecord] | None = None
