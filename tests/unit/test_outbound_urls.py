@@ -75,3 +75,24 @@ def test_outbound_url_cli_prometheus_flag_refuses_the_metadata_service() -> None
 
     result = CliRunner().invoke(app, ["scan", "--prometheus", "http://169.254.169.254/"])
     assert result.exit_code == 2 and "cloud metadata service" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("secret", "section"), [
+    ('{"general": "http://169.254.169.254/latest?sig=CANARYsig123"}', "msteams"),
+    ('{"url": "file:///etc/passwd", "signing_secret": "s"}', "webhook"),
+])
+def test_outbound_url_read_from_a_secret_is_checked_too(secret: str, section: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the Teams / webhook URLs in Secrets Manager (Lambda), one pointing at the metadata service or a file
+    from gpuwaste.bootstrap import delivery
+    from gpuwaste.settings import DeliverySettings
+
+    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hooks"
+    monkeypatch.setattr(delivery, "_secret", lambda _arn: secret)
+    settings = DeliverySettings.model_validate({"msteams": {"secret_arn": arn, "default_webhook": "general"},
+                                                "webhook": {"secret_arn": arn}})
+    # WHEN the sinks are built
+    with pytest.raises(ConfigError) as err:
+        delivery.teams_notifier(settings) if section == "msteams" else delivery.webhook_notifier(settings)
+    # THEN refused, naming the secret and the key, never the URL
+    assert arn in str(err.value) and "169.254" not in str(err.value) and "CANARY" not in str(err.value)
