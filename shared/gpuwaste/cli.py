@@ -48,6 +48,7 @@ from gpuwaste.cli_support import (
     warn_recording,
 )
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, SourceUnavailableError
+from gpuwaste.models import redaction
 
 if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydantic models, boto3 or requests
     from gpuwaste.services.scan import ScanReport
@@ -306,6 +307,7 @@ def _log_to_stderr(level: int) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.set_name("gpuwaste-cli")
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+    redaction.install(handler)  # no logger, at any level, writes a credential (models/redaction.py)
     root.addHandler(handler)
     root.setLevel(level)
 

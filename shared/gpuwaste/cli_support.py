@@ -225,13 +225,19 @@ def plural(n: int, word: str) -> str:
 
 
 def check_prometheus_url(url: str) -> str:
-    """The URL when it starts with http:// or https://.
+    """The URL when it starts with http:// or https:// and is no link-local or metadata-service address.
 
     Raises:
         typer.Exit: (exit 2) otherwise.
     """
     if not re.match(r"^https?://", url):
         fail(f"--prometheus {url!r}: the URL must start with http:// or https:// (e.g. http://prometheus.monitoring:9090)")
+    from gpuwaste.settings import outbound_url_problem
+
+    problem = outbound_url_problem(url)
+    if problem:
+        fail(escape_markup(f"--prometheus {url!r}: {problem.split(';')[0]}; to read it anyway, configure "
+                           "clusters[].prometheus with allow_link_local_urls: true"))
     return url
 
 

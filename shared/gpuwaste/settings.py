@@ -9,26 +9,109 @@ Manager ARN, never logged.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import re
+import socket
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from gpuwaste.detectors.settings import DetectorSettings
 from gpuwaste.errors import ConfigError
 from gpuwaste.models.base import SettingsModel
+from gpuwaste.models.redaction import register_secret
 from gpuwaste.pricing.catalog import PriceOverrides
 
 #: The largest USD/day a threshold may be set to (a million dollars a day; "never" is not a number).
 MAX_USD_PER_DAY = Decimal(1_000_000)
 
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
+
+
+#: Host names of cloud instance-metadata services (credentials live there): refused as a destination unless the
+#: section allows link-local URLs. Their addresses (169.254.169.254, fd00:ec2::254, …) are refused as link-local.
+METADATA_HOSTS = frozenset({"metadata", "metadata.google.internal", "metadata.goog", "instance-data",
+                            "instance-data.ec2.internal", "metadata.azure.internal", "metadata.tencentyun.com"})
+#: Metadata services outside the link-local ranges (Alibaba Cloud, Oracle Cloud's legacy address).
+METADATA_ADDRESSES = frozenset({ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("192.0.0.192"),
+                                ipaddress.ip_address("fd00:ec2::254")})
+
+
+def _host_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """`host` as an IP address, also in the forms C's inet_aton reads (`2852039166`, `0xa9fea9fe`, `0251.0376…`);
+    None for a name."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        if not re.fullmatch(r"[0-9a-fA-FxX.]+", host) or not re.search(r"\d", host):
+            return None
+        try:
+            address = ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def outbound_url_problem(url: str, *, allow_link_local: bool = False, secret: bool = False) -> str | None:
+    """Why `url` may not be a destination gpuwaste sends to or links to; None when it may.
+
+    Refused: a scheme other than http/https (`file://`, `gopher://`, `javascript:`), no host, and — unless
+    `allow_link_local` — link-local hosts (169.254.0.0/16, fe80::/10, in any notation) and cloud metadata services
+    (METADATA_HOSTS, METADATA_ADDRESSES), the usual server-side request forgery targets. Loopback and private
+    networks (a Prometheus in the cluster, a local test server) are allowed. With `secret` the reason does not
+    name the host. A host given as `{placeholder}` (a link template) is not checked.
+    """
+    try:
+        parts = urlsplit(url.strip())
+        host = (parts.hostname or "").rstrip(".").lower()
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    if parts.scheme.lower() not in ("http", "https"):
+        return f"scheme {parts.scheme or '(none)'!r} is not http or https"
+    if not host:
+        return "the URL has no host"
+    if allow_link_local or "{" in host:
+        return None
+    address = _host_address(host)
+    metadata = host in METADATA_HOSTS or address in METADATA_ADDRESSES or str(address) == "169.254.169.254"
+    if metadata or (address is not None and address.is_link_local):
+        what = "a cloud metadata service" if metadata else "a link-local address"
+        return (f"host {'(hidden: the URL is a secret)' if secret else host} is {what}; set "
+                f"allow_link_local_urls: true in this section if it is really meant")
+    return None
+
+
+def _check_urls(section: BaseModel, urls: dict[str, str | None], *, secret: bool = False) -> None:
+    """Raise ValueError naming the first field of `urls` (field path → URL) that `outbound_url_problem` refuses."""
+    allow = bool(getattr(section, "allow_link_local_urls", False))
+    for where, url in urls.items():
+        if url is None:
+            continue
+        problem = outbound_url_problem(url, allow_link_local=allow, secret=secret)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
+
+
+def _remember_secret(value: SecretStr) -> SecretStr:
+    register_secret(value.get_secret_value())  # redacted from every log line from now on (models/redaction.py)
+    return value
+
+
+#: A secret in the configuration: masked in repr/JSON (SecretStr) and redacted literally from every log line.
+Secret = Annotated[SecretStr, AfterValidator(_remember_secret)]
+#: Opt-in per section for link-local / metadata-service destinations (refused by default: SSRF).
+ALLOW_LINK_LOCAL = Field(False, description="allow this section's URLs to point at link-local addresses or cloud "
+                                             "metadata services (169.254.0.0/16, fd00:ec2::254, "
+                                             "metadata.google.internal…), refused by default")
 
 
 class TelemetryLabels(SettingsModel):
@@ -86,10 +169,10 @@ class PrometheusAuth(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["none", "bearer", "basic", "sigv4"] = "none"
-    bearer_token: SecretStr | None = None
+    bearer_token: Secret | None = None
     bearer_token_secret_arn: str | None = None
     username: str | None = None
-    password: SecretStr | None = None
+    password: Secret | None = None
     password_secret_arn: str | None = None
     sigv4_region: str | None = None
     sigv4_service: str = "aps"
@@ -126,6 +209,12 @@ class PrometheusSettings(BaseModel):
         default_factory=dict,
         description="extra label matchers added to every query, e.g. {cluster: prod-a} for a Prometheus shared by clusters",
     )
+    allow_link_local_urls: bool = ALLOW_LINK_LOCAL
+
+    @model_validator(mode="after")
+    def _safe_url(self) -> PrometheusSettings:
+        _check_urls(self, {"url": self.url})
+        return self
 
 
 class KubernetesSettings(BaseModel):
@@ -276,6 +365,12 @@ class LinkTemplates(BaseModel):
 
     prometheus: str | None = Field(None, pattern=r"^https?://")
     grafana: str | None = Field(None, pattern=r"^https?://")
+    allow_link_local_urls: bool = ALLOW_LINK_LOCAL
+
+    @model_validator(mode="after")
+    def _safe_urls(self) -> LinkTemplates:
+        _check_urls(self, {"prometheus": self.prometheus, "grafana": self.grafana})
+        return self
 
 
 class SlackSettings(BaseModel):
@@ -293,8 +388,8 @@ class SlackSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    bot_token: SecretStr | None = None
-    signing_secret: SecretStr | None = None
+    bot_token: Secret | None = None
+    signing_secret: Secret | None = None
     secret_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
     base_url: str = Field("https://slack.com/api/", pattern=r"^https?://")
     timeout_s: float = Field(10.0, gt=0, le=60)
@@ -302,6 +397,12 @@ class SlackSettings(BaseModel):
     server_error_retries: int = Field(1, ge=0, le=5)
     request_max_age_s: int = Field(300, ge=30, le=900)
     workspace_url: str | None = Field(None, pattern=r"^https://")
+    allow_link_local_urls: bool = ALLOW_LINK_LOCAL
+
+    @model_validator(mode="after")
+    def _safe_urls(self) -> SlackSettings:
+        _check_urls(self, {"base_url": self.base_url, "workspace_url": self.workspace_url})
+        return self
 
 
 class TeamsSettings(BaseModel):
@@ -322,13 +423,14 @@ class TeamsSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    webhooks: dict[str, SecretStr] = Field(default_factory=dict)
+    webhooks: dict[str, Secret] = Field(default_factory=dict)
     secret_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
     default_webhook: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     timeout_s: float = Field(10.0, gt=0, le=60)
     rate_limit_retries: int = Field(3, ge=0, le=10)
     server_error_retries: int = Field(1, ge=0, le=5)
     max_payload_bytes: int = Field(27_000, ge=2_000, le=28_000)
+    allow_link_local_urls: bool = ALLOW_LINK_LOCAL
 
     @property
     def enabled(self) -> bool:
@@ -337,9 +439,8 @@ class TeamsSettings(BaseModel):
 
     @model_validator(mode="after")
     def _names_known(self) -> TeamsSettings:
-        for name, url in self.webhooks.items():
-            if not url.get_secret_value().startswith(("https://", "http://")):
-                raise ValueError(f"webhooks.{name}: not an http(s) URL")
+        _check_urls(self, {f"webhooks.{name}": url.get_secret_value() for name, url in self.webhooks.items()},
+                    secret=True)
         if self.default_webhook and self.webhooks and self.secret_arn is None \
                 and self.default_webhook not in self.webhooks:
             raise ValueError(f"default_webhook {self.default_webhook!r} is not in webhooks "
@@ -360,13 +461,19 @@ class WebhookSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: SecretStr | None = None
-    signing_secret: SecretStr | None = None
+    url: Secret | None = None
+    signing_secret: Secret | None = None
     secret_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
     timeout_s: float = Field(10.0, gt=0, le=60)
     rate_limit_retries: int = Field(3, ge=0, le=10)
     server_error_retries: int = Field(1, ge=0, le=5)
     max_payload_bytes: int = Field(256_000, ge=4_000, le=5_000_000)
+    allow_link_local_urls: bool = ALLOW_LINK_LOCAL
+
+    @model_validator(mode="after")
+    def _safe_url(self) -> WebhookSettings:
+        _check_urls(self, {"url": self.url.get_secret_value() if self.url else None}, secret=True)
+        return self
 
     @property
     def enabled(self) -> bool:
@@ -394,7 +501,7 @@ class JiraSettings(BaseModel):
 
     base_url: str | None = Field(None, pattern=r"^https?://")
     email: str | None = None
-    api_token: SecretStr | None = None
+    api_token: Secret | None = None
     api_token_secret_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
     default_project: str | None = Field(None, pattern=r"^[A-Z][A-Z0-9_]{1,9}$")
     issue_type: str = "Task"
@@ -407,6 +514,12 @@ class JiraSettings(BaseModel):
     max_per_team: int = Field(3, ge=1, le=1000)
     quiet_start_days: int = Field(7, ge=0, le=90)
     quiet_start_per_run: int = Field(3, ge=1, le=1000)
+    allow_link_local_urls: bool = ALLOW_LINK_LOCAL
+
+    @model_validator(mode="after")
+    def _safe_url(self) -> JiraSettings:
+        _check_urls(self, {"base_url": self.base_url})
+        return self
 
 
 class DeliverySettings(BaseModel):

@@ -312,3 +312,202 @@ def test_hostile_names_never_drive_the_terminal_or_crash_it(name: str, tmp_path:
         if name.startswith("rich"):
             literal = TERMINAL[name]
             assert literal in re.sub(r"\x1b\[[0-9;]*m", "", result.output).replace("\n", ""), name
+
+
+# -- every output format ----------------------------------------------------------------------------------
+#: values that attack a format: terminal escapes (every output may end up in a terminal: `cat`, `curl /metrics`),
+#: spreadsheet formulas, Markdown links and images, HTML, and exposition-format syntax
+FORMAT_HOSTILE = {
+    **TERMINAL,
+    "csv hyperlink formula": '=HYPERLINK("https://evil.example/x","click")',
+    "csv plus formula": "+1+cmd|' /C calc'!A0",
+    "csv minus formula": "-2+3",
+    "csv at formula": "@SUM(1+1)",
+    "csv tab then formula": "\t=1+1",
+    "markdown link": "[click](https://evil.example)",
+    "markdown image": "![pixel](https://evil.example/t.png)",
+    "markdown html": "<img src=x onerror=alert(1)>",
+    "markdown emphasis and cell": "*bold*|cell`code`",
+    "exposition quote backslash newline": 'a"b\\c\nevil_metric{x="1"} 1',
+}
+#: control characters no written text may hold (C0 but line ends, DEL, C1, bidi overrides and isolates, zero-width)
+FOREIGN_CONTROLS = re.compile(r"[\x00-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+CSV_TEXT_COLUMNS = ("kind", "idle_mode", "cluster", "namespace", "workload_kind", "workload", "pod", "node",
+                    "gpu_model", "instance_type", "confidence", "signal", "formula", "fingerprint", "title", "team")
+
+
+def _format_findings(value: str) -> list[Finding]:
+    """Three priced findings whose namespace, workload/pod, labels, annotations and title carry `value`; the first
+    one's namespace and workload are exactly `value` (a cell, a label value that starts with it)."""
+    first = finding(value, namespace=value, usd_per_day="150.00", title=value, labels={"app": value, "team": value},
+                    annotations={"note": value})
+    return [first, hostile_finding(value, "w1", usd="90.00"), hostile_finding(value, "w2", usd="40.00")]
+
+
+def _outputs(value: str) -> dict[str, bytes]:
+    """Every file format the product writes, for findings named with `value`: the bytes as written."""
+    from gpuwaste.services.metrics import health_of_scan, snapshot_of_scan
+    from gpuwaste.sinks.prometheus_metrics import render_openmetrics, render_text
+    from gpuwaste.sinks.summary_report import render_html, render_json, render_markdown
+    from gpuwaste.sinks.terminal import to_csv, to_json
+
+    findings = _format_findings(value)
+    team = value
+    health = health_of_scan(f"c{value}", at=NOW, duration_s=1.0, window_s=3600, gpus=3, findings=findings,
+                            no_verdict_detectors=[])
+    snapshot = snapshot_of_scan(findings, health, DeliverySettings(), top=10)
+    summary = summarize([record_for(f, team=team) for f in findings], since=NOW - timedelta(days=1),
+                        until=NOW + timedelta(hours=1), team_of=lambda r: r.team or "-")
+    return {
+        "csv": to_csv(findings, team=lambda f: team).encode(),
+        "json": to_json(findings, team=lambda f: team).encode(),
+        "prometheus": render_text(snapshot),
+        "openmetrics": render_openmetrics(snapshot),
+        "summary markdown": render_markdown(summary).encode(),
+        "summary html": render_html(summary).encode(),
+        "summary json": render_json(summary).encode(),
+    }
+
+
+def _check_csv(data: bytes) -> list[str]:
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(data.decode(), newline="")))
+    problems = [f"row {n} {col}: {row[col][:40]!r}" for n, row in enumerate(rows) for col in CSV_TEXT_COLUMNS
+                if row[col][:1] in ("=", "+", "-", "@", "\t", "\r")]
+    return problems + ([] if rows else ["no rows"])
+
+
+def _check_exposition(data: bytes, *, openmetrics: bool) -> list[str]:
+    if openmetrics:
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    else:
+        from prometheus_client.parser import text_string_to_metric_families  # type: ignore[assignment]
+    families = list(text_string_to_metric_families(data.decode()))  # raises on a broken exposition
+    names = {f.name for f in families}
+    problems = [f"injected family {n}" for n in names if "evil" in n]
+    labels = [v for f in families for s in f.samples for v in s.labels.values()]
+    problems += [f"label value with a control: {v!r}" for v in labels if FOREIGN_CONTROLS.search(v) or "\n" in v]
+    return problems + ([] if any(f.name.startswith("gpuwaste_waste_usd_per_day") for f in families) else ["no waste"])
+
+
+def _strings(doc: Any) -> Iterator[str]:
+    if isinstance(doc, str):
+        yield doc
+    elif isinstance(doc, dict):
+        for k, v in doc.items():
+            yield str(k)
+            yield from _strings(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from _strings(v)
+
+
+def _check_json(data: bytes) -> list[str]:
+    # a line feed or tab inside a JSON string is data (written escaped), not an attack on whoever prints it
+    return [f"string with a control: {s[:60]!r}" for s in _strings(json.loads(data))
+            if FOREIGN_CONTROLS.search(s.replace("\t", " ")) or "\r" in s]
+
+
+def _check_markdown(data: bytes) -> list[str]:
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").enable("table").enable("strikethrough").parse(data.decode())
+    bad = []
+    for token in tokens:
+        for t in [token, *(token.children or [])]:
+            if t.type in ("link_open", "image", "html_inline", "html_block", "code_inline", "em_open", "s_open"):
+                bad.append(f"{t.type}: {(t.content or str(t.attrs))[:60]!r}")
+    return bad
+
+
+def _check_html(data: bytes) -> list[str]:
+    from html.parser import HTMLParser
+
+    bad: list[str] = []
+
+    class Tags(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag in ("script", "iframe", "a") or (tag == "img" and "evil" in str(attrs)):
+                bad.append(f"<{tag} {attrs}>")
+            bad.extend(f"<{tag}> {k}={v!r}" for k, v in attrs if k.startswith("on") or "evil" in str(v))
+
+    Tags().feed(data.decode())
+    return bad
+
+
+FORMAT_CHECKS = {"csv": _check_csv, "json": _check_json, "summary json": _check_json,
+                 "prometheus": lambda d: _check_exposition(d, openmetrics=False),
+                 "openmetrics": lambda d: _check_exposition(d, openmetrics=True),
+                 "summary markdown": _check_markdown, "summary html": _check_html}
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT_HOSTILE))
+def test_hostile_names_every_output_format_writes_inert_bytes(name: str, figures: Figures) -> None:
+    # GIVEN findings whose namespace, workload, pod, labels, annotations, title and team carry the hostile value
+    value = FORMAT_HOSTILE[name]
+    figures.hostile_names += 1
+    # WHEN written as CSV, JSON, Prometheus text, OpenMetrics and the Markdown / HTML / JSON summary
+    outputs = _outputs(value)
+    # THEN no file holds a terminal escape or other control character (line ends aside) ...
+    for fmt, data in outputs.items():
+        text = data.decode()
+        assert "\x1b" not in text and "\x9b" not in text, fmt
+        assert not FOREIGN_CONTROLS.search(text.replace("\r\n", "\n")), (fmt, FOREIGN_CONTROLS.findall(text))
+    # ... and, read back by a parser of the format, no formula, injected series, link, image, HTML or markup
+    problems = {fmt: check(outputs[fmt]) for fmt, check in FORMAT_CHECKS.items()}
+    assert problems == {fmt: [] for fmt in FORMAT_CHECKS}
+    # ... while the name is still there to read (only the dangerous characters were changed)
+    visible = re.sub(r"\x1b\[[0-9;]*[A-Za-z]|\x1b\]8;;[^\x1b]*\x1b\\|\x9b[0-9;]*[A-Za-z]|[\x00-\x1f\x7f-\x9f\u202e]", " ",
+                     value)
+    word = max(re.findall(r"[A-Za-z]{3,}", visible) or [visible.strip()], key=len)
+    assert all(word in data.decode() for data in outputs.values()), word
+
+
+@pytest.mark.parametrize("name", ["csv hyperlink formula", "exposition quote backslash newline",
+                                  "ansi clear screen + colour", "markdown link"])
+def test_hostile_names_every_output_format_of_the_cli(name: str, tmp_path: Path) -> None:
+    # GIVEN the demo fleet whose pods carry a hostile team label
+    from typer.testing import CliRunner
+
+    from gpuwaste.cli import app
+
+    value = FORMAT_HOSTILE[name]
+    rec = _hostile_recording(tmp_path, value)
+    state = str(tmp_path / "s.db")
+    runner = CliRunner()
+    # WHEN `scan` writes each machine format and `summary` each report format (after a run filled the state)
+    outputs = {fmt: runner.invoke(app, ["scan", "--recording", str(rec), "-o", fmt]) for fmt in
+               ("csv", "json", "prometheus", "openmetrics")}
+    assert runner.invoke(app, ["run", "--recording", str(rec), "--state", state, "-q"]).exit_code == 0
+    outputs |= {f"summary {fmt}": runner.invoke(app, ["summary", "--state", state, "-o", fmt])
+                for fmt in ("markdown", "html", "json")}
+    # THEN each succeeded, holds the team, and its bytes pass the format's checks
+    for fmt, result in outputs.items():
+        assert result.exit_code == 0, (fmt, result.output[-500:])
+        data = result.stdout_bytes
+        assert b"\x1b" not in data and b"\xc2\x9b" not in data, fmt
+        assert not FOREIGN_CONTROLS.search(data.decode().replace("\r\n", "\n")), fmt
+    problems = {fmt: check(outputs[fmt].stdout_bytes) for fmt, check in FORMAT_CHECKS.items()}
+    assert problems == {fmt: [] for fmt in FORMAT_CHECKS}
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_hostile_names_exposition_never_repeats_a_series(openmetrics: bool) -> None:
+    # GIVEN two workloads whose names and teams differ only in control characters (one series once stripped)
+    from gpuwaste.services.metrics import health_of_scan, snapshot_of_scan
+    from gpuwaste.sinks.prometheus_metrics import render_openmetrics, render_text
+
+    findings = [finding("w", namespace="ns", usd_per_day="100.00", ns_annotations={"gpuwaste.io/team": "a"}),
+                finding("w\x07", namespace="ns", usd_per_day="150.00", ns_annotations={"gpuwaste.io/team": "a\x1b[0m"})]
+    health = health_of_scan("c", at=NOW, duration_s=1.0, window_s=3600, gpus=2, findings=findings,
+                            no_verdict_detectors=[])
+    # WHEN exposed
+    snapshot = snapshot_of_scan(findings, health, DeliverySettings(), top=10)
+    data = (render_openmetrics if openmetrics else render_text)(snapshot).decode()
+    # THEN every series appears once (a repeated one fails the whole scrape) and the USD/day adds up
+    series = [line.rsplit(" ", 1)[0] for line in data.splitlines() if line and not line.startswith("#")]
+    assert len(series) == len(set(series))
+    usd = [line for line in data.splitlines() if line.startswith("gpuwaste_waste_usd_per_day{")]
+    assert len(usd) == 1 and float(usd[0].rsplit(" ", 1)[1]) == 250.0, usd

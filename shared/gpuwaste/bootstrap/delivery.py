@@ -12,7 +12,7 @@ from gpuwaste.bootstrap import pipeline
 from gpuwaste.errors import ConfigError
 from gpuwaste.models.notices import MessageRef
 from gpuwaste.ports import Notifier
-from gpuwaste.settings import DeliverySettings
+from gpuwaste.settings import DeliverySettings, outbound_url_problem
 from gpuwaste.sinks.http_delivery import JsonPoster
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier, thread_link
@@ -45,9 +45,11 @@ def _secret(arn: str) -> str:
     from aws_lambda_powertools.utilities import parameters
 
     try:
-        return str(parameters.get_secret(arn, max_age=SECRET_MAX_AGE_S))
+        text = str(parameters.get_secret(arn, max_age=SECRET_MAX_AGE_S))
     except parameters.exceptions.GetParameterError as exc:
         raise ConfigError(f"{arn}: cannot read the secret: {exc}") from exc
+    pipeline.remember_secret_text(text)
+    return text
 
 
 def _secret_field(arn: str, name: str) -> str:
@@ -119,8 +121,22 @@ def teams_webhook_urls(settings: DeliverySettings) -> dict[str, str]:
             data = None
         if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
             raise ConfigError(f"{arn}: the Teams secret must be a JSON object of webhook name → URL")
+        for name, url in data.items():
+            _check_secret_url(url, where=f"{arn}: webhook {name!r}", allow=settings.msteams.allow_link_local_urls)
         urls.update({str(k): v for k, v in data.items()})
     return urls
+
+
+def _check_secret_url(url: str, *, where: str, allow: bool) -> None:
+    """Refuse a destination URL read from a secret as the config refuses one written in it (http/https only, no
+    link-local or metadata-service host unless the section allows it); the message names where, never the URL.
+
+    Raises:
+        ConfigError: the URL is refused.
+    """
+    problem = outbound_url_problem(url, allow_link_local=allow, secret=True)
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
 
 
 def teams_notifier(settings: DeliverySettings, *, sleep: Callable[[float], None] = time.sleep) -> TeamsNotifier:
@@ -148,6 +164,7 @@ def webhook_notifier(settings: DeliverySettings, *, sleep: Callable[[float], Non
     arn = os.environ.get(WEBHOOK_SECRET_ENV) or hook.secret_arn
     if arn and url is None:
         url = _secret_field(arn, "url")
+        _check_secret_url(url, where=f"{arn}: url", allow=hook.allow_link_local_urls)
         try:
             secret = secret or _secret_field(arn, "signing_secret")
         except ConfigError:

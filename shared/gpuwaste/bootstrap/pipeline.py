@@ -9,6 +9,7 @@ Warm containers keep the services they built; a changed config is picked up by n
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpuwaste.errors import ConfigError
+from gpuwaste.models import redaction
 from gpuwaste.queue.sqs import SqsQueue
 from gpuwaste.settings import GpuWasteConfig, parse_config
 
@@ -59,6 +61,20 @@ def redact_secret_responses() -> None:
         wire.addFilter(SecretResponseFilter())
 
 
+def remember_secret_text(text: str) -> None:
+    """Redact a secret read from Secrets Manager / SSM from every log line from now on: the text, and each string
+    value when it is a JSON object (`{"bot_token": …, "url": …}`)."""
+    redaction.register_secret(text)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return
+    if isinstance(data, dict):
+        for value in data.values():
+            if isinstance(value, str):
+                redaction.register_secret(value)
+
+
 class StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The Lambda functions' log handler: writes each record to the process's standard output (`sys.__stdout__`,
     looked up when the record is emitted).
@@ -82,14 +98,20 @@ class StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def stream(self, _value: Any) -> None:
         """Ignored: the stream is always the process's standard output."""
 
+    def format(self, record: logging.LogRecord) -> str:
+        """The formatter's line (Powertools' JSON, its exception fields included) with every credential redacted."""
+        return redaction.redact(super().format(record))
+
 
 #: the handler every Lambda function's Powertools `Logger` writes through (see `StdoutHandler`)
 LOG_HANDLER = StdoutHandler()
 
 
-# Installing a log filter is the one thing done at import: every composition root imports this module
-# before any AWS call (its own, or Powertools' parameter reads), so no secret is ever logged.
+# Installing the log redaction is the one thing done at import: every composition root imports this module
+# before any AWS call (its own, or Powertools' parameter reads), so no secret is ever logged — botocore's
+# secret-bearing response bodies dropped whole, and every record of every logger redacted (models/redaction.py).
 redact_secret_responses()
+redaction.install(LOG_HANDLER)
 
 
 class ConfigSourceSettings(BaseSettings):

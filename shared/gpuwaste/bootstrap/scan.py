@@ -30,7 +30,9 @@ SECRET_MAX_AGE_S = 300
 def _secret(arn: str) -> SecretStr:
     from aws_lambda_powertools.utilities import parameters
 
-    return SecretStr(str(parameters.get_secret(arn, max_age=SECRET_MAX_AGE_S)))
+    text = str(parameters.get_secret(arn, max_age=SECRET_MAX_AGE_S))
+    pipeline.remember_secret_text(text)
+    return SecretStr(text)
 
 
 def _with_secrets(cluster: ClusterConfig) -> ClusterConfig:

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from gpuwaste.cli_support import app, check_prometheus_url, fail, out, parse_time
 from gpuwaste.errors import GpuWasteError
+from gpuwaste.models.text import for_json
 
 if TYPE_CHECKING:
     from gpuwaste.detectors.registry import DetectorSpec
@@ -661,7 +662,7 @@ def doctor(
                "recording_rules": rules}
         if probe.ksm is not None:
             doc["kube_state_metrics"] = {**asdict(probe.ksm), "usable": probe.ksm.usable}
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        sys.stdout.write(json.dumps(for_json(doc), indent=1) + "\n")  # label values from Prometheus: no controls
     else:
         render(report, rows)
         if probe.ksm is not None:

@@ -23,6 +23,7 @@ import typer
 
 from gpuwaste.cli_support import app, err, fail, out, parse_window
 from gpuwaste.errors import InputFormatError
+from gpuwaste.models.text import for_json
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
     from gpuwaste.services.scan import ScanReport
@@ -339,7 +340,7 @@ def alibaba(
                "usd_per_gpu_hour": str(summary.usd_per_gpu_hour) if summary.usd_per_gpu_hour else None,
                "groups": {k: g.describe() for k, g in summary.groups.items()}, "verdicts": summary.verdicts,
                "no_verdict_reasons": summary.reasons, "sliding": slide}
-        sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
+        sys.stdout.write(json.dumps(for_json(json.loads(json.dumps(doc, default=str))), indent=1) + "\n")
         return
     out.print(f"[bold]Alibaba GenTD26 replay[/]: {len(trace.pods)} pods, {trace.rows} CSV rows, "
               f"{trace.span_s / 3600:.1f} h at {trace.step_s:g} s steps", highlight=False)

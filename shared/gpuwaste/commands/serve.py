@@ -46,6 +46,7 @@ from gpuwaste.errors import (
     SourceUnavailableError,
     StoreError,
 )
+from gpuwaste.models import redaction
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` starts without prometheus_client or the models
     from gpuwaste.bootstrap import local
@@ -77,6 +78,7 @@ def with_env_secrets(cfg: GpuWasteConfig, environ: Mapping[str, str]) -> GpuWast
         value = environ.get(name, "")
         if not value:
             continue
+        redaction.register_secret(value)  # redacted from every log line (models/redaction.py)
         if path[0] == "delivery":
             section = getattr(cfg.delivery, path[1])
             setattr(section, path[2], SecretStr(value))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from gpuwaste.models.notices import DailySummary, TrendDay
+from gpuwaste.models.text import for_html
 
 
 def matplotlib_available() -> bool:
@@ -66,7 +67,7 @@ SAVED_COLOUR = "#009E73"
 
 
 def _esc(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    return for_html(text)  # controls stripped (invalid in XML), & < > " ' escaped
 
 
 def _nice_max(value: float) -> float:

@@ -8,6 +8,7 @@ both expose the same names, labels and units. The names and labels are documente
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import generate_latest as generate_text
@@ -16,6 +17,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import Collector
 
 from gpuwaste.models.metrics import ERROR_SOURCES, CounterSample, MetricsSnapshot
+from gpuwaste.models.text import for_prometheus_label
 
 WASTE_LABELS = ("cluster", "namespace", "workload", "kind", "team")
 TOTAL_LABELS = ("cluster", "namespace", "kind", "team")
@@ -126,7 +128,32 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
     limit = GaugeMetricFamily("gpuwaste_workloads_per_namespace_limit", "Workloads per namespace with their own "
                               "series; the rest are summed into workload other", value=snapshot.top_workloads)
     info = InfoMetricFamily("gpuwaste_build", "gpuwaste version", value={"version": snapshot.version or "unknown"})
-    return [*out, duration, attempt, success, window, seen, by_kind, quality, no_verdict, scans, errors, limit, info]
+    return _sanitised([*out, duration, attempt, success, window, seen, by_kind, quality, no_verdict, scans, errors,
+                       limit, info])
+
+
+def _sanitised(metrics: list[Metric]) -> list[Metric]:
+    """`metrics` with every label value freed of control characters (`models.text.for_prometheus_label`): names
+    and labels come from the cluster; the exposition writer then escapes backslash, quote and line feed.
+
+    Two series whose label values differ only in what was stripped (`team: "a\x07"` and `team: "a"`) become one
+    series — never two with the same labels, which would fail the whole scrape: their values add up (USD/day, GPUs,
+    findings, counters), except `*_timestamp_seconds`, which keeps the earliest.
+    """
+    for metric in metrics:
+        merged: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        for sample in metric.samples:
+            labels = {k: for_prometheus_label(v) for k, v in sample.labels.items()}
+            key = (sample.name, tuple(sorted(labels.items())))
+            seen = merged.get(key)
+            if seen is None:
+                merged[key] = sample._replace(labels=labels)
+            elif sample.name.endswith("_timestamp_seconds"):
+                merged[key] = seen._replace(value=min(seen.value, sample.value))
+            else:
+                merged[key] = seen._replace(value=seen.value + sample.value)
+        metric.samples = list(merged.values())
+    return metrics
 
 
 class SnapshotCollector(Collector):

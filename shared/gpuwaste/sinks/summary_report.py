@@ -8,7 +8,6 @@ Every date reads the same as on the other surfaces (`people.when`, `people.day`)
 from __future__ import annotations
 
 import base64
-import html
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, TrendDay
+from gpuwaste.models.text import for_html, for_json, for_markdown
 from gpuwaste.people import (
     DAYS_PER_MONTH,
     age,
@@ -196,7 +196,7 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
 
 
 def _md_cell(text: str) -> str:
-    return plain(text).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    return for_markdown(text)  # no link, image, emphasis, HTML or cell break from a name
 
 
 def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
@@ -250,7 +250,7 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
                 chart_png: bytes | None = None) -> str:
     """The summary as one self-contained HTML page: inline styles, the 7- and 30-day trend charts as inline SVG
     (a PNG, when given as bytes, as a data URI); every name escaped."""
-    e = html.escape
+    e = for_html  # controls stripped, HTML escaped
     notes = notes or SummaryNotes()
     n_open, rate = _open_now(s, notes)
     cards = [
@@ -325,4 +325,4 @@ def render_json(s: DailySummary, notes: SummaryNotes | None = None) -> str:
     if notes.last_scan is not None:
         doc["last_scan"] = {"at": notes.last_scan.isoformat(), "open_findings": notes.open_findings,
                             "open_usd_per_day": money(notes.open_usd_per_day)}
-    return json.dumps(doc, indent=1) + "\n"
+    return json.dumps(for_json(doc), indent=1) + "\n"

@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwaste.models.findings import Finding, WasteKind
+from gpuwaste.models.text import for_csv_cell, for_json
 from gpuwaste.people import (
     DAYS_PER_MONTH,
     NO_OWNER,
@@ -439,7 +440,7 @@ def to_json(findings: Sequence[Finding], *, team: Callable[[Finding], str] | Non
     total = sum((f.usd_per_day or Decimal(0) for f in findings), Decimal(0))
     items = [finding_dict(f) | ({"team": team(f)} if team else {}) for f in findings]
     doc = {**extra, "total_usd_per_day": str(total), "findings": items}
-    return json.dumps(doc, indent=2, default=str)
+    return json.dumps(for_json(json.loads(json.dumps(doc, default=str))), indent=2)  # text fields without controls
 
 
 CSV_COLUMNS = ("kind", "idle_mode", "cluster", "namespace", "workload_kind", "workload", "pod", "node", "gpus_held",
@@ -474,18 +475,21 @@ def to_csv(findings: Sequence[Finding], *, team: Callable[[Finding], str] | None
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(CSV_COLUMNS)
+    cell = for_csv_cell  # text cells: controls stripped, formulas neutralised (OWASP); numbers stay numbers
     for f in findings:
         s = f.subject
         e = f.evidence[0] if f.evidence else None
         c = f.cost
         w.writerow([
-            f.kind.value, f.idle_mode.value if f.idle_mode else "", s.cluster, s.namespace or "", s.workload_kind or "",
-            s.workload_name or "", s.pod or "", s.node or "", csv_number(s.gpu_share), csv_number(f.wasted_gpu_share),
-            s.gpu_model or "", s.instance_type or "", f.confidence.value, e.signal if e else "",
+            cell(f.kind.value), cell(f.idle_mode.value if f.idle_mode else ""), cell(s.cluster), cell(s.namespace),
+            cell(s.workload_kind), cell(s.workload_name), cell(s.pod), cell(s.node), csv_number(s.gpu_share),
+            csv_number(f.wasted_gpu_share), cell(s.gpu_model), cell(s.instance_type), cell(f.confidence.value),
+            cell(e.signal if e else ""),
             csv_number(e.avg if e else None), csv_number(e.p95 if e else None), csv_number(e.max if e else None),
             csv_number(e.coverage if e else None),
             csv_number(c.usd_per_gpu_hour if c else None), csv_number(c.usd_per_day if c else None),
-            "" if c is None else c.formula, f.fingerprint, f.title, team(f) if team else _owner_or_nodes(f),
+            cell("" if c is None else c.formula), cell(f.fingerprint), cell(f.title),
+            cell(team(f) if team else _owner_or_nodes(f)),
         ])
     return buf.getvalue()
 
