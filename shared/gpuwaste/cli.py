@@ -168,10 +168,13 @@ def _read_truth(path: Path) -> list[dict]:  # type: ignore[type-arg]
     Raises:
         typer.Exit: (exit 2) when it cannot be read or is not a list of objects.
     """
+    from gpuwaste.files import read_capped, recording_max_bytes
+
     try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        fail(f"--truth {escape_markup(str(path))}: {exc.strerror}")
+        doc = json.loads(read_capped(path, recording_max_bytes(), what="truth file",
+                                     hint="if it is genuine, raise it with GPUWASTE_RECORDING_MAX_MB=<MiB>"))
+    except InputFormatError as exc:
+        fail(f"--truth {escape_markup(str(exc))}")
     except json.JSONDecodeError as exc:
         fail(f"--truth {escape_markup(str(path))}: not JSON ({exc.msg} at line {exc.lineno}); pass the truth.json of a generated fleet")
     if not isinstance(doc, list) or not all(isinstance(t, dict) for t in doc):
@@ -222,7 +225,7 @@ def demo(
                                 quiet=quiet, slack=True, state_kept=state is not None, recording=path)
     report = chain.reports[-1]
     if output is Output.table:
-        _print_truth(report, json.loads((path / "truth.json").read_text()), to=out)
+        _print_truth(report, _read_truth(path / "truth.json"), to=out)
         from gpuwaste.sinks import terminal
 
         # the demo ends as `scan` does: what the waste costs per team, then the total

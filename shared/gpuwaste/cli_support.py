@@ -245,10 +245,14 @@ def check_kubeconfig(path: Path | None) -> None:
         return
     import yaml
 
+    from gpuwaste.files import read_capped
+
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        fail(f"--kubeconfig {path}: cannot read it ({getattr(exc, 'strerror', None) or type(exc).__name__}). {KUBE_HINT}")
+        doc = yaml.safe_load(read_capped(path, 16 << 20, what="kubeconfig").decode("utf-8"))
+    except InputFormatError as exc:
+        fail(f"--kubeconfig {escape_markup(str(exc))}. {KUBE_HINT}")
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        fail(f"--kubeconfig {path}: cannot read it ({type(exc).__name__}). {KUBE_HINT}")
     if not isinstance(doc, dict) or "clusters" not in doc:
         fail(f"--kubeconfig {path}: not a kubeconfig (no 'clusters'). {KUBE_HINT}")
 

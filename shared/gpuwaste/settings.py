@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from gpuwaste.detectors.settings import DetectorSettings
-from gpuwaste.errors import ConfigError
+from gpuwaste.errors import ConfigError, InputFormatError
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.pricing.catalog import PriceOverrides
 
@@ -629,17 +629,26 @@ def load_config(path: Path | None) -> GpuWasteConfig:
     """
     if path is None:
         return GpuWasteConfig()
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read configuration: {exc.strerror}") from exc
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: {len(raw):,} bytes; a configuration document is at most {MAX_CONFIG_BYTES:,}")
+    raw = read_config_bytes(Path(path))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     return parse_config(text, source=str(path))
+
+
+def read_config_bytes(path: Path) -> bytes:
+    """The configuration file's bytes: a regular file of at most `MAX_CONFIG_BYTES` (checked before it is read).
+
+    Raises:
+        ConfigError: a FIFO, device or directory, unreadable, or larger than the limit.
+    """
+    from gpuwaste.files import read_capped
+
+    try:
+        return read_capped(path, MAX_CONFIG_BYTES, what="configuration")
+    except InputFormatError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def config_json_schema() -> str:

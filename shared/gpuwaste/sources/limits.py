@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwaste.errors import InputFormatError
+from gpuwaste.files import open_regular
 
 _CHUNK = 1 << 20
 
@@ -59,7 +60,7 @@ def read_recording(path: Path, limits: RecordingLimits) -> bytes:
             bytes, or a line longer than the limit (not checked for a saved Prometheus API answer, JSON on one line).
     """
     try:
-        with path.open("rb") as raw:
+        with open_regular(path, what="recording") as raw:
             gz = raw.read(2) == b"\x1f\x8b"
             raw.seek(0)
             stream = gzip.GzipFile(fileobj=raw) if gz else raw
