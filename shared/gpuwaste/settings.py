@@ -565,7 +565,7 @@ def parse_config(text: str, *, source: str = "config") -> GpuWasteConfig:
         raise ConfigError(f"{source}: {len(text):,} characters; a configuration document is at most "
                           f"{MAX_CONFIG_BYTES:,}")
     try:
-        data = yaml.safe_load(text) if text.strip() else {}
+        data = _load_yaml(text, source) if text.strip() else {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML/JSON: {exc}") from exc
     except RecursionError as exc:
@@ -579,6 +579,75 @@ def parse_config(text: str, *, source: str = "config") -> GpuWasteConfig:
         return GpuWasteConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source=source, model=GpuWasteConfig)) from exc
+
+
+#: An integer in the configuration has at most this many digits (±1e12 is the largest value any field takes; a
+#: 5,000-digit integer would otherwise reach Python's int-conversion limit as a traceback).
+MAX_CONFIG_INT_DIGITS = 40
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses integers longer than `MAX_CONFIG_INT_DIGITS` digits before converting them."""
+
+    def construct_yaml_int(self, node: yaml.Node) -> int:  # type: ignore[override]
+        digits = str(node.value).lstrip("+-").replace("_", "")
+        if len(digits) > MAX_CONFIG_INT_DIGITS:
+            raise ConfigError(f"line {node.start_mark.line + 1}: an integer of {len(digits):,} digits is out of range "
+                              "(at most ±1e12)")
+        value: int = super().construct_yaml_int(node)
+        return value
+
+
+_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_yaml_int)
+
+
+def _load_yaml(text: str, source: str) -> Any:
+    """The YAML/JSON document, refusing a key repeated in one mapping (YAML would keep the last one silently).
+
+    Raises:
+        ConfigError: naming the repeated key's path and both lines, or an integer too long to be a setting.
+        yaml.YAMLError: the text is not YAML.
+    """
+    loader = _ConfigLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_duplicate_keys(node, source)
+        try:
+            return loader.construct_document(node)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
+    finally:
+        loader.dispose()
+
+
+def _check_duplicate_keys(root: yaml.Node, source: str) -> None:
+    """Walk the node graph once (aliases visited once: no expansion) and refuse a mapping that repeats a key.
+
+    Raises:
+        ConfigError: `source: path.to.key: duplicate key (lines A and B); keep one`.
+    """
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key, value in node.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else f"<{key.tag}>"
+                where = f"{path}.{name}" if path else name
+                line = key.start_mark.line + 1
+                if isinstance(key, yaml.ScalarNode) and name != "<<":
+                    if name in first:
+                        raise ConfigError(f"{source}: {where}: duplicate key (lines {first[name]} and {line}); keep one")
+                    first[name] = line
+                stack.append((value, where))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node.value))
 
 
 #: Bounds on a configuration document (see `parse_config`).
