@@ -16,6 +16,7 @@ from rich.console import Console
 
 from gpuwaste import __version__
 from gpuwaste.cli_support import (
+    SOURCE_ERRORS,
     KUBE_HINT,
     MIN_WINDOW_S,
     OUTPUT_HELP,
@@ -138,7 +139,7 @@ def scan(
         cc = live_cluster(cfg, cluster, prometheus, None if cluster_file else kubeconfig, context)
         try:
             sources = local.live_sources(cc, cfg, cluster_file=cluster_file)
-        except SourceUnavailableError as exc:
+        except SOURCE_ERRORS as exc:
             fail(f"{escape_markup(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
         except GpuWasteError as exc:
             hint = f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""

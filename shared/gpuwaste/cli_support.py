@@ -25,7 +25,7 @@ from rich.text import Text
 from typer.core import TyperGroup, TyperOption
 
 from gpuwaste import __version__
-from gpuwaste.errors import ConfigError, InputFormatError, PermanentError, SourceUnavailableError
+from gpuwaste.errors import ConfigError, InputFormatError, PermanentError, SourceAnswerError, SourceAuthError, SourceUnavailableError
 
 if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydantic models, boto3 or requests
     from gpuwaste.bootstrap import local
@@ -85,6 +85,11 @@ def escape_markup(text: str) -> str:
     return escape(text)
 
 
+#: Exit 3: a source (Prometheus, the Kubernetes API) unreachable, rejecting the credentials, or answering nothing usable
+#: (malformed, refused, redirected, over its size cap, past its deadline) — the source is at fault, not the input.
+SOURCE_ERRORS = (SourceUnavailableError, SourceAuthError, SourceAnswerError)
+
+
 class GuardedGroup(TyperGroup):
     """The command group: user mistakes that reach the top of any command become one `error:` line, never
     a traceback (pydantic ValidationError, ConfigError, InputFormatError, OSError: exit 2; a source that
@@ -101,7 +106,7 @@ class GuardedGroup(TyperGroup):
             fail(escape_markup(format_validation_error(exc, source="option").replace("\n", "; ")))
         except InputFormatError as exc:
             fail(escape_markup(f"{exc}") + "\nThe input is malformed at the place shown; fix or re-create it.")
-        except SourceUnavailableError as exc:
+        except SOURCE_ERRORS as exc:
             fail(escape_markup(str(exc)) + "\nCheck the URL, network access and credentials, then retry.", code=3)
         except PermanentError as exc:  # ConfigError and the other errors retrying cannot fix
             fail(escape_markup(str(exc)))
@@ -549,7 +554,7 @@ def run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool,
         report: ScanReport = service.scan(at=at)
     except InputFormatError as exc:
         fail(f"{escape_markup(str(exc))}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
-    except SourceUnavailableError as exc:
+    except SOURCE_ERRORS as exc:
         fail(f"{escape_markup(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
         fail(escape_markup(str(exc)))

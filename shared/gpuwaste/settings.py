@@ -110,6 +110,15 @@ class PrometheusSettings(BaseModel):
         url: base URL (e.g. https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-…/ for AMP).
         timeout_s: per-request timeout (seconds). max_retries: bounded retries on timeouts and 5xx.
         max_series: refuse a result larger than this (a fleet-sized guard against a runaway query).
+        max_answer_mb: refuse an answer larger than this many MB (10^6 bytes), counted both as received and after
+            gzip/deflate decoding, before it is decoded as JSON. The default 256 is 3× the largest answer of a
+            10,004-GPU scan (up to ~85 MB on the raw plan; 8.8 MB on the recording-rules plan, bench/RESULTS.md):
+            about 30,000 GPUs per Prometheus without the recording rules, several times that with them.
+        answer_deadline_s: one answer must be complete within this many seconds of its request — a Prometheus (or
+            proxy) that sends its headers and then a byte every few seconds never trips the per-read `timeout_s`
+            (the headers themselves are bounded by `timeout_s` per read; the deadline is checked between reads of
+            the body, each read waiting at most what is left of it). The default 120 s is 4× `timeout_s` and ~100× the slowest query of the 10,004-GPU bench
+            plan (1.25 s, bench/RESULTS.md), below the 150 s scan Lambda timeout.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -121,6 +130,8 @@ class PrometheusSettings(BaseModel):
     verify_tls: bool = True
     headers: dict[str, str] = Field(default_factory=dict)
     max_series: int = Field(500_000, gt=0)
+    max_answer_mb: int = Field(256, ge=1, le=8192)
+    answer_deadline_s: float = Field(120.0, gt=0, le=3600)
     concurrency: int = Field(4, ge=1, le=16)
     matchers: dict[str, str] = Field(
         default_factory=dict,

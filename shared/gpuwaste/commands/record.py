@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuwaste.cli_support import app, err, fail, parse_positive, parse_time, parse_window, progress_printer
+from gpuwaste.cli_support import SOURCE_ERRORS, app, err, fail, parse_positive, parse_time, parse_window, progress_printer
 from gpuwaste.errors import GpuWasteError, InputFormatError, PermanentError, SourceAuthError, SourceUnavailableError
 from gpuwaste.files import read_capped, recording_max_bytes
 
@@ -112,7 +112,7 @@ def record(
         if cluster_json is not None or cluster_state_mode(cc) != "kube-state-metrics":
             progress("reading cluster state")
             kube = _cluster_objects(cluster_json, cc, progress)
-    except SourceUnavailableError as exc:
+    except SOURCE_ERRORS as exc:
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except (SourceAuthError, PermanentError) as exc:
         fail(str(exc))
