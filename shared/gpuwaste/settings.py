@@ -299,6 +299,9 @@ class SlackSettings(BaseModel):
         timeout_s: per-request timeout (seconds).
         rate_limit_retries / server_error_retries: in-process retries (429 honours `Retry-After`) before a
             delivery fails and is retried through the queue.
+        max_retry_after_s: outside Lambda, a 429 whose `Retry-After` is longer than this is not waited out: the
+            delivery is deferred (it stays in the outbox; `gpuwaste run` exits 4). The default 60 s covers Slack's
+            per-minute rate-limit tiers; inside Lambda the invocation's time left is the cap instead.
         workspace_url: e.g. https://acme.slack.com; Jira tickets then link to the finding's Slack thread.
     """
 
@@ -310,6 +313,10 @@ class SlackSettings(BaseModel):
     base_url: str = Field("https://slack.com/api/", pattern=r"^https?://")
     timeout_s: float = Field(10.0, gt=0, le=60)
     rate_limit_retries: int = Field(3, ge=0, le=10)
+    max_retry_after_s: float = Field(
+        60.0, ge=0, le=3600,
+        description="outside Lambda, the longest Retry-After waited in-process; a longer one defers the delivery (it stays "
+                    "in the outbox, the run exits 4)")
     server_error_retries: int = Field(1, ge=0, le=5)
     request_max_age_s: int = Field(300, ge=30, le=900)
     workspace_url: str | None = Field(None, pattern=r"^https://")
@@ -338,6 +345,10 @@ class TeamsSettings(BaseModel):
     default_webhook: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     timeout_s: float = Field(10.0, gt=0, le=60)
     rate_limit_retries: int = Field(3, ge=0, le=10)
+    max_retry_after_s: float = Field(
+        60.0, ge=0, le=3600,
+        description="outside Lambda, the longest Retry-After waited in-process; a longer one defers the delivery (it stays "
+                    "in the outbox, the run exits 4)")
     server_error_retries: int = Field(1, ge=0, le=5)
     max_payload_bytes: int = Field(27_000, ge=2_000, le=28_000)
 
@@ -376,6 +387,10 @@ class WebhookSettings(BaseModel):
     secret_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
     timeout_s: float = Field(10.0, gt=0, le=60)
     rate_limit_retries: int = Field(3, ge=0, le=10)
+    max_retry_after_s: float = Field(
+        60.0, ge=0, le=3600,
+        description="outside Lambda, the longest Retry-After waited in-process; a longer one defers the delivery (it stays "
+                    "in the outbox, the run exits 4)")
     server_error_retries: int = Field(1, ge=0, le=5)
     max_payload_bytes: int = Field(256_000, ge=4_000, le=5_000_000)
 
