@@ -16,10 +16,10 @@ from rich.console import Console
 
 from gpuwaste import __version__
 from gpuwaste.cli_support import (
-    SOURCE_ERRORS,
     KUBE_HINT,
     MIN_WINDOW_S,
     OUTPUT_HELP,
+    SOURCE_ERRORS,
     VERBOSE,
     Fmt,
     GroupBy,
@@ -48,7 +48,7 @@ from gpuwaste.cli_support import (
     team_function,
     warn_recording,
 )
-from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, SourceUnavailableError
+from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError
 
 if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydantic models, boto3 or requests
     from gpuwaste.services.scan import ScanReport

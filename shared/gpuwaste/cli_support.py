@@ -25,7 +25,14 @@ from rich.text import Text
 from typer.core import TyperGroup, TyperOption
 
 from gpuwaste import __version__
-from gpuwaste.errors import ConfigError, InputFormatError, PermanentError, SourceAnswerError, SourceAuthError, SourceUnavailableError
+from gpuwaste.errors import (
+    ConfigError,
+    InputFormatError,
+    PermanentError,
+    SourceAnswerError,
+    SourceAuthError,
+    SourceUnavailableError,
+)
 
 if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydantic models, boto3 or requests
     from gpuwaste.bootstrap import local

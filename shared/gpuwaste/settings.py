@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from datetime import timedelta
 from decimal import Decimal
@@ -103,6 +104,17 @@ class PrometheusAuth(BaseModel):
         return self
 
 
+def _env_number(name: str, default: float, low: float, high: float) -> float:
+    """A default read from the environment (`gpuwaste doctor` and `scan --prometheus` have no configuration file);
+    `default` when unset, not a number, or outside [low, high]."""
+    text = os.environ.get(name, "").strip()
+    try:
+        value = float(text) if text and len(text) <= 20 else default
+    except ValueError:
+        return default
+    return value if low <= value <= high else default
+
+
 class PrometheusSettings(BaseModel):
     """Where and how to query Prometheus.
 
@@ -117,7 +129,9 @@ class PrometheusSettings(BaseModel):
         answer_deadline_s: one answer must be complete within this many seconds of its request — a Prometheus (or
             proxy) that sends its headers and then a byte every few seconds never trips the per-read `timeout_s`
             (the headers themselves are bounded by `timeout_s` per read; the deadline is checked between reads of
-            the body, each read waiting at most what is left of it). The default 120 s is 4× `timeout_s` and ~100× the slowest query of the 10,004-GPU bench
+            the body, each read waiting at most what is left of it).
+        The environment variables GPUWASTE_PROMETHEUS_MAX_ANSWER_MB and GPUWASTE_PROMETHEUS_ANSWER_DEADLINE_S set
+        the defaults of these two (for `gpuwaste doctor` and `scan --prometheus`, which read no configuration file). The default 120 s is 4× `timeout_s` and ~100× the slowest query of the 10,004-GPU bench
             plan (1.25 s, bench/RESULTS.md), below the 150 s scan Lambda timeout.
     """
 
@@ -130,8 +144,10 @@ class PrometheusSettings(BaseModel):
     verify_tls: bool = True
     headers: dict[str, str] = Field(default_factory=dict)
     max_series: int = Field(500_000, gt=0)
-    max_answer_mb: int = Field(256, ge=1, le=8192)
-    answer_deadline_s: float = Field(120.0, gt=0, le=3600)
+    max_answer_mb: int = Field(default_factory=lambda: int(_env_number("GPUWASTE_PROMETHEUS_MAX_ANSWER_MB", 256, 1, 8192)),
+                               ge=1, le=8192)
+    answer_deadline_s: float = Field(default_factory=lambda: _env_number("GPUWASTE_PROMETHEUS_ANSWER_DEADLINE_S", 120.0, 0.1, 3600),
+                                     gt=0, le=3600)
     concurrency: int = Field(4, ge=1, le=16)
     matchers: dict[str, str] = Field(
         default_factory=dict,

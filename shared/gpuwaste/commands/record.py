@@ -22,8 +22,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuwaste.cli_support import SOURCE_ERRORS, app, err, fail, parse_positive, parse_time, parse_window, progress_printer
-from gpuwaste.errors import GpuWasteError, InputFormatError, PermanentError, SourceAuthError, SourceUnavailableError
+from gpuwaste.cli_support import (
+    SOURCE_ERRORS,
+    app,
+    err,
+    fail,
+    parse_positive,
+    parse_time,
+    parse_window,
+    progress_printer,
+)
+from gpuwaste.errors import GpuWasteError, InputFormatError, PermanentError, SourceAuthError
 from gpuwaste.files import read_capped, recording_max_bytes
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpuwaste.cli_support import (
-    SOURCE_ERRORS,
     DEFAULT_STATE,
     KUBE_HINT,
+    SOURCE_ERRORS,
     Output,
     View,
     app,
@@ -32,7 +32,7 @@ from gpuwaste.cli_support import (
     render,
     team_function,
 )
-from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
+from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError
 from gpuwaste.models.text import for_terminal, strip_controls
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast

@@ -40,7 +40,14 @@ from requests.auth import AuthBase, HTTPBasicAuth
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from urllib3.util.retry import Retry
 
-from gpuwaste.errors import ConfigError, GpuWasteError, PermanentError, SourceAnswerError, SourceAuthError, SourceUnavailableError
+from gpuwaste.errors import (
+    ConfigError,
+    GpuWasteError,
+    PermanentError,
+    SourceAnswerError,
+    SourceAuthError,
+    SourceUnavailableError,
+)
 from gpuwaste.models.telemetry import (
     MAX_WINDOW_S,
     MIN_WINDOW_S,
