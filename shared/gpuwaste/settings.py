@@ -631,7 +631,7 @@ MAX_CONFIG_INT_DIGITS = 40
 class _ConfigLoader(yaml.SafeLoader):
     """`yaml.SafeLoader` that refuses integers longer than `MAX_CONFIG_INT_DIGITS` digits before converting them."""
 
-    def construct_yaml_int(self, node: yaml.Node) -> int:  # type: ignore[override]
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         digits = str(node.value).lstrip("+-").replace("_", "")
         if len(digits) > MAX_CONFIG_INT_DIGITS:
             raise ConfigError(f"line {node.start_mark.line + 1}: an integer of {len(digits):,} digits is out of range "

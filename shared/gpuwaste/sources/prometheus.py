@@ -168,7 +168,7 @@ class BoundedAdapter(HTTPAdapter):
             response.close()  # never reuse a connection left mid-answer
             raise
         response._content = body
-        response._content_consumed = True
+        response._content_consumed = True  # type: ignore[attr-defined]
         response.raw.release_conn()
         return response
 
