@@ -144,8 +144,8 @@ class PrometheusSettings(BaseModel):
     verify_tls: bool = True
     headers: dict[str, str] = Field(default_factory=dict)
     max_series: int = Field(500_000, gt=0)
-    max_answer_mb: int = Field(default_factory=lambda: int(_env_number("GPUWASTE_PROMETHEUS_MAX_ANSWER_MB", 256, 1, 8192)),
-                               ge=1, le=8192)
+    max_answer_mb: float = Field(default_factory=lambda: _env_number("GPUWASTE_PROMETHEUS_MAX_ANSWER_MB", 256.0, 0.01, 8192),
+                                 ge=0.01, le=8192)
     answer_deadline_s: float = Field(default_factory=lambda: _env_number("GPUWASTE_PROMETHEUS_ANSWER_DEADLINE_S", 120.0, 0.1, 3600),
                                      gt=0, le=3600)
     concurrency: int = Field(4, ge=1, le=16)

@@ -108,7 +108,7 @@ class _AnswerBoundError(requests.RequestException):
 class _AnswerTooLarge(_AnswerBoundError):
     """The answer grew past `max_answer_mb` (received, or decoded from gzip/deflate)."""
 
-    def __init__(self, limit_mb: int, *, decoded: bool) -> None:
+    def __init__(self, limit_mb: float, *, decoded: bool) -> None:
         super().__init__(limit_mb)
         self.limit_mb = limit_mb
         self.decoded = decoded
@@ -149,7 +149,7 @@ class BoundedAdapter(HTTPAdapter):
         _AnswerTooLarge, _AnswerTooSlow, _AnswerUndecodable: subclasses of `requests.RequestException`.
     """
 
-    def __init__(self, *, max_bytes: int, deadline_s: float, limit_mb: int) -> None:
+    def __init__(self, *, max_bytes: int, deadline_s: float, limit_mb: float) -> None:
         super().__init__(max_retries=Retry(total=0, read=False))
         self.max_bytes = max_bytes
         self.deadline_s = deadline_s
@@ -431,7 +431,7 @@ class PrometheusGpuMetricsSource:
         if isinstance(exc, _AnswerTooLarge):
             how = "decoded from its compression" if exc.decoded else "received"
             return SourceAnswerError(
-                f"Prometheus answer over {exc.limit_mb} MB ({how}) to the {what} query from {self.url} — raise "
+                f"Prometheus answer over {exc.limit_mb:g} MB ({how}) to the {what} query from {self.url} — raise "
                 "prometheus.max_answer_mb or use recording rules / shards (`gpuwaste doctor` checks the rules)"
             )
         if isinstance(exc, _AnswerTooSlow):
@@ -1165,7 +1165,7 @@ def make_client(settings: PrometheusSettings) -> PrometheusConnect:
         timeout=settings.timeout_s,
     )
     # every answer through this session is read bounded (replacing the adapter PrometheusConnect mounted for its URL)
-    adapter = BoundedAdapter(max_bytes=settings.max_answer_mb * 1_000_000, deadline_s=settings.answer_deadline_s,
+    adapter = BoundedAdapter(max_bytes=int(settings.max_answer_mb * 1_000_000), deadline_s=settings.answer_deadline_s,
                              limit_mb=settings.max_answer_mb)
     for prefix in (client.url, "http://", "https://"):
         session.mount(prefix, adapter)
