@@ -129,10 +129,11 @@ class PrometheusSettings(BaseModel):
         answer_deadline_s: one answer must be complete within this many seconds of its request — a Prometheus (or
             proxy) that sends its headers and then a byte every few seconds never trips the per-read `timeout_s`
             (the headers themselves are bounded by `timeout_s` per read; the deadline is checked between reads of
-            the body, each read waiting at most what is left of it).
+            the body, each read waiting at most what is left of it). The default 120 s is 4× `timeout_s` and ~100×
+            the slowest query of the 10,004-GPU bench plan (1.25 s, bench/RESULTS.md), below the 150 s scan Lambda
+            timeout.
         The environment variables GPUWASTE_PROMETHEUS_MAX_ANSWER_MB and GPUWASTE_PROMETHEUS_ANSWER_DEADLINE_S set
-        the defaults of these two (for `gpuwaste doctor` and `scan --prometheus`, which read no configuration file). The default 120 s is 4× `timeout_s` and ~100× the slowest query of the 10,004-GPU bench
-            plan (1.25 s, bench/RESULTS.md), below the 150 s scan Lambda timeout.
+        the defaults of these two (for `gpuwaste doctor` and `scan --prometheus`, which read no configuration file).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -145,9 +146,9 @@ class PrometheusSettings(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     max_series: int = Field(500_000, gt=0)
     max_answer_mb: float = Field(default_factory=lambda: _env_number("GPUWASTE_PROMETHEUS_MAX_ANSWER_MB", 256.0, 0.01, 8192),
-                                 ge=0.01, le=8192)
+                                 ge=0.01, le=8192, json_schema_extra={"default": 256.0})
     answer_deadline_s: float = Field(default_factory=lambda: _env_number("GPUWASTE_PROMETHEUS_ANSWER_DEADLINE_S", 120.0, 0.1, 3600),
-                                     gt=0, le=3600)
+                                     gt=0, le=3600, json_schema_extra={"default": 120.0})
     concurrency: int = Field(4, ge=1, le=16)
     matchers: dict[str, str] = Field(
         default_factory=dict,
