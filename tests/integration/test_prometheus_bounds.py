@@ -70,3 +70,29 @@ def test_unusable_status_answers_are_source_errors_not_retried(status: int, erro
 def test_malformed_answer_is_a_source_answer_error() -> None:
     with HostileHttpServer("malformed") as server, pytest.raises(SourceAnswerError, match="did not answer like a Prometheus HTTP API"):
         _source(server.url).instant_query("up", at=AT)
+
+
+def test_gzip_answer_of_several_members_is_decoded_whole() -> None:
+    # GIVEN a real BoundedAdapter reading a 200 answer sent as two gzip members (RFC 1952 allows several)
+    import gzip
+    import socket
+    import threading
+
+    doc = b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"a":"b"},"value":[1,"2"]}]}}'
+    body = gzip.compress(doc[:40]) + gzip.compress(doc[40:])
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+                         + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        # WHEN queried / THEN the whole document was decoded (both members)
+        assert _source(f"http://127.0.0.1:{port}").instant_query("up", at=AT) == [{"metric": {"a": "b"}, "value": [1, "2"]}]
+    finally:
+        listener.close()

@@ -15,27 +15,39 @@ connection, on 127.0.0.1 and an ephemeral port. Kinds:
 
 from __future__ import annotations
 
-import gzip
-import io
+import functools
 import socket
+import struct
 import threading
 import time
+import zlib
 from typing import Any
 
 _REASONS = {200: "OK", 302: "Found", 401: "Unauthorized", 422: "Unprocessable Entity", 503: "Service Unavailable"}
 
 
+@functools.lru_cache(maxsize=4)
 def gzip_bomb(size: int) -> bytes:
-    """A gzip stream of a JSON prefix then `size` bytes of spaces (compresses ~1000:1)."""
-    buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=9) as gz:
-        gz.write(b'{"status":"success","data":{"resultType":"vector","result":[')
-        block = b" " * (1 << 20)
-        left = size
-        while left > 0:
-            gz.write(block[: min(left, len(block))])
-            left -= len(block)
-    return buf.getvalue()
+    """A valid gzip stream of a JSON prefix then about `size` bytes of spaces (~1000:1), built in well under a second:
+    each 1 MiB block is deflated after a full flush, so its compressed form is the same every time and is repeated."""
+    prefix = b'{"status":"success","data":{"resultType":"vector","result":['
+    block = b" " * (1 << 20)
+    count = max(1, size // len(block))
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    head = deflate.compress(prefix) + deflate.flush(zlib.Z_FULL_FLUSH)
+    deflate.compress(block)
+    deflate.flush(zlib.Z_FULL_FLUSH)  # the first block after the prefix may differ; the next ones repeat
+    repeated = deflate.compress(block) + deflate.flush(zlib.Z_FULL_FLUSH)
+    crc = zlib.crc32(prefix)
+    for _ in range(count + 1):
+        crc = zlib.crc32(block, crc)
+    total = len(prefix) + (count + 1) * len(block)
+    first = zlib.compressobj(9, zlib.DEFLATED, -15)
+    first.compress(prefix)
+    first.flush(zlib.Z_FULL_FLUSH)
+    first_block = first.compress(block) + first.flush(zlib.Z_FULL_FLUSH)
+    body = head + first_block + repeated * count + deflate.flush(zlib.Z_FINISH)
+    return (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff" + body + struct.pack("<II", crc & 0xFFFFFFFF, total & 0xFFFFFFFF))
 
 
 class HostileHttpServer:

@@ -206,13 +206,25 @@ class BoundedAdapter(HTTPAdapter):
             received += len(chunk)
             if received > self.max_bytes and not truncate:
                 raise _AnswerTooLarge(self.limit_mb, decoded=False)
-            if decoder is not None:
+            if decoder is not None:  # decoded no further than the cap: a bomb stops here, never inflated whole
+                decoded: list[bytes] = []
+                room = cap + 1 - size
+                data = chunk
                 try:
-                    chunk = decoder.decompress(chunk, cap + 1 - size)
+                    while data and room > 0:
+                        piece = decoder.decompress(data, room)
+                        decoded.append(piece)
+                        room -= len(piece)
+                        if decoder.unconsumed_tail:
+                            if not truncate:
+                                raise _AnswerTooLarge(self.limit_mb, decoded=True)
+                            break
+                        data = decoder.unused_data if decoder.eof else b""
+                        if data:  # another gzip member follows (RFC 1952 allows several)
+                            decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 except zlib.error as exc:
                     raise _AnswerUndecodable(f"corrupt {encoding} stream") from exc
-                if decoder.unconsumed_tail and not truncate:
-                    raise _AnswerTooLarge(self.limit_mb, decoded=True)
+                chunk = b"".join(decoded)
             size += len(chunk)
             if size > cap:
                 if truncate:
