@@ -126,10 +126,10 @@ class PrometheusSettings(BaseModel):
             gzip/deflate decoding, before it is decoded as JSON. The default 256 is 3× the largest answer of a
             10,004-GPU scan (up to ~85 MB on the raw plan; 8.8 MB on the recording-rules plan, bench/RESULTS.md):
             about 30,000 GPUs per Prometheus without the recording rules, several times that with them.
-        answer_deadline_s: one answer must be complete within this many seconds of its request — a Prometheus (or
-            proxy) that sends its headers and then a byte every few seconds never trips the per-read `timeout_s`
-            (the headers themselves are bounded by `timeout_s` per read; the deadline is checked between reads of
-            the body, each read waiting at most what is left of it). The default 120 s is 4× `timeout_s` and ~100×
+        answer_deadline_s: one answer, headers and body, must be complete within this many seconds of its request —
+            a Prometheus (or proxy) that sends its headers and then a byte every few seconds never trips the per-read
+            `timeout_s` (a watchdog shuts the connection down at the deadline; between body reads it is checked too,
+            each read waiting at most what is left of it). The default 120 s is 4× `timeout_s` and ~100×
             the slowest query of the 10,004-GPU bench plan (1.25 s, bench/RESULTS.md), below the 150 s scan Lambda
             timeout.
         The environment variables GPUWASTE_PROMETHEUS_MAX_ANSWER_MB and GPUWASTE_PROMETHEUS_ANSWER_DEADLINE_S set

@@ -37,6 +37,34 @@ def test_deadline_holds_when_the_server_is_silent_longer_than_the_deadline() -> 
     assert seen == 1  # not retried: a stalled answer would only stall again
 
 
+def test_deadline_holds_when_the_headers_trickle_in() -> None:
+    # GIVEN a server that sends the status line, then a header one byte every 0.3 s (each read within the 10 s timeout)
+    with HostileHttpServer("header_drip", drip_s=0.3) as server:
+        source = _source(server.url, answer_deadline_s=1.0, timeout_s=10.0)
+        t0 = time.monotonic()
+        # WHEN a query runs / THEN the deadline's watchdog cuts the connection at 1 s: no headers, no hang
+        with pytest.raises(SourceUnavailableError, match=r"did not finish its answer .* within 1 s"):
+            source.instant_query("up", at=AT)
+        elapsed = time.monotonic() - t0
+        seen = server.requests_seen
+    assert elapsed < 2.5, elapsed
+    assert seen == 1
+
+
+def test_a_finished_answer_is_never_cut_by_its_watchdog() -> None:
+    # GIVEN a 0.5 s deadline and a quick, valid (malformed-JSON) answer, asked many times on kept-alive connections
+    with HostileHttpServer("malformed") as server:
+        source = _source(server.url, answer_deadline_s=0.5)
+        for _ in range(5):
+            with pytest.raises(SourceAnswerError):
+                source.instant_query("up", at=AT)
+        # WHEN the watchdogs' deadlines pass after the answers were read
+        time.sleep(0.8)
+        # THEN nothing was cut late: the next query still gets its answer (not a deadline error)
+        with pytest.raises(SourceAnswerError, match="did not answer like a Prometheus HTTP API"):
+            source.instant_query("up", at=AT)
+
+
 def test_answer_over_the_cap_is_refused_without_retry_and_names_the_setting() -> None:
     with HostileHttpServer("huge", size=50_000_000) as server:
         source = _source(server.url, max_answer_mb=2)

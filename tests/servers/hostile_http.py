@@ -7,6 +7,7 @@ connection, on 127.0.0.1 and an ephemeral port. Kinds:
   1 MiB pieces with a Content-Length (the client must stop reading at its cap);
 * ``gzip_bomb``: a 200 answer, `Content-Encoding: gzip`, whose few-hundred-KB body inflates to `size` bytes;
 * ``slow_drip``: headers at once, then one byte of body every `drip_s` seconds, forever;
+* ``header_drip``: the status line, then one byte of a header every `drip_s` seconds, forever (no body ever);
 * ``malformed``: a 200 answer that is not JSON;
 * ``status``: the status line `status` (401, 302 with a Location, 422, 503 …) with a small JSON error body.
 
@@ -124,6 +125,11 @@ class HostileHttpServer:
             conn.sendall(self._head(200, 1 << 30))
             while not self._stop.is_set():
                 conn.sendall(b" ")
+                time.sleep(self.drip_s)
+        elif self.kind == "header_drip":  # the status line, then one byte of a header every `drip_s`, forever
+            conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            while not self._stop.is_set():
+                conn.sendall(b"a")
                 time.sleep(self.drip_s)
         elif self.kind == "malformed":
             body = b"<html><body>Welcome to nginx!</body></html>"

@@ -18,6 +18,7 @@ result larger than `max_series` as `PermanentError`. Credentials never appear in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -136,9 +137,68 @@ _ERROR_BODY_BYTES = 64 << 10
 _READ_BYTES = 64 << 10
 
 
+class _Watch:
+    """One request's deadline watchdog: the connection it uses (noted by the pool), and whether the deadline fired."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.fired = False
+        self.done = False
+        self.received = 0
+        self.lock = threading.Lock()
+
+    def cut(self) -> None:
+        """At the deadline: shut the request's socket down (a blocked read returns at once), unless it finished."""
+        with self.lock:
+            if self.done:
+                return
+            self.fired = True
+            sock = getattr(self.conn, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def finish(self) -> None:
+        """The answer is read (or failed): the watchdog must not touch the connection any more."""
+        with self.lock:
+            self.done = True
+
+
+#: the watch of the request this thread is sending (set by `BoundedAdapter.send`, read by the pools)
+_WATCHED = threading.local()
+
+
+def _note_connection(conn: Any) -> None:
+    watch = getattr(_WATCHED, "watch", None)
+    if watch is not None:
+        with watch.lock:
+            watch.conn = conn
+            late = watch.fired
+        if late:  # the deadline passed while connecting: cut now
+            watch.cut()
+            raise urllib3.exceptions.ProtocolError("answer deadline passed")
+
+
+class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
+    """An HTTP pool that tells the request's watch which connection it uses."""
+
+    def _make_request(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
+        _note_connection(conn)
+        return super()._make_request(conn, *args, **kwargs)
+
+
+class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
+    """An HTTPS pool that tells the request's watch which connection it uses."""
+
+    def _make_request(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
+        _note_connection(conn)
+        return super()._make_request(conn, *args, **kwargs)
+
+
 class BoundedAdapter(HTTPAdapter):
     """An `HTTPAdapter` that reads each answer itself: at most `max_bytes` (as received and after decoding), complete
-    within `deadline_s` of the request, each read waiting no longer than what is left of the deadline.
+    within `deadline_s` of the request (headers included: a watchdog shuts the connection down at the deadline), each
+    read waiting no longer than what is left of the deadline.
 
     The body is read in 64 KiB pieces with `read1` (a dripping server returns what it has, so the deadline is checked
     between pieces); gzip and deflate are decoded here with `zlib` and a bounded output (`max_length`), so a
@@ -155,24 +215,51 @@ class BoundedAdapter(HTTPAdapter):
         self.deadline_s = deadline_s
         self.limit_mb = limit_mb
 
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any) -> None:
+        """requests' pool manager, its pools noting the connection each request uses (for the deadline's watchdog)."""
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
     def send(self, request: requests.PreparedRequest, stream: bool = False, timeout: Any = None, verify: Any = True,
              cert: Any = None, proxies: Any = None) -> requests.Response:
-        """Send the request and read its whole answer within the bounds (the answer comes back already read)."""
+        """Send the request and read its whole answer within the bounds (the answer comes back already read).
+
+        A watchdog shuts the request's socket down at the deadline, so headers that trickle in (each byte within
+        the per-read timeout) are cut too; between body pieces the deadline is also checked directly.
+        """
         t0 = time.monotonic()
         connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         read = self.deadline_s if read is None else min(float(read), self.deadline_s)
-        response = super().send(request, stream=True, timeout=(connect, read), verify=verify, cert=cert, proxies=proxies)
+        watch = _Watch()
+        _WATCHED.watch = watch
+        timer = threading.Timer(self.deadline_s, watch.cut)
+        timer.daemon = True
+        timer.start()
         try:
-            body = self._read(response, t0 + self.deadline_s, read, truncate=response.status_code != 200)
-        except BaseException:
-            response.close()  # never reuse a connection left mid-answer
+            response = super().send(request, stream=True, timeout=(connect, read), verify=verify, cert=cert, proxies=proxies)
+            try:
+                body = self._read(response, t0 + self.deadline_s, read, truncate=response.status_code != 200, watch=watch)
+            except BaseException:
+                watch.finish()
+                response.close()  # never reuse a connection left mid-answer
+                raise
+            watch.finish()  # before the connection goes back to the pool: the watchdog never cuts it after this
+        except _AnswerBoundError:
             raise
+        except Exception as exc:
+            if watch.fired:
+                raise _AnswerTooSlow(self.deadline_s, watch.received) from exc
+            raise
+        finally:
+            watch.finish()
+            timer.cancel()
+            _WATCHED.watch = None
         response._content = body
         response._content_consumed = True  # type: ignore[attr-defined]
         response.raw.release_conn()
         return response
 
-    def _read(self, response: requests.Response, deadline: float, read_timeout: float, *, truncate: bool) -> bytes:
+    def _read(self, response: requests.Response, deadline: float, read_timeout: float, *, truncate: bool, watch: _Watch) -> bytes:
         raw = response.raw
         cap = _ERROR_BODY_BYTES if truncate else self.max_bytes
         encoding = response.headers.get("Content-Encoding", "").strip().lower()
@@ -204,6 +291,7 @@ class BoundedAdapter(HTTPAdapter):
             if not chunk:
                 break
             received += len(chunk)
+            watch.received = received
             if received > self.max_bytes and not truncate:
                 raise _AnswerTooLarge(self.limit_mb, decoded=False)
             if decoder is not None:  # decoded no further than the cap: a bomb stops here, never inflated whole
