@@ -104,6 +104,7 @@ ANSWERS = [
     pytest.param("huge", {"size": 300_000_000}, f"answer over {ANSWER_CAP_MB} MB (received)", id="huge-300MB"),
     pytest.param("gzip_bomb", {"size": 2_000_000_000}, f"answer over {ANSWER_CAP_MB} MB (decoded", id="gzip-bomb-2GB"),
     pytest.param("slow_drip", {"drip_s": 0.5}, f"within {DEADLINE_S:g} s", id="slow-drip"),
+    pytest.param("header_drip", {"drip_s": 0.5}, f"within {DEADLINE_S:g} s", id="header-drip"),
     pytest.param("malformed", {}, "did not answer like a Prometheus HTTP API", id="malformed"),
     pytest.param("status", {"status": 401}, "rejected the credentials (HTTP 401)", id="401"),
     pytest.param("status", {"status": 302}, "redirected", id="302"),
@@ -128,7 +129,7 @@ def test_hostile_prometheus_answer_is_one_line_exit_3_bounded(kind: str, options
     figures.bad_input(f"prometheus answer {kind}")
 
 
-@pytest.mark.parametrize(("kind", "options", "says"), [ANSWERS[0], ANSWERS[2]])
+@pytest.mark.parametrize(("kind", "options", "says"), [ANSWERS[0], ANSWERS[2], ANSWERS[3]])
 def test_hostile_prometheus_answer_to_doctor_is_bounded_by_the_environment(kind: str, options: dict[str, Any], says: str,
                                                                           figures: Any) -> None:
     # GIVEN the same trouble, and doctor (which reads no config) with the caps from the environment
