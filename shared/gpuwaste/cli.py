@@ -19,6 +19,7 @@ from gpuwaste.cli_support import (
     KUBE_HINT,
     MIN_WINDOW_S,
     OUTPUT_HELP,
+    SOURCE_ERRORS,
     VERBOSE,
     Fmt,
     GroupBy,
@@ -47,7 +48,7 @@ from gpuwaste.cli_support import (
     team_function,
     warn_recording,
 )
-from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, SourceUnavailableError
+from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError
 from gpuwaste.models import redaction
 
 if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydantic models, boto3 or requests
@@ -139,7 +140,7 @@ def scan(
         cc = live_cluster(cfg, cluster, prometheus, None if cluster_file else kubeconfig, context)
         try:
             sources = local.live_sources(cc, cfg, cluster_file=cluster_file)
-        except SourceUnavailableError as exc:
+        except SOURCE_ERRORS as exc:
             fail(f"{escape_markup(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
         except GpuWasteError as exc:
             hint = f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""
@@ -169,10 +170,13 @@ def _read_truth(path: Path) -> list[dict]:  # type: ignore[type-arg]
     Raises:
         typer.Exit: (exit 2) when it cannot be read or is not a list of objects.
     """
+    from gpuwaste.files import read_capped, recording_max_bytes
+
     try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        fail(f"--truth {escape_markup(str(path))}: {exc.strerror}")
+        doc = json.loads(read_capped(path, recording_max_bytes(), what="truth file",
+                                     hint="if it is genuine, raise it with GPUWASTE_RECORDING_MAX_MB=<MiB>"))
+    except InputFormatError as exc:
+        fail(f"--truth {escape_markup(str(exc))}")
     except json.JSONDecodeError as exc:
         fail(f"--truth {escape_markup(str(path))}: not JSON ({exc.msg} at line {exc.lineno}); pass the truth.json of a generated fleet")
     if not isinstance(doc, list) or not all(isinstance(t, dict) for t in doc):
@@ -223,7 +227,7 @@ def demo(
                                 quiet=quiet, slack=True, state_kept=state is not None, recording=path)
     report = chain.reports[-1]
     if output is Output.table:
-        _print_truth(report, json.loads((path / "truth.json").read_text()), to=out)
+        _print_truth(report, _read_truth(path / "truth.json"), to=out)
         from gpuwaste.sinks import terminal
 
         # the demo ends as `scan` does: what the waste costs per team, then the total

@@ -25,7 +25,14 @@ from rich.text import Text
 from typer.core import TyperGroup, TyperOption
 
 from gpuwaste import __version__
-from gpuwaste.errors import ConfigError, InputFormatError, PermanentError, SourceUnavailableError
+from gpuwaste.errors import (
+    ConfigError,
+    InputFormatError,
+    PermanentError,
+    SourceAnswerError,
+    SourceAuthError,
+    SourceUnavailableError,
+)
 
 if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydantic models, boto3 or requests
     from gpuwaste.bootstrap import local
@@ -85,6 +92,11 @@ def escape_markup(text: str) -> str:
     return escape(text)
 
 
+#: Exit 3: a source (Prometheus, the Kubernetes API) unreachable, rejecting the credentials, or answering nothing usable
+#: (malformed, refused, redirected, over its size cap, past its deadline) — the source is at fault, not the input.
+SOURCE_ERRORS = (SourceUnavailableError, SourceAuthError, SourceAnswerError)
+
+
 class GuardedGroup(TyperGroup):
     """The command group: user mistakes that reach the top of any command become one `error:` line, never
     a traceback (pydantic ValidationError, ConfigError, InputFormatError, OSError: exit 2; a source that
@@ -101,7 +113,7 @@ class GuardedGroup(TyperGroup):
             fail(escape_markup(format_validation_error(exc, source="option").replace("\n", "; ")))
         except InputFormatError as exc:
             fail(escape_markup(f"{exc}") + "\nThe input is malformed at the place shown; fix or re-create it.")
-        except SourceUnavailableError as exc:
+        except SOURCE_ERRORS as exc:
             fail(escape_markup(str(exc)) + "\nCheck the URL, network access and credentials, then retry.", code=3)
         except PermanentError as exc:  # ConfigError and the other errors retrying cannot fix
             fail(escape_markup(str(exc)))
@@ -251,10 +263,14 @@ def check_kubeconfig(path: Path | None) -> None:
         return
     import yaml
 
+    from gpuwaste.files import read_capped
+
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        fail(f"--kubeconfig {path}: cannot read it ({getattr(exc, 'strerror', None) or type(exc).__name__}). {KUBE_HINT}")
+        doc = yaml.safe_load(read_capped(path, 16 << 20, what="kubeconfig").decode("utf-8"))
+    except InputFormatError as exc:
+        fail(f"--kubeconfig {escape_markup(str(exc))}. {KUBE_HINT}")
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        fail(f"--kubeconfig {path}: cannot read it ({type(exc).__name__}). {KUBE_HINT}")
     if not isinstance(doc, dict) or "clusters" not in doc:
         fail(f"--kubeconfig {path}: not a kubeconfig (no 'clusters'). {KUBE_HINT}")
 
@@ -551,7 +567,7 @@ def run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool,
         report: ScanReport = service.scan(at=at)
     except InputFormatError as exc:
         fail(f"{escape_markup(str(exc))}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
-    except SourceUnavailableError as exc:
+    except SOURCE_ERRORS as exc:
         fail(f"{escape_markup(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
         fail(escape_markup(str(exc)))

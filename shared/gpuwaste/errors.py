@@ -43,6 +43,11 @@ class SourceUnavailableError(RetryableError):
     """A telemetry or cluster-state source could not be reached (connection refused, timeout, 5xx)."""
 
 
+class SourceAnswerError(PermanentError):
+    """A source answered, but not with anything usable: malformed, refused (HTTP 4xx), redirected, or over its size
+    cap. The command line exits 3 for it, as for an unreachable source (the source, not the user's input, is at fault)."""
+
+
 class SourceAuthError(PermanentError):
     """A source rejected our credentials (HTTP 401/403)."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import os
 import re
 import socket
 from datetime import timedelta
@@ -24,7 +25,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from gpuwaste.detectors.settings import DetectorSettings
-from gpuwaste.errors import ConfigError
+from gpuwaste.errors import ConfigError, InputFormatError
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.redaction import register_secret
 from gpuwaste.pricing.catalog import PriceOverrides
@@ -186,6 +187,17 @@ class PrometheusAuth(BaseModel):
         return self
 
 
+def _env_number(name: str, default: float, low: float, high: float) -> float:
+    """A default read from the environment (`gpuwaste doctor` and `scan --prometheus` have no configuration file);
+    `default` when unset, not a number, or outside [low, high]."""
+    text = os.environ.get(name, "").strip()
+    try:
+        value = float(text) if text and len(text) <= 20 else default
+    except ValueError:
+        return default
+    return value if low <= value <= high else default
+
+
 class PrometheusSettings(BaseModel):
     """Where and how to query Prometheus.
 
@@ -193,6 +205,18 @@ class PrometheusSettings(BaseModel):
         url: base URL (e.g. https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-…/ for AMP).
         timeout_s: per-request timeout (seconds). max_retries: bounded retries on timeouts and 5xx.
         max_series: refuse a result larger than this (a fleet-sized guard against a runaway query).
+        max_answer_mb: refuse an answer larger than this many MB (10^6 bytes), counted both as received and after
+            gzip/deflate decoding, before it is decoded as JSON. The default 256 is 3× the largest answer of a
+            10,004-GPU scan (up to ~85 MB on the raw plan; 8.8 MB on the recording-rules plan, bench/RESULTS.md):
+            about 30,000 GPUs per Prometheus without the recording rules, several times that with them.
+        answer_deadline_s: one answer, headers and body, must be complete within this many seconds of its request —
+            a Prometheus (or proxy) that sends its headers and then a byte every few seconds never trips the per-read
+            `timeout_s` (a watchdog shuts the connection down at the deadline; between body reads it is checked too,
+            each read waiting at most what is left of it). The default 120 s is 4× `timeout_s` and ~100×
+            the slowest query of the 10,004-GPU bench plan (1.25 s, bench/RESULTS.md), below the 150 s scan Lambda
+            timeout.
+        The environment variables GPUWASTE_PROMETHEUS_MAX_ANSWER_MB and GPUWASTE_PROMETHEUS_ANSWER_DEADLINE_S set
+        the defaults of these two (for `gpuwaste doctor` and `scan --prometheus`, which read no configuration file).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -204,6 +228,10 @@ class PrometheusSettings(BaseModel):
     verify_tls: bool = True
     headers: dict[str, str] = Field(default_factory=dict)
     max_series: int = Field(500_000, gt=0)
+    max_answer_mb: float = Field(default_factory=lambda: _env_number("GPUWASTE_PROMETHEUS_MAX_ANSWER_MB", 256.0, 0.01, 8192),
+                                 ge=0.01, le=8192, json_schema_extra={"default": 256.0})
+    answer_deadline_s: float = Field(default_factory=lambda: _env_number("GPUWASTE_PROMETHEUS_ANSWER_DEADLINE_S", 120.0, 0.1, 3600),
+                                     gt=0, le=3600, json_schema_extra={"default": 120.0})
     concurrency: int = Field(4, ge=1, le=16)
     matchers: dict[str, str] = Field(
         default_factory=dict,
@@ -383,6 +411,9 @@ class SlackSettings(BaseModel):
         timeout_s: per-request timeout (seconds).
         rate_limit_retries / server_error_retries: in-process retries (429 honours `Retry-After`) before a
             delivery fails and is retried through the queue.
+        max_retry_after_s: outside Lambda, a 429 whose `Retry-After` is longer than this is not waited out: the
+            delivery is deferred (it stays in the outbox; `gpuwaste run` exits 4). The default 60 s covers Slack's
+            per-minute rate-limit tiers; inside Lambda the invocation's time left is the cap instead.
         workspace_url: e.g. https://acme.slack.com; Jira tickets then link to the finding's Slack thread.
     """
 
@@ -394,6 +425,10 @@ class SlackSettings(BaseModel):
     base_url: str = Field("https://slack.com/api/", pattern=r"^https?://")
     timeout_s: float = Field(10.0, gt=0, le=60)
     rate_limit_retries: int = Field(3, ge=0, le=10)
+    max_retry_after_s: float = Field(
+        60.0, ge=0, le=3600,
+        description="outside Lambda, the longest Retry-After waited in-process; a longer one defers the delivery (it stays "
+                    "in the outbox, the run exits 4)")
     server_error_retries: int = Field(1, ge=0, le=5)
     request_max_age_s: int = Field(300, ge=30, le=900)
     workspace_url: str | None = Field(None, pattern=r"^https://")
@@ -428,6 +463,10 @@ class TeamsSettings(BaseModel):
     default_webhook: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     timeout_s: float = Field(10.0, gt=0, le=60)
     rate_limit_retries: int = Field(3, ge=0, le=10)
+    max_retry_after_s: float = Field(
+        60.0, ge=0, le=3600,
+        description="outside Lambda, the longest Retry-After waited in-process; a longer one defers the delivery (it stays "
+                    "in the outbox, the run exits 4)")
     server_error_retries: int = Field(1, ge=0, le=5)
     max_payload_bytes: int = Field(27_000, ge=2_000, le=28_000)
     allow_link_local_urls: bool = ALLOW_LINK_LOCAL
@@ -466,6 +505,10 @@ class WebhookSettings(BaseModel):
     secret_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:secretsmanager:")
     timeout_s: float = Field(10.0, gt=0, le=60)
     rate_limit_retries: int = Field(3, ge=0, le=10)
+    max_retry_after_s: float = Field(
+        60.0, ge=0, le=3600,
+        description="outside Lambda, the longest Retry-After waited in-process; a longer one defers the delivery (it stays "
+                    "in the outbox, the run exits 4)")
     server_error_retries: int = Field(1, ge=0, le=5)
     max_payload_bytes: int = Field(256_000, ge=4_000, le=5_000_000)
     allow_link_local_urls: bool = ALLOW_LINK_LOCAL
@@ -678,7 +721,7 @@ def parse_config(text: str, *, source: str = "config") -> GpuWasteConfig:
         raise ConfigError(f"{source}: {len(text):,} characters; a configuration document is at most "
                           f"{MAX_CONFIG_BYTES:,}")
     try:
-        data = yaml.safe_load(text) if text.strip() else {}
+        data = _load_yaml(text, source) if text.strip() else {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML/JSON: {exc}") from exc
     except RecursionError as exc:
@@ -692,6 +735,75 @@ def parse_config(text: str, *, source: str = "config") -> GpuWasteConfig:
         return GpuWasteConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source=source, model=GpuWasteConfig)) from exc
+
+
+#: An integer in the configuration has at most this many digits (±1e12 is the largest value any field takes; a
+#: 5,000-digit integer would otherwise reach Python's int-conversion limit as a traceback).
+MAX_CONFIG_INT_DIGITS = 40
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses integers longer than `MAX_CONFIG_INT_DIGITS` digits before converting them."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        digits = str(node.value).lstrip("+-").replace("_", "")
+        if len(digits) > MAX_CONFIG_INT_DIGITS:
+            raise ConfigError(f"line {node.start_mark.line + 1}: an integer of {len(digits):,} digits is out of range "
+                              "(at most ±1e12)")
+        value: int = super().construct_yaml_int(node)
+        return value
+
+
+_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_yaml_int)
+
+
+def _load_yaml(text: str, source: str) -> Any:
+    """The YAML/JSON document, refusing a key repeated in one mapping (YAML would keep the last one silently).
+
+    Raises:
+        ConfigError: naming the repeated key's path and both lines, or an integer too long to be a setting.
+        yaml.YAMLError: the text is not YAML.
+    """
+    loader = _ConfigLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_duplicate_keys(node, source)
+        try:
+            return loader.construct_document(node)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
+    finally:
+        loader.dispose()
+
+
+def _check_duplicate_keys(root: yaml.Node, source: str) -> None:
+    """Walk the node graph once (aliases visited once: no expansion) and refuse a mapping that repeats a key.
+
+    Raises:
+        ConfigError: `source: path.to.key: duplicate key (lines A and B); keep one`.
+    """
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key, value in node.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else f"<{key.tag}>"
+                where = f"{path}.{name}" if path else name
+                line = key.start_mark.line + 1
+                if isinstance(key, yaml.ScalarNode) and name != "<<":
+                    if name in first:
+                        raise ConfigError(f"{source}: {where}: duplicate key (lines {first[name]} and {line}); keep one")
+                    first[name] = line
+                stack.append((value, where))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node.value))
 
 
 #: Bounds on a configuration document (see `parse_config`).
@@ -742,17 +854,26 @@ def load_config(path: Path | None) -> GpuWasteConfig:
     """
     if path is None:
         return GpuWasteConfig()
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read configuration: {exc.strerror}") from exc
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: {len(raw):,} bytes; a configuration document is at most {MAX_CONFIG_BYTES:,}")
+    raw = read_config_bytes(Path(path))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     return parse_config(text, source=str(path))
+
+
+def read_config_bytes(path: Path) -> bytes:
+    """The configuration file's bytes: a regular file of at most `MAX_CONFIG_BYTES` (checked before it is read).
+
+    Raises:
+        ConfigError: a FIFO, device or directory, unreadable, or larger than the limit.
+    """
+    from gpuwaste.files import read_capped
+
+    try:
+        return read_capped(path, MAX_CONFIG_BYTES, what="configuration")
+    except InputFormatError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def config_json_schema() -> str:

@@ -825,3 +825,47 @@ def test_prometheus_only_scan_through_the_rules_finds_what_the_recording_finds(r
     assert waste and all(f.wasted_gpu_hours > 0 and f.cost is not None and f.cost.usd_in_window for f in waste)
     key = lambda f: (f.fingerprint, f.wasted_gpu_hours, f.cost.usd_in_window if f.cost else None)  # noqa: E731
     assert sorted(map(key, live.findings)) == sorted(map(key, offline.findings))
+
+
+def test_prometheus_source_gzip_answers_read_by_the_bounded_adapter_match_identity(
+    scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN a real Prometheus, read once with gzip-encoded answers (decoded by BoundedAdapter) and once without
+    sc = scenarios["random-exported"]
+    url = prometheus_factory(sc.telemetry_file).url
+    rec = RecordingTelemetrySource(sc.path)
+    gz = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url, headers={"Accept-Encoding": "gzip"}), cluster=rec.cluster,
+                                                  scrape_interval_s=rec.scrape_interval_s)
+    plain = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url), cluster=rec.cluster, scrape_interval_s=rec.scrape_interval_s)
+    encodings: list[str] = []
+    gz.client._session.hooks["response"].append(lambda r, *a, **k: encodings.append(r.headers.get("Content-Encoding", "")))
+    at, window = rec.end_time(), timedelta(seconds=rec.meta.window_s or 3600)
+    # WHEN both read the same window
+    tw_gz = gz.telemetry(at=at, window=window)
+    tw_plain = plain.telemetry(at=at, window=window)
+    # THEN Prometheus really sent gzip, and the windows are the same
+    assert encodings and set(encodings) == {"gzip"}
+    assert tw_gz.gpus and window_diffs(tw_plain, tw_gz) == []
+
+
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_prometheus_source_answer_over_max_answer_mb_is_a_source_answer_error(
+    encoding: str, scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN a real Prometheus whose raw-series answers for this fleet exceed 0.1 MB, and a 0.1 MB cap
+    from gpuwaste.errors import SourceAnswerError
+
+    sc = scenarios["random-exported"]
+    url = prometheus_factory(sc.telemetry_file).url
+    rec = RecordingTelemetrySource(sc.path)
+    prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url, max_answer_mb=0.1, headers={"Accept-Encoding": encoding}),
+                                                    cluster=rec.cluster)
+    at = rec.end_time()
+    sizes: list[int] = []
+    probe = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url), cluster=rec.cluster)
+    probe.client._session.hooks["response"].append(lambda r, *a, **k: sizes.append(len(r.content)))
+    probe.raw_series(at=at, range_s=rec.meta.window_s or 3600, chunk_s=rec.meta.window_s or 3600)
+    assert max(sizes) > 100_000, max(sizes)  # the premise: at least one answer is over the cap
+    # WHEN a raw series read asks for more than the cap / THEN the clear error naming the setting, not a partial window
+    with pytest.raises(SourceAnswerError, match=r"answer over 0.1 MB .*raise prometheus.max_answer_mb or use recording rules / shards"):
+        prom.raw_series(at=at, range_s=rec.meta.window_s or 3600, chunk_s=rec.meta.window_s or 3600)

@@ -172,7 +172,7 @@ def webhook_notifier(settings: DeliverySettings, *, sleep: Callable[[float], Non
     if not url:
         raise ConfigError("delivery.webhook: set url (local) or secret_arn / WEBHOOK_SECRET_ARN")
     poster = JsonPoster(what="json webhook", timeout_s=hook.timeout_s, rate_limit_retries=hook.rate_limit_retries,
-                        server_error_retries=hook.server_error_retries, sleep=sleep)
+                        server_error_retries=hook.server_error_retries, sleep=sleep, max_retry_after_s=hook.max_retry_after_s)
     return WebhookNotifier(url=url, signing_secret=secret, poster=poster, max_payload_bytes=hook.max_payload_bytes)
 
 

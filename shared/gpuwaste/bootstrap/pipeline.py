@@ -27,7 +27,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from gpuwaste.errors import ConfigError
 from gpuwaste.models import redaction
 from gpuwaste.queue.sqs import SqsQueue
-from gpuwaste.settings import GpuWasteConfig, parse_config
+from gpuwaste.settings import GpuWasteConfig, parse_config, read_config_bytes
 
 BOTO_CONFIG = BotoConfig(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"})
 
@@ -172,9 +172,7 @@ def read_config_text(source: ConfigSourceSettings) -> tuple[str, str]:
     """
     if source.config_file:
         try:
-            return Path(source.config_file).read_bytes().decode("utf-8"), source.config_file
-        except OSError as exc:
-            raise ConfigError(f"{source.config_file}: cannot read configuration: {exc.strerror}") from exc
+            return read_config_bytes(Path(source.config_file)).decode("utf-8"), source.config_file
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{source.config_file}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     if source.config_parameter_name:

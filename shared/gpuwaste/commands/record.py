@@ -22,8 +22,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuwaste.cli_support import app, err, fail, parse_positive, parse_time, parse_window, progress_printer
-from gpuwaste.errors import GpuWasteError, PermanentError, SourceAuthError, SourceUnavailableError
+from gpuwaste.cli_support import (
+    SOURCE_ERRORS,
+    app,
+    err,
+    fail,
+    parse_positive,
+    parse_time,
+    parse_window,
+    progress_printer,
+)
+from gpuwaste.errors import GpuWasteError, InputFormatError, PermanentError, SourceAuthError
+from gpuwaste.files import read_capped, recording_max_bytes
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
     from gpuwaste.settings import ClusterConfig
@@ -35,8 +45,9 @@ def _cluster_objects(cluster_json: Path | None, cc: ClusterConfig, progress: Any
     """The cluster List: from a file, or read live with the Kubernetes adapter."""
     if cluster_json is not None:
         try:
-            doc = json.loads(cluster_json.read_bytes())
-        except (OSError, json.JSONDecodeError) as exc:
+            doc = json.loads(read_capped(cluster_json, recording_max_bytes(), what="cluster JSON",
+                                         hint="if it is genuine, raise it with GPUWASTE_RECORDING_MAX_MB=<MiB>"))
+        except (InputFormatError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             fail(f"{cluster_json}: cannot read a kubectl JSON List: {exc}")
         if isinstance(doc, list):
             doc = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": doc}
@@ -110,7 +121,7 @@ def record(
         if cluster_json is not None or cluster_state_mode(cc) != "kube-state-metrics":
             progress("reading cluster state")
             kube = _cluster_objects(cluster_json, cc, progress)
-    except SourceUnavailableError as exc:
+    except SOURCE_ERRORS as exc:
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except (SourceAuthError, PermanentError) as exc:
         fail(str(exc))

@@ -15,6 +15,7 @@ import typer
 from gpuwaste.cli_support import (
     DEFAULT_STATE,
     KUBE_HINT,
+    SOURCE_ERRORS,
     Output,
     View,
     app,
@@ -31,7 +32,7 @@ from gpuwaste.cli_support import (
     render,
     team_function,
 )
-from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
+from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError
 from gpuwaste.models.text import for_terminal, strip_controls
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
@@ -261,7 +262,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
                                  file_tickets=file_tickets, progress=progress_printer(quiet or not table))
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
-    except SourceUnavailableError as exc:
+    except SOURCE_ERRORS as exc:
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
         fail(str(exc))
@@ -356,7 +357,7 @@ def run_cmd(
             name = cc.name
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
-    except SourceUnavailableError as exc:
+    except SOURCE_ERRORS as exc:
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except GpuWasteError as exc:
         fail(str(exc) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))

@@ -326,7 +326,7 @@ def serve_cmd(
 
     cfg = with_env_secrets(config_or_exit(config), os.environ)
     serve = cfg.serve
-    from gpuwaste.cli_support import parse_duration
+    from gpuwaste.cli_support import SOURCE_ERRORS, parse_duration
 
     interval_s = parse_duration(interval) if interval else serve.interval_s
     if interval_s < 1:
@@ -353,7 +353,7 @@ def serve_cmd(
             name = cc.name
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
-    except SourceUnavailableError as exc:
+    except SOURCE_ERRORS as exc:
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except GpuWasteError as exc:
         fail(str(exc) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))

@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -183,10 +185,11 @@ def run_detectors(ctx: ScanContext, settings_by_name: dict[str, BaseModel], enab
     findings: list[Finding] = []
     skipped: list[NoVerdict] = []
     present: dict[SubjectKey, list[Finding | Superseded]] = {}
+    index = _Presence()
 
     def superseded_now(detector: str, key: SubjectKey, episodes: tuple[Episode, ...]) -> bool:
         spec = REGISTRY.get(detector)
-        return spec is not None and any(o.detector in spec.superseded_by and _overlap(o.episodes, episodes) for o in present.get(key, ()))
+        return spec is not None and index.covers(key, spec.superseded_by, episodes)
 
     before, ctx.superseded_now = ctx.superseded_now, superseded_now
     try:
@@ -197,10 +200,12 @@ def run_detectors(ctx: ScanContext, settings_by_name: dict[str, BaseModel], enab
                     skipped.append(item)
                 elif isinstance(item, Superseded):
                     present.setdefault(item.key, []).append(item)
+                    index.add(item.key, item.detector, item.episodes)
                 else:
                     f = complete(ctx, item)
                     findings.append(f)
                     present.setdefault(subject_key(f), []).append(f)
+                    index.add(subject_key(f), f.detector, f.episodes)
     finally:
         ctx.superseded_now = before
     return DetectionResult(tuple(assign_money_owners(_supersede(findings, present))), tuple(skipped))
@@ -215,14 +220,72 @@ def subject_key(f: Finding) -> SubjectKey:
 def _supersede(findings: list[Finding], present: dict[SubjectKey, list[Finding | Superseded]]) -> list[Finding]:
     """Drop a finding when a finding of a detector that supersedes it covers the same subject at the same time
     (an idle hour before a stall that started later stays its own finding). `present`: every finding and every
-    `Superseded` placeholder by subject key (placeholders supersede as the findings they stand for would have)."""
+    `Superseded` placeholder by subject key (placeholders supersede as the findings they stand for would have).
+
+    O(n log n) in the findings (`_Presence`), whatever number of them share a subject key (20,000 GPUs whose Hostname
+    matches no node share one); the same output as comparing every pair (bench/supersede.py checks it).
+    """
+    index = _Presence()
+    for key, items in present.items():
+        for o in items:
+            index.add(key, o.detector, o.episodes)
     out = []
     for f in findings:
         spec = REGISTRY.get(f.detector)
-        if spec and any(o.detector in spec.superseded_by and _overlap(o.episodes, f.episodes) for o in present.get(subject_key(f), [])):
+        if spec and index.covers(subject_key(f), spec.superseded_by, f.episodes):
             continue
         out.append(f)
     return out
+
+
+class _Presence:
+    """Findings and `Superseded` placeholders by (subject key, detector), answering "does a finding of one of these
+    detectors at this subject share time with these episodes?" (`_overlap` against each of them) in O(log n).
+
+    Per (key, detector): whether any entry has no episodes (it covers the whole window), and its episodes sorted by
+    start with the running maximum of their ends — episode x shares time with one of them iff, among those starting
+    before x.end, the latest end is after x.start (the strict comparisons of `_overlap`). Built lazily, rebuilt after an add.
+    """
+
+    def __init__(self) -> None:
+        self._episodes: dict[tuple[SubjectKey, str], list[tuple[Episode, ...]]] = {}
+        self._built: dict[tuple[SubjectKey, str], tuple[bool, list[datetime], list[datetime]]] = {}
+
+    def add(self, key: SubjectKey, detector: str, episodes: tuple[Episode, ...]) -> None:
+        """Note one finding (or placeholder) of `detector` at `key` covering `episodes`."""
+        k = (key, detector)
+        self._episodes.setdefault(k, []).append(episodes)
+        self._built.pop(k, None)
+
+    def _index(self, k: tuple[SubjectKey, str]) -> tuple[bool, list[datetime], list[datetime]]:
+        built = self._built.get(k)
+        if built is None:
+            entries = self._episodes[k]
+            whole = any(not e for e in entries)
+            spans = sorted(((ep.start, ep.end) for e in entries for ep in e), key=lambda s: s[0])
+            starts = [s for s, _ in spans]
+            latest: list[datetime] = []
+            for _, end in spans:
+                latest.append(end if not latest or end > latest[-1] else latest[-1])
+            built = self._built[k] = (whole, starts, latest)
+        return built
+
+    def covers(self, key: SubjectKey, detectors: Iterable[str], episodes: tuple[Episode, ...]) -> bool:
+        """True when an entry of one of `detectors` at `key` shares time with `episodes` (as `_overlap` says)."""
+        for detector in detectors:
+            k = (key, detector)
+            if k not in self._episodes:
+                continue
+            if not episodes:
+                return True
+            whole, starts, latest = self._index(k)
+            if whole:
+                return True
+            for x in episodes:
+                i = bisect_left(starts, x.end)  # entries starting before x ends
+                if i and latest[i - 1] > x.start:
+                    return True
+        return False
 
 
 def _overlap(a: tuple[Episode, ...], b: tuple[Episode, ...]) -> bool:

@@ -393,10 +393,14 @@ def _bundled_catalog() -> GpuModelCatalog:
 
 
 def _read_text(path: Path) -> str:
+    from gpuwaste.files import read_capped
+
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        return read_capped(path, 16 << 20, what="catalog file").decode("utf-8")
+    except InputFormatError as exc:
+        raise ConfigError(str(exc)) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
 
 
 def _load_yaml(text: str, *, origin: str) -> object:

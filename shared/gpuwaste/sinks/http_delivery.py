@@ -3,7 +3,8 @@ translated for the queue, and the URL kept out of every message and log (it is a
 
 * 2xx: accepted (Workflows answers 202 with an empty body).
 * 429: waits `Retry-After` seconds (1 s when absent) up to `rate_limit_retries` times, never longer than the caller's
-  time left minus `DEADLINE_RESERVE_S`; then DeliveryError (the queue brings the message back).
+  time left minus `DEADLINE_RESERVE_S` (in Lambda) or `max_retry_after_s` (elsewhere); then DeliveryError (the queue
+  or the local outbox brings the message back).
 * 5xx, timeouts, connection errors: `server_error_retries` retries with back-off (0.5 s, 1 s, …); then DeliveryError.
 * 413: PayloadTooLargeError (the caller re-renders smaller). Other 4xx: PermanentDeliveryError (a bad URL, a
   disabled flow, a refused payload): retrying would not help.
@@ -39,6 +40,12 @@ def _retry_after_s(response: requests.Response) -> float:
         return 1.0
 
 
+def retry_after_deferred(name: str, wait: float, cap: float) -> str:
+    """The message of a delivery deferred because its `Retry-After` is longer than the configured maximum."""
+    return (f"{name}: 429 rate limited with Retry-After {wait:g} s, over max_retry_after_s={cap:g}: deferred, not "
+            "waited out (it stays in the outbox for the next run)")
+
+
 @dataclass
 class JsonPoster:
     """POSTs JSON bodies with the retry rules above.
@@ -52,6 +59,8 @@ class JsonPoster:
     timeout_s: float = 10.0
     rate_limit_retries: int = 3
     server_error_retries: int = 1
+    #: outside Lambda (no `time_left`), the longest Retry-After waited in-process; a longer one defers the delivery
+    max_retry_after_s: float = 60.0
     sleep: Callable[[float], None] = time.sleep
     time_left: Callable[[], float] | None = None
     session: requests.Session = field(default_factory=requests.Session)
@@ -82,6 +91,8 @@ class JsonPoster:
             if status == 429:
                 limited += 1
                 wait = _retry_after_s(response)
+                if self.time_left is None and wait > self.max_retry_after_s:
+                    raise DeliveryError(retry_after_deferred(name, wait, self.max_retry_after_s))
                 left = self.time_left() - DEADLINE_RESERVE_S if self.time_left is not None else float("inf")
                 if limited > self.rate_limit_retries or wait > left:
                     raise DeliveryError(f"{name}: 429 rate limited (Retry-After {wait:g} s; will retry via the queue)")
@@ -103,4 +114,4 @@ class JsonPoster:
             raise PermanentDeliveryError(f"{name}: HTTP {status}: {answer}")
 
 
-__all__ = ["DEADLINE_RESERVE_S", "JsonPoster", "PayloadTooLargeError"]
+__all__ = ["DEADLINE_RESERVE_S", "JsonPoster", "PayloadTooLargeError", "retry_after_deferred"]

@@ -26,6 +26,7 @@ from slack_sdk.http_retry.state import RetryState
 from gpuwaste.errors import DeliveryError, PermanentDeliveryError
 from gpuwaste.models.notices import DailySummary, MessageRef, Notice, NoticeKind, PostedMessage
 from gpuwaste.settings import SlackSettings
+from gpuwaste.sinks.http_delivery import retry_after_deferred
 from gpuwaste.sinks.slack_blocks import (
     MESSAGE_TEXT_BUDGET,
     SlackPayload,
@@ -76,9 +77,11 @@ class RetryAfterHandler(RateLimitErrorRetryHandler):
     """RateLimitErrorRetryHandler that sleeps exactly `Retry-After` seconds through an injectable `sleep`."""
 
     def __init__(self, max_retry_count: int = 3, sleep: Callable[[float], None] = time.sleep,
-                 time_left: Callable[[], float] | None = None) -> None:
+                 time_left: Callable[[], float] | None = None, max_retry_after_s: float = 60.0) -> None:
         super().__init__(max_retry_count=max_retry_count)
         self.sleep = sleep
+        #: outside Lambda (no `time_left`), the longest Retry-After waited; a longer one defers the delivery
+        self.max_retry_after_s = max_retry_after_s
         #: seconds left to the caller (a Lambda's remaining time); a longer `Retry-After` is not waited for
         self.time_left = time_left
 
@@ -91,9 +94,18 @@ class RetryAfterHandler(RateLimitErrorRetryHandler):
         error: Exception | None = None,
     ) -> bool:
         """Retry a 429 only when its `Retry-After` ends well before the caller's deadline (else the message is
-        deferred through the queue: the 429 surfaces as DeliveryError)."""
+        deferred through the queue: the 429 surfaces as DeliveryError). Outside Lambda a `Retry-After` longer than
+        `max_retry_after_s` is not waited out either.
+
+        Raises:
+            DeliveryError: outside Lambda, the 429's `Retry-After` is over `max_retry_after_s` (deferred, saying so).
+        """
         if not super().can_retry(state=state, request=request, response=response, error=error):
             return False
+        if self.time_left is None and response is not None:
+            wait = _retry_after_s(response)
+            if wait > self.max_retry_after_s:
+                raise DeliveryError(retry_after_deferred("slack", wait, self.max_retry_after_s))
         if self.time_left is not None and response is not None:
             wait = _retry_after_s(response)
             if wait > self.time_left() - DEADLINE_RESERVE_S:
@@ -237,7 +249,7 @@ class SlackNotifier:
     ) -> SlackNotifier:
         """A notifier with a timeout, 429 retries honouring Retry-After and bounded 5xx retries."""
         handlers: list[RetryHandler] = [
-            RetryAfterHandler(max_retry_count=settings.rate_limit_retries, sleep=sleep),
+            RetryAfterHandler(max_retry_count=settings.rate_limit_retries, sleep=sleep, max_retry_after_s=settings.max_retry_after_s),
             ServerErrorHandler(max_retry_count=settings.server_error_retries, sleep=sleep),
         ]
         client = WebClient(token=token, base_url=settings.base_url, timeout=int(settings.timeout_s), retry_handlers=handlers)

@@ -59,7 +59,8 @@ class TeamsNotifier:
         self.max_bytes = teams.max_payload_bytes
         self.poster = poster or JsonPoster(what="teams webhook", timeout_s=teams.timeout_s,
                                            rate_limit_retries=teams.rate_limit_retries,
-                                           server_error_retries=teams.server_error_retries, sleep=sleep)
+                                           server_error_retries=teams.server_error_retries, sleep=sleep,
+                                           max_retry_after_s=teams.max_retry_after_s)
         self._now = now or (lambda: datetime.now(UTC))
 
     def set_time_left(self, time_left: Callable[[], float] | None) -> None:

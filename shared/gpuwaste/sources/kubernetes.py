@@ -44,7 +44,7 @@ from kubernetes.config.config_exception import ConfigException
 from gpuwaste.errors import (
     ConfigError,
     GpuWasteError,
-    PermanentError,
+    SourceAnswerError,
     SourceAuthError,
     SourceUnavailableError,
 )
@@ -504,4 +504,4 @@ class KubernetesPodSource:
         if status == 0 or status == 429 or status >= 500:
             label = "no HTTP response" if status == 0 else f"HTTP {status}"
             return SourceUnavailableError(f"Kubernetes API at {self.url} failed {what} ({label}): {message}")
-        return PermanentError(f"Kubernetes API at {self.url} refused {what} (HTTP {status}): {message}")
+        return SourceAnswerError(f"Kubernetes API at {self.url} refused {what} (HTTP {status}): {message}")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwaste.errors import InputFormatError
+from gpuwaste.files import open_regular
 
 _CHUNK = 1 << 20
 
@@ -59,16 +60,27 @@ def read_recording(path: Path, limits: RecordingLimits) -> bytes:
             bytes, or a line longer than the limit (not checked for a saved Prometheus API answer, JSON on one line).
     """
     try:
-        with path.open("rb") as raw:
+        with open_regular(path, what="recording") as raw:
             gz = raw.read(2) == b"\x1f\x8b"
             raw.seek(0)
             stream = gzip.GzipFile(fileobj=raw) if gz else raw
             parts: list[bytes] = []
             size = 0
+            api_json: bool | None = None  # a saved API answer is one JSON line: no line limit
+            since_newline = 0
             while True:
                 chunk = stream.read(_CHUNK)
                 if not chunk:
                     break
+                if api_json is None and chunk.strip():
+                    api_json = chunk.lstrip()[:1] in (b"{", b"[")
+                if not api_json:  # an endless line stops here, not at the size limit (the rest: check_lines)
+                    last = chunk.rfind(b"\n")
+                    since_newline = since_newline + len(chunk) if last < 0 else len(chunk) - last - 1
+                    if since_newline > limits.max_line_bytes:
+                        raise InputFormatError(
+                            f"a line longer than {limits.max_line_bytes >> 10} KiB (the limit); if genuine, raise it with "
+                            "GPUWASTE_RECORDING_MAX_LINE_KB=<KiB>", source=str(path), line=data_lines(parts, chunk))
                 nul = chunk.find(b"\x00")
                 if nul >= 0:
                     raise InputFormatError(f"NUL byte at offset {size + nul}: not a text exposition "
@@ -87,6 +99,11 @@ def read_recording(path: Path, limits: RecordingLimits) -> bytes:
     if data.lstrip()[:1] not in (b"{", b"["):  # a saved Prometheus API answer is JSON on one line: size-limited only
         check_lines(data, limits, source=str(path))
     return data
+
+
+def data_lines(parts: list[bytes], chunk: bytes) -> int:
+    """The 1-based number of the line that `chunk` ends in, after `parts`."""
+    return sum(p.count(b"\n") for p in parts) + chunk.count(b"\n") + 1
 
 
 def check_lines(data: bytes, limits: RecordingLimits, *, source: str) -> None:

@@ -18,12 +18,15 @@ result larger than `max_series` as `PermanentError`. Credentials never appear in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import re
+import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -33,11 +36,19 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 import urllib3
 from prometheus_api_client import PrometheusConnect
+from requests.adapters import HTTPAdapter
 from requests.auth import AuthBase, HTTPBasicAuth
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from urllib3.util.retry import Retry
 
-from gpuwaste.errors import ConfigError, GpuWasteError, PermanentError, SourceAuthError, SourceUnavailableError
+from gpuwaste.errors import (
+    ConfigError,
+    GpuWasteError,
+    PermanentError,
+    SourceAnswerError,
+    SourceAuthError,
+    SourceUnavailableError,
+)
 from gpuwaste.models.telemetry import (
     MAX_WINDOW_S,
     MIN_WINDOW_S,
@@ -89,6 +100,229 @@ class _HttpStatusError(Exception):
         super().__init__(status)
         self.status = status
         self.error = error
+
+
+class _AnswerBoundError(requests.RequestException):
+    """An answer the bounded adapter stopped reading (caught wherever a requests error is; never retried)."""
+
+
+class _AnswerTooLarge(_AnswerBoundError):
+    """The answer grew past `max_answer_mb` (received, or decoded from gzip/deflate)."""
+
+    def __init__(self, limit_mb: float, *, decoded: bool) -> None:
+        super().__init__(limit_mb)
+        self.limit_mb = limit_mb
+        self.decoded = decoded
+
+
+class _AnswerTooSlow(_AnswerBoundError):
+    """The answer was not complete within `answer_deadline_s` of its request."""
+
+    def __init__(self, deadline_s: float, received: int) -> None:
+        super().__init__(deadline_s)
+        self.deadline_s = deadline_s
+        self.received = received
+
+
+class _AnswerUndecodable(_AnswerBoundError):
+    """An encoding this client did not ask for, or a corrupt gzip/deflate stream."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+#: A non-200 answer's body is read up to this many bytes (for its `error` field), the rest is dropped unread.
+_ERROR_BODY_BYTES = 64 << 10
+_READ_BYTES = 64 << 10
+
+
+class _Watch:
+    """One request's deadline watchdog: the connection it uses (noted by the pool), and whether the deadline fired."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.fired = False
+        self.done = False
+        self.received = 0
+        self.lock = threading.Lock()
+
+    def cut(self) -> None:
+        """At the deadline: shut the request's socket down (a blocked read returns at once), unless it finished."""
+        with self.lock:
+            if self.done:
+                return
+            self.fired = True
+            sock = getattr(self.conn, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def finish(self) -> None:
+        """The answer is read (or failed): the watchdog must not touch the connection any more."""
+        with self.lock:
+            self.done = True
+
+
+#: the watch of the request this thread is sending (set by `BoundedAdapter.send`, read by the pools)
+_WATCHED = threading.local()
+
+
+def _note_connection(conn: Any) -> None:
+    watch = getattr(_WATCHED, "watch", None)
+    if watch is not None:
+        with watch.lock:
+            watch.conn = conn
+            late = watch.fired
+        if late:  # the deadline passed while connecting: cut now
+            watch.cut()
+            raise urllib3.exceptions.ProtocolError("answer deadline passed")
+
+
+class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
+    """An HTTP pool that tells the request's watch which connection it uses."""
+
+    def _make_request(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
+        _note_connection(conn)
+        return super()._make_request(conn, *args, **kwargs)
+
+
+class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
+    """An HTTPS pool that tells the request's watch which connection it uses."""
+
+    def _make_request(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
+        _note_connection(conn)
+        return super()._make_request(conn, *args, **kwargs)
+
+
+class BoundedAdapter(HTTPAdapter):
+    """An `HTTPAdapter` that reads each answer itself: at most `max_bytes` (as received and after decoding), complete
+    within `deadline_s` of the request (headers included: a watchdog shuts the connection down at the deadline), each
+    read waiting no longer than what is left of the deadline.
+
+    The body is read in 64 KiB pieces with `read1` (a dripping server returns what it has, so the deadline is checked
+    between pieces); gzip and deflate are decoded here with `zlib` and a bounded output (`max_length`), so a
+    compression bomb stops at the cap instead of being inflated whole. urllib3 retries are off (retries are the
+    source's). A non-200 answer's body is read up to 64 KiB and truncated (only its `error` field is used).
+
+    Raises (from `send`):
+        _AnswerTooLarge, _AnswerTooSlow, _AnswerUndecodable: subclasses of `requests.RequestException`.
+    """
+
+    def __init__(self, *, max_bytes: int, deadline_s: float, limit_mb: float) -> None:
+        super().__init__(max_retries=Retry(total=0, read=False))
+        self.max_bytes = max_bytes
+        self.deadline_s = deadline_s
+        self.limit_mb = limit_mb
+
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any) -> None:
+        """requests' pool manager, its pools noting the connection each request uses (for the deadline's watchdog)."""
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+    def send(self, request: requests.PreparedRequest, stream: bool = False, timeout: Any = None, verify: Any = True,
+             cert: Any = None, proxies: Any = None) -> requests.Response:
+        """Send the request and read its whole answer within the bounds (the answer comes back already read).
+
+        A watchdog shuts the request's socket down at the deadline, so headers that trickle in (each byte within
+        the per-read timeout) are cut too; between body pieces the deadline is also checked directly.
+        """
+        t0 = time.monotonic()
+        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        read = self.deadline_s if read is None else min(float(read), self.deadline_s)
+        watch = _Watch()
+        _WATCHED.watch = watch
+        timer = threading.Timer(self.deadline_s, watch.cut)
+        timer.daemon = True
+        timer.start()
+        try:
+            response = super().send(request, stream=True, timeout=(connect, read), verify=verify, cert=cert, proxies=proxies)
+            try:
+                body = self._read(response, t0 + self.deadline_s, read, truncate=response.status_code != 200, watch=watch)
+            except BaseException:
+                watch.finish()
+                response.close()  # never reuse a connection left mid-answer
+                raise
+            watch.finish()  # before the connection goes back to the pool: the watchdog never cuts it after this
+        except _AnswerBoundError:
+            raise
+        except Exception as exc:
+            if watch.fired:
+                raise _AnswerTooSlow(self.deadline_s, watch.received) from exc
+            raise
+        finally:
+            watch.finish()
+            timer.cancel()
+            _WATCHED.watch = None
+        response._content = body
+        response._content_consumed = True  # type: ignore[attr-defined]
+        response.raw.release_conn()
+        return response
+
+    def _read(self, response: requests.Response, deadline: float, read_timeout: float, *, truncate: bool, watch: _Watch) -> bytes:
+        raw = response.raw
+        cap = _ERROR_BODY_BYTES if truncate else self.max_bytes
+        encoding = response.headers.get("Content-Encoding", "").strip().lower()
+        decoder: Any = None
+        if encoding in ("gzip", "x-gzip"):
+            decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            decoder = zlib.decompressobj()
+        elif encoding not in ("", "identity"):
+            raise _AnswerUndecodable(f"Content-Encoding {encoding[:40]!r} (asked for gzip, deflate or identity)")
+        parts: list[bytes] = []
+        received = 0
+        size = 0
+        sock = getattr(getattr(raw, "_connection", None), "sock", None)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _AnswerTooSlow(self.deadline_s, received)
+            if isinstance(sock, socket.socket):
+                sock.settimeout(max(0.01, min(read_timeout, left)))
+            try:
+                chunk = raw.read1(_READ_BYTES, decode_content=False)
+            except urllib3.exceptions.ReadTimeoutError as exc:
+                if time.monotonic() >= deadline:
+                    raise _AnswerTooSlow(self.deadline_s, received) from exc
+                raise requests.exceptions.ReadTimeout(exc) from exc
+            except (urllib3.exceptions.ProtocolError, urllib3.exceptions.HTTPError, OSError) as exc:
+                raise requests.exceptions.ConnectionError(exc) from exc
+            if not chunk:
+                break
+            received += len(chunk)
+            watch.received = received
+            if received > self.max_bytes and not truncate:
+                raise _AnswerTooLarge(self.limit_mb, decoded=False)
+            if decoder is not None:  # decoded no further than the cap: a bomb stops here, never inflated whole
+                decoded: list[bytes] = []
+                room = cap + 1 - size
+                data = chunk
+                try:
+                    while data and room > 0:
+                        piece = decoder.decompress(data, room)
+                        decoded.append(piece)
+                        room -= len(piece)
+                        if decoder.unconsumed_tail:
+                            if not truncate:
+                                raise _AnswerTooLarge(self.limit_mb, decoded=True)
+                            break
+                        data = decoder.unused_data if decoder.eof else b""
+                        if data:  # another gzip member follows (RFC 1952 allows several)
+                            decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                except zlib.error as exc:
+                    raise _AnswerUndecodable(f"corrupt {encoding} stream") from exc
+                chunk = b"".join(decoded)
+            size += len(chunk)
+            if size > cap:
+                if truncate:
+                    parts.append(chunk[: cap - (size - len(chunk))])
+                    break
+                raise _AnswerTooLarge(self.limit_mb, decoded=decoder is not None)
+            parts.append(chunk)
+            if truncate and size >= cap:
+                break
+        return b"".join(parts)
 
 
 def _raise_for_status(response: requests.Response, *_args: Any, **_kwargs: Any) -> requests.Response:
@@ -289,11 +523,25 @@ class PrometheusGpuMetricsSource:
         except (_HttpStatusError, requests.RequestException, urllib3.exceptions.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise self._translate(exc, what) from exc
         if not isinstance(result, list):
-            raise PermanentError(f"Prometheus at {self.url}: unexpected answer to the {what} query (not a result list)")
+            raise SourceAnswerError(f"Prometheus at {self.url}: unexpected answer to the {what} query (not a result list)")
         return result
 
     def _translate(self, exc: BaseException, what: str) -> GpuWasteError:
         tries = self.max_retries + 1
+        if isinstance(exc, _AnswerTooLarge):
+            how = "decoded from its compression" if exc.decoded else "received"
+            return SourceAnswerError(
+                f"Prometheus answer over {exc.limit_mb:g} MB ({how}) to the {what} query from {self.url} — raise "
+                "prometheus.max_answer_mb or use recording rules / shards (`gpuwaste doctor` checks the rules)"
+            )
+        if isinstance(exc, _AnswerTooSlow):
+            return SourceUnavailableError(
+                f"Prometheus at {self.url} did not finish its answer to the {what} query within {exc.deadline_s:g} s "
+                f"({exc.received:,} bytes received); a slow or stalled Prometheus or proxy — raise "
+                "prometheus.answer_deadline_s if the answer is genuinely that slow"
+            )
+        if isinstance(exc, _AnswerUndecodable):
+            return SourceAnswerError(f"Prometheus at {self.url}: unusable answer to the {what} query ({exc.reason})")
         if isinstance(exc, _HttpStatusError):
             s = exc.status
             if s in (401, 403):
@@ -310,7 +558,12 @@ class PrometheusGpuMetricsSource:
             if s == 404 and not exc.error:  # no Prometheus API at this URL
                 detail = (": no Prometheus API here (/api/v1/query not found) — check the URL: a path prefix such as "
                           "/prometheus, or for Amazon Managed Service for Prometheus .../workspaces/WORKSPACE_ID")
-            return PermanentError(f"Prometheus at {self.url} refused the {what} query (HTTP {s}){detail}")
+            if 300 <= s < 400:
+                return SourceAnswerError(
+                    f"Prometheus at {self.url} redirected the {what} query (HTTP {s}); redirects are not followed "
+                    "(credentials would travel with them): set the URL to the address it redirects to"
+                )
+            return SourceAnswerError(f"Prometheus at {self.url} refused the {what} query (HTTP {s}){detail}")
         if isinstance(exc, requests.Timeout):
             return SourceUnavailableError(
                 f"Prometheus at {self.url} did not answer the {what} query within {self.timeout_s:g} s "
@@ -322,7 +575,7 @@ class PrometheusGpuMetricsSource:
                 "DNS, network path and that Prometheus is running"
             )
         if isinstance(exc, ValueError | KeyError | TypeError):
-            return PermanentError(
+            return SourceAnswerError(
                 f"{self.url} did not answer like a Prometheus HTTP API (the {what} query); check the URL "
                 "(AMP: https://aps-workspaces.<region>.amazonaws.com/workspaces/<id>)"
             )
@@ -394,7 +647,7 @@ class PrometheusGpuMetricsSource:
         except (_HttpStatusError, requests.RequestException, urllib3.exceptions.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise self._translate(exc, what) from exc
         if reader is None and not isinstance(result, list):
-            raise PermanentError(f"Prometheus at {self.url}: unexpected answer to the {what} query (not a result list)")
+            raise SourceAnswerError(f"Prometheus at {self.url}: unexpected answer to the {what} query (not a result list)")
         return result
 
     # -- the port -------------------------------------------------------------------------------------
@@ -622,7 +875,7 @@ class PrometheusGpuMetricsSource:
 
     def _guard(self, spec: MetricSpec, n: int) -> None:
         if n > self.max_series:
-            raise PermanentError(
+            raise SourceAnswerError(
                 f"Prometheus at {self.url}: the {spec.name} query returned more than max_series={self.max_series} "
                 "series; narrow it with label matchers or raise prometheus.max_series"
             )
@@ -653,7 +906,7 @@ class PrometheusGpuMetricsSource:
             else:
                 missing = [k for k in required if k not in st]
                 if missing:
-                    raise PermanentError(
+                    raise SourceAnswerError(
                         f"Prometheus at {self.url}: incomplete answer to the {spec.name} query (no {', '.join(missing)} "
                         "for a series that has samples); is a proxy dropping series?"
                     )
@@ -707,7 +960,7 @@ class PrometheusGpuMetricsSource:
                 if progress:
                     progress(f"[{done}/{total}] {spec.name}: {len(result)} series")
                 if len(result) > self.max_series:
-                    raise PermanentError(f"Prometheus at {self.url}: {spec.name} has more than max_series={self.max_series} series")
+                    raise SourceAnswerError(f"Prometheus at {self.url}: {spec.name} has more than max_series={self.max_series} series")
                 add_matrix(series, result, default_name=spec.name)
         return recorded(series)
 
@@ -999,8 +1252,10 @@ def make_client(settings: PrometheusSettings) -> PrometheusConnect:
         # bandwidth worth saving (measured in bench/RESULTS.md); https (AMP, remote) keeps requests' gzip. A header in
         # prometheus.headers overrides either.
         session.headers["Accept-Encoding"] = "identity"
+    else:
+        session.headers["Accept-Encoding"] = "gzip, deflate"  # what BoundedAdapter decodes (bounded); never br/zstd
     session.hooks["response"].append(_raise_for_status)
-    return PrometheusConnect(
+    client = PrometheusConnect(
         url=settings.url.rstrip("/"),
         headers=dict(settings.headers) or None,
         disable_ssl=not settings.verify_tls,
@@ -1009,6 +1264,12 @@ def make_client(settings: PrometheusSettings) -> PrometheusConnect:
         session=session,
         timeout=settings.timeout_s,
     )
+    # every answer through this session is read bounded (replacing the adapter PrometheusConnect mounted for its URL)
+    adapter = BoundedAdapter(max_bytes=int(settings.max_answer_mb * 1_000_000), deadline_s=settings.answer_deadline_s,
+                             limit_mb=settings.max_answer_mb)
+    for prefix in (client.url, "http://", "https://"):
+        session.mount(prefix, adapter)
+    return client
 
 
 __all__ = ["BearerAuth", "PrometheusGpuMetricsSource", "SigV4Auth", "auth_from_settings", "make_client", "parse_duration_s", "safe_url"]

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from gpuwaste.errors import InputFormatError
+from gpuwaste.files import open_regular, read_capped, recording_max_bytes
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.telemetry import MAX_WINDOW_S, MIN_WINDOW_S, BucketGrid, TelemetryWindow
 from gpuwaste.settings import ClusterReadSettings, TelemetryLabels
@@ -85,6 +86,10 @@ def find_in(path: Path, names: tuple[str, ...]) -> Path | None:
     return None
 
 
+#: recording.json holds a few hundred bytes of metadata; anything beyond 1 MiB is not one.
+META_MAX_BYTES = 1 << 20
+
+
 def load_meta(path: Path) -> RecordingMeta:
     """Read `recording.json` from a recording directory (defaults when absent).
 
@@ -95,7 +100,7 @@ def load_meta(path: Path) -> RecordingMeta:
     if not p.exists():
         return RecordingMeta()
     try:
-        return RecordingMeta.model_validate_json(p.read_bytes())
+        return RecordingMeta.model_validate_json(read_capped(p, META_MAX_BYTES, what="recording metadata"))
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors(include_url=False)
@@ -243,7 +248,7 @@ class RecordingTelemetrySource:
         """(stream, raw file, format): the telemetry file opened for streaming (gunzipped when compressed); close both."""
         f = self.telemetry_file
         try:
-            raw = f.open("rb")  # noqa: SIM115 - closed by the caller
+            raw = open_regular(f, what="recording")  # closed by the caller; a FIFO or device is refused
             gz = raw.read(2) == b"\x1f\x8b"
             raw.seek(0)
             stream: Any = gzip.open(raw) if gz else raw  # noqa: SIM115 - closed by the caller
@@ -407,7 +412,13 @@ def _limited(stream: Any, limits: RecordingLimits, source: str) -> Iterator[byte
         InputFormatError: naming the limit and how to raise it.
     """
     size = 0
-    for lineno, line in enumerate(stream, 1):
+    cap = limits.max_line_bytes + 2  # a line of the limit plus its newline (and a CR) fits; one byte more is refused
+    lineno = 0
+    while True:
+        line = stream.readline(cap)  # never reads past the cap: a line without a newline is not read whole
+        if not line:
+            return
+        lineno += 1
         size += len(line)
         if size > limits.max_bytes:
             raise InputFormatError(f"grows to more than {limits.max_bytes >> 20} MiB (the limit); if the recording is genuine, "
@@ -440,10 +451,10 @@ class RecordingClusterSource:
         if self.path.suffix != ".json":
             return None
         try:  # a saved Prometheus API answer is telemetry, not cluster state
-            with self.path.open("rb") as fh:
+            with open_regular(self.path, what="cluster JSON") as fh:
                 head = fh.read(4096)
-        except OSError:
-            return self.path
+        except InputFormatError:
+            return self.path  # refused with its reason by cluster_state
         return None if looks_like_api_json(head) else self.path
 
     def cluster_state(self, *, at: datetime) -> ClusterState:
@@ -456,7 +467,8 @@ class RecordingClusterSource:
         if f is None:
             return ClusterState(cluster=self.cluster, observed_at=at, source="none (telemetry only)")
         try:
-            doc = json.loads(f.read_bytes())
+            doc = json.loads(read_capped(f, recording_max_bytes(), what="cluster JSON",
+                                         hint="if it is genuine, raise it with GPUWASTE_RECORDING_MAX_MB=<MiB>"))
         except json.JSONDecodeError as exc:
             raise InputFormatError(f"invalid JSON: {exc.msg}", source=str(f), line=exc.lineno) from exc
         except UnicodeDecodeError as exc:
