@@ -41,11 +41,20 @@ def kept() -> Iterator[Keep]:
     handler = Keep()
     root = logging.getLogger()
     old = root.level
+    # a CLI test earlier in the session may have quieted urllib3 (cli_support sets it to ERROR without --verbose)
+    libraries = [logging.getLogger(name) for name in ("urllib3", "urllib3.connectionpool", "botocore")]
+    saved = [(lg.level, lg.disabled, lg.propagate) for lg in libraries]
+    for lg in libraries:
+        lg.setLevel(logging.NOTSET)
+        lg.disabled, lg.propagate = False, True
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
     yield handler
     root.removeHandler(handler)
     root.setLevel(old)
+    for lg, (level, disabled, propagate) in zip(libraries, saved, strict=True):
+        lg.setLevel(level)
+        lg.disabled, lg.propagate = disabled, propagate
 
 
 @pytest.fixture
