@@ -18,7 +18,7 @@ from gpuwaste.detectors.episodes import episode, finish, minutes_text, span_seco
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
 from gpuwaste.join import NodeInventory, ScanContext
 from gpuwaste.models.base import SettingsModel
-from gpuwaste.models.cluster import mig_total_slices
+from gpuwaste.models.cluster import Node, mig_total_slices
 from gpuwaste.models.findings import Confidence, Episode, Evidence, Finding, IdleMode, WasteKind
 from gpuwaste.models.telemetry import GpuTelemetry, Signal
 
@@ -57,9 +57,20 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
         if busy:
             yield unrequested_use(ctx, inv, busy, settings)
         busy_share = sum((_device_share(d, inv) for d in busy), Decimal(0))
+        # a GPU the device plugin withdrew from allocatable (unhealthy, XID) can be requested by nobody: not free capacity
+        offered = allocatable_gpus(node)
+        withheld = max(Decimal(0), Decimal(capacity) - offered) if offered is not None else Decimal(0)
         start = ctx.window_start if node is None or node.created_at is None else max(ctx.window_start, node.created_at)
-        segments = _free_segments(ctx, inv, Decimal(capacity) - busy_share, start)
-        episodes = _episodes(ctx, segments, settings.min_free_gpus)
+        if ctx.telemetry.single_instant:
+            # one undated sample shows the node free now, never for how long: the capacity free at that instant, as
+            # an episode of no length (its $/day now, 0 GPU-hours in the window; issue 21 §9)
+            start = ctx.eval_time
+            now = max(Decimal(0), Decimal(capacity) - busy_share - withheld - inv.requested_share)
+            segments = [(start, start, now)]
+            episodes = (episode(ctx, start, start, now),) if now >= settings.min_free_gpus else ()
+        else:
+            segments = _free_segments(ctx, inv, Decimal(capacity) - busy_share - withheld, start)
+            episodes = _episodes(ctx, segments, settings.min_free_gpus)
         if not episodes:
             continue
         ongoing = episodes[-1].ongoing
@@ -71,6 +82,9 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
             Evidence(signal="requested_gpus", unit="count", window_s=ctx.window_s, avg=float(inv.requested_share),
                      note="held at the evaluation time by pods scheduled on the node and not terminal, in physical-GPU equivalents"),
         ]
+        if withheld:
+            evidence.append(Evidence(signal="unallocatable_gpus", unit="count", window_s=ctx.window_s, avg=float(withheld),
+                                     note="node capacity − allocatable: GPUs the device plugin does not offer, never free capacity"))
         if busy:
             evidence.append(Evidence(signal="busy_unrequested_gpus", unit="count", window_s=ctx.window_s, avg=float(busy_share),
                                      note="busy GPUs no pod requested: a governance finding, not free capacity"))
@@ -78,13 +92,14 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
             act = ctx.activity(devices)
             if act is not None:
                 evidence.append(act.evidence(ctx.window_s))
-        whole = len(episodes) == 1 and episodes[0].start <= start and ongoing
+        whole = len(episodes) == 1 and episodes[0].start <= start and ongoing and not ctx.telemetry.single_instant
         finding = Finding(
             kind=WasteKind.UNALLOCATED,
             detector="unallocated_capacity",
             subject=ctx.node_subject(inv, devices, free),
             title=(f"{_fmt(free)} of {capacity} GPU(s) on node {inv.name} requested by no pod"
-                   + ("" if whole else f" for {minutes_text(episodes)}")),
+                   + ("" if whole else " at the one sample (for how long is unknown)" if ctx.telemetry.single_instant
+                      else f" for {minutes_text(episodes)}")),
             recommendation=(
                 "Nobody requested this capacity: let the autoscaler remove the node, shrink the node group, "
                 "or schedule pending GPU work here."
@@ -97,7 +112,9 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
             wasted_gpu_share=free,
             scope_key=inv.name,
             details={"unheld_devices": len(devices), "busy_unrequested_gpus": float(busy_share),
-                     "formula": "free GPUs = physical GPUs − GPUs held by pods at each moment − busy GPUs no pod requested",
+                     **({"unallocatable_gpus": float(withheld)} if withheld else {}),
+                     "formula": "free GPUs = physical GPUs − GPUs held by pods at each moment − busy GPUs no pod requested"
+                                + (" − GPUs not allocatable" if withheld else ""),
                      **({"stranded_by_fragmentation": True} if ctx.stranded_by_fragmentation(free) else {})},
         )
         yield finish(ctx, finding, episodes, span_seconds((start, ctx.eval_time)))
@@ -145,6 +162,19 @@ def busy_unrequested(ctx: ScanContext, inv: NodeInventory, settings: Unallocated
         if act is not None and act.p95 >= settings.busy_ratio:
             out.append(dev)
     return out
+
+
+def allocatable_gpus(node: Node | None) -> Decimal | None:
+    """Physical GPUs a node offers for scheduling when its device plugin withdrew some (allocatable below capacity:
+    unhealthy, XID), from `nvidia.com/gpu` or `nvidia.com/gpu.shared` (÷ time-slicing replicas); None when allocatable
+    is not below capacity (or unknown): nothing withdrawn."""
+    if node is None:
+        return None
+    for res in ("nvidia.com/gpu", "nvidia.com/gpu.shared"):
+        cap, alloc = node.capacity_gpu.get(res), node.allocatable_gpu.get(res)
+        if cap is not None and alloc is not None and alloc < cap:
+            return Decimal(alloc) / Decimal(max(1, node.gpu_replicas))
+    return None
 
 
 def _device_share(dev: GpuTelemetry, inv: NodeInventory) -> Decimal:

@@ -14,7 +14,7 @@ from gpuwaste.join.view import gpu_ref
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Attribution, Confidence, Evidence, Finding, Subject, WasteKind
-from gpuwaste.models.telemetry import GpuTelemetry, Signal
+from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, GpuTelemetry, Signal
 
 KNOWN_GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 
@@ -54,15 +54,16 @@ def _dq(ctx: ScanContext, subject: Subject, check: str, title: str, advice: str,
 def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> DetectorOutput:
     """Report telemetry the other detectors could not judge, and why."""
     cluster = ctx.cluster.cluster
-    if ctx.telemetry.single_instant and settings.report_single_instant and ctx.telemetry.gpus:
-        physical = len({g.device.uuid for g in ctx.telemetry.gpus})
+    if ctx.telemetry.single_instant and settings.report_single_instant and (ctx.telemetry.gpus or ctx.telemetry.other_gpus):
+        physical = len({g.device.uuid for g in ctx.telemetry.gpus} | set(ctx.telemetry.other_gpus))
         mig = sum(1 for g in ctx.telemetry.gpus if g.device.gpu_i_id is not None)
         yield _dq(ctx, Subject(cluster=cluster, attribution=Attribution.NODE), "single_sample",
                   f"The telemetry holds one sample per series ({physical} GPU(s), {mig} MIG instance(s)): no verdict on sustained use",
                   "Record a window (gpuwaste record, or a Prometheus with history) to judge idleness.", "all",
                   confidence=Confidence.HIGH)
+    yield from _activity_fields_missing(ctx)
     gpu_nodes = [inv for inv in ctx.nodes.values() if inv.expected_gpus() or (inv.node and (inv.node.capacity_gpu or inv.node.allocatable_gpu))]
-    no_telemetry = not ctx.telemetry.gpus and bool(gpu_nodes)
+    no_telemetry = not ctx.telemetry.gpus and not ctx.telemetry.other_gpus and bool(gpu_nodes)
     if no_telemetry:
         yield _dq(ctx, Subject(cluster=cluster, attribution=Attribution.NODE), "no_telemetry",
                   f"No DCGM series at all in the window ending {ctx.eval_time:%Y-%m-%d %H:%M}Z, "
@@ -113,12 +114,34 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
         stray.setdefault((ns, pod, reason), []).append(dev)
     for (ns, pod, reason), devs in stray.items():  # one finding per labelled pod, naming its GPUs (§10)
         named = ", ".join(str(d.device) for d in devs)
+        if len(devs) == 1:  # as before
+            yield _dq(ctx, Subject(cluster=cluster, namespace=ns, pod=pod, attribution=Attribution.LABELS), "stale_pod_label",
+                      f"GPU {named} is labelled with {ns}/{pod}, but {reason}",
+                      "Trusting the cluster: the GPU's time after the pod ended counts as the node's.",
+                      f"{named}:{ns}/{pod}", confidence=Confidence.MEDIUM)
+            continue
         yield _dq(ctx, Subject(cluster=cluster, namespace=ns, pod=pod, gpus=tuple(gpu_ref(d) for d in devs),
                                attribution=Attribution.LABELS), "stale_pod_label",
-                  f"{f'GPU {named} is' if len(devs) == 1 else f'{len(devs)} GPUs ({named}) are'} labelled with {ns}/{pod}, but {reason}",
+                  f"{len(devs)} GPUs ({named}) are labelled with {ns}/{pod}, but {reason}",
                   "Trusting the cluster: the GPU's time after the pod ended counts as the node's.",
-                  f"{ns}/{pod}", confidence=Confidence.MEDIUM,
-                  details={"devices": named, "device_count": len(devs)})
+                  f"{ns}/{pod}", confidence=Confidence.MEDIUM, details={"devices": named, "device_count": len(devs)})
+
+
+def _activity_fields_missing(ctx: ScanContext) -> DetectorOutput:
+    """The telemetry shows GPUs but not one carries an activity field: say how many GPUs and which fields are missing
+    (never "0 GPUs, no waste found"; issue 21 §9)."""
+    tel = ctx.telemetry
+    seen = {g.device.uuid for g in tel.gpus} | set(tel.other_gpus)
+    if not seen or any(ctx.activity_signal(g) is not None for g in tel.gpus):
+        return
+    missing = [s.value for s in ACTIVITY_SIGNALS]
+    present = sorted(m for m in tel.metrics_present if m.upper().startswith("DCGM_FI_"))
+    yield _dq(ctx, Subject(cluster=ctx.cluster.cluster, attribution=Attribution.NODE), "no_activity_fields",
+              f"{len(seen)} GPU(s) in the telemetry, none with an activity field ({', '.join(missing)} missing): "
+              "activity unknown, not idle",
+              "Add DCGM_FI_PROF_GR_ENGINE_ACTIVE (or at least DCGM_FI_DEV_GPU_UTIL) to dcgm-exporter's counters CSV "
+              f"(fields present: {', '.join(present) or 'none'}).", "all",
+              details={"gpus": len(seen), "missing_fields": ",".join(missing), "present_fields": ",".join(present)})
 
 
 class _NodeSubject:
@@ -184,6 +207,7 @@ def _device_checks(ctx: ScanContext, devices: list[GpuTelemetry], node_subject: 
     problem make one finding naming them, whose subject carries those devices only (issue 21 §10: a per-GPU finding
     each carrying all of the pod's GPUs multiplies counts downstream)."""
     groups: dict[tuple[str, int], tuple[Allocation | None, list[tuple[GpuTelemetry, datetime | None]]]] = {}
+    extra: dict[str, str | float | int | bool | None]
     for dev in devices:
         problem, since = _device_problem(ctx, dev, settings)
         if problem not in _DEVICE_PROBLEMS:
@@ -194,12 +218,16 @@ def _device_checks(ctx: ScanContext, devices: list[GpuTelemetry], node_subject: 
     for (problem, _), (holder, found) in groups.items():
         devs = [d for d, _ in found]
         base = ctx.subject_for(holder) if holder is not None else node_subject()
-        subject = base.model_copy(update={"gpus": tuple(gpu_ref(d) for d in devs)})
-        scope = f"{holder.pod.namespace}/{holder.pod.name}" if holder is not None else (subject.node or "-")
+        refs = tuple(gpu_ref(d) for d in devs)
+        subject = base if base.gpus == refs or (holder is None and len(devs) == 1) else base.model_copy(update={"gpus": refs})
         where = f"{holder.pod.namespace}/{holder.pod.name} on {subject.node}" if holder else f"{subject.node}"
         named = ", ".join(str(d.device) for d in devs)
-        gpus = f"GPU {named}" if len(devs) == 1 else f"{len(devs)} GPUs ({named})"
-        extra: dict[str, str | float | int | bool | None] = {"devices": named, "device_count": len(devs)}
+        # one device keeps its device scope (the finding as before); several are one finding scoped by their subject
+        if len(devs) == 1:
+            scope, gpus, extra = named, f"GPU {named}", {}
+        else:
+            scope = f"{holder.pod.namespace}/{holder.pod.name}" if holder is not None else (subject.node or "-")
+            gpus, extra = f"{len(devs)} GPUs ({named})", {"devices": named, "device_count": len(devs)}
         if problem in ("profiling_counter_broken", "activity_signals_disagree"):
             starts = [s for _, s in found if s is not None]
             yield _contradiction(ctx, devs, subject, gpus, where, problem, scope, min(starts) if starts else None, extra)

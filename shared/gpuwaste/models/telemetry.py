@@ -573,6 +573,8 @@ class TelemetryWindow(Frozen):
         problems: samples or series the source could not use (counted, with where they are).
         plan: how the statistics were read: "recording rules" (the shipped rules' 5-minute series),
             "raw" (PromQL over the raw DCGM series) or "recording" (a file, in Python).
+        other_gpus: UUIDs of GPUs seen only on DCGM fields the scan does not read (clocks, temperatures: no
+            activity, memory or power field), sorted; counted in the inventory and reported, never judged.
     """
 
     cluster: str
@@ -590,6 +592,7 @@ class TelemetryWindow(Frozen):
     bucket_s: int | None = Field(None, gt=0)
     problems: tuple[TelemetryProblem, ...] = ()
     plan: str = ""
+    other_gpus: tuple[str, ...] = ()
 
     @property
     def unreadable_samples(self) -> int:

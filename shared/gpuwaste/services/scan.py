@@ -103,7 +103,7 @@ def telemetry_quality(telemetry: TelemetryWindow) -> dict[str, Any]:
 def inventory_of(ctx: ScanContext) -> Inventory:
     """Summarise what a scan context holds."""
     gpus = [g for g in ctx.telemetry.gpus if not g.is_mig_parent]
-    uuids = {g.device.uuid for g in ctx.telemetry.gpus}
+    uuids = {g.device.uuid for g in ctx.telemetry.gpus} | set(ctx.telemetry.other_gpus)  # GPUs on unread fields count too
     models: Counter[str] = Counter()
     seen: set[str] = set()
     for g in ctx.telemetry.gpus:

@@ -783,6 +783,7 @@ class KsmRecordingSource:
         self.settings = settings or ClusterReadSettings()
         self.window = window
         self._series: list[Any] | None = None
+        self._dated_ms: int | None = None  # the time given to samples without a timestamp when parsed (None: all dated)
 
     @property
     def cluster_file(self) -> Path:
@@ -799,7 +800,7 @@ class KsmRecordingSource:
             self._series = self._parse()
         return self._series
 
-    def _parse(self) -> list[Any]:
+    def _parse(self, at: datetime | None = None) -> list[Any]:
         from gpuwaste.sources.exposition import parse_exposition  # noqa: PLC0415
         from gpuwaste.sources.limits import RecordingLimits, read_recording  # noqa: PLC0415
         from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json  # noqa: PLC0415
@@ -811,8 +812,10 @@ class KsmRecordingSource:
             fmt = "openmetrics"
         if fmt == "auto" and looks_like_api_json(data):  # a saved /api/v1/query(_range) answer
             return list(parse_api_json(data, source=str(f), metric_filter=is_ksm_metric).series.values())
-        default_ms = int(self._tel._default_time().timestamp() * 1000)
-        return list(parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=is_ksm_metric).series.values())
+        default_ms = int(self._tel._default_time(at).timestamp() * 1000)
+        parsed = parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=is_ksm_metric)
+        self._dated_ms = default_ms if any(w.kind == "no_timestamp" for w in parsed.warnings) else None
+        return list(parsed.series.values())
 
     def has_ksm(self) -> bool:
         """True when the recording holds KSM pod series (kube_pod_info or GPU request series)."""
@@ -824,7 +827,12 @@ class KsmRecordingSource:
         Raises:
             InputFormatError: the telemetry file is malformed.
         """
-        samples = samples_from_series(self.series(), at=at, window=self.window)
+        series = self.series()
+        if self._dated_ms is not None and self._dated_ms != int(self._tel._default_time(at).timestamp() * 1000):
+            # samples without a timestamp were dated before the evaluation time was known (the file's mtime): an undated
+            # file is dated by `at` (--at), the KSM series as the DCGM ones (issue 21 §9)
+            series = self._series = self._parse(at)
+        samples = samples_from_series(series, at=at, window=self.window)
         return cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
                                       source=f"kube-state-metrics series in recording {self._tel.telemetry_file}")
 

@@ -346,6 +346,8 @@ class RecordingTelemetrySource:
             parsed = self._stream(_telemetry_wanted, on_sample, on_unreadable, default_ms, limits)
             check_series(len(parsed.series), limits, source=str(f))
         summaries: list[SeriesSummary] = []
+        other_uuids: set[str] = set()  # GPUs on DCGM fields outside the plan (presence only)
+        other_single = True
         for series in seen:
             entry = accs.get(id(series))
             if entry is None:
@@ -354,12 +356,17 @@ class RecordingTelemetrySource:
             if spec is None:
                 if acc.samples() and series.name.startswith(("DCGM_", "dcgm_fi_")):
                     other_present.add(_canonical(series.name))
+                    uuid = next((u for k in self.labels.uuid_labels if (u := series.labels.get(k))), None)
+                    if uuid:
+                        other_uuids.add(uuid)
+                    other_single = other_single and acc.samples() <= 1
                 continue
             one = summary_from(spec, series.labels, acc, str(f))
             if one is not None:
                 summaries.append(one)
         self._check_span(parsed, at, grid)
         parts = assemble(summaries, self.labels, grid=grid)
+        other_gpus = tuple(sorted(other_uuids - {g.device.uuid for g in parts.gpus}))
         return TelemetryWindow(
             cluster=self.cluster,
             eval_time=at,
@@ -371,10 +378,11 @@ class RecordingTelemetrySource:
             pods=parts.pods,
             metrics_present=parts.metrics_present | other_present,
             source=f"recording {self.telemetry_file}",
-            single_instant=parts.single_instant,
+            single_instant=parts.single_instant or (not parts.gpus and bool(other_gpus) and other_single),
             bucket_s=grid.bucket_s,
             problems=parts.problems,
             plan="recording",
+            other_gpus=other_gpus,
         )
 
     def _check_span(self, parsed: ParsedExposition, at: datetime, grid: BucketGrid) -> None:
