@@ -118,3 +118,109 @@ def test_a_finished_pods_label_left_on_two_gpus_is_one_stale_label_finding(tmp_p
     assert sorted(g.uuid for g in dq.subject.gpus) == ["GPU-5e1f0000-0000", "GPU-5e1f0000-0001"]
     (free,) = sc.of_kind(UNALLOC)
     assert free.wasted_gpu_share == 2
+
+
+# --- §9: honest about thin inputs -------------------------------------------------------------------------------
+
+#: One dcgm-exporter 4.x scrape of an NVIDIA L4 on AWS, shaped like the real one (scrapes/a02): no timestamps, no pod labels.
+L4 = {"gpu": "0", "UUID": "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c", "pci_bus_id": "00000000:31:00.0", "device": "nvidia0",
+      "modelName": "NVIDIA L4", "Hostname": "i-030791dc5a37cd257", "DCGM_FI_DRIVER_VERSION": "580.105.08"}
+L4_NODE = "i-030791dc5a37cd257"
+
+
+def _scrape(fields: dict[str, float]) -> str:
+    """An undated /metrics scrape of the L4: one sample per field, no timestamp."""
+    lab = ",".join(f'{k}="{v}"' for k, v in L4.items())
+    return "".join(f"# TYPE {m} gauge\n{m}{{{lab}}} {v}\n" for m, v in fields.items())
+
+
+FULL_SCRAPE = {"DCGM_FI_DEV_SM_CLOCK": 210, "DCGM_FI_DEV_GPU_TEMP": 32, "DCGM_FI_DEV_POWER_USAGE": 16.1,
+               "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 2158021470, "DCGM_FI_DEV_GPU_UTIL": 0, "DCGM_FI_DEV_FB_USED": 0,
+               "DCGM_FI_DEV_FB_FREE": 22491, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.0}
+CLOCKS_ONLY = {"DCGM_FI_DEV_SM_CLOCK": 210, "DCGM_FI_DEV_MEM_CLOCK": 405, "DCGM_FI_DEV_GPU_TEMP": 32, "DCGM_FI_DEV_MEMORY_TEMP": 30}
+NO_ACTIVITY = {k: v for k, v in FULL_SCRAPE.items() if k not in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")}
+
+
+@pytest.mark.parametrize("fields", [CLOCKS_ONLY, NO_ACTIVITY], ids=["clocks-and-temperatures", "memory-and-power"])
+def test_gpus_without_any_activity_field_are_counted_and_the_missing_fields_named(tmp_path, fields):
+    # GIVEN a scrape of the L4 node whose exporter CSV carries no activity field, and the node's pod holding the GPU
+    objs = [node(L4_NODE, itype="g6.xlarge", gpus=1), pod("ml", "embed-0", L4_NODE)]
+    # WHEN scanned by every detector
+    sc = scan(tmp_path, _scrape(fields), objs, settings=ALL_DETECTORS)
+    # THEN one GPU is seen (never "0 GPUs"), one sample is said, and the missing activity fields are named; no waste
+    (dq,) = sc.checks()["no_activity_fields"]
+    assert dq.details["gpus"] == 1
+    assert dq.details["missing_fields"] == "DCGM_FI_PROF_SM_ACTIVE,DCGM_FI_PROF_GR_ENGINE_ACTIVE,DCGM_FI_DEV_GPU_UTIL"
+    assert set(dq.details["present_fields"].split(",")) >= {"DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP"}
+    assert "1 GPU(s) in the telemetry" in dq.title
+    assert "single_sample" in sc.checks() and sc.ctx.telemetry.single_instant
+    assert [f for f in sc.findings if f.kind.is_waste] == []
+    from gpuwaste.services.scan import inventory_of
+    assert inventory_of(sc.ctx).physical_gpus == 1
+
+
+def test_one_undated_sample_gives_free_capacity_now_but_no_window_long_money(tmp_path):
+    # GIVEN the full L4 scrape (one sample) and its node, which no pod requests
+    objs = [node(L4_NODE, itype="g6.xlarge", gpus=1)]
+    # WHEN scanned
+    sc = scan(tmp_path, _scrape(FULL_SCRAPE), objs)
+    # THEN the node's GPU is free at the sample: its rate now, 0 GPU-hours and $0 in the window, low confidence
+    (free,) = sc.of_kind(UNALLOC)
+    assert free.wasted_gpu_share == 1 and free.wasted_gpu_hours == 0
+    assert free.cost is not None and free.cost.usd_in_window == 0
+    assert free.cost.usd_per_gpu_hour is not None and free.usd_per_day == (free.cost.usd_per_gpu_hour * 24).quantize(free.usd_per_day)
+    assert [(e.start, e.end) for e in free.episodes] == [(builders.EVAL, builders.EVAL)]
+    assert free.confidence.value == "low" and "at the one sample" in free.title
+
+
+def test_one_undated_sample_gives_an_orphan_no_window_long_gpu_hours(tmp_path):
+    # GIVEN the L4 scrape and a bare pod (no controller) that has held the GPU for a month
+    objs = [node(L4_NODE, itype="g6.xlarge", gpus=1), pod("ml", "scratch", L4_NODE, started="2023-12-01T00:00:00Z")]
+    # WHEN scanned by every detector
+    sc = scan(tmp_path, _scrape(FULL_SCRAPE), objs, settings=ALL_DETECTORS)
+    # THEN the bare pod is reported, with no GPU-hours or USD in the window (one sample: held since when is not observed)
+    (orphan,) = sc.of_kind(WasteKind.ORPHANED)
+    assert orphan.details["reason"] == "bare_pod" and orphan.wasted_gpu_share == 1
+    assert orphan.wasted_gpu_hours == 0 and orphan.cost is not None and orphan.cost.usd_in_window == 0
+
+
+def test_free_capacity_counts_allocatable_not_capacity(tmp_path):
+    # GIVEN an 8-GPU node whose device plugin withdrew one GPU (capacity 8, allocatable 7), DCGM showing all 8, and a
+    # busy 6-GPU pod holding 6 of them
+    host = "ip-10-0-9-4.ec2.internal"
+    n = node(host, itype="p4d.24xlarge", gpus=8)
+    n["status"]["allocatable"] = {"nvidia.com/gpu": "7"}
+    series = [s for i in range(6) for s in _working(i, host, namespace="ml", pod="train-0")]
+    series += [S(UTIL, _h100(i, host), 0.0) for i in (6, 7)]
+    objs = [n, pod("ml", "train-0", host, gpus=6, owner=("Job", "train"))]
+    # WHEN scanned
+    sc = scan(tmp_path, series, objs)
+    # THEN 1 GPU is free (7 allocatable − 6 held), not 2; the withheld GPU is named in the evidence
+    (free,) = sc.of_kind(UNALLOC)
+    assert free.wasted_gpu_share == 1 and free.wasted_gpu_hours == 1
+    assert free.details["unallocatable_gpus"] == 1.0
+    assert {e.signal: e.avg for e in free.evidence}["unallocatable_gpus"] == 1.0
+
+
+def test_at_on_an_undated_file_dates_the_kube_state_metrics_series_too(tmp_path):
+    # GIVEN one undated file: the L4 scrape and kube-state-metrics' series of its node and of a pod holding the GPU
+    import json
+    import re
+
+    from typer.testing import CliRunner
+
+    from gpuwaste.cli import app
+
+    objs = [node(L4_NODE, itype="g6.xlarge", gpus=1), pod("ml", "embed-0", L4_NODE, owner=("StatefulSet", "embed"))]
+    ksm = re.sub(r" \d+$", "", builders.ksm_text(objs, start=builders.EVAL, end=builders.EVAL), flags=re.M)
+    f = tmp_path / "scrape.prom"
+    f.write_text(_scrape(FULL_SCRAPE) + ksm)
+    # WHEN scanned with --at (the file's mtime is now, years after it)
+    result = CliRunner().invoke(app, ["scan", "--recording", str(f), "--at", builders.EVAL.isoformat(), "-o", "json", "-q"])
+    # THEN the KSM series are dated by --at like the DCGM ones: the node and the pod are there, no "No cluster state"
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["inventory"]["nodes"] == 1 and doc["inventory"]["pods_holding_gpus"] == 1
+    checks = {x["details"].get("check") for x in doc["findings"]}
+    assert "no_cluster_state" not in checks and "single_sample" in checks
+    assert not [x for x in doc["findings"] if x["kind"] == "unallocated_capacity"]  # the pod holds the node's GPU
