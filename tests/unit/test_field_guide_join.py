@@ -7,6 +7,8 @@ priced. Every test runs through both cluster-state paths.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from gpuwaste.detectors import DetectorSettings
@@ -224,3 +226,40 @@ def test_at_on_an_undated_file_dates_the_kube_state_metrics_series_too(tmp_path)
     checks = {x["details"].get("check") for x in doc["findings"]}
     assert "no_cluster_state" not in checks and "single_sample" in checks
     assert not [x for x in doc["findings"] if x["kind"] == "unallocated_capacity"]  # the pod holds the node's GPU
+
+
+# --- §4: lifetimes inside the window ----------------------------------------------------------------------------
+
+
+def test_a_node_that_left_mid_window_was_free_until_it_left_and_costs_nothing_now(tmp_path, cluster_via):
+    # GIVEN a 1-GPU g5.xlarge node nobody requests, whose kube-state-metrics and DCGM series stop 30 minutes into the
+    # window (the autoscaler removed it), while the cluster's CPU node stays
+    if cluster_via == "api":
+        pytest.skip("a kubectl List is one snapshot: a node that left is not in it (kube-state-metrics history is)")
+    host = "ip-10-0-3-77.ec2.internal"
+    n = node(host, itype="g5.xlarge", gpus=1)
+    dcgm = builders.exposition([S(UTIL, _h100(0, host), 0.0, until_minute=30)])
+    ksm = builders.ksm_text([n], end=builders.EVAL - builders.WINDOW / 2) + builders.ksm_text([node("ip-10-0-1-5", itype="m5.large", gpus=None)])
+    # WHEN scanned
+    sc = scan(tmp_path, dcgm + ksm, [])
+    # THEN its GPU was free for the 30 minutes it existed: 0.5 GPU-hours in the window, ended, $0/day now
+    (gone,) = [x for x in sc.ctx.cluster.nodes if x.name == host]
+    assert gone.gone_at == builders.EVAL - builders.WINDOW / 2
+    (free,) = sc.of_kind(UNALLOC)
+    assert free.wasted_gpu_share == 1 and free.wasted_gpu_hours == Decimal("0.5")
+    assert [(e.end, e.ongoing) for e in free.episodes] == [(builders.EVAL - builders.WINDOW / 2, False)]
+    assert free.usd_per_day == 0 and free.cost is not None and free.cost.usd_in_window == (free.cost.usd_per_gpu_hour * Decimal("0.5")
+                                                                                          ).quantize(Decimal("0.01"))
+
+
+def test_a_node_that_joined_mid_window_is_not_free_before_it_joined(tmp_path):
+    # GIVEN a 1-GPU node created 30 minutes before the evaluation time (DCGM from then on), nobody requesting its GPU
+    host = "ip-10-0-3-78.ec2.internal"
+    joined = builders.EVAL - builders.WINDOW / 2
+    n = node(host, itype="g5.xlarge", gpus=1)
+    n["metadata"]["creationTimestamp"] = joined.strftime("%Y-%m-%dT%H:%M:%SZ")
+    # WHEN scanned
+    sc = scan(tmp_path, [S(UTIL, _h100(0, host), 0.0, from_minute=30)], [n])
+    # THEN it is free for the 30 minutes it exists: 0.5 GPU-hours, going on now
+    (free,) = sc.of_kind(UNALLOC)
+    assert free.wasted_gpu_hours == Decimal("0.5") and free.episodes[0].start == joined and free.episodes[-1].ongoing

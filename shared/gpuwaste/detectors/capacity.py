@@ -64,12 +64,15 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
         if ctx.telemetry.single_instant:
             # one undated sample shows the node free now, never for how long: the capacity free at that instant, as
             # an episode of no length (its $/day now, 0 GPU-hours in the window; issue 21 §9)
-            start = ctx.eval_time
+            start = end = ctx.eval_time
             now = max(Decimal(0), Decimal(capacity) - busy_share - withheld - inv.requested_share)
             segments = [(start, start, now)]
             episodes = (episode(ctx, start, start, now),) if now >= settings.min_free_gpus else ()
         else:
-            segments = _free_segments(ctx, inv, Decimal(capacity) - busy_share - withheld, start)
+            # a node exists from its first to its last series: one that left inside the window is free (or held) until
+            # then, its last episode ended there ($0/day now, its GPU-hours in the window kept; issue 21 §4)
+            end = ctx.eval_time if node is None or node.gone_at is None else max(start, min(ctx.eval_time, node.gone_at))
+            segments = _free_segments(ctx, inv, Decimal(capacity) - busy_share - withheld, start, end)
             episodes = _episodes(ctx, segments, settings.min_free_gpus)
         if not episodes:
             continue
@@ -117,7 +120,7 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
                                 + (" − GPUs not allocatable" if withheld else ""),
                      **({"stranded_by_fragmentation": True} if ctx.stranded_by_fragmentation(free) else {})},
         )
-        yield finish(ctx, finding, episodes, span_seconds((start, ctx.eval_time)))
+        yield finish(ctx, finding, episodes, span_seconds((start, end)))
 
 
 def unrequested_use(ctx: ScanContext, inv: NodeInventory, busy: list[GpuTelemetry], settings: UnallocatedSettings) -> Finding:
@@ -185,12 +188,17 @@ def _device_share(dev: GpuTelemetry, inv: NodeInventory) -> Decimal:
     return Decimal(int(head)) / Decimal(mig_total_slices(inv.node)) if head.isdigit() else Decimal(0)
 
 
-def _free_segments(ctx: ScanContext, inv: NodeInventory, capacity: Decimal, start: datetime) -> list[tuple[datetime, datetime, Decimal]]:
-    """(from, to, free share) pieces of [start, eval]: the held shares change only where a holding starts or ends."""
-    cuts = {start, ctx.eval_time}
+def _free_segments(ctx: ScanContext, inv: NodeInventory, capacity: Decimal, start: datetime, end: datetime | None = None
+                   ) -> list[tuple[datetime, datetime, Decimal]]:
+    """(from, to, free share) pieces of [start, end] (end: the evaluation time, or when the node left): the held shares
+    change only where a holding starts or ends."""
+    end = ctx.eval_time if end is None else end
+    if end <= start:
+        return []
+    cuts = {start, end}
     for a in inv.allocations:
         for t in (a.held_from, a.held_until):
-            if t is not None and start < t < ctx.eval_time:
+            if t is not None and start < t < end:
                 cuts.add(t)
     edges = sorted(cuts)
     out = []
@@ -212,7 +220,7 @@ def _episodes(ctx: ScanContext, segments: list[tuple[datetime, datetime, Decimal
             out[-1] = Episode(start=prev.start, end=hi, wasted_gpu_hours=prev.wasted_gpu_hours + piece.wasted_gpu_hours, ongoing=piece.ongoing)
         else:
             out.append(piece)
-    whole = (ctx.eval_time - segments[0][0]).total_seconds() if segments else 0.0
+    whole = (segments[-1][1] - segments[0][0]).total_seconds() if segments else 0.0
     # a GPU free for a few minutes between two pods is scheduling, not waste: keep stretches of at least
     # `min_episode_s` (or one covering the whole judged span) that are going on now or add up to a sizeable share
     kept = [e for e in out if (e.end - e.start).total_seconds() >= min(ctx.common.min_episode_s, whole)]

@@ -128,6 +128,8 @@ class Node(Frozen):
         gpu_memory_mib: GFD `nvidia.com/gpu.memory` (MiB); under MIG single it is the slice's memory.
         gpu_replicas: GFD `nvidia.com/gpu.replicas` (time-slicing replicas per GPU), 1 when absent.
         allocatable_gpu: allocatable count per GPU resource name.
+        gone_at: when the node was last seen, when it left the cluster inside the window (its series ended before the
+            evaluation time: kube-state-metrics history); None while it exists.
     """
 
     name: str
@@ -147,6 +149,7 @@ class Node(Frozen):
     allocatable_gpu: dict[str, int] = Field(default_factory=dict)
     created_at: datetime | None = None
     unschedulable: bool = False
+    gone_at: datetime | None = None
 
     @property
     def hostname_label(self) -> str | None:

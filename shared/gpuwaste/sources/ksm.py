@@ -272,6 +272,15 @@ class _NodeFacts:
     internal_ip: str = ""
     created: float | None = None
     unschedulable: bool = False
+    exported: bool = False  # a node series still exported at the evaluation time
+    last_ms: int = 0  # the newest last sample of its series that are no longer exported
+
+    def seen(self, last: int | None) -> None:
+        """One of the node's own series (info, capacity, allocatable), last seen at `last` (None: still exported)."""
+        if last is None:
+            self.exported = True
+        elif last > self.last_ms:
+            self.last_ms = last
 
 
 def _time(seconds: float | None) -> datetime | None:
@@ -451,10 +460,11 @@ class _Builder:
         if facts is not None and lab.get("container"):
             facts.images[lab["container"]] = lab.get("image_spec") or lab.get("image", "")
 
-    def _node_resource(self, name: str, lab: Mapping[str, str], v: float, _last: int | None) -> None:
+    def _node_resource(self, name: str, lab: Mapping[str, str], v: float, last: int | None) -> None:
         node = lab.get("node")
         if not node:
             return
+        self.node(node).seen(last)
         if name in (V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE):
             resource = V1_GPU_RESOURCE
         else:
@@ -470,9 +480,10 @@ class _Builder:
             self.keyed[name].update(kv)
             self.node(lab["node"]).labels.update(kv)
 
-    def _node_info(self, _name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+    def _node_info(self, _name: str, lab: Mapping[str, str], _v: float, last: int | None) -> None:
         if lab.get("node"):
             facts = self.node(lab["node"])
+            facts.seen(last)
             if lab.get("provider_id"):
                 facts.provider_id = lab["provider_id"]
             if lab.get("internal_ip"):
@@ -627,7 +638,8 @@ class _Builder:
         return node_model(name, dict(f.labels), self.settings, capacity_gpu=counts("capacity", f.capacity),
                           allocatable_gpu=counts("allocatable", f.allocatable), provider_id=f.provider_id or None,
                           internal_ips=(f.internal_ip,) if f.internal_ip else (), created_at=_time(f.created),
-                          unschedulable=f.unschedulable)
+                          unschedulable=f.unschedulable,
+                          gone_at=None if f.exported or not f.last_ms else datetime.fromtimestamp(f.last_ms / 1000, tz=UTC))
 
     def listed_kinds(self) -> frozenset[str]:
         """Controller kinds KSM exported completely: `_created` present; ReplicaSet/Job: their owner series present (KSM
