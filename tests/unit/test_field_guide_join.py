@@ -263,3 +263,34 @@ def test_a_node_that_joined_mid_window_is_not_free_before_it_joined(tmp_path):
     # THEN it is free for the 30 minutes it exists: 0.5 GPU-hours, going on now
     (free,) = sc.of_kind(UNALLOC)
     assert free.wasted_gpu_hours == Decimal("0.5") and free.episodes[0].start == joined and free.episodes[-1].ongoing
+
+
+def test_a_statefulset_pod_recreated_on_another_node_is_a_new_holding(tmp_path, cluster_via):
+    # GIVEN ml/web-0 (uid-a) on node A until 30 minutes into the window, then recreated as uid-b on node B (KSM history);
+    # DCGM labels node A's GPU with web-0 until then (idle), node B's from then on (busy)
+    if cluster_via == "api":
+        pytest.skip("a kubectl List is one snapshot: it holds only the pod that exists now (kube-state-metrics history has both)")
+    a, b = "gpu-a.ec2.internal", "gpu-b.ec2.internal"
+    half = builders.EVAL - builders.WINDOW / 2
+    old = pod("ml", "web-0", a, owner=("StatefulSet", "web"))
+    new = pod("ml", "web-0", b, owner=("StatefulSet", "web"), started=half.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    old["metadata"]["uid"], new["metadata"]["uid"] = "uid-a", "uid-b"
+    nodes = [node(a, itype="g5.xlarge", gpus=1), node(b, itype="g5.xlarge", gpus=1)]
+    dcgm = builders.exposition([S(UTIL, _h100(0, a, namespace="ml", pod="web-0"), 0.0, until_minute=30),
+                                S(UTIL, _h100(0, a), 0.0, from_minute=30),
+                                S(UTIL, {**_h100(0, b, namespace="ml", pod="web-0"), "UUID": "GPU-5e1f0000-00b0"}, 95.0, from_minute=30)])
+    ksm = builders.ksm_text(nodes) + builders.ksm_text([old], end=half) + builders.ksm_text([new], start=half)
+    # WHEN scanned
+    sc = scan(tmp_path, dcgm + ksm, [])
+    # THEN two holdings of web-0, one per pod object: uid-a on A until it went, uid-b on B now
+    held = sorted((x.pod.uid, x.node.name if x.node else None, x.held_until) for x in sc.ctx.allocations if x.pod.name == "web-0")
+    assert held == [("uid-a", a, half), ("uid-b", b, None)]
+    # AND node A's GPU was held until then and is free since (0.5 GPU-hours, going on); node B's was free until uid-b
+    # came (0.5 GPU-hours, ended: $0/day now); never a stray label
+    assert "stale_pod_label" not in sc.checks()
+    free = {f.subject.node: f for f in sc.of_kind(UNALLOC)}
+    assert set(free) == {a, b}
+    assert free[a].wasted_gpu_hours == Decimal("0.5") and free[a].episodes[0].start == half and free[a].episodes[-1].ongoing
+    assert free[b].wasted_gpu_hours == Decimal("0.5") and free[b].episodes[-1].end == half and free[b].usd_per_day == 0
+    # AND whatever is said about the idle GPU on A is about uid-a's 30 minutes, ended ($0/day now); nothing about B
+    assert all(f.subject.node == a and f.usd_per_day == 0 for f in sc.for_pod("web-0") if f.kind.is_waste)

@@ -14,7 +14,7 @@ from decimal import Decimal
 from gpuwaste.allocation._index import measured_per_pod
 from gpuwaste.allocation.base import AllocationResult, Holding, hold_span
 from gpuwaste.allocation.mig import is_mig_single
-from gpuwaste.models.cluster import ClusterState, Node, Pod
+from gpuwaste.models.cluster import ClusterState, Node, Pod, PodIdentity
 from gpuwaste.models.telemetry import GpuTelemetry
 
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
@@ -48,13 +48,13 @@ class SharingResolver:
         return any(_shared_pod(p, nodes.get(p.node_name or "")) for p in cluster.pods)
 
     def resolve(self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *,
-                handled: frozenset[tuple[str, str]]) -> AllocationResult:
+                handled: frozenset[PodIdentity]) -> AllocationResult:
         """One holding per scheduled sharer: share = units ÷ replicas per GPU."""
         nodes = {n.name: n for n in cluster.nodes}
         holdings: list[Holding] = []
         for pod in cluster.pods:
             node = nodes.get(pod.node_name or "")
-            if pod.key in handled or not _shared_pod(pod, node):
+            if pod.identity in handled or not _shared_pod(pod, node):
                 continue
             span = hold_span(pod)
             if span is None:
@@ -67,7 +67,7 @@ class SharingResolver:
                                     per_pod_activity=measured, held_from=span[0], held_until=span[1],
                                     note=f"{units} of {replicas} {mech} replicas per GPU"
                                     + ("; the exporter reports this pod's own activity" if measured else "")))
-        return AllocationResult(holdings=tuple(holdings), handled_pods=frozenset(h.pod.key for h in holdings))
+        return AllocationResult(holdings=tuple(holdings), handled_pods=frozenset(h.pod.identity for h in holdings))
 
 
 __all__ = ["SHARED_RESOURCE", "SharingResolver", "mechanism_of"]

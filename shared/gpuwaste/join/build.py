@@ -44,16 +44,19 @@ def join(
     common = common or CommonSettings()
     window_start = telemetry.eval_time - timedelta(seconds=telemetry.window_s)
     resolved = resolve(cluster, telemetry.gpus, chain)
-    order = {p.key: i for i, p in enumerate(cluster.pods)}
+    order = {p.identity: i for i, p in enumerate(cluster.pods)}
     holdings = sorted((h for h in resolved.holdings if h.held_until is None or h.held_until > window_start),
-                      key=lambda h: order.get(h.pod.key, len(order)))
+                      key=lambda h: order.get(h.pod.identity, len(order)))
     by_node, unmapped = devices_by_node(cluster, telemetry.gpus)
     nodes_by_name = {n.name: n for n in cluster.nodes}
     inventories = _inventories(cluster, by_node, nodes_by_name, resolved.physical_gpus)
     held_by_node: dict[str, list[Holding]] = defaultdict(list)
     for h in holdings:
         held_by_node[h.node or ""].append(h)
-    labelled = _label_devices(inventories, cluster, {h.pod.key: h for h in holdings}, resolved.infrastructure_pods)
+    by_name: dict[tuple[str, str], list[Holding]] = defaultdict(list)  # a name recreated in the window: one holding per uid
+    for h in holdings:
+        by_name[h.pod.key].append(h)
+    labelled = _label_devices(inventories, cluster, by_name, resolved.infrastructure_pods)
     allocations: list[Allocation] = []
     for name, inv in inventories.items():
         inv.allocations = _attribute_node(inv, held_by_node.get(name, []), labelled, telemetry.eval_time)
@@ -87,14 +90,15 @@ def _inventories(cluster: ClusterState, by_node: dict[str, list[GpuTelemetry]], 
 
 @dataclass
 class _Labelled:
-    """Devices tied to pods by the exporter's pod labels, and the labels that contradict the cluster."""
+    """Devices tied to pods by the exporter's pod labels (per node: a pod recreated under the same name on another node
+    is another holding), and the labels that contradict the cluster."""
 
     owner: dict[int, tuple[str, str]] = field(default_factory=dict)
-    devices: dict[tuple[str, str], list[GpuTelemetry]] = field(default_factory=lambda: defaultdict(list))
+    devices: dict[tuple[str, str, str], list[GpuTelemetry]] = field(default_factory=lambda: defaultdict(list))  # (ns, pod, node)
     stray: list[Stray] = field(default_factory=list)
 
 
-def _label_devices(inventories: dict[str, NodeInventory], cluster: ClusterState, holdings: dict[tuple[str, str], Holding],
+def _label_devices(inventories: dict[str, NodeInventory], cluster: ClusterState, holdings: dict[tuple[str, str], list[Holding]],
                    infrastructure: frozenset[tuple[str, str]] = frozenset()) -> _Labelled:
     """GPU ↔ pod by the exporter's labels: a device belongs to every pod labelled on it that holds GPUs on its node
     in the window (a time-sliced GPU is held by every sharer). Infrastructure pods (KAI/Run:ai reservation pods)
@@ -107,15 +111,17 @@ def _label_devices(inventories: dict[str, NodeInventory], cluster: ClusterState,
             for ns, name in dev.workloads:
                 if (ns, name) in infrastructure:
                     continue
-                reason = _stray_reason(pods.get((ns, name)), holdings.get((ns, name)), node_name)
+                named = holdings.get((ns, name), [])
+                here = next((h for h in named if h.node == node_name), named[0] if named else None)
+                reason = _stray_reason(pods.get((ns, name)), here, node_name)
                 if reason:
                     out.stray.append((dev, ns, name, reason))
                 else:
                     current.append((ns, name))
             if current:
                 out.owner[id(dev)] = current[0]
-                for key in current:
-                    out.devices[key].append(dev)
+                for ns, name in current:
+                    out.devices[(ns, name, node_name)].append(dev)
     return out
 
 
@@ -134,18 +140,18 @@ def _attribute_node(inv: NodeInventory, holdings: list[Holding], labelled: _Labe
     device), else elimination (B01), else unknown devices."""
     node = inv.node
     allocations = [
-        _allocation(h, node, tuple(labelled.devices[h.pod.key]), Attribution.LABELS, True)
-        for h in holdings if labelled.devices.get(h.pod.key)
+        _allocation(h, node, tuple(labelled.devices[(*h.pod.key, inv.name)]), Attribution.LABELS, True)
+        for h in holdings if labelled.devices.get((*h.pod.key, inv.name))
     ]
     named: set[int] = set()
-    for h in [h for h in holdings if not labelled.devices.get(h.pod.key) and h.devices]:
+    for h in [h for h in holdings if not labelled.devices.get((*h.pod.key, inv.name)) and h.devices]:
         devs = _named_devices(inv, h)
         if devs:  # the allocation itself names the device (DRA claim, HAMi annotation, KAI reservation)
             allocations.append(_allocation(h, node, devs, Attribution.ALLOCATION, False))
             named.update(id(d) for d in devs)
-    covered = {a.pod.key for a in allocations}
+    covered = {a.pod.identity for a in allocations}
     unlabelled = [d for d in inv.devices if id(d) not in labelled.owner and id(d) not in named]
-    uncovered = [h for h in holdings if h.pod.key not in covered]
+    uncovered = [h for h in holdings if h.pod.identity not in covered]
     expected = inv.expected_gpus()
     # B01 + B23: elimination is safe only when every GPU the node should have is seen in DCGM;
     # otherwise the pod may hold the unmonitored GPU and the seen one be free.

@@ -294,7 +294,8 @@ class ScanContext:
         """The allocation of a pod (namespace, name), or None when it holds no GPU in the window."""
         index = self.__dict__.get("_alloc_index")
         if index is None:
-            index = {(a.pod.namespace, a.pod.name): a for a in self.allocations}
+            # a name recreated in the window (another uid) has one allocation per pod object: the one holding now wins
+            index = {(a.pod.namespace, a.pod.name): a for a in sorted(self.allocations, key=lambda a: a.holds_now)}
             self.__dict__["_alloc_index"] = index
         return index.get((namespace, pod))
 

@@ -327,7 +327,7 @@ class _Builder:
         self.patterns = tuple(settings.gpu_resource_names)
         self.node_keys = _unsanitize_table((*NODE_LABEL_KEYS, *settings.capacity_type_labels))
         self.pod_keys = _unsanitize_table(POD_KEYS)
-        self.pods: dict[tuple[str, str], _PodFacts] = {}
+        self.pods: dict[tuple[str, ...], _PodFacts] = {}  # (namespace, pod), or (namespace, pod, uid) for an earlier uid
         self.nodes: dict[str, _NodeFacts] = {}
         self.namespaces: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
         self.controllers: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -359,15 +359,16 @@ class _Builder:
             handler(*s)
 
     def pod(self, labels: Mapping[str, str]) -> _PodFacts | None:
-        """The facts of the pod a series belongs to; None for a series without namespace and pod, or of an earlier
-        pod of the same name (another uid than the pod's current one: a StatefulSet pod recreated in the window)."""
+        """The facts of the pod a series belongs to; None for a series without namespace and pod. An earlier pod of the
+        same name (another uid than the pod's current one: a StatefulSet pod recreated in the window, maybe on another
+        node) is a pod of its own, keyed by its uid too (issue 21 §4)."""
         ns, name = labels.get("namespace", ""), labels.get("pod", "")
         if not ns or not name:
             return None
-        key = (ns, name)
+        key: tuple[str, ...] = (ns, name)
         uid = labels.get("uid")
-        if uid and self.current_uids.get(key, uid) != uid:
-            return None
+        if uid and self.current_uids.get((ns, name), uid) != uid:
+            key = (ns, name, uid)
         facts = self.pods.get(key)
         if facts is None:
             facts = self.pods[key] = _PodFacts()
@@ -538,7 +539,8 @@ class _Builder:
         pods: list[Pod] = []
         exporters: dict[str, str] = {}
         exporter_ips: dict[str, str] = {}
-        for (ns, name), f in self.pods.items():
+        for key, f in self.pods.items():
+            ns, name = key[0], key[1]
             is_exporter = self.exporter.search(name) is not None
             asks_share = _asks_share(f)
             if is_exporter and f.node:  # an exporter pod: only its node and IP are read
