@@ -294,3 +294,77 @@ def test_a_statefulset_pod_recreated_on_another_node_is_a_new_holding(tmp_path, 
     assert free[b].wasted_gpu_hours == Decimal("0.5") and free[b].episodes[-1].end == half and free[b].usd_per_day == 0
     # AND whatever is said about the idle GPU on A is about uid-a's 30 minutes, ended ($0/day now); nothing about B
     assert all(f.subject.node == a and f.usd_per_day == 0 for f in sc.for_pod("web-0") if f.kind.is_waste)
+
+
+# --- §1: sharing read from what the hardware says -----------------------------------------------------------------
+
+
+def _shared_node(name: str, *, advertised: int, gpus: int, resource: str = "nvidia.com/gpu.shared",
+                 replicas: int | None = None, product: str = "NVIDIA-A10G-SHARED") -> dict:
+    """A time-sliced node as GFD labels it: `advertised` units of `resource`, GFD's physical gpu.count, maybe no replicas."""
+    labels = {"nvidia.com/gpu.product": product}
+    if replicas is not None:
+        labels["nvidia.com/gpu.replicas"] = str(replicas)
+    n = node(name, itype="g5.12xlarge", gpus=advertised, resource=resource, labels=labels)
+    n["metadata"]["labels"]["nvidia.com/gpu.count"] = str(gpus)
+    return n
+
+
+def _a10g(i: int, host: str, **extra: str) -> dict[str, str]:
+    return {"gpu": str(i), "UUID": f"GPU-a10a0000-000{i}", "device": f"nvidia{i}", "modelName": "NVIDIA A10G",
+            "Hostname": host, **extra}
+
+
+def test_rename_by_default_time_slicing_without_replicas_label_shares_from_the_advertised_ratio(tmp_path):
+    # GIVEN a g5.12xlarge (4 A10G) time-sliced with renameByDefault: it advertises 16 nvidia.com/gpu.shared, GFD's
+    # product ends in -SHARED and no replicas label is set; two sharers of GPU 0 (busy), GPUs 1-3 idle and unrequested
+    host = "ip-10-0-5-12.ec2.internal"
+    objs = [_shared_node(host, advertised=16, gpus=4),
+            pod("ml", "infer-a", host, resource="nvidia.com/gpu.shared", owner=("Deployment", "infer")),
+            pod("ml", "infer-b", host, resource="nvidia.com/gpu.shared", owner=("Deployment", "infer"))]
+    series = [S(UTIL, _a10g(0, host, namespace="ml", pod=p), 70.0) for p in ("infer-a", "infer-b")]
+    series += [S(UTIL, _a10g(i, host), 0.0) for i in (1, 2, 3)]
+    # WHEN scanned
+    sc = scan(tmp_path, series, objs)
+    # THEN each sharer holds 1/4 of a GPU (16 ÷ 4), never a whole GPU; 3.5 GPUs are free; the missing label is a note
+    shares = sorted((a.pod.name, a.share) for a in sc.ctx.allocations)
+    assert shares == [("infer-a", Decimal("0.25")), ("infer-b", Decimal("0.25"))]
+    (free,) = sc.of_kind(UNALLOC)
+    assert free.wasted_gpu_share == Decimal("3.5") and free.wasted_gpu_hours == Decimal("3.5")
+    (note,) = [n for n in sc.ctx.resolved.notes if host in n]
+    assert "16 nvidia.com/gpu.shared on 4 physical GPU(s)" in note and "4 replicas per GPU used" in note
+    assert not sc.of_kind(IDLE)
+
+
+def test_a_wrong_replicas_label_is_overruled_by_the_advertised_ratio_and_noted(tmp_path):
+    # GIVEN a 4-GPU node advertising 8 nvidia.com/gpu (time-slicing, 2 per GPU) whose replicas label says 4; one pod
+    # holding 1 unit on GPU 0, idle for the hour
+    host = "ip-10-0-5-13.ec2.internal"
+    objs = [_shared_node(host, advertised=8, gpus=4, resource="nvidia.com/gpu", replicas=4, product="NVIDIA-A10G"),
+            pod("ml", "notebook-0", host, owner=("StatefulSet", "notebook"))]
+    series = [S(UTIL, _a10g(0, host, namespace="ml", pod="notebook-0"), 0.0)] + [S(UTIL, _a10g(i, host), 0.0) for i in (1, 2, 3)]
+    # WHEN scanned
+    sc = scan(tmp_path, series, objs)
+    # THEN the pod holds 1/2 of a GPU (8 ÷ 4), its idle finding wastes 0.5 GPU; 3.5 GPUs are free; the label is a note
+    (alloc,) = sc.ctx.allocations
+    assert alloc.share == Decimal("0.5")
+    (idle,) = sc.of_kind(IDLE)
+    assert idle.wasted_gpu_share == Decimal("0.5") and idle.wasted_gpu_hours == Decimal("0.5")
+    (free,) = sc.of_kind(UNALLOC)
+    assert free.wasted_gpu_share == Decimal("3.5")
+    assert any("its nvidia.com/gpu.replicas label says 4" in n and "2 replicas per GPU used" in n for n in sc.ctx.resolved.notes)
+
+
+def test_more_gpu_units_than_dcgm_gpus_without_a_sharing_sign_is_not_sharing(tmp_path):
+    # GIVEN an 8-GPU node (8 nvidia.com/gpu, GFD count 8) where DCGM reports only 4 GPUs (4 broken/unmonitored), no
+    # replicas label, no -SHARED product; a pod holding 4 GPUs, busy
+    host = "ip-10-0-5-14.ec2.internal"
+    objs = [node(host, itype="p4d.24xlarge", gpus=8), pod("ml", "train-0", host, gpus=4, owner=("Job", "train"))]
+    series = [s for i in range(4) for s in _working(i, host, namespace="ml", pod="train-0")]
+    # WHEN scanned
+    sc = scan(tmp_path, series, objs)
+    # THEN the pod holds 4 whole GPUs (no replicas inferred) and the 4 unmonitored GPUs are data quality, not sharing
+    (alloc,) = sc.ctx.allocations
+    assert alloc.share == 4
+    assert not [n for n in sc.ctx.resolved.notes if "replicas per GPU used" in n]
+    assert "unmonitored_gpus" in sc.checks()

@@ -9,11 +9,13 @@ activity is "not attributable" in general.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 
 from gpuwaste.allocation._index import measured_per_pod
 from gpuwaste.allocation.base import AllocationResult, Holding, hold_span
 from gpuwaste.allocation.mig import is_mig_single
+from gpuwaste.allocation.nodes import devices_by_node
 from gpuwaste.models.cluster import ClusterState, Node, Pod, PodIdentity
 from gpuwaste.models.telemetry import GpuTelemetry
 
@@ -35,6 +37,59 @@ def _shared_pod(pod: Pod, node: Node | None) -> bool:
     if is_mig_single(node) or any(r.startswith("nvidia.com/mig-") for r in pod.gpu_requests):
         return False
     return (node is not None and node.gpu_replicas > 1 and bool(pod.gpu_requests)) or SHARED_RESOURCE in pod.gpu_requests
+
+
+def read_replicas(cluster: ClusterState, devices: tuple[GpuTelemetry, ...] | Sequence[GpuTelemetry]) -> tuple[ClusterState, tuple[str, ...]]:
+    """The cluster with each time-sliced node's replicas per GPU read from what the hardware says (issue 21 §1).
+
+    A node advertising `nvidia.com/gpu.shared` (time-slicing with `renameByDefault`) or `nvidia.com/gpu` in a
+    multiple of its physical GPUs — distinct DCGM UUIDs on the node, else GFD's `nvidia.com/gpu.count` — shares each
+    GPU `advertised ÷ physical` ways. That ratio sets the node's `gpu_replicas` (so each sharer holds units ÷ ratio
+    of a GPU and the free shares follow) when the replicas label is missing or says otherwise; the disagreement is
+    returned as a data-quality note. MIG nodes and nodes with HAMi/vGPU share requests (their capacity counts other
+    units) are left as they are.
+
+    Returns:
+        (cluster, notes): the cluster with corrected nodes (the same object when nothing changed), and the notes.
+    """
+    physical: dict[str, set[str]] = {}
+    by_node, _ = devices_by_node(cluster, devices)
+    for name, devs in by_node.items():
+        uuids = {d.device.uuid for d in devs if d.device.gpu_i_id is None}
+        if uuids and len(uuids) == len({d.device.uuid for d in devs}):
+            physical[name] = uuids
+    share_nodes = {p.node_name for p in cluster.pods if p.share_requests}
+    notes: list[str] = []
+    nodes = []
+    changed = False
+    for n in cluster.nodes:
+        fixed = n
+        resource = SHARED_RESOURCE if n.capacity_gpu.get(SHARED_RESOURCE) else "nvidia.com/gpu"
+        units = n.capacity_gpu.get(resource) or 0
+        seen, counted = len(physical.get(n.name, ())), n.gpu_count_label or 0
+        # GFD counts physical GPUs under time-slicing; DCGM may miss a broken one (B23): the larger of the two
+        gpus, basis = (counted, "GPU Feature Discovery (nvidia.com/gpu.count)") if counted >= seen else (seen, "DCGM")
+        # plain nvidia.com/gpu above the physical count without a sharing sign is unmonitored GPUs, not replicas
+        hinted = resource == SHARED_RESOURCE or n.gpu_replicas > 1 or _shared_product(n)
+        if (hinted and units and gpus and units > gpus and units % gpus == 0 and not is_mig_single(n)
+                and n.name not in share_nodes):
+            ratio = units // gpus
+            if ratio != n.gpu_replicas:
+                said = (f"its nvidia.com/gpu.replicas label says {n.gpu_replicas}" if "nvidia.com/gpu.replicas" in n.labels
+                        else "it has no replicas label")
+                notes.append(f"node {n.name} advertises {units} {resource} on {gpus} physical GPU(s) ({basis}): "
+                             f"{ratio} replicas per GPU used; {said}")
+                fixed = n.model_copy(update={"gpu_replicas": ratio})
+                changed = True
+        nodes.append(fixed)
+    if not changed:
+        return cluster, tuple(notes)
+    return cluster.model_copy(update={"nodes": tuple(nodes)}), tuple(notes)
+
+
+def _shared_product(node: Node) -> bool:
+    """GFD appended `-SHARED` to the product label (time-slicing or MPS with renamed resources)."""
+    return (node.gpu_product or "").upper().endswith("-SHARED")
 
 
 class SharingResolver:
@@ -70,4 +125,4 @@ class SharingResolver:
         return AllocationResult(holdings=tuple(holdings), handled_pods=frozenset(h.pod.identity for h in holdings))
 
 
-__all__ = ["SHARED_RESOURCE", "SharingResolver", "mechanism_of"]
+__all__ = ["SHARED_RESOURCE", "SharingResolver", "mechanism_of", "read_replicas"]

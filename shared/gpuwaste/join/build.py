@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from gpuwaste.allocation import AllocationResolver, Holding, Resolved, resolve
 from gpuwaste.allocation.nodes import devices_by_node
+from gpuwaste.allocation.sharing import read_replicas
 from gpuwaste.join.view import Allocation, CommonSettings, NodeInventory, ScanContext
 from gpuwaste.models.cluster import ClusterState, Node, Pod
 from gpuwaste.models.findings import Attribution
@@ -43,7 +44,10 @@ def join(
     """
     common = common or CommonSettings()
     window_start = telemetry.eval_time - timedelta(seconds=telemetry.window_s)
+    cluster, sharing_notes = read_replicas(cluster, telemetry.gpus)  # replicas per GPU from what the hardware says
     resolved = resolve(cluster, telemetry.gpus, chain)
+    if sharing_notes:
+        resolved = replace(resolved, notes=(*resolved.notes, *sharing_notes))
     order = {p.identity: i for i, p in enumerate(cluster.pods)}
     holdings = sorted((h for h in resolved.holdings if h.held_until is None or h.held_until > window_start),
                       key=lambda h: order.get(h.pod.identity, len(order)))
