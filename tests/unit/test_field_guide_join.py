@@ -7,6 +7,7 @@ priced. Every test runs through both cluster-state paths.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from gpuwaste.detectors import DetectorSettings
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.telemetry import Signal
+from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.scan import merge_replicas
 from tests.fixtures.field_guide import builders
 from tests.fixtures.field_guide.builders import S, node, pod, scan
@@ -368,3 +370,60 @@ def test_more_gpu_units_than_dcgm_gpus_without_a_sharing_sign_is_not_sharing(tmp
     assert alloc.share == 4
     assert not [n for n in sc.ctx.resolved.notes if "replicas per GPU used" in n]
     assert "unmonitored_gpus" in sc.checks()
+
+
+# --- §2: a device lost inside the window -------------------------------------------------------------------------
+
+XID = "DCGM_FI_DEV_XID_ERRORS"
+
+
+def _a100(i: int, host: str, **extra: str) -> dict[str, str]:
+    return {"gpu": str(i), "UUID": f"GPU-a1000000-000{i}", "device": f"nvidia{i}", "modelName": "NVIDIA A100-SXM4-40GB",
+            "Hostname": host, **extra}
+
+
+@pytest.mark.parametrize("others", ["idle", "busy"])
+def test_a_gpu_that_fell_off_the_bus_is_its_own_finding_and_the_rest_of_the_pod_is_judged(tmp_path, others):
+    # GIVEN a 4-GPU training pod on a p4d whose GPU 3 goes silent 20 minutes into the window (only its XID 79 series
+    # remains, allocatable unchanged), while GPUs 0-2 report the hour: idle (0 %), or busy (90 %)
+    host = "ip-10-0-8-1.ec2.internal"
+    pw = {"namespace": "ml", "pod": "train-0"}
+    level = 0.0 if others == "idle" else 90.0
+    series = [S(UTIL, _a100(i, host, **pw), level) for i in range(3)]
+    series += [S(UTIL, _a100(3, host, **pw), level, until_minute=20), S(XID, _a100(3, host, **pw), 79.0, from_minute=20)]
+    objs = [node(host, itype="p4d.24xlarge", gpus=4), pod("ml", "train-0", host, gpus=4, owner=("Job", "train"))]
+    # WHEN scanned by every detector
+    sc = scan(tmp_path, series, objs, settings=ALL_DETECTORS)
+    # THEN the lost GPU is its own finding: named, its XID, since when, its share at risk priced (not in the waste)
+    (lost,) = sc.checks()["lost_device"]
+    assert [g.uuid for g in lost.subject.gpus] == ["GPU-a1000000-0003"] and lost.subject.pod == "train-0"
+    assert lost.details["xid"] == "GPU-a1000000-0003=79" and "XID 79 (fell off the bus)" in lost.title
+    assert lost.details["since"] == (builders.EVAL - builders.WINDOW + timedelta(minutes=20)).isoformat()
+    assert lost.details["gpu_share_at_risk"] == 1.0
+    assert lost.cost is not None and not lost.cost.priced and lost.usd_per_day is None
+    r = PriceBook.bundled().gpu_hour_rate(instance_type="p4d.24xlarge", capacity_type=None, gpu_model="NVIDIA A100-SXM4-40GB",
+                                          physical_gpus=4, region=None, accelerator=None)
+    assert lost.details["usd_per_day_at_risk"] == str((r.usd_per_gpu_hour * 24).quantize(Decimal("0.01")))
+    # AND the observed GPUs are judged: 3 idle GPUs for the hour, or nothing when busy; never "untrusted telemetry"
+    idle = sc.of_kind(IDLE)
+    if others == "idle":
+        (f,) = idle
+        assert f.wasted_gpu_share == 3 and f.wasted_gpu_hours == 3 and len(f.subject.gpus) == 3 and f.subject.gpu_share == 4
+    else:
+        assert idle == []
+    assert not [nv for nv in sc.result.no_verdict if "untrusted telemetry" in nv.reason]
+    # AND the node is fully held (the lost GPU is still the pod's), nothing stale reported twice
+    assert not sc.of_kind(UNALLOC) and "stale_series" not in sc.checks()
+
+
+def test_every_gpu_of_a_pod_going_silent_is_a_stopped_exporter_not_a_lost_device(tmp_path):
+    # GIVEN a 2-GPU pod whose two GPUs both stop reporting 20 minutes before the end (the exporter stopped)
+    host = "ip-10-0-8-2.ec2.internal"
+    series = [S(UTIL, _a100(i, host, namespace="ml", pod="train-1"), 0.0, until_minute=40) for i in range(2)]
+    objs = [node(host, itype="p4d.24xlarge", gpus=2), pod("ml", "train-1", host, gpus=2, owner=("Job", "train"))]
+    # WHEN scanned
+    sc = scan(tmp_path, series, objs)
+    # THEN stale data quality as before (one finding for the pod), no lost device, no idle
+    assert "lost_device" not in sc.checks() and not sc.of_kind(IDLE)
+    (stale,) = sc.checks()["stale_series"]
+    assert stale.details["device_count"] == 2

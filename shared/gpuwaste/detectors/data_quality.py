@@ -159,7 +159,32 @@ class _NodeSubject:
         return self.built
 
 
+def _lost_devices(ctx: ScanContext, alloc: Allocation) -> Finding:
+    """A GPU of a running pod that went silent inside the window while the pod's other GPUs kept reporting: still held
+    and billed, broken (the XID named where the telemetry holds it); its share is money at risk, not idle."""
+    name = f"{alloc.pod.namespace}/{alloc.pod.name}"
+    devs = alloc.lost_devices
+    named = ", ".join(str(d.device) for d in devs)
+    xids = {str(d.device): ctx.telemetry.xid_errors[d.device.uuid] for d in devs if d.device.uuid in ctx.telemetry.xid_errors}
+    xid_text = "; XID " + ", ".join(f"{x}" + (" (fell off the bus)" if x == 79 else "") for x in sorted(set(xids.values()))) if xids else ""
+    since = alloc.lost_since
+    subject = ctx.subject_for(alloc).model_copy(update={"gpus": tuple(gpu_ref(d) for d in devs)})
+    return _dq(ctx, subject, "lost_device",
+               f"{'GPU ' + named if len(devs) == 1 else f'{len(devs)} GPUs ({named})'} of {name} went silent"
+               + (f" at {since:%Y-%m-%d %H:%M}Z" if since else "") + f" while its other GPUs report{xid_text}: "
+               "still held and billed, not judged",
+               "A GPU that stops reporting while its neighbours report has usually failed (XID 79: fell off the bus; check "
+               "`dmesg`/`nvidia-smi` on the node): drain the node and reset or replace the GPU; the pod pays for a GPU it "
+               "cannot use, and its other GPUs are judged on their own.",
+               f"{name}:{named}", confidence=Confidence.MEDIUM,
+               details={"devices": named, "device_count": len(devs), "since": since.isoformat() if since else None,
+                        "xid": ", ".join(f"{k}={v}" for k, v in sorted(xids.items())) or None,
+                        "gpu_share_at_risk": float(alloc.lost_share)})
+
+
 def _allocation_checks(ctx: ScanContext, alloc: Allocation, settings: DataQualitySettings) -> DetectorOutput:
+    if alloc.lost_devices and alloc.pod.phase is PodPhase.RUNNING:
+        yield _lost_devices(ctx, alloc)
     if alloc.pod.phase is not PodPhase.RUNNING or not alloc.devices:
         return
     name = f"{alloc.pod.namespace}/{alloc.pod.name}"
@@ -214,6 +239,8 @@ def _device_checks(ctx: ScanContext, devices: list[GpuTelemetry], node_subject: 
             continue
         assert problem is not None
         holder = ctx.holder_of(dev)
+        if holder is not None and any(d is dev for d in holder.lost_devices):
+            continue  # a GPU lost inside the window: its own finding (`_lost_devices`)
         groups.setdefault((problem, id(holder)), (holder, []))[1].append((dev, since))
     for (problem, _), (holder, found) in groups.items():
         devs = [d for d, _ in found]

@@ -575,6 +575,8 @@ class TelemetryWindow(Frozen):
             "raw" (PromQL over the raw DCGM series) or "recording" (a file, in Python).
         other_gpus: UUIDs of GPUs seen only on DCGM fields the scan does not read (clocks, temperatures: no
             activity, memory or power field), sorted; counted in the inventory and reported, never judged.
+        xid_errors: GPU UUID → the XID error code `DCGM_FI_DEV_XID_ERRORS` last reported in the window (non-zero
+            only; 79: the GPU fell off the bus), where the source reads it (recordings).
     """
 
     cluster: str
@@ -593,6 +595,7 @@ class TelemetryWindow(Frozen):
     problems: tuple[TelemetryProblem, ...] = ()
     plan: str = ""
     other_gpus: tuple[str, ...] = ()
+    xid_errors: dict[str, int] = Field(default_factory=dict)
 
     @property
     def unreadable_samples(self) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -60,6 +61,10 @@ class RecordingMeta(BaseModel):
     scrape_interval_s: float = Field(30.0, gt=0)
     format: Literal["auto", "text", "openmetrics"] = "auto"
     generator: dict[str, Any] = Field(default_factory=dict)
+
+
+#: The DCGM field holding the last XID error of a GPU (read for presence and its value only).
+XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
 
 def _is_pod_metric(name: str) -> bool:
@@ -347,6 +352,7 @@ class RecordingTelemetrySource:
             check_series(len(parsed.series), limits, source=str(f))
         summaries: list[SeriesSummary] = []
         other_uuids: set[str] = set()  # GPUs on DCGM fields outside the plan (presence only)
+        xids: dict[str, int] = {}  # GPU UUID → last non-zero XID error code
         other_single = True
         for series in seen:
             entry = accs.get(id(series))
@@ -359,6 +365,9 @@ class RecordingTelemetrySource:
                     uuid = next((u for k in self.labels.uuid_labels if (u := series.labels.get(k))), None)
                     if uuid:
                         other_uuids.add(uuid)
+                        code = acc.last if acc.last else acc.max
+                        if _canonical(series.name) == XID_FIELD and code and math.isfinite(code) and code > 0:
+                            xids[uuid] = int(code)
                     other_single = other_single and acc.samples() <= 1
                 continue
             one = summary_from(spec, series.labels, acc, str(f))
@@ -383,6 +392,7 @@ class RecordingTelemetrySource:
             problems=parts.problems,
             plan="recording",
             other_gpus=other_gpus,
+            xid_errors=xids,
         )
 
     def _check_span(self, parsed: ParsedExposition, at: datetime, grid: BucketGrid) -> None:
