@@ -182,9 +182,40 @@ def _lost_devices(ctx: ScanContext, alloc: Allocation) -> Finding:
                         "gpu_share_at_risk": float(alloc.lost_share)})
 
 
+def _without_series(ctx: ScanContext, alloc: Allocation) -> Finding | None:
+    """A running pod that holds GPUs now on a node whose GPUs have no DCGM series at all (while the scan has DCGM
+    telemetry): allocated but unobserved — activity unknown, an idle suspect whose share is money at risk (issue 21 §12),
+    never silently dropped. Young pods and pods on nodes with unlabelled series (attribution_missing) are left out."""
+    if alloc.devices or alloc.lost_devices or not alloc.holds_now or alloc.pod.phase is not PodPhase.RUNNING:
+        return None
+    if not ctx.telemetry.gpus or ctx.telemetry.single_instant or alloc.held_share <= 0:
+        return None
+    inv = ctx.nodes.get(alloc.pod.node_name or "")
+    if inv is None or inv.devices:
+        return None
+    started = alloc.pod.started_at or alloc.pod.created_at
+    if started is not None and (ctx.eval_time - started).total_seconds() < ctx.common.pod_grace_s:
+        return None
+    name = f"{alloc.pod.namespace}/{alloc.pod.name}"
+    return _dq(ctx, ctx.subject_for(alloc), "allocated_without_telemetry",
+               f"{name} holds {_share_text(alloc.held_share)} GPU(s) ({alloc.mechanism}) on node {inv.name}, which has no DCGM "
+               "series: activity unknown, an idle suspect",
+               "Run dcgm-exporter on this node (its DaemonSet's node selector or tolerations may skip it) and check the "
+               "scrape; until then the GPUs are billed and nobody can tell whether they work.",
+               name, confidence=Confidence.MEDIUM,
+               details={"mechanism": alloc.mechanism, "gpu_share_at_risk": float(alloc.held_share)})
+
+
+def _share_text(share: Decimal) -> str:
+    return f"{share.normalize():f}" if share == share.to_integral() else f"{share:.2f}"
+
+
 def _allocation_checks(ctx: ScanContext, alloc: Allocation, settings: DataQualitySettings) -> DetectorOutput:
     if alloc.lost_devices and alloc.pod.phase is PodPhase.RUNNING:
         yield _lost_devices(ctx, alloc)
+    unobserved = _without_series(ctx, alloc)
+    if unobserved is not None:
+        yield unobserved
     if alloc.pod.phase is not PodPhase.RUNNING or not alloc.devices:
         return
     name = f"{alloc.pod.namespace}/{alloc.pod.name}"

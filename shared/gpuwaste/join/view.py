@@ -272,6 +272,32 @@ class ScanContext:
         end = self.eval_time if alloc.held_until is None else min(self.eval_time, alloc.held_until)
         return start, max(start, end)
 
+    def attribution_coverage(self) -> dict[str, tuple[Decimal, Decimal]]:
+        """Allocation kind (mechanism: "device plugin", "MIG", "time-slicing", "DRA", "HAMi", …) → (allocated
+        GPU-hours, GPU-hours with attributable telemetry) in the window (issue 21 §12).
+
+        Allocated: each holding's share (a lost device's included) × its holding span clipped to the window. Attributable:
+        the share of its devices tied to it with DCGM series (labels, the allocation's own device names, elimination;
+        a lost device not) × the part of the span its activity signal covers. Computed once per scan.
+        """
+        cached: dict[str, tuple[Decimal, Decimal]] | None = self.__dict__.get("_coverage")
+        if cached is None:
+            cached = {}
+            for a in self.allocations:
+                lo, hi = self.held_span(a)
+                hours = Decimal(str((hi - lo).total_seconds())) / Decimal(3600)
+                allocated = a.held_share * hours
+                attributed = Decimal(0)
+                if a.devices and a.attribution is not Attribution.UNKNOWN:
+                    act = self.activity(a.devices, a.pod)
+                    covered = Decimal(str(round(min(1.0, act.coverage), 4))) if act is not None else Decimal(0)
+                    attributed = a.share * hours * covered
+                got = cached.get(a.mechanism, (Decimal(0), Decimal(0)))
+                cached[a.mechanism] = (got[0] + allocated, got[1] + attributed)
+            cached = {k: (v[0].quantize(Decimal("0.0001")), v[1].quantize(Decimal("0.0001"))) for k, v in sorted(cached.items())}
+            self.__dict__["_coverage"] = cached
+        return dict(cached)
+
     @property
     def allocation_mix(self) -> dict[str, tuple[int, Decimal]]:
         """Mechanism → (pods, physical-GPU equivalents held) over the scan (for the report header)."""
