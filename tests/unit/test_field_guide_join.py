@@ -427,3 +427,53 @@ def test_every_gpu_of_a_pod_going_silent_is_a_stopped_exporter_not_a_lost_device
     assert "lost_device" not in sc.checks() and not sc.of_kind(IDLE)
     (stale,) = sc.checks()["stale_series"]
     assert stale.details["device_count"] == 2
+
+
+# --- §12: attribution coverage as a figure ----------------------------------------------------------------------
+
+
+def test_attribution_coverage_per_kind_and_a_pod_without_series_is_an_idle_suspect_with_money_at_risk(tmp_path):
+    # GIVEN two g5.xlarge nodes: one with dcgm-exporter (its pod's GPU busy, labelled), one whose exporter is missing
+    # (no DCGM series at all) where a pod holds its GPU
+    seen, dark = "ip-10-0-6-1.ec2.internal", "ip-10-0-6-2.ec2.internal"
+    objs = [node(seen, itype="g5.xlarge"), node(dark, itype="g5.xlarge"),
+            pod("ml", "web-0", seen, owner=("StatefulSet", "web")), pod("ml", "web-1", dark, owner=("StatefulSet", "web"))]
+    series = [S(UTIL, _a10g(0, seen, namespace="ml", pod="web-0"), 60.0)]
+    # WHEN scanned
+    sc = scan(tmp_path, series, objs)
+    # THEN coverage says 1 of 2 allocated GPU-hours has attributable telemetry (device plugin 50 %)
+    from gpuwaste.services.scan import coverage_figures, inventory_of
+    fig = coverage_figures(sc.ctx)
+    assert fig == {"device plugin": {"allocated_gpu_hours": 2.0, "attributed_gpu_hours": 1.0, "ratio": 0.5},
+                   "all": {"allocated_gpu_hours": 2.0, "attributed_gpu_hours": 1.0, "ratio": 0.5}}
+    assert inventory_of(sc.ctx).attribution_coverage == fig
+    # AND the unobserved pod is its own finding — an idle suspect with its USD/day at risk — never silently dropped
+    (dark_f,) = sc.checks()["allocated_without_telemetry"]
+    assert dark_f.subject.pod == "web-1" and dark_f.subject.node == dark and dark_f.details["gpu_share_at_risk"] == 1.0
+    r = PriceBook.bundled().gpu_hour_rate(instance_type="g5.xlarge", capacity_type=None, gpu_model=None, physical_gpus=None,
+                                          region=None, accelerator=None)
+    assert dark_f.details["usd_per_day_at_risk"] == str((r.usd_per_gpu_hour * 24).quantize(Decimal("0.01")))
+    assert dark_f.usd_per_day is None and [f for f in sc.findings if f.kind.is_waste] == []
+    # AND /metrics carries the figure per kind
+    from gpuwaste.models.metrics import MetricsSnapshot
+    from gpuwaste.services.metrics import health_of_scan
+    from gpuwaste.sinks.prometheus_metrics import render_text
+    h = health_of_scan("fg", at=builders.EVAL, duration_s=1.0, window_s=3600, gpus=1, findings=sc.findings,
+                       no_verdict_detectors=[], coverage=fig)
+    text = render_text(MetricsSnapshot(health=(h,))).decode()
+    assert 'gpuwaste_attribution_coverage_ratio{cluster="fg",kind="device plugin"} 0.5' in text
+    assert 'gpuwaste_allocated_gpu_hours{cluster="fg",kind="all"} 2.0' in text
+
+
+def test_attribution_coverage_counts_a_lost_device_as_allocated_not_attributed(tmp_path):
+    # GIVEN the 4-GPU pod whose GPU 3 fell off the bus 20 minutes into the hour (see §2)
+    host = "ip-10-0-8-3.ec2.internal"
+    pw = {"namespace": "ml", "pod": "train-0"}
+    series = [S(UTIL, _a100(i, host, **pw), 50.0) for i in range(3)]
+    series += [S(UTIL, _a100(3, host, **pw), 50.0, until_minute=20), S(XID, _a100(3, host, **pw), 79.0, from_minute=20)]
+    objs = [node(host, itype="p4d.24xlarge", gpus=4), pod("ml", "train-0", host, gpus=4, owner=("Job", "train"))]
+    # WHEN scanned
+    sc = scan(tmp_path, series, objs)
+    # THEN 4 GPU-hours allocated, 3 attributable: 75 %
+    from gpuwaste.services.scan import coverage_figures
+    assert coverage_figures(sc.ctx)["all"] == {"allocated_gpu_hours": 4.0, "attributed_gpu_hours": 3.0, "ratio": 0.75}
