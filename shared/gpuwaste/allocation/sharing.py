@@ -9,7 +9,6 @@ activity is "not attributable" in general.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from decimal import Decimal
 
 from gpuwaste.allocation._index import measured_per_pod
@@ -39,7 +38,7 @@ def _shared_pod(pod: Pod, node: Node | None) -> bool:
     return (node is not None and node.gpu_replicas > 1 and bool(pod.gpu_requests)) or SHARED_RESOURCE in pod.gpu_requests
 
 
-def read_replicas(cluster: ClusterState, devices: tuple[GpuTelemetry, ...] | Sequence[GpuTelemetry]) -> tuple[ClusterState, tuple[str, ...]]:
+def read_replicas(cluster: ClusterState, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]) -> tuple[ClusterState, tuple[str, ...]]:
     """The cluster with each time-sliced node's replicas per GPU read from what the hardware says (issue 21 §1).
 
     A node advertising `nvidia.com/gpu.shared` (time-slicing with `renameByDefault`) or `nvidia.com/gpu` in a

@@ -67,7 +67,7 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
             start = end = ctx.eval_time
             now = max(Decimal(0), Decimal(capacity) - busy_share - withheld - inv.requested_share)
             segments = [(start, start, now)]
-            episodes = (episode(ctx, start, start, now),) if now >= settings.min_free_gpus else ()
+            episodes: tuple[Episode, ...] = (episode(ctx, start, start, now),) if now >= settings.min_free_gpus else ()
         else:
             # a node exists from its first to its last series: one that left inside the window is free (or held) until
             # then, its last episode ended there ($0/day now, its GPU-hours in the window kept; issue 21 §4)
