@@ -477,3 +477,39 @@ def test_attribution_coverage_counts_a_lost_device_as_allocated_not_attributed(t
     # THEN 4 GPU-hours allocated, 3 attributable: 75 %
     from gpuwaste.services.scan import coverage_figures
     assert coverage_figures(sc.ctx)["all"] == {"allocated_gpu_hours": 4.0, "attributed_gpu_hours": 3.0, "ratio": 0.75}
+
+
+# --- the real scrapes (../shared/data/real/scrapes/, read in place; skipped where absent) -------------------------
+
+REAL_SCRAPES = __import__("pathlib").Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real" / "scrapes"
+
+
+@pytest.mark.parametrize("keep", ["clocks", "no-activity"])
+def test_real_l4_scrape_without_activity_fields_says_how_many_gpus_and_which_fields_are_missing(tmp_path, keep, cluster_via):
+    # GIVEN the real dcgm-exporter 4.x L4 scrape (a02), filtered to what a trimmed counters CSV would leave: only clocks
+    # and temperatures, or everything but the activity fields; no cluster state (the scrape's own shape)
+    if cluster_via == "ksm":
+        pytest.skip("the real scrape carries no cluster state: one path")
+    src = REAL_SCRAPES / "a02-kops-aws-l4-full-scrape.prom"
+    if not src.exists():
+        pytest.skip(f"real data not available at {src} (../shared/data/real is provided beside the repository in CI)")
+    from gpuwaste.bootstrap import local
+    from gpuwaste.settings import GpuWasteConfig
+
+    wanted = ("SM_CLOCK", "MEM_CLOCK", "GPU_TEMP", "MEMORY_TEMP") if keep == "clocks" else None
+    lines = [ln for ln in src.read_text().splitlines() if ln.startswith("#") or (
+        any(f"DCGM_FI_DEV_{w}" in ln.split("{")[0] for w in wanted) if wanted else
+        not any(k in ln.split("{")[0] for k in ("GPU_UTIL", "DCGM_FI_PROF_")))]
+    f = tmp_path / "scrape.prom"
+    f.write_text("\n".join(lines) + "\n")
+    cfg = GpuWasteConfig()
+    sources = local.recording_sources(f, cfg)
+    assert sources.recording is not None
+    report = local.scan_service(sources, cfg).scan(at=builders.EVAL)
+    # WHEN scanned THEN 1 GPU (never 0), one sample said, the missing activity fields named, no waste
+    assert report.inventory.physical_gpus == 1 and report.inventory.single_instant
+    checks = {x.details.get("check"): x for x in report.findings}
+    assert {"single_sample", "no_activity_fields"} <= set(checks)
+    assert checks["no_activity_fields"].details["gpus"] == 1
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in checks["no_activity_fields"].details["missing_fields"]
+    assert [x for x in report.findings if x.kind.is_waste] == []
