@@ -513,3 +513,17 @@ def test_real_l4_scrape_without_activity_fields_says_how_many_gpus_and_which_fie
     assert checks["no_activity_fields"].details["gpus"] == 1
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in checks["no_activity_fields"].details["missing_fields"]
     assert [x for x in report.findings if x.kind.is_waste] == []
+
+
+def test_gpus_of_a_host_that_matches_no_node_are_one_finding(tmp_path):
+    # GIVEN 4 GPUs whose Hostname is a node absent from the cluster (it left; or NODE_NAME is not set) next to a known node
+    host = "ip-10-0-9-9.ec2.internal"
+    objs = [node("gpu-node-1", itype="g5.xlarge"), pod("ml", "a-0", "gpu-node-1")]
+    series = [S(UTIL, _a10g(0, "gpu-node-1", namespace="ml", pod="a-0"), 50.0)]
+    series += [S(UTIL, {**_a100(i, host)}, 0.0) for i in range(4)]
+    # WHEN scanned
+    sc = scan(tmp_path, series, objs)
+    # THEN one unmapped_device finding naming the 4 GPUs of that host, never idle
+    (dq,) = sc.checks()["unmapped_device"]
+    assert dq.details["device_count"] == 4 and len(dq.subject.gpus) == 4 and host in dq.title
+    assert not sc.of_kind(IDLE)

@@ -104,11 +104,21 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
                   "without it only the inventory and data quality are reported.", "all", confidence=Confidence.HIGH,
                   details={"devices": len(ctx.unmapped_devices)})
         return
-    for dev in ctx.unmapped_devices:
-        yield _dq(ctx, Subject(cluster=cluster, gpus=(), attribution=Attribution.UNKNOWN), "unmapped_device",
-                  f"GPU {dev.device} (Hostname {dev.hostname!r}) matches no node",
+    by_host: dict[str | None, list[GpuTelemetry]] = {}
+    for dev in ctx.unmapped_devices:  # one finding per exporter host, naming its GPUs (§10)
+        by_host.setdefault(dev.hostname, []).append(dev)
+    for host, devs in by_host.items():
+        if len(devs) == 1:  # as before
+            yield _dq(ctx, Subject(cluster=cluster, gpus=(), attribution=Attribution.UNKNOWN), "unmapped_device",
+                      f"GPU {devs[0].device} (Hostname {host!r}) matches no node",
+                      "Set NODE_NAME in dcgm-exporter (Helm chart does) or relabel the node name onto DCGM series.",
+                      str(devs[0].device), confidence=Confidence.MEDIUM)
+            continue
+        named = ", ".join(str(d.device) for d in devs)
+        yield _dq(ctx, Subject(cluster=cluster, gpus=tuple(gpu_ref(d) for d in devs), attribution=Attribution.UNKNOWN),
+                  "unmapped_device", f"{len(devs)} GPUs ({named}) with Hostname {host!r} match no node",
                   "Set NODE_NAME in dcgm-exporter (Helm chart does) or relabel the node name onto DCGM series.",
-                  str(dev.device), confidence=Confidence.MEDIUM)
+                  f"host:{host}", confidence=Confidence.MEDIUM, details={"devices": named, "device_count": len(devs)})
     stray: dict[tuple[str, str, str], list[GpuTelemetry]] = {}
     for dev, ns, pod, reason in ctx.stray_labels:
         stray.setdefault((ns, pod, reason), []).append(dev)
