@@ -269,7 +269,7 @@ def test_a_node_that_joined_mid_window_is_not_free_before_it_joined(tmp_path):
 
 def test_a_statefulset_pod_recreated_on_another_node_is_a_new_holding(tmp_path, cluster_via):
     # GIVEN ml/web-0 (uid-a) on node A until 30 minutes into the window, then recreated as uid-b on node B (KSM history);
-    # DCGM labels node A's GPU with web-0 until then (idle), node B's from then on (busy)
+    # DCGM labels node A's GPU with web-0 until then (idle), node B's from then on (busy; unlabelled and idle before)
     if cluster_via == "api":
         pytest.skip("a kubectl List is one snapshot: it holds only the pod that exists now (kube-state-metrics history has both)")
     a, b = "gpu-a.ec2.internal", "gpu-b.ec2.internal"
@@ -280,6 +280,7 @@ def test_a_statefulset_pod_recreated_on_another_node_is_a_new_holding(tmp_path, 
     nodes = [node(a, itype="g5.xlarge", gpus=1), node(b, itype="g5.xlarge", gpus=1)]
     dcgm = builders.exposition([S(UTIL, _h100(0, a, namespace="ml", pod="web-0"), 0.0, until_minute=30),
                                 S(UTIL, _h100(0, a), 0.0, from_minute=30),
+                                S(UTIL, {**_h100(0, b), "UUID": "GPU-5e1f0000-00b0"}, 0.0, until_minute=30),
                                 S(UTIL, {**_h100(0, b, namespace="ml", pod="web-0"), "UUID": "GPU-5e1f0000-00b0"}, 95.0, from_minute=30)])
     ksm = builders.ksm_text(nodes) + builders.ksm_text([old], end=half) + builders.ksm_text([new], start=half)
     # WHEN scanned
@@ -527,3 +528,16 @@ def test_gpus_of_a_host_that_matches_no_node_are_one_finding(tmp_path):
     (dq,) = sc.checks()["unmapped_device"]
     assert dq.details["device_count"] == 4 and len(dq.subject.gpus) == 4 and host in dq.title
     assert not sc.of_kind(IDLE)
+
+
+def test_free_capacity_observed_for_ten_minutes_is_never_window_long_money(tmp_path):
+    # GIVEN a g5.xlarge node that existed the whole hour with no pod, whose GPU's DCGM series start 50 minutes in
+    # (dcgm-exporter deployed then): 10 minutes observed, shorter than the 30-minute minimum episode
+    host = "ip-10-0-4-4.ec2.internal"
+    # WHEN scanned
+    sc = scan(tmp_path, [S(UTIL, _a10g(0, host), 0.0, from_minute=50)], [node(host, itype="g5.xlarge")])
+    # THEN the free GPU is reported from the 5-minute bucket holding its first sample (01:45–02:00: 0.25 GPU-hour), low
+    # confidence — never the window's hour
+    (free,) = sc.of_kind(UNALLOC)
+    assert free.episodes[0].start == builders.EVAL - timedelta(minutes=15)
+    assert free.wasted_gpu_hours == Decimal("0.25") and free.confidence.value == "low"

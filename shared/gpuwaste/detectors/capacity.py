@@ -9,7 +9,7 @@ wasted — never unallocated capacity.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from pydantic import Field
@@ -61,6 +61,9 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
         offered = allocatable_gpus(node)
         withheld = max(Decimal(0), Decimal(capacity) - offered) if offered is not None else Decimal(0)
         start = ctx.window_start if node is None or node.created_at is None else max(ctx.window_start, node.created_at)
+        first = _first_observed(ctx, inv)
+        if first is not None and first > start:
+            start = first  # its GPUs' first series: free capacity before them is not observed (issue 21 §4, §9)
         if ctx.telemetry.single_instant:
             # one undated sample shows the node free now, never for how long: the capacity free at that instant, as
             # an episode of no length (its $/day now, 0 GPU-hours in the window; issue 21 §9)
@@ -165,6 +168,20 @@ def busy_unrequested(ctx: ScanContext, inv: NodeInventory, settings: Unallocated
         if act is not None and act.p95 >= settings.busy_ratio:
             out.append(dev)
     return out
+
+
+def _first_observed(ctx: ScanContext, inv: NodeInventory) -> datetime | None:
+    """The start of the first bucket in which any of the node's GPUs has a sample (its first series), or None when the
+    telemetry does not resolve time or the node shows no GPU."""
+    if not inv.devices or not ctx.slots or ctx.telemetry.bucket_s is None:
+        return None
+    first: datetime | None = None
+    for d in inv.devices:
+        for st in (*(x for g in d.groups for x in g.signals.values()), *d.parent_signals.values()):
+            end = next((b[0] for b in st.buckets if b[1]), None)  # buckets are oldest first
+            if end is not None and (first is None or end < first):
+                first = end
+    return None if first is None else first - timedelta(seconds=ctx.telemetry.bucket_s)
 
 
 def allocatable_gpus(node: Node | None) -> Decimal | None:
