@@ -61,7 +61,7 @@ def _live(fleet: Fleet, kube_api: KubeApiFactory, tmp_path) -> ClusterState:
 
 
 def _resolve(cluster: ClusterState, devices) -> dict[str, Any]:
-    handled: frozenset[tuple[str, str]] = frozenset()
+    handled: frozenset[tuple[str, str, str]] = frozenset()
     out = {}
     for resolver in (DraResolver(), HamiResolver(), KaiResolver(), VgpuResolver()):
         if resolver.applies(cluster, devices):

@@ -31,7 +31,7 @@ def test_alert_rules_pass_promtool_check() -> None:
     result = subprocess.run([_promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, check=False)
     # THEN they are valid and every rule is found
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_alert_rules_unit_tests_pass() -> None:

@@ -24,10 +24,10 @@ class _ClaimsEverything:
     def applies(self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...]) -> bool:
         return True
 
-    def resolve(self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[tuple[str, str]]) -> AllocationResult:
+    def resolve(self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[tuple[str, str, str]]) -> AllocationResult:
         a = next(p for p in cluster.pods if p.name == "a")
         return AllocationResult(holdings=(Holding(pod=a, node=a.node_name, share=Decimal("0.5"), mechanism="fractions"),),
-                                handled_pods=frozenset({a.key}))
+                                handled_pods=frozenset({a.identity}))
 
 
 def test_resolvers_are_asked_in_a_fixed_order_with_the_device_plugin_last() -> None:
@@ -111,12 +111,12 @@ class _NamesDevices:
     def applies(self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...]) -> bool:
         return True
 
-    def resolve(self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[tuple[str, str]]) -> AllocationResult:
+    def resolve(self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[tuple[str, str, str]]) -> AllocationResult:
         from gpuwaste.models.telemetry import DeviceId
 
         hs = tuple(Holding(pod=p, node=p.node_name, share=Decimal(1), mechanism="claims", devices=(DeviceId(uuid=f"GPU-{p.name[0]}"),))
                    for p in cluster.pods)
-        return AllocationResult(holdings=hs, handled_pods=frozenset(h.pod.key for h in hs))
+        return AllocationResult(holdings=hs, handled_pods=frozenset(h.pod.identity for h in hs))
 
 
 def test_gpus_without_pod_labels_are_tied_to_pods_by_the_devices_their_allocation_names() -> None:

@@ -373,7 +373,7 @@ def test_api_with_ksm_history_reads_three_queries_and_counts_them_in_the_state(t
     assert state.query_count == 3 and [p.name for p in state.pods] == ["trainer-0"]
 
 
-def test_ksm_pod_recreated_under_the_same_name_is_the_one_that_exists_now(tmp_path):
+def test_ksm_pod_recreated_under_the_same_name_is_the_one_that_exists_now_and_the_earlier_uid_a_pod_of_its_own(tmp_path):
     # GIVEN notebook-0 deleted 30 minutes before the end and recreated (new uid, new IP) 25 minutes before the end
     old = pod("ml", "notebook-0", "n1", ip="10.244.1.1")
     new = pod("ml", "notebook-0", "n1", ip="10.244.1.2", started=(EVAL - timedelta(minutes=25)).strftime(ISO))
@@ -385,10 +385,15 @@ def test_ksm_pod_recreated_under_the_same_name_is_the_one_that_exists_now(tmp_pa
     write_text_exposition(series, buf)
     (tmp_path / "telemetry.prom").write_text(buf.getvalue())
     # WHEN read
-    (p,) = KsmRecordingSource(tmp_path, window=WINDOW).cluster_state(at=EVAL).pods
+    pods = {p.uid: p for p in KsmRecordingSource(tmp_path, window=WINDOW).cluster_state(at=EVAL).pods}
     # THEN the pod that exists now: its IP, its start, not gone, holding
+    p = pods["uid-new"]
     assert (p.pod_ip, p.gone_at, p.holds_gpus) == ("10.244.1.2", None, True)
     assert p.started_at == EVAL - timedelta(minutes=25)
+    # AND the earlier uid is a pod of its own (issue 21 §4), gone 30 minutes before the end, its facts not mixed in
+    q = pods["uid-old"]
+    assert (q.name, q.pod_ip, q.gone_at) == ("notebook-0", "10.244.1.1", EVAL - timedelta(minutes=30))
+    assert set(pods) == {"uid-new", "uid-old"}
 
 
 def test_the_scan_window_reaches_a_wrapped_ksm_source():

@@ -22,7 +22,7 @@ from gpuwaste.allocation.kai import KaiResolver
 from gpuwaste.allocation.mig import MigResolver
 from gpuwaste.allocation.sharing import SharingResolver
 from gpuwaste.allocation.vgpu import VgpuResolver
-from gpuwaste.models.cluster import ClusterState
+from gpuwaste.models.cluster import ClusterState, PodIdentity
 from gpuwaste.models.telemetry import DeviceId, GpuTelemetry
 
 
@@ -66,7 +66,7 @@ def resolve(cluster: ClusterState, devices: tuple[GpuTelemetry, ...] | Sequence[
             chain: Sequence[AllocationResolver] | None = None) -> Resolved:
     """Ask each resolver of `chain` (default `resolvers()`) that applies; merge, skipping pods already handled."""
     devs = tuple(devices)
-    handled: set[tuple[str, str]] = set()
+    handled: set[PodIdentity] = set()
     holdings: list[Holding] = []
     infra: set[tuple[str, str]] = set()
     physical: dict[str, int] = {}
@@ -79,11 +79,11 @@ def resolve(cluster: ClusterState, devices: tuple[GpuTelemetry, ...] | Sequence[
         applied.append(r.name)
         result: AllocationResult = r.resolve(cluster, devs, handled=frozenset(handled))
         for h in result.holdings:
-            if h.pod.key in handled or h.pod.key in infra or h.pod.key in result.infrastructure_pods:
+            if h.pod.identity in handled or h.pod.key in infra or h.pod.key in result.infrastructure_pods:
                 continue
             holdings.append(h)
-            handled.add(h.pod.key)
-        handled |= result.handled_pods | result.infrastructure_pods
+            handled.add(h.pod.identity)
+        handled |= result.handled_pods | {p.identity for p in cluster.pods if p.key in result.infrastructure_pods}
         infra |= result.infrastructure_pods
         for node, n in result.physical_gpus.items():
             physical.setdefault(node, n)

@@ -6,7 +6,7 @@ from collections import defaultdict
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
-from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase
+from gpuwaste.models.cluster import ClusterState, Node, Pod, PodIdentity, PodPhase
 from gpuwaste.models.gpu_models import GpuModelCatalog, GpuModelSpec
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, GpuTelemetry
 
@@ -88,10 +88,10 @@ def held(pod: Pod, since: datetime | None = None) -> dict[str, datetime | None]:
     return {"held_from": start, "held_until": until}
 
 
-def live_pods(cluster: ClusterState, handled: frozenset[tuple[str, str]]) -> list[Pod]:
+def live_pods(cluster: ClusterState, handled: frozenset[PodIdentity]) -> list[Pod]:
     """Pods that hold (or held in the window) what they were allocated (`span_of`), not yet accounted for by an
     earlier resolver."""
-    return [p for p in cluster.pods if p.key not in handled and span_of(p) is not None]
+    return [p for p in cluster.pods if p.identity not in handled and span_of(p) is not None]
 
 
 def model_of(uuid: str | None, node: Node | None, by_uuid: dict[str, list[GpuTelemetry]], catalog: GpuModelCatalog) -> GpuModelSpec | None:

@@ -7,7 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Protocol
 
-from gpuwaste.models.cluster import ClusterState, Pod, PodPhase
+from gpuwaste.models.cluster import ClusterState, Pod, PodIdentity, PodPhase
 from gpuwaste.models.telemetry import DeviceId, GpuTelemetry
 
 
@@ -58,7 +58,7 @@ class AllocationResult:
     """
 
     holdings: tuple[Holding, ...] = ()
-    handled_pods: frozenset[tuple[str, str]] = frozenset()
+    handled_pods: frozenset[PodIdentity] = frozenset()
     infrastructure_pods: frozenset[tuple[str, str]] = frozenset()
     physical_gpus: dict[str, int] = field(default_factory=dict)
     unmonitored: tuple[DeviceId, ...] = ()
@@ -79,7 +79,7 @@ class AllocationResolver(Protocol):
         cluster: ClusterState,
         devices: tuple[GpuTelemetry, ...],
         *,
-        handled: frozenset[tuple[str, str]],
+        handled: frozenset[PodIdentity],
     ) -> AllocationResult:
         """The holdings of the pods this mechanism accounts for, skipping pods in `handled`."""
         ...

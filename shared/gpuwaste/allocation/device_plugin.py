@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from gpuwaste.allocation.base import AllocationResult, Holding, hold_span
 from gpuwaste.allocation.nodes import physical_gpus_by_node
-from gpuwaste.models.cluster import ClusterState, Node, Pod
+from gpuwaste.models.cluster import ClusterState, Node, Pod, PodIdentity
 from gpuwaste.models.telemetry import GpuTelemetry
 
 
@@ -36,13 +36,13 @@ class DevicePluginResolver:
         return any(p.gpu_requests for p in cluster.pods)
 
     def resolve(self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *,
-                handled: frozenset[tuple[str, str]]) -> AllocationResult:
+                handled: frozenset[PodIdentity]) -> AllocationResult:
         """One holding per scheduled pod not handled yet, share = Σ units × unit share."""
         nodes = {n.name: n for n in cluster.nodes}
         physical = physical_gpus_by_node(cluster, devices)
         holdings: list[Holding] = []
         for pod in cluster.pods:
-            if pod.key in handled:
+            if pod.identity in handled:
                 continue
             span = hold_span(pod)
             if span is None:
@@ -50,7 +50,7 @@ class DevicePluginResolver:
             node = nodes.get(pod.node_name or "")
             holdings.append(Holding(pod=pod, node=pod.node_name, share=pod_share(pod, node, physical.get(pod.node_name or "", 0)),
                                     mechanism=self.name, held_from=span[0], held_until=span[1], note=_note(pod, node)))
-        return AllocationResult(holdings=tuple(holdings), handled_pods=frozenset(h.pod.key for h in holdings))
+        return AllocationResult(holdings=tuple(holdings), handled_pods=frozenset(h.pod.identity for h in holdings))
 
 
 def pod_share(pod: Pod, node: Node | None, physical: int) -> Decimal:

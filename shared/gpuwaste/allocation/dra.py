@@ -17,7 +17,7 @@ from decimal import Decimal
 from gpuwaste.allocation._index import held, live_pods, physical_devices
 from gpuwaste.allocation.base import AllocationResult, Holding
 from gpuwaste.errors import InputFormatError
-from gpuwaste.models.cluster import ClusterState, Pod
+from gpuwaste.models.cluster import ClusterState, Pod, PodIdentity
 from gpuwaste.models.dra import ClaimDeviceResult, ResourceClaim, ResourceSlice, SliceDevice
 from gpuwaste.models.gpu_models import DEFAULT_MIG_TOTAL_SLICES, GpuModelCatalog, parse_mig_profile
 from gpuwaste.models.telemetry import DeviceId, GpuTelemetry
@@ -58,7 +58,7 @@ class DraResolver:
         )
 
     def resolve(
-        self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[tuple[str, str]]
+        self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[PodIdentity]
     ) -> AllocationResult:
         """Holdings of the live pods that use allocated GPU claims, split between the pods sharing a claim."""
         by_uuid = physical_devices(devices)
@@ -72,7 +72,7 @@ class DraResolver:
                 if ref.claim_name:
                     users[(pod.namespace, ref.claim_name)].append(pod)
         holdings: list[Holding] = []
-        handled_now: set[tuple[str, str]] = set()
+        handled_now: set[PodIdentity] = set()
         unmonitored: dict[DeviceId, None] = {}
         notes: list[str] = []
         for claim in cluster.resource_claims:
@@ -111,10 +111,10 @@ class DraResolver:
                         note=note,
                     )
                 )
-                handled_now.add(pod.key)
+                handled_now.add(pod.identity)
         # claims named by pods but absent from the cluster read (no RBAC, or not created yet)
         for pod in pods:
-            if pod.key in handled_now or not pod.resource_claims:
+            if pod.identity in handled_now or not pod.resource_claims:
                 continue
             unread = [r.claim_name for r in pod.resource_claims if r.claim_name and (pod.namespace, r.claim_name) not in claims]
             if not unread:
@@ -122,7 +122,7 @@ class DraResolver:
             from_labels = self._from_exporter_labels(pod, unread, by_dra)
             if from_labels is not None:
                 holdings.append(from_labels)
-                handled_now.add(pod.key)
+                handled_now.add(pod.identity)
             elif not cluster.dra_listed:
                 notes.append(
                     f"pod {pod.namespace}/{pod.name} uses ResourceClaim {', '.join(unread)}, which the scan could not read: "

@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from gpuwaste.allocation._index import devices_by_node, held, live_pods, model_of, physical_devices
 from gpuwaste.allocation.base import AllocationResult, Holding
-from gpuwaste.models.cluster import ClusterState, Node, Pod
+from gpuwaste.models.cluster import ClusterState, Node, Pod, PodIdentity
 from gpuwaste.models.gpu_models import GpuModelCatalog
 from gpuwaste.models.telemetry import DeviceId, GpuTelemetry
 
@@ -74,14 +74,14 @@ class HamiResolver:
         return any(_is_hami(p) for p in cluster.pods)
 
     def resolve(
-        self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[tuple[str, str]]
+        self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[PodIdentity]
     ) -> AllocationResult:
         """Each live HAMi pod holds gpucores/100 (or its memory share) of each GPU named in its annotation."""
         by_uuid = physical_devices(devices)
         nodes = {n.name: n for n in cluster.nodes}
         seen_on = devices_by_node(cluster, devices)
         holdings: list[Holding] = []
-        handled_now: set[tuple[str, str]] = set()
+        handled_now: set[PodIdentity] = set()
         hami_nodes: dict[str, set[str]] = defaultdict(set)
         for pod in live_pods(cluster, handled):
             if not _is_hami(pod):
@@ -115,7 +115,7 @@ class HamiResolver:
                     note=note + ("" if own else "; activity is device-level, not attributable"),
                 )
             )
-            handled_now.add(pod.key)
+            handled_now.add(pod.identity)
         notes: list[str] = []
         for node_name in sorted(n for n in hami_nodes if n):
             node = nodes.get(node_name)

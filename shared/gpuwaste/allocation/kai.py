@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from gpuwaste.allocation._index import decimal_or_none, held, live_pods, model_of, physical_devices
 from gpuwaste.allocation.base import AllocationResult, Holding
-from gpuwaste.models.cluster import ClusterState, Node, Pod
+from gpuwaste.models.cluster import ClusterState, Node, Pod, PodIdentity
 from gpuwaste.models.gpu_models import GpuModelCatalog
 from gpuwaste.models.telemetry import DeviceId, GpuTelemetry
 
@@ -46,7 +46,7 @@ class KaiResolver:
         return any(self._is_reservation(p) or _is_fractional(p) for p in cluster.pods)
 
     def resolve(
-        self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[tuple[str, str]]
+        self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[PodIdentity]
     ) -> AllocationResult:
         """Fractional pods hold fraction x devices of their group's reserved GPUs; reservation pods hold nothing."""
         by_uuid = physical_devices(devices)
@@ -57,7 +57,7 @@ class KaiResolver:
         for r in reservations:
             by_group[(r.node_name or "", r.labels.get(GROUP_LABEL, ""))].append(r)
         holdings: list[Holding] = []
-        handled_now: set[tuple[str, str]] = {r.key for r in reservations}
+        handled_now: set[PodIdentity] = {r.identity for r in reservations}
         used_groups: set[tuple[str, str]] = set()
         notes: list[str] = []
         for pod in pods:
@@ -91,7 +91,7 @@ class KaiResolver:
                     note=note + "; activity is device-level, not attributable",
                 )
             )
-            handled_now.add(pod.key)
+            handled_now.add(pod.identity)
         for (node, group), rs in sorted(by_group.items()):
             if (node, group) not in used_groups:
                 names = ", ".join(f"{r.namespace}/{r.name}" for r in rs)

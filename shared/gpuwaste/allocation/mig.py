@@ -13,7 +13,7 @@ from decimal import Decimal
 
 from gpuwaste.allocation.base import AllocationResult, Holding, hold_span
 from gpuwaste.allocation.nodes import devices_by_node
-from gpuwaste.models.cluster import ClusterState, Node, Pod, gpu_share_for_request
+from gpuwaste.models.cluster import ClusterState, Node, Pod, PodIdentity, gpu_share_for_request
 from gpuwaste.models.telemetry import GpuTelemetry
 
 MIG_PREFIX = "nvidia.com/mig-"
@@ -39,14 +39,14 @@ class MigResolver:
         return any(_mig_pod(p, nodes.get(p.node_name or "")) for p in cluster.pods)
 
     def resolve(self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *,
-                handled: frozenset[tuple[str, str]]) -> AllocationResult:
+                handled: frozenset[PodIdentity]) -> AllocationResult:
         """One holding per scheduled MIG pod: share = Σ units × slices ÷ the GPU's compute slices."""
         nodes = {n.name: n for n in cluster.nodes}
         models = _models_by_node(cluster, devices)
         holdings: list[Holding] = []
         for pod in cluster.pods:
             node = nodes.get(pod.node_name or "")
-            if pod.key in handled or not _mig_pod(pod, node):
+            if pod.identity in handled or not _mig_pod(pod, node):
                 continue
             span = hold_span(pod)
             if span is None:
@@ -56,7 +56,7 @@ class MigResolver:
             profiles = ", ".join(f"{c} × {r.removeprefix('nvidia.com/')}" for r, c in sorted(pod.gpu_requests.items()))
             holdings.append(Holding(pod=pod, node=pod.node_name, share=share, mechanism=self.name,
                                     held_from=span[0], held_until=span[1], note=f"MIG {profiles}"))
-        return AllocationResult(holdings=tuple(holdings), handled_pods=frozenset(h.pod.key for h in holdings))
+        return AllocationResult(holdings=tuple(holdings), handled_pods=frozenset(h.pod.identity for h in holdings))
 
 
 def _models_by_node(cluster: ClusterState, devices: tuple[GpuTelemetry, ...]) -> dict[str, str]:

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 from gpuwaste.allocation._index import held, live_pods
 from gpuwaste.allocation.base import AllocationResult, Holding
-from gpuwaste.models.cluster import ClusterState, Node
+from gpuwaste.models.cluster import ClusterState, Node, PodIdentity
 from gpuwaste.models.gpu_models import GpuModelCatalog
 from gpuwaste.models.telemetry import GpuTelemetry
 
@@ -78,12 +78,12 @@ class VgpuResolver:
         return any(vgpu_fraction(n.gpu_product) for n in cluster.nodes) or any(vgpu_fraction(d.model_name) for d in devices)
 
     def resolve(
-        self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[tuple[str, str]]
+        self, cluster: ClusterState, devices: tuple[GpuTelemetry, ...], *, handled: frozenset[PodIdentity]
     ) -> AllocationResult:
         """Holdings of live pods on vGPU nodes: units x the vGPU fraction."""
         types = self._node_types(cluster, devices)
         holdings: list[Holding] = []
-        handled_now: set[tuple[str, str]] = set()
+        handled_now: set[PodIdentity] = set()
         for pod in live_pods(cluster, handled):
             found = types.get(pod.node_name or "")
             units = sum(c for r, c in pod.gpu_requests.items() if r == GPU_RESOURCE or r.endswith("/gpu.shared"))
@@ -103,7 +103,7 @@ class VgpuResolver:
                     note=f"{why}; {units} unit(s)",
                 )
             )
-            handled_now.add(pod.key)
+            handled_now.add(pod.identity)
         notes = tuple(f"node {n} is a vGPU guest ({why}): its GPU is a fraction of a physical one" for n, (_, why) in sorted(types.items()))
         return AllocationResult(holdings=tuple(holdings), handled_pods=frozenset(handled_now), notes=notes)
 

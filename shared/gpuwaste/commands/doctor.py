@@ -628,6 +628,47 @@ def check_ksm(probe: Probe) -> list[CheckRow]:
 CHECKS.append(check_ksm)
 
 
+# -- attribution coverage: GPUs requested by running pods that DCGM ties to them (issue 21 §12) --------------------
+_GPU_ASKED = ('sum by (namespace, pod) (max by (namespace, pod, container, resource) ({__name__=~"kube_pod_container_'
+              'resource_(limits|requests)", resource=~"nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"}))'
+              ' and on (namespace, pod) (kube_pod_status_phase{phase="Running"} == 1)')
+_DCGM_PODS = ('(count by (namespace, pod) ({__name__=~"DCGM_FI_.*", pod!="", namespace!=""}) or count by (namespace, pod) ('
+              'label_replace(label_replace({__name__=~"DCGM_FI_.*", exported_pod!=""}, "pod", "$1", "exported_pod", "(.+)"),'
+              ' "namespace", "$1", "exported_namespace", "(.+)")))')
+#: PromQL: GPUs requested by running pods (kube-state-metrics), and those of pods some DCGM series names.
+COVERAGE_QUERIES: dict[str, str] = {
+    "requested": f"sum({_GPU_ASKED})",
+    "attributed": f"sum(({_GPU_ASKED}) and on (namespace, pod) {_DCGM_PODS})",
+}
+#: Under this share of requested GPUs with DCGM series naming their pod, the coverage check warns.
+COVERAGE_WARN = 0.9
+
+
+def check_coverage(probe: Probe) -> list[CheckRow]:
+    """The attribution coverage now: the share of GPUs requested by running pods (kube-state-metrics) whose pod some
+    DCGM series names (`pod`, or `exported_pod`) — the figure `gpuwaste scan` reports over its window. No row
+    without kube-state-metrics GPU requests."""
+    got: dict[str, float] = {}
+    for name, query in COVERAGE_QUERIES.items():
+        result = probe.source.instant_query(query, at=probe.at, what="doctor attribution coverage")
+        got[name] = float(result[0]["value"][1]) if result else 0.0
+    requested, attributed = got["requested"], got["attributed"]
+    if requested <= 0:
+        return []
+    ratio = min(1.0, attributed / requested)
+    detail = (f"{ratio:.0%} of {requested:g} GPUs requested by running pods have DCGM series naming their pod"
+              + ("" if ratio >= COVERAGE_WARN else f" ({requested - attributed:g} GPUs allocated without attributable telemetry)"))
+    if ratio >= COVERAGE_WARN:
+        return [CheckRow("attribution coverage", "ok", detail)]
+    return [CheckRow("attribution coverage", "warn", detail,
+                     "check the dcgm-exporter pod mapping on the nodes of those pods (DCGM_EXPORTER_KUBERNETES=true, the "
+                     "pod-resources socket mounted; after a GPU Operator upgrade, its MIG/DRA mapping), and that every GPU "
+                     "node runs dcgm-exporter", DOCS["dcgm-exporter"])]
+
+
+CHECKS.append(check_coverage)
+
+
 @app.command()
 def doctor(
     prometheus: Annotated[str, typer.Option("--prometheus", "-p", help="Prometheus base URL.", envvar="GPUWASTE_PROMETHEUS_URL")],

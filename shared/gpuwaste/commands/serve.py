@@ -204,7 +204,8 @@ class Server:
                                          window_s=report.window_s, gpus=report.inventory.physical_gpus,
                                          findings=report.findings,
                                          no_verdict_detectors=[nv.detector for nv in report.no_verdict],
-                                         open_records=open_records, resolved_records=resolved)
+                                         open_records=open_records, resolved_records=resolved,
+                                         coverage=report.inventory.attribution_coverage)
             ok = True
         except (typer.Exit, SystemExit) as exc:  # the chain printed the error (stderr) and exited: count it
             self.metrics.observe_failure(self.cluster, at=wall, duration_s=time.monotonic() - t0,

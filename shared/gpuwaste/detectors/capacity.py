@@ -9,7 +9,7 @@ wasted — never unallocated capacity.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from pydantic import Field
@@ -18,7 +18,7 @@ from gpuwaste.detectors.episodes import episode, finish, minutes_text, span_seco
 from gpuwaste.detectors.registry import DetectorOutput, NoVerdict, detector
 from gpuwaste.join import NodeInventory, ScanContext
 from gpuwaste.models.base import SettingsModel
-from gpuwaste.models.cluster import mig_total_slices
+from gpuwaste.models.cluster import Node, mig_total_slices
 from gpuwaste.models.findings import Confidence, Episode, Evidence, Finding, IdleMode, WasteKind
 from gpuwaste.models.telemetry import GpuTelemetry, Signal
 
@@ -57,9 +57,26 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
         if busy:
             yield unrequested_use(ctx, inv, busy, settings)
         busy_share = sum((_device_share(d, inv) for d in busy), Decimal(0))
+        # a GPU the device plugin withdrew from allocatable (unhealthy, XID) can be requested by nobody: not free capacity
+        offered = allocatable_gpus(node)
+        withheld = max(Decimal(0), Decimal(capacity) - offered) if offered is not None else Decimal(0)
         start = ctx.window_start if node is None or node.created_at is None else max(ctx.window_start, node.created_at)
-        segments = _free_segments(ctx, inv, Decimal(capacity) - busy_share, start)
-        episodes = _episodes(ctx, segments, settings.min_free_gpus)
+        first = _first_observed(ctx, inv)
+        if first is not None and first > start:
+            start = first  # its GPUs' first series: free capacity before them is not observed (issue 21 §4, §9)
+        if ctx.telemetry.single_instant:
+            # one undated sample shows the node free now, never for how long: the capacity free at that instant, as
+            # an episode of no length (its $/day now, 0 GPU-hours in the window; issue 21 §9)
+            start = end = ctx.eval_time
+            now = max(Decimal(0), Decimal(capacity) - busy_share - withheld - inv.requested_share)
+            segments = [(start, start, now)]
+            episodes: tuple[Episode, ...] = (episode(ctx, start, start, now),) if now >= settings.min_free_gpus else ()
+        else:
+            # a node exists from its first to its last series: one that left inside the window is free (or held) until
+            # then, its last episode ended there ($0/day now, its GPU-hours in the window kept; issue 21 §4)
+            end = ctx.eval_time if node is None or node.gone_at is None else max(start, min(ctx.eval_time, node.gone_at))
+            segments = _free_segments(ctx, inv, Decimal(capacity) - busy_share - withheld, start, end)
+            episodes = _episodes(ctx, segments, settings.min_free_gpus)
         if not episodes:
             continue
         ongoing = episodes[-1].ongoing
@@ -71,6 +88,9 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
             Evidence(signal="requested_gpus", unit="count", window_s=ctx.window_s, avg=float(inv.requested_share),
                      note="held at the evaluation time by pods scheduled on the node and not terminal, in physical-GPU equivalents"),
         ]
+        if withheld:
+            evidence.append(Evidence(signal="unallocatable_gpus", unit="count", window_s=ctx.window_s, avg=float(withheld),
+                                     note="node capacity − allocatable: GPUs the device plugin does not offer, never free capacity"))
         if busy:
             evidence.append(Evidence(signal="busy_unrequested_gpus", unit="count", window_s=ctx.window_s, avg=float(busy_share),
                                      note="busy GPUs no pod requested: a governance finding, not free capacity"))
@@ -78,13 +98,14 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
             act = ctx.activity(devices)
             if act is not None:
                 evidence.append(act.evidence(ctx.window_s))
-        whole = len(episodes) == 1 and episodes[0].start <= start and ongoing
+        whole = len(episodes) == 1 and episodes[0].start <= start and ongoing and not ctx.telemetry.single_instant
         finding = Finding(
             kind=WasteKind.UNALLOCATED,
             detector="unallocated_capacity",
             subject=ctx.node_subject(inv, devices, free),
             title=(f"{_fmt(free)} of {capacity} GPU(s) on node {inv.name} requested by no pod"
-                   + ("" if whole else f" for {minutes_text(episodes)}")),
+                   + ("" if whole else " at the one sample (for how long is unknown)" if ctx.telemetry.single_instant
+                      else f" for {minutes_text(episodes)}")),
             recommendation=(
                 "Nobody requested this capacity: let the autoscaler remove the node, shrink the node group, "
                 "or schedule pending GPU work here."
@@ -97,10 +118,12 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
             wasted_gpu_share=free,
             scope_key=inv.name,
             details={"unheld_devices": len(devices), "busy_unrequested_gpus": float(busy_share),
-                     "formula": "free GPUs = physical GPUs − GPUs held by pods at each moment − busy GPUs no pod requested",
+                     **({"unallocatable_gpus": float(withheld)} if withheld else {}),
+                     "formula": "free GPUs = physical GPUs − GPUs held by pods at each moment − busy GPUs no pod requested"
+                                + (" − GPUs not allocatable" if withheld else ""),
                      **({"stranded_by_fragmentation": True} if ctx.stranded_by_fragmentation(free) else {})},
         )
-        yield finish(ctx, finding, episodes, span_seconds((start, ctx.eval_time)))
+        yield finish(ctx, finding, episodes, span_seconds((start, end)))
 
 
 def unrequested_use(ctx: ScanContext, inv: NodeInventory, busy: list[GpuTelemetry], settings: UnallocatedSettings) -> Finding:
@@ -147,6 +170,33 @@ def busy_unrequested(ctx: ScanContext, inv: NodeInventory, settings: Unallocated
     return out
 
 
+def _first_observed(ctx: ScanContext, inv: NodeInventory) -> datetime | None:
+    """The start of the first bucket in which any of the node's GPUs has a sample (its first series), or None when the
+    telemetry does not resolve time or the node shows no GPU."""
+    if not inv.devices or not ctx.slots or ctx.telemetry.bucket_s is None:
+        return None
+    first: datetime | None = None
+    for d in inv.devices:
+        for st in (*(x for g in d.groups for x in g.signals.values()), *d.parent_signals.values()):
+            end = next((b[0] for b in st.buckets if b[1]), None)  # buckets are oldest first
+            if end is not None and (first is None or end < first):
+                first = end
+    return None if first is None else first - timedelta(seconds=ctx.telemetry.bucket_s)
+
+
+def allocatable_gpus(node: Node | None) -> Decimal | None:
+    """Physical GPUs a node offers for scheduling when its device plugin withdrew some (allocatable below capacity:
+    unhealthy, XID), from `nvidia.com/gpu` or `nvidia.com/gpu.shared` (÷ time-slicing replicas); None when allocatable
+    is not below capacity (or unknown): nothing withdrawn."""
+    if node is None:
+        return None
+    for res in ("nvidia.com/gpu", "nvidia.com/gpu.shared"):
+        cap, alloc = node.capacity_gpu.get(res), node.allocatable_gpu.get(res)
+        if cap is not None and alloc is not None and alloc < cap:
+            return Decimal(alloc) / Decimal(max(1, node.gpu_replicas))
+    return None
+
+
 def _device_share(dev: GpuTelemetry, inv: NodeInventory) -> Decimal:
     """Physical-GPU equivalents of one device: 1, or a MIG instance's slices ÷ the GPU's compute slices."""
     if dev.device.gpu_i_id is None:
@@ -155,12 +205,17 @@ def _device_share(dev: GpuTelemetry, inv: NodeInventory) -> Decimal:
     return Decimal(int(head)) / Decimal(mig_total_slices(inv.node)) if head.isdigit() else Decimal(0)
 
 
-def _free_segments(ctx: ScanContext, inv: NodeInventory, capacity: Decimal, start: datetime) -> list[tuple[datetime, datetime, Decimal]]:
-    """(from, to, free share) pieces of [start, eval]: the held shares change only where a holding starts or ends."""
-    cuts = {start, ctx.eval_time}
+def _free_segments(ctx: ScanContext, inv: NodeInventory, capacity: Decimal, start: datetime, end: datetime | None = None
+                   ) -> list[tuple[datetime, datetime, Decimal]]:
+    """(from, to, free share) pieces of [start, end] (end: the evaluation time, or when the node left): the held shares
+    change only where a holding starts or ends."""
+    end = ctx.eval_time if end is None else end
+    if end <= start:
+        return []
+    cuts = {start, end}
     for a in inv.allocations:
         for t in (a.held_from, a.held_until):
-            if t is not None and start < t < ctx.eval_time:
+            if t is not None and start < t < end:
                 cuts.add(t)
     edges = sorted(cuts)
     out = []
@@ -182,7 +237,7 @@ def _episodes(ctx: ScanContext, segments: list[tuple[datetime, datetime, Decimal
             out[-1] = Episode(start=prev.start, end=hi, wasted_gpu_hours=prev.wasted_gpu_hours + piece.wasted_gpu_hours, ongoing=piece.ongoing)
         else:
             out.append(piece)
-    whole = (ctx.eval_time - segments[0][0]).total_seconds() if segments else 0.0
+    whole = (segments[-1][1] - segments[0][0]).total_seconds() if segments else 0.0
     # a GPU free for a few minutes between two pods is scheduling, not waste: keep stretches of at least
     # `min_episode_s` (or one covering the whole judged span) that are going on now or add up to a sizeable share
     kept = [e for e in out if (e.end - e.start).total_seconds() >= min(ctx.common.min_episode_s, whole)]

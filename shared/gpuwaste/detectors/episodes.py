@@ -154,7 +154,11 @@ def completed_episodes(ctx: ScanContext, namespace: str | None, pod: str | None,
 
 
 def _judged_span(ctx: ScanContext, namespace: str | None, pod: str | None) -> tuple[datetime, datetime]:
-    """The holding span of the pod's allocation, or the whole window when the subject is no pod with GPUs."""
+    """The holding span of the pod's allocation, or the whole window when the subject is no pod with GPUs; the
+    evaluation instant alone when the telemetry is one undated sample (it shows the state then, never for how long:
+    no window-long GPU-hours, issue 21 §9)."""
+    if ctx.telemetry.single_instant:
+        return (ctx.eval_time, ctx.eval_time)
     alloc = ctx.allocation_of(namespace or "", pod) if pod else None
     return ctx.held_span(alloc) if alloc is not None else (ctx.window_start, ctx.eval_time)
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from gpuwaste.allocation import AllocationResolver, Holding, Resolved, resolve
 from gpuwaste.allocation.nodes import devices_by_node
+from gpuwaste.allocation.sharing import read_replicas
 from gpuwaste.join.view import Allocation, CommonSettings, NodeInventory, ScanContext
 from gpuwaste.models.cluster import ClusterState, Node, Pod
 from gpuwaste.models.findings import Attribution
@@ -43,20 +44,26 @@ def join(
     """
     common = common or CommonSettings()
     window_start = telemetry.eval_time - timedelta(seconds=telemetry.window_s)
+    cluster, sharing_notes = read_replicas(cluster, telemetry.gpus)  # replicas per GPU from what the hardware says
     resolved = resolve(cluster, telemetry.gpus, chain)
-    order = {p.key: i for i, p in enumerate(cluster.pods)}
+    if sharing_notes:
+        resolved = replace(resolved, notes=(*resolved.notes, *sharing_notes))
+    order = {p.identity: i for i, p in enumerate(cluster.pods)}
     holdings = sorted((h for h in resolved.holdings if h.held_until is None or h.held_until > window_start),
-                      key=lambda h: order.get(h.pod.key, len(order)))
+                      key=lambda h: order.get(h.pod.identity, len(order)))
     by_node, unmapped = devices_by_node(cluster, telemetry.gpus)
     nodes_by_name = {n.name: n for n in cluster.nodes}
     inventories = _inventories(cluster, by_node, nodes_by_name, resolved.physical_gpus)
     held_by_node: dict[str, list[Holding]] = defaultdict(list)
     for h in holdings:
         held_by_node[h.node or ""].append(h)
-    labelled = _label_devices(inventories, cluster, {h.pod.key: h for h in holdings}, resolved.infrastructure_pods)
+    by_name: dict[tuple[str, str], list[Holding]] = defaultdict(list)  # a name recreated in the window: one holding per uid
+    for h in holdings:
+        by_name[h.pod.key].append(h)
+    labelled = _label_devices(inventories, cluster, by_name, resolved.infrastructure_pods)
     allocations: list[Allocation] = []
     for name, inv in inventories.items():
-        inv.allocations = _attribute_node(inv, held_by_node.get(name, []), labelled, telemetry.eval_time)
+        inv.allocations = [_split_lost(a, telemetry) for a in _attribute_node(inv, held_by_node.get(name, []), labelled, telemetry.eval_time)]
         allocations.extend(inv.allocations)
     for name, node_holdings in held_by_node.items():
         if name and name not in inventories:  # a pod on a node that shows no GPU at all
@@ -87,14 +94,15 @@ def _inventories(cluster: ClusterState, by_node: dict[str, list[GpuTelemetry]], 
 
 @dataclass
 class _Labelled:
-    """Devices tied to pods by the exporter's pod labels, and the labels that contradict the cluster."""
+    """Devices tied to pods by the exporter's pod labels (per node: a pod recreated under the same name on another node
+    is another holding), and the labels that contradict the cluster."""
 
     owner: dict[int, tuple[str, str]] = field(default_factory=dict)
-    devices: dict[tuple[str, str], list[GpuTelemetry]] = field(default_factory=lambda: defaultdict(list))
+    devices: dict[tuple[str, str, str], list[GpuTelemetry]] = field(default_factory=lambda: defaultdict(list))  # (ns, pod, node)
     stray: list[Stray] = field(default_factory=list)
 
 
-def _label_devices(inventories: dict[str, NodeInventory], cluster: ClusterState, holdings: dict[tuple[str, str], Holding],
+def _label_devices(inventories: dict[str, NodeInventory], cluster: ClusterState, holdings: dict[tuple[str, str], list[Holding]],
                    infrastructure: frozenset[tuple[str, str]] = frozenset()) -> _Labelled:
     """GPU ↔ pod by the exporter's labels: a device belongs to every pod labelled on it that holds GPUs on its node
     in the window (a time-sliced GPU is held by every sharer). Infrastructure pods (KAI/Run:ai reservation pods)
@@ -107,15 +115,17 @@ def _label_devices(inventories: dict[str, NodeInventory], cluster: ClusterState,
             for ns, name in dev.workloads:
                 if (ns, name) in infrastructure:
                     continue
-                reason = _stray_reason(pods.get((ns, name)), holdings.get((ns, name)), node_name)
+                named = holdings.get((ns, name), [])
+                here = next((h for h in named if h.node == node_name), named[0] if named else None)
+                reason = _stray_reason(pods.get((ns, name)), here, node_name)
                 if reason:
                     out.stray.append((dev, ns, name, reason))
                 else:
                     current.append((ns, name))
             if current:
                 out.owner[id(dev)] = current[0]
-                for key in current:
-                    out.devices[key].append(dev)
+                for ns, name in current:
+                    out.devices[(ns, name, node_name)].append(dev)
     return out
 
 
@@ -134,18 +144,18 @@ def _attribute_node(inv: NodeInventory, holdings: list[Holding], labelled: _Labe
     device), else elimination (B01), else unknown devices."""
     node = inv.node
     allocations = [
-        _allocation(h, node, tuple(labelled.devices[h.pod.key]), Attribution.LABELS, True)
-        for h in holdings if labelled.devices.get(h.pod.key)
+        _allocation(h, node, tuple(labelled.devices[(*h.pod.key, inv.name)]), Attribution.LABELS, True)
+        for h in holdings if labelled.devices.get((*h.pod.key, inv.name))
     ]
     named: set[int] = set()
-    for h in [h for h in holdings if not labelled.devices.get(h.pod.key) and h.devices]:
+    for h in [h for h in holdings if not labelled.devices.get((*h.pod.key, inv.name)) and h.devices]:
         devs = _named_devices(inv, h)
         if devs:  # the allocation itself names the device (DRA claim, HAMi annotation, KAI reservation)
             allocations.append(_allocation(h, node, devs, Attribution.ALLOCATION, False))
             named.update(id(d) for d in devs)
-    covered = {a.pod.key for a in allocations}
+    covered = {a.pod.identity for a in allocations}
     unlabelled = [d for d in inv.devices if id(d) not in labelled.owner and id(d) not in named]
-    uncovered = [h for h in holdings if h.pod.key not in covered]
+    uncovered = [h for h in holdings if h.pod.identity not in covered]
     expected = inv.expected_gpus()
     # B01 + B23: elimination is safe only when every GPU the node should have is seen in DCGM;
     # otherwise the pod may hold the unmonitored GPU and the seen one be free.
@@ -160,6 +170,35 @@ def _attribute_node(inv: NodeInventory, holdings: list[Holding], labelled: _Labe
             inv.unattributed_devices.extend(unlabelled)
     inv.unheld_devices = [] if inv.ambiguous_pods else list(unlabelled)
     return allocations
+
+
+def _silent_since(dev: GpuTelemetry, telemetry: TelemetryWindow) -> datetime | None:
+    """When a device's series went silent inside the window (no sample of any field in the recent tail, samples
+    before), as the end of its last bucket with a sample (else the window start); None while it reports."""
+    stats = [st for g in dev.groups for st in g.signals.values()] + list(dev.parent_signals.values())
+    if not stats or any(st.recent_count > 0 for st in stats) or not any(st.count > 0 for st in stats):
+        return None
+    ends = [b[0] for st in stats for b in st.buckets if b[1]]
+    return max(ends) if ends else telemetry.eval_time - timedelta(seconds=telemetry.window_s)
+
+
+def _split_lost(alloc: Allocation, telemetry: TelemetryWindow) -> Allocation:
+    """A multi-GPU pod whose GPU went silent inside the window while its other GPUs kept reporting (fell off the bus:
+    only an XID series left): the silent devices move to `lost_devices` with their share, so the observed ones are
+    judged and the lost one is reported on its own (issue 21 §2). Whole-GPU device-plugin holdings only (one device
+    per GPU of the share); an exporter that stopped for every device of the pod is not a lost device."""
+    devs = alloc.devices
+    if len(devs) < 2 or telemetry.single_instant or alloc.mechanism != "device plugin" or any(d.device.gpu_i_id for d in devs):
+        return alloc
+    if alloc.share != len({d.device.uuid for d in devs}) or len(devs) != len({d.device.uuid for d in devs}):
+        return alloc
+    silent = {id(d): t for d in devs if (t := _silent_since(d, telemetry)) is not None}
+    if not silent or len(silent) == len(devs) or (alloc.held_until is not None and alloc.held_until < telemetry.eval_time):
+        return alloc
+    lost = tuple(d for d in devs if id(d) in silent)
+    kept = tuple(d for d in devs if id(d) not in silent)
+    return replace(alloc, devices=kept, share=alloc.share - len(lost), lost_devices=lost, lost_share=Decimal(len(lost)),
+                   lost_since=min(silent.values()))
 
 
 def _named_devices(inv: NodeInventory, h: Holding) -> tuple[GpuTelemetry, ...]:

@@ -122,6 +122,10 @@ class Allocation:
         devices: devices tied to the pod (empty when telemetry cannot tell which).
         attribution: how `devices` were found.
         labelled: True when the devices carry this pod's labels (use pod-scoped samples).
+        lost_devices: devices of the pod that went silent inside the window while its other devices kept reporting
+            (a GPU fell off the bus: only an XID series left); they are not judged, `devices` holds the observed ones.
+        lost_share: the physical-GPU share of `lost_devices` (still held and billed); `share` is the observed part.
+        lost_since: when the lost devices last reported.
     """
 
     pod: Pod
@@ -135,6 +139,14 @@ class Allocation:
     mechanism: str = "device plugin"
     per_pod_activity: bool = True
     note: str = ""
+    lost_devices: tuple[GpuTelemetry, ...] = ()
+    lost_share: Decimal = Decimal(0)
+    lost_since: datetime | None = None
+
+    @property
+    def held_share(self) -> Decimal:
+        """Physical-GPU equivalents the pod holds: the observed share and the lost devices' share."""
+        return self.share + self.lost_share
 
     def held_at(self, t: datetime) -> bool:
         """True when the pod holds its share at time `t` (inside its holding span)."""
@@ -174,11 +186,11 @@ class NodeInventory:
     @property
     def requested_share(self) -> Decimal:
         """Physical-GPU equivalents held at the evaluation time by pods scheduled on the node and not terminal."""
-        return sum((a.share for a in self.allocations if a.holds_now), Decimal(0))
+        return sum((a.held_share for a in self.allocations if a.holds_now), Decimal(0))
 
     def requested_share_at(self, t: datetime) -> Decimal:
         """Physical-GPU equivalents held at time `t` (pods whose holding span covers `t`)."""
-        return sum((a.share for a in self.allocations if a.held_at(t)), Decimal(0))
+        return sum((a.held_share for a in self.allocations if a.held_at(t)), Decimal(0))
 
     def capacity_gpus(self) -> int:
         """Physical GPUs on the node: DCGM UUIDs when seen, else the node's advertised capacity."""
@@ -260,6 +272,32 @@ class ScanContext:
         end = self.eval_time if alloc.held_until is None else min(self.eval_time, alloc.held_until)
         return start, max(start, end)
 
+    def attribution_coverage(self) -> dict[str, tuple[Decimal, Decimal]]:
+        """Allocation kind (mechanism: "device plugin", "MIG", "time-slicing", "DRA", "HAMi", …) → (allocated
+        GPU-hours, GPU-hours with attributable telemetry) in the window (issue 21 §12).
+
+        Allocated: each holding's share (a lost device's included) × its holding span clipped to the window. Attributable:
+        the share of its devices tied to it with DCGM series (labels, the allocation's own device names, elimination;
+        a lost device not) × the part of the span its activity signal covers. Computed once per scan.
+        """
+        cached: dict[str, tuple[Decimal, Decimal]] | None = self.__dict__.get("_coverage")
+        if cached is None:
+            cached = {}
+            for a in self.allocations:
+                lo, hi = self.held_span(a)
+                hours = Decimal(str((hi - lo).total_seconds())) / Decimal(3600)
+                allocated = a.held_share * hours
+                attributed = Decimal(0)
+                if a.devices and a.attribution is not Attribution.UNKNOWN:
+                    act = self.activity(a.devices, a.pod)
+                    covered = Decimal(str(round(min(1.0, act.coverage), 4))) if act is not None else Decimal(0)
+                    attributed = a.share * hours * covered
+                got = cached.get(a.mechanism, (Decimal(0), Decimal(0)))
+                cached[a.mechanism] = (got[0] + allocated, got[1] + attributed)
+            cached = {k: (v[0].quantize(Decimal("0.0001")), v[1].quantize(Decimal("0.0001"))) for k, v in sorted(cached.items())}
+            self.__dict__["_coverage"] = cached
+        return dict(cached)
+
     @property
     def allocation_mix(self) -> dict[str, tuple[int, Decimal]]:
         """Mechanism → (pods, physical-GPU equivalents held) over the scan (for the report header)."""
@@ -294,7 +332,8 @@ class ScanContext:
         """The allocation of a pod (namespace, name), or None when it holds no GPU in the window."""
         index = self.__dict__.get("_alloc_index")
         if index is None:
-            index = {(a.pod.namespace, a.pod.name): a for a in self.allocations}
+            # a name recreated in the window (another uid) has one allocation per pod object: the one holding now wins
+            index = {(a.pod.namespace, a.pod.name): a for a in sorted(self.allocations, key=lambda a: a.holds_now)}
             self.__dict__["_alloc_index"] = index
         return index.get((namespace, pod))
 
@@ -302,7 +341,7 @@ class ScanContext:
         """The allocation that holds a device, or None."""
         index = self.__dict__.get("_holder_index")
         if index is None:
-            index = {id(d): a for a in self.allocations for d in a.devices}
+            index = {id(d): a for a in self.allocations for d in (*a.devices, *a.lost_devices)}
             self.__dict__["_holder_index"] = index
         return index.get(id(device))
 
@@ -812,7 +851,7 @@ class ScanContext:
             node=alloc.pod.node_name,
             gpus=tuple(gpu_ref(d) for d in alloc.devices),
             gpu_model=_model_of(alloc.devices, alloc.node),
-            gpu_share=alloc.share,
+            gpu_share=alloc.held_share,
             instance_type=alloc.node.instance_type if alloc.node else None,
             capacity_type=alloc.node.capacity_type if alloc.node else None,
             region=alloc.node.region if alloc.node else None,

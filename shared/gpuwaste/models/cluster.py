@@ -57,6 +57,10 @@ class Workload(Frozen):
     chain: tuple[str, ...] = ()
 
 
+#: A pod object's identity: (namespace, name, uid) — `Pod.identity`.
+PodIdentity = tuple[str, str, str]
+
+
 class Pod(Frozen):
     """A pod that may hold a GPU: it requests a GPU resource, holds a DRA ResourceClaim, or asks for a share
     (HAMi `nvidia.com/gpucores`/`gpumem`, KAI/Run:ai `gpu-fraction`/`gpu-memory` annotations).
@@ -102,8 +106,14 @@ class Pod(Frozen):
 
     @property
     def key(self) -> tuple[str, str]:
-        """(namespace, name)."""
+        """(namespace, name): how DCGM's pod labels name the pod."""
         return (self.namespace, self.name)
+
+    @property
+    def identity(self) -> PodIdentity:
+        """(namespace, name, uid): one pod object. A pod recreated under the same name (a StatefulSet pod rescheduled on
+        another node) is another pod, with a holding of its own (issue 21 §4)."""
+        return (self.namespace, self.name, self.uid)
 
     @property
     def live(self) -> bool:
@@ -128,6 +138,8 @@ class Node(Frozen):
         gpu_memory_mib: GFD `nvidia.com/gpu.memory` (MiB); under MIG single it is the slice's memory.
         gpu_replicas: GFD `nvidia.com/gpu.replicas` (time-slicing replicas per GPU), 1 when absent.
         allocatable_gpu: allocatable count per GPU resource name.
+        gone_at: when the node was last seen, when it left the cluster inside the window (its series ended before the
+            evaluation time: kube-state-metrics history); None while it exists.
     """
 
     name: str
@@ -147,6 +159,7 @@ class Node(Frozen):
     allocatable_gpu: dict[str, int] = Field(default_factory=dict)
     created_at: datetime | None = None
     unschedulable: bool = False
+    gone_at: datetime | None = None
 
     @property
     def hostname_label(self) -> str | None:

@@ -75,6 +75,9 @@ class ScanHealth(Frozen):
         scans: scans by outcome ("success", "failure") since the process started.
         errors: failed scans by the source that failed ("prometheus", "kubernetes", "store", "delivery", "config",
             "other") since the process started.
+        attribution: allocation kind ("device plugin", "MIG", "time-slicing", "DRA", "HAMi", …, and "all") → the share 0–1
+            of the GPU-hours allocated in the last successful scan's window that had attributable telemetry.
+        allocated_gpu_hours: allocation kind (and "all") → GPU-hours allocated in that window.
     """
 
     cluster: str
@@ -88,6 +91,8 @@ class ScanHealth(Frozen):
     no_verdict: dict[str, int] = Field(default_factory=dict)
     scans: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict)
+    attribution: dict[str, float] = Field(default_factory=dict)
+    allocated_gpu_hours: dict[str, float] = Field(default_factory=dict)
 
 
 class MetricsSnapshot(Frozen):

@@ -573,6 +573,10 @@ class TelemetryWindow(Frozen):
         problems: samples or series the source could not use (counted, with where they are).
         plan: how the statistics were read: "recording rules" (the shipped rules' 5-minute series),
             "raw" (PromQL over the raw DCGM series) or "recording" (a file, in Python).
+        other_gpus: UUIDs of GPUs seen only on DCGM fields the scan does not read (clocks, temperatures: no
+            activity, memory or power field), sorted; counted in the inventory and reported, never judged.
+        xid_errors: GPU UUID → the XID error code `DCGM_FI_DEV_XID_ERRORS` last reported in the window (non-zero
+            only; 79: the GPU fell off the bus), where the source reads it (recordings).
     """
 
     cluster: str
@@ -590,6 +594,8 @@ class TelemetryWindow(Frozen):
     bucket_s: int | None = Field(None, gt=0)
     problems: tuple[TelemetryProblem, ...] = ()
     plan: str = ""
+    other_gpus: tuple[str, ...] = ()
+    xid_errors: dict[str, int] = Field(default_factory=dict)
 
     @property
     def unreadable_samples(self) -> int:

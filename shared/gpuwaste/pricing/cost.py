@@ -85,10 +85,32 @@ def cost_of(finding: Finding, book: PriceBook) -> Cost:
     )
 
 
+def _at_risk(finding: Finding, book: PriceBook) -> tuple[Decimal, str] | None:
+    """USD/day of the GPU share a data-quality finding says is held and billed but not judged (`details
+    ["gpu_share_at_risk"]`), with its formula; None when the finding names no such share or the GPU is unpriced."""
+    raw = finding.details.get("gpu_share_at_risk")
+    if not isinstance(raw, (int, float)) or isinstance(raw, bool) or raw <= 0:
+        return None
+    s = finding.subject
+    rate = book.gpu_hour_rate(instance_type=s.instance_type, capacity_type=s.capacity_type, gpu_model=s.gpu_model,
+                              physical_gpus=s.physical_gpus_on_node, region=s.region, accelerator=s.accelerator)
+    if not isinstance(rate, GpuHourRate):
+        return None
+    share = Decimal(str(raw))
+    per_day = (rate.usd_per_gpu_hour * share * HOURS_PER_DAY).quantize(CENT, rounding=ROUND_HALF_UP)
+    return per_day, (f"money at risk: ${rate.usd_per_gpu_hour.normalize():f}/GPU-h × {share_text(share)} GPU × 24 h = "
+                     f"{usd(per_day)}/day, held and billed but not judged")
+
+
 def price_finding(finding: Finding, book: PriceBook) -> Finding:
     """Return the finding with its cost; data-quality and governance findings carry a zero-share cost note."""
     if not finding.kind.is_waste:
         what = "data-quality finding" if finding.kind is WasteKind.DATA_QUALITY else "governance finding: the GPUs are used, not wasted"
+        at_risk = _at_risk(finding, book)
+        if at_risk is not None:  # held and billed GPUs no verdict covers (a lost device): money at risk, never in the totals
+            per_day, formula = at_risk
+            return finding.model_copy(update={"details": {**finding.details, "usd_per_day_at_risk": str(per_day)}}).with_cost(
+                Cost(priced=False, wasted_gpu_share=Decimal(0), formula=f"not priced: {what}; {formula}"))
         return finding.with_cost(Cost(priced=False, wasted_gpu_share=Decimal(0), formula=f"not priced: {what}"))
     if finding.kind is WasteKind.WRONG_HARDWARE and not finding.money_owner:
         s = finding.subject

@@ -20,7 +20,7 @@ Rules (docs/metrics.md):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -150,14 +150,17 @@ def bound_workloads(series: Iterable[WasteSeries], top: int) -> tuple[WasteSerie
 
 
 def health_of_scan(cluster: str, *, at: datetime, duration_s: float, window_s: int, gpus: int,
-                   findings: Sequence[Finding], no_verdict_detectors: Iterable[str]) -> ScanHealth:
-    """The health of one successful scan (a one-shot `scan --output openmetrics`)."""
+                   findings: Sequence[Finding], no_verdict_detectors: Iterable[str],
+                   coverage: Mapping[str, Mapping[str, float]] | None = None) -> ScanHealth:
+    """The health of one successful scan (a one-shot `scan --output openmetrics`); `coverage`: the scan's
+    `Inventory.attribution_coverage`."""
     return _success(ScanHealth(cluster=cluster), at=at, duration_s=duration_s, window_s=window_s, gpus=gpus,
-                    findings=findings, no_verdict_detectors=no_verdict_detectors)
+                    findings=findings, no_verdict_detectors=no_verdict_detectors, coverage=coverage)
 
 
 def _success(health: ScanHealth, *, at: datetime, duration_s: float, window_s: int, gpus: int,
-             findings: Sequence[Finding], no_verdict_detectors: Iterable[str]) -> ScanHealth:
+             findings: Sequence[Finding], no_verdict_detectors: Iterable[str],
+             coverage: Mapping[str, Mapping[str, float]] | None = None) -> ScanHealth:
     kinds: dict[str, int] = defaultdict(int)
     quality: dict[str, int] = defaultdict(int)
     for f in findings:
@@ -172,6 +175,8 @@ def _success(health: ScanHealth, *, at: datetime, duration_s: float, window_s: i
     return health.model_copy(update={
         "last_attempt": at, "last_success": at, "duration_s": duration_s, "window_s": window_s, "gpus": gpus,
         "findings_by_kind": dict(kinds), "data_quality": dict(quality), "no_verdict": dict(no_verdict), "scans": scans,
+        "attribution": {k: float(v["ratio"]) for k, v in (coverage or {}).items()},
+        "allocated_gpu_hours": {k: float(v["allocated_gpu_hours"]) for k, v in (coverage or {}).items()},
     })
 
 
@@ -212,12 +217,14 @@ class MetricsState:
 
     def observe_success(self, cluster: str, *, at: datetime, duration_s: float, window_s: int, gpus: int,
                         findings: Sequence[Finding], no_verdict_detectors: Iterable[str],
-                        open_records: Iterable[FindingRecord], resolved_records: Iterable[FindingRecord]) -> None:
+                        open_records: Iterable[FindingRecord], resolved_records: Iterable[FindingRecord],
+                        coverage: Mapping[str, Mapping[str, float]] | None = None) -> None:
         """Record a successful scan of `cluster` at `at` (wall clock) and the store's state after it.
 
         Args:
             open_records: the cluster's open lifecycle records after the scan.
             resolved_records: records resolved within `savings_credit` before `at` (others are ignored).
+            coverage: the scan's `Inventory.attribution_coverage` (allocation kind → allocated / attributed GPU-hours, ratio).
         """
         start = self._previous.get(cluster, at - self.first_span)
         span_s = Decimal(max(0, int((at - start).total_seconds())))
@@ -236,7 +243,7 @@ class MetricsState:
         self._waste[cluster] = bound_workloads(waste, self.top)
         self._health[cluster] = _success(self._health.get(cluster, ScanHealth(cluster=cluster)), at=at,
                                          duration_s=duration_s, window_s=window_s, gpus=gpus, findings=findings,
-                                         no_verdict_detectors=no_verdict_detectors)
+                                         no_verdict_detectors=no_verdict_detectors, coverage=coverage)
 
     def observe_failure(self, cluster: str, *, at: datetime, duration_s: float, source: str) -> None:
         """Record a failed scan of `cluster`, blamed on `source` (one of `ERROR_SOURCES`); the waste of the last

@@ -48,6 +48,9 @@ class Inventory:
         allocation_mix: mechanism → {"pods": n, "gpus": physical-GPU equivalents held}.
         allocation_notes: data-quality notes of the allocation resolvers and the physical GPU counts ("node n1
             advertises 40 nvidia.com/gpu, DCGM sees 4 GPUs: HAMi shares"; claims nobody uses; RBAC to grant).
+        attribution_coverage: allocation kind → {"allocated_gpu_hours", "attributed_gpu_hours", "ratio"} (ratio 0–1:
+            the share of allocated GPU-hours with attributable telemetry; `ScanContext.attribution_coverage`), plus
+            "all" over every kind; empty when no pod holds a GPU.
     """
 
     nodes: int
@@ -62,6 +65,32 @@ class Inventory:
     allocation: str = ""
     allocation_mix: dict[str, dict[str, float | int]] = field(default_factory=dict)
     allocation_notes: tuple[str, ...] = ()
+    attribution_coverage: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def attribution_ratio(self) -> float | None:
+        """The share 0–1 of allocated GPU-hours with attributable telemetry over every kind; None when none allocated."""
+        all_kinds = self.attribution_coverage.get("all")
+        return None if all_kinds is None else all_kinds["ratio"]
+
+
+def coverage_figures(ctx: ScanContext) -> dict[str, dict[str, float]]:
+    """`Inventory.attribution_coverage` from the scan context."""
+    per = ctx.attribution_coverage()
+    out: dict[str, dict[str, float]] = {}
+    total_a = total_b = Decimal(0)
+    for kind, (allocated, attributed) in per.items():
+        total_a += allocated
+        total_b += attributed
+        out[kind] = _figure(allocated, attributed)
+    if per:
+        out["all"] = _figure(total_a, total_b)
+    return out
+
+
+def _figure(allocated: Decimal, attributed: Decimal) -> dict[str, float]:
+    ratio = float(min(Decimal(1), attributed / allocated)) if allocated > 0 else 1.0
+    return {"allocated_gpu_hours": float(allocated), "attributed_gpu_hours": float(attributed), "ratio": round(ratio, 4)}
 
 
 @dataclass
@@ -103,7 +132,7 @@ def telemetry_quality(telemetry: TelemetryWindow) -> dict[str, Any]:
 def inventory_of(ctx: ScanContext) -> Inventory:
     """Summarise what a scan context holds."""
     gpus = [g for g in ctx.telemetry.gpus if not g.is_mig_parent]
-    uuids = {g.device.uuid for g in ctx.telemetry.gpus}
+    uuids = {g.device.uuid for g in ctx.telemetry.gpus} | set(ctx.telemetry.other_gpus)  # GPUs on unread fields count too
     models: Counter[str] = Counter()
     seen: set[str] = set()
     for g in ctx.telemetry.gpus:
@@ -128,6 +157,7 @@ def inventory_of(ctx: ScanContext) -> Inventory:
         allocation=mix_text(ctx.resolved.mix),
         allocation_mix={k: {"pods": v.pods, "gpus": float(v.share)} for k, v in ctx.resolved.mix.items()},
         allocation_notes=allocation_notes(ctx),
+        attribution_coverage=coverage_figures(ctx),
     )
 
 

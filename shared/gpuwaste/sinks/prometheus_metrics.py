@@ -40,6 +40,8 @@ FAMILIES = (
     "gpuwaste_scan_findings",
     "gpuwaste_data_quality_problems",
     "gpuwaste_no_verdict",
+    "gpuwaste_attribution_coverage_ratio",
+    "gpuwaste_allocated_gpu_hours",
     "gpuwaste_scans",
     "gpuwaste_scan_errors",
     "gpuwaste_workloads_per_namespace_limit",
@@ -102,6 +104,11 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
                                 labels=["cluster", "problem"])
     no_verdict = GaugeMetricFamily("gpuwaste_no_verdict", "Subjects a detector declined to judge in the last "
                                    "successful scan (not enough data)", labels=["cluster", "detector"])
+    coverage = GaugeMetricFamily("gpuwaste_attribution_coverage_ratio", "Share 0-1 of the GPU-hours allocated in the "
+                                 "last successful scan's window that had attributable telemetry, by allocation kind "
+                                 "(kind=\"all\": every kind)", labels=["cluster", "kind"])
+    allocated = GaugeMetricFamily("gpuwaste_allocated_gpu_hours", "GPU-hours allocated to pods in the last successful "
+                                  "scan's window, by allocation kind (kind=\"all\": every kind)", labels=["cluster", "kind"])
     scans = CounterMetricFamily("gpuwaste_scans", "Scans since the process started, by outcome",
                                 labels=["cluster", "outcome"])
     errors = CounterMetricFamily("gpuwaste_scan_errors", "Failed scans since the process started, by the source "
@@ -121,6 +128,10 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
             quality.add_metric([h.cluster, problem], n)
         for detector, n in sorted(h.no_verdict.items()):
             no_verdict.add_metric([h.cluster, detector], n)
+        for kind, ratio in sorted(h.attribution.items()):
+            coverage.add_metric([h.cluster, kind], ratio)
+        for kind, hours in sorted(h.allocated_gpu_hours.items()):
+            allocated.add_metric([h.cluster, kind], hours)
         for outcome in ("success", "failure"):
             scans.add_metric([h.cluster, outcome], h.scans.get(outcome, 0))
         for source in sorted(set(ERROR_SOURCES) | set(h.errors)):  # every source from 0, so increase() works
@@ -128,8 +139,8 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
     limit = GaugeMetricFamily("gpuwaste_workloads_per_namespace_limit", "Workloads per namespace with their own "
                               "series; the rest are summed into workload other", value=snapshot.top_workloads)
     info = InfoMetricFamily("gpuwaste_build", "gpuwaste version", value={"version": snapshot.version or "unknown"})
-    return _sanitised([*out, duration, attempt, success, window, seen, by_kind, quality, no_verdict, scans, errors,
-                       limit, info])
+    return _sanitised([*out, duration, attempt, success, window, seen, by_kind, quality, no_verdict, coverage,
+                       allocated, scans, errors, limit, info])
 
 
 def _sanitised(metrics: list[Metric]) -> list[Metric]:

@@ -447,7 +447,7 @@ def capacity_type_of(labels: Mapping[str, str], keys: Iterable[str]) -> str | No
 
 def node_model(name: str, labels: dict[str, str], settings: ClusterReadSettings, *, capacity_gpu: dict[str, int],
                allocatable_gpu: dict[str, int], provider_id: str | None, internal_ips: tuple[str, ...],
-               created_at: datetime | None, unschedulable: bool) -> Node:
+               created_at: datetime | None, unschedulable: bool, gone_at: datetime | None = None) -> Node:
     """A `Node` from its parts (the API's Node object or kube-state-metrics' node series): labels give the instance
     type, capacity type, region/zone and the GFD facts."""
     return Node(
@@ -469,6 +469,7 @@ def node_model(name: str, labels: dict[str, str], settings: ClusterReadSettings,
         allocatable_gpu=allocatable_gpu,
         created_at=created_at,
         unschedulable=unschedulable,
+        gone_at=gone_at,
     )
 
 

@@ -272,6 +272,15 @@ class _NodeFacts:
     internal_ip: str = ""
     created: float | None = None
     unschedulable: bool = False
+    exported: bool = False  # a node series still exported at the evaluation time
+    last_ms: int = 0  # the newest last sample of its series that are no longer exported
+
+    def seen(self, last: int | None) -> None:
+        """One of the node's own series (info, capacity, allocatable), last seen at `last` (None: still exported)."""
+        if last is None:
+            self.exported = True
+        elif last > self.last_ms:
+            self.last_ms = last
 
 
 def _time(seconds: float | None) -> datetime | None:
@@ -318,7 +327,7 @@ class _Builder:
         self.patterns = tuple(settings.gpu_resource_names)
         self.node_keys = _unsanitize_table((*NODE_LABEL_KEYS, *settings.capacity_type_labels))
         self.pod_keys = _unsanitize_table(POD_KEYS)
-        self.pods: dict[tuple[str, str], _PodFacts] = {}
+        self.pods: dict[tuple[str, ...], _PodFacts] = {}  # (namespace, pod), or (namespace, pod, uid) for an earlier uid
         self.nodes: dict[str, _NodeFacts] = {}
         self.namespaces: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
         self.controllers: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -350,15 +359,16 @@ class _Builder:
             handler(*s)
 
     def pod(self, labels: Mapping[str, str]) -> _PodFacts | None:
-        """The facts of the pod a series belongs to; None for a series without namespace and pod, or of an earlier
-        pod of the same name (another uid than the pod's current one: a StatefulSet pod recreated in the window)."""
+        """The facts of the pod a series belongs to; None for a series without namespace and pod. An earlier pod of the
+        same name (another uid than the pod's current one: a StatefulSet pod recreated in the window, maybe on another
+        node) is a pod of its own, keyed by its uid too (issue 21 §4)."""
         ns, name = labels.get("namespace", ""), labels.get("pod", "")
         if not ns or not name:
             return None
-        key = (ns, name)
+        key: tuple[str, ...] = (ns, name)
         uid = labels.get("uid")
-        if uid and self.current_uids.get(key, uid) != uid:
-            return None
+        if uid and self.current_uids.get((ns, name), uid) != uid:
+            key = (ns, name, uid)
         facts = self.pods.get(key)
         if facts is None:
             facts = self.pods[key] = _PodFacts()
@@ -451,10 +461,11 @@ class _Builder:
         if facts is not None and lab.get("container"):
             facts.images[lab["container"]] = lab.get("image_spec") or lab.get("image", "")
 
-    def _node_resource(self, name: str, lab: Mapping[str, str], v: float, _last: int | None) -> None:
+    def _node_resource(self, name: str, lab: Mapping[str, str], v: float, last: int | None) -> None:
         node = lab.get("node")
         if not node:
             return
+        self.node(node).seen(last)
         if name in (V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE):
             resource = V1_GPU_RESOURCE
         else:
@@ -470,9 +481,10 @@ class _Builder:
             self.keyed[name].update(kv)
             self.node(lab["node"]).labels.update(kv)
 
-    def _node_info(self, _name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+    def _node_info(self, _name: str, lab: Mapping[str, str], _v: float, last: int | None) -> None:
         if lab.get("node"):
             facts = self.node(lab["node"])
+            facts.seen(last)
             if lab.get("provider_id"):
                 facts.provider_id = lab["provider_id"]
             if lab.get("internal_ip"):
@@ -527,7 +539,8 @@ class _Builder:
         pods: list[Pod] = []
         exporters: dict[str, str] = {}
         exporter_ips: dict[str, str] = {}
-        for (ns, name), f in self.pods.items():
+        for key, f in self.pods.items():
+            ns, name = key[0], key[1]
             is_exporter = self.exporter.search(name) is not None
             asks_share = _asks_share(f)
             if is_exporter and f.node:  # an exporter pod: only its node and IP are read
@@ -627,7 +640,8 @@ class _Builder:
         return node_model(name, dict(f.labels), self.settings, capacity_gpu=counts("capacity", f.capacity),
                           allocatable_gpu=counts("allocatable", f.allocatable), provider_id=f.provider_id or None,
                           internal_ips=(f.internal_ip,) if f.internal_ip else (), created_at=_time(f.created),
-                          unschedulable=f.unschedulable)
+                          unschedulable=f.unschedulable,
+                          gone_at=None if f.exported or not f.last_ms else datetime.fromtimestamp(f.last_ms / 1000, tz=UTC))
 
     def listed_kinds(self) -> frozenset[str]:
         """Controller kinds KSM exported completely: `_created` present; ReplicaSet/Job: their owner series present (KSM
@@ -783,6 +797,7 @@ class KsmRecordingSource:
         self.settings = settings or ClusterReadSettings()
         self.window = window
         self._series: list[Any] | None = None
+        self._dated_ms: int | None = None  # the time given to samples without a timestamp when parsed (None: all dated)
 
     @property
     def cluster_file(self) -> Path:
@@ -799,7 +814,7 @@ class KsmRecordingSource:
             self._series = self._parse()
         return self._series
 
-    def _parse(self) -> list[Any]:
+    def _parse(self, at: datetime | None = None) -> list[Any]:
         from gpuwaste.sources.exposition import parse_exposition  # noqa: PLC0415
         from gpuwaste.sources.limits import RecordingLimits, read_recording  # noqa: PLC0415
         from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json  # noqa: PLC0415
@@ -811,8 +826,10 @@ class KsmRecordingSource:
             fmt = "openmetrics"
         if fmt == "auto" and looks_like_api_json(data):  # a saved /api/v1/query(_range) answer
             return list(parse_api_json(data, source=str(f), metric_filter=is_ksm_metric).series.values())
-        default_ms = int(self._tel._default_time().timestamp() * 1000)
-        return list(parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=is_ksm_metric).series.values())
+        default_ms = int(self._tel._default_time(at).timestamp() * 1000)
+        parsed = parse_exposition(data, fmt=fmt, source=str(f), default_timestamp_ms=default_ms, metric_filter=is_ksm_metric)
+        self._dated_ms = default_ms if any(w.kind == "no_timestamp" for w in parsed.warnings) else None
+        return list(parsed.series.values())
 
     def has_ksm(self) -> bool:
         """True when the recording holds KSM pod series (kube_pod_info or GPU request series)."""
@@ -824,7 +841,12 @@ class KsmRecordingSource:
         Raises:
             InputFormatError: the telemetry file is malformed.
         """
-        samples = samples_from_series(self.series(), at=at, window=self.window)
+        series = self.series()
+        if self._dated_ms is not None and self._dated_ms != int(self._tel._default_time(at).timestamp() * 1000):
+            # samples without a timestamp were dated before the evaluation time was known (the file's mtime): an undated
+            # file is dated by `at` (--at), the KSM series as the DCGM ones (issue 21 §9)
+            series = self._series = self._parse(at)
+        samples = samples_from_series(series, at=at, window=self.window)
         return cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
                                       source=f"kube-state-metrics series in recording {self._tel.telemetry_file}")
 

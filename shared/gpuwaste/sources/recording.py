@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -61,6 +62,10 @@ class RecordingMeta(BaseModel):
     scrape_interval_s: float = Field(30.0, gt=0)
     format: Literal["auto", "text", "openmetrics"] = "auto"
     generator: dict[str, Any] = Field(default_factory=dict)
+
+
+#: The DCGM field holding the last XID error of a GPU (read for presence and its value only).
+XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
 
 def _is_pod_metric(name: str) -> bool:
@@ -351,6 +356,9 @@ class RecordingTelemetrySource:
             parsed = self._stream(_telemetry_wanted, on_sample, on_unreadable, default_ms, limits)
             check_series(len(parsed.series), limits, source=str(f))
         summaries: list[SeriesSummary] = []
+        other_uuids: set[str] = set()  # GPUs on DCGM fields outside the plan (presence only)
+        xids: dict[str, int] = {}  # GPU UUID → last non-zero XID error code
+        other_single = True
         for series in seen:
             entry = accs.get(id(series))
             if entry is None:
@@ -359,12 +367,20 @@ class RecordingTelemetrySource:
             if spec is None:
                 if acc.samples() and series.name.startswith(("DCGM_", "dcgm_fi_")):
                     other_present.add(_canonical(series.name))
+                    uuid = next((u for k in self.labels.uuid_labels if (u := series.labels.get(k))), None)
+                    if uuid:
+                        other_uuids.add(uuid)
+                        code = acc.last if acc.last else acc.max
+                        if _canonical(series.name) == XID_FIELD and code and math.isfinite(code) and code > 0:
+                            xids[uuid] = int(code)
+                    other_single = other_single and acc.samples() <= 1
                 continue
             one = summary_from(spec, series.labels, acc, str(f))
             if one is not None:
                 summaries.append(one)
         self._check_span(parsed, at, grid)
         parts = assemble(summaries, self.labels, grid=grid)
+        other_gpus = tuple(sorted(other_uuids - {g.device.uuid for g in parts.gpus}))
         return TelemetryWindow(
             cluster=self.cluster,
             eval_time=at,
@@ -376,10 +392,12 @@ class RecordingTelemetrySource:
             pods=parts.pods,
             metrics_present=parts.metrics_present | other_present,
             source=f"recording {self.telemetry_file}",
-            single_instant=parts.single_instant,
+            single_instant=parts.single_instant or (not parts.gpus and bool(other_gpus) and other_single),
             bucket_s=grid.bucket_s,
             problems=parts.problems,
             plan="recording",
+            other_gpus=other_gpus,
+            xid_errors=xids,
         )
 
     def _check_span(self, parsed: ParsedExposition, at: datetime, grid: BucketGrid) -> None:
