@@ -70,6 +70,7 @@ from gpuwaste.models.telemetry import (
     Signal,
     TelemetryProblem,
     WindowStats,
+    exported_names,
     merge_buckets,
     stats_from_buckets,
     window_stats,
@@ -153,31 +154,18 @@ class MetricSpec:
 GPU_STATS: dict[Signal, tuple[str, ...]] = SUMMARY_STATS
 
 
-def _gpu(signal: Signal, *aliases: str) -> MetricSpec:
+def _gpu(signal: Signal) -> MetricSpec:
     kind: MetricKind = "counter" if signal is Signal.TOTAL_ENERGY else "gauge"
-    names = [signal.value.lower()]
-    for a in aliases:
-        names.extend((a, a.lower()) if a != a.lower() else (a,))
-    uniq = tuple(dict.fromkeys(n for n in names if n != signal.value))
+    aliases = exported_names(signal)[1:]
     stats = tuple(k for k in ALL_STATS if k in GPU_STATS.get(signal, ALL_STATS))
-    return MetricSpec(signal.value, kind, "gpu", uniq, stats=stats, resolved=signal in TIME_RESOLVED, unit=signal.unit)
+    return MetricSpec(signal.value, kind, "gpu", aliases, stats=stats, resolved=signal in TIME_RESOLVED, unit=signal.unit)
 
 
-#: DCGM fields the detectors read, with their 1.x-compatibility and DCGM 4.6 names.
-GPU_METRICS: tuple[MetricSpec, ...] = (
-    _gpu(Signal.SM_ACTIVE),
-    _gpu(Signal.GR_ENGINE_ACTIVE),
-    _gpu(Signal.GPU_UTIL, "dcgm_gpu_utilization", "DCGM_FI_DEV_GPU_UTIL_RATIO"),
-    _gpu(Signal.TENSOR_ACTIVE),
-    _gpu(Signal.DRAM_ACTIVE),
-    _gpu(Signal.MEM_COPY_UTIL, "dcgm_mem_copy_utilization"),
-    _gpu(Signal.FB_USED, "dcgm_fb_used"),
-    _gpu(Signal.FB_FREE, "dcgm_fb_free"),
-    _gpu(Signal.POWER_USAGE, "dcgm_power_usage", "DCGM_FI_DEV_BOARD_POWER_WATTS"),
-    _gpu(Signal.POWER_LIMIT),
-    _gpu(Signal.POWER_MGMT_LIMIT),
-    _gpu(Signal.TOTAL_ENERGY, "dcgm_total_energy_consumption"),
-)
+#: DCGM fields the detectors read, each with every other name it is exported under (`models.telemetry.DCGM_ALIASES`).
+GPU_METRICS: tuple[MetricSpec, ...] = tuple(_gpu(s) for s in (
+    Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL, Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE, Signal.MEM_COPY_UTIL,
+    Signal.FB_USED, Signal.FB_FREE, Signal.POWER_USAGE, Signal.POWER_LIMIT, Signal.POWER_MGMT_LIMIT, Signal.TOTAL_ENERGY,
+))
 
 _CADVISOR_EXCLUDE = tuple(("container", c) for c in POD_SELF_CONTAINERS)
 
