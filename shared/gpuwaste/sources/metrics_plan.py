@@ -90,6 +90,20 @@ ALL_STATS: tuple[str, ...] = ("count", "sum", "max", "changes")
 #: The statistics of one bucket (PromQL branch names of the time-resolved queries and recorded rules).
 BUCKET_STATS: tuple[str, ...] = ("count", "sum", "max")
 
+#: The label a series read under one of a field's other exported names carries (its lower-cased name), in both
+#: telemetry paths: the same GPU's field under two names (an exporter upgraded inside the window, or a second counters
+#: CSV exporting the DCGM 4.x names beside the 3.x ones) stays two series, merged per device like two exporters'
+#: copies (`WindowStats.merge`: `series` 2, `live_series` says whether they ran side by side), so a sample exported
+#: twice is never taken for twice the scrape rate. Series of the canonical name (or its lower-cased form) carry none.
+ALIAS_LABEL = "gpuwaste_name"
+
+
+def alias_tag(spec: MetricSpec, name: str) -> str | None:
+    """The `ALIAS_LABEL` value of a series of `spec` read under `name`: its lower-cased name, None for the canonical one."""
+    key = name.lower()
+    return None if key == spec.name.lower() else key
+
+
 #: Labels of DCGM series nothing reads; aggregated away before merging (see the module docstring).
 DROPPED_LABELS: tuple[str, ...] = (
     "pci_bus_id", "device", "DCGM_FI_DRIVER_VERSION", "DCGM_FI_PROCESS_NAME", "job", "endpoint", "service",
@@ -537,6 +551,8 @@ __all__ = [
     "WindowParts",
     "assemble",
     "bucketed_stats",
+    "ALIAS_LABEL",
+    "alias_tag",
     "clean_labels",
     "droppable_labels",
     "format_labels",

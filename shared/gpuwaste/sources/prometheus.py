@@ -63,7 +63,6 @@ from gpuwaste.sources.metrics_plan import (
     rate_stats,
 )
 from gpuwaste.sources.promql import (
-    ALIAS_LABEL,
     COUNT_REFERENCE,
     METRIC_LABEL,
     READABLE_RULES_VERSIONS,
@@ -744,7 +743,6 @@ class _ItemReader:
         col = _COLS.get(stat)
         if col is None or not isinstance(values, list):
             return None
-        labels.pop(ALIAS_LABEL, None)  # a field's other exported names add up with its canonical name's (`promql.over_names`)
         for label in self.drop:  # series differing only in labels nobody reads are added up here, as `sum/max without` would
             labels.pop(label, None)
         key = frozenset(labels.items())

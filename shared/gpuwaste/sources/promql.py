@@ -42,15 +42,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpuwaste.models.telemetry import bucket_seconds
-from gpuwaste.sources.metrics_plan import ALL_STATS, BUCKET_STATS, DROPPED_LABELS, PLAN, MetricSpec
+from gpuwaste.sources.metrics_plan import ALIAS_LABEL, ALL_STATS, BUCKET_STATS, DROPPED_LABELS, PLAN, MetricSpec
 
 STAT_LABEL = "gpuwaste_stat"
-#: The label telling apart the series of a field's other exported names (`MetricSpec.aliases`, e.g. the DCGM 4.x names)
-#: inside one query: a range function drops `__name__`, so the same series under two names (an exporter upgraded in the
-#: window, or a second counters CSV) would otherwise be two results with one label set (HTTP 422 "vector cannot
-#: contain metrics with the same labelset"). Each alias's result carries its name here and is then added up with the
-#: canonical name's (`MERGE_OPS`, as the recording path merges every name of a field into one series).
-ALIAS_LABEL = "gpuwaste_name"
 #: The label naming the plan entry of a result series when one query reads several (the pod metrics).
 METRIC_LABEL = "gpuwaste_metric"
 RECENT_S = 600
@@ -137,11 +131,11 @@ def over_names(func: str, names: Sequence[str], rng: str, matchers: Mapping[str,
     """`func(<names>[rng])` over a field's exported names, with unique label sets whatever names the data holds.
 
     The names are read in branches, one per spelling (a name and its lower-cased form, which no exporter publishes
-    side by side): the first branch's result as is, `or` each other branch's result tagged with its lower-cased
-    name in `ALIAS_LABEL`, so the same series under two names (an exporter upgraded in the window, a second
-    counters CSV) stays two results, never one label set twice. A reader adds the tagged results up with the untagged
-    ones (`sum/max without (ALIAS_LABEL)`, `MERGE_OPS`). Where only one name has series (the usual case) the other
-    branches are empty.
+    side by side): the canonical name's result as is, `or` each other name's result tagged with its lower-cased name
+    in `ALIAS_LABEL` (`metrics_plan.alias_tag`). So the same series under two names (an exporter upgraded in the
+    window, a second counters CSV) is two results, never one label set twice (HTTP 422 "vector cannot contain metrics
+    with the same labelset"); the scan merges them per device as the recording path does. Where only one name has
+    series (the usual case) the other branches are empty.
 
     Raises:
         ValueError: a metric or label name that is not a valid Prometheus name.
@@ -156,14 +150,9 @@ def over_names(func: str, names: Sequence[str], rng: str, matchers: Mapping[str,
     return " or ".join(parts)
 
 
-def _without(drop: Sequence[str], names: Sequence[str]) -> str:
-    """The `without (…)` list of an aggregation over a field's results: the dropped labels, and `ALIAS_LABEL` for aliases."""
-    return _label_list([*drop, *([ALIAS_LABEL] if len({n.lower() for n in names}) > 1 else [])])
-
-
 def _branches(names: Sequence[str], matchers: Mapping[str, str] | None, rng: str, stats: Sequence[str], drop: Sequence[str]) -> str:
     wanted = [k for k in (*ALL_STATS,) if k in stats]
-    labels = _without(drop, names)
+    labels = _label_list(drop)
     parts = []
     for k in wanted:
         expr = over_names(_FUNCS[k], names, rng, matchers)
@@ -180,7 +169,7 @@ def stats_query(names: Sequence[str], *, window_s: int, stats: Sequence[str] = S
     Args:
         names: the field's exported names (canonical first, see `over_names`). window_s: the window (seconds).
             stats: statistics to compute (`ALL_STATS` order is kept). drop: labels aggregated away
-            (`MERGE_OPS[stat]` without (…)); none by default (the aliases' `ALIAS_LABEL` always is).
+            (`MERGE_OPS[stat]` without (…)); none by default.
             matchers: extra equality matchers.
 
     Raises:
@@ -333,7 +322,7 @@ def minimal_queries(*, window_s: int, plan: Sequence[MetricSpec] = PLAN, drop: S
         if spec.scope != "gpu":
             continue
         w = f"[{int(window_s)}s]"
-        labels = _without(drop, spec.names)
+        labels = _label_list(drop)
         out.append(" or ".join(_tag(f"{op} without ({labels}) ({over_names(fn, spec.names, w)})", k) for k, op, fn in
                                (("avg", "max", "avg_over_time"), ("max", "max", "max_over_time"), ("count", "sum", "count_over_time"))))
     return out
@@ -341,7 +330,7 @@ def minimal_queries(*, window_s: int, plan: Sequence[MetricSpec] = PLAN, drop: S
 
 def _bucket_stat(spec: MetricSpec, stat: str, drop: Sequence[str]) -> str:
     """One statistic of a field over one rules interval, aggregated without the dropped labels."""
-    return f"{MERGE_OPS[stat]} without ({_without(drop, spec.names)}) ({over_names(_FUNCS[stat], spec.names, _range_ms(RULE_INTERVAL_S))})"
+    return f"{MERGE_OPS[stat]} without ({_label_list(drop)}) ({over_names(_FUNCS[stat], spec.names, _range_ms(RULE_INTERVAL_S))})"
 
 
 def recording_rules(plan: Sequence[MetricSpec] = PLAN, drop: Sequence[str] = DROPPED_LABELS, *, count_reference: str | None = COUNT_REFERENCE,
