@@ -351,6 +351,31 @@ def check_labels(probe: Probe) -> list[CheckRow]:
     return rows
 
 
+def check_dcgm_names(probe: Probe) -> list[CheckRow]:
+    """Which name each DCGM field is exported under (DCGM 3.x, 4.x, 1.x or lower-cased; `models.telemetry.DCGM_ALIASES`),
+    and a warning for a field exported under two names at once (a second counters CSV: every sample stored twice)."""
+    probe.report()
+    raw, aliases = probe.raw_counts, probe.aliases
+    renamed: list[str] = []
+    doubled: list[str] = []
+    for canonical, names in aliases.items():
+        if not canonical.startswith("DCGM_FI_"):
+            continue
+        used = [n for n in names if raw.get(n, 0) > 0]
+        if len({n.lower() for n in used}) > 1:
+            doubled.append(f"{canonical} as {' and '.join(used)}")
+        elif used and used[0].lower() != canonical.lower():
+            renamed.append(f"{used[0]} (read as {canonical})")
+    rows = []
+    if doubled:
+        rows.append(CheckRow("DCGM field names", "warn", "exported under two names at once: " + "; ".join(doubled)
+                             + " (gpuwaste reads the copies as one GPU's; Prometheus stores every sample twice)",
+                             "keep one row per field in the dcgm-exporter counters CSV", DOCS["dcgm-exporter"]))
+    if renamed:
+        rows.append(CheckRow("DCGM field names", "ok", "other names read: " + ", ".join(renamed)))
+    return rows
+
+
 class Probe:
     """What the checks read: one Prometheus at one time (answers cached, so checks can share them)."""
 
@@ -361,6 +386,8 @@ class Probe:
         self._report: DoctorReport | None = None
         self._labels: dict[str, int] | None = None
         self.ksm: KsmStatus | None = None
+        self.aliases: dict[str, tuple[str, ...]] = {}  # probed metric → every name it is read under (`counts`)
+        self.raw_counts: dict[str, int] = {}  # series per name, each alias apart (`counts`)
 
     def counts(self) -> dict[str, int]:
         """Series per probed metric at the probe time (aliases of one signal counted together)."""
@@ -369,6 +396,7 @@ class Probe:
         aliases = {n: (spec.names if (spec := spec_for(n)) else (n,)) for n in probe_names()}
         raw = self.source.probe([a for names in aliases.values() for a in names], at=self.at)
         self.aliases = aliases
+        self.raw_counts = raw
         return {n: sum(raw.get(a, 0) for a in names) for n, names in aliases.items()}  # DCGM 4.6 / 1.x names count too
 
     def newest(self, names: list[str]) -> dict[str, datetime]:
@@ -408,7 +436,7 @@ class Probe:
 
 
 #: The doctor's checks, in order: each reads the probe and returns its rows (other checks append here).
-CHECKS: list[Callable[[Probe], list[CheckRow]]] = [check_signals, check_labels]
+CHECKS: list[Callable[[Probe], list[CheckRow]]] = [check_signals, check_labels, check_dcgm_names]
 
 
 LABEL_CHECKS: dict[str, str] = {
