@@ -678,6 +678,14 @@ def _asks_share(f: _PodFacts) -> bool:
         k in SHARE_LABELS for k in f.labels)
 
 
+def family_note(exported_series: int) -> str:
+    """What a cluster-state source string adds when `exported_series` KSM series named their object by `exported_*`."""
+    if not exported_series:
+        return ""
+    return (" (objects named by exported_namespace/exported_pod/exported_container: KSM scraped with honorLabels: false, "
+            "its namespace/pod labels name the KSM pod)")
+
+
 def cluster_state_from_ksm(
     samples: Iterable[KsmSample],
     *,
@@ -750,7 +758,7 @@ def samples_from_series(series: Iterable[Any], *, at: datetime, window: timedelt
     out = []
     for s, last, value, spacing in picked:
         gone = newest is not None and newest - last > _STALE_FACTOR * max(spacing, 1000)
-        out.append(KsmSample(s.name, s.labels, value, last if gone else None))
+        out.append(KsmSample(s.name, object_labels(s.labels)[0], value, last if gone else None))
     return out
 
 
@@ -824,9 +832,11 @@ class KsmRecordingSource:
         Raises:
             InputFormatError: the telemetry file is malformed.
         """
-        samples = samples_from_series(self.series(), at=at, window=self.window)
+        series = self.series()
+        samples = samples_from_series(series, at=at, window=self.window)
+        exported = sum(1 for s in series if s.name in _KSM_SET and object_labels(s.labels)[1])
         return cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
-                                      source=f"kube-state-metrics series in recording {self._tel.telemetry_file}")
+                                      source=f"kube-state-metrics series in recording {self._tel.telemetry_file}{family_note(exported)}")
 
 
 # -- live -------------------------------------------------------------------------------------------------------
@@ -859,6 +869,32 @@ def _tag(expr: str, metric: str) -> str:
     return f'label_replace({expr}, "{TAG}", "{metric}", "", "")'
 
 
+#: Prefix Prometheus gives a series' own label that clashes with a target label (`honor_labels: false`, the default of a
+#: ServiceMonitor without `honorLabels: true`, and of managed collectors): KSM's `namespace`/`pod`/`container` of the
+#: object become `exported_namespace`/`exported_pod`/`exported_container`, while `namespace`/`pod` name the KSM pod.
+EXPORTED_PREFIX = "exported_"
+#: The label families of KSM's object identity: (namespace label, pod label) per family (as `sources.dcgm` for DCGM).
+KSM_FAMILIES: dict[str, tuple[str, str]] = {"pod": ("namespace", "pod"), "exported_pod": ("exported_namespace", "exported_pod")}
+
+
+def object_labels(labels: dict[str, str]) -> tuple[dict[str, str], bool]:
+    """The object's own labels of a KSM series, and whether they came from the `exported_*` family.
+
+    A series scraped with `honor_labels: false` carries the object's labels as `exported_<name>` and the scrape target's
+    (the KSM pod's) under the plain names: every `exported_<name>` then replaces `<name>` (the KSM pod's namespace, pod
+    and container are dropped, never read as the object's). Detected per series from the data, as for dcgm-exporter's
+    `exported_pod` (`sources.dcgm.workload_labels`). A series without `exported_*` labels is returned as is (node series
+    of such a scrape carry the KSM pod's `namespace`/`pod`, which node facts never read).
+    """
+    if not any(k.startswith(EXPORTED_PREFIX) for k in labels):
+        return labels, False
+    out = {k: v for k, v in labels.items() if not k.startswith(EXPORTED_PREFIX)}
+    for k, v in labels.items():
+        if k.startswith(EXPORTED_PREFIX) and v:
+            out[k[len(EXPORTED_PREFIX):]] = v
+    return out, True
+
+
 def _gpu_series(settings: ClusterReadSettings, m: Mapping[str, str]) -> list[str]:
     res = f'resource=~"{promql_resource_regex(settings.gpu_resource_names)}"'
     return [_sel(n, m, res) for n in (REQUESTS, LIMITS, INIT_REQUESTS, INIT_LIMITS)] + [_sel(n, m) for n in (V1_REQUESTS, V1_LIMITS)]
@@ -875,11 +911,11 @@ def _pod_sets(w: str, settings: ClusterReadSettings, m: Mapping[str, str]) -> tu
 SHARE_KEYS = (("annotations", "gpu-fraction"), ("annotations", "gpu-memory"), ("labels", "runai-gpu-group"))
 
 
-def _share_pods(m: Mapping[str, str]) -> str:
+def _share_pods(m: Mapping[str, str], by: str = "(namespace, pod)") -> str:
     """Pods that exist now and ask for a GPU share by annotation or label (no GPU request series to find them by)."""
     parts = [_sel(POD_ANNOTATIONS if kind == "annotations" else POD_LABELS, m,
                   f'{"annotation" if kind == "annotations" else "label"}_{sanitize(key)}!=""') for kind, key in SHARE_KEYS]
-    return "group by (namespace, pod) (" + " or ".join(parts) + ")"
+    return f"group by {by} (" + " or ".join(parts) + ")"
 
 
 def _regex_literal(text: str) -> str:
@@ -907,7 +943,7 @@ HISTORY_PODS_PER_QUERY = 500
 
 
 def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mapping[str, str] | None = None,
-                history_only: bool = False) -> dict[str, str]:
+                history_only: bool = False, family: str = "pod") -> dict[str, str]:
     """The live plan: six instant queries, whatever the pod count (plus `ksm_history_query` when pods ended);
     `history_only` (next to the Kubernetes API): three — GPU requests over the window, current phases, pods gone.
 
@@ -916,26 +952,30 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     cost that Prometheus evaluates and encodes in parallel (the pod series are most of the answer). GPU requests
     are read over the window (`last_over_time`), and so is the list of pods that were exported in the window but
     are gone now, with their sample counts (`pods gone`); their last state is read by `ksm_history_query`.
+    `family`: the labels that name the object (`KSM_FAMILIES`): "exported_pod" where KSM was scraped with
+    `honor_labels: false` (the pods are then joined and grouped by `exported_namespace`, `exported_pod`).
     """
     m = dict(matchers or {})
     w = f"[{int(window_s)}s]"
+    ns_l, pod_l = KSM_FAMILIES[family]
+    by = f"({ns_l}, {pod_l})"
     gpu = _gpu_series(settings, m)
     # the requests only: for extended resources (GPUs, GPU shares) Kubernetes refuses a request that differs from the
     # limit and defaults a missing request to the limit, so KSM exports both with one value; reading the limits
     # too would double the window read (`last_over_time` over every sample of the window)
     resources = " or ".join(_tag(f"last_over_time({s}{w})", n) for s, n in zip(gpu, RESOURCE_METRICS, strict=True)
                             if n in _REQUEST_METRICS)
-    exporter = _sel(POD_INFO, m, f'pod=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
+    exporter = _sel(POD_INFO, m, f'{pod_l}=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
     # pods that hold or ask for a GPU now: by their GPU request series (Kubernetes defaults an extended resource's
     # request to its limit, so KSM exports a request for every GPU limit: the limit series would only double the
     # join) or a share annotation/label
-    gpu_now = "group by (namespace, pod) (" + " or ".join(s for s, n in zip(gpu, RESOURCE_METRICS, strict=True) if n in _REQUEST_METRICS) + ")"
-    keep_now = f"({gpu_now} or {_share_pods(m)})"
+    gpu_now = f"group by {by} (" + " or ".join(s for s, n in zip(gpu, RESOURCE_METRICS, strict=True) if n in _REQUEST_METRICS) + ")"
+    keep_now = f"({gpu_now} or {_share_pods(m, by)})"
     cpu = _sel(LIMITS, m, 'resource="cpu"')
     # exporter pods need only their node and IP (`kube_pod_info`), not the other pod series
-    pods = f"(({_names(_POD_IDENTITY, m)} or {_sel(POD_PHASE, m)} == 1) and on (namespace, pod) {keep_now}) or {exporter}"
-    pod_details = f"({_names(_POD_DETAILS, m)} or {cpu}) and on (namespace, pod) {keep_now}"
-    gone = f"count_over_time({_sel(POD_INFO, m)}{w}) unless on (namespace, pod) {_sel(POD_INFO, m)}"
+    pods = f"(({_names(_POD_IDENTITY, m)} or {_sel(POD_PHASE, m)} == 1) and on {by} {keep_now}) or {exporter}"
+    pod_details = f"({_names(_POD_DETAILS, m)} or {cpu}) and on {by} {keep_now}"
+    gone = f"count_over_time({_sel(POD_INFO, m)}{w}) unless on {by} {_sel(POD_INFO, m)}"
     node_res = f'resource=~"{promql_resource_regex(settings.gpu_resource_names)}"'
     node_names = (NODE_LABELS, NODE_INFO, NODE_CREATED, NODE_UNSCHEDULABLE, V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE)
     # one selector per label shape: set operators match series ignoring the metric name, so capacity and
@@ -947,17 +987,17 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     owners = _names((NS_LABELS, NS_ANNOTATIONS, RS_OWNER, JOB_OWNER,
                      *(metric for kind, (metric, _) in CONTROLLER_CREATED.items() if kind not in ("ReplicaSet", "Job"))), m)
     if history_only:
-        phases = f"{_sel(POD_PHASE, m)} == 1 and on (namespace, pod) {gpu_now}"
+        phases = f"{_sel(POD_PHASE, m)} == 1 and on {by} {gpu_now}"
         return {"resources": resources, "phases": phases, "pods gone": gone}
     return {"pods": pods, "pod labels and containers": pod_details, "resources": resources, "namespaces and owners": owners,
             "nodes": nodes, "pods gone": gone}
 
 
-def ksm_history_query(pods: Sequence[str], *, window_s: int, matchers: Mapping[str, str] | None = None) -> str:
+def ksm_history_query(pods: Sequence[str], *, window_s: int, matchers: Mapping[str, str] | None = None, family: str = "pod") -> str:
     """The last state in the window of pods that are gone now (tagged: range functions drop the metric name)."""
     m = dict(matchers or {})
     w = f"[{int(window_s)}s]"
-    regex = 'pod=~"' + _esc("|".join(_regex_literal(p) for p in sorted(set(pods)))) + '"'
+    regex = KSM_FAMILIES[family][1] + '=~"' + _esc("|".join(_regex_literal(p) for p in sorted(set(pods)))) + '"'
     parts = [_tag(f"last_over_time({_sel(n, m, regex)}{w})", n) for n in _POD_NOW]
     parts.append(_tag(f"last_over_time({_sel(POD_PHASE, m, regex)}{w}) == 1", POD_PHASE))
     parts.append(_tag(f'last_over_time({_sel(LIMITS, m, regex + ",resource=" + chr(34) + "cpu" + chr(34))}{w})', LIMITS))
@@ -995,10 +1035,19 @@ class PrometheusKsmSource:
         """The Prometheus base URL (credentials stripped)."""
         return self.prometheus.url
 
+    #: The label family naming KSM's objects (`KSM_FAMILIES`), learnt from the data of the first read: "exported_pod" once
+    #: a read's GPU request series carry `exported_pod` (KSM scraped with `honor_labels: false`).
+    family = "pod"
+
     def queries(self) -> dict[str, str]:
         """The PromQL of one read (what → query)."""
         return ksm_queries(window_s=int(self.window.total_seconds()), settings=self.settings, matchers=self.prometheus.matchers,
-                           history_only=self.history_only)
+                           history_only=self.history_only, family=self.family)
+
+    @staticmethod
+    def _key(item: Mapping[str, Any]) -> tuple[str, str]:
+        labels, _ = object_labels(item.get("metric") or {})
+        return labels.get("namespace", ""), labels.get("pod", "")
 
     def cluster_state(self, *, at: datetime) -> ClusterState:
         """Read the KSM series over the window ending at `at` and build the state.
@@ -1009,22 +1058,33 @@ class PrometheusKsmSource:
         t0 = time.perf_counter()
         plan = self.queries()
         answers = self._run(list(plan.items()), at)
+        asked = len(plan)
         named = dict(zip(plan, answers, strict=True))
-        gpu_pods = {(i["metric"].get("namespace", ""), i["metric"].get("pod", "")) for i in named["resources"]}
+        if self.family == "pod" and any(i.get("metric", {}).get("exported_pod") for i in named["resources"]):
+            # KSM scraped with honor_labels: false: its pods are named by exported_namespace/exported_pod (the plain labels
+            # name the KSM pod, so the joins by them grouped every pod into one): read again joined by the exported ones
+            self.family = "exported_pod"
+            plan = self.queries()
+            named = dict(zip(plan, self._run(list(plan.items()), at), strict=True))
+            asked += len(plan)
+        gpu_pods = {self._key(i) for i in named["resources"]}
         exporter = re.compile(self.settings.exporter_pod_pattern)
-        gone = {(i["metric"].get("namespace", ""), i["metric"].get("pod", "")): float(i["value"][1]) for i in named["pods gone"]}
+        gone = {self._key(i): float(i["value"][1]) for i in named["pods gone"]}
         gone = {k: v for k, v in gone.items() if k in gpu_pods or exporter.search(k[1])}
         window_s = int(self.window.total_seconds())
         names = sorted({p for _, p in gone})
         history = [(f"kube-state-metrics history {i // HISTORY_PODS_PER_QUERY + 1}",
-                    ksm_history_query(names[i:i + HISTORY_PODS_PER_QUERY], window_s=window_s, matchers=self.prometheus.matchers))
+                    ksm_history_query(names[i:i + HISTORY_PODS_PER_QUERY], window_s=window_s, matchers=self.prometheus.matchers,
+                                      family=self.family))
                    for i in range(0, len(names), HISTORY_PODS_PER_QUERY)]
         past = self._run(history, at) if history else []
-        self.query_count = len(plan) + len(history)
+        self.query_count = asked + len(history)
         current = [named.get(k, []) for k in ("resources", "pods", "pod labels and containers", "phases", "nodes", "namespaces and owners")]
+        self.exported_series = 0
         samples = self.samples([*current, *past], gone=gone, at=at)
         state = cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
-                                       source=f"kube-state-metrics at {self.url}", notes=not self.history_only)
+                                       source=f"kube-state-metrics at {self.url}{family_note(self.exported_series)}",
+                                       notes=not self.history_only)
         state = state.model_copy(update={"query_count": self.query_count})
         logger.info("kube-state-metrics cluster state read", extra={"cluster": self.cluster, "queries": self.query_count,
                                                                     "pods": len(state.pods), "seconds": round(time.perf_counter() - t0, 3)})
@@ -1035,6 +1095,8 @@ class PrometheusKsmSource:
             return [self.prometheus.instant_query(q, at=at, what=f"kube-state-metrics {w}") for w, q in jobs]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs)), thread_name_prefix="ksm") as pool:
             return list(pool.map(lambda job: self.prometheus.instant_query(job[1], at=at, what=f"kube-state-metrics {job[0]}"), jobs))
+
+    exported_series = 0  # series of the last read whose object was named by `exported_*` labels (`object_labels`)
 
     def samples(self, answers: Iterable[list[dict[str, Any]]], *, gone: Mapping[tuple[str, str], float] | None = None,
                 at: datetime) -> list[KsmSample]:
@@ -1049,6 +1111,8 @@ class PrometheusKsmSource:
                 labels = item.get("metric") or {}  # the decoded answer is ours: its label dicts are consumed here
                 metric = labels.pop(TAG, "") or labels.pop("__name__", "")
                 labels.pop("__name__", None)
+                labels, exported = object_labels(labels)
+                self.exported_series += exported
                 out.append(KsmSample(metric, labels, float(item["value"][1])))
         if not gone:
             return out
