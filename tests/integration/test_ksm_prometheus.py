@@ -202,6 +202,24 @@ def test_prometheus_only_scan_with_renamed_ksm_labels_matches_the_ground_truth(f
     assert "honorLabels: false" in report.cluster_source
 
 
+def test_doctor_says_the_ksm_objects_are_named_by_exported_labels(fleet: Fleet, prometheus_factory: PrometheusFactory):
+    # GIVEN the KSM series scraped with honorLabels: false, and scraped plainly
+    renamed = prometheus_factory(fleet.path.parent / "exported" / "telemetry.om").url
+    plain = prometheus_factory(fleet.path / "telemetry.om").url
+    from typer.testing import CliRunner
+
+    from gpuwaste.cli import app
+
+    # WHEN doctor runs against each
+    rows = {}
+    for name, url in (("renamed", renamed), ("plain", plain)):
+        result = CliRunner().invoke(app, ["doctor", "-p", url, "--at", fleet.at.strftime("%Y-%m-%dT%H:%M:%SZ"), "-o", "json"])
+        rows[name] = [c for c in json.loads(result.stdout)["checks"] if c["check"] == "kube-state-metrics labels"]
+    # THEN it says which labels name the objects where they are the exported ones, and nothing where they are plain
+    assert [r["status"] for r in rows["renamed"]] == ["ok"] and "exported_namespace/exported_pod" in rows["renamed"][0]["detail"]
+    assert rows["plain"] == []
+
+
 def test_ksm_live_history_keeps_the_finished_job_and_the_deleted_pod(fleet: Fleet, prometheus_factory: PrometheusFactory):
     # GIVEN the backfilled fleet WHEN read live
     server = prometheus_factory(fleet.path / "telemetry.om")

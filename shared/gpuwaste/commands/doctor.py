@@ -644,12 +644,18 @@ def check_ksm(probe: Probe) -> list[CheckRow]:
     A warning, not a failure: with Kubernetes API access the scan does not need these series.
     """
     probe.ksm = status = probe_ksm(probe.source, probe.at)
+    renamed = probe.source.instant_query('count(kube_pod_info{exported_pod!=""})', at=probe.at, what="doctor KSM labels")
+    family = []
+    if renamed and float(renamed[0]["value"][1]) > 0:
+        family = [CheckRow("kube-state-metrics labels", "ok", f"{int(float(renamed[0]['value'][1]))} kube_pod_info series name their pod "
+                           "in exported_namespace/exported_pod (KSM scraped with honorLabels: false; namespace/pod name the KSM "
+                           "pod): read automatically", "", DOCS["honor-labels"])]
     if status.usable and not status.missing:
-        return [CheckRow("kube-state-metrics", "ok", "pods, phases, GPU requests, owners and node labels are exported")]
+        return [CheckRow("kube-state-metrics", "ok", "pods, phases, GPU requests, owners and node labels are exported"), *family]
     detail = ("a Prometheus-only scan can tie GPUs to pods, but " if status.usable else "a Prometheus-only scan cannot tie GPUs to pods: ") + (
         "missing " + ", ".join(sorted(status.missing)) if status.missing else "some allow-listed labels are missing")
     return [CheckRow("kube-state-metrics", "warn", detail, "apply the kube-state-metrics Helm values printed below "
-                     "(or give gpuwaste Kubernetes API access)", DOCS.get("kube-state-metrics", ""))]
+                     "(or give gpuwaste Kubernetes API access)", DOCS.get("kube-state-metrics", "")), *family]
 
 
 CHECKS.append(check_ksm)
