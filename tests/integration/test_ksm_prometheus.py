@@ -375,10 +375,11 @@ def test_doctor_reports_ksm_series_and_allowlists_with_the_helm_values(tmp_path:
     assert "nodes=[node.kubernetes.io/instance-type," in ksm["helm_values"] and "nvidia.com/gpu.product" in ksm["helm_values"]
 
 
+@pytest.mark.parametrize("scrape", ["honorLabels: true", "honorLabels: false"])
 def test_record_without_kubernetes_writes_the_ksm_series_and_its_scan_matches_the_truth(
-        fleet: Fleet, prometheus_factory: PrometheusFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    # GIVEN only a Prometheus (no kubeconfig, no --cluster-json)
-    server = prometheus_factory(fleet.path / "telemetry.om")
+        scrape: str, fleet: Fleet, prometheus_factory: PrometheusFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # GIVEN only a Prometheus (no kubeconfig, no --cluster-json), KSM scraped with its own labels or with them renamed
+    server = prometheus_factory((fleet.path if scrape.endswith("true") else fleet.path.parent / "exported") / "telemetry.om")
     out = tmp_path / "rec"
     # WHEN `gpuwaste record` runs, then `gpuwaste scan --recording` on what it wrote
     code, output = _cli(["record", str(out), "--prometheus", server.url, "--at", fleet.at.isoformat(), "--window", "1h", "-q"],
@@ -394,7 +395,7 @@ def test_record_without_kubernetes_writes_the_ksm_series_and_its_scan_matches_th
     # ... and the recorded KSM state equals the live one
     recorded = KsmRecordingSource(out, window=WINDOW).cluster_state(at=fleet.at)
     live = _live(server.url, "ksm-it")[0].cluster_state(at=fleet.at)
-    assert _pods(recorded) == _pods(live)
+    assert _pods(recorded) == _pods(live) and len(recorded.pods) > 2
 
 
 def test_sam_scan_of_a_cluster_with_only_an_amp_style_prometheus_endpoint(fleet: Fleet, prometheus_factory: PrometheusFactory,

@@ -900,11 +900,15 @@ def _gpu_series(settings: ClusterReadSettings, m: Mapping[str, str]) -> list[str
     return [_sel(n, m, res) for n in (REQUESTS, LIMITS, INIT_REQUESTS, INIT_LIMITS)] + [_sel(n, m) for n in (V1_REQUESTS, V1_LIMITS)]
 
 
-def _pod_sets(w: str, settings: ClusterReadSettings, m: Mapping[str, str]) -> tuple[str, str]:
-    """(GPU pods, GPU pods or exporter pods) over the range `w`, as `group by (namespace, pod)` expressions."""
-    gpu_pods = "group by (namespace, pod) (" + " or ".join(f"last_over_time({s}{w})" for s in _gpu_series(settings, m)) + ")"
-    exporter = _sel(POD_INFO, m, f'pod=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
-    return gpu_pods, f"({gpu_pods} or group by (namespace, pod) (last_over_time({exporter}{w})))"
+def _pod_sets(w: str, settings: ClusterReadSettings, m: Mapping[str, str], by: str = "(namespace, pod)") -> tuple[str, str]:
+    """(GPU pods, GPU pods or exporter pods) over the range `w`, as `group by <by>` expressions (exporter pods by `pod`
+    or, where KSM was scraped with honor_labels: false, by `exported_pod`)."""
+    gpu_pods = f"group by {by} (" + " or ".join(f"last_over_time({s}{w})" for s in _gpu_series(settings, m)) + ")"
+    pattern = f'=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"'
+    exporter = f"last_over_time({_sel(POD_INFO, m, 'pod' + pattern)}{w})"
+    if "exported_pod" in by:
+        exporter += f" or last_over_time({_sel(POD_INFO, m, 'exported_pod' + pattern)}{w})"
+    return gpu_pods, f"({gpu_pods} or group by {by} ({exporter}))"
 
 
 #: Annotations/labels by which a pod asks for a GPU share without any GPU resource request (KAI/Run:ai fractions, B28).
@@ -1142,18 +1146,25 @@ class PrometheusKsmSource:
         from gpuwaste.sources.raw_samples import SeriesSamples, add_matrix, chunk_ends, recorded  # noqa: PLC0415
 
         m = dict(self.prometheus.matchers)
-        _, keep = _pod_sets(f"[{int(range_s)}s]", self.settings, m)
-        pods = sorted({(i["metric"].get("namespace", ""), i["metric"].get("pod", ""))
-                       for i in self.prometheus.instant_query(keep, at=at, what="kube-state-metrics pods")})
+        # grouped by both label families: a KSM scraped with honor_labels: false names its pods by exported_namespace/
+        # exported_pod (its namespace/pod are the KSM pod's), and their series are then selected by those labels
+        _, keep = _pod_sets(f"[{int(range_s)}s]", self.settings, m, "(namespace, pod, exported_namespace, exported_pod)")
+        pods = set()
+        for i in self.prometheus.instant_query(keep, at=at, what="kube-state-metrics pods"):
+            lab = i.get("metric") or {}
+            family = "exported_pod" if lab.get("exported_pod") else "pod"
+            ns_l, pod_l = KSM_FAMILIES[family]
+            pods.add((family, lab.get(ns_l, ""), lab.get(pod_l, "")))
         selectors = ["{" + ",".join([f'__name__=~"{"|".join((*NODE_METRICS, *OTHER_METRICS))}"', *(f'{k}="{_esc(v)}"' for k, v in sorted(m.items()))]) + "}"]
-        by_ns: dict[str, list[str]] = {}
-        for ns, pod in pods:
-            by_ns.setdefault(ns, []).append(pod)
+        by_ns: dict[tuple[str, str], list[str]] = {}
+        for family, ns, pod in sorted(pods):
+            by_ns.setdefault((family, ns), []).append(pod)
         names = "|".join((*POD_METRICS, *RESOURCE_METRICS))
-        for ns, members in sorted(by_ns.items()):
+        for (family, ns), members in sorted(by_ns.items()):
+            ns_l, pod_l = KSM_FAMILIES[family]
             for i in range(0, len(members), pods_per_query):
                 regex = "|".join(_regex_literal(p) for p in members[i:i + pods_per_query])
-                inner = [f'__name__=~"{names}"', f'namespace="{_esc(ns)}"', f'pod=~"{_esc(regex)}"',
+                inner = [f'__name__=~"{names}"', f'{ns_l}="{_esc(ns)}"', f'{pod_l}=~"{_esc(regex)}"',
                          *(f'{k}="{_esc(v)}"' for k, v in sorted(m.items()))]
                 selectors.append("{" + ",".join(inner) + "}")
         series: SeriesSamples = {}
