@@ -1150,8 +1150,8 @@ class PrometheusKsmSource:
         # exported_pod (its namespace/pod are the KSM pod's), and their series are then selected by those labels
         _, keep = _pod_sets(f"[{int(range_s)}s]", self.settings, m, "(namespace, pod, exported_namespace, exported_pod)")
         pods = set()
-        for i in self.prometheus.instant_query(keep, at=at, what="kube-state-metrics pods"):
-            lab = i.get("metric") or {}
+        for item in self.prometheus.instant_query(keep, at=at, what="kube-state-metrics pods"):
+            lab = item.get("metric") or {}
             family = "exported_pod" if lab.get("exported_pod") else "pod"
             ns_l, pod_l = KSM_FAMILIES[family]
             pods.add((family, lab.get(ns_l, ""), lab.get(pod_l, "")))
