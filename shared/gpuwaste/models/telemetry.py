@@ -583,12 +583,17 @@ class PodTelemetry(Frozen):
 
     Attributes:
         signals: metric name (e.g. `container_cpu_cfs_throttled_periods_total:rate`,
-            `vllm:num_requests_running`) → window summary.
+            `vllm:num_requests_running`) → window summary, every series of the pod merged (a data-parallel server's
+            engines together: it serves when any engine serves).
+        engines: for a server that exports one series per engine or rank (vLLM's `engine`, SGLang's `dp` / `dp_rank`
+            label: `sources.metrics_plan.ENGINE_LABELS`), `"<label>=<value>"` → that engine's own summaries, keyed as
+            `signals`; empty when the pod's series carry no such label.
     """
 
     namespace: str
     pod: str
     signals: dict[str, WindowStats] = Field(default_factory=dict)
+    engines: dict[str, dict[str, WindowStats]] = Field(default_factory=dict)
 
 
 class TelemetryWindow(Frozen):

@@ -206,6 +206,10 @@ POD_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("nv_inference_request_success", "counter", "pod"),
 )
 
+#: Labels by which an inference server tells its engines or ranks apart (vLLM data parallel: `engine`; SGLang: `dp`,
+#: `dp_rank`): a pod's series are merged into `PodTelemetry.signals` and also kept per engine (`PodTelemetry.engines`).
+ENGINE_LABELS: tuple[str, ...] = ("engine", "dp_rank", "dp")
+
 #: The whole plan, in query order.
 PLAN: tuple[MetricSpec, ...] = GPU_METRICS + POD_METRICS
 
@@ -506,6 +510,7 @@ def assemble(
     ordered = sorted(summaries, key=order)
     rows: list[tuple[str, dict[str, str], WindowStats]] = []
     pods: dict[tuple[str, str], dict[str, WindowStats]] = {}
+    engines: dict[tuple[str, str], dict[str, dict[str, WindowStats]]] = {}
     present: set[str] = set()
     single = True
     for s in ordered:
@@ -523,14 +528,19 @@ def assemble(
         if not (ns and pod) or not s.spec.keeps(s.labels):
             continue
         sig = pods.setdefault((ns, pod), {})
-        prev = sig.get(s.spec.key)
-        if prev is None:
-            sig[s.spec.key] = s.stats
-        else:
-            sig[s.spec.key] = _merge_rates(prev, s.stats) if s.spec.summary == "rate" else prev.merge(s.stats)
+        targets = [sig]
+        engine = next((f"{k}={s.labels[k]}" for k in ENGINE_LABELS if s.labels.get(k)), None)
+        if engine is not None:
+            targets.append(engines.setdefault((ns, pod), {}).setdefault(engine, {}))
+        for target in targets:
+            prev = target.get(s.spec.key)
+            if prev is None:
+                target[s.spec.key] = s.stats
+            else:
+                target[s.spec.key] = _merge_rates(prev, s.stats) if s.spec.summary == "rate" else prev.merge(s.stats)
     return WindowParts(
         gpus=tuple(build_gpu_telemetry(rows, labels)),
-        pods=tuple(PodTelemetry(namespace=ns, pod=p, signals=sig) for (ns, p), sig in sorted(pods.items())),
+        pods=tuple(PodTelemetry(namespace=ns, pod=p, signals=sig, engines=engines.get((ns, p), {})) for (ns, p), sig in sorted(pods.items())),
         metrics_present=frozenset(present),
         single_instant=single and bool(rows),
         problems=tuple(sorted(problems, key=lambda p: (p.metric, p.where))),
@@ -542,6 +552,7 @@ __all__ = [
     "ALL_STATS",
     "BUCKET_STATS",
     "DROPPED_LABELS",
+    "ENGINE_LABELS",
     "GPU_METRICS",
     "GPU_STATS",
     "PLAN",
