@@ -3,7 +3,8 @@
 The demo fleet with its bursty vLLM server (`inference/mistral-vllm-58f-abcde`, 2 GPUs) split into two data-parallel
 engines: engine 0 carries the server's traffic, engine 1 ran no request all window. The pod serves (never "inference
 idle"); the idle engine is an under-use finding worth half the pod's GPUs. Read through the recording (API-shaped
-cluster.json) and through a real Prometheus (telemetry and kube-state-metrics), with the same answer.
+cluster.json), and through a real Prometheus with the cluster from kube-state-metrics or from the (fake) Kubernetes API,
+with the same answer.
 """
 
 from __future__ import annotations
@@ -76,8 +77,25 @@ def _mine(report: ScanReport) -> list[tuple[str, str, Decimal, Decimal | None]]:
     return sorted((f.kind.value, f.scope_key, f.wasted_gpu_share, f.usd_per_day) for f in report.findings if f.subject.pod == POD)
 
 
+def _api_source(path: Path, kube_api: Any, tmp_path: Path) -> Any:
+    """The recording's cluster served by the fake kube-apiserver, read with `KubernetesPodSource` (real HTTP, API JSON)."""
+    import json
+
+    from gpuwaste.settings import KubernetesSettings
+    from gpuwaste.sources.kubernetes import KubernetesPodSource
+    from tests.integration.test_kubernetes_source import PLURALS
+    from tests.servers.kube_api import write_kubeconfig
+
+    by: dict[str, list[Any]] = {}
+    for obj in json.loads((path / "cluster.json").read_text())["items"]:
+        by.setdefault(PLURALS[obj["kind"]], []).append(obj)
+    server = kube_api(by.pop("pods", []), by.pop("nodes", []), by)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
+    return KubernetesPodSource.from_settings(KubernetesSettings(mode="kubeconfig", kubeconfig=str(kubeconfig), timeout_s=5), cluster="demo")
+
+
 def test_a_data_parallel_server_with_one_idle_engine_serves_and_its_idle_engine_is_under_use(
-        recordings: dict[str, Path], prometheus_factory: PrometheusFactory) -> None:
+        recordings: dict[str, Path], prometheus_factory: PrometheusFactory, kube_api: Any, tmp_path: Path) -> None:
     # GIVEN the vLLM pod as two engines, engine 0 serving, engine 1 idle, in a recording and in a real Prometheus
     path = recordings["split"]
     rec = RecordingTelemetrySource(path)
@@ -87,6 +105,7 @@ def test_a_data_parallel_server_with_one_idle_engine_serves_and_its_idle_engine_
     # WHEN scanned from the recording (API-shaped cluster.json) and live (Prometheus telemetry, kube-state-metrics)
     recorded = _scan(RecordingClusterSource(path / "cluster.json"), rec, at)
     live = _scan(PrometheusKsmSource(prom, cluster=rec.cluster, window=WINDOW, scrape_interval_s=60), prom, at)
+    api = _scan(_api_source(path, kube_api, tmp_path), prom, at)
     # THEN the pod is not inference-idle: it is one under-use finding for its idle engine, half its 2 GPUs, priced
     (finding,) = [f for f in recorded.findings if f.subject.pod == POD]
     assert finding.kind is WasteKind.UNDERUSED and finding.scope_key == "idle-engines" and finding.detector == "inference_idle"
@@ -95,7 +114,7 @@ def test_a_data_parallel_server_with_one_idle_engine_serves_and_its_idle_engine_
     per_gpu_day = next(f for f in recorded.findings if f.subject.pod == POD).cost
     assert per_gpu_day is not None and finding.usd_per_day == (per_gpu_day.usd_per_gpu_hour * 24).quantize(finding.usd_per_day)
     # ... and the live read says the same, engine by engine
-    assert _mine(live) == _mine(recorded)
+    assert _mine(live) == _mine(recorded) == _mine(api)
     tw = prom.telemetry(at=at, window=WINDOW)
     pod = next(p for p in tw.pods if p.pod == POD)
     assert set(pod.engines) == {"engine=0", "engine=1"} and pod.engines["engine=1"]["vllm:num_requests_running"].max == 0
