@@ -73,6 +73,16 @@ DOCS = {
     "triton": "https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/metrics.html",
     "mig": "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/",
     "kube-state-metrics": "https://github.com/kubernetes/kube-state-metrics/tree/main/docs",
+    "gke-dcgm": "https://cloud.google.com/stackdriver/docs/managed-prometheus/exporters/nvidia-dcgm",
+}
+
+#: A cloud's own GPU metric families a Prometheus may hold where no dcgm-exporter runs (GKE system metrics read through
+#: Google Cloud Managed Service for Prometheus: `kubernetes.io/container/accelerator/*` as `kubernetes_io:container_accelerator_*`,
+#: duty cycle in percent, memory in bytes, keyed by `namespace_name`/`pod_name`). gpuwaste does not judge GPUs from them
+#: (no per-GPU activity profile, no power, 60 s samples): `doctor` names them and recommends DCGM.
+CLOUD_GPU_METRICS: dict[str, tuple[str, ...]] = {
+    "GKE system metrics": ("kubernetes_io:container_accelerator_duty_cycle", "kubernetes_io:container_accelerator_memory_used",
+                           "kubernetes_io:container_accelerator_request"),
 }
 
 
@@ -376,6 +386,30 @@ def check_dcgm_names(probe: Probe) -> list[CheckRow]:
     return rows
 
 
+def check_cloud_gpu_metrics(probe: Probe) -> list[CheckRow]:
+    """A cloud's own GPU metrics (`CLOUD_GPU_METRICS`) in the Prometheus: with no DCGM activity field, say that gpuwaste
+    cannot judge those GPUs and recommend DCGM; beside DCGM, that DCGM is the one read."""
+    probe.report()  # probes the signals once
+    dcgm = sum(probe.raw_counts.get(n, 0) for s in (Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL)
+               for n in probe.aliases.get(s.value, (s.value,)))
+    rows = []
+    for family, names in CLOUD_GPU_METRICS.items():
+        query = "count({__name__=~\"" + "|".join(names) + "\"})"
+        result = probe.source.instant_query(query, at=probe.at, what=f"doctor {family}")
+        found = int(float(result[0]["value"][1])) if result else 0
+        if not found:
+            continue
+        if dcgm:
+            rows.append(CheckRow("cloud GPU metrics", "ok", f"{found} {family} series ({', '.join(names)}) beside DCGM: the "
+                                 "DCGM fields are read"))
+        else:
+            rows.append(CheckRow("cloud GPU metrics", "warn", f"{found} {family} series ({', '.join(names)}) but no DCGM "
+                                 "activity field: gpuwaste judges GPUs from DCGM only (a duty cycle sampled once a minute has "
+                                 "no per-GPU activity profile, power or memory bandwidth)",
+                                 "deploy dcgm-exporter or enable the cloud's managed DCGM metrics", DOCS["gke-dcgm"]))
+    return rows
+
+
 class Probe:
     """What the checks read: one Prometheus at one time (answers cached, so checks can share them)."""
 
@@ -436,7 +470,7 @@ class Probe:
 
 
 #: The doctor's checks, in order: each reads the probe and returns its rows (other checks append here).
-CHECKS: list[Callable[[Probe], list[CheckRow]]] = [check_signals, check_labels, check_dcgm_names]
+CHECKS: list[Callable[[Probe], list[CheckRow]]] = [check_signals, check_labels, check_dcgm_names, check_cloud_gpu_metrics]
 
 
 LABEL_CHECKS: dict[str, str] = {
