@@ -212,6 +212,13 @@ def _dcgm4_names(fleet: Any, series: list[RecordedSeries]) -> list[RecordedSerie
     return out
 
 
+def _gpu_util_ratio_double(fleet: Any, series: list[RecordedSeries]) -> list[RecordedSeries]:
+    """GPU_UTIL exported as DCGM_FI_DEV_GPU_UTIL_RATIO holding a 0–1 ratio (the DOUBLE field a DCGM after 4.6 is said to
+    give that name), for every GPU: the same measurement as the percent field ÷ 100."""
+    return [RecordedSeries("DCGM_FI_DEV_GPU_UTIL_RATIO", s.labels, s.timestamps_ms, [v / 100.0 for v in s.values])
+            if s.name == "DCGM_FI_DEV_GPU_UTIL" else s for s in series]
+
+
 WEIGHTS = {"busy": 0.3, "idle": 0.2, "underused": 0.15, "bursty": 0.1, "gap": 0.1, "frozen": 0.05, "free": 0.1}
 
 
@@ -236,6 +243,8 @@ def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
                    _uneven_counts),
             _write("dcgm4-names", root, FleetSpec(layout="random", nodes=3, seed=8, label_style="exported", cluster="d4", weights=WEIGHTS,
                                                   instance_types=("g5.12xlarge",)), _dcgm4_names),
+            _write("gpu-util-ratio", root, FleetSpec(layout="random", nodes=3, seed=8, label_style="exported", cluster="d4", weights=WEIGHTS,
+                                                    instance_types=("g5.12xlarge",)), _gpu_util_ratio_double),
             _write("five-minute-export", root, FleetSpec(layout="random", nodes=2, seed=9, cluster="slow", step_s=300,
                                                          instance_types=("g5.12xlarge",))),
         )
@@ -348,7 +357,7 @@ def finding_diffs(a: ScanReport, b: ScanReport) -> list[str]:
 
 # -- parity ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["demo", "random-exported", "random-pod", "b12-aliases-pods", "unreadable", "five-minute-export",
-                                  "dropped-labels", "dcgm4-names"])
+                                  "dropped-labels", "dcgm4-names", "gpu-util-ratio"])
 def test_prometheus_source_window_and_findings_match_the_recording(
     name: str, scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
 ) -> None:
@@ -776,6 +785,30 @@ def test_a_field_under_its_dcgm3_and_dcgm4_names_reads_the_same_through_rules_ra
     rep_plain = _scan(plain, RecordingTelemetrySource(plain.path), at)
     assert [(f.kind, f.subject.namespace, f.subject.pod, f.subject.node, f.wasted_gpu_share, f.usd_per_day) for f in rep_rec.findings] == [
         (f.kind, f.subject.namespace, f.subject.pod, f.subject.node, f.wasted_gpu_share, f.usd_per_day) for f in rep_plain.findings]
+
+
+def test_gpu_util_ratio_holding_a_ratio_reads_as_the_percent_field(scenarios: dict[str, Scenario], tmp_path_factory: pytest.TempPathFactory,
+                                                                      prometheus_factory: PrometheusFactory) -> None:
+    # GIVEN a fleet whose GPU_UTIL is exported as DCGM_FI_DEV_GPU_UTIL_RATIO in 0–1, and the same fleet with the percent field
+    sc = scenarios["gpu-util-ratio"]
+    rec = RecordingTelemetrySource(sc.path)
+    at = rec.end_time()
+    plain = _write("gpu-util-percent", tmp_path_factory.mktemp("pct"), sc.spec)
+    # WHEN both are read (the ratio one also from a real Prometheus)
+    tw, tw_plain = rec.telemetry(at=at, window=WINDOW_1H), RecordingTelemetrySource(plain.path).telemetry(at=at, window=WINDOW_1H)
+    prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=prometheus_factory(sc.telemetry_file).url), cluster=rec.cluster)
+    # THEN every GPU's GPU_UTIL reads in percent as the percent field's (a busy GPU is not read as 1 % busy), on both paths,
+    # and the findings are the same GPUs, shares and dollars
+    for a, b in zip(tw.gpus, tw_plain.gpus, strict=True):
+        ua, ub = a.merged("DCGM_FI_DEV_GPU_UTIL"), b.merged("DCGM_FI_DEV_GPU_UTIL")
+        assert ua is not None and ub is not None and math.isclose(ua.avg, ub.avg, rel_tol=1e-9) and math.isclose(ua.max, ub.max, rel_tol=1e-9)
+    assert max(g.merged("DCGM_FI_DEV_GPU_UTIL").max for g in tw.gpus) > 50  # type: ignore[union-attr]
+    assert window_diffs(tw, prom.telemetry(at=at, window=WINDOW_1H)) == []
+    key = lambda r: sorted((f.kind.value, f.subject.pod, f.subject.node, f.wasted_gpu_share, f.usd_per_day) for f in r.findings)  # noqa: E731
+    assert key(_scan(sc, rec, at)) == key(_scan(plain, RecordingTelemetrySource(plain.path), at))
+
+
+WINDOW_1H = timedelta(hours=1)
 
 
 def test_rules_record_a_fields_count_only_where_it_differs_and_the_scan_resolves_the_rest(ruled_prometheus: tuple[Scenario, str]) -> None:

@@ -98,6 +98,27 @@ BUCKET_STATS: tuple[str, ...] = ("count", "sum", "max")
 ALIAS_LABEL = "gpuwaste_name"
 
 
+#: The DCGM 4.x name of GPU_UTIL. DCGM 4.6 gives it to field 203 (INT64 **percent**: `dcgm_fields.cpp`), so its values are
+#: whole numbers 0–100; a later DCGM is said to give the name to a DOUBLE 0–1 ratio of the same measurement. Series read
+#: under it whose buckets hold fractional sums while no sample exceeds 1 are that ratio (whole-number percent cannot sum
+#: to a fraction) and are read ×100 (`_as_percent`), so a busy GPU is never read as 1 % busy.
+_GPU_UTIL_RATIO = "dcgm_fi_dev_gpu_util_ratio"
+
+
+def _as_percent(s: SeriesSummary) -> SeriesSummary:
+    """A GPU_UTIL series read under `_GPU_UTIL_RATIO` in percent: as it is when its samples are whole percents, ×100
+    when they are a 0–1 ratio (see `_GPU_UTIL_RATIO`). The same test and arithmetic in both telemetry paths."""
+    st = s.stats
+    if st is None or not st.buckets or st.max > 1.01 or all(float(b.total).is_integer() for b in st.buckets):
+        return s
+    buckets = tuple(b._replace(total=b.total * 100.0, max=b.max * 100.0) for b in st.buckets)
+    scaled = window_stats(
+        count=st.count, total=st.total * 100.0, max=st.max * 100.0, min=st.min * 100.0, p95=st.p95 * 100.0,
+        max_avg_10m=None if st.max_avg_10m is None else st.max_avg_10m * 100.0, recent_count=st.recent_count,
+        changes=st.changes, series=st.series, live_series=st.live_series, buckets=buckets, unreadable=st.unreadable)
+    return SeriesSummary(s.spec, s.labels, s.samples, scaled, s.problem)
+
+
 def alias_tag(spec: MetricSpec, name: str) -> str | None:
     """The `ALIAS_LABEL` value of a series of `spec` read under `name`: its lower-cased name, None for the canonical one."""
     key = name.lower()
@@ -507,6 +528,7 @@ def assemble(
             items = sorted_labels[id(s.labels)] = tuple(sorted(s.labels.items()))
         return (s.spec.name, items)
 
+    summaries = [_as_percent(s) if s.labels.get(ALIAS_LABEL) == _GPU_UTIL_RATIO else s for s in summaries]
     ordered = sorted(summaries, key=order)
     rows: list[tuple[str, dict[str, str], WindowStats]] = []
     pods: dict[tuple[str, str], dict[str, WindowStats]] = {}
