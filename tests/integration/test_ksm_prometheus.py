@@ -13,6 +13,7 @@ import json
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -424,3 +425,34 @@ def test_sam_scan_of_a_cluster_with_only_an_amp_style_prometheus_endpoint(fleet:
     truth = json.loads((fleet.path / "truth.json").read_text())
     expected = {(t["kind"], t["pod"]) for t in truth if t["kind"] and t["kind"] != "unallocated_capacity"}
     assert expected and expected <= found
+
+
+def test_dra_pod_read_live_from_kube_pod_resourceclaim_info_is_judged_as_from_the_api(tmp_path: Path, prometheus_factory: PrometheusFactory):
+    # GIVEN the field guide's B25 input (trainer-0 holds 4 of 8 idle H100s through a ResourceClaim; the GPUs carry the
+    # exporter's dra_* labels) in a real Prometheus, the cluster only as kube-state-metrics series
+    from gpuwaste.sources.exposition import parse_exposition
+    from tests.fixtures.allocation.objects import claim_pod, dra_node, uuid
+    from tests.fixtures.field_guide.builders import EVAL, S, exposition, ksm_text
+
+    host = "ip-10-0-9-1.ec2.internal"
+    series = []
+    for i in range(8):
+        labels = {"gpu": str(i), "UUID": uuid(0x64 + i), "modelName": "NVIDIA H100 80GB HBM3", "Hostname": host}
+        labels |= ({"container": "main", "namespace": "research", "pod": "trainer-0", "dra_claim_name": "trainer-0-gpus-x7k2p",
+                    "dra_claim_namespace": "research", "dra_driver_name": "gpu.nvidia.com", "dra_pool_name": host,
+                    "dra_device_name": f"gpu-{i}"} if i < 4 else {})
+        series.append(S("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, 0.001))
+    objs = [dra_node(host), claim_pod("research", "trainer-0", host, "trainer-0-gpus-x7k2p")]
+    parsed = parse_exposition(exposition(series) + ksm_text(objs), fmt="text")
+    om = tmp_path / "b25.om"
+    with om.open("w") as out:
+        write_openmetrics(parsed.series.values(), out)
+    ksm, prom = _live(prometheus_factory(om).url, "fg")
+    # WHEN scanned live
+    report = ScanService(cluster_source=ksm, telemetry_source=prom, window=WINDOW, price_book=PriceBook.bundled()).scan(at=EVAL)
+    # THEN the pod was read with its claim (no GPU request: the live plan keeps pods that reference a ResourceClaim), and
+    # it is idle with its 4 GPUs at $660.48/day, as the API path finds it (tests/unit/test_allocation_scan.py)
+    (trainer,) = [p for p in ksm.cluster_state(at=EVAL).pods if p.name == "trainer-0"]
+    assert [(r.name, r.claim_name) for r in trainer.resource_claims] == [("gpus", "trainer-0-gpus-x7k2p")] and not trainer.gpu_requests
+    (idle,) = [f for f in report.findings if f.kind.value == "idle_allocation"]
+    assert (idle.subject.pod, idle.subject.gpu_share, idle.usd_per_day) == ("trainer-0", 4, Decimal("660.48"))

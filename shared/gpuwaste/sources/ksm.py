@@ -39,6 +39,7 @@ from typing import Any, NamedTuple, Protocol
 
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState, Node, OwnerRef, Pod, PodPhase
+from gpuwaste.models.dra import PodClaimRef
 from gpuwaste.settings import ClusterReadSettings
 from gpuwaste.sources.k8s_objects import (
     DROPPED_ANNOTATIONS,
@@ -66,6 +67,9 @@ POD_DELETION = "kube_pod_deletion_timestamp"
 POD_LABELS = "kube_pod_labels"
 POD_ANNOTATIONS = "kube_pod_annotations"
 CONTAINER_INFO = "kube_pod_container_info"
+#: A pod's DRA ResourceClaim references (KSM v2.20, PR #3005, experimental): `claim_name` (pod-local), `resourceclaim_name`
+#: (the ResourceClaim object), `resourceclaim_template_name`; one series per `spec.resourceClaims` entry.
+POD_RESOURCECLAIM = "kube_pod_resourceclaim_info"
 REQUESTS = "kube_pod_container_resource_requests"
 LIMITS = "kube_pod_container_resource_limits"
 INIT_REQUESTS = "kube_pod_init_container_resource_requests"
@@ -98,7 +102,7 @@ CONTROLLER_CREATED: dict[str, tuple[str, str]] = {
 V1_GPU_RESOURCE = "nvidia.com/gpu"
 V1_NAMES = (V1_REQUESTS, V1_LIMITS, V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE)
 POD_METRICS = (POD_INFO, POD_PHASE, POD_OWNER, POD_START, POD_COMPLETION, POD_CREATED, POD_DELETION, POD_LABELS,
-               POD_ANNOTATIONS, CONTAINER_INFO)
+               POD_ANNOTATIONS, CONTAINER_INFO, POD_RESOURCECLAIM)
 RESOURCE_METRICS = (REQUESTS, LIMITS, INIT_REQUESTS, INIT_LIMITS, V1_REQUESTS, V1_LIMITS)
 NODE_METRICS = (NODE_LABELS, NODE_INFO, NODE_CAPACITY, NODE_ALLOCATABLE, NODE_CREATED, NODE_UNSCHEDULABLE,
                 V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE)
@@ -261,6 +265,7 @@ class _PodFacts:
     # (init?, container) → {"limits"|"requests": {resource: quantity}}
     resources: dict[tuple[bool, str], dict[str, dict[str, float]]] = field(default_factory=dict)
     has_gpu: bool = False
+    claims: dict[str, PodClaimRef] = field(default_factory=dict)  # pod-local claim name → its reference (DRA)
 
 
 @dataclass(slots=True)
@@ -331,6 +336,7 @@ class _Builder:
         handlers: dict[str, Callable[[str, Mapping[str, str], float, int | None], None]] = {
             POD_INFO: self._pod_info, POD_PHASE: self._pod_phase, POD_OWNER: self._pod_owner,
             POD_LABELS: self._pod_keyed, POD_ANNOTATIONS: self._pod_keyed, CONTAINER_INFO: self._container_info,
+            POD_RESOURCECLAIM: self._pod_claim,
             NODE_LABELS: self._node_labels, NODE_INFO: self._node_info, NODE_CREATED: self._node_created,
             NODE_UNSCHEDULABLE: self._node_unschedulable, NS_LABELS: self._namespace, NS_ANNOTATIONS: self._namespace,
             NS_CREATED: self._namespace, RS_OWNER: self._controller_owner, JOB_OWNER: self._controller_owner,
@@ -446,6 +452,13 @@ class _Builder:
             self.keyed[name].update(kv)
             (facts.labels if name == POD_LABELS else facts.annotations).update(kv)
 
+    def _pod_claim(self, _name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+        facts = self.pod(lab)
+        if facts is None or not lab.get("claim_name"):
+            return
+        facts.claims[lab["claim_name"]] = PodClaimRef(name=lab["claim_name"], claim_name=lab.get("resourceclaim_name") or None,
+                                                      template=lab.get("resourceclaim_template_name") or None)
+
     def _container_info(self, _name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
         facts = self.pod(lab)
         if facts is not None and lab.get("container"):
@@ -534,10 +547,10 @@ class _Builder:
                 exporters[name] = f.node
                 if f.pod_ip:
                     exporter_ips[f.pod_ip] = f.node
-            if not f.has_gpu and not asks_share:
+            if not f.has_gpu and not asks_share and not f.claims:
                 continue
             pod = self._pod(ns, name, f, owners_of)
-            if asks_share or any(is_gpu_resource(r, self.patterns) or r in SHARE_RESOURCES
+            if asks_share or f.claims or any(is_gpu_resource(r, self.patterns) or r in SHARE_RESOURCES
                                      for sections in f.resources.values() for section in sections.values() for r in section):
                 pods.append(pod)
         used = {p.node_name for p in pods} | set(exporters.values())
@@ -618,6 +631,7 @@ class _Builder:
             pod_ip=f.pod_ip or None,
             host_ip=f.host_ip or None,
             gone_at=gone_at,
+            resource_claims=tuple(f.claims[k] for k in sorted(f.claims)),
         )
 
     def _node(self, name: str, f: _NodeFacts) -> Node:
@@ -974,7 +988,7 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     # request to its limit, so KSM exports a request for every GPU limit: the limit series would only double the
     # join) or a share annotation/label
     gpu_now = f"group by {by} (" + " or ".join(s for s, n in zip(gpu, RESOURCE_METRICS, strict=True) if n in _REQUEST_METRICS) + ")"
-    keep_now = f"({gpu_now} or {_share_pods(m, by)})"
+    keep_now = f"({gpu_now} or {_share_pods(m, by)} or group by {by} ({_sel(POD_RESOURCECLAIM, m)}))"
     cpu = _sel(LIMITS, m, 'resource="cpu"')
     # exporter pods need only their node and IP (`kube_pod_info`), not the other pod series
     pods = f"(({_names(_POD_IDENTITY, m)} or {_sel(POD_PHASE, m)} == 1) and on {by} {keep_now}) or {exporter}"
