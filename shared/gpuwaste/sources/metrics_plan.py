@@ -7,9 +7,12 @@ same recording backfilled into Prometheus give identical `TelemetryWindow.gpus` 
 Contract (for detectors and for whoever extends the plan):
 
 * **GPU metrics** (`scope="gpu"`): the DCGM fields of `models.telemetry.Signal`, each with the other names
-  an exporter may use for it (lower-cased Azure spellings, the dcgm-exporter 1.x compatibility names
-  such as `dcgm_gpu_utilization`, DCGM 4.6 renamed fields such as `DCGM_FI_DEV_GPU_UTIL_RATIO`). Every
-  alias is stored under the canonical name.
+  an exporter may use for it (`models.telemetry.DCGM_ALIASES`: the DCGM 4.x names such as
+  `DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO`, the dcgm-exporter 1.x compatibility names such as `dcgm_gpu_utilization`,
+  and the lower-cased Azure spellings). Every alias is stored under the canonical name; a series read under an
+  alias carries `ALIAS_LABEL` (its lower-cased name) in both telemetry paths, so one field exported under two
+  names in one window is two series of the device, merged like two exporters' copies (never one label set twice
+  in PromQL, never a doubled scrape rate).
 
   - **Time-resolved** fields (`models.telemetry.TIME_RESOLVED`: SM, GR engine, GPU_UTIL, tensor, DRAM,
     power) are read as buckets (`WindowStats.buckets`: count, sum and max per bucket of
