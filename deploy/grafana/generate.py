@@ -18,6 +18,8 @@ from grafana_foundation_sdk.models.common import BigValueGraphMode, StackingMode
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh, VariableSort
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+from gpuwaste.models.telemetry import Signal, exported_names
+
 UID = "gpuwaste"
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 #: the waste kinds in which GPUs are held and not used at all (idle GPU-hours)
@@ -55,17 +57,20 @@ def _variable(name: str, label: str, query: str) -> QueryVariable:
 def dcgm_activity(namespace: str = "$namespace", workload: str = "$workload") -> str:
     """DCGM graphics-engine activity (ratio 0–1) of the workload's pods, whichever label style dcgm-exporter uses
     (pod/namespace with honorLabels, exported_pod/exported_namespace otherwise); GPU_UTIL (percent) ÷ 100 where the
-    profiling field is not collected. Pods are matched by name: `<workload>` or `<workload>-…`."""
+    profiling field is not collected. Each field is read under every name it is exported under (DCGM 3.x and 4.x,
+    lower-cased: `gpuwaste.models.telemetry.exported_names`); a GPU exporting both names at once is one line (the
+    larger of the two copies). Pods are matched by name: `<workload>` or `<workload>-…`."""
     pods = f'"{workload}(-.+)?"'
 
-    def by(metric: str, scale: str = "") -> str:
-        exported = (f'label_replace({metric}{{exported_namespace=~"{namespace}", exported_pod=~{pods}}}{scale}, '
+    def by(signal: Signal, scale: str = "") -> str:
+        names = "|".join(exported_names(signal))
+        exported = (f'label_replace({{__name__=~"{names}", exported_namespace=~"{namespace}", exported_pod=~{pods}}}, '
                     f'"workload_pod", "$1", "exported_pod", "(.+)")')
-        plain = (f'label_replace({metric}{{namespace=~"{namespace}", pod=~{pods}}}{scale}, '
+        plain = (f'label_replace({{__name__=~"{names}", namespace=~"{namespace}", pod=~{pods}}}, '
                  f'"workload_pod", "$1", "pod", "(.+)")')
-        return f"max by (workload_pod, gpu, Hostname) ({exported} or {plain})"
+        return f"max by (workload_pod, gpu, Hostname) ({exported} or {plain}){scale}"
 
-    return f'{by("DCGM_FI_PROF_GR_ENGINE_ACTIVE")}\nor\n{by("DCGM_FI_DEV_GPU_UTIL", " / 100")}'
+    return f'{by(Signal.GR_ENGINE_ACTIVE)}\nor\n{by(Signal.GPU_UTIL, " / 100")}'
 
 
 def build() -> Dashboard:

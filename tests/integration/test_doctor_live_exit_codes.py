@@ -96,3 +96,68 @@ def test_doctor_never_exported_activity_exits_1(prometheus_factory: PrometheusFa
     assert result.exit_code == 1, result.output
     assert "never exported" in result.stdout and "DCGM_FI_PROF_SM_ACTIVE," in result.stdout
     assert "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html" in result.stdout
+
+
+def test_doctor_names_the_dcgm4_fields_it_reads_and_warns_on_a_field_exported_twice(prometheus_factory: PrometheusFactory,
+                                                                                    tmp_path: Path) -> None:
+    # GIVEN a dcgm-exporter with a DCGM 4.x counters CSV (GR engine and power under their 4.x names) plus a second CSV that
+    # also exports GPU_UTIL under its 4.x name beside the 3.x one
+    path = tmp_path / "dcgm4.om"
+    lines = []
+    for name in ("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", "DCGM_FI_DEV_BOARD_POWER_WATTS", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO"):
+        lines.append(f"# TYPE {name} gauge")
+        for k in range(40):
+            lines.append(f'{name}{{gpu="0",UUID="GPU-1",Hostname="n1",modelName="NVIDIA A10G",pod="p",namespace="ml"}} 1 {1704070800 + 30 * k}')
+    path.write_text("\n".join([*lines, "# EOF", ""]))
+    server = prometheus_factory(path)
+    # WHEN doctor runs at the last sample
+    result = invoke("doctor", "-p", server.url, "--at", "2024-01-01T01:19:30Z", "-o", "json")
+    doc = json.loads(result.stdout)
+    rows = [c for c in doc["checks"] if c["check"] == "DCGM field names"]
+    # THEN the 4.x names count for their fields (GR engine and power present), one row says which names were read,
+    # and one warns that GPU_UTIL is exported twice
+    signals = {s["name"]: s["series"] for s in doc["signals"]}
+    assert signals["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == 1 and signals["DCGM_FI_DEV_POWER_USAGE"] == 1
+    assert [r["status"] for r in rows] == ["warn", "ok"]
+    assert "DCGM_FI_DEV_GPU_UTIL as DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_GPU_UTIL_RATIO" in rows[0]["detail"]
+    assert "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO (read as DCGM_FI_PROF_GR_ENGINE_ACTIVE)" in rows[1]["detail"]
+    assert "DCGM_FI_DEV_BOARD_POWER_WATTS (read as DCGM_FI_DEV_POWER_USAGE)" in rows[1]["detail"]
+
+
+def test_doctor_recommends_dcgm_where_only_gke_system_gpu_metrics_exist(prometheus_factory: PrometheusFactory, tmp_path: Path) -> None:
+    # GIVEN a GKE cluster's Managed Prometheus holding the GKE system GPU metrics (duty cycle %, memory bytes, request)
+    # keyed by namespace_name / pod_name, and no dcgm-exporter
+    path = tmp_path / "gke.om"
+    labels = ('project_id="p",location="us-central1",cluster_name="c",namespace_name="ml",pod_name="train-0",'
+              'container_name="main",make="nvidia",model="nvidia-tesla-t4",accelerator_id="GPU-0a1b"')
+    lines = []
+    for name, value in (("kubernetes_io:container_accelerator_duty_cycle", 3), ("kubernetes_io:container_accelerator_memory_used", 2.1e9),
+                        ("kubernetes_io:container_accelerator_request", 1)):
+        lines.append(f"# TYPE {name} gauge")
+        lines.extend(f"{name}{{{labels}}} {value} {1704070800 + 60 * k}" for k in range(20))
+    path.write_text("\n".join([*lines, "# EOF", ""]))
+    server = prometheus_factory(path)
+    # WHEN doctor runs at the last sample
+    result = invoke("doctor", "-p", server.url, "--at", "2024-01-01T01:19:00Z", "-o", "json")
+    doc = json.loads(result.stdout)
+    # THEN it names the GKE metrics (3 series), says gpuwaste does not judge GPUs from them, and recommends DCGM; the
+    # missing activity signal still fails the check (exit 1: nothing to judge the GPUs by)
+    (row,) = [c for c in doc["checks"] if c["check"] == "cloud GPU metrics"]
+    assert row["status"] == "warn" and row["detail"].startswith("3 GKE system metrics series")
+    assert "dcgm-exporter" in row["fix"] and "nvidia-dcgm" in row["link"]
+    assert result.exit_code == 1
+
+
+def test_doctor_says_dcgm_is_read_when_gke_gpu_metrics_are_beside_it(prometheus_factory: PrometheusFactory, demo_om: Path,
+                                                                     tmp_path: Path) -> None:
+    # GIVEN the demo's DCGM telemetry plus one GKE duty-cycle series
+    path = tmp_path / "both.om"
+    text = demo_om.read_text().replace("# EOF\n", "")
+    gke = "\n".join(f'kubernetes_io:container_accelerator_duty_cycle{{namespace_name="ml",pod_name="p",accelerator_id="GPU-x"}} 5 {1704070800 + 60 * k}'
+                    for k in range(20))
+    path.write_text(text + "# TYPE kubernetes_io:container_accelerator_duty_cycle gauge\n" + gke + "\n# EOF\n")
+    server = prometheus_factory(path)
+    # WHEN doctor runs / THEN the GKE metrics are noted as present beside DCGM, which is read
+    doc = json.loads(invoke("doctor", "-p", server.url, "--at", END, "-o", "json").stdout)
+    (row,) = [c for c in doc["checks"] if c["check"] == "cloud GPU metrics"]
+    assert row["status"] == "ok" and "the DCGM fields are read" in row["detail"]

@@ -13,6 +13,7 @@ import json
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,7 +78,37 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     om = path / "telemetry.om"
     with om.open("w") as out:
         write_openmetrics([*f.iter_series(), *extra], out, types={"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter"})
+    # the same fleet with KSM scraped by a collector that renamed its labels (honorLabels: false): a copy without cluster.json
+    exported = path.parent / "exported"
+    exported.mkdir()
+    for name in ("meta.json", "truth.json"):
+        if (path / name).exists():
+            (exported / name).write_text((path / name).read_text())
+    with (exported / "telemetry.om").open("w") as out:
+        write_openmetrics(_scraped_without_honor_labels([*f.iter_series(), *extra]), out,
+                          types={"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter"})
     return Fleet(path, at, "nightly-eval-28711440-q2x7z", "scratch-debug", deleted_at)
+
+
+#: The scrape target's labels of the KSM pod itself, which a scrape with honor_labels: false puts on every KSM series.
+KSM_TARGET = {"namespace": "monitoring", "pod": "kube-state-metrics-6d4f8b9c7-x2k4q", "container": "kube-state-metrics",
+              "job": "kube-state-metrics", "instance": "10.244.0.9:8080"}
+
+
+def _scraped_without_honor_labels(series: list) -> list:  # type: ignore[type-arg]
+    """KSM series as Prometheus stores them scraped with honor_labels: false: each own label that clashes with a target label
+    renamed `exported_<name>`, the target's labels (the KSM pod's namespace, pod, container) added; DCGM series unchanged."""
+    from gpuwaste.sources.exposition import RecordedSeries
+    from gpuwaste.sources.ksm import is_ksm_metric
+
+    out = []
+    for s in series:
+        if not is_ksm_metric(s.name):
+            out.append(s)
+            continue
+        labels = {(f"exported_{k}" if k in KSM_TARGET else k): v for k, v in s.labels.items()}
+        out.append(RecordedSeries(s.name, {**labels, **KSM_TARGET}, s.timestamps_ms, s.values))
+    return out
 
 
 def _query_requests(url: str) -> float:
@@ -123,6 +154,71 @@ def test_ksm_live_state_equals_the_recording_and_the_api_shaped_state(fleet: Fle
     extra = {("ads", fleet.ended_job), ("ads", fleet.deleted)}
     assert {k: v for k, v in _pods(live).items() if k not in extra} == _pods(api)
     assert {n.name: n for n in live.nodes} == {n.name: n for n in api.nodes}
+
+
+def test_ksm_scraped_with_renamed_labels_reads_the_objects_not_the_ksm_pod(fleet: Fleet, prometheus_factory: PrometheusFactory):
+    # GIVEN the same fleet twice in real Prometheus: KSM scraped with honorLabels: true, and scraped with honorLabels: false
+    # (object identity in exported_namespace/exported_pod/exported_container, namespace/pod naming the KSM pod)
+    plain_url = prometheus_factory(fleet.path / "telemetry.om").url
+    exported_dir = fleet.path.parent / "exported"
+    server = prometheus_factory(exported_dir / "telemetry.om")
+    source, _ = _live(server.url, "ksm-it")
+    # WHEN both are read live (queries counted at Prometheus), twice for the renamed one, and from their recordings
+    before = _query_requests(server.url)
+    live = source.cluster_state(at=fleet.at)
+    first, first_count = _query_requests(server.url) - before, source.query_count
+    again = source.cluster_state(at=fleet.at)
+    second = _query_requests(server.url) - before - first
+    plain = _live(plain_url, "ksm-it")[0].cluster_state(at=fleet.at)
+    recorded = KsmRecordingSource(exported_dir, window=WINDOW).cluster_state(at=fleet.at)
+    recorded_plain = KsmRecordingSource(fleet.path, window=WINDOW).cluster_state(at=fleet.at)
+    # THEN every pod, node and exporter pod is what the plain scrape gives (GPU requests, owners, phases, IPs, history),
+    # by both paths; no request is the KSM pod's; the source says which labels named the objects
+    assert _pods(live) == _pods(plain) == _pods(recorded) == _pods(recorded_plain) and _pods(again) == _pods(plain)
+    assert {n.name: n for n in live.nodes} == {n.name: n for n in plain.nodes} == {n.name: n for n in recorded.nodes}
+    assert live.exporter_pods == plain.exporter_pods == recorded.exporter_pods
+    assert live.namespace_labels == plain.namespace_labels and live.namespace_annotations == plain.namespace_annotations
+    assert not [p for p in live.pods if p.namespace == "monitoring" or p.name.startswith("kube-state-metrics")]
+    assert sum(sum(p.gpu_requests.values()) for p in live.pods) == sum(sum(p.gpu_requests.values()) for p in plain.pods) > 0
+    assert "exported_namespace/exported_pod" in live.source and "honorLabels: false" in live.source
+    assert "exported_namespace/exported_pod" in recorded.source and "exported" not in plain.source
+    # ... the first read learns the labels from the data (the plain plan, then the exported one), later reads use them
+    assert (first, first_count, second, again.query_count) == (13, 13, 7, 7)
+
+
+def test_prometheus_only_scan_with_renamed_ksm_labels_matches_the_ground_truth(fleet: Fleet, prometheus_factory: PrometheusFactory):
+    # GIVEN only a Prometheus endpoint whose KSM was scraped with honorLabels: false
+    server = prometheus_factory(fleet.path.parent / "exported" / "telemetry.om")
+    ksm, prom = _live(server.url, "ksm-it")
+    plain_ksm, plain_prom = _live(prometheus_factory(fleet.path / "telemetry.om").url, "ksm-it")
+    # WHEN scanned, and the plain-scraped copy scanned
+    report = ScanService(cluster_source=ksm, telemetry_source=prom, window=WINDOW, price_book=PriceBook.bundled()).scan(at=fleet.at)
+    plain = ScanService(cluster_source=plain_ksm, telemetry_source=plain_prom, window=WINDOW, price_book=PriceBook.bundled()).scan(at=fleet.at)
+    # THEN the ground truth is found, with the same subjects, GPU shares and dollars as the plain scrape
+    truth = json.loads((fleet.path / "truth.json").read_text())
+    result = compare(report.findings, truth)
+    assert result.ok and result.matched == result.expected > 0, result.missed + result.unexpected
+    key = lambda f: (f.kind.value, f.subject.namespace, f.subject.pod, f.subject.node, f.wasted_gpu_share)  # noqa: E731
+    assert sorted((key(f), f.usd_per_day) for f in report.findings) == sorted((key(f), f.usd_per_day) for f in plain.findings)
+    assert "honorLabels: false" in report.cluster_source
+
+
+def test_doctor_says_the_ksm_objects_are_named_by_exported_labels(fleet: Fleet, prometheus_factory: PrometheusFactory):
+    # GIVEN the KSM series scraped with honorLabels: false, and scraped plainly
+    renamed = prometheus_factory(fleet.path.parent / "exported" / "telemetry.om").url
+    plain = prometheus_factory(fleet.path / "telemetry.om").url
+    from typer.testing import CliRunner
+
+    from gpuwaste.cli import app
+
+    # WHEN doctor runs against each
+    rows = {}
+    for name, url in (("renamed", renamed), ("plain", plain)):
+        result = CliRunner().invoke(app, ["doctor", "-p", url, "--at", fleet.at.strftime("%Y-%m-%dT%H:%M:%SZ"), "-o", "json"])
+        rows[name] = [c for c in json.loads(result.stdout)["checks"] if c["check"] == "kube-state-metrics labels"]
+    # THEN it says which labels name the objects where they are the exported ones, and nothing where they are plain
+    assert [r["status"] for r in rows["renamed"]] == ["ok"] and "exported_namespace/exported_pod" in rows["renamed"][0]["detail"]
+    assert rows["plain"] == []
 
 
 def test_ksm_live_history_keeps_the_finished_job_and_the_deleted_pod(fleet: Fleet, prometheus_factory: PrometheusFactory):
@@ -280,10 +376,11 @@ def test_doctor_reports_ksm_series_and_allowlists_with_the_helm_values(tmp_path:
     assert "nodes=[node.kubernetes.io/instance-type," in ksm["helm_values"] and "nvidia.com/gpu.product" in ksm["helm_values"]
 
 
+@pytest.mark.parametrize("scrape", ["honorLabels: true", "honorLabels: false"])
 def test_record_without_kubernetes_writes_the_ksm_series_and_its_scan_matches_the_truth(
-        fleet: Fleet, prometheus_factory: PrometheusFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    # GIVEN only a Prometheus (no kubeconfig, no --cluster-json)
-    server = prometheus_factory(fleet.path / "telemetry.om")
+        scrape: str, fleet: Fleet, prometheus_factory: PrometheusFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # GIVEN only a Prometheus (no kubeconfig, no --cluster-json), KSM scraped with its own labels or with them renamed
+    server = prometheus_factory((fleet.path if scrape.endswith("true") else fleet.path.parent / "exported") / "telemetry.om")
     out = tmp_path / "rec"
     # WHEN `gpuwaste record` runs, then `gpuwaste scan --recording` on what it wrote
     code, output = _cli(["record", str(out), "--prometheus", server.url, "--at", fleet.at.isoformat(), "--window", "1h", "-q"],
@@ -299,7 +396,7 @@ def test_record_without_kubernetes_writes_the_ksm_series_and_its_scan_matches_th
     # ... and the recorded KSM state equals the live one
     recorded = KsmRecordingSource(out, window=WINDOW).cluster_state(at=fleet.at)
     live = _live(server.url, "ksm-it")[0].cluster_state(at=fleet.at)
-    assert _pods(recorded) == _pods(live)
+    assert _pods(recorded) == _pods(live) and len(recorded.pods) > 2
 
 
 def test_sam_scan_of_a_cluster_with_only_an_amp_style_prometheus_endpoint(fleet: Fleet, prometheus_factory: PrometheusFactory,
@@ -328,3 +425,34 @@ def test_sam_scan_of_a_cluster_with_only_an_amp_style_prometheus_endpoint(fleet:
     truth = json.loads((fleet.path / "truth.json").read_text())
     expected = {(t["kind"], t["pod"]) for t in truth if t["kind"] and t["kind"] != "unallocated_capacity"}
     assert expected and expected <= found
+
+
+def test_dra_pod_read_live_from_kube_pod_resourceclaim_info_is_judged_as_from_the_api(tmp_path: Path, prometheus_factory: PrometheusFactory):
+    # GIVEN the field guide's B25 input (trainer-0 holds 4 of 8 idle H100s through a ResourceClaim; the GPUs carry the
+    # exporter's dra_* labels) in a real Prometheus, the cluster only as kube-state-metrics series
+    from gpuwaste.sources.exposition import parse_exposition
+    from tests.fixtures.allocation.objects import claim_pod, dra_node, uuid
+    from tests.fixtures.field_guide.builders import EVAL, S, exposition, ksm_text
+
+    host = "ip-10-0-9-1.ec2.internal"
+    series = []
+    for i in range(8):
+        labels = {"gpu": str(i), "UUID": uuid(0x64 + i), "modelName": "NVIDIA H100 80GB HBM3", "Hostname": host}
+        labels |= ({"container": "main", "namespace": "research", "pod": "trainer-0", "dra_claim_name": "trainer-0-gpus-x7k2p",
+                    "dra_claim_namespace": "research", "dra_driver_name": "gpu.nvidia.com", "dra_pool_name": host,
+                    "dra_device_name": f"gpu-{i}"} if i < 4 else {})
+        series.append(S("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, 0.001))
+    objs = [dra_node(host), claim_pod("research", "trainer-0", host, "trainer-0-gpus-x7k2p")]
+    parsed = parse_exposition(exposition(series) + ksm_text(objs), fmt="text")
+    om = tmp_path / "b25.om"
+    with om.open("w") as out:
+        write_openmetrics(parsed.series.values(), out)
+    ksm, prom = _live(prometheus_factory(om).url, "fg")
+    # WHEN scanned live
+    report = ScanService(cluster_source=ksm, telemetry_source=prom, window=WINDOW, price_book=PriceBook.bundled()).scan(at=EVAL)
+    # THEN the pod was read with its claim (no GPU request: the live plan keeps pods that reference a ResourceClaim), and
+    # it is idle with its 4 GPUs at $660.48/day, as the API path finds it (tests/unit/test_allocation_scan.py)
+    (trainer,) = [p for p in ksm.cluster_state(at=EVAL).pods if p.name == "trainer-0"]
+    assert [(r.name, r.claim_name) for r in trainer.resource_claims] == [("gpus", "trainer-0-gpus-x7k2p")] and not trainer.gpu_requests
+    (idle,) = [f for f in report.findings if f.kind.value == "idle_allocation"]
+    assert (idle.subject.pod, idle.subject.gpu_share, idle.usd_per_day) == ("trainer-0", 4, Decimal("660.48"))

@@ -173,6 +173,52 @@ def _uneven_counts(fleet: Any, series: list[RecordedSeries]) -> list[RecordedSer
     return out
 
 
+#: DCGM 4.x names of the fields the generator writes under their 3.x names (DCGM 4.6.0 dcgm_fields.h, deprecated aliases).
+DCGM4 = {
+    "DCGM_FI_PROF_SM_ACTIVE": "DCGM_FI_PROF_SM_UTIL_RATIO",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "DCGM_FI_PROF_DRAM_UTIL_RATIO",
+    "DCGM_FI_DEV_GPU_UTIL": "DCGM_FI_DEV_GPU_UTIL_RATIO",
+    "DCGM_FI_DEV_POWER_USAGE": "DCGM_FI_DEV_BOARD_POWER_WATTS",
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": "DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS",
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": "DCGM_FI_DEV_BOARD_POWER_LIMIT_REQUESTED_WATTS",
+}
+
+
+def _dcgm4_names(fleet: Any, series: list[RecordedSeries]) -> list[RecordedSeries]:
+    """DCGM 4.x names in one window: the exporter of the first node is upgraded 27 min before the end (off the 5-minute
+    grid: every field of its GPUs switches to its 4.x name mid-bucket); on the other nodes a second counters CSV exports
+    every renamed field under both names for the whole window."""
+    t_end_ms = int(fleet.spec.eval_time.timestamp() * 1000)
+    split = t_end_ms - 1_620_000 - 10_000
+    first_node = fleet.gpus[0].node
+    upgraded = {g.uuid for g in fleet.gpus if g.node == first_node}
+    out: list[RecordedSeries] = []
+    for s in series:
+        new = DCGM4.get(s.name)
+        if new is None:
+            out.append(s)
+        elif s.labels.get("UUID") in upgraded:
+            before = [(t, v) for t, v in zip(s.timestamps_ms, s.values, strict=True) if t < split]
+            after = [(t, v) for t, v in zip(s.timestamps_ms, s.values, strict=True) if t >= split]
+            for name, part in ((s.name, before), (new, after)):
+                if part:
+                    out.append(RecordedSeries(name, s.labels, [t for t, _ in part], [v for _, v in part]))
+        else:
+            out.extend((s, RecordedSeries(new, dict(s.labels), list(s.timestamps_ms), list(s.values))))
+    renamed = {DCGM4[s.name] for s in series if s.name in DCGM4}
+    assert len(renamed) >= 6 and {s.name for s in out} >= renamed and len(upgraded) < len({s.labels.get("UUID") for s in out})
+    return out
+
+
+def _gpu_util_ratio_double(fleet: Any, series: list[RecordedSeries]) -> list[RecordedSeries]:
+    """GPU_UTIL exported as DCGM_FI_DEV_GPU_UTIL_RATIO holding a 0–1 ratio (the DOUBLE field a DCGM after 4.6 is said to
+    give that name), for every GPU: the same measurement as the percent field ÷ 100."""
+    return [RecordedSeries("DCGM_FI_DEV_GPU_UTIL_RATIO", s.labels, s.timestamps_ms, [v / 100.0 for v in s.values])
+            if s.name == "DCGM_FI_DEV_GPU_UTIL" else s for s in series]
+
+
 WEIGHTS = {"busy": 0.3, "idle": 0.2, "underused": 0.15, "bursty": 0.1, "gap": 0.1, "frozen": 0.05, "free": 0.1}
 
 
@@ -195,6 +241,10 @@ def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
                    _dropped_label_copies),
             _write("uneven-counts", root, FleetSpec(layout="random", nodes=6, seed=11, label_style="exported", cluster="rx", weights=WEIGHTS),
                    _uneven_counts),
+            _write("dcgm4-names", root, FleetSpec(layout="random", nodes=3, seed=8, label_style="exported", cluster="d4", weights=WEIGHTS,
+                                                  instance_types=("g5.12xlarge",)), _dcgm4_names),
+            _write("gpu-util-ratio", root, FleetSpec(layout="random", nodes=3, seed=8, label_style="exported", cluster="d4", weights=WEIGHTS,
+                                                    instance_types=("g5.12xlarge",)), _gpu_util_ratio_double),
             _write("five-minute-export", root, FleetSpec(layout="random", nodes=2, seed=9, cluster="slow", step_s=300,
                                                          instance_types=("g5.12xlarge",))),
         )
@@ -307,7 +357,7 @@ def finding_diffs(a: ScanReport, b: ScanReport) -> list[str]:
 
 # -- parity ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["demo", "random-exported", "random-pod", "b12-aliases-pods", "unreadable", "five-minute-export",
-                                  "dropped-labels"])
+                                  "dropped-labels", "dcgm4-names", "gpu-util-ratio"])
 def test_prometheus_source_window_and_findings_match_the_recording(
     name: str, scenarios: dict[str, Scenario], prometheus_factory: PrometheusFactory
 ) -> None:
@@ -693,6 +743,72 @@ def test_recording_rules_plan_matches_the_recording_and_the_raw_plan(ruled_prome
     assert ruled.rules_status(at=at)["installed"] is True
     # AND the findings are the same
     assert finding_diffs(_scan(sc, rec, at), _scan(sc, ruled, at)) == []
+
+
+def test_a_field_under_its_dcgm3_and_dcgm4_names_reads_the_same_through_rules_raw_series_and_recording(
+    scenarios: dict[str, Scenario], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # GIVEN the DCGM 4.x scenario (one node's exporter upgraded mid-bucket, the others exporting every renamed field under
+    # both names) in a real Prometheus with the shipped recording rules backfilled by promtool
+    from tests.servers.prometheus import INSTALL_HINT, PrometheusServer, prometheus_available
+
+    if not prometheus_available():
+        pytest.skip(INSTALL_HINT)
+    sc = scenarios["dcgm4-names"]
+    rec = RecordingTelemetrySource(sc.path)
+    end = int(rec.end_time().timestamp())
+    with PrometheusServer(sc.telemetry_file, workdir=tmp_path_factory.mktemp("ruled-dcgm4")) as server:
+        server.backfill_rules(RULES_FILE, start=end - sc.spec.history_s, end=end)  # no rule fails: promtool would say so
+        ruled = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=server.url), cluster=rec.cluster)
+        marker = ruled.instant_query("gpuwaste:recording_rules:info[10m]", at=rec.end_time())
+        at = datetime.fromtimestamp(float(marker[0]["values"][-1][0]), tz=UTC)
+        raw = PrometheusGpuMetricsSource(ruled.client, url=server.url, cluster=rec.cluster, use_rules="never")
+        # WHEN the window is read through the rules, through the raw series, and from the recording, and scanned
+        window = timedelta(hours=1)
+        tw_ruled, tw_raw, tw_rec = ruled.telemetry(at=at, window=window), raw.telemetry(at=at, window=window), rec.telemetry(at=at, window=window)
+        rep_rec, rep_ruled, rep_raw = _scan(sc, rec, at), _scan(sc, ruled, at), _scan(sc, raw, at)
+    # THEN the three windows are the same, bucket by bucket, and so are the findings
+    assert (tw_ruled.plan, tw_raw.plan) == ("recording rules", "raw")
+    assert window_diffs(tw_rec, tw_ruled) == [] and window_diffs(tw_rec, tw_raw) == []
+    assert rep_rec.findings and finding_diffs(rep_rec, rep_ruled) == [] and finding_diffs(rep_rec, rep_raw) == []
+    # AND a sample exported under two names is not taken for a doubled scrape rate: the spacing is the exporter's 30 s,
+    # the doubly named GPUs read as two copies side by side, the upgraded node's as one name after the other
+    assert tw_rec.scrape_interval_s == tw_ruled.scrape_interval_s == sc.spec.step_s == 30
+    upgraded = {g.uuid for g in generate_fleet(sc.spec).gpus if g.node == generate_fleet(sc.spec).gpus[0].node}
+    for g in tw_rec.gpus:
+        gr = g.merged("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+        assert gr is not None and gr.series == 2
+        assert gr.live_series == (1 if g.device.uuid in upgraded else 2)
+    assert "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO" not in tw_rec.metrics_present and "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in tw_rec.metrics_present
+    # AND every GPU is judged as in the same fleet written with the 3.x names only: same kinds, subjects and money
+    plain = _write("dcgm3-only", tmp_path_factory.mktemp("dcgm3"), sc.spec)
+    rep_plain = _scan(plain, RecordingTelemetrySource(plain.path), at)
+    assert [(f.kind, f.subject.namespace, f.subject.pod, f.subject.node, f.wasted_gpu_share, f.usd_per_day) for f in rep_rec.findings] == [
+        (f.kind, f.subject.namespace, f.subject.pod, f.subject.node, f.wasted_gpu_share, f.usd_per_day) for f in rep_plain.findings]
+
+
+def test_gpu_util_ratio_holding_a_ratio_reads_as_the_percent_field(scenarios: dict[str, Scenario], tmp_path_factory: pytest.TempPathFactory,
+                                                                      prometheus_factory: PrometheusFactory) -> None:
+    # GIVEN a fleet whose GPU_UTIL is exported as DCGM_FI_DEV_GPU_UTIL_RATIO in 0–1, and the same fleet with the percent field
+    sc = scenarios["gpu-util-ratio"]
+    rec = RecordingTelemetrySource(sc.path)
+    at = rec.end_time()
+    plain = _write("gpu-util-percent", tmp_path_factory.mktemp("pct"), sc.spec)
+    # WHEN both are read (the ratio one also from a real Prometheus)
+    tw, tw_plain = rec.telemetry(at=at, window=WINDOW_1H), RecordingTelemetrySource(plain.path).telemetry(at=at, window=WINDOW_1H)
+    prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=prometheus_factory(sc.telemetry_file).url), cluster=rec.cluster)
+    # THEN every GPU's GPU_UTIL reads in percent as the percent field's (a busy GPU is not read as 1 % busy), on both paths,
+    # and the findings are the same GPUs, shares and dollars
+    for a, b in zip(tw.gpus, tw_plain.gpus, strict=True):
+        ua, ub = a.merged("DCGM_FI_DEV_GPU_UTIL"), b.merged("DCGM_FI_DEV_GPU_UTIL")
+        assert ua is not None and ub is not None and math.isclose(ua.avg, ub.avg, rel_tol=1e-9) and math.isclose(ua.max, ub.max, rel_tol=1e-9)
+    assert max(g.merged("DCGM_FI_DEV_GPU_UTIL").max for g in tw.gpus) > 50  # type: ignore[union-attr]
+    assert window_diffs(tw, prom.telemetry(at=at, window=WINDOW_1H)) == []
+    key = lambda r: sorted((f.kind.value, f.subject.pod, f.subject.node, f.wasted_gpu_share, f.usd_per_day) for f in r.findings)  # noqa: E731
+    assert key(_scan(sc, rec, at)) == key(_scan(plain, RecordingTelemetrySource(plain.path), at))
+
+
+WINDOW_1H = timedelta(hours=1)
 
 
 def test_rules_record_a_fields_count_only_where_it_differs_and_the_scan_resolves_the_rest(ruled_prometheus: tuple[Scenario, str]) -> None:

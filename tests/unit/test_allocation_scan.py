@@ -183,3 +183,34 @@ def test_mps_with_per_client_values_judges_each_pod_on_its_own_activity(tmp_path
     # THEN only p-1 is idle, judged on its own (measured per pod) series
     [idle] = sc.of_kind(IDLE)
     assert (idle.subject.pod, idle.subject.gpu_share, idle.details["activity_scope"]) == ("p-1", Decimal("0.25"), "per pod")
+
+
+def test_b25_dra_trainer_through_kube_state_metrics_reads_its_claim_from_kube_pod_resourceclaim_info(tmp_path, monkeypatch):
+    # GIVEN the B25 input (trainer-0 holds 4 of 8 H100s through a ResourceClaim, all idle) with the cluster read from
+    # kube-state-metrics series only: kube_pod_resourceclaim_info names the pod's claim, KSM exports no ResourceClaim
+    # object, the GPUs carry the exporter's dra_* labels
+    from tests.fixtures.field_guide import builders
+
+    monkeypatch.setattr(builders, "CLUSTER_VIA", "ksm")
+    host = "ip-10-0-9-1.ec2.internal"
+    gpus = [uuid(0x64 + i) for i in range(8)]
+    series = []
+    for i, u in enumerate(gpus):
+        labels = {"gpu": str(i), "UUID": u, "modelName": "NVIDIA H100 80GB HBM3", "Hostname": host}
+        if i < 4:
+            labels |= {"container": "main", "namespace": "research", "pod": "trainer-0", "dra_claim_name": "trainer-0-gpus-x7k2p",
+                       "dra_claim_namespace": "research", "dra_driver_name": "gpu.nvidia.com", "dra_pool_name": host, "dra_device_name": f"gpu-{i}"}
+        else:
+            labels |= {"container": "", "namespace": "", "pod": ""}
+        series.append(S(GR, labels, 0.001))
+    objs = [dra_node(host), claim_pod("research", "trainer-0", host, "trainer-0-gpus-x7k2p", via_template=True)]
+    assert "kube_pod_resourceclaim_info" in builders.ksm_text(objs)
+    # WHEN scanned
+    sc = scan(tmp_path, series, objs)
+    # THEN the pod is in the state with its claim (pod-local name, resolved claim, template), and it is idle with its 4
+    # GPUs at $660.48/day, attributed through the claim named on the GPUs (the claim object itself unread)
+    (trainer,) = [p for p in sc.ctx.cluster.pods if p.name == "trainer-0"]
+    assert [(r.name, r.claim_name, r.template) for r in trainer.resource_claims] == [("gpus", "trainer-0-gpus-x7k2p", "trainer-0-tmpl")]
+    [idle] = sc.of_kind(IDLE)
+    assert (idle.subject.namespace, idle.subject.pod, idle.subject.gpu_share) == ("research", "trainer-0", Decimal(4))
+    assert idle.usd_per_day == Decimal("660.48") and idle.details["mechanism"] == "DRA"

@@ -6,8 +6,11 @@ on the inputs the product meets: the real dcgm-exporter scrapes beside the repos
 format) and generated fleets (OpenMetrics with second timestamps, the format ``gpuwaste record`` writes).
 
 Where the two legitimately differ, the difference is stated here, never hidden:
-- our parser drops DCGM blank sentinels and non-finite values (warned); the reference keeps them, so the
-  reference side is filtered the same way before comparing;
+- our parser drops DCGM blank sentinels on DCGM fields (``DCGM_*``/``dcgm_*``) and non-finite values (warned); the
+  reference keeps them, so the reference side is filtered the same way before comparing (the same large values on
+  other exporters' series, e.g. kube-state-metrics or process metrics, are real and kept by both);
+- OpenMetrics timestamps are truncated to milliseconds as Prometheus' own parser does (``int64(ts * 1000)``, what
+  promtool backfills); the reference's exact ``Timestamp`` is converted the same way;
 - prometheus_client's text parser renames the samples of a ``counter`` family to ``<name>_total`` (its
   OpenMetrics semantics); Prometheus itself stores the name as exposed, as we do, so that suffix is taken
   back off on the reference side when the exposed line did not carry it.
@@ -44,8 +47,10 @@ def _ours(data: bytes, fmt: str, default_ts_ms: int | None = None) -> set[Sample
     return out
 
 
-def _usable(value: float) -> bool:
-    return math.isfinite(value) and value not in BLANKS and value < 9.2e18
+def _usable(name: str, value: float) -> bool:
+    dcgm = name.startswith(("DCGM_", "dcgm_"))
+    return math.isfinite(value) and not (dcgm and (value in BLANKS or value >= 9.2e18 or 2147483632 <= value <= 2147483647
+                                                   or (value >= DCGM_FP64_BLANK and not float(value).is_integer())))
 
 
 def _reference(text: str, *, openmetrics: bool, default_ts_ms: int | None = None) -> set[Sample]:
@@ -57,7 +62,7 @@ def _reference(text: str, *, openmetrics: bool, default_ts_ms: int | None = None
     out: set[Sample] = set()
     for family in families:
         for sample in family.samples:
-            if not _usable(sample.value):
+            if not _usable(sample.name, sample.value):
                 continue
             name = sample.name
             if not openmetrics and family.type == "counter" and name == f"{family.name}_total" and f"\n{name}" not in text:
@@ -65,7 +70,7 @@ def _reference(text: str, *, openmetrics: bool, default_ts_ms: int | None = None
             if sample.timestamp is None:
                 ts = default_ts_ms
             elif openmetrics:
-                ts = round(float(sample.timestamp) * 1000)
+                ts = int(float(sample.timestamp) * 1000)
             else:
                 ts = int(sample.timestamp * 1000) if isinstance(sample.timestamp, float) else int(sample.timestamp)
             assert ts is not None
@@ -136,3 +141,54 @@ def test_parser_differs_from_reference_only_by_dropping_dcgm_blanks() -> None:
     # THEN the reference keeps the sentinel as a number and we drop it; the normal value agrees
     assert ("DCGM_FI_DEV_GPU_UTIL", "GPU-a", 9223372036854775794) in raw_reference
     assert {(n, dict(labels)["UUID"], v) for n, labels, _, v in ours} == {("DCGM_FI_DEV_GPU_UTIL", "GPU-b", 42.0)}
+
+
+# -- inputs shaped like what Prometheus 3.x and other exporters emit ---------------------------------------------------
+NEW_SHAPES_TEXT = (
+    # Prometheus 3.x UTF-8 names: the metric name quoted inside the braces, quoted label names
+    '# TYPE "vllm.num_requests.running" gauge\n'
+    '{"vllm.num_requests.running",namespace="ml",pod="llm-0","model.name"="llama"} 3\n'
+    'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-a","k8s.pod.name"="llm-0"} 55\n'
+    # unknown escapes in label values are kept as written (known ones unescaped)
+    'DCGM_FI_DEV_FB_USED{UUID="GPU-a",path="C:\\data\\q",note="a\\qb\\tc",quote="x\\"y",nl="1\\n2"} 1024\n'
+    # DCGM blank sentinels only on DCGM fields: a KSM quantity and a process metric at the same values are real
+    'DCGM_FI_DEV_POWER_USAGE{UUID="GPU-b"} 140737488355328.000000\n'
+    'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-b"} 2147483632\n'
+    'kube_pod_container_resource_requests{namespace="ml",pod="p",resource="memory",unit="byte"} 9223372036854775794\n'
+    'process_start_time_seconds{job="dcgm"} 2147483632\n'
+    'process_virtual_memory_max_bytes 1.8446744073709552e+19\n'
+)
+
+
+def test_parser_matches_reference_on_prometheus3_names_escapes_and_non_dcgm_sentinel_values() -> None:
+    # GIVEN a text scrape with UTF-8 quoted names, unknown escapes, and DCGM-blank-looking values on DCGM and other fields
+    # WHEN both parsers read it
+    ours = _ours(NEW_SHAPES_TEXT.encode(), "text", default_ts_ms=1_700_000_000_000)
+    reference = _reference(NEW_SHAPES_TEXT, openmetrics=False, default_ts_ms=1_700_000_000_000)
+    # THEN they agree sample for sample: the quoted names and labels, the escapes kept literally, the non-DCGM values
+    assert ours == reference
+    names = {n for n, *_ in ours}
+    assert "vllm.num_requests.running" in names and "kube_pod_container_resource_requests" in names
+    fb = next(dict(labels) for n, labels, _, _ in ours if n == "DCGM_FI_DEV_FB_USED")
+    assert fb["path"] == "C:\\data\\q" and fb["note"] == "a\\qb\\tc" and fb["quote"] == 'x"y' and fb["nl"] == "1\n2"
+    assert {v for n, labels, _, v in ours if n.startswith("DCGM_") and dict(labels)["UUID"] == "GPU-b"} == set()
+    assert {v for n, _, _, v in ours if n == "process_start_time_seconds"} == {2147483632.0}
+
+
+def test_parser_matches_reference_on_openmetrics_utf8_names_and_large_timestamps() -> None:
+    # GIVEN OpenMetrics with a quoted UTF-8 name and large valid timestamps (fractions past the millisecond, far future)
+    text = (
+        '# TYPE "dcgm.gpu.utilization" gauge\n'
+        '{"dcgm.gpu.utilization",UUID="GPU-a"} 1 1700000000.123456789\n'
+        '{"dcgm.gpu.utilization",UUID="GPU-a"} 2 1700000000.9999\n'
+        '{"dcgm.gpu.utilization",UUID="GPU-a"} 3 9999999999.999\n'
+        '# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n'
+        'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-a",note="a\\qb"} 4 4102444800.001\n'
+        "# EOF\n"
+    )
+    # WHEN both parsers read it
+    ours = _ours(text.encode(), "openmetrics")
+    reference = _reference(text, openmetrics=True)
+    # THEN the same samples, timestamps truncated to the millisecond as Prometheus stores them
+    assert ours == reference and len(ours) == 4
+    assert sorted(ts for *_, ts, _ in ours) == [1_700_000_000_123, 1_700_000_000_999, 4_102_444_800_001, 9_999_999_999_999]

@@ -271,7 +271,7 @@ def test_ksm_history_query_reads_the_last_state_of_the_gone_pods_only():
     # THEN each pod metric is read over the window, only for those pods (names regex-escaped), phase filtered to 1
     assert 'pod=~"a\\\\.b|trainer-0"' in q and "[3600s]" in q
     assert 'last_over_time(kube_pod_status_phase{pod=~"a\\\\.b|trainer-0"}[3600s]) == 1' in q
-    assert q.count("label_replace(") == 11
+    assert q.count("label_replace(") == 12  # the 10 pod metrics (incl. kube_pod_resourceclaim_info) + phase + cpu limits
 
 
 def test_ksm_live_pod_absent_at_evaluation_time_gets_an_estimated_end():

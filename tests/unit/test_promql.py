@@ -15,6 +15,7 @@ from gpuwaste.sources.metrics_plan import (
     summarise_samples,
 )
 from gpuwaste.sources.promql import (
+    ALIAS_LABEL,
     METRIC_LABEL,
     RATE_BRANCHES,
     STAT_LABEL,
@@ -82,11 +83,16 @@ def test_raw_time_resolved_gpu_field_is_three_untagged_unaggregated_range_querie
     assert spec is not None
     # WHEN the GR engine field's queries are picked
     mine = [q for q in plan if q.spec is spec]
-    sel = selector(spec.names)
-    # THEN one range query per bucket statistic, each the bare function over one left-open bucket: no label_replace,
-    # no `or`, no aggregation (Prometheus evaluates them at every step)
+    old, new = selector(["DCGM_FI_PROF_GR_ENGINE_ACTIVE", "dcgm_fi_prof_gr_engine_active"]), selector(
+        ["DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", "dcgm_fi_prof_gr_engine_util_ratio"])
+    # THEN one range query per bucket statistic, each the bare function over one left-open bucket: no statistic tag and
+    # no aggregation (Prometheus evaluates them at every step); the DCGM 4.x name is its own branch, tagged with its name
+    # so that a series exported under both names is two results (never one label set twice: HTTP 422)
     assert [(q.kind, q.stat, q.step_s) for q in mine] == [("range", "count", 300), ("range", "sum", 300), ("range", "max", 300)]
-    assert [q.promql for q in mine] == [f"{fn}({sel}[299999ms])" for fn in ("count_over_time", "sum_over_time", "max_over_time")]
+    assert [q.promql for q in mine] == [
+        f'{fn}({old}[299999ms]) or label_replace({fn}({new}[299999ms]), "{ALIAS_LABEL}", "dcgm_fi_prof_gr_engine_util_ratio", "", "")'
+        for fn in ("count_over_time", "sum_over_time", "max_over_time")]
+    assert all(STAT_LABEL not in q.promql and "without" not in q.promql for q in mine)
 
 
 def test_pod_metrics_are_read_by_two_queries_each_series_naming_its_metric() -> None:
@@ -108,11 +114,14 @@ def test_time_resolved_query_asks_for_count_sum_and_max_per_left_open_bucket() -
     assert spec is not None and spec.summary == "buckets"
     # WHEN its query is built for a 70-minute window (5-minute buckets)
     q = metric_query(spec, window_s=4200, bucket_s=300)
-    sel = selector(spec.names)
-    # THEN three branches over one bucket minus a millisecond (left-open in Prometheus 2.x and 3.x), nothing costlier
-    assert q.count("label_replace(") == 3 and q.count(" or ") == 2
+    sel = selector(["DCGM_FI_PROF_GR_ENGINE_ACTIVE", "dcgm_fi_prof_gr_engine_active"])
+    # THEN three branches over one bucket minus a millisecond (left-open in Prometheus 2.x and 3.x), nothing costlier,
+    # each over both spellings of the field (the DCGM 4.x name tagged, kept apart: the scan merges it per device)
+    assert q.count(f'"{STAT_LABEL}", ') == 3 and q.count(f'"{ALIAS_LABEL}", ') == 3 and q.count(" or ") == 5
     for stat, fn in (("count", "count_over_time"), ("sum", "sum_over_time"), ("max", "max_over_time")):
         assert f"{fn}({sel}[299999ms])" in q and f'"{STAT_LABEL}", "{stat}", "", ""' in q
+        assert f"{fn}({selector(['DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO', 'dcgm_fi_prof_gr_engine_util_ratio'])}[299999ms])" in q
+    assert "without" not in q
     assert "quantile_over_time" not in q and "min_over_time" not in q and ":" not in q.split("[")[1].split("]")[0]
 
 
@@ -123,8 +132,8 @@ def test_window_statistics_of_other_fields_are_the_cheap_ones() -> None:
     # WHEN their queries are built
     qe, qf = metric_query(energy, window_s=3600), metric_query(fb, window_s=3600)
     # THEN energy asks for count and changes, the framebuffer for count, sum and max, over the left-open window
-    assert qe.count("label_replace(") == 2 and "changes(" in qe and "[3599999ms]" in qe
-    assert qf.count("label_replace(") == 3 and "max_over_time(" in qf and "changes(" not in qf
+    assert qe.count(f'"{STAT_LABEL}", ') == 2 and "changes(" in qe and "[3599999ms]" in qe
+    assert qf.count(f'"{STAT_LABEL}", ') == 3 and "max_over_time(" in qf and "changes(" not in qf
     assert set(STATS_BRANCHES) == {"count", "sum", "max", "changes"}
 
 

@@ -74,6 +74,16 @@ DOCS = {
     "triton": "https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/metrics.html",
     "mig": "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/",
     "kube-state-metrics": "https://github.com/kubernetes/kube-state-metrics/tree/main/docs",
+    "gke-dcgm": "https://cloud.google.com/stackdriver/docs/managed-prometheus/exporters/nvidia-dcgm",
+}
+
+#: A cloud's own GPU metric families a Prometheus may hold where no dcgm-exporter runs (GKE system metrics read through
+#: Google Cloud Managed Service for Prometheus: `kubernetes.io/container/accelerator/*` as `kubernetes_io:container_accelerator_*`,
+#: duty cycle in percent, memory in bytes, keyed by `namespace_name`/`pod_name`). gpuwaste does not judge GPUs from them
+#: (no per-GPU activity profile, no power, 60 s samples): `doctor` names them and recommends DCGM.
+CLOUD_GPU_METRICS: dict[str, tuple[str, ...]] = {
+    "GKE system metrics": ("kubernetes_io:container_accelerator_duty_cycle", "kubernetes_io:container_accelerator_memory_used",
+                           "kubernetes_io:container_accelerator_request"),
 }
 
 
@@ -352,6 +362,55 @@ def check_labels(probe: Probe) -> list[CheckRow]:
     return rows
 
 
+def check_dcgm_names(probe: Probe) -> list[CheckRow]:
+    """Which name each DCGM field is exported under (DCGM 3.x, 4.x, 1.x or lower-cased; `models.telemetry.DCGM_ALIASES`),
+    and a warning for a field exported under two names at once (a second counters CSV: every sample stored twice)."""
+    probe.report()
+    raw, aliases = probe.raw_counts, probe.aliases
+    renamed: list[str] = []
+    doubled: list[str] = []
+    for canonical, names in aliases.items():
+        if not canonical.startswith("DCGM_FI_"):
+            continue
+        used = [n for n in names if raw.get(n, 0) > 0]
+        if len({n.lower() for n in used}) > 1:
+            doubled.append(f"{canonical} as {' and '.join(used)}")
+        elif used and used[0].lower() != canonical.lower():
+            renamed.append(f"{used[0]} (read as {canonical})")
+    rows = []
+    if doubled:
+        rows.append(CheckRow("DCGM field names", "warn", "exported under two names at once: " + "; ".join(doubled)
+                             + " (gpuwaste reads the copies as one GPU's; Prometheus stores every sample twice)",
+                             "keep one row per field in the dcgm-exporter counters CSV", DOCS["dcgm-exporter"]))
+    if renamed:
+        rows.append(CheckRow("DCGM field names", "ok", "other names read: " + ", ".join(renamed)))
+    return rows
+
+
+def check_cloud_gpu_metrics(probe: Probe) -> list[CheckRow]:
+    """A cloud's own GPU metrics (`CLOUD_GPU_METRICS`) in the Prometheus: with no DCGM activity field, say that gpuwaste
+    cannot judge those GPUs and recommend DCGM; beside DCGM, that DCGM is the one read."""
+    probe.report()  # probes the signals once
+    dcgm = sum(probe.raw_counts.get(n, 0) for s in (Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL)
+               for n in probe.aliases.get(s.value, (s.value,)))
+    rows = []
+    for family, names in CLOUD_GPU_METRICS.items():
+        query = "count({__name__=~\"" + "|".join(names) + "\"})"
+        result = probe.source.instant_query(query, at=probe.at, what=f"doctor {family}")
+        found = int(float(result[0]["value"][1])) if result else 0
+        if not found:
+            continue
+        if dcgm:
+            rows.append(CheckRow("cloud GPU metrics", "ok", f"{found} {family} series ({', '.join(names)}) beside DCGM: the "
+                                 "DCGM fields are read"))
+        else:
+            rows.append(CheckRow("cloud GPU metrics", "warn", f"{found} {family} series ({', '.join(names)}) but no DCGM "
+                                 "activity field: gpuwaste judges GPUs from DCGM only (a duty cycle sampled once a minute has "
+                                 "no per-GPU activity profile, power or memory bandwidth)",
+                                 "deploy dcgm-exporter or enable the cloud's managed DCGM metrics", DOCS["gke-dcgm"]))
+    return rows
+
+
 class Probe:
     """What the checks read: one Prometheus at one time (answers cached, so checks can share them)."""
 
@@ -362,6 +421,8 @@ class Probe:
         self._report: DoctorReport | None = None
         self._labels: dict[str, int] | None = None
         self.ksm: KsmStatus | None = None
+        self.aliases: dict[str, tuple[str, ...]] = {}  # probed metric → every name it is read under (`counts`)
+        self.raw_counts: dict[str, int] = {}  # series per name, each alias apart (`counts`)
 
     def counts(self) -> dict[str, int]:
         """Series per probed metric at the probe time (aliases of one signal counted together)."""
@@ -370,6 +431,7 @@ class Probe:
         aliases = {n: (spec.names if (spec := spec_for(n)) else (n,)) for n in probe_names()}
         raw = self.source.probe([a for names in aliases.values() for a in names], at=self.at)
         self.aliases = aliases
+        self.raw_counts = raw
         return {n: sum(raw.get(a, 0) for a in names) for n, names in aliases.items()}  # DCGM 4.6 / 1.x names count too
 
     def newest(self, names: list[str]) -> dict[str, datetime]:
@@ -409,7 +471,7 @@ class Probe:
 
 
 #: The doctor's checks, in order: each reads the probe and returns its rows (other checks append here).
-CHECKS: list[Callable[[Probe], list[CheckRow]]] = [check_signals, check_labels]
+CHECKS: list[Callable[[Probe], list[CheckRow]]] = [check_signals, check_labels, check_dcgm_names, check_cloud_gpu_metrics]
 
 
 LABEL_CHECKS: dict[str, str] = {
@@ -617,12 +679,18 @@ def check_ksm(probe: Probe) -> list[CheckRow]:
     A warning, not a failure: with Kubernetes API access the scan does not need these series.
     """
     probe.ksm = status = probe_ksm(probe.source, probe.at)
+    renamed = probe.source.instant_query('count(kube_pod_info{exported_pod!=""})', at=probe.at, what="doctor KSM labels")
+    family = []
+    if renamed and float(renamed[0]["value"][1]) > 0:
+        family = [CheckRow("kube-state-metrics labels", "ok", f"{int(float(renamed[0]['value'][1]))} kube_pod_info series name their pod "
+                           "in exported_namespace/exported_pod (KSM scraped with honorLabels: false; namespace/pod name the KSM "
+                           "pod): read automatically", "", DOCS["honor-labels"])]
     if status.usable and not status.missing:
-        return [CheckRow("kube-state-metrics", "ok", "pods, phases, GPU requests, owners and node labels are exported")]
+        return [CheckRow("kube-state-metrics", "ok", "pods, phases, GPU requests, owners and node labels are exported"), *family]
     detail = ("a Prometheus-only scan can tie GPUs to pods, but " if status.usable else "a Prometheus-only scan cannot tie GPUs to pods: ") + (
         "missing " + ", ".join(sorted(status.missing)) if status.missing else "some allow-listed labels are missing")
     return [CheckRow("kube-state-metrics", "warn", detail, "apply the kube-state-metrics Helm values printed below "
-                     "(or give gpuwaste Kubernetes API access)", DOCS.get("kube-state-metrics", ""))]
+                     "(or give gpuwaste Kubernetes API access)", DOCS.get("kube-state-metrics", "")), *family]
 
 
 CHECKS.append(check_ksm)

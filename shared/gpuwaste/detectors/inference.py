@@ -156,6 +156,48 @@ def detect_kv_cache_pressure(ctx: ScanContext, settings: KvCachePressureSettings
         )
 
 
+def _idle_engines(ctx: ScanContext, a: Allocation, settings: InferenceIdleSettings) -> DetectorOutput:
+    """Under-use of a serving data-parallel pod: engines (`PodTelemetry.engines`) that ran no request, queued none and
+    generated no token all window while another engine served. The pod is not idle; the idle engines' share of its GPUs
+    is (each engine holds an equal share: data parallelism replicates the model)."""
+    ns, name = a.pod.namespace, a.pod.name
+    engines = next((p.engines for p in ctx.telemetry.pods if p.namespace == ns and p.pod == name), {})
+    if len(engines) < 2:
+        return
+    idle: list[tuple[str, WindowStats]] = []
+    for engine, sig in sorted(engines.items()):
+        running, waiting = sig.get(VLLM_RUNNING), sig.get(VLLM_WAITING)
+        if running is None or running.max > 0 or (waiting is not None and waiting.max > 0):
+            continue
+        if any((r := sig.get(t + ":rate")) is not None and r.max > settings.max_token_rate_per_s for t in VLLM_TOKENS):
+            continue
+        if ctx.telemetry.coverage(running) < ctx.common.min_coverage:
+            continue  # an engine seen for part of the window only: missing is never idle
+        idle.append((engine, running))
+    if not idle:
+        return
+    share = a.share * Decimal(len(idle)) / Decimal(len(engines))
+    names = ", ".join(e for e, _ in idle)
+    yield Finding(
+        kind=WasteKind.UNDERUSED,
+        detector="inference_idle",
+        subject=ctx.subject_for(a),
+        scope_key="idle-engines",
+        title=f"vLLM server {ns}/{name} serves, but {len(idle)} of its {len(engines)} engines ({names}) ran no request for "
+              f"{ctx.window_s // 60} min",
+        recommendation="Traffic reaches only some data-parallel engines: lower --data-parallel-size (fewer GPUs), or check "
+                       "the load balancing across engines.",
+        evidence=tuple(pod_evidence(ctx, f"{VLLM_RUNNING}{{{e}}}", st, unit="requests", threshold=0, comparison="max = 0")
+                       for e, st in idle),
+        confidence=Confidence.MEDIUM,
+        observed_at=ctx.eval_time,
+        window_s=ctx.window_s,
+        wasted_gpu_share=share,
+        details={"server": "vLLM", "engines": str(len(engines)), "idle_engines": names,
+                 "formula": "wasted GPUs = GPUs held × idle engines ÷ engines (each engine holds an equal share)"},
+    )
+
+
 @detector(
     "inference_idle",
     settings=InferenceIdleSettings,
@@ -183,7 +225,8 @@ def detect_inference_idle(ctx: ScanContext, settings: InferenceIdleSettings) -> 
         running = pod_gauge(ctx, ns, name, VLLM_RUNNING)
         if running is not None:
             server = "vLLM"
-            if running[1].max > 0:
+            if running[1].max > 0:  # serving: some engine ran a request (a data-parallel pod serves when any engine does)
+                yield from _idle_engines(ctx, a, settings)
                 continue
             evidence.append(pod_evidence(ctx, VLLM_RUNNING, running[1], unit="requests", threshold=0, comparison="max = 0"))
             waiting = pod_gauge(ctx, ns, name, VLLM_WAITING)

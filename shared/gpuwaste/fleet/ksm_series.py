@@ -198,6 +198,13 @@ def _pod(out: _Series, obj: Mapping[str, Any], name: str, ns: str, created: floa
                     metric = f"kube_pod_{'init_' if init else ''}container_resource_{kind}"
                     rows.append((metric, {**base, "container": cname, "node": node, "resource": sanitize(resource), "unit": _unit(resource)}, quantity(q)))
     rows.append(("kube_pod_info", info, 1))
+    if not v1:  # KSM v2.20+: one series per spec.resourceClaims entry (DRA), the claim it resolved to
+        generated = {str(x.get("name")): x.get("resourceClaimName") for x in status.get("resourceClaimStatuses") or []}
+        for entry in spec.get("resourceClaims") or []:
+            local = str(entry.get("name", ""))
+            claim = entry.get("resourceClaimName") or generated.get(local) or ""
+            rows.append(("kube_pod_resourceclaim_info", {**base, "claim_name": local, "resourceclaim_name": str(claim),
+                                                         "resourceclaim_template_name": str(entry.get("resourceClaimTemplateName") or "")}, 1))
     if ctrl or not v1:
         for o in owners or [{"kind": "<none>", "name": "<none>", "controller": None}]:
             flag = "<none>" if o.get("controller") is None else str(bool(o.get("controller"))).lower()

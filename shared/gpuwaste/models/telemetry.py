@@ -49,6 +49,40 @@ class Signal(StrEnum):
         return self in _PER_INSTANCE
 
 
+#: Every other name an exporter may publish a `Signal` under, with the value in the same unit (one table, read by the
+#: plan, the recording path, the recording rules, `doctor` and the Grafana dashboard). Sources:
+#: * DCGM 4.x field names (DCGM 4.6.0 `dcgmlib/dcgm_fields.h`, its block of deprecated aliases, e.g.
+#:   `#define DCGM_FI_PROF_SM_ACTIVE DCGM_FI_PROF_SM_UTIL_RATIO // 1002`; go-dcgm 4.6.1 `pkg/dcgm/const_fields.go`): the
+#:   same field id, so the same type and unit. `DCGM_FI_DEV_GPU_UTIL_RATIO` is field 203, INT64 **percent** 0–100
+#:   (`dcgm_fields.cpp` declares it `DCGM_FT_INT64`), despite its name; the `_RATIO` profiling fields are the
+#:   0–1 ratios they always were. A dcgm-exporter CSV row names the metric, so a CSV written with the new names
+#:   exports them (the shipped `default-counters.csv` still uses the old ones).
+#: * dcgm-exporter 1.x compatibility names (`dcgm_gpu_utilization`, …; go-dcgm's lower-case legacy map).
+#: Lower-cased spellings of each (Azure Managed Prometheus) are added by the plan.
+DCGM_ALIASES: dict[Signal, tuple[str, ...]] = {
+    Signal.SM_ACTIVE: ("DCGM_FI_PROF_SM_UTIL_RATIO",),
+    Signal.GR_ENGINE_ACTIVE: ("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",),
+    Signal.GPU_UTIL: ("DCGM_FI_DEV_GPU_UTIL_RATIO", "dcgm_gpu_utilization"),
+    Signal.TENSOR_ACTIVE: ("DCGM_FI_PROF_TENSOR_UTIL_RATIO",),
+    Signal.DRAM_ACTIVE: ("DCGM_FI_PROF_DRAM_UTIL_RATIO",),
+    Signal.MEM_COPY_UTIL: ("dcgm_mem_copy_utilization",),
+    Signal.FB_USED: ("dcgm_fb_used",),
+    Signal.FB_FREE: ("dcgm_fb_free",),
+    Signal.POWER_USAGE: ("DCGM_FI_DEV_BOARD_POWER_WATTS", "dcgm_power_usage"),
+    Signal.POWER_LIMIT: ("DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS",),
+    Signal.POWER_MGMT_LIMIT: ("DCGM_FI_DEV_BOARD_POWER_LIMIT_REQUESTED_WATTS",),
+    Signal.TOTAL_ENERGY: ("dcgm_total_energy_consumption",),
+}
+
+
+def exported_names(signal: Signal) -> tuple[str, ...]:
+    """Every metric name `signal` may be exported under: its name, the `DCGM_ALIASES`, and each lower-cased, without repeats."""
+    names: list[str] = []
+    for n in (signal.value, *DCGM_ALIASES.get(signal, ())):
+        names.extend((n, n.lower()))
+    return tuple(dict.fromkeys(names))
+
+
 _UNITS: dict[Signal, str] = {
     Signal.SM_ACTIVE: "ratio",
     Signal.GR_ENGINE_ACTIVE: "ratio",
@@ -549,12 +583,17 @@ class PodTelemetry(Frozen):
 
     Attributes:
         signals: metric name (e.g. `container_cpu_cfs_throttled_periods_total:rate`,
-            `vllm:num_requests_running`) → window summary.
+            `vllm:num_requests_running`) → window summary, every series of the pod merged (a data-parallel server's
+            engines together: it serves when any engine serves).
+        engines: for a server that exports one series per engine or rank (vLLM's `engine`, SGLang's `dp` / `dp_rank`
+            label: `sources.metrics_plan.ENGINE_LABELS`), `"<label>=<value>"` → that engine's own summaries, keyed as
+            `signals`; empty when the pod's series carry no such label.
     """
 
     namespace: str
     pod: str
     signals: dict[str, WindowStats] = Field(default_factory=dict)
+    engines: dict[str, dict[str, WindowStats]] = Field(default_factory=dict)
 
 
 class TelemetryWindow(Frozen):

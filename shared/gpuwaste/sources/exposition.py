@@ -89,6 +89,8 @@ _DCGM_INT32_MAX = 0x7FFFFFFF
 _UNIT_GUARD = 10**11
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+#: `# TYPE "<quoted UTF-8 name>" <type>` (Prometheus 3.x).
+_QUOTED_TYPE = re.compile(r'# TYPE "((?:[^"\\]|\\.)*)"[ \t]+(\S+)')
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # A whole label set without escapes: `{` name = "value" (, name = "value")* [,] `}` with blanks anywhere.
 _PLAIN_LABEL_SET = re.compile(
@@ -427,9 +429,13 @@ class _Parser:
                 line = self.repair_bad_utf8(line, lineno)
             if first == "#":
                 if line.startswith("# TYPE "):
-                    parts = line.split(None, 3)
-                    if len(parts) == 4:  # "#", "TYPE", name, type
-                        types[parts[2]] = parts[3].strip()
+                    quoted = _QUOTED_TYPE.match(line) if line.startswith('# TYPE "') else None
+                    if quoted is not None:  # a UTF-8 metric name (Prometheus 3.x): `# TYPE "my.metric" gauge`
+                        types[_unescape(quoted.group(1))] = quoted.group(2)
+                    else:
+                        parts = line.split(None, 3)
+                        if len(parts) == 4:  # "#", "TYPE", name, type
+                            types[parts[2]] = parts[3].strip()
                 elif openmetrics and line == "# EOF":
                     eof_seen = True
                     if self.streaming:
@@ -530,7 +536,7 @@ class _Parser:
                 if bad_sink is not None:
                     bad_sink(series, ts, lineno, f"non-finite value {value_text}")
                 continue
-            if value >= DCGM_INT32_BLANK and _is_dcgm_blank(value_text, value):
+            if value >= DCGM_INT32_BLANK and _is_dcgm_blank(value_text, value) and is_dcgm_name(series.name):
                 self.warn(
                     lineno,
                     f"skipped DCGM blank sentinel {value_text} of metric {series.name!r}",
@@ -572,7 +578,7 @@ class _Parser:
         if ts_text is None:
             return self.default_timestamp_ms
         try:
-            return round(float(ts_text) * 1000) if self.openmetrics else int(ts_text)
+            return int(float(ts_text) * 1000) if self.openmetrics else int(ts_text)
         except ValueError:
             return None
 
@@ -615,11 +621,12 @@ class _Parser:
                 f"timestamp {ts_text} looks like milliseconds, not seconds: this looks like a Prometheus text "
                 "file (timestamps in ms); pass --format text",
             )
-        return round(seconds * 1000)
+        return int(seconds * 1000)  # as Prometheus' OpenMetrics parser (`int64(ts * 1000)`), which promtool backfills with
 
-    def new_series(self, name: str, pairs: list[tuple[str, str]] | None, lineno: int) -> RecordedSeries:
-        """Validate a metric name, apply the filter, and return the (possibly shared) series object."""
-        if _METRIC_NAME.fullmatch(name) is None:
+    def new_series(self, name: str, pairs: list[tuple[str, str]] | None, lineno: int, *, quoted: bool = False) -> RecordedSeries:
+        """Validate a metric name (any non-empty text when it was quoted), apply the filter, and return the (possibly
+        shared) series object."""
+        if (not name) if quoted else _METRIC_NAME.fullmatch(name) is None:
             raise self.error(lineno, f"invalid metric name {name!r}")
         if self.metric_filter is not None and not self.metric_filter(name):
             return _FILTERED_OUT
@@ -635,7 +642,15 @@ class _Parser:
         return series
 
     def parse_series_part(self, line: str, lineno: int) -> tuple[RecordedSeries, int]:
-        """Parse ``name[ ]{labels}`` (or a bare name) at the start of a line; return (series, end index)."""
+        """Parse ``name[ ]{labels}``, ``{"name", labels}`` (a quoted UTF-8 name, Prometheus 3.x) or a bare name at the
+        start of a line; return (series, end index)."""
+        if line[0] == "{":
+            pairs, end, quoted = self.scan_label_set(line, 0, lineno, name_first=True)
+            if quoted is None:
+                raise self.error(lineno, f"no metric name in {_excerpt(line)!r}")
+            if self.metric_filter is not None and not self.metric_filter(quoted):
+                return _FILTERED_OUT, end
+            return self.new_series(quoted, pairs, lineno, quoted=True), end
         match = _METRIC_NAME.match(line)
         if match is None:
             raise self.error(lineno, f"invalid metric name at the start of {_excerpt(line)!r}")
@@ -656,13 +671,18 @@ class _Parser:
             pairs = _PLAIN_LABEL_PAIR.findall(plain.group(1))
             end = plain.end()
         else:
-            pairs, end = self.scan_label_set(line, pos, lineno)
+            pairs, end, _ = self.scan_label_set(line, pos, lineno)
         return self.new_series(name, pairs, lineno), end
 
-    def scan_label_set(self, line: str, pos: int, lineno: int) -> tuple[list[tuple[str, str]], int]:
-        """Careful scanner for label sets with escapes; pinpoints what is wrong in a broken one."""
+    def scan_label_set(self, line: str, pos: int, lineno: int, *, name_first: bool = False) -> tuple[list[tuple[str, str]], int, str | None]:
+        """Careful scanner for label sets with escapes; pinpoints what is wrong in a broken one.
+
+        Label names may be quoted (`"k.b"="v"`, Prometheus 3.x UTF-8 names); with `name_first`, a first quoted string
+        not followed by `=` is the metric name (`{"my.metric", a="b"}`). Returns (pairs, end, that metric name or None).
+        """
         length = len(line)
         pairs: list[tuple[str, str]] = []
+        metric: str | None = None
         pos += 1  # past "{"
         unclosed = "'{' without matching '}' (truncated line?)"
         while True:
@@ -671,12 +691,24 @@ class _Parser:
             if pos >= length:
                 raise self.error(lineno, unclosed)
             if line[pos] == "}":
-                return pairs, pos + 1
-            match = _LABEL_NAME.match(line, pos)
-            if match is None:
-                raise self.error(lineno, f"invalid label name at column {pos + 1}: {_excerpt(line[pos:])!r}")
-            label = match.group()
-            pos = match.end()
+                return pairs, pos + 1, metric
+            if line[pos] == '"':
+                label, pos = self.scan_label_value(line, pos + 1, "(quoted name)", lineno)
+                while pos < length and line[pos] in " \t":
+                    pos += 1
+                if pos < length and line[pos] != "=" and name_first and not pairs and metric is None:
+                    metric = label  # the quoted metric name
+                    if line[pos] == ",":
+                        pos += 1
+                    elif line[pos] != "}":
+                        raise self.error(lineno, f"expected ',' or '}}' after the metric name {label!r} at column {pos + 1}")
+                    continue
+            else:
+                match = _LABEL_NAME.match(line, pos)
+                if match is None:
+                    raise self.error(lineno, f"invalid label name at column {pos + 1}: {_excerpt(line[pos:])!r}")
+                label = match.group()
+                pos = match.end()
             while pos < length and line[pos] in " \t":
                 pos += 1
             if pos >= length:
@@ -722,8 +754,8 @@ class _Parser:
                 pieces.append("\n")
             elif not escaped:
                 raise self.error(lineno, f"unterminated label value for label {label!r}")
-            else:
-                raise self.error(lineno, f"invalid escape sequence '\\{escaped}' in the value of label {label!r}")
+            else:  # an unknown escape is kept as written, as Prometheus and prometheus_client keep it
+                pieces.append("\\" + escaped)
             pos = backslash + 2
 
     def repair_bad_utf8(self, line: str, lineno: int) -> str:
@@ -737,7 +769,7 @@ class _Parser:
         brace = line.find("{")
         if match is None or brace == -1 or line[match.end() : brace].strip(" \t"):
             raise self.error(lineno, outside)
-        pairs, end = self.scan_label_set(line, brace, lineno)
+        pairs, end, _ = self.scan_label_set(line, brace, lineno)
         if surrogate_in(line[end:]):
             raise self.error(lineno, outside)
         repaired = {label: _replace_bad_utf8(value) for label, value in pairs}
@@ -765,6 +797,18 @@ def _float_or_none(text: str) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+def is_dcgm_name(name: str) -> bool:
+    """True for a dcgm-exporter metric name (`DCGM_FI_*`, `DCGM_EXP_*`, the 1.x and lower-cased `dcgm_*`): only DCGM
+    fields have blank sentinels. The same large value on another exporter's series (a kube-state-metrics quantity, a
+    process metric) is a real value, kept as Prometheus keeps it."""
+    return name.startswith(("DCGM_", "dcgm_"))
+
+
+def _unescape(text: str) -> str:
+    """A quoted name's text without its escapes (`\\`, `\"`, `\n`; any other escape kept as written)."""
+    return re.sub(r'\\(.)', lambda m: {"\\": "\\", '"': '"', "n": "\n"}.get(m.group(1), m.group(0)), text)
 
 
 def _is_dcgm_blank(text: str, value: float) -> bool:

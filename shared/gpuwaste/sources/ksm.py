@@ -39,6 +39,7 @@ from typing import Any, NamedTuple, Protocol
 
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState, Node, OwnerRef, Pod, PodPhase
+from gpuwaste.models.dra import PodClaimRef
 from gpuwaste.settings import ClusterReadSettings
 from gpuwaste.sources.k8s_objects import (
     DROPPED_ANNOTATIONS,
@@ -66,6 +67,9 @@ POD_DELETION = "kube_pod_deletion_timestamp"
 POD_LABELS = "kube_pod_labels"
 POD_ANNOTATIONS = "kube_pod_annotations"
 CONTAINER_INFO = "kube_pod_container_info"
+#: A pod's DRA ResourceClaim references (KSM v2.20, PR #3005, experimental): `claim_name` (pod-local), `resourceclaim_name`
+#: (the ResourceClaim object), `resourceclaim_template_name`; one series per `spec.resourceClaims` entry.
+POD_RESOURCECLAIM = "kube_pod_resourceclaim_info"
 REQUESTS = "kube_pod_container_resource_requests"
 LIMITS = "kube_pod_container_resource_limits"
 INIT_REQUESTS = "kube_pod_init_container_resource_requests"
@@ -98,7 +102,7 @@ CONTROLLER_CREATED: dict[str, tuple[str, str]] = {
 V1_GPU_RESOURCE = "nvidia.com/gpu"
 V1_NAMES = (V1_REQUESTS, V1_LIMITS, V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE)
 POD_METRICS = (POD_INFO, POD_PHASE, POD_OWNER, POD_START, POD_COMPLETION, POD_CREATED, POD_DELETION, POD_LABELS,
-               POD_ANNOTATIONS, CONTAINER_INFO)
+               POD_ANNOTATIONS, CONTAINER_INFO, POD_RESOURCECLAIM)
 RESOURCE_METRICS = (REQUESTS, LIMITS, INIT_REQUESTS, INIT_LIMITS, V1_REQUESTS, V1_LIMITS)
 NODE_METRICS = (NODE_LABELS, NODE_INFO, NODE_CAPACITY, NODE_ALLOCATABLE, NODE_CREATED, NODE_UNSCHEDULABLE,
                 V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE)
@@ -261,6 +265,7 @@ class _PodFacts:
     # (init?, container) → {"limits"|"requests": {resource: quantity}}
     resources: dict[tuple[bool, str], dict[str, dict[str, float]]] = field(default_factory=dict)
     has_gpu: bool = False
+    claims: dict[str, PodClaimRef] = field(default_factory=dict)  # pod-local claim name → its reference (DRA)
 
 
 @dataclass(slots=True)
@@ -340,6 +345,7 @@ class _Builder:
         handlers: dict[str, Callable[[str, Mapping[str, str], float, int | None], None]] = {
             POD_INFO: self._pod_info, POD_PHASE: self._pod_phase, POD_OWNER: self._pod_owner,
             POD_LABELS: self._pod_keyed, POD_ANNOTATIONS: self._pod_keyed, CONTAINER_INFO: self._container_info,
+            POD_RESOURCECLAIM: self._pod_claim,
             NODE_LABELS: self._node_labels, NODE_INFO: self._node_info, NODE_CREATED: self._node_created,
             NODE_UNSCHEDULABLE: self._node_unschedulable, NS_LABELS: self._namespace, NS_ANNOTATIONS: self._namespace,
             NS_CREATED: self._namespace, RS_OWNER: self._controller_owner, JOB_OWNER: self._controller_owner,
@@ -456,6 +462,13 @@ class _Builder:
             self.keyed[name].update(kv)
             (facts.labels if name == POD_LABELS else facts.annotations).update(kv)
 
+    def _pod_claim(self, _name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
+        facts = self.pod(lab)
+        if facts is None or not lab.get("claim_name"):
+            return
+        facts.claims[lab["claim_name"]] = PodClaimRef(name=lab["claim_name"], claim_name=lab.get("resourceclaim_name") or None,
+                                                      template=lab.get("resourceclaim_template_name") or None)
+
     def _container_info(self, _name: str, lab: Mapping[str, str], _v: float, _last: int | None) -> None:
         facts = self.pod(lab)
         if facts is not None and lab.get("container"):
@@ -547,10 +560,10 @@ class _Builder:
                 exporters[name] = f.node
                 if f.pod_ip:
                     exporter_ips[f.pod_ip] = f.node
-            if not f.has_gpu and not asks_share:
+            if not f.has_gpu and not asks_share and not f.claims:
                 continue
             pod = self._pod(ns, name, f, owners_of)
-            if asks_share or any(is_gpu_resource(r, self.patterns) or r in SHARE_RESOURCES
+            if asks_share or f.claims or any(is_gpu_resource(r, self.patterns) or r in SHARE_RESOURCES
                                      for sections in f.resources.values() for section in sections.values() for r in section):
                 pods.append(pod)
         used = {p.node_name for p in pods} | set(exporters.values())
@@ -631,6 +644,7 @@ class _Builder:
             pod_ip=f.pod_ip or None,
             host_ip=f.host_ip or None,
             gone_at=gone_at,
+            resource_claims=tuple(f.claims[k] for k in sorted(f.claims)),
         )
 
     def _node(self, name: str, f: _NodeFacts) -> Node:
@@ -690,6 +704,14 @@ def _asks_share(f: _PodFacts) -> bool:
     """A pod that asks for a GPU share without a GPU request: KAI/Run:ai fraction or group (B28), HAMi grant (B27)."""
     return any(k in SHARE_ANNOTATIONS or k.startswith(SHARE_ANNOTATION_PREFIXES) for k in f.annotations) or any(
         k in SHARE_LABELS for k in f.labels)
+
+
+def family_note(exported_series: int) -> str:
+    """What a cluster-state source string adds when `exported_series` KSM series named their object by `exported_*`."""
+    if not exported_series:
+        return ""
+    return (" (objects named by exported_namespace/exported_pod/exported_container: KSM scraped with honorLabels: false, "
+            "its namespace/pod labels name the KSM pod)")
 
 
 def cluster_state_from_ksm(
@@ -764,7 +786,7 @@ def samples_from_series(series: Iterable[Any], *, at: datetime, window: timedelt
     out = []
     for s, last, value, spacing in picked:
         gone = newest is not None and newest - last > _STALE_FACTOR * max(spacing, 1000)
-        out.append(KsmSample(s.name, s.labels, value, last if gone else None))
+        out.append(KsmSample(s.name, object_labels(s.labels)[0], value, last if gone else None))
     return out
 
 
@@ -847,8 +869,9 @@ class KsmRecordingSource:
             # file is dated by `at` (--at), the KSM series as the DCGM ones (issue 21 §9)
             series = self._series = self._parse(at)
         samples = samples_from_series(series, at=at, window=self.window)
+        exported = sum(1 for s in series if s.name in _KSM_SET and object_labels(s.labels)[1])
         return cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
-                                      source=f"kube-state-metrics series in recording {self._tel.telemetry_file}")
+                                      source=f"kube-state-metrics series in recording {self._tel.telemetry_file}{family_note(exported)}")
 
 
 # -- live -------------------------------------------------------------------------------------------------------
@@ -881,27 +904,57 @@ def _tag(expr: str, metric: str) -> str:
     return f'label_replace({expr}, "{TAG}", "{metric}", "", "")'
 
 
+#: Prefix Prometheus gives a series' own label that clashes with a target label (`honor_labels: false`, the default of a
+#: ServiceMonitor without `honorLabels: true`, and of managed collectors): KSM's `namespace`/`pod`/`container` of the
+#: object become `exported_namespace`/`exported_pod`/`exported_container`, while `namespace`/`pod` name the KSM pod.
+EXPORTED_PREFIX = "exported_"
+#: The label families of KSM's object identity: (namespace label, pod label) per family (as `sources.dcgm` for DCGM).
+KSM_FAMILIES: dict[str, tuple[str, str]] = {"pod": ("namespace", "pod"), "exported_pod": ("exported_namespace", "exported_pod")}
+
+
+def object_labels(labels: dict[str, str]) -> tuple[dict[str, str], bool]:
+    """The object's own labels of a KSM series, and whether they came from the `exported_*` family.
+
+    A series scraped with `honor_labels: false` carries the object's labels as `exported_<name>` and the scrape target's
+    (the KSM pod's) under the plain names: every `exported_<name>` then replaces `<name>` (the KSM pod's namespace, pod
+    and container are dropped, never read as the object's). Detected per series from the data, as for dcgm-exporter's
+    `exported_pod` (`sources.dcgm.workload_labels`). A series without `exported_*` labels is returned as is (node series
+    of such a scrape carry the KSM pod's `namespace`/`pod`, which node facts never read).
+    """
+    if not any(k.startswith(EXPORTED_PREFIX) for k in labels):
+        return labels, False
+    out = {k: v for k, v in labels.items() if not k.startswith(EXPORTED_PREFIX)}
+    for k, v in labels.items():
+        if k.startswith(EXPORTED_PREFIX) and v:
+            out[k[len(EXPORTED_PREFIX):]] = v
+    return out, True
+
+
 def _gpu_series(settings: ClusterReadSettings, m: Mapping[str, str]) -> list[str]:
     res = f'resource=~"{promql_resource_regex(settings.gpu_resource_names)}"'
     return [_sel(n, m, res) for n in (REQUESTS, LIMITS, INIT_REQUESTS, INIT_LIMITS)] + [_sel(n, m) for n in (V1_REQUESTS, V1_LIMITS)]
 
 
-def _pod_sets(w: str, settings: ClusterReadSettings, m: Mapping[str, str]) -> tuple[str, str]:
-    """(GPU pods, GPU pods or exporter pods) over the range `w`, as `group by (namespace, pod)` expressions."""
-    gpu_pods = "group by (namespace, pod) (" + " or ".join(f"last_over_time({s}{w})" for s in _gpu_series(settings, m)) + ")"
-    exporter = _sel(POD_INFO, m, f'pod=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
-    return gpu_pods, f"({gpu_pods} or group by (namespace, pod) (last_over_time({exporter}{w})))"
+def _pod_sets(w: str, settings: ClusterReadSettings, m: Mapping[str, str], by: str = "(namespace, pod)") -> tuple[str, str]:
+    """(GPU pods, GPU pods or exporter pods) over the range `w`, as `group by <by>` expressions (exporter pods by `pod`
+    or, where KSM was scraped with honor_labels: false, by `exported_pod`)."""
+    gpu_pods = f"group by {by} (" + " or ".join(f"last_over_time({s}{w})" for s in _gpu_series(settings, m)) + ")"
+    pattern = f'=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"'
+    exporter = f"last_over_time({_sel(POD_INFO, m, 'pod' + pattern)}{w})"
+    if "exported_pod" in by:
+        exporter += f" or last_over_time({_sel(POD_INFO, m, 'exported_pod' + pattern)}{w})"
+    return gpu_pods, f"({gpu_pods} or group by {by} ({exporter}))"
 
 
 #: Annotations/labels by which a pod asks for a GPU share without any GPU resource request (KAI/Run:ai fractions, B28).
 SHARE_KEYS = (("annotations", "gpu-fraction"), ("annotations", "gpu-memory"), ("labels", "runai-gpu-group"))
 
 
-def _share_pods(m: Mapping[str, str]) -> str:
+def _share_pods(m: Mapping[str, str], by: str = "(namespace, pod)") -> str:
     """Pods that exist now and ask for a GPU share by annotation or label (no GPU request series to find them by)."""
     parts = [_sel(POD_ANNOTATIONS if kind == "annotations" else POD_LABELS, m,
                   f'{"annotation" if kind == "annotations" else "label"}_{sanitize(key)}!=""') for kind, key in SHARE_KEYS]
-    return "group by (namespace, pod) (" + " or ".join(parts) + ")"
+    return f"group by {by} (" + " or ".join(parts) + ")"
 
 
 def _regex_literal(text: str) -> str:
@@ -929,7 +982,7 @@ HISTORY_PODS_PER_QUERY = 500
 
 
 def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mapping[str, str] | None = None,
-                history_only: bool = False) -> dict[str, str]:
+                history_only: bool = False, family: str = "pod") -> dict[str, str]:
     """The live plan: six instant queries, whatever the pod count (plus `ksm_history_query` when pods ended);
     `history_only` (next to the Kubernetes API): three — GPU requests over the window, current phases, pods gone.
 
@@ -938,26 +991,30 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     cost that Prometheus evaluates and encodes in parallel (the pod series are most of the answer). GPU requests
     are read over the window (`last_over_time`), and so is the list of pods that were exported in the window but
     are gone now, with their sample counts (`pods gone`); their last state is read by `ksm_history_query`.
+    `family`: the labels that name the object (`KSM_FAMILIES`): "exported_pod" where KSM was scraped with
+    `honor_labels: false` (the pods are then joined and grouped by `exported_namespace`, `exported_pod`).
     """
     m = dict(matchers or {})
     w = f"[{int(window_s)}s]"
+    ns_l, pod_l = KSM_FAMILIES[family]
+    by = f"({ns_l}, {pod_l})"
     gpu = _gpu_series(settings, m)
     # the requests only: for extended resources (GPUs, GPU shares) Kubernetes refuses a request that differs from the
     # limit and defaults a missing request to the limit, so KSM exports both with one value; reading the limits
     # too would double the window read (`last_over_time` over every sample of the window)
     resources = " or ".join(_tag(f"last_over_time({s}{w})", n) for s, n in zip(gpu, RESOURCE_METRICS, strict=True)
                             if n in _REQUEST_METRICS)
-    exporter = _sel(POD_INFO, m, f'pod=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
+    exporter = _sel(POD_INFO, m, f'{pod_l}=~".*(?:{_esc(settings.exporter_pod_pattern)}).*"')
     # pods that hold or ask for a GPU now: by their GPU request series (Kubernetes defaults an extended resource's
     # request to its limit, so KSM exports a request for every GPU limit: the limit series would only double the
     # join) or a share annotation/label
-    gpu_now = "group by (namespace, pod) (" + " or ".join(s for s, n in zip(gpu, RESOURCE_METRICS, strict=True) if n in _REQUEST_METRICS) + ")"
-    keep_now = f"({gpu_now} or {_share_pods(m)})"
+    gpu_now = f"group by {by} (" + " or ".join(s for s, n in zip(gpu, RESOURCE_METRICS, strict=True) if n in _REQUEST_METRICS) + ")"
+    keep_now = f"({gpu_now} or {_share_pods(m, by)} or group by {by} ({_sel(POD_RESOURCECLAIM, m)}))"
     cpu = _sel(LIMITS, m, 'resource="cpu"')
     # exporter pods need only their node and IP (`kube_pod_info`), not the other pod series
-    pods = f"(({_names(_POD_IDENTITY, m)} or {_sel(POD_PHASE, m)} == 1) and on (namespace, pod) {keep_now}) or {exporter}"
-    pod_details = f"({_names(_POD_DETAILS, m)} or {cpu}) and on (namespace, pod) {keep_now}"
-    gone = f"count_over_time({_sel(POD_INFO, m)}{w}) unless on (namespace, pod) {_sel(POD_INFO, m)}"
+    pods = f"(({_names(_POD_IDENTITY, m)} or {_sel(POD_PHASE, m)} == 1) and on {by} {keep_now}) or {exporter}"
+    pod_details = f"({_names(_POD_DETAILS, m)} or {cpu}) and on {by} {keep_now}"
+    gone = f"count_over_time({_sel(POD_INFO, m)}{w}) unless on {by} {_sel(POD_INFO, m)}"
     node_res = f'resource=~"{promql_resource_regex(settings.gpu_resource_names)}"'
     node_names = (NODE_LABELS, NODE_INFO, NODE_CREATED, NODE_UNSCHEDULABLE, V1_NODE_CAPACITY, V1_NODE_ALLOCATABLE)
     # one selector per label shape: set operators match series ignoring the metric name, so capacity and
@@ -969,17 +1026,17 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     owners = _names((NS_LABELS, NS_ANNOTATIONS, RS_OWNER, JOB_OWNER,
                      *(metric for kind, (metric, _) in CONTROLLER_CREATED.items() if kind not in ("ReplicaSet", "Job"))), m)
     if history_only:
-        phases = f"{_sel(POD_PHASE, m)} == 1 and on (namespace, pod) {gpu_now}"
+        phases = f"{_sel(POD_PHASE, m)} == 1 and on {by} {gpu_now}"
         return {"resources": resources, "phases": phases, "pods gone": gone}
     return {"pods": pods, "pod labels and containers": pod_details, "resources": resources, "namespaces and owners": owners,
             "nodes": nodes, "pods gone": gone}
 
 
-def ksm_history_query(pods: Sequence[str], *, window_s: int, matchers: Mapping[str, str] | None = None) -> str:
+def ksm_history_query(pods: Sequence[str], *, window_s: int, matchers: Mapping[str, str] | None = None, family: str = "pod") -> str:
     """The last state in the window of pods that are gone now (tagged: range functions drop the metric name)."""
     m = dict(matchers or {})
     w = f"[{int(window_s)}s]"
-    regex = 'pod=~"' + _esc("|".join(_regex_literal(p) for p in sorted(set(pods)))) + '"'
+    regex = KSM_FAMILIES[family][1] + '=~"' + _esc("|".join(_regex_literal(p) for p in sorted(set(pods)))) + '"'
     parts = [_tag(f"last_over_time({_sel(n, m, regex)}{w})", n) for n in _POD_NOW]
     parts.append(_tag(f"last_over_time({_sel(POD_PHASE, m, regex)}{w}) == 1", POD_PHASE))
     parts.append(_tag(f'last_over_time({_sel(LIMITS, m, regex + ",resource=" + chr(34) + "cpu" + chr(34))}{w})', LIMITS))
@@ -1017,10 +1074,19 @@ class PrometheusKsmSource:
         """The Prometheus base URL (credentials stripped)."""
         return self.prometheus.url
 
+    #: The label family naming KSM's objects (`KSM_FAMILIES`), learnt from the data of the first read: "exported_pod" once
+    #: a read's GPU request series carry `exported_pod` (KSM scraped with `honor_labels: false`).
+    family = "pod"
+
     def queries(self) -> dict[str, str]:
         """The PromQL of one read (what → query)."""
         return ksm_queries(window_s=int(self.window.total_seconds()), settings=self.settings, matchers=self.prometheus.matchers,
-                           history_only=self.history_only)
+                           history_only=self.history_only, family=self.family)
+
+    @staticmethod
+    def _key(item: Mapping[str, Any]) -> tuple[str, str]:
+        labels, _ = object_labels(item.get("metric") or {})
+        return labels.get("namespace", ""), labels.get("pod", "")
 
     def cluster_state(self, *, at: datetime) -> ClusterState:
         """Read the KSM series over the window ending at `at` and build the state.
@@ -1031,22 +1097,33 @@ class PrometheusKsmSource:
         t0 = time.perf_counter()
         plan = self.queries()
         answers = self._run(list(plan.items()), at)
+        asked = len(plan)
         named = dict(zip(plan, answers, strict=True))
-        gpu_pods = {(i["metric"].get("namespace", ""), i["metric"].get("pod", "")) for i in named["resources"]}
+        if self.family == "pod" and any(i.get("metric", {}).get("exported_pod") for i in named["resources"]):
+            # KSM scraped with honor_labels: false: its pods are named by exported_namespace/exported_pod (the plain labels
+            # name the KSM pod, so the joins by them grouped every pod into one): read again joined by the exported ones
+            self.family = "exported_pod"
+            plan = self.queries()
+            named = dict(zip(plan, self._run(list(plan.items()), at), strict=True))
+            asked += len(plan)
+        gpu_pods = {self._key(i) for i in named["resources"]}
         exporter = re.compile(self.settings.exporter_pod_pattern)
-        gone = {(i["metric"].get("namespace", ""), i["metric"].get("pod", "")): float(i["value"][1]) for i in named["pods gone"]}
+        gone = {self._key(i): float(i["value"][1]) for i in named["pods gone"]}
         gone = {k: v for k, v in gone.items() if k in gpu_pods or exporter.search(k[1])}
         window_s = int(self.window.total_seconds())
         names = sorted({p for _, p in gone})
         history = [(f"kube-state-metrics history {i // HISTORY_PODS_PER_QUERY + 1}",
-                    ksm_history_query(names[i:i + HISTORY_PODS_PER_QUERY], window_s=window_s, matchers=self.prometheus.matchers))
+                    ksm_history_query(names[i:i + HISTORY_PODS_PER_QUERY], window_s=window_s, matchers=self.prometheus.matchers,
+                                      family=self.family))
                    for i in range(0, len(names), HISTORY_PODS_PER_QUERY)]
         past = self._run(history, at) if history else []
-        self.query_count = len(plan) + len(history)
+        self.query_count = asked + len(history)
         current = [named.get(k, []) for k in ("resources", "pods", "pod labels and containers", "phases", "nodes", "namespaces and owners")]
+        self.exported_series = 0
         samples = self.samples([*current, *past], gone=gone, at=at)
         state = cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
-                                       source=f"kube-state-metrics at {self.url}", notes=not self.history_only)
+                                       source=f"kube-state-metrics at {self.url}{family_note(self.exported_series)}",
+                                       notes=not self.history_only)
         state = state.model_copy(update={"query_count": self.query_count})
         logger.info("kube-state-metrics cluster state read", extra={"cluster": self.cluster, "queries": self.query_count,
                                                                     "pods": len(state.pods), "seconds": round(time.perf_counter() - t0, 3)})
@@ -1057,6 +1134,8 @@ class PrometheusKsmSource:
             return [self.prometheus.instant_query(q, at=at, what=f"kube-state-metrics {w}") for w, q in jobs]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs)), thread_name_prefix="ksm") as pool:
             return list(pool.map(lambda job: self.prometheus.instant_query(job[1], at=at, what=f"kube-state-metrics {job[0]}"), jobs))
+
+    exported_series = 0  # series of the last read whose object was named by `exported_*` labels (`object_labels`)
 
     def samples(self, answers: Iterable[list[dict[str, Any]]], *, gone: Mapping[tuple[str, str], float] | None = None,
                 at: datetime) -> list[KsmSample]:
@@ -1071,6 +1150,8 @@ class PrometheusKsmSource:
                 labels = item.get("metric") or {}  # the decoded answer is ours: its label dicts are consumed here
                 metric = labels.pop(TAG, "") or labels.pop("__name__", "")
                 labels.pop("__name__", None)
+                labels, exported = object_labels(labels)
+                self.exported_series += exported
                 out.append(KsmSample(metric, labels, float(item["value"][1])))
         if not gone:
             return out
@@ -1100,18 +1181,25 @@ class PrometheusKsmSource:
         from gpuwaste.sources.raw_samples import SeriesSamples, add_matrix, chunk_ends, recorded  # noqa: PLC0415
 
         m = dict(self.prometheus.matchers)
-        _, keep = _pod_sets(f"[{int(range_s)}s]", self.settings, m)
-        pods = sorted({(i["metric"].get("namespace", ""), i["metric"].get("pod", ""))
-                       for i in self.prometheus.instant_query(keep, at=at, what="kube-state-metrics pods")})
+        # grouped by both label families: a KSM scraped with honor_labels: false names its pods by exported_namespace/
+        # exported_pod (its namespace/pod are the KSM pod's), and their series are then selected by those labels
+        _, keep = _pod_sets(f"[{int(range_s)}s]", self.settings, m, "(namespace, pod, exported_namespace, exported_pod)")
+        pods = set()
+        for item in self.prometheus.instant_query(keep, at=at, what="kube-state-metrics pods"):
+            lab = item.get("metric") or {}
+            family = "exported_pod" if lab.get("exported_pod") else "pod"
+            ns_l, pod_l = KSM_FAMILIES[family]
+            pods.add((family, lab.get(ns_l, ""), lab.get(pod_l, "")))
         selectors = ["{" + ",".join([f'__name__=~"{"|".join((*NODE_METRICS, *OTHER_METRICS))}"', *(f'{k}="{_esc(v)}"' for k, v in sorted(m.items()))]) + "}"]
-        by_ns: dict[str, list[str]] = {}
-        for ns, pod in pods:
-            by_ns.setdefault(ns, []).append(pod)
+        by_ns: dict[tuple[str, str], list[str]] = {}
+        for family, ns, pod in sorted(pods):
+            by_ns.setdefault((family, ns), []).append(pod)
         names = "|".join((*POD_METRICS, *RESOURCE_METRICS))
-        for ns, members in sorted(by_ns.items()):
+        for (family, ns), members in sorted(by_ns.items()):
+            ns_l, pod_l = KSM_FAMILIES[family]
             for i in range(0, len(members), pods_per_query):
                 regex = "|".join(_regex_literal(p) for p in members[i:i + pods_per_query])
-                inner = [f'__name__=~"{names}"', f'namespace="{_esc(ns)}"', f'pod=~"{_esc(regex)}"',
+                inner = [f'__name__=~"{names}"', f'{ns_l}="{_esc(ns)}"', f'{pod_l}=~"{_esc(regex)}"',
                          *(f'{k}="{_esc(v)}"' for k, v in sorted(m.items()))]
                 selectors.append("{" + ",".join(inner) + "}")
         series: SeriesSamples = {}

@@ -7,9 +7,12 @@ same recording backfilled into Prometheus give identical `TelemetryWindow.gpus` 
 Contract (for detectors and for whoever extends the plan):
 
 * **GPU metrics** (`scope="gpu"`): the DCGM fields of `models.telemetry.Signal`, each with the other names
-  an exporter may use for it (lower-cased Azure spellings, the dcgm-exporter 1.x compatibility names
-  such as `dcgm_gpu_utilization`, DCGM 4.6 renamed fields such as `DCGM_FI_DEV_GPU_UTIL_RATIO`). Every
-  alias is stored under the canonical name.
+  an exporter may use for it (`models.telemetry.DCGM_ALIASES`: the DCGM 4.x names such as
+  `DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO`, the dcgm-exporter 1.x compatibility names such as `dcgm_gpu_utilization`,
+  and the lower-cased Azure spellings). Every alias is stored under the canonical name; a series read under an
+  alias carries `ALIAS_LABEL` (its lower-cased name) in both telemetry paths, so one field exported under two
+  names in one window is two series of the device, merged like two exporters' copies (never one label set twice
+  in PromQL, never a doubled scrape rate).
 
   - **Time-resolved** fields (`models.telemetry.TIME_RESOLVED`: SM, GR engine, GPU_UTIL, tensor, DRAM,
     power) are read as buckets (`WindowStats.buckets`: count, sum and max per bucket of
@@ -70,6 +73,7 @@ from gpuwaste.models.telemetry import (
     Signal,
     TelemetryProblem,
     WindowStats,
+    exported_names,
     merge_buckets,
     stats_from_buckets,
     window_stats,
@@ -88,6 +92,41 @@ POD_SELF_CONTAINERS = ("", "POD")
 ALL_STATS: tuple[str, ...] = ("count", "sum", "max", "changes")
 #: The statistics of one bucket (PromQL branch names of the time-resolved queries and recorded rules).
 BUCKET_STATS: tuple[str, ...] = ("count", "sum", "max")
+
+#: The label a series read under one of a field's other exported names carries (its lower-cased name), in both
+#: telemetry paths: the same GPU's field under two names (an exporter upgraded inside the window, or a second counters
+#: CSV exporting the DCGM 4.x names beside the 3.x ones) stays two series, merged per device like two exporters'
+#: copies (`WindowStats.merge`: `series` 2, `live_series` says whether they ran side by side), so a sample exported
+#: twice is never taken for twice the scrape rate. Series of the canonical name (or its lower-cased form) carry none.
+ALIAS_LABEL = "gpuwaste_name"
+
+
+#: The DCGM 4.x name of GPU_UTIL. DCGM 4.6 gives it to field 203 (INT64 **percent**: `dcgm_fields.cpp`), so its values are
+#: whole numbers 0–100; a later DCGM is said to give the name to a DOUBLE 0–1 ratio of the same measurement. Series read
+#: under it whose buckets hold fractional sums while no sample exceeds 1 are that ratio (whole-number percent cannot sum
+#: to a fraction) and are read ×100 (`_as_percent`), so a busy GPU is never read as 1 % busy.
+_GPU_UTIL_RATIO = "dcgm_fi_dev_gpu_util_ratio"
+
+
+def _as_percent(s: SeriesSummary) -> SeriesSummary:
+    """A GPU_UTIL series read under `_GPU_UTIL_RATIO` in percent: as it is when its samples are whole percents, ×100
+    when they are a 0–1 ratio (see `_GPU_UTIL_RATIO`). The same test and arithmetic in both telemetry paths."""
+    st = s.stats
+    if st is None or not st.buckets or st.max > 1.01 or all(float(b.total).is_integer() for b in st.buckets):
+        return s
+    buckets = tuple(b._replace(total=b.total * 100.0, max=b.max * 100.0) for b in st.buckets)
+    scaled = window_stats(
+        count=st.count, total=st.total * 100.0, max=st.max * 100.0, min=st.min * 100.0, p95=st.p95 * 100.0,
+        max_avg_10m=None if st.max_avg_10m is None else st.max_avg_10m * 100.0, recent_count=st.recent_count,
+        changes=st.changes, series=st.series, live_series=st.live_series, buckets=buckets, unreadable=st.unreadable)
+    return SeriesSummary(s.spec, s.labels, s.samples, scaled, s.problem)
+
+
+def alias_tag(spec: MetricSpec, name: str) -> str | None:
+    """The `ALIAS_LABEL` value of a series of `spec` read under `name`: its lower-cased name, None for the canonical one."""
+    key = name.lower()
+    return None if key == spec.name.lower() else key
+
 
 #: Labels of DCGM series nothing reads; aggregated away before merging (see the module docstring).
 DROPPED_LABELS: tuple[str, ...] = (
@@ -153,31 +192,18 @@ class MetricSpec:
 GPU_STATS: dict[Signal, tuple[str, ...]] = SUMMARY_STATS
 
 
-def _gpu(signal: Signal, *aliases: str) -> MetricSpec:
+def _gpu(signal: Signal) -> MetricSpec:
     kind: MetricKind = "counter" if signal is Signal.TOTAL_ENERGY else "gauge"
-    names = [signal.value.lower()]
-    for a in aliases:
-        names.extend((a, a.lower()) if a != a.lower() else (a,))
-    uniq = tuple(dict.fromkeys(n for n in names if n != signal.value))
+    aliases = exported_names(signal)[1:]
     stats = tuple(k for k in ALL_STATS if k in GPU_STATS.get(signal, ALL_STATS))
-    return MetricSpec(signal.value, kind, "gpu", uniq, stats=stats, resolved=signal in TIME_RESOLVED, unit=signal.unit)
+    return MetricSpec(signal.value, kind, "gpu", aliases, stats=stats, resolved=signal in TIME_RESOLVED, unit=signal.unit)
 
 
-#: DCGM fields the detectors read, with their 1.x-compatibility and DCGM 4.6 names.
-GPU_METRICS: tuple[MetricSpec, ...] = (
-    _gpu(Signal.SM_ACTIVE),
-    _gpu(Signal.GR_ENGINE_ACTIVE),
-    _gpu(Signal.GPU_UTIL, "dcgm_gpu_utilization", "DCGM_FI_DEV_GPU_UTIL_RATIO"),
-    _gpu(Signal.TENSOR_ACTIVE),
-    _gpu(Signal.DRAM_ACTIVE),
-    _gpu(Signal.MEM_COPY_UTIL, "dcgm_mem_copy_utilization"),
-    _gpu(Signal.FB_USED, "dcgm_fb_used"),
-    _gpu(Signal.FB_FREE, "dcgm_fb_free"),
-    _gpu(Signal.POWER_USAGE, "dcgm_power_usage", "DCGM_FI_DEV_BOARD_POWER_WATTS"),
-    _gpu(Signal.POWER_LIMIT),
-    _gpu(Signal.POWER_MGMT_LIMIT),
-    _gpu(Signal.TOTAL_ENERGY, "dcgm_total_energy_consumption"),
-)
+#: DCGM fields the detectors read, each with every other name it is exported under (`models.telemetry.DCGM_ALIASES`).
+GPU_METRICS: tuple[MetricSpec, ...] = tuple(_gpu(s) for s in (
+    Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL, Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE, Signal.MEM_COPY_UTIL,
+    Signal.FB_USED, Signal.FB_FREE, Signal.POWER_USAGE, Signal.POWER_LIMIT, Signal.POWER_MGMT_LIMIT, Signal.TOTAL_ENERGY,
+))
 
 _CADVISOR_EXCLUDE = tuple(("container", c) for c in POD_SELF_CONTAINERS)
 
@@ -203,6 +229,10 @@ POD_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("nv_inference_queue_duration_us", "counter", "pod"),
     MetricSpec("nv_inference_request_success", "counter", "pod"),
 )
+
+#: Labels by which an inference server tells its engines or ranks apart (vLLM data parallel: `engine`; SGLang: `dp`,
+#: `dp_rank`): a pod's series are merged into `PodTelemetry.signals` and also kept per engine (`PodTelemetry.engines`).
+ENGINE_LABELS: tuple[str, ...] = ("engine", "dp_rank", "dp")
 
 #: The whole plan, in query order.
 PLAN: tuple[MetricSpec, ...] = GPU_METRICS + POD_METRICS
@@ -501,9 +531,11 @@ def assemble(
             items = sorted_labels[id(s.labels)] = tuple(sorted(s.labels.items()))
         return (s.spec.name, items)
 
+    summaries = [_as_percent(s) if s.labels.get(ALIAS_LABEL) == _GPU_UTIL_RATIO else s for s in summaries]
     ordered = sorted(summaries, key=order)
     rows: list[tuple[str, dict[str, str], WindowStats]] = []
     pods: dict[tuple[str, str], dict[str, WindowStats]] = {}
+    engines: dict[tuple[str, str], dict[str, dict[str, WindowStats]]] = {}
     present: set[str] = set()
     single = True
     for s in ordered:
@@ -521,14 +553,19 @@ def assemble(
         if not (ns and pod) or not s.spec.keeps(s.labels):
             continue
         sig = pods.setdefault((ns, pod), {})
-        prev = sig.get(s.spec.key)
-        if prev is None:
-            sig[s.spec.key] = s.stats
-        else:
-            sig[s.spec.key] = _merge_rates(prev, s.stats) if s.spec.summary == "rate" else prev.merge(s.stats)
+        targets = [sig]
+        engine = next((f"{k}={s.labels[k]}" for k in ENGINE_LABELS if s.labels.get(k)), None)
+        if engine is not None:
+            targets.append(engines.setdefault((ns, pod), {}).setdefault(engine, {}))
+        for target in targets:
+            prev = target.get(s.spec.key)
+            if prev is None:
+                target[s.spec.key] = s.stats
+            else:
+                target[s.spec.key] = _merge_rates(prev, s.stats) if s.spec.summary == "rate" else prev.merge(s.stats)
     return WindowParts(
         gpus=tuple(build_gpu_telemetry(rows, labels)),
-        pods=tuple(PodTelemetry(namespace=ns, pod=p, signals=sig) for (ns, p), sig in sorted(pods.items())),
+        pods=tuple(PodTelemetry(namespace=ns, pod=p, signals=sig, engines=engines.get((ns, p), {})) for (ns, p), sig in sorted(pods.items())),
         metrics_present=frozenset(present),
         single_instant=single and bool(rows),
         problems=tuple(sorted(problems, key=lambda p: (p.metric, p.where))),
@@ -540,6 +577,7 @@ __all__ = [
     "ALL_STATS",
     "BUCKET_STATS",
     "DROPPED_LABELS",
+    "ENGINE_LABELS",
     "GPU_METRICS",
     "GPU_STATS",
     "PLAN",
@@ -549,6 +587,8 @@ __all__ = [
     "WindowParts",
     "assemble",
     "bucketed_stats",
+    "ALIAS_LABEL",
+    "alias_tag",
     "clean_labels",
     "droppable_labels",
     "format_labels",

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpuwaste.models.telemetry import bucket_seconds
-from gpuwaste.sources.metrics_plan import ALL_STATS, BUCKET_STATS, DROPPED_LABELS, PLAN, MetricSpec
+from gpuwaste.sources.metrics_plan import ALIAS_LABEL, ALL_STATS, BUCKET_STATS, DROPPED_LABELS, PLAN, MetricSpec
 
 STAT_LABEL = "gpuwaste_stat"
 #: The label naming the plan entry of a result series when one query reads several (the pod metrics).
@@ -127,34 +127,60 @@ def _range_ms(seconds: int) -> str:
     return f"[{int(seconds) * 1000 - 1}ms]"
 
 
-def _branches(sel: str, rng: str, stats: Sequence[str], drop: Sequence[str]) -> str:
+def over_names(func: str, names: Sequence[str], rng: str, matchers: Mapping[str, str] | None = None) -> str:
+    """`func(<names>[rng])` over a field's exported names, with unique label sets whatever names the data holds.
+
+    The names are read in branches, one per spelling (a name and its lower-cased form, which no exporter publishes
+    side by side): the canonical name's result as is, `or` each other name's result tagged with its lower-cased name
+    in `ALIAS_LABEL` (`metrics_plan.alias_tag`). So the same series under two names (an exporter upgraded in the
+    window, a second counters CSV) is two results, never one label set twice (HTTP 422 "vector cannot contain metrics
+    with the same labelset"); the scan merges them per device as the recording path does. Where only one name has
+    series (the usual case) the other branches are empty.
+
+    Raises:
+        ValueError: a metric or label name that is not a valid Prometheus name.
+    """
+    spellings: dict[str, list[str]] = {}
+    for n in names:
+        spellings.setdefault(n.lower(), []).append(n)
+    parts = []
+    for i, (key, group) in enumerate(spellings.items()):
+        expr = f"{func}({selector(group, matchers)}{rng})"
+        parts.append(expr if i == 0 else f'label_replace({expr}, "{ALIAS_LABEL}", "{key}", "", "")')
+    return " or ".join(parts)
+
+
+def _branches(names: Sequence[str], matchers: Mapping[str, str] | None, rng: str, stats: Sequence[str], drop: Sequence[str]) -> str:
     wanted = [k for k in (*ALL_STATS,) if k in stats]
-    labels = _label_list(drop) if drop else ""
+    labels = _label_list(drop)
     parts = []
     for k in wanted:
-        expr = f"{_FUNCS[k]}({sel}{rng})"
-        if drop:
+        expr = over_names(_FUNCS[k], names, rng, matchers)
+        if labels:
             expr = f"{MERGE_OPS[k]} without ({labels}) ({expr})"
         parts.append(_tag(expr, k))
     return " or ".join(parts)
 
 
-def stats_query(sel: str, *, window_s: int, stats: Sequence[str] = STATS_BRANCHES, drop: Sequence[str] = ()) -> str:
+def stats_query(names: Sequence[str], *, window_s: int, stats: Sequence[str] = STATS_BRANCHES, drop: Sequence[str] = (),
+                matchers: Mapping[str, str] | None = None) -> str:
     """Window statistics `stats` (count, sum, max, changes) of a gauge over `(T − W, T]` in one instant query.
 
     Args:
-        sel: the selector. window_s: the window (seconds). stats: statistics to compute (`ALL_STATS`
-            order is kept). drop: labels aggregated away (`MERGE_OPS[stat]` without (…)); none by default.
+        names: the field's exported names (canonical first, see `over_names`). window_s: the window (seconds).
+            stats: statistics to compute (`ALL_STATS` order is kept). drop: labels aggregated away
+            (`MERGE_OPS[stat]` without (…)); none by default.
+            matchers: extra equality matchers.
 
     Raises:
         ValueError: a dropped label that is not a valid label name.
     """
-    return _branches(sel, _range_ms(window_s), stats, drop)
+    return _branches(names, matchers, _range_ms(window_s), stats, drop)
 
 
-def bucket_query(sel: str, *, bucket_s: int, drop: Sequence[str] = ()) -> str:
+def bucket_query(names: Sequence[str], *, bucket_s: int, drop: Sequence[str] = (), matchers: Mapping[str, str] | None = None) -> str:
     """Count, sum and max over one bucket `(t − B, t]`, for a `query_range` with step B ending at T."""
-    return _branches(sel, _range_ms(bucket_s), BUCKET_STATS, drop)
+    return _branches(names, matchers, _range_ms(bucket_s), BUCKET_STATS, drop)
 
 
 def rate_query(sel: str, *, window_s: int, recent_s: int = RECENT_S) -> str:
@@ -197,13 +223,12 @@ def metric_query(spec: MetricSpec, *, window_s: int, matchers: Mapping[str, str]
 
     A time-resolved entry gets the bucket query (for `query_range`, step `bucket_s`).
     """
-    sel = selector(spec.names, matchers)
     gpu_drop = drop if spec.scope == "gpu" else ()
     if spec.summary == "rate":
-        return rate_query(sel, window_s=window_s)
+        return rate_query(selector(spec.names, matchers), window_s=window_s)
     if spec.summary == "buckets":
-        return bucket_query(sel, bucket_s=int(bucket_s or window_s), drop=gpu_drop)
-    return stats_query(sel, window_s=window_s, stats=spec.computed, drop=gpu_drop)
+        return bucket_query(spec.names, bucket_s=int(bucket_s or window_s), drop=gpu_drop, matchers=matchers)
+    return stats_query(spec.names, window_s=window_s, stats=spec.computed, drop=gpu_drop, matchers=matchers)
 
 
 Kind = Literal["instant", "range", "recorded"]
@@ -231,15 +256,17 @@ class PlannedQuery:
     group: tuple[MetricSpec, ...] = ()
 
 
-def bucket_stat_query(sel: str, stat: str, *, bucket_s: int) -> str:
+def bucket_stat_query(names: Sequence[str], stat: str, *, bucket_s: int, matchers: Mapping[str, str] | None = None) -> str:
     """One statistic (`BUCKET_STATS`) of every series over one bucket `(t − B, t]`, untagged and not aggregated.
 
-    The cheapest time-resolved read Prometheus can evaluate step by step: no `label_replace`, no `or`, no
-    `sum without (…)` at each step (measured in bench/RESULTS.md: a quarter of the tagged, aggregated query's
-    evaluation time). The labels nobody reads come back and the scan merges them away (`metrics_plan.merge_dropped`,
-    the operators of `MERGE_OPS`), exactly what the aggregated query computed.
+    The cheapest time-resolved read Prometheus can evaluate step by step: no `sum without (…)` and no statistic tag at
+    each step (measured in bench/RESULTS.md: a quarter of the tagged, aggregated query's evaluation time). The labels
+    nobody reads come back and the scan merges them away (`metrics_plan.merge_dropped`, the operators of `MERGE_OPS`),
+    exactly what the aggregated query computed. A field with other exported names reads each name in its own branch
+    (`over_names`: empty branches where the data does not use that name), the scan adds the aliases' results to the
+    canonical name's the same way.
     """
-    return f"{_FUNCS[stat]}({sel}{_range_ms(bucket_s)})"
+    return over_names(_FUNCS[stat], names, _range_ms(bucket_s), matchers)
 
 
 def _tag_metric(expr: str, spec: MetricSpec) -> str:
@@ -275,8 +302,8 @@ def scan_queries(
         elif spec.summary == "buckets" and rules:
             out.append(PlannedQuery(spec, recorded_query(spec, window_s=window_s, matchers=matchers), "recorded", RULE_INTERVAL_S))
         elif spec.summary == "buckets":
-            sel = selector(spec.names, matchers)
-            out.extend(PlannedQuery(spec, bucket_stat_query(sel, k, bucket_s=b), "range", b, stat=k) for k in BUCKET_STATS)
+            out.extend(PlannedQuery(spec, bucket_stat_query(spec.names, k, bucket_s=b, matchers=matchers), "range", b, stat=k)
+                       for k in BUCKET_STATS)
         else:
             out.append(PlannedQuery(spec, metric_query(spec, window_s=window_s, matchers=matchers, drop=drop)))
     if pod_instant:
@@ -294,17 +321,16 @@ def minimal_queries(*, window_s: int, plan: Sequence[MetricSpec] = PLAN, drop: S
     for spec in plan:
         if spec.scope != "gpu":
             continue
-        sel = selector(spec.names)
         w = f"[{int(window_s)}s]"
         labels = _label_list(drop)
-        out.append(" or ".join(_tag(f"{op} without ({labels}) ({fn}({sel}{w}))", k) for k, op, fn in
+        out.append(" or ".join(_tag(f"{op} without ({labels}) ({over_names(fn, spec.names, w)})", k) for k, op, fn in
                                (("avg", "max", "avg_over_time"), ("max", "max", "max_over_time"), ("count", "sum", "count_over_time"))))
     return out
 
 
 def _bucket_stat(spec: MetricSpec, stat: str, drop: Sequence[str]) -> str:
     """One statistic of a field over one rules interval, aggregated without the dropped labels."""
-    return f"{MERGE_OPS[stat]} without ({_label_list(drop)}) ({_FUNCS[stat]}({selector(spec.names)}{_range_ms(RULE_INTERVAL_S)}))"
+    return f"{MERGE_OPS[stat]} without ({_label_list(drop)}) ({over_names(_FUNCS[stat], spec.names, _range_ms(RULE_INTERVAL_S))})"
 
 
 def recording_rules(plan: Sequence[MetricSpec] = PLAN, drop: Sequence[str] = DROPPED_LABELS, *, count_reference: str | None = COUNT_REFERENCE,
@@ -344,6 +370,7 @@ def series_count_query(name: str, matchers: Mapping[str, str] | None = None) -> 
 
 
 __all__ = [
+    "ALIAS_LABEL",
     "COUNT_REFERENCE",
     "MERGE_OPS",
     "RATE_BRANCHES",
@@ -360,6 +387,7 @@ __all__ = [
     "escape_label_value",
     "metric_query",
     "minimal_queries",
+    "over_names",
     "raw_samples_query",
     "rate_query",
     "recorded_query",

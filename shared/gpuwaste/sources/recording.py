@@ -37,7 +37,16 @@ from gpuwaste.sources.exposition import (
 )
 from gpuwaste.sources.k8s_objects import cluster_state_from_objects
 from gpuwaste.sources.limits import RecordingLimits, check_series, read_recording
-from gpuwaste.sources.metrics_plan import MetricSpec, SeriesSummary, accumulator_for, assemble, spec_for, summary_from
+from gpuwaste.sources.metrics_plan import (
+    ALIAS_LABEL,
+    MetricSpec,
+    SeriesSummary,
+    accumulator_for,
+    alias_tag,
+    assemble,
+    spec_for,
+    summary_from,
+)
 from gpuwaste.sources.prom_api_json import looks_like_api_json, parse_api_json
 from gpuwaste.sources.window import RateAccumulator, WindowAccumulator
 
@@ -375,7 +384,8 @@ class RecordingTelemetrySource:
                             xids[uuid] = int(code)
                     other_single = other_single and acc.samples() <= 1
                 continue
-            one = summary_from(spec, series.labels, acc, str(f))
+            tag = alias_tag(spec, series.name)  # the field under another name: its own series, as the live plan reads it
+            one = summary_from(spec, series.labels if tag is None else {**series.labels, ALIAS_LABEL: tag}, acc, str(f))
             if one is not None:
                 summaries.append(one)
         self._check_span(parsed, at, grid)
