@@ -21,6 +21,7 @@ from gpuwaste.cli_support import (
     check_recording,
     config_or_exit,
     err,
+    escape_markup,
     fail,
     live_cluster,
     out,
@@ -31,7 +32,15 @@ from gpuwaste.cli_support import (
     render,
     team_function,
 )
-from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
+from gpuwaste.errors import (
+    ConfigError,
+    GpuWasteError,
+    InputFormatError,
+    PermanentError,
+    SourceUnavailableError,
+    StateInUseError,
+    StoreError,
+)
 from gpuwaste.models.text import for_terminal, strip_controls
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
@@ -158,9 +167,11 @@ def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore
         for team_name, folded in plan.folded.items():
             try:
                 overflow_key = service.open_overflow(team_name, folded)
-            except GpuWasteError as exc:
-                out.print(f"overflow ticket failed for team {strip_controls(team_name)}: {strip_controls(str(exc))}", style="red", highlight=False, soft_wrap=True,
+            except GpuWasteError as exc:  # its requests stay pending: the next run files them (never marked done unfiled)
+                out.print(f"overflow ticket failed for team {strip_controls(team_name)} (its {len(folded)} requests kept for"
+                          f" the next run): {strip_controls(str(exc))}", style="red", highlight=False, soft_wrap=True,
                           markup=False)
+                failed.extend((r, exc) for r in folded)
                 continue
             out.print(f"ticket {overflow_key}: {len(folded)} more findings of team {strip_controls(team_name)} in one ticket (over the per-team cap)",
                       style="magenta", highlight=False, soft_wrap=True, markup=False)
@@ -258,7 +269,12 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
     try:
         result = local.run_chain(sources, cfg, state_path=state, cluster=cluster, times=times, window_s=window_s,
                                  on_scan=on_scan, on_told=_show_told if table else None, deliver=deliver,
-                                 file_tickets=file_tickets, progress=progress_printer(quiet or not table))
+                                 file_tickets=file_tickets, progress=progress_printer(quiet or not table),
+                                 on_lock_wait=lambda line: err.print(line, style="yellow", highlight=False, markup=False))
+    except StateInUseError as exc:
+        fail(escape_markup(str(exc)), code=3)
+    except StoreError as exc:
+        fail(escape_markup(f"{exc}\nThe state file {state} cannot be used; check it, or use another --state."), code=3)
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
     except SourceUnavailableError as exc:
