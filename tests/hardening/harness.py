@@ -43,7 +43,7 @@ from gpuwaste.services.tickets import TicketService, dedupe_label
 from gpuwaste.sinks.slack import SlackNotifier
 from tests.servers import FakeHttpServer, HttpRequest, HttpResponse
 from tests.servers.jira_api import FakeJira
-from tests.servers.slack_api import FakeSlack
+from tests.servers.slack_api import FakeSlack, parse_params
 
 STAGE_ADAPTER: TypeAdapter[FindingMessage | ScanCompleted] = TypeAdapter(FindingMessage | ScanCompleted)
 
@@ -96,7 +96,9 @@ class AuditedSlack(FakeSlack):
         response = super().handle(request)
         body = response.body if isinstance(response.body, dict) else {}
         if response.status == 200 and body.get("ok") and request.path.startswith("/api/"):
-            params = self.calls[-1].body if self.calls else {}
+            # the params of this request itself: `calls[-1]` may be another thread's request by now (overlapping
+            # requests were attributed to the wrong call)
+            params = parse_params(request)
             with self._lock:
                 self.accepted.append(Accepted(request.path.removeprefix("/api/").strip("/"), params, body))
         return response
