@@ -8,7 +8,7 @@ Endpoints (all under ``/rest/api/3``):
   ``{"errorMessages": [], "errors": {"<field>": "..."}}``. Success is 201 ``{"id", "key", "self"}`` with keys
   ``<PROJECT>-1``, ``<PROJECT>-2``, ... and ids from ``10000``.
 * ``GET /issue/{key}``, ``POST /issue/{key}/comment`` (ADF ``body``), ``GET``/``POST /issue/{key}/transitions``
-  (transitions ``11`` To Do, ``21`` In Progress, ``31`` Done).
+  (transitions ``11`` To Do, ``21`` In Progress, ``31`` Done; the one to the issue's own status is not offered).
 * Entity properties, as on Jira Cloud: ``POST /issue`` and ``POST /issue/{key}/comment`` take an optional
   ``properties`` list of ``{"key", "value"}`` (a key at most 255 characters, a value at most 32,768 bytes of JSON,
   else 400); ``GET /issue/{key}/properties/{propertyKey}`` answers ``{"key", "value"}`` or 404;
@@ -247,7 +247,7 @@ class FakeJira(FakeHttpServer):
                 return _errors(404, [f"The property with key '{name}' does not exist."])
             return HttpResponse.json_body(200, {"key": name, "value": copy.deepcopy(issue.properties[name])})
         if rest == "/transitions" and method == "GET":
-            return HttpResponse.json_body(200, {"expand": "transitions", "transitions": _transitions()})
+            return HttpResponse.json_body(200, {"expand": "transitions", "transitions": _transitions(issue.status)})
         if rest == "/transitions" and method == "POST":
             return self._transition(issue, request.json() or {})
         return _errors(405, [f"Method {method} is not allowed for {path}."])
@@ -448,9 +448,12 @@ def _is_adf(value: Any) -> bool:
     )
 
 
-def _transitions() -> list[dict[str, Any]]:
+def _transitions(current: str) -> list[dict[str, Any]]:
+    """The transitions offered from status `current`: every one but the one to `current` (as a workflow offers)."""
     result = []
     for transition_id, name in _TRANSITIONS.items():
+        if name == current:
+            continue
         status_id, category_key, category_name, category_id = _STATUSES[name]
         result.append(
             {
