@@ -123,7 +123,7 @@ def test_a_reply_not_accepted_is_posted_on_the_redelivery(notify: NotifyService,
     # WHEN it is redelivered
     _redeliver(notify, [update])
     # THEN the look-up finds nothing and the reply is posted, once
-    assert len([c for c in _replies(slack_api)]) == 2  # the refused call and the accepted one
+    assert len(_replies(slack_api)) == 2  # the refused call and the accepted one
     assert len([m for m in slack_api.messages.values() if m.get("thread_ts")]) == 1
 
 

@@ -153,9 +153,9 @@ class TicketService:
                 f"Resolved by gpuwaste: the waste is no longer seen. Saves {_usd(alert.saved_usd_per_day)}/day;"
                 f" {_usd(alert.cumulative_usd)} was wasted while it was open.",
             ], delivery_keys=[dkey])
-        if alert.action is AlertAction.RESOLVED:
-            if self.settings.jira.resolve_transition:  # one already applied is accepted (JiraTicketSink.transition)
-                self.sink.transition(key, self.settings.jira.resolve_transition)
+        if alert.action is AlertAction.RESOLVED and self.settings.jira.resolve_transition:
+            # a transition already applied (a retry) is accepted: JiraTicketSink.transition
+            self.sink.transition(key, self.settings.jira.resolve_transition)
         record_delivery(self.store, alert.fingerprint, dkey)
         return key
 
