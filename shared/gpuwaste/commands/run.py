@@ -236,12 +236,14 @@ def _pending_line(result: local.ChainResult, why: list[str], *, kept: bool = Tru
 def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[datetime], window_s: int | None,  # type: ignore[no-untyped-def]
                     state: Path, output: Output, quiet: bool, slack: bool = False, tickets: bool = True,
                     summary: bool = True, wide: bool = False, state_given: bool = True,
-                    state_kept: bool = True, recording: Path | None = None) -> local.ChainResult:
+                    state_kept: bool = True, recording: Path | None = None,
+                    state_wait_s: float | None = None) -> local.ChainResult:
     """Run the chain and print each scan, its messages and tickets, then the daily summary; exits non-zero
     with a clear message on failure (exit `EXIT_UNDELIVERED` when a delivery failed). `quiet` keeps only the
     one-line alerts. Modes that do not deliver (`-q`, `-o json|csv`, `--no-slack`, `--no-tickets`) leave the
     deliveries pending in the state and say so. `recording` (the one scanned) is what `gpuwaste explain ID` is told
-    to read when the state is not kept."""
+    to read when the state is not kept. `state_wait_s`: how long to wait for another run holding the same state
+    (default `store.sqlite.STATE_LOCK_WAIT_S`), then exit 3 with one line."""
 
     from gpuwaste.bootstrap import local
 
@@ -270,7 +272,8 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
         result = local.run_chain(sources, cfg, state_path=state, cluster=cluster, times=times, window_s=window_s,
                                  on_scan=on_scan, on_told=_show_told if table else None, deliver=deliver,
                                  file_tickets=file_tickets, progress=progress_printer(quiet or not table),
-                                 on_lock_wait=lambda line: err.print(line, style="yellow", highlight=False, markup=False))
+                                 on_lock_wait=lambda line: err.print(line, style="yellow", highlight=False, markup=False),
+                                 **({"lock_wait_s": state_wait_s} if state_wait_s is not None else {}))
     except StateInUseError as exc:
         fail(escape_markup(str(exc)), code=3)
     except StoreError as exc:
@@ -338,6 +341,7 @@ def run_cmd(
                                                         "--no-tickets leaves them unfiled and unmarked: the next run requests them again.")] = True,
     summary: Annotated[bool, typer.Option("--summary/--no-summary", help="Print the daily summary of the state file after the scans.")] = True,
     wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
+    state_wait: Annotated[float, typer.Option("--state-wait", min=0, max=86400, metavar="SECONDS", help="Wait this long for another `gpuwaste run` on the same --state to finish (one run per state file), then exit 3.")] = 120.0,
 ) -> None:
     """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
     from gpuwaste.bootstrap import local
@@ -379,4 +383,4 @@ def run_cmd(
     times = local.replay_times(when, scans=scans, interval=step)
     run_local_chain(sources, cfg, cluster=name, times=times, window_s=window_s, state=state or DEFAULT_STATE,
                     output=output, quiet=quiet, slack=slack, tickets=tickets, summary=summary, wide=wide,
-                    state_given=state is not None, recording=recording)
+                    state_given=state is not None, recording=recording, state_wait_s=state_wait)
