@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpuwaste.errors import PermanentDeliveryError
+from gpuwaste.errors import PermanentDeliveryError, StoreError
 from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.services.notify import NotifyService, delivery_key
@@ -22,7 +22,7 @@ from gpuwaste.settings import DeliverySettings, JiraSettings, RouteTarget, Slack
 from gpuwaste.sinks.jira import DELIVERY_PROPERTY, JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.store.sqlite import SqliteFindingStore
-from tests.delivery_helpers import NOW, alert, finding, record_for
+from tests.delivery_helpers import NOW, ROOT, LambdaContext, alert, finding, load_app, record_for
 from tests.servers.jira_api import FakeJira
 from tests.servers.slack_api import FakeSlack
 
@@ -229,3 +229,50 @@ def test_an_overflow_ticket_retried_lists_each_finding_once(tickets: TicketServi
     assert len(issue.comments) == 1
     text = json.dumps(issue.comments[0])
     assert "1 more findings" in text and d.fingerprint[:6] in text and a.fingerprint[:6] not in text
+
+
+class _FailingWrites(SqliteFindingStore):
+    """A store whose next `failures` conditional writes raise StoreError (throttled), as DynamoDB's may."""
+
+    def __init__(self) -> None:
+        super().__init__(":memory:")
+        self.failures = 0
+
+    def update(self, record, *, expected_version):  # type: ignore[no-untyped-def]
+        if self.failures > 0:
+            self.failures -= 1
+            raise StoreError("throttled")
+        return super().update(record, expected_version=expected_version)
+
+
+def test_lambda_notify_a_reply_accepted_whose_record_failed_is_found_on_the_sqs_redelivery(
+        slack_api: FakeSlack, settings: DeliverySettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the notify_slack function over a store that fails every write after Slack accepts a reply
+    app = load_app("notify_slack")
+    store = _FailingWrites()
+    notifier = SlackNotifier.from_settings(settings.slack, token=slack_api.token, default_channel="#gpu-waste",
+                                           sleep=lambda s: None)
+    service = NotifyService(notifier=notifier, store=store, settings=settings, now=lambda: NOW)
+    monkeypatch.setattr(app.bootstrap, "notify_service", lambda: service)
+    monkeypatch.setattr("gpuwaste.services.notify.time.sleep", lambda s: None)
+    monkeypatch.delenv("DEAD_LETTER_QUEUE_URL", raising=False)
+    f = _ml("trainer")
+    store.put_new(record_for(f))
+    service.deliver([alert(f)])
+    worse = alert(_ml("trainer", "200.00"), AlertAction.WORSE, scan_id="scan-2", reason="cost up")
+    record = json.loads((ROOT / "events" / "sqs_alerts.json").read_text())["Records"][0]
+    event = {"Records": [{**record, "body": worse.model_dump_json()}]}
+    store.failures = 100
+    # WHEN the record is handled: the reply is accepted, recording it fails (the record is reported failed)
+    first = app.lambda_handler(event, LambdaContext())
+    assert [f["itemIdentifier"] for f in first["batchItemFailures"]] == [record["messageId"]]
+    assert len(_replies(slack_api)) == 1
+    # WHEN SQS redelivers it (receive count 2) and the store is healthy
+    store.failures = 0
+    again = {"Records": [{**event["Records"][0], "attributes": {**record["attributes"], "ApproximateReceiveCount": "2"}}]}
+    second = app.lambda_handler(again, LambdaContext())
+    # THEN it succeeds without a second reply (found in the thread by its key) and is recorded
+    assert second["batchItemFailures"] == []
+    assert len(_replies(slack_api)) == 1
+    rec = store.get(f.fingerprint)
+    assert rec is not None and delivery_key(worse, "slack") in rec.delivery_keys
