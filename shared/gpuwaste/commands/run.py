@@ -155,7 +155,7 @@ def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore
             out.print(f"tickets left out (kept for the next run): {exc}", style="red", highlight=False, soft_wrap=True)
             return [(r, exc) for r in requests]
         assert service is not None
-        failed = []
+        failed: list[tuple[AlertMessage, Exception]] = []
         service.now = lambda: at  # ages and "open since" read from the scan's time (a replay reads as it happened)
         service.explain_args = explain_args  # the ticket's `gpuwaste explain ID …` works as printed
         plan = plan_tickets(requests, team_of=team, jira=service.settings.jira, started_at=_started(store), now=at)
@@ -246,6 +246,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
     (default `store.sqlite.STATE_LOCK_WAIT_S`), then exit 3 with one line."""
 
     from gpuwaste.bootstrap import local
+    from gpuwaste.store.sqlite import STATE_LOCK_WAIT_S
 
     table = output is Output.table
     explain_args = explain_source(state if state_kept else None, recording)
@@ -273,7 +274,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
                                  on_scan=on_scan, on_told=_show_told if table else None, deliver=deliver,
                                  file_tickets=file_tickets, progress=progress_printer(quiet or not table),
                                  on_lock_wait=lambda line: err.print(line, style="yellow", highlight=False, markup=False),
-                                 **({"lock_wait_s": state_wait_s} if state_wait_s is not None else {}))
+                                 lock_wait_s=STATE_LOCK_WAIT_S if state_wait_s is None else state_wait_s)
     except StateInUseError as exc:
         fail(escape_markup(str(exc)), code=3)
     except StoreError as exc:
