@@ -13,8 +13,10 @@ Endpoints (all under ``/rest/api/3``):
   ``properties`` list of ``{"key", "value"}`` (a key at most 255 characters, a value at most 32,768 bytes of JSON,
   else 400); ``GET /issue/{key}/properties/{propertyKey}`` answers ``{"key", "value"}`` or 404;
   ``GET /issue/{key}/comment`` pages with ``startAt``/``maxResults`` (``{"startAt", "maxResults", "total",
-  "comments": [...]}``, each comment ``{"id", "body", "created", "updated"}``, plus its ``properties`` only with
-  ``expand=properties``).
+  "comments": [...]}``, each comment ``{"id", "body", "created", "updated"}``; as on Jira Cloud its ``expand``
+  knows only ``renderedBody``, never properties); ``POST /comment/list`` ``{"ids": [...]}`` (at most 1000) answers
+  the comments of those ids as a page (``{"values", "startAt", "maxResults", "total", "isLast"}``), each with its
+  ``properties`` list with ``expand=properties``.
 * ``POST``/``GET /search/jql`` with ``jql``, ``fields``, ``maxResults``, ``nextPageToken``. Returns
   ``{"issues": [...], "isLast": bool, "nextPageToken"?}``; only ``{"id"}`` per issue unless ``fields``
   is given, and no ``total``/``startAt``, as on Jira Cloud. Supported JQL: clauses joined by ``AND`` on
@@ -228,6 +230,8 @@ class FakeJira(FakeHttpServer):
         if path == "/rest/api/3/search/jql" and method in ("GET", "POST"):
             params = request.json() if method == "POST" else _search_query(request.query)
             return self._search(params or {})
+        if path == "/rest/api/3/comment/list" and method == "POST":
+            return self._comment_list(request.json() or {}, request.query)
         match = re.match(r"^/rest/api/3/issue/(?P<key>[^/]+)(?P<rest>/comment|/transitions|/properties/[^/]+)?$", path)
         if match is None:
             return _errors(404, ["null for uri: " + path])
@@ -323,20 +327,39 @@ class FakeJira(FakeHttpServer):
             },
         )
 
+    def _comment_json(self, issue: FakeIssue, n: int, *, properties: bool) -> dict[str, Any]:
+        meta = self._meta(issue, n)
+        comment: dict[str, Any] = {"id": meta["id"], "self": f"{self._self_url(issue.id)}/comment/{meta['id']}",
+                                   "body": copy.deepcopy(issue.comments[n]), "created": _CREATED, "updated": _CREATED}
+        if properties:
+            comment["properties"] = [{"key": k, "value": copy.deepcopy(v)} for k, v in meta["properties"].items()]
+        return comment
+
+    @staticmethod
+    def _meta(issue: FakeIssue, n: int) -> dict[str, Any]:
+        return issue.comment_meta[n] if n < len(issue.comment_meta) else {"id": str(20000 + n), "properties": {}}
+
     def _comments(self, issue: FakeIssue, query: dict[str, str]) -> HttpResponse:
         start = int(query.get("startAt") or 0)
         max_results = min(int(query.get("maxResults") or 5000), 5000)
-        expand = {e.strip() for e in str(query.get("expand") or "").split(",")}
-        page = []
-        for n in range(start, min(start + max_results, len(issue.comments))):
-            meta = issue.comment_meta[n] if n < len(issue.comment_meta) else {"id": str(20000 + n), "properties": {}}
-            comment: dict[str, Any] = {"id": meta["id"], "self": f"{self._self_url(issue.id)}/comment/{meta['id']}",
-                                       "body": copy.deepcopy(issue.comments[n]), "created": _CREATED, "updated": _CREATED}
-            if "properties" in expand:
-                comment["properties"] = [{"key": k, "value": copy.deepcopy(v)} for k, v in meta["properties"].items()]
-            page.append(comment)
+        order = range(len(issue.comments))
+        if str(query.get("orderBy") or "") == "-created":
+            order = range(len(issue.comments) - 1, -1, -1)
+        page = [self._comment_json(issue, n, properties=False) for n in list(order)[start:start + max_results]]
         return HttpResponse.json_body(200, {"startAt": start, "maxResults": max_results, "total": len(issue.comments),
                                             "comments": page})
+
+    def _comment_list(self, body: dict[str, Any], query: dict[str, str]) -> HttpResponse:
+        ids = body.get("ids")
+        if not isinstance(ids, list) or len(ids) > 1000:
+            return _errors(400, ["ids: a list of at most 1000 comment ids is required."])
+        wanted = {str(i) for i in ids}
+        expand = {e.strip() for e in str(query.get("expand") or "").split(",")}
+        values = [self._comment_json(issue, n, properties="properties" in expand)
+                  for issue in self.issues.values() for n in range(len(issue.comments))
+                  if self._meta(issue, n)["id"] in wanted]
+        return HttpResponse.json_body(200, {"startAt": 0, "maxResults": 1000, "total": len(values), "isLast": True,
+                                            "values": values})
 
     def _transition(self, issue: FakeIssue, body: dict[str, Any]) -> HttpResponse:
         transition = body.get("transition")

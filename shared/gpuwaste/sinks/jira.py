@@ -2,8 +2,9 @@
 
 Dedupe search uses `POST /rest/api/3/search/jql` (the old `/search` endpoints answer 410 since CHANGE-2046).
 Idempotency keys ride in an entity property (`DELIVERY_PROPERTY`, value `{"keys": [...]}`) of the issue (set on
-create) and of each comment (set on post); `delivered` reads them back (`GET issue/{key}/properties/…` and
-`GET issue/{key}/comment?expand=properties`), so a retry after a crash or a lost answer finds what Jira accepted.
+create) and of each comment (set on post); `delivered` reads them back (`GET issue/{key}/properties/…`, the issue's
+comment ids with `GET issue/{key}/comment`, their properties with `POST comment/list?expand=properties`), so a retry
+after a crash or a lost answer finds what Jira accepted.
 429/5xx/timeouts raise DeliveryError (retry through the queue); other 4xx raise PermanentDeliveryError
 with Jira's own error text (401/403: credentials; 410: a retired endpoint).
 """
@@ -193,7 +194,8 @@ class JiraTicketSink:
 
     def delivered(self, key: str) -> set[str]:
         """See `gpuwaste.ports.TicketSink.delivered`: the issue's `gpuwaste.delivery` property (404: none) and its
-        comments' (newest `COMMENT_PAGE` × `COMMENT_PAGES` comments at most)."""
+        comments' (the newest `COMMENT_PAGE` × `COMMENT_PAGES` comments at most; `GET issue/{key}/comment` does not
+        expand properties, so their ids are read there and their properties with `POST comment/list`)."""
         keys: set[str] = set()
         try:
             data = self._request("GET", f"issue/{key}/properties/{DELIVERY_PROPERTY}")
@@ -207,12 +209,15 @@ class JiraTicketSink:
             if total is not None and start >= total:
                 break
             data = self._request("GET", f"issue/{key}/comment?startAt={start}&maxResults={COMMENT_PAGE}"
-                                        "&orderBy=-created&expand=properties") or {}
+                                        "&orderBy=-created") or {}
             comments = data.get("comments") or []
-            for comment in comments:
-                for prop in comment.get("properties") or []:
-                    if isinstance(prop, dict) and prop.get("key") == DELIVERY_PROPERTY:
-                        keys |= _keys_of(prop.get("value"))
+            ids = [int(c["id"]) for c in comments if str(c.get("id") or "").isdigit()]
+            if ids:
+                listed = self._request("POST", "comment/list?expand=properties", {"ids": ids}) or {}
+                for comment in listed.get("values") or []:
+                    for prop in comment.get("properties") or []:
+                        if isinstance(prop, dict) and prop.get("key") == DELIVERY_PROPERTY:
+                            keys |= _keys_of(prop.get("value"))
             total = int(data.get("total") or 0)
             if not comments:
                 break
