@@ -342,7 +342,7 @@ def run_cmd(
                                                         "--no-tickets leaves them unfiled and unmarked: the next run requests them again.")] = True,
     summary: Annotated[bool, typer.Option("--summary/--no-summary", help="Print the daily summary of the state file after the scans.")] = True,
     wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
-    state_wait: Annotated[float, typer.Option("--state-wait", min=0, max=86400, metavar="SECONDS", help="Wait this long for another `gpuwaste run` on the same --state to finish (one run per state file), then exit 3.")] = 120.0,
+    state_wait: Annotated[float, typer.Option("--state-wait", min=0, metavar="<s>", help="Seconds to wait for another `gpuwaste run` on the same --state to finish (one run per state file), then exit 3.")] = 120.0,
 ) -> None:
     """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
     from gpuwaste.bootstrap import local
