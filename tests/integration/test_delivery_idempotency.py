@@ -9,6 +9,7 @@ from the lifecycle record after the sink accepted the post: exactly the state su
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 
 import pytest
@@ -23,6 +24,7 @@ from gpuwaste.sinks.jira import DELIVERY_PROPERTY, JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, ROOT, LambdaContext, alert, finding, load_app, record_for
+from tests.servers import HttpRequest, HttpResponse
 from tests.servers.jira_api import FakeJira
 from tests.servers.slack_api import FakeSlack
 
@@ -276,3 +278,44 @@ def test_lambda_notify_a_reply_accepted_whose_record_failed_is_found_on_the_sqs_
     assert len(_replies(slack_api)) == 1
     rec = store.get(f.fingerprint)
     assert rec is not None and delivery_key(worse, "slack") in rec.delivery_keys
+
+
+class _LateAnswers(FakeSlack):
+    """The fake Slack accepting a call, then answering after the client gave up (a lost answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.late: set[str] = set()
+
+    def handle(self, request: HttpRequest) -> HttpResponse:
+        response = super().handle(request)
+        method = request.path.removeprefix("/api/").strip("/")
+        if method in self.late:
+            self.late.discard(method)
+            time.sleep(2.5)  # past the client's 1 s timeout: Slack has the message, the product has no answer
+        return response
+
+
+def test_a_reply_whose_answer_came_after_the_timeout_is_not_posted_again() -> None:
+    with _LateAnswers() as slack:
+        # GIVEN an alerted finding and a Slack that accepts its update reply but answers too late
+        settings = DeliverySettings(default_channel="#gpu-waste", teams={"ml": RouteTarget(slack_channel="#ml-alerts")},
+                                    slack=SlackSettings(base_url=slack.url, timeout_s=1, rate_limit_retries=0,
+                                                        server_error_retries=0))
+        store = SqliteFindingStore(":memory:")
+        notifier = SlackNotifier.from_settings(settings.slack, token=slack.token, default_channel="#gpu-waste",
+                                               sleep=lambda s: None)
+        notify = NotifyService(notifier=notifier, store=store, settings=settings, now=lambda: NOW)
+        f = _ml("trainer")
+        store.put_new(record_for(f))
+        notify.deliver([alert(f)])
+        update = alert(_ml("trainer", "200.00"), AlertAction.REMINDER, scan_id="scan-2")
+        slack.late.add("chat.postMessage")
+        # WHEN it is delivered: the answer is lost (the delivery fails and stays pending)
+        assert notify.deliver([update]).failed
+        # AND delivered again (the outbox's next run, or SQS's redelivery)
+        _redeliver(notify, [update])
+        # THEN Slack holds one reply
+        assert len([m for m in slack.messages.values() if m.get("thread_ts")]) == 1
+        rec = store.get(f.fingerprint)
+        assert rec is not None and delivery_key(update, "slack") in rec.delivery_keys
