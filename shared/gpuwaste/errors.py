@@ -56,6 +56,10 @@ class StoreError(RetryableError):
     """The finding store failed transiently (throttling, transaction conflict)."""
 
 
+class StateInUseError(StoreError):
+    """Another process holds the local state file (`gpuwaste run` on the same `--state`) past the wait."""
+
+
 class DeliveryError(RetryableError):
     """A Slack or Jira delivery failed and must be retried through the queue."""
 

@@ -154,9 +154,12 @@ class Notifier(Protocol):
         """
         ...
 
-    def find_posted(self, notice: Notice) -> list[PostedMessage]:
-        """Messages already posted for this notice (same scan, kind and findings) — a post the sink accepted
-        but whose answer was lost (crash, timeout). Empty when the sink cannot be searched."""
+    def find_posted(self, notice: Notice, *, reply_to: MessageRef | None = None) -> list[PostedMessage]:
+        """Messages already posted for this notice — a post (or an edit) the sink accepted but whose answer was lost
+        (crash, timeout). With `reply_to`, the messages of that conversation (the original and its replies) that
+        carry the notice's `delivery_key`, or, for a resolution, already show each of its resolved findings
+        resolved; without it, top-level messages of the same scan, kind and findings. Empty when the sink cannot
+        be searched."""
         ...
 
     def update(self, notice: Notice, *, message: MessageRef) -> PostedMessage:
@@ -212,8 +215,15 @@ class TicketSink(Protocol):
         """Open a ticket; returns its key (e.g. `MLOPS-12`). Raises as `find_open`."""
         ...
 
-    def comment(self, key: str, paragraphs: Sequence[str]) -> None:
-        """Add a comment to `key`. Raises as `find_open`."""
+    def comment(self, key: str, paragraphs: Sequence[str], *, delivery_keys: Sequence[str] = ()) -> None:
+        """Add a comment to `key`, carrying the idempotency keys `delivery_keys` (found by `delivered`).
+        Raises as `find_open`."""
+        ...
+
+    def delivered(self, key: str) -> set[str]:
+        """The idempotency keys ticket `key` and its comments carry (`TicketDraft.delivery_keys`, `comment`'s
+        `delivery_keys`): what was accepted before, looked up before a comment is posted (again). Raises as
+        `find_open`."""
         ...
 
     def transition(self, key: str, transition: str) -> None:

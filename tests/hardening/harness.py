@@ -23,8 +23,10 @@ redrive contract says; it does not ask the product's own batch processor.
 
 from __future__ import annotations
 
+import copy
 import json
 import random
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +45,7 @@ from gpuwaste.services.tickets import TicketService, dedupe_label
 from gpuwaste.sinks.slack import SlackNotifier
 from tests.servers import FakeHttpServer, HttpRequest, HttpResponse
 from tests.servers.jira_api import FakeJira
-from tests.servers.slack_api import FakeSlack
+from tests.servers.slack_api import FakeSlack, parse_params
 
 STAGE_ADAPTER: TypeAdapter[FindingMessage | ScanCompleted] = TypeAdapter(FindingMessage | ScanCompleted)
 
@@ -96,7 +98,9 @@ class AuditedSlack(FakeSlack):
         response = super().handle(request)
         body = response.body if isinstance(response.body, dict) else {}
         if response.status == 200 and body.get("ok") and request.path.startswith("/api/"):
-            params = self.calls[-1].body if self.calls else {}
+            # the params of this request itself: `calls[-1]` may be another thread's request by now (overlapping
+            # requests were attributed to the wrong call)
+            params = parse_params(request)
             with self._lock:
                 self.accepted.append(Accepted(request.path.removeprefix("/api/").strip("/"), params, body))
         return response
@@ -117,6 +121,65 @@ class AuditedSlack(FakeSlack):
             for fp in payload.get("fps") or []:
                 out[(str(fp), str(payload.get("scan")))] += 1
         return out
+
+
+# -- every delivery the fakes accepted, by what it is -----------------------------------------------------
+def _adf_plain(node: Any) -> str:
+    if isinstance(node, dict):
+        return str(node.get("text") or "") + "".join(_adf_plain(c) for c in node.get("content") or [])
+    return ""
+
+
+_LISTED = re.compile(r"finding ([0-9a-f]{6})|(?:: |; )([0-9a-f]{6}) \$")
+
+
+def delivered(slack: AuditedSlack, jira: FakeJira) -> Counter[tuple[str, ...]]:
+    """Every delivery the fakes accepted, by what it is (counted at the fakes, from what they hold and received):
+
+    top-level posts by (finding, scan); thread replies by (scan, kind, findings); edits by the alert they carry (the
+    key in their metadata), and each finding a message shows resolved (once, however many edits show it); Jira issues by dedupe label; comments by (ticket label, text); transitions by
+    ticket label; and each finding an overflow ticket lists (in its description or a comment) by (label, finding).
+    """
+    out: Counter[tuple[str, ...]] = Counter()
+    with slack._lock:
+        calls = list(slack.accepted)
+    for call in calls:
+        meta = (call.params.get("metadata") or {}).get("event_payload") or {}
+        fps = tuple(str(f) for f in meta.get("fps") or [])
+        scan = str(meta.get("scan"))
+        if call.method == "chat.postMessage" and call.params.get("thread_ts"):
+            out[("slack reply", scan, str(meta.get("kind")), *fps)] += 1
+        elif call.method == "chat.postMessage":
+            for fp in fps:
+                out[("slack post", fp, scan)] += 1
+        elif call.method == "chat.update":
+            # an edit is the delivery of its alert's resolution (its key: two alerts resolving in one scan edit the
+            # same message twice); and what a message shows resolved is there once, however often it is edited
+            out[("slack edit", str(meta.get("key")))] += 1
+            for fp in meta.get("resolved") or []:
+                out[("slack shows resolved", str(fp), *fps)] = 1
+    with jira._lock:
+        issues = copy.deepcopy(jira.issues)
+        requests = list(jira.requests)
+    label_of = {}
+    for issue in issues.values():
+        label = sorted(x for x in issue.labels if x.startswith("gpuwaste-") and x != "gpuwaste")[0]
+        label_of[issue.key] = label
+        out[("jira issue", label)] += 1
+        texts = [_adf_plain(c) for c in issue.comments]
+        if label.startswith("gpuwaste-team-"):
+            for text in [_adf_plain(issue.fields.get("description")), *texts]:
+                for m in _LISTED.finditer(text):
+                    out[("overflow lists", label, m[1] or m[2])] += 1
+        else:
+            for text in texts:
+                out[("jira comment", label, text)] += 1
+    for method, path in requests:
+        match = re.match(r"^/rest/api/3/issue/([^/]+)/transitions$", path.rstrip("/"))
+        if method == "POST" and match and match[1] in label_of:
+            out[("jira transition", label_of[match[1]])] += 1
+    return out
+
 
 
 # -- an at-least-once queue with a DLQ ---------------------------------------------------------------------

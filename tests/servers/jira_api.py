@@ -8,7 +8,15 @@ Endpoints (all under ``/rest/api/3``):
   ``{"errorMessages": [], "errors": {"<field>": "..."}}``. Success is 201 ``{"id", "key", "self"}`` with keys
   ``<PROJECT>-1``, ``<PROJECT>-2``, ... and ids from ``10000``.
 * ``GET /issue/{key}``, ``POST /issue/{key}/comment`` (ADF ``body``), ``GET``/``POST /issue/{key}/transitions``
-  (transitions ``11`` To Do, ``21`` In Progress, ``31`` Done).
+  (transitions ``11`` To Do, ``21`` In Progress, ``31`` Done; the one to the issue's own status is not offered).
+* Entity properties, as on Jira Cloud: ``POST /issue`` and ``POST /issue/{key}/comment`` take an optional
+  ``properties`` list of ``{"key", "value"}`` (a key at most 255 characters, a value at most 32,768 bytes of JSON,
+  else 400); ``GET /issue/{key}/properties/{propertyKey}`` answers ``{"key", "value"}`` or 404;
+  ``GET /issue/{key}/comment`` pages with ``startAt``/``maxResults`` (``{"startAt", "maxResults", "total",
+  "comments": [...]}``, each comment ``{"id", "body", "created", "updated"}``; as on Jira Cloud its ``expand``
+  knows only ``renderedBody``, never properties); ``POST /comment/list`` ``{"ids": [...]}`` (at most 1000) answers
+  the comments of those ids as a page (``{"values", "startAt", "maxResults", "total", "isLast"}``), each with its
+  ``properties`` list with ``expand=properties``.
 * ``POST``/``GET /search/jql`` with ``jql``, ``fields``, ``maxResults``, ``nextPageToken``. Returns
   ``{"issues": [...], "isLast": bool, "nextPageToken"?}``; only ``{"id"}`` per issue unless ``fields``
   is given, and no ``total``/``startAt``, as on Jira Cloud. Supported JQL: clauses joined by ``AND`` on
@@ -26,6 +34,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -65,6 +74,10 @@ class FakeIssue:
     fields: dict[str, Any]
     comments: list[dict[str, Any]] = field(default_factory=list)
     status: str = "To Do"
+    #: issue entity properties, key → value (set by ``properties`` on create)
+    properties: dict[str, Any] = field(default_factory=dict)
+    #: per comment (parallel to ``comments``): its id and its entity properties (key → value)
+    comment_meta: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def labels(self) -> list[str]:
@@ -217,7 +230,9 @@ class FakeJira(FakeHttpServer):
         if path == "/rest/api/3/search/jql" and method in ("GET", "POST"):
             params = request.json() if method == "POST" else _search_query(request.query)
             return self._search(params or {})
-        match = re.match(r"^/rest/api/3/issue/(?P<key>[^/]+)(?P<rest>/comment|/transitions)?$", path)
+        if path == "/rest/api/3/comment/list" and method == "POST":
+            return self._comment_list(request.json() or {}, request.query)
+        match = re.match(r"^/rest/api/3/issue/(?P<key>[^/]+)(?P<rest>/comment|/transitions|/properties/[^/]+)?$", path)
         if match is None:
             return _errors(404, ["null for uri: " + path])
         issue = self._find(match["key"])
@@ -228,8 +243,15 @@ class FakeJira(FakeHttpServer):
             return HttpResponse.json_body(200, self._issue_json(issue, None))
         if rest == "/comment" and method == "POST":
             return self._comment(issue, request.json() or {})
+        if rest == "/comment" and method == "GET":
+            return self._comments(issue, request.query)
+        if rest is not None and rest.startswith("/properties/") and method == "GET":
+            name = rest.removeprefix("/properties/")
+            if name not in issue.properties:
+                return _errors(404, [f"The property with key '{name}' does not exist."])
+            return HttpResponse.json_body(200, {"key": name, "value": copy.deepcopy(issue.properties[name])})
         if rest == "/transitions" and method == "GET":
-            return HttpResponse.json_body(200, {"expand": "transitions", "transitions": _transitions()})
+            return HttpResponse.json_body(200, {"expand": "transitions", "transitions": _transitions(issue.status)})
         if rest == "/transitions" and method == "POST":
             return self._transition(issue, request.json() or {})
         return _errors(405, [f"Method {method} is not allowed for {path}."])
@@ -272,20 +294,28 @@ class FakeJira(FakeHttpServer):
             errors["labels"] = "data was not an array"
         elif bad := next((label for label in labels if " " in label or not label), None):
             errors["labels"] = f"The label '{bad}' contains spaces which is invalid."
+        properties = _properties(body.get("properties"))
+        if isinstance(properties, str):
+            errors["properties"] = properties
         if errors:
             return HttpResponse.json_body(400, {"errorMessages": [], "errors": errors})
+        assert isinstance(properties, dict)
         issue_id = str(self._next_id)
         self._next_id += 1
         number = 1 + sum(1 for issue in self.issues.values() if issue.key.startswith(f"{project_key}-"))
         key = f"{project_key}-{number}"
-        self.issues[key] = FakeIssue(id=issue_id, key=key, fields=copy.deepcopy(fields))
+        self.issues[key] = FakeIssue(id=issue_id, key=key, fields=copy.deepcopy(fields), properties=properties)
         return HttpResponse.json_body(201, {"id": issue_id, "key": key, "self": self._self_url(issue_id)})
 
     def _comment(self, issue: FakeIssue, body: dict[str, Any]) -> HttpResponse:
         if not _is_adf(body.get("body")):
             return HttpResponse.json_body(400, {"errorMessages": [], "errors": {"comment": ADF_ERROR}})
+        properties = _properties(body.get("properties"))
+        if isinstance(properties, str):
+            return _errors(400, [properties])
         issue.comments.append(copy.deepcopy(body["body"]))
         comment_id = str(10000 + sum(len(i.comments) for i in self.issues.values()))
+        issue.comment_meta.append({"id": comment_id, "properties": properties})
         return HttpResponse.json_body(
             201,
             {
@@ -296,6 +326,40 @@ class FakeJira(FakeHttpServer):
                 "updated": _CREATED,
             },
         )
+
+    def _comment_json(self, issue: FakeIssue, n: int, *, properties: bool) -> dict[str, Any]:
+        meta = self._meta(issue, n)
+        comment: dict[str, Any] = {"id": meta["id"], "self": f"{self._self_url(issue.id)}/comment/{meta['id']}",
+                                   "body": copy.deepcopy(issue.comments[n]), "created": _CREATED, "updated": _CREATED}
+        if properties:
+            comment["properties"] = [{"key": k, "value": copy.deepcopy(v)} for k, v in meta["properties"].items()]
+        return comment
+
+    @staticmethod
+    def _meta(issue: FakeIssue, n: int) -> dict[str, Any]:
+        return issue.comment_meta[n] if n < len(issue.comment_meta) else {"id": str(20000 + n), "properties": {}}
+
+    def _comments(self, issue: FakeIssue, query: dict[str, str]) -> HttpResponse:
+        start = int(query.get("startAt") or 0)
+        max_results = min(int(query.get("maxResults") or 5000), 5000)
+        order = range(len(issue.comments))
+        if str(query.get("orderBy") or "") == "-created":
+            order = range(len(issue.comments) - 1, -1, -1)
+        page = [self._comment_json(issue, n, properties=False) for n in list(order)[start:start + max_results]]
+        return HttpResponse.json_body(200, {"startAt": start, "maxResults": max_results, "total": len(issue.comments),
+                                            "comments": page})
+
+    def _comment_list(self, body: dict[str, Any], query: dict[str, str]) -> HttpResponse:
+        ids = body.get("ids")
+        if not isinstance(ids, list) or len(ids) > 1000:
+            return _errors(400, ["ids: a list of at most 1000 comment ids is required."])
+        wanted = {str(i) for i in ids}
+        expand = {e.strip() for e in str(query.get("expand") or "").split(",")}
+        values = [self._comment_json(issue, n, properties="properties" in expand)
+                  for issue in self.issues.values() for n in range(len(issue.comments))
+                  if self._meta(issue, n)["id"] in wanted]
+        return HttpResponse.json_body(200, {"startAt": 0, "maxResults": 1000, "total": len(values), "isLast": True,
+                                            "values": values})
 
     def _transition(self, issue: FakeIssue, body: dict[str, Any]) -> HttpResponse:
         transition = body.get("transition")
@@ -375,6 +439,28 @@ def _fault_response(fault: _Fault) -> HttpResponse:
     return HttpResponse.json_body(fault.status, body, headers)
 
 
+#: Jira's limits on an entity property: its key's length and the size of its JSON value.
+MAX_PROPERTY_KEY = 255
+MAX_PROPERTY_BYTES = 32768
+
+
+def _properties(value: Any) -> dict[str, Any] | str:
+    """A request's ``properties`` list as key → value, or the error text Jira answers 400 with."""
+    if value is None:
+        return {}
+    if not isinstance(value, list) or not all(isinstance(p, dict) and isinstance(p.get("key"), str) for p in value):
+        return "properties: each entry must be an object with a string 'key' and a 'value'"
+    out: dict[str, Any] = {}
+    for prop in value:
+        key = prop["key"]
+        if not key or len(key) > MAX_PROPERTY_KEY:
+            return f"The property key must be 1 to {MAX_PROPERTY_KEY} characters long."
+        if len(json.dumps(prop.get("value")).encode()) > MAX_PROPERTY_BYTES:
+            return f"The property '{key}' exceeds the {MAX_PROPERTY_BYTES} byte limit."
+        out[key] = copy.deepcopy(prop.get("value"))
+    return out
+
+
 def _is_adf(value: Any) -> bool:
     return (
         isinstance(value, dict)
@@ -385,9 +471,12 @@ def _is_adf(value: Any) -> bool:
     )
 
 
-def _transitions() -> list[dict[str, Any]]:
+def _transitions(current: str) -> list[dict[str, Any]]:
+    """The transitions offered from status `current`: every one but the one to `current` (as a workflow offers)."""
     result = []
     for transition_id, name in _TRANSITIONS.items():
+        if name == current:
+            continue
         status_id, category_key, category_name, category_id = _STATUSES[name]
         result.append(
             {

@@ -4,7 +4,9 @@ Point ``slack_sdk.WebClient(token=FakeSlack.token, base_url=fake.url)`` at it; `
 
 Methods: ``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.postEphemeral``,
 ``conversations.info``, ``conversations.history`` (top-level messages, newest first, ``metadata`` only with
-``include_all_metadata``, ``cursor`` pagination), ``users.lookupByEmail``, and the ``files_upload_v2`` flow
+``include_all_metadata``, ``cursor`` pagination), ``conversations.replies`` (a thread: its parent first, then its
+replies oldest first; a message without replies alone; ``thread_not_found`` for an unknown ``ts``; ``metadata`` only
+with ``include_all_metadata``, ``cursor`` pagination), ``users.lookupByEmail``, and the ``files_upload_v2`` flow
 (``files.getUploadURLExternal`` → POST to the returned upload URL → ``files.completeUploadExternal``).
 Any other method answers HTTP 404 ``{"ok": false, "error": "unknown_method"}``.
 
@@ -55,7 +57,7 @@ from tests.servers import FakeHttpServer, HttpRequest, HttpResponse
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["MAX_BLOCKS", "MAX_HEADER_TEXT", "MAX_SECTION_TEXT", "MAX_TEXT", "FakeSlack", "SlackCall"]
+__all__ = ["MAX_BLOCKS", "MAX_HEADER_TEXT", "MAX_SECTION_TEXT", "MAX_TEXT", "FakeSlack", "SlackCall", "parse_params"]
 
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
@@ -145,6 +147,7 @@ class FakeSlack(FakeHttpServer):
             "chat.postEphemeral": self._post_ephemeral,
             "conversations.info": self._conversations_info,
             "conversations.history": self._conversations_history,
+            "conversations.replies": self._conversations_replies,
             "users.lookupByEmail": self._lookup_by_email,
             "files.getUploadURLExternal": self._get_upload_url,
             "files.completeUploadExternal": self._complete_upload,
@@ -332,6 +335,29 @@ class FakeSlack(FakeHttpServer):
         return {"ok": True, "channel": channel, "messages": messages, "has_more": more,
                 "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
 
+    def _conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = self._channel_or_error(params)
+        if isinstance(channel, dict):
+            return channel
+        ts = str(params.get("ts") or "")
+        message = self._state.messages.get((channel, ts))
+        if message is None:
+            return {"ok": False, "error": "thread_not_found"}
+        parent = str(message.get("thread_ts") or ts)  # a reply's ts names its whole thread, as in Slack
+        if (channel, parent) not in self._state.messages:
+            return {"ok": False, "error": "thread_not_found"}
+        thread = [m for (c, t), m in self._state.messages.items()
+                  if c == channel and (t == parent or m.get("thread_ts") == parent)]
+        thread.sort(key=lambda m: float(m["ts"]))
+        start = int(params.get("cursor") or 0)
+        limit = int(params.get("limit") or 1000)
+        page = thread[start:start + limit]
+        with_meta = str(params.get("include_all_metadata")).lower() in ("true", "1")
+        messages = [m if with_meta else {k: v for k, v in m.items() if k != "metadata"} for m in page]
+        more = start + limit < len(thread)
+        return {"ok": True, "messages": messages, "has_more": more,
+                "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
+
     def _post_ephemeral(self, params: dict[str, Any]) -> dict[str, Any]:
         channel = self._channel_or_error(params)
         if isinstance(channel, dict):
@@ -430,6 +456,11 @@ def _parse_params(request: HttpRequest) -> dict[str, Any]:
             with contextlib.suppress(ValueError):  # left as the string; _message_error reports invalid_blocks
                 params[key] = json.loads(params[key])
     return params
+
+
+def parse_params(request: HttpRequest) -> dict[str, Any]:
+    """The Web API arguments of `request` (JSON body, form body or query), as the fake reads them."""
+    return _parse_params(request)
 
 
 def _fault_response(fault: _Fault) -> HttpResponse:

@@ -31,7 +31,7 @@ from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.scan import ScanReport, ScanService
 from gpuwaste.services.tickets import release_requests
 from gpuwaste.settings import GpuWasteConfig
-from gpuwaste.store.sqlite import DeliveryQueue, SqliteFindingStore
+from gpuwaste.store.sqlite import STATE_LOCK_WAIT_S, DeliveryQueue, SqliteFindingStore, state_lock
 
 
 def demo_recording() -> Path:
@@ -175,6 +175,8 @@ def run_chain(
     deliver: DeliverStage | None = None,
     file_tickets: DeliverStage | None = None,
     progress: Callable[[str], None] | None = None,
+    lock_wait_s: float = STATE_LOCK_WAIT_S,
+    on_lock_wait: Callable[[str], None] | None = None,
 ) -> ChainResult:
     """dispatch → scan → price → dedupe → alerts in one process: in-memory queues handing the same message envelopes
     as SQS carries (as objects, no JSON round trip in one process) between the scan stages, a durable outbox in the SQLite state for what must be delivered
@@ -189,10 +191,39 @@ def run_chain(
     the next run delivers it. A crash at any point leaves the state so that a rerun delivers each message once:
     decisions still in a record's outbox are re-queued first (`LifecycleService.recover`).
 
+    One run at a time per state file: the run holds `store.sqlite.state_lock` on `state_path` (when it opens the
+    store itself) from before the first read to after the last delivery; a second run on the same state waits for
+    it up to `lock_wait_s` seconds (`on_lock_wait` is told), so it sees what the first delivered and never posts it
+    again.
+
     Raises:
         SourceUnavailableError, SourceAuthError, InputFormatError: from the sources.
+        StateInUseError: another run held the state file for more than `lock_wait_s` seconds.
         StoreError: the SQLite file cannot be used.
     """
+    owned = store is None
+    with state_lock(state_path, wait_s=lock_wait_s, on_wait=on_lock_wait) if owned else contextlib.nullcontext():
+        return _run_chain(sources, config, store=store, state_path=state_path, cluster=cluster, times=times,
+                          window_s=window_s, on_alert=on_alert, on_scan=on_scan, on_told=on_told, deliver=deliver,
+                          file_tickets=file_tickets, progress=progress)
+
+
+def _run_chain(
+    sources: Sources,
+    config: GpuWasteConfig,
+    *,
+    store: FindingStore | None,
+    state_path: Path | str,
+    cluster: str,
+    times: Sequence[datetime],
+    window_s: int | None,
+    on_alert: Callable[[AlertMessage], None] | None,
+    on_scan: Callable[[ScanReport], None] | None,
+    on_told: Callable[[Sequence[AlertMessage], datetime], None] | None,
+    deliver: DeliverStage | None,
+    file_tickets: DeliverStage | None,
+    progress: Callable[[str], None] | None,
+) -> ChainResult:
     from gpuwaste.bootstrap.pipeline import SystemClock
     from gpuwaste.queue.memory import MemoryQueue
     from gpuwaste.services.dispatch import DispatchService

@@ -22,6 +22,7 @@ from gpuwaste.cli_support import (
     check_recording,
     config_or_exit,
     err,
+    escape_markup,
     fail,
     live_cluster,
     out,
@@ -32,7 +33,14 @@ from gpuwaste.cli_support import (
     render,
     team_function,
 )
-from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError
+from gpuwaste.errors import (
+    ConfigError,
+    GpuWasteError,
+    InputFormatError,
+    PermanentError,
+    StateInUseError,
+    StoreError,
+)
 from gpuwaste.models.text import for_terminal, strip_controls
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
@@ -147,7 +155,7 @@ def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore
             out.print(f"tickets left out (kept for the next run): {exc}", style="red", highlight=False, soft_wrap=True)
             return [(r, exc) for r in requests]
         assert service is not None
-        failed = []
+        failed: list[tuple[AlertMessage, Exception]] = []
         service.now = lambda: at  # ages and "open since" read from the scan's time (a replay reads as it happened)
         service.explain_args = explain_args  # the ticket's `gpuwaste explain ID …` works as printed
         plan = plan_tickets(requests, team_of=team, jira=service.settings.jira, started_at=_started(store), now=at)
@@ -159,9 +167,11 @@ def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore
         for team_name, folded in plan.folded.items():
             try:
                 overflow_key = service.open_overflow(team_name, folded)
-            except GpuWasteError as exc:
-                out.print(f"overflow ticket failed for team {strip_controls(team_name)}: {strip_controls(str(exc))}", style="red", highlight=False, soft_wrap=True,
+            except GpuWasteError as exc:  # its requests stay pending: the next run files them (never marked done unfiled)
+                out.print(f"overflow ticket failed for team {strip_controls(team_name)} (its {len(folded)} requests kept for"
+                          f" the next run): {strip_controls(str(exc))}", style="red", highlight=False, soft_wrap=True,
                           markup=False)
+                failed.extend((r, exc) for r in folded)
                 continue
             out.print(f"ticket {overflow_key}: {len(folded)} more findings of team {strip_controls(team_name)} in one ticket (over the per-team cap)",
                       style="magenta", highlight=False, soft_wrap=True, markup=False)
@@ -226,14 +236,17 @@ def _pending_line(result: local.ChainResult, why: list[str], *, kept: bool = Tru
 def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[datetime], window_s: int | None,  # type: ignore[no-untyped-def]
                     state: Path, output: Output, quiet: bool, slack: bool = False, tickets: bool = True,
                     summary: bool = True, wide: bool = False, state_given: bool = True,
-                    state_kept: bool = True, recording: Path | None = None) -> local.ChainResult:
+                    state_kept: bool = True, recording: Path | None = None,
+                    state_wait_s: float | None = None) -> local.ChainResult:
     """Run the chain and print each scan, its messages and tickets, then the daily summary; exits non-zero
     with a clear message on failure (exit `EXIT_UNDELIVERED` when a delivery failed). `quiet` keeps only the
     one-line alerts. Modes that do not deliver (`-q`, `-o json|csv`, `--no-slack`, `--no-tickets`) leave the
     deliveries pending in the state and say so. `recording` (the one scanned) is what `gpuwaste explain ID` is told
-    to read when the state is not kept."""
+    to read when the state is not kept. `state_wait_s`: how long to wait for another run holding the same state
+    (default `store.sqlite.STATE_LOCK_WAIT_S`), then exit 3 with one line."""
 
     from gpuwaste.bootstrap import local
+    from gpuwaste.store.sqlite import STATE_LOCK_WAIT_S
 
     table = output is Output.table
     explain_args = explain_source(state if state_kept else None, recording)
@@ -259,7 +272,13 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
     try:
         result = local.run_chain(sources, cfg, state_path=state, cluster=cluster, times=times, window_s=window_s,
                                  on_scan=on_scan, on_told=_show_told if table else None, deliver=deliver,
-                                 file_tickets=file_tickets, progress=progress_printer(quiet or not table))
+                                 file_tickets=file_tickets, progress=progress_printer(quiet or not table),
+                                 on_lock_wait=lambda line: err.print(line, style="yellow", highlight=False, markup=False),
+                                 lock_wait_s=STATE_LOCK_WAIT_S if state_wait_s is None else state_wait_s)
+    except StateInUseError as exc:
+        fail(escape_markup(str(exc)), code=3)
+    except StoreError as exc:
+        fail(escape_markup(f"{exc}\nThe state file {state} cannot be used; check it, or use another --state."), code=3)
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
     except SOURCE_ERRORS as exc:
@@ -323,6 +342,7 @@ def run_cmd(
                                                         "--no-tickets leaves them unfiled and unmarked: the next run requests them again.")] = True,
     summary: Annotated[bool, typer.Option("--summary/--no-summary", help="Print the daily summary of the state file after the scans.")] = True,
     wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
+    state_wait: Annotated[float, typer.Option("--state-wait", min=0, metavar="<s>", help="Seconds to wait for another `gpuwaste run` on the same --state to finish (one run per state file), then exit 3.")] = 120.0,
 ) -> None:
     """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
     from gpuwaste.bootstrap import local
@@ -364,4 +384,4 @@ def run_cmd(
     times = local.replay_times(when, scans=scans, interval=step)
     run_local_chain(sources, cfg, cluster=name, times=times, window_s=window_s, state=state or DEFAULT_STATE,
                     output=output, quiet=quiet, slack=slack, tickets=tickets, summary=summary, wide=wide,
-                    state_given=state is not None, recording=recording)
+                    state_given=state is not None, recording=recording, state_wait_s=state_wait)

@@ -70,6 +70,9 @@ class Notice(Frozen):
         reason: why now (for updates: "cost up 40 %", "reminder: open 2 days").
         mention: a chat user id to mention (resolved from the route's e-mail by the sink), or None.
         interactive: add the snooze / expected / ticket buttons.
+        delivery_key: the idempotency key of a single alert's notice (a thread reply, an edit, a resolution):
+            the sink stores it with the message (Slack: message metadata) and `Notifier.find_posted` finds an
+            accepted one by it. None for a NEW alert or digest (found by scan, kind and findings instead).
     """
 
     kind: NoticeKind
@@ -79,6 +82,7 @@ class Notice(Frozen):
     reason: str | None = None
     mention: str | None = None
     interactive: bool = True
+    delivery_key: str | None = None
 
 
 class MessageRef(Frozen):
@@ -163,6 +167,8 @@ class TicketDraft(Frozen):
         facts: (name, value) pairs shown as a list. paragraphs: free text, in order.
         sections: headed parts (What, Evidence, Cost, How to fix, Done when, Snooze), after the paragraphs.
         priority: the Jira priority name (from USD/day), or None to leave the project's default.
+        delivery_keys: idempotency keys of what the ticket carries (an overflow ticket: one per finding it lists),
+            stored with it (Jira: an issue entity property) so a retry finds them instead of listing them again.
     """
 
     project: str
@@ -176,6 +182,7 @@ class TicketDraft(Frozen):
     links: tuple[tuple[str, str], ...] = ()
     sections: tuple[TicketSection, ...] = ()
     priority: str | None = None
+    delivery_keys: tuple[str, ...] = ()
 
 
 class GroupTotal(Frozen):

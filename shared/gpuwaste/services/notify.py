@@ -8,7 +8,9 @@ for a sink is skipped for that sink. So a failure of one sink sends the message 
 retry posts only to the sinks that have not accepted it yet (one sink's outage never re-posts to another). A
 redelivered alert whose key is not recorded (the process died, or the Lambda timed out, between the sink's
 acceptance and the write) is first looked up in the sink (`Notifier.find_posted`): found, it is recorded instead
-of posted again.
+of posted again. That holds for every kind of post: a NEW alert or digest is found among the channel's top-level
+messages by scan, kind and findings; a thread reply (WORSE, REMINDER), an edit and a resolution carry their
+delivery key (`Notice.delivery_key`, in the message's metadata) and are found in the original's thread by it.
 
 Time: with `time_left` set (a Lambda's remaining seconds), a group is not started when less than
 `DEFER_RESERVE_S` is left: it fails with DeliveryError and comes back through the queue.
@@ -396,9 +398,23 @@ class NotifyService:
                             scan_id=first.scan_id, reason=first.reason, mention=mention)
             self._post_new(notifier, notice, pending, report, now, redelivered=redelivered)
         elif first.action in (AlertAction.WORSE, AlertAction.REMINDER):
-            self._post_update(notifier, first, first_record, route, mention, report, now)
+            self._post_update(notifier, first, first_record, route, mention, report, now, redelivered=redelivered)
         else:
-            self._resolve(notifier, first, first_record, route, report)
+            self._resolve(notifier, first, first_record, route, report, redelivered=redelivered)
+
+    def _found(self, notifier: Notifier, notice: Notice, alert: AlertMessage, reply_to: MessageRef | None,
+               changes: dict[str, Any], report: DeliveryReport) -> bool:
+        """A redelivered single-alert notice the sink accepted before (`Notifier.find_posted`): recorded, True."""
+        found = notifier.find_posted(notice, reply_to=reply_to)
+        if not found:
+            return False
+        logger.info("already posted before a crash or timeout; recorded, not posted again",
+                    extra={"findings": 1, "sink": notifier.name, "action": alert.action.value})
+        if reply_to is None and "message" in changes:
+            changes = {**changes, "message": found[0].ref()}
+        record_delivery(self.store, alert.fingerprint, delivery_key(alert, notifier.name), changes)
+        report.skipped.append(alert)
+        return True
 
     @staticmethod
     def _ref(notifier: Notifier, alert: AlertMessage, record: FindingRecord | None) -> MessageRef | None:
@@ -442,21 +458,25 @@ class NotifyService:
 
     def _post_update(
         self, notifier: Notifier, alert: AlertMessage, record: FindingRecord | None, route: Route,
-        mention: str | None, report: DeliveryReport, now: datetime,
+        mention: str | None, report: DeliveryReport, now: datetime, *, redelivered: bool = False,
     ) -> None:
         ref = self._ref(notifier, alert, record)
         default_reason = "Worse" if alert.action is AlertAction.WORSE else "Reminder"
         item = self._item(alert, record)
         key = delivery_key(alert, notifier.name)
+        changes: dict[str, Any] = {"last_alert_at": now}
         if ref is not None:  # a reply in the original's conversation (a sink without threads: next to it)
             notice = Notice(kind=NoticeKind.UPDATE, route=route, items=(item,), scan_id=alert.scan_id,
-                            reason=alert.reason or default_reason, mention=mention)
-            changes: dict[str, Any] = {"last_alert_at": now}
+                            reason=alert.reason or default_reason, mention=mention, delivery_key=key)
+            if redelivered and self._found(notifier, notice, alert, ref, changes, report):
+                return
             posted = notifier.post(notice, reply_to=ref, on_posted=lambda _m: record_delivery(
                 self.store, alert.fingerprint, key, changes))
         else:  # the original was never posted (or was lost): post a full alert and remember it
             notice = Notice(kind=NoticeKind.ALERT, route=route, items=(item,), scan_id=alert.scan_id,
-                            reason=alert.reason or default_reason, mention=mention)
+                            reason=alert.reason or default_reason, mention=mention, delivery_key=key)
+            if redelivered and self._found(notifier, notice, alert, None, {**changes, "message": None}, report):
+                return
             posted = notifier.post(notice)
             changes = {"last_alert_at": now, "message": posted[0].ref()} if posted else {"last_alert_at": now}
             record_delivery(self.store, alert.fingerprint, key, changes)
@@ -478,13 +498,16 @@ class NotifyService:
         return sorted(found, key=lambda r: r.fingerprint)
 
     def _resolve(self, notifier: Notifier, alert: AlertMessage, record: FindingRecord | None, route: Route,
-                 report: DeliveryReport) -> None:
+                 report: DeliveryReport, *, redelivered: bool = False) -> None:
         ref = self._ref(notifier, alert, record)
         item = self._item(alert, record)
+        key = delivery_key(alert, notifier.name)
         if ref is None or not (notifier.edits and ref.message_id):
             # never posted, or a sink that cannot edit: a new message (next to the original where there is one)
             notice = Notice(kind=NoticeKind.RESOLVED, route=route, items=(item,), scan_id=alert.scan_id,
-                            interactive=False)
+                            interactive=False, delivery_key=key)
+            if redelivered and self._found(notifier, notice, alert, ref, {}, report):
+                return
             posted = notifier.post(notice, reply_to=ref)
         else:
             items = [item]
@@ -502,8 +525,11 @@ class NotifyService:
                         saved_usd_per_day=sib.saved_usd_per_day, ticket_key=sib.ticket_key,
                     ))
             kind = NoticeKind.DIGEST if len(items) > 1 else NoticeKind.RESOLVED
-            notice = Notice(kind=kind, route=route, items=tuple(items), scan_id=alert.scan_id)
+            notice = Notice(kind=kind, route=route, items=tuple(items), scan_id=alert.scan_id, delivery_key=key)
+            # an edit accepted before a crash shows the finding resolved already (its metadata says so)
+            if redelivered and self._found(notifier, notice, alert, ref, {}, report):
+                return
             posted = [notifier.update(notice, message=ref)]
         report.notices.append(notice)
         report.posted.extend(posted)
-        record_delivery(self.store, alert.fingerprint, delivery_key(alert, notifier.name))
+        record_delivery(self.store, alert.fingerprint, key)

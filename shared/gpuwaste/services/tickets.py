@@ -3,6 +3,11 @@
 The lifecycle record's `ticket_key` is the primary guard; a search for the `gpuwaste-<fingerprint[:16]>`
 label is the secondary one (a ticket created but not recorded before a crash is found, not duplicated).
 ESCALATE opens the ticket, WORSE comments on it, RESOLVED comments and optionally transitions it.
+
+Every comment carries an idempotency key (`delivery_key(alert, "jira")`; an overflow ticket and its comments: one
+`overflow_key` per finding they list), and the ticket's accepted keys (`TicketSink.delivered`) are read before a
+comment is posted: a comment Jira accepted before a crash, a timeout or a lost answer is recorded, not posted
+again, and a retried overflow lists only the findings its ticket does not list yet.
 """
 
 from __future__ import annotations
@@ -132,19 +137,25 @@ class TicketService:
         dkey = delivery_key(alert, "jira")
         if record is not None and dkey in record.delivery_keys:
             return key
-        if alert.action is AlertAction.WORSE:
+        # looked up first: a comment Jira accepted before a crash, a timeout or a lost answer is not posted again
+        posted = dkey in self.sink.delivered(key)
+        if posted:
+            logger.info("comment already on the ticket; recorded, not posted again",
+                        extra={"ticket": key, "fingerprint": alert.fingerprint[:16]})
+        elif alert.action is AlertAction.WORSE:
             self.sink.comment(key, [
                 f"Worse: {alert.reason or 'cost went up'}. Now {_usd(alert.finding.usd_per_day)}/day,"
                 f" cumulative {_usd(alert.cumulative_usd)}.",
                 f"Cost formula: {alert.finding.cost.formula if alert.finding.cost else 'unpriced'}",
-            ])
+            ], delivery_keys=[dkey])
         else:
             self.sink.comment(key, [
                 f"Resolved by gpuwaste: the waste is no longer seen. Saves {_usd(alert.saved_usd_per_day)}/day;"
                 f" {_usd(alert.cumulative_usd)} was wasted while it was open.",
-            ])
-            if self.settings.jira.resolve_transition:
-                self.sink.transition(key, self.settings.jira.resolve_transition)
+            ], delivery_keys=[dkey])
+        if alert.action is AlertAction.RESOLVED and self.settings.jira.resolve_transition:
+            # a transition already applied (a retry) is accepted: JiraTicketSink.transition
+            self.sink.transition(key, self.settings.jira.resolve_transition)
         record_delivery(self.store, alert.fingerprint, dkey)
         return key
 
@@ -186,8 +197,16 @@ class TicketService:
         key = self.sink.find_open(draft.dedupe_label)
         if key is None:
             return self.sink.create(draft)
-        self.sink.comment(key, [f"{len(alerts)} more findings: " + "; ".join(
-            f"{a.fingerprint[:6]} {_usd(a.finding.usd_per_day)}/day" for a in alerts)])
+        listed = self.sink.delivered(key)  # what the ticket and its comments list already (an earlier try)
+        rest = [a for a in alerts if overflow_key(a) not in listed]
+        if len(rest) < len(alerts):
+            logger.info("overflow findings already on the ticket; not listed again",
+                        extra={"ticket": key, "listed": len(alerts) - len(rest)})
+        for start in range(0, len(rest), OVERFLOW_COMMENT_FINDINGS):
+            part = rest[start:start + OVERFLOW_COMMENT_FINDINGS]
+            self.sink.comment(key, [f"{len(part)} more findings: " + "; ".join(
+                f"{a.fingerprint[:6]} {_usd(a.finding.usd_per_day)}/day" for a in part)],
+                delivery_keys=[overflow_key(a) for a in part])
         return key
 
     def open_ticket_for(self, fingerprint: str) -> str:
@@ -272,6 +291,15 @@ def plan_tickets(requests: Sequence[AlertMessage], *, team_of: Callable[[Finding
     return TicketPlan(open=(*other, *own), folded=folded, deferred=deferred, quiet=quiet)
 
 
+#: Findings one overflow comment lists at most (its idempotency keys fit one Jira entity property).
+OVERFLOW_COMMENT_FINDINGS = 200
+
+
+def overflow_key(alert: AlertMessage) -> str:
+    """The idempotency key of one finding listed on a team's overflow ticket (`<fingerprint[:16]>:<scan_id>`)."""
+    return f"{alert.fingerprint[:16]}:{alert.scan_id or '-'}"
+
+
 def overflow_label(team: str) -> str:
     """The Jira label of a team's overflow ticket (`gpuwaste-team-<team>`, spaces and odd characters as dashes)."""
     return "gpuwaste-team-" + re.sub(r"[^a-z0-9]+", "-", team.lower()).strip("-")[:40]
@@ -296,6 +324,7 @@ def overflow_draft(team: str, alerts: Sequence[AlertMessage], *, project: str, s
         issue_type=jira.issue_type, dedupe_label=label, labels=tuple(dict.fromkeys((*jira.labels, label))),
         components=jira.components, sections=sections,
         priority=priority_for(total) if jira.set_priority else None,
+        delivery_keys=tuple(overflow_key(a) for a in alerts),
     )
 
 

@@ -1,6 +1,10 @@
 """Adapter: ticket drafts → Jira Cloud REST v3 (Basic auth e-mail:API token, ADF descriptions).
 
 Dedupe search uses `POST /rest/api/3/search/jql` (the old `/search` endpoints answer 410 since CHANGE-2046).
+Idempotency keys ride in an entity property (`DELIVERY_PROPERTY`, value `{"keys": [...]}`) of the issue (set on
+create) and of each comment (set on post); `delivered` reads them back (`GET issue/{key}/properties/…`, the issue's
+comment ids with `GET issue/{key}/comment`, their properties with `POST comment/list?expand=properties`), so a retry
+after a crash or a lost answer finds what Jira accepted.
 429/5xx/timeouts raise DeliveryError (retry through the queue); other 4xx raise PermanentDeliveryError
 with Jira's own error text (401/403: credentials; 410: a retired endpoint).
 """
@@ -18,6 +22,26 @@ from gpuwaste.models.notices import TicketDraft, TicketSection
 from gpuwaste.settings import JiraSettings
 
 logger = logging.getLogger(__name__)
+
+#: The entity property (issue and comment) that carries gpuwaste's idempotency keys.
+DELIVERY_PROPERTY = "gpuwaste.delivery"
+#: Jira caps an entity property's value at 32 KB: the keys one property carries (a longer list is cut, logged).
+MAX_PROPERTY_KEYS = 500
+#: Comments read per page by `delivered`, and the pages read at most.
+COMMENT_PAGE = 100
+COMMENT_PAGES = 20
+
+
+def _property(keys: Sequence[str]) -> list[dict[str, Any]]:
+    if len(keys) > MAX_PROPERTY_KEYS:
+        logger.warning("more idempotency keys than one Jira property holds; the rest are not stored",
+                       extra={"keys": len(keys), "kept": MAX_PROPERTY_KEYS})
+    return [{"key": DELIVERY_PROPERTY, "value": {"keys": list(keys[:MAX_PROPERTY_KEYS])}}]
+
+
+def _keys_of(value: Any) -> set[str]:
+    keys = value.get("keys") if isinstance(value, dict) else None
+    return {str(k) for k in keys} if isinstance(keys, list) else set()
 
 
 def _text(text: str, *, strong: bool = False, href: str | None = None) -> dict[str, Any]:
@@ -155,12 +179,49 @@ class JiraTicketSink:
             fields["priority"] = {"name": draft.priority}
         if draft.components:
             fields["components"] = [{"name": c} for c in draft.components]
-        data = self._request("POST", "issue", {"fields": fields})
+        body: dict[str, Any] = {"fields": fields}
+        if draft.delivery_keys:
+            body["properties"] = _property(draft.delivery_keys)
+        data = self._request("POST", "issue", body)
         return str(data["key"])
 
-    def comment(self, key: str, paragraphs: Sequence[str]) -> None:
-        """See `gpuwaste.ports.TicketSink.comment`."""
-        self._request("POST", f"issue/{key}/comment", {"body": adf_document(paragraphs)})
+    def comment(self, key: str, paragraphs: Sequence[str], *, delivery_keys: Sequence[str] = ()) -> None:
+        """See `gpuwaste.ports.TicketSink.comment` (the keys in the comment's `gpuwaste.delivery` property)."""
+        body: dict[str, Any] = {"body": adf_document(paragraphs)}
+        if delivery_keys:
+            body["properties"] = _property(delivery_keys)
+        self._request("POST", f"issue/{key}/comment", body)
+
+    def delivered(self, key: str) -> set[str]:
+        """See `gpuwaste.ports.TicketSink.delivered`: the issue's `gpuwaste.delivery` property (404: none) and its
+        comments' (the newest `COMMENT_PAGE` × `COMMENT_PAGES` comments at most; `GET issue/{key}/comment` does not
+        expand properties, so their ids are read there and their properties with `POST comment/list`)."""
+        keys: set[str] = set()
+        try:
+            data = self._request("GET", f"issue/{key}/properties/{DELIVERY_PROPERTY}")
+            keys |= _keys_of((data or {}).get("value"))
+        except PermanentDeliveryError as exc:
+            if "HTTP 404" not in str(exc):
+                raise
+        total = None
+        for page in range(COMMENT_PAGES):
+            start = page * COMMENT_PAGE
+            if total is not None and start >= total:
+                break
+            data = self._request("GET", f"issue/{key}/comment?startAt={start}&maxResults={COMMENT_PAGE}"
+                                        "&orderBy=-created") or {}
+            comments = data.get("comments") or []
+            ids = [int(c["id"]) for c in comments if str(c.get("id") or "").isdigit()]
+            if ids:
+                listed = self._request("POST", "comment/list?expand=properties", {"ids": ids}) or {}
+                for comment in listed.get("values") or []:
+                    for prop in comment.get("properties") or []:
+                        if isinstance(prop, dict) and prop.get("key") == DELIVERY_PROPERTY:
+                            keys |= _keys_of(prop.get("value"))
+            total = int(data.get("total") or 0)
+            if not comments:
+                break
+        return keys
 
     def transition(self, key: str, transition: str) -> None:
         """See `gpuwaste.ports.TicketSink.transition` (by id, else by transition or target status name).
@@ -175,6 +236,11 @@ class JiraTicketSink:
             if wanted in names:
                 self._request("POST", f"issue/{key}/transitions", {"transition": {"id": str(t["id"])}})
                 return
+        # not offered: already done (a retry after the transition was applied but its answer was lost)?
+        issue = self._request("GET", f"issue/{key}?fields=status") or {}
+        status = (issue.get("fields") or {}).get("status") or {}
+        if wanted in {str(status.get("name", "")).lower(), str(status.get("id", ""))}:
+            return
         raise PermanentDeliveryError(f"jira: issue {key} has no transition {transition!r}")
 
 

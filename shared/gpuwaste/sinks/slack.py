@@ -160,7 +160,7 @@ def _translate(exc: SlackClientError, method: str) -> Exception:
             return DeliveryError(f"slack {method}: {error or status} (retried; will retry via the queue)")
         if error in ("invalid_auth", "not_authed", "account_inactive", "token_revoked", "missing_scope"):
             return PermanentDeliveryError(f"slack {method}: {error}: check the bot token and its scopes")
-        if error in ("message_not_found", "cant_update_message"):
+        if error in ("message_not_found", "cant_update_message", "thread_not_found"):
             return MessageMissingError(f"slack {method}: {error}")
         if error in _CHANNEL_MISSING:
             return ChannelMissingError(f"slack {method}: {error}")
@@ -195,9 +195,26 @@ def _family(kind: str) -> str:
 
 
 def _marker(notice: Notice, fingerprints: tuple[str, ...]) -> dict[str, Any]:
-    """Message metadata naming the scan, the notice kind and the findings (first 16 hex of each fingerprint)."""
-    return {"event_type": DELIVERY_EVENT,
-            "event_payload": {"scan": notice.scan_id, "kind": notice.kind.value, "fps": [f[:16] for f in fingerprints]}}
+    """Message metadata naming the scan, the notice kind and the findings (first 16 hex of each fingerprint); with the
+    notice's idempotency key (`key`) when it has one, and the findings it shows resolved (`resolved`)."""
+    payload: dict[str, Any] = {"scan": notice.scan_id, "kind": notice.kind.value, "fps": [f[:16] for f in fingerprints]}
+    if notice.delivery_key:
+        payload["key"] = notice.delivery_key
+    resolved = [i.fingerprint[:16] for i in notice.items if i.resolved and i.fingerprint in fingerprints]
+    if resolved:
+        payload["resolved"] = resolved
+    return {"event_type": DELIVERY_EVENT, "event_payload": payload}
+
+
+def _shows(payload: dict[str, Any], notice: Notice) -> bool:
+    """The metadata `payload` of a message says it carries `notice` already: its idempotency key, or — for a
+    resolution — every finding the notice shows resolved is shown resolved (a later edit of the same message
+    carries an earlier one's resolutions, so one edit is not repeated because another came after it)."""
+    if notice.delivery_key and payload.get("key") == notice.delivery_key:
+        return True
+    wanted = {i.fingerprint[:16] for i in notice.items if i.resolved}
+    shown = payload.get("resolved")
+    return bool(wanted) and isinstance(shown, list) and wanted <= {str(f) for f in shown}
 
 
 def _posted(channel: str, ts: str, *, thread_ts: str | None = None, fingerprints: tuple[str, ...] = (),
@@ -326,15 +343,19 @@ class SlackNotifier:
         if ctx.on_posted is not None:
             ctx.on_posted(message)
 
-    def find_posted(self, notice: Notice) -> list[PostedMessage]:
-        """See `gpuwaste.ports.Notifier.find_posted`: recent top-level messages of the routed and the default channel
-        whose metadata names this notice's scan and kind, with the notice's findings they carry.
+    def find_posted(self, notice: Notice, *, reply_to: MessageRef | None = None) -> list[PostedMessage]:
+        """See `gpuwaste.ports.Notifier.find_posted`: with `reply_to` (a Slack message), the messages of its thread
+        (`conversations.replies`: the original, edited or not, and its replies) whose metadata carries the notice
+        (`_shows`); else recent top-level messages of the routed and the default channel whose metadata names this
+        notice's scan and kind, with the notice's findings they carry.
 
         Needs the `channels:history` scope (and `groups:history` for private channels); without it nothing is found
         (logged once) and the caller posts again: at least once rather than never.
         """
         if self._history_denied:
             return []
+        if reply_to is not None and reply_to.sink == SINK and reply_to.message_id:
+            return self._find_in_thread(notice, reply_to)
         wanted = {item.fingerprint[:16]: item.fingerprint for item in notice.items}
         found: list[PostedMessage] = []
         for channel in dict.fromkeys((notice.route.channel, self.default_channel)):
@@ -364,6 +385,36 @@ class SlackNotifier:
                 cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
                 if not cursor:
                     break
+        return found
+
+    def _find_in_thread(self, notice: Notice, ref: MessageRef) -> list[PostedMessage]:
+        """Messages of `ref`'s thread (its parent first) whose metadata carries `notice` (`_shows`)."""
+        found: list[PostedMessage] = []
+        thread_ts = _thread_ts(ref)
+        cursor: str | None = None
+        for _ in range(HISTORY_PAGES):
+            args: dict[str, Any] = {"channel": ref.destination, "ts": thread_ts, "limit": 200,
+                                    "include_all_metadata": True}
+            if cursor:
+                args["cursor"] = cursor
+            try:
+                data = self._call("conversations.replies", **args)
+            except (ChannelMissingError, MessageMissingError):
+                return found  # the conversation is gone: nothing of it was accepted that a retry could repeat
+            except PermanentDeliveryError as exc:
+                logger.warning("cannot read the thread; a retried reply may repeat", extra={"error": str(exc)})
+                self._history_denied = True
+                return found
+            for message in data.get("messages") or []:
+                meta = message.get("metadata") or {}
+                payload = meta.get("event_payload") or {}
+                if meta.get("event_type") == DELIVERY_EVENT and isinstance(payload, dict) and _shows(payload, notice):
+                    ts = str(message.get("ts"))
+                    found.append(_posted(ref.destination, ts, thread_ts=None if ts == thread_ts else thread_ts,
+                                         fingerprints=tuple(i.fingerprint for i in notice.items)))
+            cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
+            if not cursor:
+                break
         return found
 
     def update(self, notice: Notice, *, message: MessageRef) -> PostedMessage:

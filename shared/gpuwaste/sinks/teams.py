@@ -130,7 +130,7 @@ class TeamsNotifier:
             on_posted(out)
         return out
 
-    def find_posted(self, notice: Notice) -> list[PostedMessage]:
+    def find_posted(self, notice: Notice, *, reply_to: MessageRef | None = None) -> list[PostedMessage]:
         """A Workflows webhook cannot be searched: always empty (a lost answer may mean one repeated card)."""
         return []
 

@@ -79,7 +79,7 @@ class TerminalNotifier:
                 on_posted(out[-1])
         return out
 
-    def find_posted(self, notice: Notice) -> list[PostedMessage]:
+    def find_posted(self, notice: Notice, *, reply_to: MessageRef | None = None) -> list[PostedMessage]:
         """A terminal keeps nothing to look up: always empty."""
         return []
 

@@ -58,6 +58,7 @@ class TerminalTicketSink:
         self._existing = existing
         self.created: dict[str, TicketDraft] = {}
         self.comments: list[tuple[str, str]] = []
+        self._keys: dict[str, set[str]] = {}
 
     def _emit(self, title: str, text: str) -> None:
         self.console.print(Panel(for_terminal(text, keep_lines=True), title=for_terminal(title), expand=False))
@@ -73,6 +74,7 @@ class TerminalTicketSink:
         """Print the ticket (summary, project, labels, components, ADF description as text); return `LOCAL-<n>`."""
         key = f"{LOCAL_PROJECT}-{next(self._numbers)}"
         self.created[key] = draft
+        self._keys[key] = set(draft.delivery_keys)
         head = [f"Summary: {draft.summary}",
                 f"Project: {draft.project} · {draft.issue_type}" + (f" · priority {draft.priority}" if draft.priority else ""),
                 f"Labels: {', '.join(draft.labels) or '-'}"]
@@ -82,11 +84,16 @@ class TerminalTicketSink:
         self._emit(f"jira ticket {key} (would be created in {draft.project})", "\n".join(head) + "\n" + "-" * 40 + "\n" + body)
         return key
 
-    def comment(self, key: str, paragraphs: Sequence[str]) -> None:
+    def comment(self, key: str, paragraphs: Sequence[str], *, delivery_keys: Sequence[str] = ()) -> None:
         """Print the comment."""
         text = adf_to_text(adf_document(paragraphs))
         self.comments.append((key, text))
+        self._keys.setdefault(key, set()).update(delivery_keys)
         self._emit(f"jira comment on {key}", text)
+
+    def delivered(self, key: str) -> set[str]:
+        """The keys of the tickets and comments this sink printed (a terminal keeps nothing across runs)."""
+        return set(self._keys.get(key, set()))
 
     def transition(self, key: str, transition: str) -> None:
         """Print the transition."""

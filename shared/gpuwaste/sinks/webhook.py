@@ -188,7 +188,7 @@ class WebhookNotifier:
                 on_posted(message)
         return posted
 
-    def find_posted(self, notice: Notice) -> list[PostedMessage]:
+    def find_posted(self, notice: Notice, *, reply_to: MessageRef | None = None) -> list[PostedMessage]:
         """A webhook cannot be searched: empty (receivers deduplicate on `id`)."""
         return []
 

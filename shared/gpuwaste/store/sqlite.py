@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from gpuwaste.errors import StoreError
+from gpuwaste.errors import StateInUseError, StoreError
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 
 M = TypeVar("M", bound=BaseModel)
@@ -99,7 +101,9 @@ class SqliteFindingStore:
                 yield
                 return
             try:
-                db.execute("BEGIN")
+                # IMMEDIATE: take the write lock now (waiting up to the connection's busy timeout), not at the first
+                # write, where another writer would make SQLite answer `database is locked` at once
+                db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise _translate(exc) from exc
             try:
@@ -325,6 +329,75 @@ def _dedupe_key(message: BaseModel, body: str) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+#: Seconds a run waits for another run holding the same state file before it gives up (`state_lock`).
+STATE_LOCK_WAIT_S = 120.0
+_LOCK_POLL_S = 0.1
+
+
+def lock_path(state: Path | str) -> Path:
+    """The advisory lock file beside a state file (`state.db` → `state.db.lock`)."""
+    return Path(f"{state}.lock")
+
+
+@contextlib.contextmanager
+def state_lock(state: Path | str, *, wait_s: float = STATE_LOCK_WAIT_S,
+               on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the state file exclusively for one run: an advisory `fcntl.flock` on `lock_path(state)` (released by
+    the kernel when the process ends, however it ends, so a crashed run never leaves it held). Another run on the
+    same state waits for it up to `wait_s` seconds (`on_wait` is told once, with who holds it), then gives up.
+    ":memory:" and platforms without `fcntl` are not locked.
+
+    Raises:
+        StateInUseError: another process still holds the state after `wait_s` seconds.
+        StoreError: the lock file cannot be created.
+    """
+    if str(state) == ":memory:":
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no advisory locks (one run at a time is then the user's to keep)
+        yield
+        return
+    path = lock_path(state)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise _translate(exc) from exc
+    try:
+        deadline = time.monotonic() + wait_s
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = _lock_holder(fd)
+                if time.monotonic() >= deadline:
+                    raise StateInUseError(
+                        f"{state} is in use by another gpuwaste run{holder} for more than {wait_s:.0f} s; "
+                        "wait for it to finish, or use another --state") from None
+                if not told and on_wait is not None:
+                    on_wait(f"{state} is in use by another gpuwaste run{holder}; waiting up to {wait_s:.0f} s")
+                    told = True
+                time.sleep(_LOCK_POLL_S)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _lock_holder(fd: int) -> str:
+    """The holder as " (pid N)", read from the lock file; empty when it cannot be read."""
+    try:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    except OSError:
+        return ""
+    return f" (pid {text})" if text.isdigit() else ""
+
+
 def _activity_dt(record: FindingRecord) -> datetime:
     return datetime.fromisoformat(_activity(record))
 
@@ -334,4 +407,4 @@ def _translate(exc: Exception) -> StoreError:
     return StoreError(f"sqlite store: {type(exc).__name__}: {exc}")
 
 
-__all__ = ["DeliveryQueue", "PendingDelivery", "SqliteFindingStore"]
+__all__ = ["STATE_LOCK_WAIT_S", "DeliveryQueue", "PendingDelivery", "SqliteFindingStore", "lock_path", "state_lock"]
