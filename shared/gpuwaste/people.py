@@ -362,5 +362,9 @@ def details_lines(finding: Finding) -> list[str]:
         lines.append(f"Price: {name}" + (f" ({url})" if url else ""))
     if c is not None:
         lines.extend(f"Caveat: {no_codes(w)}" for w in c.warnings)
-    lines.append(f"What to do: {no_codes(finding.recommendation)}")
+    from gpuwaste.advice import advise  # advice builds on these helpers
+
+    advice = advise(finding)
+    lines.append(f"What to do: {advice.action}" + (f" {advice.caution}" if advice.caution else ""))
+    lines.extend(f"$ {c.shell()}" for c in advice.commands)
     return lines

@@ -83,7 +83,8 @@ def test_explain_text_for_a_finding_without_cost():
     # THEN the evidence rule, the formula and the advice are there, and no cost line is invented
     assert "pod_age_s (s) · avg 300000" in text and "> 259200 s" in text
     assert "waste formula: wasted GPUs = all GPUs the pod holds" in text and "cost:" not in text
-    assert text.endswith("recommendation: delete it")
+    assert "how to fix: The pod p holds GPUs that nobody uses: delete it" in text
+    assert text.endswith("$ kubectl -n ml delete pod/p   # ends the pod for good: nothing recreates it (save its work first)")
 
 
 def test_doctor_at_80_columns_wraps_at_spaces_and_keeps_every_url_whole(monkeypatch):

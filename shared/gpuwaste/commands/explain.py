@@ -71,6 +71,7 @@ def _evidence_line(e: Evidence) -> str:
 def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
     """Plain text: what was found, on whom, with which evidence, thresholds, formula and money (for people:
     ratios as percent, money rounded to the cent; `scan -o json` keeps the exact values)."""
+    from gpuwaste.advice import advise
     from gpuwaste.models.findings import WasteKind
     from gpuwaste.people import no_codes, people_formula, plain, setting_text, when
 
@@ -107,7 +108,11 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
         if c.source:
             lines.append(f"price source: {no_codes(c.source)} (effective {c.effective_date or 'undated'})")
         lines.extend(f"warning: {no_codes(w)}" for w in c.warnings)
-    lines.append(f"recommendation: {no_codes(finding.recommendation)}")
+    advice = advise(finding)
+    lines.append(f"how to fix: {advice.action}")
+    if advice.caution:
+        lines.append(f"  {advice.caution}")
+    lines.extend(f"  $ {c.shell()}" for c in advice.commands)
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
+from gpuwaste.advice import advise, snooze_target
 from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.notices import TicketSection
 from gpuwaste.people import (
@@ -70,54 +71,9 @@ def ticket_summary(finding: Finding) -> str:
     return plain(f"{money} GPU waste: {kind_label(finding.kind)}, {where_of(finding)}")
 
 
-def _resource(finding: Finding) -> str | None:
-    """`kind/name` for kubectl, from the workload (None for node-level findings)."""
-    s = finding.subject
-    if not s.namespace:
-        return None
-    kind = (s.workload_kind or "Pod").lower()
-    name = s.workload_name or s.pod
-    if kind in ("node", "") or not name:
-        return None
-    if kind == "pod":
-        return f"pod/{s.pod or name}"
-    return f"{kind}/{name}"
-
-
 def fix_commands(finding: Finding) -> list[str]:
-    """Concrete commands that stop the waste (the reader checks them before running them)."""
-    s = finding.subject
-    res = _resource(finding)
-    ns = f"-n {s.namespace} " if s.namespace else ""
-    kind = finding.kind
-    wk = (s.workload_kind or "").lower()
-    if res is None:
-        node = s.node or "NODE"
-        return [f"kubectl cordon {node}",
-                f"kubectl drain {node} --ignore-daemonsets --delete-emptydir-data   # then let the autoscaler remove it"]
-    scalable = wk in ("deployment", "statefulset", "replicaset")
-    if kind is WasteKind.STALLED:
-        pod = s.pod or "POD"
-        return [f"kubectl {ns}logs {pod} --all-containers --tail=200", f"kubectl {ns}delete pod/{pod}   # restarts it"]
-    if kind is WasteKind.CPU_BOUND and scalable:
-        return [f"kubectl {ns}set resources {res} --limits=cpu=16 --requests=cpu=8   # raise the CPU limit"]
-    if kind is WasteKind.KV_CACHE_PRESSURE and scalable:
-        return [f"kubectl {ns}scale {res} --replicas=2   # one more replica (or raise --gpu-memory-utilization)"]
-    if kind in (WasteKind.UNDERUSED, WasteKind.WRONG_HARDWARE) and scalable:
-        return [f"kubectl {ns}set resources {res} --limits=nvidia.com/gpu=1 --requests=nvidia.com/gpu=1   # fewer GPUs",
-                f"kubectl {ns}patch {res} -p '{{\"spec\":{{\"template\":{{\"spec\":{{\"nodeSelector\":"
-                f"{{\"node.kubernetes.io/instance-type\":\"g6.xlarge\"}}}}}}}}}}'   # a smaller GPU"]
-    if kind in (WasteKind.POWER_ANOMALY, WasteKind.LOW_MEMORY_BANDWIDTH):
-        pod = s.pod or "POD"
-        return [f"kubectl {ns}exec {pod} -- nvidia-smi dmon -s pucm -c 10   # see what the GPU does"]
-    if wk == "cronjob":
-        return [f"kubectl {ns}patch {res} -p '{{\"spec\":{{\"suspend\":true}}}}'   # stop new runs",
-                f"kubectl {ns}delete pod/{s.pod}" if s.pod else f"kubectl {ns}delete jobs --field-selector status.successful=1"]
-    if scalable:
-        return [f"kubectl {ns}scale {res} --replicas=0"]
-    if res.startswith("pod/"):
-        return [f"kubectl {ns}delete {res}"]
-    return [f"kubectl {ns}delete {res}   # or stop it the way it was started"]
+    """The commands of the finding's advice (`gpuwaste.advice.advise`), each with its warning as a shell comment."""
+    return [c.shell() for c in advise(finding).commands]
 
 
 def done_when(finding: Finding) -> str:
@@ -186,10 +142,11 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
         f"open since {when(first_seen)} ({age(first_seen, now)})"
         + (f"; {usd(cumulative_usd)} wasted so far" if cumulative_usd else ""),
     ]
-    fix = [plain(no_codes(finding.recommendation))]
-    res = _resource(finding)
-    target = f"kubectl -n {s.namespace} annotate {res} {snooze_key}=YYYY-MM-DD" if res else (
-        f"kubectl annotate node {s.node} {snooze_key}=YYYY-MM-DD" if s.node else "")
+    advice = advise(finding)
+    fix = [plain(advice.action)] + ([plain(advice.caution)] if advice.caution else [])
+    res = snooze_target(finding)
+    target = (f"kubectl -n {s.namespace} annotate {res} {snooze_key}=YYYY-MM-DD" if s.namespace else
+              f"kubectl annotate {res} {snooze_key}=YYYY-MM-DD") if res else ""
     snooze = ["In Slack: the Snooze 1 day / Snooze 7 days / Expected buttons on the alert."]
     if target:
         snooze += ["Or annotate the workload (until a date, or +7d):", target]

@@ -19,6 +19,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from gpuwaste.advice import advise
 from gpuwaste.models.findings import Evidence, Finding
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
 from gpuwaste.people import (  # one money/date/age format on every surface
@@ -301,7 +302,11 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
     if f.evidence:
         ev = "\n".join(f"• {escape(evidence_line(e))}" for e in f.evidence[:5])
         blocks.append(_section(f"*Evidence*\n{ev}"))
-    blocks.append(_section(f"*Recommendation*\n{escape(no_codes(f.recommendation))}"))
+    advice = advise(f)
+    fix = escape(advice.action) + (f"\n_{escape(advice.caution)}_" if advice.caution else "")
+    if advice.commands:
+        fix += "\n```" + "\n".join(escape(c.shell()) for c in advice.commands) + "```"
+    blocks.append(_section(f"*How to fix*\n{fix}"))
     context = [_route_line(notice, fell_back_from), f"finding `{item.fingerprint[:6]}` (`gpuwaste explain {item.fingerprint[:6]}`)"]
     if item.links:
         context.insert(0, _links(item))

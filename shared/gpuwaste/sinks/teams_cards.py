@@ -24,6 +24,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from gpuwaste.advice import advise
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
 from gpuwaste.people import age, no_codes, period_date, usd, when
 from gpuwaste.sinks.slack_blocks import (  # plain-text helpers shared by the chat renderers (no Block Kit)
@@ -139,7 +140,11 @@ def _item(item: NoticeItem, now: datetime, *, evidence: bool) -> dict[str, Any]:
     facts.append(("Finding", item.fingerprint[:6]))
     items.append(_facts(facts))
     if not item.resolved:
-        items.append(_plain(no_codes(f.recommendation)))
+        advice = advise(f)
+        items.append(_plain(advice.action))
+        if advice.caution:
+            items.append(_plain((advice.caution, {"weight": "Bolder"})))
+        items.extend(_plain(f"$ {c.shell()}", subtle=True) for c in advice.commands)
         if evidence:
             items.append(_plain(formula_text(f), subtle=True))
             items.extend(_plain(evidence_line(e), subtle=True) for e in f.evidence[:5])
