@@ -47,7 +47,7 @@ class Owner(StrEnum):
     GONE = "owner gone"  # the pod's owner is gone: only the pod is left to act on
     OPERATOR = "operator"  # a custom resource (PyTorchJob, Notebook, RayCluster ...): act through it
     NODE_FREE = "node, all GPUs free"  # a node on which no pod requests a GPU
-    NODE_IN_USE = "node, GPUs in use"  # a node on which pods hold some GPUs
+    NODE_IN_USE = "node, GPUs in use"  # a node on which pods hold some GPUs (or where that is not known)
     NONE = "nothing named"  # no pod and no node (a cluster-wide data-quality problem)
 
 
@@ -414,8 +414,9 @@ TABLE: dict[tuple[WasteKind, Owner], _Row] = {
     **{(WasteKind.POWER_ANOMALY, o): _profile for o in _POD_OWNERS},
     **{(WasteKind.LOW_MEMORY_BANDWIDTH, o): _profile for o in _POD_OWNERS},
     **{(WasteKind.UNALLOCATED, o): _node_capacity for o in _NODE_OWNERS},
-    **{(WasteKind.UNREQUESTED_USE, o): _node_look for o in (*_NODE_OWNERS, Owner.NONE)},
-    **{(WasteKind.DATA_QUALITY, o): _data_quality for o in (*_POD_OWNERS, *_NODE_OWNERS, Owner.NONE)},
+    # a node finding without the capacity detector's counts cannot tell free GPUs apart: "in use" (never drained)
+    **{(WasteKind.UNREQUESTED_USE, o): _node_look for o in (Owner.NODE_IN_USE, Owner.NONE)},
+    **{(WasteKind.DATA_QUALITY, o): _data_quality for o in (*_POD_OWNERS, Owner.NODE_IN_USE, Owner.NONE)},
 }
 
 
