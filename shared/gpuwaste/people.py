@@ -16,7 +16,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
-from gpuwaste.models.findings import Finding, WasteKind
+from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.text import strip_controls
 
 CENT = Decimal("0.01")
@@ -246,6 +246,137 @@ def duration(seconds: int) -> str:
     return f"{seconds} s"
 
 
+#: Signals as people say them (others: `signal_name` derives a name; never PromQL).
+SIGNAL_NAMES: dict[str, str] = {
+    "DCGM_FI_PROF_SM_ACTIVE": "SM activity", "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "graphics engine activity",
+    "DCGM_FI_DEV_GPU_UTIL": "GPU utilisation", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor core activity",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "memory bandwidth use", "DCGM_FI_DEV_FB_USED": "GPU memory used",
+    "DCGM_FI_DEV_POWER_USAGE": "power draw", "physical_gpus": "GPUs on the node", "requested_gpus": "GPUs requested by pods",
+    "busy_unrequested_gpus": "busy GPUs no pod requested", "ownerReferences": "owner objects found",
+    "memory_demand": "GPU memory needed", "pod_age_s": "pod age", "pod_pending_s": "time Pending",
+    "container_finished_s": "time since a container finished", "notebook_last_activity_s": "time since the notebook's last activity",
+    "vllm:kv_cache_usage_perc": "KV cache usage", "vllm:gpu_cache_usage_perc": "KV cache usage",
+    "vllm:num_requests_running": "requests running", "vllm:num_requests_waiting": "requests waiting",
+    "container_cpu_cfs_throttled_periods_total": "CPU throttled", "container_cpu_usage_seconds_total": "CPU cores used",
+    "vllm:generation_tokens_total": "generated tokens", "vllm:prompt_tokens_total": "prompt tokens",
+    "vllm:num_preemptions_total": "preemptions",
+}
+_RATE = re.compile(r"^rate\((?P<inner>.+?)(?:\[[^\]]*\])?\)$")
+
+
+def signal_name(signal: str) -> str:
+    """A signal as people say it ("SM activity", "KV cache usage", "CPU throttled"): a rate over a counter is the
+    counter's name ("generated tokens"), a ratio of two rates the first one's; never PromQL."""
+    if signal in SIGNAL_NAMES:
+        return SIGNAL_NAMES[signal]
+    m = _RATE.match(signal.strip())
+    if m:
+        return signal_name(m.group("inner").split("÷")[0].split("/")[0].strip())
+    name = signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "").split(":")[-1]
+    for suffix in ("_total", "_perc", "_seconds"):
+        name = name.removesuffix(suffix)
+    return name.replace("_", " ").lower()
+
+
+def _seconds_text(v: float) -> str:
+    if v >= 86400:
+        return f"{v / 86400:.1f} d"
+    if v >= 3600:
+        return f"{v / 3600:.1f} h"
+    if v >= 60:
+        return f"{v / 60:.0f} min"
+    return f"{v:.0f} s"
+
+
+def value_text(v: float | None, unit: str) -> str:
+    """A reading in its unit for people: ratios as percent ("0.2 %"), seconds as a duration ("3.5 d"), "/s" rates,
+    MiB and W with thousands separators; "-" for None."""
+    if v is None:
+        return "-"
+    if unit == "ratio":
+        return percent(v)
+    if unit == "percent":
+        return f"{v:.1f} %" if 0 < abs(v) < 1 else f"{v:.0f} %"
+    if unit == "s":
+        return _seconds_text(v)
+    if unit == "per_s":
+        return f"{v:g}/s"
+    if unit == "requests":
+        return f"{v:g} request{'' if v == 1 else 's'}"
+    if unit in ("MiB", "W"):
+        return f"{v:,.0f} {unit}"
+    if unit in ("count", "", "owners"):
+        return gpus(Decimal(str(v)))
+    return f"{v:g} {unit}"
+
+
+_OP = re.compile(r"(≤|≥|<=|>=|<|>|=)")
+_DIRECTION = {"<": "below {}", "≤": "at {} or below", "<=": "at {} or below", ">": "above {}", "≥": "at {} or above",
+              ">=": "at {} or above", "=": "at {}"}
+_STATS = {"avg": "avg", "p95": "p95", "max": "max", "min": "min", "highest 10-min avg": "max_avg_10m"}
+
+
+def _compared(e: Evidence) -> tuple[str, str, str] | None:
+    """(statistic label, statistic field, operator) the evidence's rule compares, or None without a rule."""
+    if e.threshold is None or not e.comparison or e.comparison.startswith("context"):
+        return None
+    m = _OP.search(e.comparison)
+    if m is None:
+        return None
+    op, stat = m.group(1), e.comparison[:m.start()].strip()
+    if stat.startswith("every 10-min avg"):
+        return ("highest 10-min avg", "max_avg_10m", op) if op in ("<", "≤", "<=") else ("lowest", "min", op)
+    if stat in _STATS:
+        return stat, _STATS[stat], op
+    if stat == "coverage":
+        return "coverage", "coverage", op
+    return "", "avg", op  # a formula or no statistic: the reading itself
+
+
+def rule_text(e: Evidence) -> str:
+    """The evidence's rule and reading in one unit, the right way round: "SM activity: p95 0.8 %, flagged below
+    5 %", "KV cache usage: highest 10-min avg 96 %, flagged at 90 % or above", "CPU throttled: 60 %, flagged at
+    25 % or above"; "" when the evidence has no threshold (context only). The JSON keeps `comparison` as written."""
+    compared = _compared(e)
+    if compared is None:
+        return ""
+    label, field, op = compared
+    name = signal_name(e.signal)
+    threshold = e.threshold if e.threshold is not None else 0.0
+    if field == "coverage":
+        return f"{name}: telemetry covers {percent(e.coverage)} of the window, a verdict needs at least {percent(threshold)}"
+    unit = e.unit
+    if unit == "percent" and threshold <= 1 < (e.avg or 0):  # a percent reading against a 0–1 threshold
+        threshold *= 100
+    value = getattr(e, field)
+    if value is None:
+        label, value = ("avg", e.avg) if e.avg is not None else (label, None)
+    reading = f"{label} {value_text(value, unit)}" if label else value_text(value, unit)
+    return f"{name}: {reading}, flagged {_DIRECTION[op].format(value_text(threshold, unit))}"
+
+
+def evidence_text(e: Evidence, *, coverage: bool = True) -> str:
+    """One evidence line for people, every surface alike: the rule (`rule_text`) or the reading, the other
+    statistics in the same unit, and how much of the window the telemetry covers ("SM activity: p95 0.8 %, flagged
+    below 5 %; avg 0.2 %, highest 10-min avg 0.3 %; telemetry covers 100 % of the window")."""
+    name = signal_name(e.signal)
+    if e.unit == "count":
+        return f"{name}: {value_text(e.avg, 'count')}"
+    rule = rule_text(e)
+    compared = _compared(e)
+    shown = compared[1] if compared else ""
+    stats = [("avg", "avg"), ("highest 10-min avg", "max_avg_10m") if e.max_avg_10m is not None else ("max", "max")]
+    others = [f"{label} {value_text(getattr(e, f), e.unit)}" for label, f in stats
+              if f != shown and getattr(e, f) is not None and not (f == "avg" and not shown and rule)]
+    if rule:
+        text = rule + (f"; {', '.join(others)}" if others else "")
+    else:
+        text = f"{name}: {', '.join(others) or 'no samples'}"
+    if coverage and e.samples and e.unit in ("ratio", "percent", "MiB", "W") and shown != "coverage":
+        text += f"; telemetry covers {percent(e.coverage)} of the window"
+    return text
+
+
 #: Kinds as a heading people read in a chat digest ("Idle GPUs"), one per waste kind.
 KIND_HEADINGS: dict[WasteKind, str] = {
     WasteKind.IDLE: "Idle GPUs",
@@ -337,22 +468,8 @@ def details_lines(finding: Finding) -> list[str]:
     formula, the price's public source, caveats and the recommendation — no internal codes, no repository paths."""
     lines = []
     for e in finding.evidence[:6]:
-        name = e.signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "")
-        def show(v: float | None, unit: str = e.unit) -> str:
-            if v is None:
-                return "-"
-            if unit == "ratio":
-                return percent(v)
-            if unit == "count":
-                return f"{v:g}"
-            return (f"{v:,.0f} {unit}" if abs(v) >= 100 else f"{v:,.2f} {unit}").strip()
-
-        stats = ", ".join(f"{label} {show(v)}" for label, v in (("avg", e.avg), ("p95", e.p95), ("max", e.max))
-                          if v is not None)
-        text = f"{name}: {stats or 'no samples'} over {duration(e.window_s)}"
-        if e.samples:
-            text += f", coverage {percent(e.coverage)}"
-        if e.note:
+        text = evidence_text(e)
+        if e.note and not e.note.startswith("GPU_UTIL is percent"):
             text += f" ({no_codes(e.note)})"
         lines.append(text)
     lines.append(f"Cost: {people_formula(finding)}")

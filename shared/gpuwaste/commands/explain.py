@@ -7,7 +7,6 @@ tests check the output without a terminal.
 
 from __future__ import annotations
 
-import re
 import sys
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -37,7 +36,7 @@ def share_text(v: Decimal | float) -> str:
 
 
 def _evidence_line(e: Evidence) -> str:
-    from gpuwaste.people import no_codes, percent
+    from gpuwaste.people import no_codes, percent, rule_text
 
     if e.unit == "count":
         # a count (e.g. physical or requested GPUs) is one number, not a sampled series: no samples or coverage
@@ -56,16 +55,29 @@ def _evidence_line(e: Evidence) -> str:
     stats = (("avg", e.avg), ("p95", e.p95), ("max", e.max), ("min", e.min), ("highest 10-min avg", e.max_avg_10m))
     parts = [f"{e.signal}{unit}", *(f"{name} {show(v)}" for name, v in stats if v is not None),
              f"{e.samples} samples", f"coverage {percent(e.coverage)}"]
-    if e.threshold is not None or e.comparison:
-        rule = e.comparison or ""
-        if e.unit == "ratio":  # "p95 < 0.05 … (5 %)" → "p95 < 5 % …": one unit
-            rule = re.sub(r"(?<![\w.])(0(?:\.\d+)?|1(?:\.0+)?)(?![\w.])", lambda m: percent(float(m.group(1))), rule)
-            rule = re.sub(r"(< |> |<= |>= |≤ |≥ )(\S+ %) \(\2\)", r"\1\2", rule)
-        threshold = f" (threshold {show(e.threshold)})" if e.threshold is not None else ""
-        parts.append(f"rule: {rule}{threshold}".replace("rule:  ", "rule: "))
+    rule = rule_text(e)
+    if rule:
+        parts.append(f"rule: {rule.split(': ', 1)[1]}")
+    elif e.comparison:
+        parts.append(f"({e.comparison})")
     if e.note:
         parts.append(f"note: {no_codes(e.note)}")
     return " · ".join(parts)
+
+
+#: Idle modes as people say them (the JSON keeps the values).
+IDLE_MODES = {"batch_idle": "batch job between steps", "inference_idle": "inference server without traffic",
+              "provisioning_idle": "not started yet", "idle_held": "held while unused"}
+#: Details that only machines read (`episodes` is shown in its own words; `ongoing` is in it).
+_MACHINE_DETAILS = frozenset({"ongoing"})
+
+
+def _detail(v: object) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
 
 
 def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
@@ -73,7 +85,7 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
     ratios as percent, money rounded to the cent; `scan -o json` keeps the exact values)."""
     from gpuwaste.advice import advise
     from gpuwaste.models.findings import WasteKind
-    from gpuwaste.people import no_codes, people_formula, plain, setting_text, when
+    from gpuwaste.people import kind_label, no_codes, people_formula, plain, setting_text, when
 
     s = finding.subject
     who = f"{s.namespace}/{s.pod}" if s.pod else f"node {s.node}"
@@ -81,8 +93,8 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
     workload = f"{s.workload_kind}/{s.workload_name}" if s.workload_kind or s.workload_name else "-"
     lines = [
         f"{plain(finding.title)}",
-        f"kind: {finding.kind.value} (detector {finding.detector}) · confidence: {finding.confidence.value}"
-        + (f" · idle mode: {finding.idle_mode.value}" if finding.idle_mode else ""),
+        f"kind: {kind_label(finding.kind)} · confidence: {finding.confidence.value}"
+        + (f" · idle mode: {IDLE_MODES.get(finding.idle_mode.value, finding.idle_mode.value)}" if finding.idle_mode else ""),
         f"ID: {finding.fingerprint[:6]} (fingerprint {finding.fingerprint})",
         plain(f"subject: {who} · workload {workload} · node {s.node or '-'} · {s.instance_type or 'unknown instance'} "
               f"({s.capacity_type or 'capacity type unknown'}) · {s.gpu_model or 'unknown GPU'} · "
@@ -99,7 +111,8 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
         lines.append(f"waste formula: {formula} → {share_text(finding.wasted_gpu_share)} GPU(s) wasted")
     other = {k: v for k, v in finding.details.items() if k != "formula" and v not in ("", None)}
     if other:
-        lines.append("details: " + plain(", ".join(f"{k}={v}" for k, v in other.items())))
+        lines.append("details: " + plain("; ".join(f"{k.replace('_', ' ')}: {_detail(v)}" for k, v in other.items()
+                                                   if k not in _MACHINE_DETAILS)))
     if finding.cost is not None:
         c = finding.cost
         lines.append(f"cost: {people_formula(finding)} (exact values: scan -o json)")

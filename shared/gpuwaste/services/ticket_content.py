@@ -16,12 +16,12 @@ from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.notices import TicketSection
 from gpuwaste.people import (
     age,
+    evidence_text,
     kind_label,
     no_codes,
     people_formula,
     per_day,
     per_month,
-    percent,
     plain,
     usd,
     when,
@@ -96,36 +96,8 @@ def done_when(finding: Finding) -> str:
 AUTO_RESOLVE = "gpuwaste checks at every scan; once the waste is gone it comments here with the saving and resolves the ticket."
 
 
-#: Signal names as people say them (others: the name without its DCGM prefix, in lower case).
-SIGNAL_NAMES = {
-    "DCGM_FI_PROF_SM_ACTIVE": "SM activity", "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "graphics engine activity",
-    "DCGM_FI_DEV_GPU_UTIL": "GPU utilisation", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor core activity",
-    "DCGM_FI_PROF_DRAM_ACTIVE": "memory bandwidth use", "DCGM_FI_DEV_FB_USED": "GPU memory used",
-    "DCGM_FI_DEV_POWER_USAGE": "power draw", "physical_gpus": "GPUs on the node", "requested_gpus": "GPUs requested by pods",
-}
-
-
-def signal_name(signal: str) -> str:
-    """A signal as people say it ("SM activity", "GPU memory used")."""
-    return SIGNAL_NAMES.get(signal) or signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "").replace("_", " ").lower()
-
-
 def _evidence_line(e: Evidence) -> str:
-    name = signal_name(e.signal)
-    if e.unit == "count":
-        return f"{name}: {e.avg:g}" if e.avg is not None else f"{name}: -"
-    if e.unit == "ratio":
-        parts = [f"avg {percent(e.avg)}"]
-        if e.max_avg_10m is not None:
-            parts.append(f"highest 10-min avg {percent(e.max_avg_10m)}")
-        rule = f" (flagged under {percent(e.threshold)})" if e.threshold is not None else ""
-    else:
-        unit = {"MiB": " MiB", "W": " W", "percent": " %", "s": " s"}.get(e.unit, f" {e.unit}")
-        parts = [f"avg {e.avg:,.0f}{unit}" if e.avg is not None else "avg -"]
-        if e.max is not None:
-            parts.append(f"max {e.max:,.0f}{unit}")
-        rule = ""
-    return f"{name}: {', '.join(parts)}{rule}; telemetry covers {percent(e.coverage)} of the window"
+    return evidence_text(e)
 
 
 def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: Decimal | None, now: datetime,

@@ -26,6 +26,7 @@ from gpuwaste.people import (  # one money/date/age format on every surface
     age,
     details_lines,
     elide,
+    evidence_text,
     gpus,
     kind_action,
     kind_heading,
@@ -158,17 +159,10 @@ def _num(value: float | None, unit: str) -> str:
 
 
 def evidence_line(e: Evidence) -> str:
-    """One evidence signal: avg/p95/max over the window, coverage and threshold (plain text)."""
-    name = e.signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "")
-    span = f"{e.window_s // 3600} h" if e.window_s % 3600 == 0 else f"{round(e.window_s / 60)} min"
-    stats = ", ".join(f"{label} {_num(v, e.unit)}" for label, v in (("avg", e.avg), ("p95", e.p95), ("max", e.max))
-                      if v is not None)
-    text = f"{name}: {stats or 'no samples'} over {span}"
-    if e.samples:
-        text += f", coverage {e.coverage:.0%}"
-    if e.comparison:
-        text += f" (flagged when {e.comparison})"
-    if e.note:
+    """One evidence signal for people (`people.evidence_text`: the rule and the reading in one unit), with its note
+    (plain text)."""
+    text = evidence_text(e)
+    if e.note and not e.note.startswith("GPU_UTIL is percent"):
         text += f" — {no_codes(e.note)}"
     return text
 
