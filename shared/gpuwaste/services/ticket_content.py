@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from gpuwaste.advice import advise, snooze_target
+from gpuwaste.advice import Owner, advise, situation, snooze_target
 from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.notices import TicketSection
 from gpuwaste.people import (
@@ -63,6 +63,17 @@ def where_of(finding: Finding) -> str:
     if s.namespace and (s.workload_name or s.pod):
         return f"{s.namespace}/{s.workload_name or s.pod} ({s.cluster})"
     return f"node {s.node or '-'} ({s.cluster})"
+
+
+def workload_fact(finding: Finding) -> str:
+    """The workload as the ticket names it: "Deployment/x", "node n", or for a pod whose owner is gone
+    "Pod/p (its owner Deployment/x is gone)" — never the missing owner alone."""
+    s = finding.subject
+    if not s.namespace:
+        return f"node {s.node or '-'}"
+    if situation(finding).owner is Owner.GONE:
+        return f"Pod/{s.pod} (its owner {s.workload_kind}/{s.workload_name} is gone)"
+    return f"{s.workload_kind or '-'}/{s.workload_name or '-'}"
 
 
 def ticket_summary(finding: Finding) -> str:
@@ -136,4 +147,4 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
 
 
 __all__ = ["MEANING", "PRIORITY_FLOORS", "done_when", "fix_commands", "priority_for",
-           "ticket_sections", "ticket_summary"]
+           "ticket_sections", "ticket_summary", "workload_fact"]
