@@ -13,10 +13,12 @@ these helpers, so a date or an amount reads the same wherever it appears. Exact 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from gpuwaste.models.findings import Evidence, Finding, WasteKind
+from gpuwaste.models.ledger import LedgerSpan
 from gpuwaste.models.text import strip_controls
 
 CENT = Decimal("0.01")
@@ -116,6 +118,39 @@ def day(value: datetime) -> str:
 def period_date(until: datetime) -> str:
     """The date a report for a period ending at `until` (exclusive) is titled with: the period's last day."""
     return day(until - timedelta(microseconds=1))
+
+
+def waste_since(first_seen: datetime, finding: Finding | None = None, ledger: Sequence[LedgerSpan] = (),
+                window_s: int | None = None) -> datetime:
+    """When the waste began, which every "since" / "open for" says (not when gpuwaste first reported it): the
+    earliest start of the finding's episodes and of the money ledger's spans that the first report's evidence
+    window covers (`first_seen − window_s` on), else `first_seen`. A finding seen over a 70-min window at its first
+    scan was wasting 70 min before that scan, so "since" is 70 min before `first_seen`.
+
+    Args:
+        first_seen: when gpuwaste first reported the finding (its record's first scan; "first reported").
+        finding: the latest sighting (its `episodes`, `window_s`).
+        ledger: the record's money spans (`FindingRecord.ledger`); spans of earlier open periods are ignored.
+        window_s: the evidence window of the first report when `finding` is not given (seconds).
+    """
+    window = window_s if window_s is not None else (finding.window_s if finding is not None else 0)
+    floor = first_seen - timedelta(seconds=max(0, window))
+    starts = [e.start for e in finding.episodes] if finding is not None else []
+    starts += [span.start for span in ledger if span.end >= floor]
+    return min([first_seen, *(max(t, floor) for t in starts)])
+
+
+def since_words(first_seen: datetime, finding: Finding, scan: datetime) -> str:
+    """"Since" as people read it, every surface alike: "2024-01-01 00:10 UTC (1h 10m before the scan)", with
+    "first reported …" when gpuwaste reported it later than the waste began; for a finding without waste episodes
+    (a sizing note) "first reported at this scan (2024-01-01 01:20 UTC), on 70 min of evidence"."""
+    start = waste_since(first_seen, finding)
+    if not finding.episodes and start >= scan:
+        return f"first reported at this scan ({when(scan)}), on {duration(finding.window_s)} of evidence"
+    text = f"{when(start)} ({age(start, scan)} before the scan)"
+    if first_seen != start and first_seen < scan:
+        text += f"; first reported {when(first_seen)}"
+    return text
 
 
 def age(since: datetime, now: datetime) -> str:

@@ -15,7 +15,6 @@ from gpuwaste.advice import Owner, advise, situation, snooze_target
 from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.notices import TicketSection
 from gpuwaste.people import (
-    age,
     evidence_text,
     kind_label,
     no_codes,
@@ -23,6 +22,7 @@ from gpuwaste.people import (
     per_day,
     per_month,
     plain,
+    since_words,
     usd,
     when,
 )
@@ -122,7 +122,8 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
         f"{per_day(finding.usd_per_day)} ({per_month(finding.usd_per_day)})" if finding.usd_per_day is not None
         else "unpriced: no price for this instance type (add one under pricing in the config)",
         people_formula(finding),
-        f"open since {when(first_seen)} ({age(first_seen, now)})"
+        (f"since {words}" if not (words := since_words(first_seen, finding, finding.observed_at)).startswith("first")
+         else words.capitalize())
         + (f"; {usd(cumulative_usd)} wasted so far" if cumulative_usd else ""),
     ]
     advice = advise(finding)

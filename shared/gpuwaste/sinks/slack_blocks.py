@@ -33,7 +33,9 @@ from gpuwaste.people import (  # one money/date/age format on every surface
     no_codes,
     period_date,
     price_source,
+    since_words,
     usd,
+    waste_since,
     when,
 )
 from gpuwaste.people import kind_label as people_kind_label
@@ -275,8 +277,7 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
         what,
         f"*Where:* {escape(where_text(f))}",
         f"*Whose:* {escape(_addressee(notice))}",
-        f"*Since:* {when(item.first_seen)} ({age(item.first_seen, scan_time(item))} before the scan at"
-        f" {when(scan_time(item))})",
+        f"*Since:* {since_text(item)}",
     ]
     blocks.append(_section("\n".join(lines)))
     if hint := _owner_hint(notice):
@@ -347,11 +348,24 @@ def _subject_text(finding: Finding, width: int = MAX_NAME) -> str:
     return elide(f"{s.namespace}/{name}" if s.namespace else name, width)
 
 
+def began(item: NoticeItem) -> datetime:
+    """When the item's waste began (`people.waste_since`: its first episode, not when gpuwaste first reported it)."""
+    return waste_since(item.first_seen, item.finding)
+
+
+def since_text(item: NoticeItem) -> str:
+    """When the waste began, as every surface says it (`people.since_words`; plain text)."""
+    return since_words(item.first_seen, item.finding, scan_time(item))
+
+
 def _since(item: NoticeItem) -> str:
-    """How long the finding has been open at the scan that saw it ("since 5h 0m"; "new" when first seen by it)."""
-    if item.first_seen >= scan_time(item):
+    """How long the waste has gone on at the scan ("for 1h 10m"), and "new" when this scan first reported it."""
+    span = age(began(item), scan_time(item))
+    if not item.finding.episodes and item.first_seen >= scan_time(item):
         return "new"
-    return f"since {age(item.first_seen, scan_time(item))}"
+    if item.first_seen >= scan_time(item):
+        return f"new, wasting for {span}"
+    return f"wasting for {span}"
 
 
 def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str:
@@ -632,7 +646,7 @@ def render_text_only(notice: Notice, *, now: datetime, fell_back_from: str | Non
         state = " (resolved)" if item.resolved else ""
         lines.append(truncate(
             f"{n}. {escape(workload_text(f))} — {escape(kind_label(f))} · {per_day(f.usd_per_day)}{state}"
-            f" · since {when(item.first_seen)} · cumulative {usd(item.cumulative_usd)} · {escape(f.subject.cluster)}"
+            f" · since {when(began(item))} · cumulative {usd(item.cumulative_usd)} · {escape(f.subject.cluster)}"
             f" · finding {item.fingerprint[:16]}", MAX_TAIL_LINE))
     footer = _route_line(notice, fell_back_from) + (f" · scan {escape(notice.scan_id)}" if notice.scan_id else "")
     chunks: list[tuple[list[str], list[str]]] = []
@@ -663,7 +677,7 @@ def _update_payload(notice: Notice, fell_back_from: str | None) -> SlackPayload:
     reason = escape(notice.reason or "update")
     lines = [
         f"{mention}*{reason}* — {escape(workload_text(f))}: *{per_day(f.usd_per_day)}*, cumulative {usd(item.cumulative_usd)}"
-        f", open since {when(item.first_seen)} ({age(item.first_seen, scan_time(item))} at the scan)",
+        f", wasting since {since_text(item)}",
         escape(formula_text(f)),
     ]
     if f.evidence:

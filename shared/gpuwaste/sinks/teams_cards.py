@@ -26,12 +26,13 @@ from typing import Any
 
 from gpuwaste.advice import advise
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
-from gpuwaste.people import age, no_codes, period_date, usd, when
+from gpuwaste.people import no_codes, period_date, usd, when
 from gpuwaste.sinks.slack_blocks import (  # plain-text helpers shared by the chat renderers (no Block Kit)
     evidence_line,
     formula_text,
     kind_label,
     per_day,
+    since_text,
     truncate,
     workload_text,
 )
@@ -133,7 +134,7 @@ def _item(item: NoticeItem, now: datetime, *, evidence: bool) -> dict[str, Any]:
         facts = _resolved_facts(item)
     else:
         facts = [("Cost", per_day(f.usd_per_day)), ("Wasted so far", usd(item.cumulative_usd)),
-                 ("Open since", f"{when(item.first_seen)} ({age(item.first_seen, f.observed_at)} at the scan)"),
+                 ("Wasting since", since_text(item)),
                  ("Kind", f"{kind_label(f)}, confidence {f.confidence.value}")]
     if item.ticket_key:
         facts.append(("Ticket", item.ticket_key))
