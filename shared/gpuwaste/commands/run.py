@@ -148,7 +148,8 @@ def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore
         assert service is not None
         failed = []
         service.now = lambda: at  # ages and "open since" read from the scan's time (a replay reads as it happened)
-        service.explain_args = explain_args  # the ticket's `gpuwaste explain ID …` works as printed
+        # the printed ticket's `gpuwaste explain ID …` works as printed; a real Jira ticket's readers have no local state
+        service.explain_args = "" if service.settings.jira.base_url else explain_args
         plan = plan_tickets(requests, team_of=team, jira=service.settings.jira, started_at=_started(store), now=at)
         if plan.deferred:
             local.release_ticket_requests(plan.deferred, store)

@@ -289,7 +289,8 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
                 ("USD/day", usd(f.usd_per_day)),
                 ("Cumulative so far", usd(item.cumulative_usd)),
                 ("GPUs wasted", escape(gpu_text)),
-                ("Ticket", escape(item.ticket_key) if item.ticket_key else "none"),
+                # no "Ticket: none": a ticket this run requests exists only after the message was posted
+                *((("Ticket", escape(item.ticket_key)),) if item.ticket_key else ()),
             ]
         )
     )
