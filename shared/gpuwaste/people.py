@@ -198,6 +198,16 @@ KIND_LABELS: dict[WasteKind, str] = {
 }
 
 
+#: Idle modes as people say them (the JSON keeps the values: batch_idle, inference_idle, ...).
+IDLE_MODE_LABELS: dict[str, str] = {"batch_idle": "batch job between steps", "inference_idle": "inference server without traffic",
+                                    "provisioning_idle": "not started yet", "idle_held": "held while unused"}
+
+
+def idle_mode_label(mode: str) -> str:
+    """An idle mode as people read it ("inference server without traffic")."""
+    return IDLE_MODE_LABELS.get(mode, mode.replace("_", " "))
+
+
 def kind_label(kind: WasteKind | str) -> str:
     """A kind as people read it ("idle", "wrong hw", "KV cache")."""
     try:

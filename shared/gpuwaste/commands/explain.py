@@ -65,9 +65,6 @@ def _evidence_line(e: Evidence) -> str:
     return " · ".join(parts)
 
 
-#: Idle modes as people say them (the JSON keeps the values).
-IDLE_MODES = {"batch_idle": "batch job between steps", "inference_idle": "inference server without traffic",
-              "provisioning_idle": "not started yet", "idle_held": "held while unused"}
 #: Details that only machines read (`episodes` is shown in its own words; `ongoing` is in it).
 _MACHINE_DETAILS = frozenset({"ongoing"})
 
@@ -85,7 +82,7 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
     ratios as percent, money rounded to the cent; `scan -o json` keeps the exact values)."""
     from gpuwaste.advice import advise
     from gpuwaste.models.findings import WasteKind
-    from gpuwaste.people import kind_label, no_codes, people_formula, plain, setting_text, when
+    from gpuwaste.people import idle_mode_label, kind_label, no_codes, people_formula, plain, setting_text, when
 
     s = finding.subject
     who = f"{s.namespace}/{s.pod}" if s.pod else f"node {s.node}"
@@ -94,7 +91,7 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
     lines = [
         f"{plain(finding.title)}",
         f"kind: {kind_label(finding.kind)} · confidence: {finding.confidence.value}"
-        + (f" · idle mode: {IDLE_MODES.get(finding.idle_mode.value, finding.idle_mode.value)}" if finding.idle_mode else ""),
+        + (f" · idle mode: {idle_mode_label(finding.idle_mode.value)}" if finding.idle_mode else ""),
         f"ID: {finding.fingerprint[:6]} (fingerprint {finding.fingerprint})",
         plain(f"subject: {who} · workload {workload} · node {s.node or '-'} · {s.instance_type or 'unknown instance'} "
               f"({s.capacity_type or 'capacity type unknown'}) · {s.gpu_model or 'unknown GPU'} · "
@@ -154,11 +151,12 @@ def _scanned(recording: Path, fingerprint: str, cfg: GpuWasteConfig, *, config_g
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
     matches = find(report.findings, fingerprint)
     if not matches:
+        from gpuwaste.people import kind_label as people_kind
         from gpuwaste.people import plain
         from gpuwaste.sinks.terminal import short_ids
 
         ids = short_ids(report.findings)
-        known = "\n".join(f"  {ids[f.fingerprint]:8}  {f.kind.value:22} "
+        known = "\n".join(f"  {ids[f.fingerprint]:8}  {people_kind(f.kind):14} "
                           f"{plain(f.subject.namespace or '')}/{plain(f.subject.pod or f.subject.node or '')}"
                           for f in report.findings)
         fail(escape_markup(f"no finding with ID {fingerprint!r} in this scan; the scan found:\n{known}"))

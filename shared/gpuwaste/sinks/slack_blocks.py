@@ -28,6 +28,7 @@ from gpuwaste.people import (  # one money/date/age format on every surface
     elide,
     evidence_text,
     gpus,
+    idle_mode_label,
     kind_action,
     kind_heading,
     no_codes,
@@ -272,7 +273,7 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
     mention = f"<@{notice.mention}> " if notice.mention else ""
     what = f"{mention}*What:* {escape(kind_heading(f.kind))} — confidence {f.confidence.value}"
     if f.idle_mode:
-        what += f" ({escape(f.idle_mode.value.replace('_', ' '))})"
+        what += f" ({escape(idle_mode_label(f.idle_mode.value))})"
     lines = [
         what,
         f"*Where:* {escape(where_text(f))}",
@@ -722,7 +723,7 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
     if summary.unpriced:
         head += f"\n_{summary.unpriced} findings are unpriced and not in the totals._"
     top = [
-        f"{n}. {escape(o.workload or '-')} ({escape(o.namespace or o.cluster)}, {escape(o.kind.replace('_', ' '))},"
+        f"{n}. {escape(o.workload or '-')} ({escape(o.namespace or o.cluster)}, {escape(people_kind_label(o.kind))},"
         f" team {escape(o.team)}): *{usd(o.wasted_usd)}* · {per_day(o.usd_per_day)}"
         + ("" if o.open else " · resolved")
         for n, o in enumerate(summary.top, start=1)
