@@ -15,7 +15,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuwaste.cli_support import DEFAULT_STATE, app, config_or_exit, escape_markup, fail, out, parse_time, parse_window
+from gpuwaste.cli_support import (
+    DEFAULT_STATE,
+    app,
+    check_state_path,
+    config_or_exit,
+    escape_markup,
+    fail,
+    out,
+    parse_time,
+    parse_window,
+)
 from gpuwaste.errors import GpuWasteError, InputFormatError
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
@@ -196,7 +206,7 @@ def explain(
     if recording is not None and state is not None:
         fail("pass --recording or --state, not both")
     if recording is None:
-        path = state or DEFAULT_STATE
+        path = check_state_path(state or DEFAULT_STATE)
         if not path.is_file():
             fail(escape_markup(f"{path}: no such state file. Pass -r DIR (the recording the finding came from) or "
                                "--state FILE (the state file of the `gpuwaste run` that found it)."))

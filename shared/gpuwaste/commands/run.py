@@ -19,8 +19,10 @@ from gpuwaste.cli_support import (
     View,
     app,
     check_recording,
+    check_state_path,
     config_or_exit,
     err,
+    escape_markup,
     fail,
     live_cluster,
     out,
@@ -31,7 +33,14 @@ from gpuwaste.cli_support import (
     render,
     team_function,
 )
-from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError, PermanentError, SourceUnavailableError
+from gpuwaste.errors import (
+    ConfigError,
+    GpuWasteError,
+    InputFormatError,
+    PermanentError,
+    SourceUnavailableError,
+    StoreError,
+)
 from gpuwaste.models.text import for_terminal, strip_controls
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
@@ -266,6 +275,8 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
         fail(str(exc))
+    except StoreError as exc:  # the state file cannot be opened or written (permissions, a full disk, a lock)
+        fail(escape_markup(f"--state {state}: {exc}"))
     pending = _pending_line(result, why, kept=state_kept)
     if not table:
         render(result.reports[-1], output, quiet=True, wide=wide, config=cfg)
@@ -328,6 +339,7 @@ def run_cmd(
     from gpuwaste.bootstrap import local
 
     cfg = config_or_exit(config)
+    check_state_path(state or DEFAULT_STATE)
     step = timedelta(seconds=parse_positive(interval, "--interval"))
     window_s = parse_window(window) if window else None
     when = parse_time(at)

@@ -17,7 +17,17 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpuwaste.cli_support import DEFAULT_STATE, app, config_or_exit, err, fail, out, parse_positive, parse_time
+from gpuwaste.cli_support import (
+    DEFAULT_STATE,
+    app,
+    check_state_path,
+    config_or_exit,
+    err,
+    fail,
+    out,
+    parse_positive,
+    parse_time,
+)
 from gpuwaste.errors import GpuWasteError
 
 
@@ -63,6 +73,7 @@ def summary_cmd(
     chosen = SummaryFormat.html if open_it else (
         output or fmt or (SummaryFormat.markdown if out_path is not None else SummaryFormat.table))
     cfg = config_or_exit(config)
+    check_state_path(state)
     span = timedelta(seconds=parse_positive(since, "--since"))
     if until not in ("latest", "now"):
         parse_time(until)  # a malformed time fails here, before the store is opened
