@@ -195,6 +195,7 @@ KIND_LABELS: dict[WasteKind, str] = {
     WasteKind.KV_CACHE_PRESSURE: "KV cache",
     WasteKind.INFERENCE_IDLE: "serving idle",
     WasteKind.ORPHANED: "orphaned",
+    WasteKind.UNREQUESTED_USE: "unrequested use",
 }
 
 
@@ -422,21 +423,22 @@ def evidence_text(e: Evidence, *, coverage: bool = True) -> str:
     return text
 
 
-#: Kinds as a heading people read in a chat digest ("Idle GPUs"), one per waste kind.
+#: Kinds as a heading people read in a chat digest ("Idle GPUs"), one per waste kind; each holds the kind's
+#: label word (`KIND_LABELS`), so the table, the ticket and the digest name a kind alike.
 KIND_HEADINGS: dict[WasteKind, str] = {
     WasteKind.IDLE: "Idle GPUs",
     WasteKind.UNDERUSED: "Under-used GPUs",
-    WasteKind.UNALLOCATED: "Unrequested node capacity",
-    WasteKind.DATA_QUALITY: "Telemetry gaps (no verdict)",
-    WasteKind.POWER_ANOMALY: "Power without work",
+    WasteKind.UNALLOCATED: "Unallocated node capacity",
+    WasteKind.DATA_QUALITY: "Data quality: no verdict",
+    WasteKind.POWER_ANOMALY: "Power: draw without work",
     WasteKind.LOW_MEMORY_BANDWIDTH: "Low memory bandwidth",
     WasteKind.STALLED: "Stalled jobs",
-    WasteKind.WRONG_HARDWARE: "Oversized GPUs",
-    WasteKind.CPU_BOUND: "CPU-starved GPUs",
+    WasteKind.WRONG_HARDWARE: "Wrong hw: oversized GPUs",
+    WasteKind.CPU_BOUND: "CPU-bound GPUs",
     WasteKind.KV_CACHE_PRESSURE: "KV cache pressure",
-    WasteKind.INFERENCE_IDLE: "Unused inference servers",
+    WasteKind.INFERENCE_IDLE: "Serving idle: unused inference servers",
     WasteKind.ORPHANED: "Orphaned pods",
-    WasteKind.UNREQUESTED_USE: "GPUs used without a request",
+    WasteKind.UNREQUESTED_USE: "Unrequested use: GPUs used without a request",
 }
 
 #: What to do about a kind, in one short sentence (a digest says it once per kind; each finding's own
