@@ -649,7 +649,7 @@ def render_text_only(notice: Notice, *, now: datetime, fell_back_from: str | Non
         lines.append(truncate(
             f"{n}. {escape(workload_text(f))} — {escape(kind_label(f))} · {per_day(f.usd_per_day)}{state}"
             f" · since {when(began(item))} · cumulative {usd(item.cumulative_usd)} · {escape(f.subject.cluster)}"
-            f" · finding {item.fingerprint[:16]}", MAX_TAIL_LINE))
+            f" · finding {item.fingerprint[:6]}", MAX_TAIL_LINE))
     footer = _route_line(notice, fell_back_from) + (f" · scan {escape(notice.scan_id)}" if notice.scan_id else "")
     chunks: list[tuple[list[str], list[str]]] = []
     current: list[str] = []

@@ -183,8 +183,8 @@ def _title(notice: Notice, items: list[NoticeItem], part: int, parts: int) -> tu
         reason = escape_markdown(notice.reason or "Update")
         return f"{reason}: GPU waste still open — {usd(total)}/day{suffix}", "Warning"
     if len(notice.items) > 1:
-        team = escape_markdown(notice.route.team or "unassigned")
-        return f"GPU waste: {len(notice.items)} findings for {team} — {usd(total)}/day{suffix}", "Attention"
+        whose = f"for team {escape_markdown(notice.route.team)}" if notice.route.team else "no owner"
+        return f"GPU waste: {len(notice.items)} findings {whose} — {usd(total)}/day{suffix}", "Attention"
     return f"GPU waste: {usd(total)}/day{suffix}", "Attention"
 
 
