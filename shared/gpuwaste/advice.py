@@ -285,6 +285,11 @@ def _underused(f: Finding, sit: Situation, t: _Target) -> Advice:
     row = f"{f.kind.value} × {sit.owner.value}"
     need = _fewer_gpus(f, sit)
     held = _gpu_word(sit.gpus)
+    if need is None and sit.gpus < 1:
+        return Advice(row + " × a GPU share",
+                      f"It holds a {gpus_text(sit.gpus)}-GPU share (a MIG slice or a time-slice) and uses little of it: "
+                      "use a smaller MIG profile, or put more replicas on the shared GPU.",
+                      (Command("kubectl get nodes -L nvidia.com/gpu.product -L nvidia.com/mig.config"),))
     if need is None:
         return Advice(row + " × at most 1 GPU",
                       f"It holds {held} and uses little of it; there is no smaller whole-GPU request. Pack more work "

@@ -142,6 +142,10 @@ def test_a_resize_is_never_a_no_op() -> None:
     assert "rolling restart" in two.commands[0].warning
     assert not any("set resources" in c.text for c in one.commands)
     assert "no smaller whole-GPU request" in one.action and "MIG slice" in one.action
+    # AND a MIG-slice holder is told a smaller profile, never "fewer GPUs" or "move to a MIG slice"
+    share = advise(_finding(WasteKind.UNDERUSED, Owner.CONTROLLER, gpus="0.1428571428571428571428571429"))
+    assert "0.14-GPU share" in share.action and "smaller MIG profile" in share.action
+    assert not any("set resources" in c.text for c in share.commands)
     # AND a busy 2-GPU holder (activity 90 %) gets no resize either
     busy = advise(_finding(WasteKind.UNDERUSED, Owner.CONTROLLER, gpus="2", details={"activity_avg_ratio": 0.9}))
     assert not any("set resources" in c.text for c in busy.commands)
