@@ -376,11 +376,12 @@ def _node_capacity(f: Finding, sit: Situation, t: _Target) -> Advice:
                       (look, Command(f"kubectl cordon {node}", "no new pod is scheduled here"),
                        Command(f"kubectl drain {node} --ignore-daemonsets --delete-emptydir-data",
                                "evicts every pod on the node but DaemonSets; then the autoscaler can remove it")))
-    users = f" ({sit.node_pods})" if sit.node_pods else ""
-    return Advice(row, f"{_gpu_word(f.wasted_gpu_share)} of {node} no pod requests; do not drain it, because "
-                  f"{_gpu_word(sit.node_gpus_in_use)} on it are in use{users}. Schedule pending GPU work here, or let the "
-                  "autoscaler consolidate (Karpenter consolidation, cluster-autoscaler) once those pods can move.",
-                  (look,), caution=f"{_gpu_word(sit.node_gpus_in_use)} in use on this node: no drain.")
+    in_use = _gpu_word(sit.node_gpus_in_use)
+    return Advice(row, f"Do not drain {node}: {in_use} on it are in use. Schedule pending GPU work on its "
+                  f"{_gpu_word(f.wasted_gpu_share)} no pod requests, or let the autoscaler consolidate (Karpenter, "
+                  "cluster-autoscaler) once those pods can move.",
+                  (look,), caution=f"In use on this node: {sit.node_pods}." if sit.node_pods else
+                  f"{in_use} in use on this node: no drain.")
 
 
 def _node_look(f: Finding, sit: Situation, t: _Target) -> Advice:

@@ -124,8 +124,8 @@ def test_a_node_with_gpus_in_use_is_never_drained_and_its_pods_are_named() -> No
     text = " ".join(c.text for c in a.commands)
     # THEN nothing drains or cordons it, the advice says why and names what runs there
     assert "drain" not in text and "cordon" not in text
-    assert "do not drain" in a.action and "7 GPUs on it are in use (ml/trainer-0 (7 GPUs))" in a.action
-    assert a.caution == "7 GPUs in use on this node: no drain."
+    assert a.action.startswith("Do not drain gpu-node-1: 7 GPUs on it are in use.")
+    assert a.caution == "In use on this node: ml/trainer-0 (7 GPUs)."
     # AND a node whose GPUs are all free gets cordon + drain, each with its warning, after a look at what runs there
     free = advise(_finding(WasteKind.UNALLOCATED, Owner.NODE_FREE))
     assert [c.text.split()[1] for c in free.commands] == ["get", "cordon", "drain"]
