@@ -145,7 +145,7 @@ def since_words(first_seen: datetime, finding: Finding, scan: datetime) -> str:
     "first reported …" when gpuwaste reported it later than the waste began; for a finding without waste episodes
     (a sizing note) "first reported at this scan (2024-01-01 01:20 UTC), on 70 min of evidence"."""
     start = waste_since(first_seen, finding)
-    if not finding.episodes and start >= scan:
+    if not finding.episodes and start == scan:
         return f"first reported at this scan ({when(scan)}), on {duration(finding.window_s)} of evidence"
     text = f"{when(start)} ({age(start, scan)} before the scan)"
     if first_seen != start and first_seen < scan:
