@@ -441,12 +441,13 @@ KIND_HEADINGS: dict[WasteKind, str] = {
     WasteKind.UNREQUESTED_USE: "Unrequested use: GPUs used without a request",
 }
 
-#: What to do about a kind, in one short sentence (a digest says it once per kind; each finding's own
-#: recommendation, with its specifics, is behind Details / `gpuwaste explain`).
+#: What to do about a kind, in one short sentence (a digest says it once per kind; each finding's own advice, with
+#: its commands, is behind Details / `gpuwaste explain`: `gpuwaste.advice`). Never more than every row of the
+#: advice table allows: no "remove the node" (a node with GPUs in use is never drained), no "its owner is gone".
 KIND_ACTIONS: dict[WasteKind, str] = {
-    WasteKind.IDLE: "Stop, scale to zero, or share them.",
+    WasteKind.IDLE: "Stop them, scale to zero, or share them.",
     WasteKind.UNDERUSED: "Batch more, or use a smaller GPU or MIG slice.",
-    WasteKind.UNALLOCATED: "Let the autoscaler remove it, or schedule work.",
+    WasteKind.UNALLOCATED: "Schedule pending GPU work here, or let the autoscaler consolidate.",
     WasteKind.DATA_QUALITY: "Fix the exporter: the GPU's state is unknown.",
     WasteKind.POWER_ANOMALY: "Profile for busy-waits and memory-bound kernels.",
     WasteKind.LOW_MEMORY_BANDWIDTH: "A cheaper GPU or a MIG slice does this work.",
@@ -455,7 +456,7 @@ KIND_ACTIONS: dict[WasteKind, str] = {
     WasteKind.CPU_BOUND: "Give it more CPU or data-loader workers.",
     WasteKind.KV_CACHE_PRESSURE: "Resize memory share, context or replicas.",
     WasteKind.INFERENCE_IDLE: "Scale to zero or consolidate models.",
-    WasteKind.ORPHANED: "Delete the pod: its owner is gone.",
+    WasteKind.ORPHANED: "Delete the pod: nobody uses its GPUs.",
     WasteKind.UNREQUESTED_USE: "Request the GPU in the pod spec.",
 }
 

@@ -122,7 +122,7 @@ def test_money_ledger_sub_periods_add_up_and_every_surface_shows_the_same_cents(
         for r, it in zip(records, items, strict=True):
             began = waste_since(r.first_seen, it.finding)
             assert ("new" if not it.finding.episodes and r.first_seen >= r.last_seen
-                    else f"wasting for {age(began, r.last_seen)}") in text
+                    else f"for {age(began, r.last_seen)}") in text
     store.close()
 
 

@@ -361,13 +361,14 @@ def since_text(item: NoticeItem) -> str:
 
 
 def _since(item: NoticeItem) -> str:
-    """How long the waste has gone on at the scan ("for 1h 10m"), and "new" when this scan first reported it."""
+    """How long the waste has gone on at the scan ("for 1h 10m", from when it began), and "new" when this scan first
+    reported it ("new, for 1h 10m")."""
     span = age(began(item), scan_time(item))
     if not item.finding.episodes and item.first_seen >= scan_time(item):
         return "new"
     if item.first_seen >= scan_time(item):
-        return f"new, wasting for {span}"
-    return f"wasting for {span}"
+        return f"new, for {span}"
+    return f"for {span}"
 
 
 def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str:
