@@ -319,6 +319,11 @@ def _is_node_level(finding: Finding) -> bool:
     return s.workload_kind == "Node" or (s.namespace is None and not s.workload_name)
 
 
+def _whose_team(team: str) -> str:
+    """"team ml", or "no owner" for a summary group without a team (its JSON value is "unassigned")."""
+    return "no owner" if team in ("", "unassigned", "no owner") else f"team {team}"
+
+
 def _addressee(notice: Notice) -> str:
     """Whom a message is for: the team, else "no owner" (never a channel name as if it were an owner)."""
     return f"team {notice.route.team}" if notice.route.team else "no owner"
@@ -725,7 +730,7 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
         head += f"\n_{summary.unpriced} findings are unpriced and not in the totals._"
     top = [
         f"{n}. {escape(o.workload or '-')} ({escape(o.namespace or o.cluster)}, {escape(people_kind_label(o.kind))},"
-        f" team {escape(o.team)}): *{usd(o.wasted_usd)}* · {per_day(o.usd_per_day)}"
+        f" {escape(_whose_team(o.team))}): *{usd(o.wasted_usd)}* · {per_day(o.usd_per_day)}"
         + ("" if o.open else " · resolved")
         for n, o in enumerate(summary.top, start=1)
     ]
