@@ -1,7 +1,7 @@
 """Every surface of the demo in people's words: `gpuwaste run` delivering to the fake Slack, Jira and Teams, and the
 terminal's scan, run, summary and explain. No internal id (a kind's JSON value, an idle mode's, `ongoing=True`, a
 field-guide code "(B16)") reaches people, no PromQL outside `explain` (the deep dive keeps the queries), no rule is
-stated backwards, and no ticket names a local state path. Counted at the fakes that received the messages."""
+stated backwards, the team-less group is "no owner" everywhere, and no ticket names a local state path. Counted at the fakes that received the messages."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ _IDS = "|".join(sorted({k.value for k in WasteKind if "_" in k.value} | {m.value
 INTERNAL = re.compile(rf"(?<![\w.])({_IDS}|ongoing=True)(?![\w.])|\(B\d\d\)")  # a config path (detectors.x.y) is a setting
 PROMQL = re.compile(r"\brate\(|\[\d+s\]|DCGM_FI_\w+|\w+_total\b")
 BACKWARDS = re.compile(r"flagged (?:under|when)")
+#: The team-less group is "no owner" for people; "unassigned" is its JSON value only.
+OWNER_WORDS = re.compile(r"\bunassigned\b|\bteam no owner\b")
 
 
 def _texts(node: Any) -> list[str]:
@@ -75,6 +77,7 @@ def test_no_internal_id_or_query_reaches_people_on_any_surface(tmp_path: Path, s
         # AND no internal id or field-guide code anywhere, no rule stated the old way
         problems += [f"{where}: {m.group(0)!r}" for m in INTERNAL.finditer(text)]
         problems += [f"{where}: {m.group(0)!r}" for m in BACKWARDS.finditer(text)]
+        problems += [f"{where}: {m.group(0)!r}" for m in OWNER_WORDS.finditer(text)]
         # AND no PromQL in the chat, ticket and table text (explain keeps the signal names and queries)
         if not where.startswith("explain"):
             problems += [f"{where}: {m.group(0)!r}" for m in PROMQL.finditer(text)]
