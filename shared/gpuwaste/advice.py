@@ -187,6 +187,8 @@ def _gpu_word(n: Decimal | float | int) -> str:
 def _end_pod(t: _Target, sit: Situation) -> Command:
     if sit.owner in (Owner.POD, Owner.GONE):
         return Command(f"kubectl {t.ns}delete {t.pod}", "ends the pod for good: nothing recreates it (save its work first)")
+    if sit.owner is Owner.JOB:
+        return Command(f"kubectl {t.ns}delete {t.pod}", "ends this pod: its Job starts a new one (within its backoffLimit)")
     return Command(f"kubectl {t.ns}delete {t.pod}", f"ends this pod: its {t.owner_kind} starts a new one")
 
 
