@@ -29,6 +29,7 @@ from gpuwaste.cli_support import (
     View,
     app,
     check_recording,
+    check_state_path,
     check_window,
     config_or_exit,
     err,
@@ -219,6 +220,8 @@ def demo(
     cfg, _ = local.recording_config(GpuWasteConfig(), sources, config_given=False)
     with tempfile.TemporaryDirectory(prefix="gpuwaste-demo-") as tmp:
         path_state = state or Path(tmp) / "state.db"
+        if state is not None and state.is_dir():
+            check_state_path(state)
         if state is not None and state.exists():
             fail(f"--state {escape_markup(str(state))}: exists; the demo writes a fresh state file (remove it or choose another path)")
         seed_history(path_state, sources.recording.end_time(), cluster=sources.recording.cluster)

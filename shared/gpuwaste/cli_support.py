@@ -94,6 +94,29 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+#: The first 16 bytes of every SQLite 3 database file (sqlite.org/fileformat.html, "The Database Header").
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_state_path(path: Path, option: str = "--state") -> Path:
+    """`path` when it can be a state file: missing (a new one is created), empty, or an SQLite database; else exits
+    with one line that says what is wrong — a directory, an unreadable file, a file that is not SQLite — instead of
+    a traceback from the store."""
+    if path.is_dir():
+        fail(escape_markup(f"{option} {path}: is a directory, not a state file; give a file path such as "
+                           f"{path / 'state.db'}"))
+    if path.exists():
+        try:
+            with path.open("rb") as fh:
+                head = fh.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            fail(escape_markup(f"{option} {path}: cannot be read ({exc.strerror or exc})"))
+        if head and head != SQLITE_HEADER:
+            fail(escape_markup(f"{option} {path}: not a gpuwaste state file (not an SQLite database); give the file "
+                               "`gpuwaste run --state` wrote, or a new path"))
+    return path
+
+
 def escape_markup(text: str) -> str:
     """Escape rich markup in a message that comes from input (file names, values)."""
     from rich.markup import escape

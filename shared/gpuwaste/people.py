@@ -13,10 +13,12 @@ these helpers, so a date or an amount reads the same wherever it appears. Exact 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
-from gpuwaste.models.findings import Finding, WasteKind
+from gpuwaste.models.findings import Evidence, Finding, WasteKind
+from gpuwaste.models.ledger import LedgerSpan
 from gpuwaste.models.text import strip_controls
 
 CENT = Decimal("0.01")
@@ -118,6 +120,39 @@ def period_date(until: datetime) -> str:
     return day(until - timedelta(microseconds=1))
 
 
+def waste_since(first_seen: datetime, finding: Finding | None = None, ledger: Sequence[LedgerSpan] = (),
+                window_s: int | None = None) -> datetime:
+    """When the waste began, which every "since" / "open for" says (not when gpuwaste first reported it): the
+    earliest start of the finding's episodes and of the money ledger's spans that the first report's evidence
+    window covers (`first_seen − window_s` on), else `first_seen`. A finding seen over a 70-min window at its first
+    scan was wasting 70 min before that scan, so "since" is 70 min before `first_seen`.
+
+    Args:
+        first_seen: when gpuwaste first reported the finding (its record's first scan; "first reported").
+        finding: the latest sighting (its `episodes`, `window_s`).
+        ledger: the record's money spans (`FindingRecord.ledger`); spans of earlier open periods are ignored.
+        window_s: the evidence window of the first report when `finding` is not given (seconds).
+    """
+    window = window_s if window_s is not None else (finding.window_s if finding is not None else 0)
+    floor = first_seen - timedelta(seconds=max(0, window))
+    starts = [e.start for e in finding.episodes] if finding is not None else []
+    starts += [span.start for span in ledger if span.end >= floor]
+    return min([first_seen, *(max(t, floor) for t in starts)])
+
+
+def since_words(first_seen: datetime, finding: Finding, scan: datetime) -> str:
+    """"Since" as people read it, every surface alike: "2024-01-01 00:10 UTC (1h 10m before the scan)", with
+    "first reported …" when gpuwaste reported it later than the waste began; for a finding without waste episodes
+    (a sizing note) "first reported at this scan (2024-01-01 01:20 UTC), on 70 min of evidence"."""
+    start = waste_since(first_seen, finding)
+    if not finding.episodes and start == scan:
+        return f"first reported at this scan ({when(scan)}), on {duration(finding.window_s)} of evidence"
+    text = f"{when(start)} ({age(start, scan)} before the scan)"
+    if first_seen != start and first_seen < scan:
+        text += f"; first reported {when(first_seen)}"
+    return text
+
+
 def age(since: datetime, now: datetime) -> str:
     """How long ago, from the scan's time (not the wall clock): "3d 4h", "5h 10m", "35m"."""
     seconds = max(0, int((now - since).total_seconds()))
@@ -160,7 +195,18 @@ KIND_LABELS: dict[WasteKind, str] = {
     WasteKind.KV_CACHE_PRESSURE: "KV cache",
     WasteKind.INFERENCE_IDLE: "serving idle",
     WasteKind.ORPHANED: "orphaned",
+    WasteKind.UNREQUESTED_USE: "unrequested use",
 }
+
+
+#: Idle modes as people say them (the JSON keeps the values: batch_idle, inference_idle, ...).
+IDLE_MODE_LABELS: dict[str, str] = {"batch_idle": "batch job between steps", "inference_idle": "inference server without traffic",
+                                    "provisioning_idle": "not started yet", "idle_held": "held while unused"}
+
+
+def idle_mode_label(mode: str) -> str:
+    """An idle mode as people read it ("inference server without traffic")."""
+    return IDLE_MODE_LABELS.get(mode, mode.replace("_", " "))
 
 
 def kind_label(kind: WasteKind | str) -> str:
@@ -246,29 +292,162 @@ def duration(seconds: int) -> str:
     return f"{seconds} s"
 
 
-#: Kinds as a heading people read in a chat digest ("Idle GPUs"), one per waste kind.
+#: Signals as people say them (others: `signal_name` derives a name; never PromQL).
+SIGNAL_NAMES: dict[str, str] = {
+    "DCGM_FI_PROF_SM_ACTIVE": "SM activity", "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "graphics engine activity",
+    "DCGM_FI_DEV_GPU_UTIL": "GPU utilisation", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor core activity",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "memory bandwidth use", "DCGM_FI_DEV_FB_USED": "GPU memory used",
+    "DCGM_FI_DEV_POWER_USAGE": "power draw", "physical_gpus": "GPUs on the node", "requested_gpus": "GPUs requested by pods",
+    "busy_unrequested_gpus": "busy GPUs no pod requested", "ownerReferences": "owner objects found",
+    "memory_demand": "GPU memory needed", "pod_age_s": "pod age", "pod_pending_s": "time Pending",
+    "container_finished_s": "time since a container finished", "notebook_last_activity_s": "time since the notebook's last activity",
+    "vllm:kv_cache_usage_perc": "KV cache usage", "vllm:gpu_cache_usage_perc": "KV cache usage",
+    "vllm:num_requests_running": "requests running", "vllm:num_requests_waiting": "requests waiting",
+    "container_cpu_cfs_throttled_periods_total": "CPU throttled", "container_cpu_usage_seconds_total": "CPU cores used",
+    "vllm:generation_tokens_total": "generated tokens", "vllm:prompt_tokens_total": "prompt tokens",
+    "vllm:num_preemptions_total": "preemptions",
+}
+_RATE = re.compile(r"^rate\((?P<inner>.+?)(?:\[[^\]]*\])?\)$")
+
+
+def signal_name(signal: str) -> str:
+    """A signal as people say it ("SM activity", "KV cache usage", "CPU throttled"): a rate over a counter is the
+    counter's name ("generated tokens"), a ratio of two rates the first one's; never PromQL."""
+    if signal in SIGNAL_NAMES:
+        return SIGNAL_NAMES[signal]
+    m = _RATE.match(signal.strip())
+    if m:
+        return signal_name(m.group("inner").split("÷")[0].split("/")[0].strip())
+    name = signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "").split(":")[-1]
+    for suffix in ("_total", "_perc", "_seconds"):
+        name = name.removesuffix(suffix)
+    return name.replace("_", " ").lower()
+
+
+def _seconds_text(v: float) -> str:
+    if v >= 86400:
+        return f"{v / 86400:.1f} d"
+    if v >= 3600:
+        return f"{v / 3600:.1f} h"
+    if v >= 60:
+        return f"{v / 60:.0f} min"
+    return f"{v:.0f} s"
+
+
+def value_text(v: float | None, unit: str) -> str:
+    """A reading in its unit for people: ratios as percent ("0.2 %"), seconds as a duration ("3.5 d"), "/s" rates,
+    MiB and W with thousands separators; "-" for None."""
+    if v is None:
+        return "-"
+    if unit == "ratio":
+        return percent(v)
+    if unit == "percent":
+        return f"{v:.1f} %" if 0 < abs(v) < 1 else f"{v:.0f} %"
+    if unit == "s":
+        return _seconds_text(v)
+    if unit == "per_s":
+        return f"{v:g}/s"
+    if unit == "requests":
+        return f"{v:g} request{'' if v == 1 else 's'}"
+    if unit in ("MiB", "W"):
+        return f"{v:,.0f} {unit}"
+    if unit in ("count", "", "owners"):
+        return gpus(Decimal(str(v)))
+    return f"{v:g} {unit}"
+
+
+_OP = re.compile(r"(≤|≥|<=|>=|<|>|=)")
+_DIRECTION = {"<": "below {}", "≤": "at {} or below", "<=": "at {} or below", ">": "above {}", "≥": "at {} or above",
+              ">=": "at {} or above", "=": "at {}"}
+_STATS = {"avg": "avg", "p95": "p95", "max": "max", "min": "min", "highest 10-min avg": "max_avg_10m"}
+
+
+def _compared(e: Evidence) -> tuple[str, str, str] | None:
+    """(statistic label, statistic field, operator) the evidence's rule compares, or None without a rule."""
+    if e.threshold is None or not e.comparison or e.comparison.startswith("context"):
+        return None
+    m = _OP.search(e.comparison)
+    if m is None:
+        return None
+    op, stat = m.group(1), e.comparison[:m.start()].strip()
+    if stat.startswith("every 10-min avg"):
+        return ("highest 10-min avg", "max_avg_10m", op) if op in ("<", "≤", "<=") else ("lowest", "min", op)
+    if stat in _STATS:
+        return stat, _STATS[stat], op
+    if stat == "coverage":
+        return "coverage", "coverage", op
+    return "", "avg", op  # a formula or no statistic: the reading itself
+
+
+def rule_text(e: Evidence) -> str:
+    """The evidence's rule and reading in one unit, the right way round: "SM activity: p95 0.8 %, flagged below
+    5 %", "KV cache usage: highest 10-min avg 96 %, flagged at 90 % or above", "CPU throttled: 60 %, flagged at
+    25 % or above"; "" when the evidence has no threshold (context only). The JSON keeps `comparison` as written."""
+    compared = _compared(e)
+    if compared is None:
+        return ""
+    label, field, op = compared
+    name = signal_name(e.signal)
+    threshold = e.threshold if e.threshold is not None else 0.0
+    if field == "coverage":
+        return f"{name}: telemetry covers {percent(e.coverage)} of the window, a verdict needs at least {percent(threshold)}"
+    unit = e.unit
+    if unit == "percent" and threshold <= 1 < (e.avg or 0):  # a percent reading against a 0–1 threshold
+        threshold *= 100
+    value = getattr(e, field)
+    if value is None:
+        label, value = ("avg", e.avg) if e.avg is not None else (label, None)
+    reading = f"{label} {value_text(value, unit)}" if label else value_text(value, unit)
+    return f"{name}: {reading}, flagged {_DIRECTION[op].format(value_text(threshold, unit))}"
+
+
+def evidence_text(e: Evidence, *, coverage: bool = True) -> str:
+    """One evidence line for people, every surface alike: the rule (`rule_text`) or the reading, the other
+    statistics in the same unit, and how much of the window the telemetry covers ("SM activity: p95 0.8 %, flagged
+    below 5 %; avg 0.2 %, highest 10-min avg 0.3 %; telemetry covers 100 % of the window")."""
+    name = signal_name(e.signal)
+    if e.unit == "count":
+        return f"{name}: {value_text(e.avg, 'count')}"
+    rule = rule_text(e)
+    compared = _compared(e)
+    shown = compared[1] if compared else ""
+    stats = [("avg", "avg"), ("highest 10-min avg", "max_avg_10m") if e.max_avg_10m is not None else ("max", "max")]
+    others = [f"{label} {value_text(getattr(e, f), e.unit)}" for label, f in stats
+              if f != shown and getattr(e, f) is not None and not (f == "avg" and not shown and rule)]
+    if rule:
+        text = rule + (f"; {', '.join(others)}" if others else "")
+    else:
+        text = f"{name}: {', '.join(others) or 'no samples'}"
+    if coverage and e.samples and e.unit in ("ratio", "percent", "MiB", "W") and shown != "coverage":
+        text += f"; telemetry covers {percent(e.coverage)} of the window"
+    return text
+
+
+#: Kinds as a heading people read in a chat digest ("Idle GPUs"), one per waste kind; each holds the kind's
+#: label word (`KIND_LABELS`), so the table, the ticket and the digest name a kind alike.
 KIND_HEADINGS: dict[WasteKind, str] = {
     WasteKind.IDLE: "Idle GPUs",
     WasteKind.UNDERUSED: "Under-used GPUs",
-    WasteKind.UNALLOCATED: "Unrequested node capacity",
-    WasteKind.DATA_QUALITY: "Telemetry gaps (no verdict)",
-    WasteKind.POWER_ANOMALY: "Power without work",
+    WasteKind.UNALLOCATED: "Unallocated node capacity",
+    WasteKind.DATA_QUALITY: "Data quality: no verdict",
+    WasteKind.POWER_ANOMALY: "Power: draw without work",
     WasteKind.LOW_MEMORY_BANDWIDTH: "Low memory bandwidth",
     WasteKind.STALLED: "Stalled jobs",
-    WasteKind.WRONG_HARDWARE: "Oversized GPUs",
-    WasteKind.CPU_BOUND: "CPU-starved GPUs",
+    WasteKind.WRONG_HARDWARE: "Wrong hw: oversized GPUs",
+    WasteKind.CPU_BOUND: "CPU-bound GPUs",
     WasteKind.KV_CACHE_PRESSURE: "KV cache pressure",
-    WasteKind.INFERENCE_IDLE: "Unused inference servers",
+    WasteKind.INFERENCE_IDLE: "Serving idle: unused inference servers",
     WasteKind.ORPHANED: "Orphaned pods",
-    WasteKind.UNREQUESTED_USE: "GPUs used without a request",
+    WasteKind.UNREQUESTED_USE: "Unrequested use: GPUs used without a request",
 }
 
-#: What to do about a kind, in one short sentence (a digest says it once per kind; each finding's own
-#: recommendation, with its specifics, is behind Details / `gpuwaste explain`).
+#: What to do about a kind, in one short sentence (a digest says it once per kind; each finding's own advice, with
+#: its commands, is behind Details / `gpuwaste explain`: `gpuwaste.advice`). Never more than every row of the
+#: advice table allows: no "remove the node" (a node with GPUs in use is never drained), no "its owner is gone".
 KIND_ACTIONS: dict[WasteKind, str] = {
-    WasteKind.IDLE: "Stop, scale to zero, or share them.",
+    WasteKind.IDLE: "Stop them, scale to zero, or share them.",
     WasteKind.UNDERUSED: "Batch more, or use a smaller GPU or MIG slice.",
-    WasteKind.UNALLOCATED: "Let the autoscaler remove it, or schedule work.",
+    WasteKind.UNALLOCATED: "Schedule pending GPU work here, or let the autoscaler consolidate.",
     WasteKind.DATA_QUALITY: "Fix the exporter: the GPU's state is unknown.",
     WasteKind.POWER_ANOMALY: "Profile for busy-waits and memory-bound kernels.",
     WasteKind.LOW_MEMORY_BANDWIDTH: "A cheaper GPU or a MIG slice does this work.",
@@ -277,7 +456,7 @@ KIND_ACTIONS: dict[WasteKind, str] = {
     WasteKind.CPU_BOUND: "Give it more CPU or data-loader workers.",
     WasteKind.KV_CACHE_PRESSURE: "Resize memory share, context or replicas.",
     WasteKind.INFERENCE_IDLE: "Scale to zero or consolidate models.",
-    WasteKind.ORPHANED: "Delete the pod: its owner is gone.",
+    WasteKind.ORPHANED: "Delete the pod: nobody uses its GPUs.",
     WasteKind.UNREQUESTED_USE: "Request the GPU in the pod spec.",
 }
 
@@ -337,22 +516,8 @@ def details_lines(finding: Finding) -> list[str]:
     formula, the price's public source, caveats and the recommendation — no internal codes, no repository paths."""
     lines = []
     for e in finding.evidence[:6]:
-        name = e.signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "")
-        def show(v: float | None, unit: str = e.unit) -> str:
-            if v is None:
-                return "-"
-            if unit == "ratio":
-                return percent(v)
-            if unit == "count":
-                return f"{v:g}"
-            return (f"{v:,.0f} {unit}" if abs(v) >= 100 else f"{v:,.2f} {unit}").strip()
-
-        stats = ", ".join(f"{label} {show(v)}" for label, v in (("avg", e.avg), ("p95", e.p95), ("max", e.max))
-                          if v is not None)
-        text = f"{name}: {stats or 'no samples'} over {duration(e.window_s)}"
-        if e.samples:
-            text += f", coverage {percent(e.coverage)}"
-        if e.note:
+        text = evidence_text(e)
+        if e.note and not e.note.startswith("GPU_UTIL is percent"):
             text += f" ({no_codes(e.note)})"
         lines.append(text)
     lines.append(f"Cost: {people_formula(finding)}")
@@ -362,5 +527,9 @@ def details_lines(finding: Finding) -> list[str]:
         lines.append(f"Price: {name}" + (f" ({url})" if url else ""))
     if c is not None:
         lines.extend(f"Caveat: {no_codes(w)}" for w in c.warnings)
-    lines.append(f"What to do: {no_codes(finding.recommendation)}")
+    from gpuwaste.advice import advise  # advice builds on these helpers
+
+    advice = advise(finding)
+    lines.append(f"What to do: {advice.action}" + (f" {advice.caution}" if advice.caution else ""))
+    lines.extend(f"$ {c.shell()}" for c in advice.commands)
     return lines

@@ -25,7 +25,7 @@ from gpuwaste.models.ledger import waste_usd
 from gpuwaste.models.lifecycle import money_spans
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
-from gpuwaste.people import age, when
+from gpuwaste.people import age, since_words, waste_since
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.summary import summarize
@@ -101,7 +101,8 @@ def test_money_ledger_sub_periods_add_up_and_every_surface_shows_the_same_cents(
                               now=end)[0]
         fields = [f["text"] for b in slack.blocks for f in b.get("fields", [])]
         assert f"*Cumulative so far*\n{usd(r.cumulative_usd)}" in fields
-        assert f"*Since:* {when(r.first_seen)}" in json.dumps(slack.blocks, ensure_ascii=False)
+        # "Since" is when the waste began: the first report, or the earlier start its evidence shows
+        assert f"*Since:* {since_words(r.first_seen, f, f.observed_at)}" in json.dumps(slack.blocks, ensure_ascii=False)
         draft = tickets.draft(f, r.fingerprint, first_seen=r.first_seen, cumulative_usd=str(r.cumulative_usd))
         assert dict(draft.facts)["Cumulative so far"] == usd(r.cumulative_usd)
         # ... and nothing is counted before the first evidence
@@ -118,8 +119,10 @@ def test_money_ledger_sub_periods_add_up_and_every_surface_shows_the_same_cents(
         assert f"cumulative so far {usd(sum((r.cumulative_usd for r in records), Decimal(0)))}" in text
         # ... which is the group's money in the summary over the same time, to the cent (rounded once, not per item)
         assert f"cumulative so far {usd(summary.wasted_usd)}" in text, (summary.wasted_usd, text)
-        for r in records:
-            assert ("new" if r.first_seen >= r.last_seen else f"since {age(r.first_seen, r.last_seen)}") in text
+        for r, it in zip(records, items, strict=True):
+            began = waste_since(r.first_seen, it.finding)
+            assert ("new" if not it.finding.episodes and r.first_seen >= r.last_seen
+                    else f"for {age(began, r.last_seen)}") in text
     store.close()
 
 

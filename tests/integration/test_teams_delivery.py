@@ -139,7 +139,7 @@ def test_teams_digest_splits_under_the_28_kb_limit_and_every_finding_arrives_onc
     assert not report.failed and not teams.refused
     assert 2 <= len(teams.posts) <= 4
     assert all(p.size <= LIMIT_BYTES for p in teams.posts)
-    assert teams.posts[0].texts()[0] == f"GPU waste: 120 findings for ml — $7,260.00/day (part 1 of {len(teams.posts)})"
+    assert teams.posts[0].texts()[0] == f"GPU waste: 120 findings for team ml — $7,260.00/day (part 1 of {len(teams.posts)})"
     assert sorted(shown_ids(teams)) == sorted(f.fingerprint[:6] for f in fs)
     # AND the costliest are in full (title, facts) at the top of the first card, the rest one line each
     first = teams.posts[0].texts()

@@ -62,7 +62,7 @@ def test_explain_prints_evidence_thresholds_formula_and_money(tmp_path: Path):
     text = result.output
     assert "kind: stalled" in text
     # (ratios in percent, money rounded: one unit for people, exact values in JSON)
-    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE ·" in text and "every 10-min avg ≤ 2 %" in text
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE ·" in text and "rule: highest 10-min avg 0 %, flagged at 2 % or below" in text
     assert "thresholds (detector settings): min busy: 80 %" in text and "min duration: 30 min" in text
     assert "waste formula: wasted GPUs = all GPUs held" in text
     assert "/GPU-h × 2 GPUs × 24 h = $131.75/day" in text
@@ -81,9 +81,10 @@ def test_explain_text_for_a_finding_without_cost():
     # WHEN explained
     text = explain_text(f)
     # THEN the evidence rule, the formula and the advice are there, and no cost line is invented
-    assert "pod_age_s (s) · avg 300000" in text and "> 259200 s" in text
+    assert "pod_age_s (s) · avg 300000" in text and "rule: 3.5 d, flagged above 3.0 d" in text
     assert "waste formula: wasted GPUs = all GPUs the pod holds" in text and "cost:" not in text
-    assert text.endswith("recommendation: delete it")
+    assert "how to fix: The pod p holds GPUs that nobody uses: delete it" in text
+    assert text.endswith("$ kubectl -n ml delete pod/p   # ends the pod for good: nothing recreates it (save its work first)")
 
 
 def test_doctor_at_80_columns_wraps_at_spaces_and_keeps_every_url_whole(monkeypatch):
@@ -111,6 +112,11 @@ def test_doctor_at_80_columns_wraps_at_spaces_and_keeps_every_url_whole(monkeypa
     assert split_identifiers(text, DOCS.values()) == []
     assert not [line for line in text.splitlines() if line.strip() == ")"]
     assert DOCS["dcgm-fields"] in shown and DOCS["gpu-operator"] in shown
+    # AND the verdict comes first (a reader sees it before the signal list), and again after "to do"
+    lines = text.splitlines()
+    assert lines[0].startswith("verdict: exit "), lines[0]
+    verdict = lines[0].split(" (")[0]
+    assert any(line.startswith(verdict) for line in lines[-3:]) and lines.index(lines[0]) == 0
 
 
 def _annotations_read() -> set[str]:

@@ -108,7 +108,7 @@ def _explain_hints(stdout: str) -> list[list[str]]:
     why = re.search(r"^why: gpuwaste explain ID (.+)$", stdout, re.M)
     assert why, stdout
     hints = [["explain", first_id[1], *shlex.split(why[1])]]
-    facts = re.findall(r"• Finding: \w+ \(\w+; gpuwaste explain ([0-9a-f]{6})(.*)\)\s*│$", stdout, re.M)
+    facts = re.findall(r"• Finding: \w+ \(gpuwaste explain ([0-9a-f]{6})(.*)\)\s*│$", stdout, re.M)
     assert facts, stdout
     hints += [["explain", fid, *shlex.split(rest)] for fid, rest in facts]
     return hints
@@ -129,7 +129,7 @@ def test_explain_hints_printed_by_demo_and_run_work_as_printed(tmp_path: Path) -
             # THEN it exits 0 and explains that finding
             assert explained.exit_code == 0, (args, explained.output)
             assert f"ID: {args[1]} (fingerprint {args[1]}" in explained.stdout and "evidence:" in explained.stdout
-            assert "cost: $" in explained.stdout and "recommendation:" in explained.stdout
+            assert "cost: $" in explained.stdout and "how to fix:" in explained.stdout
 
 
 def test_explain_without_recording_or_state_file_says_what_to_pass(tmp_path: Path, monkeypatch) -> None:

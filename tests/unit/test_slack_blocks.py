@@ -78,7 +78,7 @@ def test_render_notice_alert_has_what_where_whose_money_evidence_and_buttons() -
     # THEN the owner gets every fact and the four actions
     assert payload.blocks[0]["type"] == "header"
     for needle in ("*What:*", "*Where:*", "*Whose:* team ml", "*Since:* 2026-11-29 07:00 UTC (5h 0m", "$98.30",
-                   "$20.48", "$4.0958/GPU-h × 1 GPU × 24 h", "SM_ACTIVE: avg 0.2%", "*Recommendation*",
+                   "$20.48", "$4.0958/GPU-h × 1 GPU × 24 h", "SM activity: ", "flagged below 5 %", "*How to fix*",
                    "Routed to #ml by namespace annotation gpuwaste.io/slack-channel"):
         assert needle in text, needle
     actions = payload.blocks[-1]

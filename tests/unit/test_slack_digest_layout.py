@@ -277,7 +277,7 @@ def test_slack_details_reply_has_evidence_formula_and_price_source() -> None:
     # WHEN its Details are rendered
     text = details_text(f, f.fingerprint)
     # THEN they hold the evidence in people's units, the formula, the price's public source and what to do
-    assert "SM_ACTIVE" in text or "GPU_UTIL" in text
+    assert "SM activity: p95 0.8 %, flagged below 5 %; avg 0.2 %" in text and "SM_ACTIVE" not in text
     assert "/GPU-h ×" in text and f"= ${f.usd_per_day:,.2f}/day" in text
     assert "Price: Karpenter's AWS on-demand price table, 2026-07-20 (https://github.com/aws/karpenter-provider-aws)" in text
     assert "What to do:" in text and f"gpuwaste explain {f.fingerprint[:6]}" in text

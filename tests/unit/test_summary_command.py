@@ -73,14 +73,14 @@ def test_summary_unknown_output_format_is_a_choice_error(demo_state: Path) -> No
     result = invoke("summary", "--state", str(demo_state), "-o", "report.md")
     # THEN typer's choice error (exit 2) lists the formats
     assert result.exit_code == 2
-    assert "terminal" in result.output and "json" in result.output and "Traceback" not in result.output
+    assert "table" in result.output and "json" in result.output and "Traceback" not in result.output
 
 
 def test_summary_out_writes_the_file_and_says_where(demo_state: Path, tmp_path: Path) -> None:
     # GIVEN a target file
     target = tmp_path / "summary.html"
     # WHEN the HTML summary is written there
-    result = invoke("summary", "--state", str(demo_state), "-o", "html", "--out", str(target))
+    result = invoke("summary", "--state", str(demo_state), "-o", "html", "--out-file", str(target))
     # THEN the file holds the page and the command names the path
     assert result.exit_code == 0, result.output
     assert target.read_text().startswith("<!doctype html>")

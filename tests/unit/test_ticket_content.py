@@ -59,9 +59,9 @@ def test_jira_ticket_says_what_to_do_and_when_it_is_done(demo_report) -> None:  
     headings = [n["content"][0]["text"] for n in doc["content"] if n["type"] == "heading"]
     assert headings == ["What", "Evidence", "Cost", "How to fix", "Done when", "Snooze", "Slack thread"]
     # AND evidence is in people's units, the fix is a concrete command, the thread is linked
-    assert "SM activity: avg 0.2 %" in text and "p95 None" not in text and "0.002" not in text
-    assert "$ kubectl -n inference scale deployment/llama-70b-vllm --replicas=0" in text
-    assert "open since 2023-12-30 01:20 UTC (2d 0h); $1,320.96 wasted so far" in text
+    assert "SM activity: p95 0.8 %, flagged below 5 %; avg 0.2 %" in text and "p95 None" not in text and "0.002" not in text
+    assert "$ kubectl -n inference scale deployment/llama-70b-vllm --replicas=0" in text and "# stops every replica" in text
+    assert "since 2023-12-30 01:20 UTC (2d 0h before the scan); $1,320.96 wasted so far" in text
     assert "https://acme.slack.com/archives/C0123/p1704072000000100" in text
     # AND it stays readable: at most 40 lines and 2,500 characters, no line of prose over 200 characters
     assert len(text.splitlines()) <= 40 and len(text) <= 2500

@@ -58,15 +58,24 @@ def recording_config(config: GpuWasteConfig, sources: Sources, *, config_given: 
     """The configuration to scan a recording with, and a note for the user when it differs from `config`.
 
     A generated fleet (its `recording.json` names a demo or scorecard layout) holds about an hour of telemetry,
-    so its wrong-hardware look-back is the recorded window; a configuration file given by the user wins.
+    so its wrong-hardware look-back is the recorded window — unless the configuration sets
+    `detectors.wrong_hardware.lookback_s` itself. A configuration that sets other things only (delivery, pricing,
+    other detectors) keeps that look-back and its other settings: it never changes a verdict it does not name.
+    `config_given` is kept for the callers; whether a file was given no longer matters, only what it sets.
     """
+    del config_given
     rec = sources.recording
-    if rec is None or config_given or rec.meta.generator.get("layout") not in GENERATED_LAYOUTS or not rec.meta.window_s:
+    if rec is None or rec.meta.generator.get("layout") not in GENERATED_LAYOUTS or not rec.meta.window_s:
+        return config, None
+    detectors = config.detectors
+    wrong_hw = detectors.wrong_hardware  # type: ignore[attr-defined]
+    if "wrong_hardware" in detectors.model_fields_set and "lookback_s" in wrong_hw.model_fields_set:
         return config, None
     window_s = rec.meta.window_s
-    cfg = config.model_copy(update={"detectors": generated_fleet_settings(window_s)})
+    shortened = wrong_hw.model_copy(update={"lookback_s": window_s})
+    cfg = config.model_copy(update={"detectors": detectors.model_copy(update={"wrong_hardware": shortened})})
     return cfg, (f"generated fleet: the wrong-hardware look-back is the recorded {window_s // 60} min "
-                 "(a real cluster needs 7 days; --config overrides)")
+                 "(a real cluster needs 7 days; detectors.wrong_hardware.lookback_s in --config overrides)")
 
 
 def scan_service(sources: Sources, config: GpuWasteConfig, *, window_s: int | None = None, priced: bool = True,

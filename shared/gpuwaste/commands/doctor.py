@@ -497,10 +497,18 @@ def _heading(title: str, url: str) -> None:
 
 
 def render(report: DoctorReport, checks: list[CheckRow] | None = None) -> None:
-    """Print the report for people: signals, labels, detectors, then what to do and the verdict (last); text fits
-    the terminal, broken at spaces, and every URL stays whole on a line (a terminal wraps a long one itself)."""
+    """Print the report for people: the verdict first (and again under "to do"), then signals, labels, detectors
+    and what to do; text fits the terminal, broken at spaces, and every URL stays whole on a line (a terminal wraps
+    a long one itself)."""
     from gpuwaste.sinks.terminal import PROSE, print_fitted
 
+    rows = checks if checks is not None else report.checks
+    code = verdict_code(rows)
+    problems = [c for c in rows if c.status != "ok"]
+    first = f"verdict: exit {code}: {EXIT_CODES[code]}"
+    if problems:
+        first += f" ({len(problems)} thing{'s' if len(problems) != 1 else ''} to do, listed at the end)"
+    print_fitted(out, first, style="bold " + ("green" if code == 0 else "red"), breaks=PROSE)
     out.print("[bold]signals[/] (series at the probe time)")
     for s in report.signals:
         if s.state == "present":
@@ -534,8 +542,6 @@ def render(report: DoctorReport, checks: list[CheckRow] | None = None) -> None:
         out.print("[bold]pod-level series[/]")
         for line in report.pod_fixes:
             print_fitted(out, line, first="  ", indent="    ", breaks=PROSE)
-    rows = checks if checks is not None else report.checks
-    problems = [c for c in rows if c.status != "ok"]
     if problems:
         out.print("[bold]to do[/]")
         for c in problems:
@@ -546,7 +552,6 @@ def render(report: DoctorReport, checks: list[CheckRow] | None = None) -> None:
                 print_fitted(out, f"fix: {c.fix}", first=HINT_INDENT, indent=HINT_INDENT + "  ", breaks=PROSE)
             if c.link:
                 print_fitted(out, f"docs: {c.link}", first=HINT_INDENT, indent=HINT_INDENT, style="dim", breaks=PROSE)
-    code = verdict_code(rows)
     print_fitted(out, f"verdict: exit {code}: {EXIT_CODES[code]}", style="bold " + ("green" if code == 0 else "red"),
                  breaks=PROSE)
 

@@ -7,7 +7,6 @@ tests check the output without a terminal.
 
 from __future__ import annotations
 
-import re
 import sys
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -16,7 +15,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuwaste.cli_support import DEFAULT_STATE, app, config_or_exit, escape_markup, fail, out, parse_time, parse_window
+from gpuwaste.cli_support import (
+    DEFAULT_STATE,
+    app,
+    check_state_path,
+    config_or_exit,
+    escape_markup,
+    fail,
+    out,
+    parse_time,
+    parse_window,
+)
 from gpuwaste.errors import GpuWasteError, InputFormatError
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
@@ -37,7 +46,7 @@ def share_text(v: Decimal | float) -> str:
 
 
 def _evidence_line(e: Evidence) -> str:
-    from gpuwaste.people import no_codes, percent
+    from gpuwaste.people import no_codes, percent, rule_text
 
     if e.unit == "count":
         # a count (e.g. physical or requested GPUs) is one number, not a sampled series: no samples or coverage
@@ -56,23 +65,34 @@ def _evidence_line(e: Evidence) -> str:
     stats = (("avg", e.avg), ("p95", e.p95), ("max", e.max), ("min", e.min), ("highest 10-min avg", e.max_avg_10m))
     parts = [f"{e.signal}{unit}", *(f"{name} {show(v)}" for name, v in stats if v is not None),
              f"{e.samples} samples", f"coverage {percent(e.coverage)}"]
-    if e.threshold is not None or e.comparison:
-        rule = e.comparison or ""
-        if e.unit == "ratio":  # "p95 < 0.05 … (5 %)" → "p95 < 5 % …": one unit
-            rule = re.sub(r"(?<![\w.])(0(?:\.\d+)?|1(?:\.0+)?)(?![\w.])", lambda m: percent(float(m.group(1))), rule)
-            rule = re.sub(r"(< |> |<= |>= |≤ |≥ )(\S+ %) \(\2\)", r"\1\2", rule)
-        threshold = f" (threshold {show(e.threshold)})" if e.threshold is not None else ""
-        parts.append(f"rule: {rule}{threshold}".replace("rule:  ", "rule: "))
+    rule = rule_text(e)
+    if rule:
+        parts.append(f"rule: {rule.split(': ', 1)[1]}")
+    elif e.comparison:
+        parts.append(f"({e.comparison})")
     if e.note:
         parts.append(f"note: {no_codes(e.note)}")
     return " · ".join(parts)
 
 
+#: Details that only machines read (`episodes` is shown in its own words; `ongoing` is in it).
+_MACHINE_DETAILS = frozenset({"ongoing"})
+
+
+def _detail(v: object) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
 def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
     """Plain text: what was found, on whom, with which evidence, thresholds, formula and money (for people:
     ratios as percent, money rounded to the cent; `scan -o json` keeps the exact values)."""
+    from gpuwaste.advice import advise
     from gpuwaste.models.findings import WasteKind
-    from gpuwaste.people import no_codes, people_formula, plain, setting_text, when
+    from gpuwaste.people import idle_mode_label, kind_label, no_codes, people_formula, plain, setting_text, when
 
     s = finding.subject
     who = f"{s.namespace}/{s.pod}" if s.pod else f"node {s.node}"
@@ -80,8 +100,8 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
     workload = f"{s.workload_kind}/{s.workload_name}" if s.workload_kind or s.workload_name else "-"
     lines = [
         f"{plain(finding.title)}",
-        f"kind: {finding.kind.value} (detector {finding.detector}) · confidence: {finding.confidence.value}"
-        + (f" · idle mode: {finding.idle_mode.value}" if finding.idle_mode else ""),
+        f"kind: {kind_label(finding.kind)} · confidence: {finding.confidence.value}"
+        + (f" · idle mode: {idle_mode_label(finding.idle_mode.value)}" if finding.idle_mode else ""),
         f"ID: {finding.fingerprint[:6]} (fingerprint {finding.fingerprint})",
         plain(f"subject: {who} · workload {workload} · node {s.node or '-'} · {s.instance_type or 'unknown instance'} "
               f"({s.capacity_type or 'capacity type unknown'}) · {s.gpu_model or 'unknown GPU'} · "
@@ -98,7 +118,8 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
         lines.append(f"waste formula: {formula} → {share_text(finding.wasted_gpu_share)} GPU(s) wasted")
     other = {k: v for k, v in finding.details.items() if k != "formula" and v not in ("", None)}
     if other:
-        lines.append("details: " + plain(", ".join(f"{k}={v}" for k, v in other.items())))
+        lines.append("details: " + plain("; ".join(f"{k.replace('_', ' ')}: {_detail(v)}" for k, v in other.items()
+                                                   if k not in _MACHINE_DETAILS)))
     if finding.cost is not None:
         c = finding.cost
         lines.append(f"cost: {people_formula(finding)} (exact values: scan -o json)")
@@ -107,7 +128,11 @@ def explain_text(finding: Finding, settings: BaseModel | None = None) -> str:
         if c.source:
             lines.append(f"price source: {no_codes(c.source)} (effective {c.effective_date or 'undated'})")
         lines.extend(f"warning: {no_codes(w)}" for w in c.warnings)
-    lines.append(f"recommendation: {no_codes(finding.recommendation)}")
+    advice = advise(finding)
+    lines.append(f"how to fix: {advice.action}")
+    if advice.caution:
+        lines.append(f"  {advice.caution}")
+    lines.extend(f"  $ {c.shell()}" for c in advice.commands)
     return "\n".join(lines)
 
 
@@ -136,11 +161,12 @@ def _scanned(recording: Path, fingerprint: str, cfg: GpuWasteConfig, *, config_g
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
     matches = find(report.findings, fingerprint)
     if not matches:
+        from gpuwaste.people import kind_label as people_kind
         from gpuwaste.people import plain
         from gpuwaste.sinks.terminal import short_ids
 
         ids = short_ids(report.findings)
-        known = "\n".join(f"  {ids[f.fingerprint]:8}  {f.kind.value:22} "
+        known = "\n".join(f"  {ids[f.fingerprint]:8}  {people_kind(f.kind):14} "
                           f"{plain(f.subject.namespace or '')}/{plain(f.subject.pod or f.subject.node or '')}"
                           for f in report.findings)
         fail(escape_markup(f"no finding with ID {fingerprint!r} in this scan; the scan found:\n{known}"))
@@ -180,7 +206,7 @@ def explain(
     if recording is not None and state is not None:
         fail("pass --recording or --state, not both")
     if recording is None:
-        path = state or DEFAULT_STATE
+        path = check_state_path(state or DEFAULT_STATE)
         if not path.is_file():
             fail(escape_markup(f"{path}: no such state file. Pass -r DIR (the recording the finding came from) or "
                                "--state FILE (the state file of the `gpuwaste run` that found it)."))

@@ -20,6 +20,7 @@ from gpuwaste.cli_support import (
     View,
     app,
     check_recording,
+    check_state_path,
     config_or_exit,
     err,
     escape_markup,
@@ -103,16 +104,21 @@ def _section(title: str) -> None:
 EXIT_UNDELIVERED = 4
 
 
-def _slack_stage(cfg: GpuWasteConfig) -> local.DeliverStage:
+def _slack_stage(cfg: GpuWasteConfig, *, quiet: bool = False) -> local.DeliverStage:
     """notify_slack's local twin over the state's outbox: each pending alert posted to Slack (with a bot token in the
-    config) or printed as the message notify_slack would send; returns the deliveries that failed."""
+    config) or printed as the message notify_slack would send (not printed with `quiet`: -q quiets output, it does
+    not stop deliveries); returns the deliveries that failed."""
+    from rich.console import Console
+
     from gpuwaste.bootstrap import local_delivery
     from gpuwaste.sinks.terminal_notify import TerminalNotifier
 
+    console = Console(quiet=True) if quiet else out
+
     def deliver(alerts, store, at, redelivered):  # type: ignore[no-untyped-def]
         # ages and "since" read from the scan's time, so a replayed recording reads as it happened
-        printer = TerminalNotifier(out, now=at) if cfg.delivery.slack.bot_token is None else None
-        service = local_delivery.local_notify_service(cfg, store, notifier=printer, console=out, now=lambda: at)
+        printer = TerminalNotifier(console, now=at) if cfg.delivery.slack.bot_token is None else None
+        service = local_delivery.local_notify_service(cfg, store, notifier=printer, console=console, now=lambda: at)
         report = service.plan(alerts, redelivered=redelivered).deliver_all()
         for alert, exc in report.failed:
             out.print(f"not delivered (kept for the next run): {alert_line(alert)}: {for_terminal(str(exc))}", style="red",
@@ -157,7 +163,8 @@ def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore
         assert service is not None
         failed: list[tuple[AlertMessage, Exception]] = []
         service.now = lambda: at  # ages and "open since" read from the scan's time (a replay reads as it happened)
-        service.explain_args = explain_args  # the ticket's `gpuwaste explain ID …` works as printed
+        # the printed ticket's `gpuwaste explain ID …` works as printed; a real Jira ticket's readers have no local state
+        service.explain_args = "" if service.settings.jira.base_url else explain_args
         plan = plan_tickets(requests, team_of=team, jira=service.settings.jira, started_at=_started(store), now=at)
         if plan.deferred:
             local.release_ticket_requests(plan.deferred, store)
@@ -240,10 +247,10 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
                     state_wait_s: float | None = None) -> local.ChainResult:
     """Run the chain and print each scan, its messages and tickets, then the daily summary; exits non-zero
     with a clear message on failure (exit `EXIT_UNDELIVERED` when a delivery failed). `quiet` keeps only the
-    one-line alerts. Modes that do not deliver (`-q`, `-o json|csv`, `--no-slack`, `--no-tickets`) leave the
-    deliveries pending in the state and say so. `recording` (the one scanned) is what `gpuwaste explain ID` is told
-    to read when the state is not kept. `state_wait_s`: how long to wait for another run holding the same state
-    (default `store.sqlite.STATE_LOCK_WAIT_S`), then exit 3 with one line."""
+    one-line alerts and ticket lines and delivers as without it. Modes that do not deliver (`-o json|csv`,
+    `--no-slack`, `--no-tickets`) leave the deliveries pending in the state and say so on stderr. `recording` (the one
+    scanned) is what `gpuwaste explain ID` is told to read when the state is not kept. `state_wait_s`: how long to wait
+    for another run holding the same state (default `store.sqlite.STATE_LOCK_WAIT_S`), then exit 3 with one line."""
 
     from gpuwaste.bootstrap import local
     from gpuwaste.store.sqlite import STATE_LOCK_WAIT_S
@@ -256,14 +263,12 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
         if table and not quiet:
             render(report, output, quiet=quiet, wide=wide, config=cfg, view=view)
 
-    delivering = table and slack and not quiet
-    deliver = _slack_stage(cfg) if delivering else None
-    file_tickets = _ticket_stage(cfg, panels=True, explain_args=explain_args) if table and tickets and not quiet else None
+    delivering = table and slack
+    deliver = _slack_stage(cfg, quiet=quiet) if delivering else None
+    file_tickets = _ticket_stage(cfg, panels=not quiet, explain_args=explain_args) if table and tickets else None
     why = []
     if not table:
         why.append(f"-o {output.value}")
-    elif quiet:
-        why.append("-q")
     else:
         if not slack:
             why.append("--no-slack")
@@ -285,6 +290,8 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
         fail(str(exc))
+    except StoreError as exc:  # the state file cannot be opened or written (permissions, a full disk, a lock)
+        fail(escape_markup(f"--state {state}: {exc}"))
     pending = _pending_line(result, why, kept=state_kept)
     if not table:
         render(result.reports[-1], output, quiet=True, wide=wide, config=cfg)
@@ -296,7 +303,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
                   f" — state {state if state_kept else 'temporary (keep it with: gpuwaste demo --state FILE)'}",
                   highlight=False)
         if pending:
-            out.print(pending, style="yellow", highlight=False)
+            err.print(pending, style="yellow", highlight=False)
         if not result.alerts and not result.delivered_alerts:
             hint = "" if state_given else " (run again later, or use --state FILE for a fresh store)"
             out.print(f"no new alerts: every finding is already known to the store {state}{hint}",
@@ -336,7 +343,7 @@ def run_cmd(
     at: Annotated[str | None, typer.Option("--at", help="Time of the last scan (RFC 3339 / unix s). Default: recording end, or now.")] = None,
     window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window per scan, 10m or more, e.g. 1h.")] = None,
     output: Annotated[Output, typer.Option("--output", "-o", metavar="FORMAT", help="table (scans + alerts), or the last scan as json, csv, openmetrics or prometheus. JSON keeps exact decimal strings; CSV rounds decimals to at most 6 places (gpus_held, wasted_gpus columns).")] = Output.table,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the alerts.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the alerts and ticket lines: no scan tables, message previews or summary. Deliveries still happen (--no-slack / --no-tickets switch them off).")] = False,
     slack: Annotated[bool, typer.Option("--slack/--no-slack", help="Show each alert as the Slack message the owner gets (posted to Slack when delivery.slack has a bot token).")] = True,
     tickets: Annotated[bool, typer.Option("--tickets/--no-tickets", help="Handle ticket requests: show each ticket that would be opened for the owning team (created in Jira when delivery.jira is configured). "
                                                         "--no-tickets leaves them unfiled and unmarked: the next run requests them again.")] = True,
@@ -348,6 +355,7 @@ def run_cmd(
     from gpuwaste.bootstrap import local
 
     cfg = config_or_exit(config)
+    check_state_path(state or DEFAULT_STATE)
     step = timedelta(seconds=parse_positive(interval, "--interval"))
     window_s = parse_window(window) if window else None
     when = parse_time(at)

@@ -30,6 +30,7 @@ from gpuwaste.cli_support import (
     Output,
     app,
     check_recording,
+    check_state_path,
     config_or_exit,
     err,
     fail,
@@ -358,7 +359,7 @@ def serve_cmd(
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except GpuWasteError as exc:
         fail(str(exc) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
-    server = Server(sources, cfg, cluster=name, window_s=window_s, state=state or Path(serve.state),
+    server = Server(sources, cfg, cluster=name, window_s=window_s, state=check_state_path(state or Path(serve.state)),
                     interval_s=interval_s, fixed_time=fixed)
     try:
         failed = server.run(host=host or serve.host, port=serve.port if port is None else port, max_scans=max_scans)

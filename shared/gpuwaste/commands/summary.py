@@ -1,7 +1,7 @@
 """`gpuwaste summary`: the daily cost summary of a local state file, in the terminal, Markdown, HTML or JSON.
 
 As in every other command, `-o/--output` chooses the output format (`--format/-f` is the same option under its
-older name); `--out PATH` writes the report to a file.
+older name); `--out-file PATH` writes the report to a file (`--out` is its old name).
 """
 
 from __future__ import annotations
@@ -17,17 +17,28 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpuwaste.cli_support import DEFAULT_STATE, app, config_or_exit, err, fail, out, parse_positive, parse_time
+from gpuwaste.cli_support import (
+    DEFAULT_STATE,
+    app,
+    check_state_path,
+    config_or_exit,
+    err,
+    fail,
+    out,
+    parse_positive,
+    parse_time,
+)
 from gpuwaste.errors import GpuWasteError
 
 
 class SummaryFormat(StrEnum):
     """Output formats of the summary."""
 
-    terminal = "terminal"
+    table = "table"
     markdown = "markdown"
     html = "html"
     json = "json"
+    terminal = "terminal"  # the old name of `table` (every other command says `-o table`)
 
 
 @app.command("summary")
@@ -35,11 +46,12 @@ def summary_cmd(
     state: Annotated[Path, typer.Option("--state", help=f"SQLite state file written by `gpuwaste run` (the same default: {DEFAULT_STATE}).")] = DEFAULT_STATE,
     since: Annotated[str, typer.Option("--since", help="Period length before --until, e.g. 1d, 12h, 7d.")] = "1d",
     until: Annotated[str, typer.Option("--until", help="End of the period: 'latest' (newest activity in the state), 'now', or a time.")] = "latest",
-    output: Annotated[SummaryFormat | None, typer.Option("--output", "-o", help="Output format: terminal, markdown, html or json.")] = None,
+    output: Annotated[SummaryFormat | None, typer.Option("--output", "-o", help="Output format: table, markdown, html or json (as in every command; 'terminal' is the old name of table).")] = None,
     fmt: Annotated[SummaryFormat | None, typer.Option("--format", "-f", help="Same as --output (the format).")] = None,
-    out_path: Annotated[Path | None, typer.Option("--out", help="Write the report to this file instead of stdout (default format there: markdown).")] = None,
+    out_path: Annotated[Path | None, typer.Option("--out-file", help="Write the report to this file instead of stdout (default format there: markdown).")] = None,
+    old_out: Annotated[Path | None, typer.Option("--out", hidden=True, help="Old name of --out-file.")] = None,
     chart: Annotated[Path | None, typer.Option("--chart", help="Also draw the stacked-bar chart to this PNG (needs the 'charts' extra); the HTML report embeds it.")] = None,
-    open_it: Annotated[bool, typer.Option("--open", help="Write the HTML report (to --out, else a temporary file) and open it in the browser.")] = False,
+    open_it: Annotated[bool, typer.Option("--open", help="Write the HTML report (to --out-file, else a temporary file) and open it in the browser.")] = False,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides teams).")] = None,
 ) -> None:
     """Summarise the waste in a state file: totals by team, namespace, kind and cluster, trend, top offenders, savings."""
@@ -47,13 +59,21 @@ def summary_cmd(
     from gpuwaste.sinks.chart import MatplotlibChartRenderer
     from gpuwaste.sinks.summary_report import SummaryNotes, render_html, render_json, render_markdown, render_terminal
 
+    if old_out is not None and out_path is not None and old_out != out_path:
+        fail("--out and --out-file disagree: give --out-file (the file to write)")
+    out_path = out_path or old_out
+    if output is SummaryFormat.terminal:
+        output = SummaryFormat.table
+    if fmt is SummaryFormat.terminal:
+        fmt = SummaryFormat.table
     if output is not None and fmt is not None and output is not fmt:
         fail(f"--output {output.value} and --format {fmt.value} disagree: give one of them (both choose the format)")
     if open_it and (output or fmt) not in (None, SummaryFormat.html):
         fail("--open shows the HTML report: leave -o out or use -o html")
     chosen = SummaryFormat.html if open_it else (
-        output or fmt or (SummaryFormat.markdown if out_path is not None else SummaryFormat.terminal))
+        output or fmt or (SummaryFormat.markdown if out_path is not None else SummaryFormat.table))
     cfg = config_or_exit(config)
+    check_state_path(state)
     span = timedelta(seconds=parse_positive(since, "--since"))
     if until not in ("latest", "now"):
         parse_time(until)  # a malformed time fails here, before the store is opened
@@ -86,7 +106,7 @@ def summary_cmd(
         else:
             chart.write_bytes(png)
             err.print(f"wrote the chart to {chart}", highlight=False, markup=False, soft_wrap=True)
-    if chosen is SummaryFormat.terminal:
+    if chosen is SummaryFormat.table:
         if out_path is None:
             render_terminal(result, out, notes)
             return

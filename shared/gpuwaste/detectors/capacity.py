@@ -118,12 +118,24 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
             wasted_gpu_share=free,
             scope_key=inv.name,
             details={"unheld_devices": len(devices), "busy_unrequested_gpus": float(busy_share),
+                     "gpu_pods": gpu_pods_text(inv),
                      **({"unallocatable_gpus": float(withheld)} if withheld else {}),
                      "formula": "free GPUs = physical GPUs − GPUs held by pods at each moment − busy GPUs no pod requested"
                                 + (" − GPUs not allocatable" if withheld else ""),
                      **({"stranded_by_fragmentation": True} if ctx.stranded_by_fragmentation(free) else {})},
         )
         yield finish(ctx, finding, episodes, span_seconds((start, end)))
+
+
+def gpu_pods_text(inv: NodeInventory, limit: int = 4) -> str:
+    """The pods holding GPUs on the node now, for people who would otherwise drain it ("research/a (2 GPUs),
+    search/b (1 GPU)"; the first `limit`, then "and N more"); "" when none."""
+    held = sorted(((a.pod.namespace, a.pod.name, a.share) for a in inv.allocations if a.holds_now),
+                  key=lambda t: (-t[2], t[0], t[1]))
+    parts = [f"{ns}/{name} ({_fmt(share)} GPU{'' if share == 1 else 's'})" for ns, name, share in held[:limit]]
+    if len(held) > limit:
+        parts.append(f"and {len(held) - limit} more")
+    return ", ".join(parts)
 
 
 def unrequested_use(ctx: ScanContext, inv: NodeInventory, busy: list[GpuTelemetry], settings: UnallocatedSettings) -> Finding:

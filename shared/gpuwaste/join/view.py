@@ -858,6 +858,7 @@ class ScanContext:
             accelerator=alloc.node.labels.get("cloud.google.com/gke-accelerator") if alloc.node else None,
             physical_gpus_on_node=self._physical_gpus(inv) if inv and inv.devices else None,
             attribution=alloc.attribution,
+            owner_exists=alloc.pod.workload.exists,
             labels=dict(alloc.pod.labels),
             annotations=dict(alloc.pod.annotations),
             namespace_labels=dict(self.cluster.namespace_labels.get(alloc.pod.namespace, {})),

@@ -131,6 +131,8 @@ class Subject(Frozen):
         physical_gpus_on_node: distinct DCGM UUIDs seen on the node.
         region: the node's `topology.kubernetes.io/region` (regional prices differ).
         accelerator: GKE `cloud.google.com/gke-accelerator` (N1 nodes price attached GPUs per GPU).
+        owner_exists: False when the workload named here (the pod's top owner) is known to be gone, None when
+            unknown or not looked up (advice then names the pod, never the missing owner).
     """
 
     cluster: str
@@ -148,6 +150,7 @@ class Subject(Frozen):
     accelerator: str | None = None
     physical_gpus_on_node: int | None = None
     attribution: Attribution = Attribution.LABELS
+    owner_exists: bool | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     namespace_labels: dict[str, str] = Field(default_factory=dict)

@@ -199,7 +199,12 @@ class GroupTotal(Frozen):
 
 
 class Offender(Frozen):
-    """One of the costliest findings of the period."""
+    """One of the costliest findings of the period.
+
+    Attributes:
+        first_seen: when gpuwaste first reported it. waste_since: when the waste began (the earliest episode its
+            first report's evidence covers; `people.waste_since`), what "open for" counts from.
+    """
 
     fingerprint: str
     cluster: str
@@ -213,6 +218,7 @@ class Offender(Frozen):
     open: bool
     first_seen: datetime | None = None
     resolved_at: datetime | None = None
+    waste_since: datetime | None = None
 
 
 class TrendDay(Frozen):

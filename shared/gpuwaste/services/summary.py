@@ -14,6 +14,7 @@ every section (team, namespace, kind, cluster) add up to `open_findings`.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -26,6 +27,7 @@ from gpuwaste.models.findings import NOT_WASTE_KINDS, WasteKind
 from gpuwaste.models.ledger import waste_usd
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
 from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, PostedMessage, TrendDay
+from gpuwaste.people import waste_since
 from gpuwaste.ports import ChartRenderer, FindingStore, Notifier, OnceLedger
 from gpuwaste.services.notify import finding_from_record
 from gpuwaste.services.routing import route_for
@@ -56,6 +58,14 @@ class SummaryDelivery:
     day: date
     posted: tuple[PostedMessage, ...]
     already_posted: tuple[str, ...]
+
+
+def _window_s(record: FindingRecord) -> int:
+    """The evidence window (s) of the record's latest sighting (0 when unknown)."""
+    try:
+        return int(json.loads(record.finding_json).get("window_s") or 0) if record.finding_json else 0
+    except (ValueError, TypeError, AttributeError):
+        return 0
 
 
 def wasted_usd(record: FindingRecord, start: datetime, end: datetime, lead: timedelta = timedelta(0)) -> Decimal:
@@ -327,6 +337,7 @@ def summarize(
                 fingerprint=r.fingerprint, cluster=r.cluster, namespace=r.namespace, workload=r.workload,
                 kind=r.kind, team=keys["team"], wasted_usd=now_usd, usd_per_day=r.usd_per_day,
                 cumulative_usd=r.cumulative_usd, open=is_open, first_seen=r.first_seen, resolved_at=r.resolved_at,
+                waste_since=waste_since(r.first_seen, ledger=money_spans(r), window_s=_window_s(r)),
             ))
     offenders.sort(key=lambda o: (-o.wasted_usd, o.fingerprint))
     return DailySummary(

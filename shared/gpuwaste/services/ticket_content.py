@@ -11,17 +11,18 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
+from gpuwaste.advice import Owner, advise, situation, snooze_target
 from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.notices import TicketSection
 from gpuwaste.people import (
-    age,
+    evidence_text,
     kind_label,
     no_codes,
     people_formula,
     per_day,
     per_month,
-    percent,
     plain,
+    since_words,
     usd,
     when,
 )
@@ -64,60 +65,26 @@ def where_of(finding: Finding) -> str:
     return f"node {s.node or '-'} ({s.cluster})"
 
 
+def workload_fact(finding: Finding) -> str:
+    """The workload as the ticket names it: "Deployment/x", "node n", or for a pod whose owner is gone
+    "Pod/p (its owner Deployment/x is gone)" — never the missing owner alone."""
+    s = finding.subject
+    if not s.namespace:
+        return f"node {s.node or '-'}"
+    if situation(finding).owner is Owner.GONE:
+        return f"Pod/{s.pod} (its owner {s.workload_kind}/{s.workload_name} is gone)"
+    return f"{s.workload_kind or '-'}/{s.workload_name or '-'}"
+
+
 def ticket_summary(finding: Finding) -> str:
     """The summary line: money first ("$660.48/day GPU waste: idle, inference/llama-70b-vllm (demo)")."""
     money = per_day(finding.usd_per_day) if finding.usd_per_day is not None else "unpriced"
     return plain(f"{money} GPU waste: {kind_label(finding.kind)}, {where_of(finding)}")
 
 
-def _resource(finding: Finding) -> str | None:
-    """`kind/name` for kubectl, from the workload (None for node-level findings)."""
-    s = finding.subject
-    if not s.namespace:
-        return None
-    kind = (s.workload_kind or "Pod").lower()
-    name = s.workload_name or s.pod
-    if kind in ("node", "") or not name:
-        return None
-    if kind == "pod":
-        return f"pod/{s.pod or name}"
-    return f"{kind}/{name}"
-
-
 def fix_commands(finding: Finding) -> list[str]:
-    """Concrete commands that stop the waste (the reader checks them before running them)."""
-    s = finding.subject
-    res = _resource(finding)
-    ns = f"-n {s.namespace} " if s.namespace else ""
-    kind = finding.kind
-    wk = (s.workload_kind or "").lower()
-    if res is None:
-        node = s.node or "NODE"
-        return [f"kubectl cordon {node}",
-                f"kubectl drain {node} --ignore-daemonsets --delete-emptydir-data   # then let the autoscaler remove it"]
-    scalable = wk in ("deployment", "statefulset", "replicaset")
-    if kind is WasteKind.STALLED:
-        pod = s.pod or "POD"
-        return [f"kubectl {ns}logs {pod} --all-containers --tail=200", f"kubectl {ns}delete pod/{pod}   # restarts it"]
-    if kind is WasteKind.CPU_BOUND and scalable:
-        return [f"kubectl {ns}set resources {res} --limits=cpu=16 --requests=cpu=8   # raise the CPU limit"]
-    if kind is WasteKind.KV_CACHE_PRESSURE and scalable:
-        return [f"kubectl {ns}scale {res} --replicas=2   # one more replica (or raise --gpu-memory-utilization)"]
-    if kind in (WasteKind.UNDERUSED, WasteKind.WRONG_HARDWARE) and scalable:
-        return [f"kubectl {ns}set resources {res} --limits=nvidia.com/gpu=1 --requests=nvidia.com/gpu=1   # fewer GPUs",
-                f"kubectl {ns}patch {res} -p '{{\"spec\":{{\"template\":{{\"spec\":{{\"nodeSelector\":"
-                f"{{\"node.kubernetes.io/instance-type\":\"g6.xlarge\"}}}}}}}}}}'   # a smaller GPU"]
-    if kind in (WasteKind.POWER_ANOMALY, WasteKind.LOW_MEMORY_BANDWIDTH):
-        pod = s.pod or "POD"
-        return [f"kubectl {ns}exec {pod} -- nvidia-smi dmon -s pucm -c 10   # see what the GPU does"]
-    if wk == "cronjob":
-        return [f"kubectl {ns}patch {res} -p '{{\"spec\":{{\"suspend\":true}}}}'   # stop new runs",
-                f"kubectl {ns}delete pod/{s.pod}" if s.pod else f"kubectl {ns}delete jobs --field-selector status.successful=1"]
-    if scalable:
-        return [f"kubectl {ns}scale {res} --replicas=0"]
-    if res.startswith("pod/"):
-        return [f"kubectl {ns}delete {res}"]
-    return [f"kubectl {ns}delete {res}   # or stop it the way it was started"]
+    """The commands of the finding's advice (`gpuwaste.advice.advise`), each with its warning as a shell comment."""
+    return [c.shell() for c in advise(finding).commands]
 
 
 def done_when(finding: Finding) -> str:
@@ -140,36 +107,8 @@ def done_when(finding: Finding) -> str:
 AUTO_RESOLVE = "gpuwaste checks at every scan; once the waste is gone it comments here with the saving and resolves the ticket."
 
 
-#: Signal names as people say them (others: the name without its DCGM prefix, in lower case).
-SIGNAL_NAMES = {
-    "DCGM_FI_PROF_SM_ACTIVE": "SM activity", "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "graphics engine activity",
-    "DCGM_FI_DEV_GPU_UTIL": "GPU utilisation", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor core activity",
-    "DCGM_FI_PROF_DRAM_ACTIVE": "memory bandwidth use", "DCGM_FI_DEV_FB_USED": "GPU memory used",
-    "DCGM_FI_DEV_POWER_USAGE": "power draw", "physical_gpus": "GPUs on the node", "requested_gpus": "GPUs requested by pods",
-}
-
-
-def signal_name(signal: str) -> str:
-    """A signal as people say it ("SM activity", "GPU memory used")."""
-    return SIGNAL_NAMES.get(signal) or signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "").replace("_", " ").lower()
-
-
 def _evidence_line(e: Evidence) -> str:
-    name = signal_name(e.signal)
-    if e.unit == "count":
-        return f"{name}: {e.avg:g}" if e.avg is not None else f"{name}: -"
-    if e.unit == "ratio":
-        parts = [f"avg {percent(e.avg)}"]
-        if e.max_avg_10m is not None:
-            parts.append(f"highest 10-min avg {percent(e.max_avg_10m)}")
-        rule = f" (flagged under {percent(e.threshold)})" if e.threshold is not None else ""
-    else:
-        unit = {"MiB": " MiB", "W": " W", "percent": " %", "s": " s"}.get(e.unit, f" {e.unit}")
-        parts = [f"avg {e.avg:,.0f}{unit}" if e.avg is not None else "avg -"]
-        if e.max is not None:
-            parts.append(f"max {e.max:,.0f}{unit}")
-        rule = ""
-    return f"{name}: {', '.join(parts)}{rule}; telemetry covers {percent(e.coverage)} of the window"
+    return evidence_text(e)
 
 
 def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: Decimal | None, now: datetime,
@@ -183,13 +122,15 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
         f"{per_day(finding.usd_per_day)} ({per_month(finding.usd_per_day)})" if finding.usd_per_day is not None
         else "unpriced: no price for this instance type (add one under pricing in the config)",
         people_formula(finding),
-        f"open since {when(first_seen)} ({age(first_seen, now)})"
+        (f"since {words}" if not (words := since_words(first_seen, finding, finding.observed_at)).startswith("first")
+         else words.capitalize())
         + (f"; {usd(cumulative_usd)} wasted so far" if cumulative_usd else ""),
     ]
-    fix = [plain(no_codes(finding.recommendation))]
-    res = _resource(finding)
-    target = f"kubectl -n {s.namespace} annotate {res} {snooze_key}=YYYY-MM-DD" if res else (
-        f"kubectl annotate node {s.node} {snooze_key}=YYYY-MM-DD" if s.node else "")
+    advice = advise(finding)
+    fix = [plain(advice.action)] + ([plain(advice.caution)] if advice.caution else [])
+    res = snooze_target(finding)
+    target = (f"kubectl -n {s.namespace} annotate {res} {snooze_key}=YYYY-MM-DD" if s.namespace else
+              f"kubectl annotate {res} {snooze_key}=YYYY-MM-DD") if res else ""
     snooze = ["In Slack: the Snooze 1 day / Snooze 7 days / Expected buttons on the alert."]
     if target:
         snooze += ["Or annotate the workload (until a date, or +7d):", target]
@@ -207,4 +148,4 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
 
 
 __all__ = ["MEANING", "PRIORITY_FLOORS", "done_when", "fix_commands", "priority_for",
-           "ticket_sections", "ticket_summary"]
+           "ticket_sections", "ticket_summary", "workload_fact"]

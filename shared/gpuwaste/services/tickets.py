@@ -25,11 +25,11 @@ from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.models.notices import MessageRef, TicketDraft, TicketSection
-from gpuwaste.people import kind_label, usd
+from gpuwaste.people import NO_OWNER, kind_label, usd
 from gpuwaste.ports import FindingStore, TicketSink
 from gpuwaste.services.notify import decimal_or_zero, delivery_key, finding_from_record, record_delivery
 from gpuwaste.services.routing import links_for, route_for
-from gpuwaste.services.ticket_content import priority_for, ticket_sections, ticket_summary, where_of
+from gpuwaste.services.ticket_content import priority_for, ticket_sections, ticket_summary, where_of, workload_fact
 from gpuwaste.settings import DeliverySettings, JiraSettings
 
 logger = logging.getLogger(__name__)
@@ -93,11 +93,11 @@ class TicketService:
         s = finding.subject
         jira = self.settings.jira
         facts = [
-            ("Team", route.team or "unassigned"),
-            ("Workload", f"{s.workload_kind or '-'}/{s.workload_name or '-'}" if s.namespace else f"node {s.node or '-'}"),
+            ("Team", route.team or NO_OWNER),
+            ("Workload", workload_fact(finding)),
             ("Namespace", s.namespace or "-"),
             ("Cluster", s.cluster),
-            ("Finding", f"{fingerprint[:6]} ({finding.kind.value}; gpuwaste explain {fingerprint[:6]}{self.explain_args})"),
+            ("Finding", f"{fingerprint[:6]} (gpuwaste explain {fingerprint[:6]}{self.explain_args})"),
         ]
         if cumulative_usd not in (None, ""):
             facts.append(("Cumulative so far", usd(decimal_or_zero(str(cumulative_usd)))))  # the money ledger's figure

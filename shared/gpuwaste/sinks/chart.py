@@ -14,6 +14,7 @@ from decimal import Decimal
 
 from gpuwaste.models.notices import DailySummary, TrendDay
 from gpuwaste.models.text import for_html
+from gpuwaste.people import kind_label
 
 
 def matplotlib_available() -> bool:
@@ -44,7 +45,7 @@ class MatplotlibChartRenderer:
         bottom = [0.0] * len(teams)
         for kind in kinds:
             heights = [float(values.get((t, kind), Decimal(0))) for t in teams]
-            ax.bar(teams, heights, bottom=bottom, label=kind.replace("_", " "))
+            ax.bar(teams, heights, bottom=bottom, label=kind_label(kind))
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         top = max(bottom, default=0.0)
         ax.set_ylim(0, top * 1.15 if top > 0 else 1)  # headroom: the tallest bar and the legend never touch the frame

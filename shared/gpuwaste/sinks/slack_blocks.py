@@ -19,19 +19,24 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from gpuwaste.advice import advise
 from gpuwaste.models.findings import Evidence, Finding
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
 from gpuwaste.people import (  # one money/date/age format on every surface
     age,
     details_lines,
     elide,
+    evidence_text,
     gpus,
+    idle_mode_label,
     kind_action,
     kind_heading,
     no_codes,
     period_date,
     price_source,
+    since_words,
     usd,
+    waste_since,
     when,
 )
 from gpuwaste.people import kind_label as people_kind_label
@@ -157,17 +162,10 @@ def _num(value: float | None, unit: str) -> str:
 
 
 def evidence_line(e: Evidence) -> str:
-    """One evidence signal: avg/p95/max over the window, coverage and threshold (plain text)."""
-    name = e.signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "")
-    span = f"{e.window_s // 3600} h" if e.window_s % 3600 == 0 else f"{round(e.window_s / 60)} min"
-    stats = ", ".join(f"{label} {_num(v, e.unit)}" for label, v in (("avg", e.avg), ("p95", e.p95), ("max", e.max))
-                      if v is not None)
-    text = f"{name}: {stats or 'no samples'} over {span}"
-    if e.samples:
-        text += f", coverage {e.coverage:.0%}"
-    if e.comparison:
-        text += f" (flagged when {e.comparison})"
-    if e.note:
+    """One evidence signal for people (`people.evidence_text`: the rule and the reading in one unit), with its note
+    (plain text)."""
+    text = evidence_text(e)
+    if e.note and not e.note.startswith("GPU_UTIL is percent"):
         text += f" — {no_codes(e.note)}"
     return text
 
@@ -275,13 +273,12 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
     mention = f"<@{notice.mention}> " if notice.mention else ""
     what = f"{mention}*What:* {escape(kind_heading(f.kind))} — confidence {f.confidence.value}"
     if f.idle_mode:
-        what += f" ({escape(f.idle_mode.value.replace('_', ' '))})"
+        what += f" ({escape(idle_mode_label(f.idle_mode.value))})"
     lines = [
         what,
         f"*Where:* {escape(where_text(f))}",
         f"*Whose:* {escape(_addressee(notice))}",
-        f"*Since:* {when(item.first_seen)} ({age(item.first_seen, scan_time(item))} before the scan at"
-        f" {when(scan_time(item))})",
+        f"*Since:* {since_text(item)}",
     ]
     blocks.append(_section("\n".join(lines)))
     if hint := _owner_hint(notice):
@@ -293,7 +290,8 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
                 ("USD/day", usd(f.usd_per_day)),
                 ("Cumulative so far", usd(item.cumulative_usd)),
                 ("GPUs wasted", escape(gpu_text)),
-                ("Ticket", escape(item.ticket_key) if item.ticket_key else "none"),
+                # no "Ticket: none": a ticket this run requests exists only after the message was posted
+                *((("Ticket", escape(item.ticket_key)),) if item.ticket_key else ()),
             ]
         )
     )
@@ -301,7 +299,11 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
     if f.evidence:
         ev = "\n".join(f"• {escape(evidence_line(e))}" for e in f.evidence[:5])
         blocks.append(_section(f"*Evidence*\n{ev}"))
-    blocks.append(_section(f"*Recommendation*\n{escape(no_codes(f.recommendation))}"))
+    advice = advise(f)
+    fix = escape(advice.action) + (f"\n_{escape(advice.caution)}_" if advice.caution else "")
+    if advice.commands:
+        fix += "\n```" + "\n".join(escape(c.shell()) for c in advice.commands) + "```"
+    blocks.append(_section(f"*How to fix*\n{fix}"))
     context = [_route_line(notice, fell_back_from), f"finding `{item.fingerprint[:6]}` (`gpuwaste explain {item.fingerprint[:6]}`)"]
     if item.links:
         context.insert(0, _links(item))
@@ -315,6 +317,11 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
 def _is_node_level(finding: Finding) -> bool:
     s = finding.subject
     return s.workload_kind == "Node" or (s.namespace is None and not s.workload_name)
+
+
+def _whose_team(team: str) -> str:
+    """"team ml", or "no owner" for a summary group without a team (its JSON value is "unassigned")."""
+    return "no owner" if team in ("", "unassigned", "no owner") else f"team {team}"
 
 
 def _addressee(notice: Notice) -> str:
@@ -348,11 +355,25 @@ def _subject_text(finding: Finding, width: int = MAX_NAME) -> str:
     return elide(f"{s.namespace}/{name}" if s.namespace else name, width)
 
 
+def began(item: NoticeItem) -> datetime:
+    """When the item's waste began (`people.waste_since`: its first episode, not when gpuwaste first reported it)."""
+    return waste_since(item.first_seen, item.finding)
+
+
+def since_text(item: NoticeItem) -> str:
+    """When the waste began, as every surface says it (`people.since_words`; plain text)."""
+    return since_words(item.first_seen, item.finding, scan_time(item))
+
+
 def _since(item: NoticeItem) -> str:
-    """How long the finding has been open at the scan that saw it ("since 5h 0m"; "new" when first seen by it)."""
-    if item.first_seen >= scan_time(item):
+    """How long the waste has gone on at the scan ("for 1h 10m", from when it began), and "new" when this scan first
+    reported it ("new, for 1h 10m")."""
+    span = age(began(item), scan_time(item))
+    if not item.finding.episodes and item.first_seen >= scan_time(item):
         return "new"
-    return f"since {age(item.first_seen, scan_time(item))}"
+    if item.first_seen >= scan_time(item):
+        return f"new, for {span}"
+    return f"for {span}"
 
 
 def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str:
@@ -633,8 +654,8 @@ def render_text_only(notice: Notice, *, now: datetime, fell_back_from: str | Non
         state = " (resolved)" if item.resolved else ""
         lines.append(truncate(
             f"{n}. {escape(workload_text(f))} — {escape(kind_label(f))} · {per_day(f.usd_per_day)}{state}"
-            f" · since {when(item.first_seen)} · cumulative {usd(item.cumulative_usd)} · {escape(f.subject.cluster)}"
-            f" · finding {item.fingerprint[:16]}", MAX_TAIL_LINE))
+            f" · since {when(began(item))} · cumulative {usd(item.cumulative_usd)} · {escape(f.subject.cluster)}"
+            f" · finding {item.fingerprint[:6]}", MAX_TAIL_LINE))
     footer = _route_line(notice, fell_back_from) + (f" · scan {escape(notice.scan_id)}" if notice.scan_id else "")
     chunks: list[tuple[list[str], list[str]]] = []
     current: list[str] = []
@@ -664,7 +685,7 @@ def _update_payload(notice: Notice, fell_back_from: str | None) -> SlackPayload:
     reason = escape(notice.reason or "update")
     lines = [
         f"{mention}*{reason}* — {escape(workload_text(f))}: *{per_day(f.usd_per_day)}*, cumulative {usd(item.cumulative_usd)}"
-        f", open since {when(item.first_seen)} ({age(item.first_seen, scan_time(item))} at the scan)",
+        f", wasting since {since_text(item)}",
         escape(formula_text(f)),
     ]
     if f.evidence:
@@ -708,8 +729,8 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
     if summary.unpriced:
         head += f"\n_{summary.unpriced} findings are unpriced and not in the totals._"
     top = [
-        f"{n}. {escape(o.workload or '-')} ({escape(o.namespace or o.cluster)}, {escape(o.kind.replace('_', ' '))},"
-        f" team {escape(o.team)}): *{usd(o.wasted_usd)}* · {per_day(o.usd_per_day)}"
+        f"{n}. {escape(o.workload or '-')} ({escape(o.namespace or o.cluster)}, {escape(people_kind_label(o.kind))},"
+        f" {escape(_whose_team(o.team))}): *{usd(o.wasted_usd)}* · {per_day(o.usd_per_day)}"
         + ("" if o.open else " · resolved")
         for n, o in enumerate(summary.top, start=1)
     ]

@@ -109,11 +109,12 @@ _SECTIONS = (("team", "by_team"), ("namespace", "by_namespace"), ("kind", "by_ki
 
 
 def _open_for(o: Offender, until: datetime) -> str:
-    """How long an offender has been open (to its resolution, or to the period's end)."""
-    if o.first_seen is None:
+    """How long an offender has been wasting (from when the waste began, to its resolution or the period's end)."""
+    start = o.waste_since or o.first_seen
+    if start is None:
         return "-"
     end = o.resolved_at if (not o.open and o.resolved_at is not None) else until
-    return age(o.first_seen, end)
+    return age(start, end)
 
 
 def _state(o: Offender) -> str:

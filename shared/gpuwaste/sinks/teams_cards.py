@@ -24,13 +24,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from gpuwaste.advice import advise
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
-from gpuwaste.people import age, no_codes, period_date, usd, when
+from gpuwaste.people import NO_OWNER, group_label, no_codes, period_date, usd, when
+from gpuwaste.people import kind_label as people_kind_label
 from gpuwaste.sinks.slack_blocks import (  # plain-text helpers shared by the chat renderers (no Block Kit)
     evidence_line,
     formula_text,
     kind_label,
     per_day,
+    since_text,
     truncate,
     workload_text,
 )
@@ -132,14 +135,18 @@ def _item(item: NoticeItem, now: datetime, *, evidence: bool) -> dict[str, Any]:
         facts = _resolved_facts(item)
     else:
         facts = [("Cost", per_day(f.usd_per_day)), ("Wasted so far", usd(item.cumulative_usd)),
-                 ("Open since", f"{when(item.first_seen)} ({age(item.first_seen, f.observed_at)} at the scan)"),
+                 ("Wasting since", since_text(item)),
                  ("Kind", f"{kind_label(f)}, confidence {f.confidence.value}")]
     if item.ticket_key:
         facts.append(("Ticket", item.ticket_key))
     facts.append(("Finding", item.fingerprint[:6]))
     items.append(_facts(facts))
     if not item.resolved:
-        items.append(_plain(no_codes(f.recommendation)))
+        advice = advise(f)
+        items.append(_plain(advice.action))
+        if advice.caution:
+            items.append(_plain((advice.caution, {"weight": "Bolder"})))
+        items.extend(_plain(f"$ {c.shell()}", subtle=True) for c in advice.commands)
         if evidence:
             items.append(_plain(formula_text(f), subtle=True))
             items.extend(_plain(evidence_line(e), subtle=True) for e in f.evidence[:5])
@@ -165,6 +172,12 @@ def _route(notice: Notice, destination: str, source: str, fell_back_from: str | 
     return _plain(line, subtle=True)
 
 
+def _whose(team: str) -> str:
+    """"team ml", or "no owner" for a group without a team (the summary's JSON says "unassigned")."""
+    label = group_label("team", team)
+    return label if label == NO_OWNER else f"team {label}"
+
+
 def _title(notice: Notice, items: list[NoticeItem], part: int, parts: int) -> tuple[str, str]:
     """(heading, colour) of one card."""
     total = sum((i.finding.usd_per_day or Decimal(0) for i in items if not i.resolved), Decimal(0))
@@ -176,8 +189,8 @@ def _title(notice: Notice, items: list[NoticeItem], part: int, parts: int) -> tu
         reason = escape_markdown(notice.reason or "Update")
         return f"{reason}: GPU waste still open — {usd(total)}/day{suffix}", "Warning"
     if len(notice.items) > 1:
-        team = escape_markdown(notice.route.team or "unassigned")
-        return f"GPU waste: {len(notice.items)} findings for {team} — {usd(total)}/day{suffix}", "Attention"
+        whose = f"for team {escape_markdown(notice.route.team)}" if notice.route.team else "no owner"
+        return f"GPU waste: {len(notice.items)} findings {whose} — {usd(total)}/day{suffix}", "Attention"
     return f"GPU waste: {usd(total)}/day{suffix}", "Attention"
 
 
@@ -271,7 +284,7 @@ def render_summary(summary: DailySummary, *, note: str | None = None, max_bytes:
     ]
     if summary.unpriced:
         facts.append(("Unpriced", f"{summary.unpriced} findings (not in the totals)"))
-    top = [_plain(f"{n}. {o.workload or '-'} ({o.namespace or o.cluster}, {o.kind.replace('_', ' ')}, team {o.team}): "
+    top = [_plain(f"{n}. {o.workload or '-'} ({o.namespace or o.cluster}, {people_kind_label(o.kind)}, {_whose(o.team)}): "
                   f"{usd(o.wasted_usd)} · {per_day(o.usd_per_day)}" + ("" if o.open else " · resolved"))
            for n, o in enumerate(summary.top, start=1)]
     for limit in (10, 5, 2):

@@ -32,6 +32,7 @@ from gpuwaste.people import (
     kind_label,
     percent,
     plain,
+    signal_name,
     usd_whole,
     wasted_gpu_hours,
 )
@@ -72,12 +73,13 @@ def _num(v: float | None) -> str:
 
 
 def evidence_text(f: Finding) -> str:
-    """The main evidence in one short line, ratios as percent ("SM_ACTIVE avg 0.2 % p95 1 % cov 100 %")."""
+    """The main evidence in one short line, signals by their names and ratios as percent ("SM activity avg 0.2 %
+    p95 1 % cov 100 %")."""
     if not f.evidence:
         check = f.details.get("check")
         return check.replace("_", " ") if isinstance(check, str) else ""
     e = f.evidence[0]
-    short = e.signal.replace("DCGM_FI_PROF_", "").replace("DCGM_FI_DEV_", "")
+    short = signal_name(e.signal)
     if e.unit == "ratio":
         m10 = f" max10m {percent(e.max_avg_10m)}" if e.max_avg_10m is not None else ""
         return f"{short} avg {percent(e.avg or 0)} p95 {percent(e.p95 or 0)}{m10} cov {percent(e.coverage)}"
