@@ -290,8 +290,6 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
         fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
     except PermanentError as exc:
         fail(str(exc))
-    except StoreError as exc:  # the state file cannot be opened or written (permissions, a full disk, a lock)
-        fail(escape_markup(f"--state {state}: {exc}"))
     pending = _pending_line(result, why, kept=state_kept)
     if not table:
         render(result.reports[-1], output, quiet=True, wide=wide, config=cfg)
