@@ -100,15 +100,17 @@ def test_overflow_ticket_is_one_per_team_with_the_money(demo_report) -> None:  #
     # GIVEN three findings of one team over its cap
     base = next(f for f in demo_report.findings if f.kind is WasteKind.IDLE)
     alerts = [_escalate(base.model_copy(update={"subject": base.subject.model_copy(update={"workload_name": f"w{n}"})}),
-                        usd="50") for n in range(3)]
+                        usd="50") for n in range(4)]
     sink = TerminalTicketSink(Console(file=io.StringIO(), width=100, color_system=None))
     service = TicketService(sink=sink, store=None, settings=DeliverySettings(jira=JiraSettings(default_project="OPS")),
                             now=lambda: base.observed_at)
-    # WHEN the overflow ticket is opened twice (two runs)
-    first = service.open_overflow("ml-serving", alerts)
-    second = service.open_overflow("ml-serving", alerts[:1])
-    # THEN one ticket, "$150.00/day" in its summary, the second run comments on it
-    assert first == second and len(sink.created) == 1
+    # WHEN the overflow ticket is opened by three runs: three findings, then one more, then one already listed
+    first = service.open_overflow("ml-serving", alerts[:3])
+    second = service.open_overflow("ml-serving", alerts[3:])
+    third = service.open_overflow("ml-serving", alerts[:1])
+    # THEN one ticket, "$150.00/day" in its summary; the second run comments on it with the new finding, and the
+    # third adds nothing (the finding is on the ticket already: no repeated listing)
+    assert first == second == third and len(sink.created) == 1
     draft = sink.created[first]
     assert draft.summary == "$150.00/day GPU waste: 3 more findings of team ml-serving" and draft.priority == "High"
-    assert sink.comments and sink.comments[-1][0] == first
+    assert len(sink.comments) == 1 and sink.comments[0][0] == first
