@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,30 +46,45 @@ class Run:
     max_rss_mb: float
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+#: Runs the CLI as its own child and reports that child's peak RSS. A child forked straight from pytest would count
+#: pytest's own resident pages (the kernel keeps the larger of the pre-exec and post-exec peaks in ru_maxrss, and
+#: pytest is hundreds of MB late in `make test`); forked from this small launcher, the pre-exec part is the
+#: launcher's few MB.
+LAUNCHER = """
+import os, resource, sys
+limit = int(sys.argv[1])
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    os.execv(sys.executable, [sys.executable, "-c", "from gpuwaste.cli import run; run()", *sys.argv[3:]])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[2], "w") as f:
+    f.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
 
 def _cli(args: list[str], *, env: dict[str, str] | None = None, kill_after_s: float = 60.0) -> Run:
-    """Run `gpuwaste ARGS` (the console-script entry point, `gpuwaste.cli:run`) in a child; its exit code, output, wall
-    time and its own peak RSS."""
+    """Run `gpuwaste ARGS` (the console-script entry point, `gpuwaste.cli:run`) in a child under an address-space
+    limit; its exit code, output, wall time and its own peak RSS."""
     full_env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}", "COLUMNS": "200", **(env or {})}
-    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f, \
+            tempfile.NamedTemporaryFile("r", suffix=".rss") as rss_f:
         t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-c", "from gpuwaste.cli import run; run()", *args], stdout=out_f, stderr=err_f, stdin=subprocess.DEVNULL,
-                                env=full_env, cwd=ROOT, preexec_fn=_limit_memory)  # noqa: PLW1509 - sets an rlimit only
-        killer = threading.Timer(kill_after_s, proc.kill)
+        proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(AS_LIMIT), rss_f.name, *args], stdout=out_f,
+                                stderr=err_f, stdin=subprocess.DEVNULL, env=full_env, cwd=ROOT, start_new_session=True)
+        killer = threading.Timer(kill_after_s, lambda: os.killpg(proc.pid, signal.SIGKILL))
         killer.start()
         try:
-            _, status, usage = os.wait4(proc.pid, 0)
+            rc = proc.wait()
         finally:
             killer.cancel()
         wall = time.monotonic() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
         out_f.seek(0)
         err_f.seek(0)
-        return Run(proc.returncode, out_f.read().decode(errors="replace"), err_f.read().decode(errors="replace"), wall,
-                   usage.ru_maxrss / 1024)
+        maxrss_kb = int(rss_f.read() or 0)
+        return Run(rc, out_f.read().decode(errors="replace"), err_f.read().decode(errors="replace"), wall,
+                   maxrss_kb / 1024)
 
 
 _MEASURED: list[tuple[str, Run]] = []

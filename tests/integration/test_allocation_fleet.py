@@ -149,9 +149,13 @@ def test_through_kube_state_metrics_every_kind_ksm_can_show_is_charged_to_its_ho
         h = got[(t.namespace, t.pod)]
         assert (h.share, h.node) == (Decimal(str(t.share)), t.node), t.pod
     assert set(resolved.infrastructure_pods) == set(fleet.allocation.infrastructure)
-    # AND DRA claims are not visible in KSM (no ResourceClaim metrics, no spec.resourceClaims): those pods hold nothing
-    # here rather than a guessed share
-    assert not any(t.mechanism == "DRA" and (t.namespace, t.pod) in got for t in fleet.allocation.holders)
+    # AND DRA claims are visible through kube_pod_resourceclaim_info (KSM v2.20, issue 21 §6): those pods hold their
+    # true share of the GPUs the exporter's dra_* labels name
+    dra = [t for t in fleet.allocation.holders if t.mechanism == "DRA"]
+    assert dra
+    for t in dra:
+        h = got[(t.namespace, t.pod)]
+        assert (h.share, h.node) == (Decimal(str(t.share)), t.node), t.pod
 
 
 def test_live_kube_state_metrics_finds_fractional_pods_that_request_no_gpu(

@@ -119,7 +119,7 @@ class DraResolver:
             unread = [r.claim_name for r in pod.resource_claims if r.claim_name and (pod.namespace, r.claim_name) not in claims]
             if not unread:
                 continue
-            from_labels = self._from_exporter_labels(pod, unread, by_dra)
+            from_labels = self._from_exporter_labels(pod, unread, by_dra, users)
             if from_labels is not None:
                 holdings.append(from_labels)
                 handled_now.add(pod.identity)
@@ -189,24 +189,31 @@ class DraResolver:
         except InputFormatError:
             return Decimal(1)
 
-    def _from_exporter_labels(self, pod: Pod, claim_names: list[str], by_dra: dict[tuple[str, str], list[GpuTelemetry]]) -> Holding | None:
-        found: dict[DeviceId, GpuTelemetry] = {}
+    def _from_exporter_labels(self, pod: Pod, claim_names: list[str], by_dra: dict[tuple[str, str], list[GpuTelemetry]],
+                              users: dict[tuple[str, str], list[Pod]]) -> Holding | None:
+        """The pod's holding from the exporter's `dra_*` labels when its claims could not be read. A claim that several
+        live pods name (`users`: (namespace, claim) → pods) is split equally between them, as a read claim is."""
+        found: dict[DeviceId, tuple[GpuTelemetry, int]] = {}
         for devs in by_dra.values():
             for d in devs:
-                if any(lbl.claim_namespace == pod.namespace and lbl.claim_name in claim_names for lbl in d.dra):
-                    found[d.device] = d
+                named = [lbl.claim_name for lbl in d.dra if lbl.claim_namespace == pod.namespace and lbl.claim_name in claim_names]
+                if named:
+                    found[d.device] = (d, max(1, len(users.get((pod.namespace, named[0]), ()))))
         if not found:
             return None
-        share = sum((self._mig_share(d.mig_profile, d.model_name) if d.device.gpu_i_id else Decimal(1) for d in found.values()), Decimal(0))
+        shared = any(n > 1 for _, n in found.values())
+        share = sum(((self._mig_share(d.mig_profile, d.model_name) if d.device.gpu_i_id else Decimal(1)) / n
+                     for d, n in found.values()), Decimal(0))
         return Holding(
             pod=pod,
             node=pod.node_name,
             share=share,
             mechanism="DRA",
             devices=tuple(found),
-            per_pod_activity=True,
+            per_pod_activity=not shared,
             **held(pod),
-            note=f"ResourceClaim {', '.join(claim_names)} from the exporter's dra_* labels (the claim itself was not readable)",
+            note=f"ResourceClaim {', '.join(claim_names)} from the exporter's dra_* labels (the claim itself was not readable)"
+                 + ("; shared with other pods naming the same claim (an equal part each)" if shared else ""),
         )
 
 
