@@ -19,6 +19,13 @@ Rules (design §5; thresholds in `LifecycleSettings`):
   `resolve_after_missed_scans` → RESOLVED with `saved_usd_per_day`, and (when the owner was alerted)
   an alert that carries the original messages' references so they can be edited.
 * A resolved fingerprint seen again is reopened as NEW.
+* A sighting that changes nothing but the record's times (same cost and ledger rate, nothing to tell, no unsent
+  messages) is not written while the last written sighting is younger than `heartbeat` and than half its evidence
+  window (`_unchanged`): the store is written when something changes, and at most once per heartbeat otherwise.
+* A scan completion sent in parts (`ScanCompleted.parts` > 1, or a scan over several shards) resolves nothing
+  until every part of every shard is in: each part is recorded with `FindingStore.record_scan_part` (idempotent:
+  a redelivered part is counted once), and only the part that completes the scan applies the merged completion.
+  A scan with a part or shard that never arrives resolves nothing by absence.
 
 The lifecycle's "now" is the scan's evaluation time (the finding's `observed_at`, the completion's
 `scheduled_time`), never the wall clock, so replays and redeliveries decide the same way. The injected
@@ -44,7 +51,7 @@ from gpuwaste.errors import StoreError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.ledger import add_sighting, waste_usd
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
-from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted
+from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted, merge_completion
 from gpuwaste.ports import AlertQueue, Clock, FindingStore
 from gpuwaste.services.routing import snoozed_until
 from gpuwaste.services.store_ops import get_many, update_many
@@ -165,9 +172,31 @@ class LifecycleService:
                 # already applied (redelivery) or older than what we know (out of order): only finish sending
                 return self._resend(current, stale=current.last_scan_id != message.scan_id)
             record, out = self._seen_again(current, finding, message.scan_id)
+            if self._unchanged(current, record, out, finding):
+                return out  # nothing to write: the last written sighting stands for this one (heartbeat)
             if self.store.update(record, expected_version=current.version):
                 return self._flush(record, out)
         raise StoreError(f"finding {finding.fingerprint}: conflicting writes, gave up after {MAX_ATTEMPTS} attempts")
+
+    def _unchanged(self, current: FindingRecord, record: FindingRecord, out: Outcome, finding: Finding) -> bool:
+        """True when `record` (the decision on a sighting) differs from `current` only in what every sighting moves
+        (times, scan id, the finding's text, the last ledger span's end) and the last written sighting is recent:
+        younger than `heartbeat` and than half the sighting's evidence span (so the next written sighting's
+        evidence covers the ones skipped: the ledger keeps no gap)."""
+        heartbeat = self.settings.heartbeat
+        if not heartbeat or out.alerts or out.tickets or current.outbox_json or finding.episodes:
+            return False
+        if current.state is not FindingState.OPEN or record.state is not FindingState.OPEN:
+            return False
+        span = timedelta(seconds=finding.observed_s or finding.window_s)
+        if finding.observed_at - current.last_seen >= min(heartbeat, span / 2):
+            return False
+        if record.model_dump(exclude=_SIGHTING_FIELDS) != current.model_dump(exclude=_SIGHTING_FIELDS):
+            return False
+        old, new = current.ledger, record.ledger
+        if len(old) != len(new) or old[:-1] != new[:-1]:
+            return False
+        return not old or (old[-1].start == new[-1].start and old[-1].usd_per_day == new[-1].usd_per_day)
 
     def _first_sight(self, finding: Finding, scan_id: str) -> tuple[FindingRecord, Outcome]:
         at = finding.observed_at
@@ -283,8 +312,15 @@ class LifecycleService:
         Raises:
             StoreError, RetryableError: as `handle_finding`.
         """
-        seen = set(message.fingerprints)
         total = Outcome()
+        if not message.whole:
+            parts = self.store.record_scan_part(message, expires_at=self._scan_expiry())
+            if parts is None:
+                return total  # parts or shards still missing (or another part completed the scan): nothing yet
+            message = merge_completion(parts)
+            logger.info("scan completion whole", extra={"scan_id": message.scan_id, "parts": len(parts),
+                                                        "fingerprints": len(message.fingerprints)})
+        seen = set(message.fingerprints)
         if not message.judged:
             return total  # a scan that could judge nothing (no telemetry, one sample) is not evidence that waste ended
         unjudged = set(message.unjudged)
@@ -298,12 +334,9 @@ class LifecycleService:
         return total
 
     def _missed_candidates(self, cluster: str, seen: set[str]) -> list[FindingRecord]:
-        """Open records of `cluster` the scan did not see, by fingerprint. A store that lists open fingerprints
-        cheaply (SQLite) reads only those records; otherwise every open record is read and filtered."""
-        lister = getattr(self.store, "open_fingerprints", None)
-        if lister is None:
-            return [r for r in self.store.open_for_cluster(cluster) if r.fingerprint not in seen]
-        missing = [fp for fp in lister(cluster) if fp not in seen]
+        """Open records of `cluster` the scan did not see, by fingerprint: the open fingerprints (no record read),
+        then only the records of those the scan did not see."""
+        missing = [fp for fp in self.store.open_fingerprints(cluster) if fp not in seen]
         found = get_many(self.store, missing)
         return [found[fp] for fp in missing if fp in found]
 
@@ -371,6 +404,10 @@ class LifecycleService:
             scan_id=scan_id, reason=reason,
         )
 
+    def _scan_expiry(self) -> int:
+        """TTL of a scan's stored completion parts: two days (a scan whose parts are not all in by then never will)."""
+        return int((self.clock.now() + timedelta(days=2)).timestamp())
+
     def _expiry(self) -> int:
         return int((self.clock.now() + timedelta(days=self.settings.retention_days)).timestamp())
 
@@ -411,6 +448,11 @@ class LifecycleService:
         pending = alerts + tickets
         logger.warning("lifecycle resending unsent messages", extra={"fingerprint": current.fingerprint, "count": len(pending)})
         return self._flush(current, out)
+
+
+#: what every sighting of an unchanged finding moves (`LifecycleService._unchanged`); the ledger is compared apart
+_SIGHTING_FIELDS = frozenset({"last_seen", "last_scan_id", "finding_json", "activity_at", "version", "expires_at",
+                              "ledger", "cumulative_usd"})
 
 
 def _cleared(record: FindingRecord) -> FindingRecord:
