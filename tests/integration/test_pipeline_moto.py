@@ -20,8 +20,8 @@ from gpuwaste.bootstrap import dispatch as dispatch_root
 from gpuwaste.bootstrap import local, pipeline
 from gpuwaste.bootstrap import price as price_root
 from gpuwaste.bootstrap import scan as scan_root
-from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.errors import PermanentError
+from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import (
     COMPLETION_PART_BYTES,
     AlertAction,

@@ -150,9 +150,9 @@ def completion_is_whole(tokens: set[str], shard_count: int) -> bool:
     `shard_count` shards."""
     got: dict[int, tuple[set[int], set[int]]] = {}
     for token in tokens:
-        shard, rest = token.split(":", 1)
+        shard_text, rest = token.split(":", 1)
         part, parts = rest.split("/", 1)
-        seen, counts = got.setdefault(int(shard), (set(), set()))
+        seen, counts = got.setdefault(int(shard_text), (set(), set()))
         seen.add(int(part))
         counts.add(int(parts))
     for shard in range(shard_count):

@@ -184,7 +184,7 @@ class LifecycleService:
         younger than `heartbeat` and than half the sighting's evidence span (so the next written sighting's
         evidence covers the ones skipped: the ledger keeps no gap)."""
         heartbeat = self.settings.heartbeat
-        if not heartbeat or out.alerts or out.tickets or current.outbox_json or finding.episodes:
+        if not heartbeat or out.alerts or out.tickets or current.outbox_json:
             return False
         if current.state is not FindingState.OPEN or record.state is not FindingState.OPEN:
             return False
@@ -327,7 +327,7 @@ class LifecycleService:
         for candidate in self._missed_candidates(message.cluster, seen):
             if _subject_key(candidate) in unjudged:
                 continue
-            outcome = self._miss(candidate.fingerprint, message)
+            outcome = self._miss(candidate, message)
             total.alerts += outcome.alerts
             total.tickets += outcome.tickets
             total.duplicate = total.duplicate or outcome.duplicate
@@ -340,10 +340,12 @@ class LifecycleService:
         found = get_many(self.store, missing)
         return [found[fp] for fp in missing if fp in found]
 
-    def _miss(self, fingerprint: str, message: ScanCompleted) -> Outcome:
+    def _miss(self, candidate: FindingRecord, message: ScanCompleted) -> Outcome:
         at = message.scheduled_time
-        for _ in range(MAX_ATTEMPTS):
-            current = self.store.get(fingerprint)
+        fingerprint = candidate.fingerprint
+        for attempt in range(MAX_ATTEMPTS):
+            # the record just read (strongly consistent) for the first attempt; a lost race reads it again
+            current = candidate if attempt == 0 else self.store.get(fingerprint)
             if current is None or current.state is not FindingState.OPEN:
                 return Outcome()
             if current.last_checked_scan_id == message.scan_id or current.last_scan_id == message.scan_id:
@@ -451,8 +453,8 @@ class LifecycleService:
 
 
 #: what every sighting of an unchanged finding moves (`LifecycleService._unchanged`); the ledger is compared apart
-_SIGHTING_FIELDS = frozenset({"last_seen", "last_scan_id", "finding_json", "activity_at", "version", "expires_at",
-                              "ledger", "cumulative_usd"})
+_SIGHTING_FIELDS: set[str] = {"last_seen", "last_scan_id", "finding_json", "activity_at", "version", "expires_at",
+                             "ledger", "cumulative_usd"}
 
 
 def _cleared(record: FindingRecord) -> FindingRecord:
