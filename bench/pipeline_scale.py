@@ -31,7 +31,7 @@ import time
 import tracemalloc
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +143,7 @@ def _receive(sqs: Any, url: str) -> list[str]:
 
 
 def scan_through(messages: list[FindingMessage], completion: ScanCompleted, at: datetime, ports: dict[str, Any],
-                 capacity: Capacity) -> dict[str, Any]:
+                 capacity: Capacity, heartbeat: timedelta = timedelta(0)) -> dict[str, Any]:
     """Send one scan's findings and completion, then price and dedupe them in record batches of 10, as the Lambda
     functions do (`queue.batching.SendBatch` per batch, dedupe's prefetch and deferred outbox clears)."""
     from gpuwaste.pricing.catalog import PriceBook
@@ -167,7 +167,7 @@ def scan_through(messages: list[FindingMessage], completion: ScanCompleted, at: 
         sends.flush()
     before = Counter(capacity.units)
     lifecycle = LifecycleService(store=store, alerts=DeferredQueue(alerts_q, sends), tickets=None,
-                                 settings=LifecycleSettings(), clock=FixedClock(at))
+                                 settings=LifecycleSettings(heartbeat=heartbeat), clock=FixedClock(at))
     lifecycle.defer_clears = True
     actions: Counter[str] = Counter()
     bodies = _receive(sqs, priced_q.queue_url)
@@ -206,7 +206,7 @@ def scan_through(messages: list[FindingMessage], completion: ScanCompleted, at: 
             "completion_units": dict(completion_units)}
 
 
-def run_size(n: int, moto: Any) -> dict[str, Any]:
+def run_size(n: int, moto: Any, heartbeat: timedelta = timedelta(0)) -> dict[str, Any]:
     """Three scans of one cluster with `n` findings: new, unchanged, and 10 % gone."""
     import boto3
 
@@ -226,19 +226,19 @@ def run_size(n: int, moto: Any) -> dict[str, Any]:
              **{q: SqsQueue(client=sqs, queue_url=u) for q, u in urls.items()}}
     messages, at = synth_messages(n)
     cluster = messages[0].finding.subject.cluster
-    out: dict[str, Any] = {"findings": n}
 
     def completion(ms: list[FindingMessage], when: datetime) -> ScanCompleted:
         return ScanCompleted(scan_id=ms[0].scan_id, cluster=cluster, scheduled_time=when,
                              fingerprints=tuple(m.finding.fingerprint for m in ms))
 
-    out["first"] = scan_through(messages, completion(messages, at), at, ports, capacity)
+    out: dict[str, Any] = {"findings": n, "heartbeat_s": heartbeat.total_seconds()}
+    out["first"] = scan_through(messages, completion(messages, at), at, ports, capacity, heartbeat)
     again, later = next_scan(messages, at, 1)
-    out["steady"] = scan_through(again, completion(again, later), later, ports, capacity)
+    out["steady"] = scan_through(again, completion(again, later), later, ports, capacity, heartbeat)
     third, last = next_scan(messages, at, 2)
     kept = third[: n - n // 10]
     out["tenth_gone"] = scan_through(kept, completion(third, last).model_copy(
-        update={"fingerprints": tuple(m.finding.fingerprint for m in kept)}), last, ports, capacity)
+        update={"fingerprints": tuple(m.finding.fingerprint for m in kept)}), last, ports, capacity, heartbeat)
     out["tenth_gone"]["missed"] = n // 10
     out["largest_sqs_message_bytes"] = limit.largest
     out["sqs_messages"] = limit.messages
@@ -258,7 +258,7 @@ def summary_line(r: dict[str, Any]) -> str:
     n = r["findings"]
     gone = r["tenth_gone"]
     missed = max(1, gone["missed"])
-    return (f"{n:>6,} findings: largest SQS message {r['largest_sqs_message_bytes']:,} B of 262,144 "
+    return (f"{n:>6,} findings (heartbeat {r['heartbeat_s']:.0f} s): largest SQS message {r['largest_sqs_message_bytes']:,} B of 262,144 "
             f"({r['sqs_messages']:,} sent, {r['sqs_refused']} refused)\n"
             f"        first scan  per finding: {per_finding(r['first'], n)}\n"
             f"        steady scan per finding: {per_finding(r['steady'], n)}\n"
@@ -344,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,4000,10000,40000")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--heartbeat-s", type=int, default=0, help="lifecycle.heartbeat (0: every sighting written)")
     args = parser.parse_args(argv)
     results = []
     with _moto_process() as moto:
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(moto.env())
         try:
             for n in (int(s) for s in args.sizes.split(",")):
-                results.append(run_size(n, moto))
+                results.append(run_size(n, moto, timedelta(seconds=args.heartbeat_s)))
                 print(summary_line(results[-1]), flush=True)
         finally:
             for k, v in saved.items():

@@ -59,7 +59,7 @@ class Harness:
 
 @pytest.fixture
 def h() -> Harness:
-    return Harness(heartbeat=timedelta(0))  # every sighting written: these tests read the store after each one
+    return Harness()
 
 
 def test_lifecycle_new_finding_alerts_new_and_is_stored(h: Harness) -> None:
@@ -441,10 +441,10 @@ def counted(**settings: object) -> tuple[Harness, CountingStore]:
 
 
 def test_lifecycle_unchanged_sightings_are_written_once_per_half_window_and_keep_the_money_exact() -> None:
-    # GIVEN a $48/day finding with a 1 h evidence window, seen every 10 minutes for 2 hours, once with the heartbeat
-    # (default 1 h, capped at half the window: 30 min) and once writing every sighting
-    beat, beat_store = counted()
-    every, every_store = counted(heartbeat=timedelta(0))
+    # GIVEN a $48/day finding with a 1 h evidence window, seen every 10 minutes for 2 hours, once with a 1 h heartbeat
+    # (capped at half the window: 30 min) and once writing every sighting (the default)
+    beat, beat_store = counted(heartbeat=timedelta(hours=1))
+    every, every_store = counted()
     # WHEN both apply the same 13 sightings
     for n in range(13):
         for harness in (beat, every):
@@ -460,8 +460,8 @@ def test_lifecycle_unchanged_sightings_are_written_once_per_half_window_and_keep
 
 
 def test_lifecycle_a_sighting_that_changes_the_cost_is_written_at_once() -> None:
-    # GIVEN a $48/day finding written at T0
-    h, store = counted()
+    # GIVEN a $48/day finding written at T0, with a 1 h heartbeat
+    h, store = counted(heartbeat=timedelta(hours=1))
     h.service.handle_finding(seen(finding("48.00"), 0))
     writes = store.writes
     # WHEN the next scan, 10 minutes later, prices it at $50/day (under the WORSE share: nothing to tell)

@@ -19,9 +19,12 @@ Rules (design §5; thresholds in `LifecycleSettings`):
   `resolve_after_missed_scans` → RESOLVED with `saved_usd_per_day`, and (when the owner was alerted)
   an alert that carries the original messages' references so they can be edited.
 * A resolved fingerprint seen again is reopened as NEW.
-* A sighting that changes nothing but the record's times (same cost and ledger rate, nothing to tell, no unsent
-  messages) is not written while the last written sighting is younger than `heartbeat` and than half its evidence
-  window (`_unchanged`): the store is written when something changes, and at most once per heartbeat otherwise.
+* With `heartbeat` set (off by default), a sighting that changes nothing but the record's times (same cost and
+  ledger rate, nothing to tell, no unsent messages) is not written while the last written sighting is younger than
+  `heartbeat` and than half its evidence window (`_unchanged`): the store is written when something changes, and at
+  most once per heartbeat otherwise. The price: `last_seen` lags by up to that window, so a scan completion
+  delivered out of order — older than an unwritten sighting, arriving after it — counts a missed scan that the
+  written sighting would have shown stale (the next written sighting resets it).
 * A scan completion sent in parts (`ScanCompleted.parts` > 1, or a scan over several shards) resolves nothing
   until every part of every shard is in: each part is recorded with `FindingStore.record_scan_part` (idempotent:
   a redelivered part is counted once), and only the part that completes the scan applies the merged completion.
