@@ -325,9 +325,9 @@ def aws_calls(n: int) -> dict[str, Any]:
             session = boto3.session.Session()
             sqs, ddb = session.client("sqs"), session.client("dynamodb")
             urls = {q: sqs.create_queue(QueueName=f"bench-{q}")["QueueUrl"] for q in ("findings", "priced", "alerts")}
-            from bench.pipeline_scale import Capacity, create_table
+            from bench.pipeline_scale import Capacity, create_table, projects_all
 
-            capacity = Capacity(create_table(ddb, "bench-findings"))  # template.yaml's table and indexes
+            capacity = Capacity(create_table(ddb, "bench-findings"), projects_all())  # template.yaml's table and indexes
             ddb.meta.events.register("before-parameter-build.dynamodb.*", capacity.before_call)
             ddb.meta.events.register("after-call.dynamodb.*", capacity.after_call)
             for client in (sqs, ddb):

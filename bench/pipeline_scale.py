@@ -69,8 +69,9 @@ class Capacity:
     """Read and write units of the calls one DynamoDB client makes, from their items; the index keys of
     template.yaml's table (`indexes`: name → key attributes), and a shadow of the table to see what a put replaces."""
 
-    def __init__(self, indexes: dict[str, tuple[str, ...]]) -> None:
+    def __init__(self, indexes: dict[str, tuple[str, ...]], projects_all: frozenset[str] = frozenset()) -> None:
         self.indexes = indexes
+        self.projects_all = projects_all  # indexes with an ALL projection (every attribute copied)
         self.items: dict[str, dict[str, Any]] = {}
         self.units: Counter[str] = Counter()
         self._params: dict[str, Any] = {}
@@ -85,11 +86,16 @@ class Capacity:
         old = self.items.get(key)
         size = max(item_bytes(item), item_bytes(old) if old else 0)
         self.units["table_write"] += factor * max(1, math.ceil(size / 1024))
-        for keys in self.indexes.values():
+        for name, keys in self.indexes.items():
             before, after = self._index_key(old, keys), self._index_key(item, keys)
             if before == after:
-                continue  # keys-only projection: an unchanged key writes nothing to the index
-            self.units["index_write"] += factor * ((before is not None) + (after is not None))
+                # an unchanged key: nothing for a keys-only index; one write (the item's size) for an ALL projection
+                # whose item changed
+                if name in self.projects_all and after is not None and item != old:
+                    self.units["index_write"] += factor * max(1, math.ceil(item_bytes(item) / 1024))
+                continue
+            per_item = max(1, math.ceil(item_bytes(item) / 1024)) if name in self.projects_all else 1
+            self.units["index_write"] += factor * per_item * ((before is not None) + (after is not None))
         self.items[key] = item
 
     def before_call(self, params: dict[str, Any], **_: Any) -> None:
@@ -128,6 +134,14 @@ def create_table(ddb: Any, name: str = TABLE) -> dict[str, tuple[str, ...]]:
     ddb.create_table(TableName=name, AttributeDefinitions=props["AttributeDefinitions"], KeySchema=props["KeySchema"],
                      BillingMode="PAY_PER_REQUEST", GlobalSecondaryIndexes=props["GlobalSecondaryIndexes"])
     return {i["IndexName"]: tuple(k["AttributeName"] for k in i["KeySchema"]) for i in props["GlobalSecondaryIndexes"]}
+
+
+def projects_all() -> frozenset[str]:
+    """template.yaml's indexes with an ALL projection."""
+    from tests.aws_resources import load_template
+
+    props = load_template()["Resources"]["FindingsTable"]["Properties"]
+    return frozenset(i["IndexName"] for i in props["GlobalSecondaryIndexes"] if i["Projection"]["ProjectionType"] == "ALL")
 
 
 # -- one scan through price and dedupe ------------------------------------------------------------------------------
@@ -218,7 +232,7 @@ def run_size(n: int, moto: Any, heartbeat: timedelta = timedelta(0)) -> dict[str
     session = boto3.session.Session()
     limit = enforce_sqs_limit(session)
     sqs, ddb = session.client("sqs"), session.client("dynamodb")
-    capacity = Capacity(create_table(ddb))
+    capacity = Capacity(create_table(ddb), projects_all())
     ddb.meta.events.register("before-parameter-build.dynamodb.*", capacity.before_call)
     ddb.meta.events.register("after-call.dynamodb.*", capacity.after_call)
     urls = {q: sqs.create_queue(QueueName=f"scale-{q}")["QueueUrl"] for q in ("findings", "priced", "alerts")}
