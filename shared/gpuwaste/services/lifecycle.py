@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -64,6 +65,8 @@ logger = logging.getLogger(__name__)
 
 DAY = Decimal(86400)
 MAX_ATTEMPTS = 5
+#: records read together when resolving by absence (one BatchGetItem of 100 keys in DynamoDB)
+MISSED_CHUNK = 100
 
 
 @dataclass
@@ -336,12 +339,15 @@ class LifecycleService:
             total.duplicate = total.duplicate or outcome.duplicate
         return total
 
-    def _missed_candidates(self, cluster: str, seen: set[str]) -> list[FindingRecord]:
+    def _missed_candidates(self, cluster: str, seen: set[str]) -> Iterator[FindingRecord]:
         """Open records of `cluster` the scan did not see, by fingerprint: the open fingerprints (no record read),
-        then only the records of those the scan did not see."""
+        then only the records of those the scan did not see, read `MISSED_CHUNK` at a time (memory stays bounded
+        however many findings disappeared at once)."""
         missing = [fp for fp in self.store.open_fingerprints(cluster) if fp not in seen]
-        found = get_many(self.store, missing)
-        return [found[fp] for fp in missing if fp in found]
+        for k in range(0, len(missing), MISSED_CHUNK):
+            chunk = missing[k:k + MISSED_CHUNK]
+            found = get_many(self.store, chunk)
+            yield from (found[fp] for fp in chunk if fp in found)
 
     def _miss(self, candidate: FindingRecord, message: ScanCompleted) -> Outcome:
         at = message.scheduled_time
