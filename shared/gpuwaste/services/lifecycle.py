@@ -77,6 +77,8 @@ class Outcome:
     tickets: list[AlertMessage] = field(default_factory=list)
     duplicate: bool = False
     stale: bool = False
+    #: a scan completion: False for a part that left the scan incomplete (or that another part completed)
+    applied: bool = True
 
 
 class LifecycleService:
@@ -322,6 +324,7 @@ class LifecycleService:
         if not message.whole:
             parts = self.store.record_scan_part(message, expires_at=self._scan_expiry())
             if parts is None:
+                total.applied = False
                 return total  # parts or shards still missing (or another part completed the scan): nothing yet
             message = merge_completion(parts)
             logger.info("scan completion whole", extra={"scan_id": message.scan_id, "parts": len(parts),
