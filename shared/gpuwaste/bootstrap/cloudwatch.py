@@ -84,7 +84,6 @@ def record_open_waste(cluster: str, store: FindingStore, settings: DeliverySetti
     """dedupe_findings, on a scan's completion: the cluster's open waste (its open lifecycle records) as
     WasteUsdPerDay and WastedGpus per (cluster, team, kind), and WasteUsdPerDay per cluster (the rules of `/metrics`)."""
     from gpuwaste.services.metrics import waste_from_records
-
     from gpuwaste.services.store_ops import get_many
 
     usd: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
