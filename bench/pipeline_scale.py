@@ -358,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,4000,10000,40000")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--completion-only", action="store_true",
+                        help="only the completion path at each size (table seeded; see completion_at_scale)")
     parser.add_argument("--heartbeat-s", type=int, default=0, help="lifecycle.heartbeat (0: every sighting written)")
     args = parser.parse_args(argv)
     results = []
@@ -366,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(moto.env())
         try:
             for n in (int(s) for s in args.sizes.split(",")):
+                if args.completion_only:
+                    results.append(completion_at_scale(n, moto))
+                    print(completion_line(results[-1]), flush=True)
+                    continue
                 results.append(run_size(n, moto, timedelta(seconds=args.heartbeat_s)))
                 print(summary_line(results[-1]), flush=True)
         finally:
@@ -377,6 +383,82 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     return 0
+
+
+
+def completion_at_scale(n: int, moto: Any) -> dict[str, Any]:
+    """The part of dedupe that sees the whole cluster, at `n` open findings: the table seeded with `n` open records
+    (BatchWriteItem, outside the measurement), then one scan's completion naming 90 % of them sent through the queue
+    adapter (in parts, SQS's limit enforced), forwarded by price and applied by dedupe: the parts recorded, the open
+    fingerprints read, each missed record read and written once. Peak memory (tracemalloc) and units of that."""
+    import boto3
+
+    from gpuwaste.models.lifecycle import FindingRecord
+    from gpuwaste.pricing.catalog import PriceBook
+    from gpuwaste.queue.sqs import SqsQueue
+    from gpuwaste.services.lifecycle import LifecycleService
+    from gpuwaste.services.price import PriceService
+    from gpuwaste.settings import LifecycleSettings
+    from gpuwaste.store.dynamodb import DynamoDbFindingStore, to_item
+    from tests.sqs_limit import enforce_sqs_limit
+
+    moto.reset()
+    session = boto3.session.Session()
+    limit = enforce_sqs_limit(session)
+    sqs, ddb = session.client("sqs"), session.client("dynamodb")
+    capacity = Capacity(create_table(ddb), projects_all())
+    messages, at = synth_messages(min(n, 50))
+    template = messages[0].finding
+    items = []
+    for i in range(n):
+        f = template.model_copy(update={"subject": template.subject.model_copy(update={"workload_name": f"w-{i:06d}"})})
+        items.append(to_item(FindingRecord(fingerprint=f.fingerprint, cluster=f.subject.cluster, kind=f.kind.value,
+                                           detector=f.detector, first_seen=at, last_seen=at, last_scan_id="s0",
+                                           finding_json=f.model_dump_json(exclude={"fingerprint"}), version=1,
+                                           expires_at=2_000_000_000)))
+    for k in range(0, len(items), 25):
+        ddb.batch_write_item(RequestItems={TABLE: [{"PutRequest": {"Item": it}} for it in items[k:k + 25]]})
+    for it in items:
+        capacity.items[it["fingerprint"]["S"]] = it  # the shadow knows the seeded items (not counted)
+    ddb.meta.events.register("before-parameter-build.dynamodb.*", capacity.before_call)
+    ddb.meta.events.register("after-call.dynamodb.*", capacity.after_call)
+    fps = [it["fingerprint"]["S"] for it in items]
+    kept = fps[: n - n // 10]
+    urls = {q: sqs.create_queue(QueueName=f"scale-{q}")["QueueUrl"] for q in ("findings", "priced", "alerts")}
+    queues = {q: SqsQueue(client=sqs, queue_url=u) for q, u in urls.items()}
+    later = at + timedelta(minutes=10)
+    queues["findings"].send_scan_completed(ScanCompleted(scan_id="scan-big", cluster=template.subject.cluster,
+                                                         scheduled_time=later, fingerprints=tuple(kept)))
+    price = PriceService(price_book=PriceBook.bundled(), queue=queues["priced"])
+    for body in _receive(sqs, urls["findings"]):
+        for m in read_stage_body(body):
+            price.forward_completed(m)
+    store = DynamoDbFindingStore(client=ddb, table_name=TABLE)
+    lifecycle = LifecycleService(store=store, alerts=queues["alerts"], tickets=None,
+                                 settings=LifecycleSettings(), clock=FixedClock(later))
+    bodies = _receive(sqs, urls["priced"])
+    tracemalloc.start()
+    t = time.perf_counter()
+    applied = 0
+    for body in bodies:
+        for m in read_stage_body(body):
+            applied += lifecycle.handle_scan_completed(m).applied
+    seconds = time.perf_counter() - t
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    missed = sum(1 for r in store.get_many(fps[len(kept):]).values() if r.missed_scans == 1)
+    return {"findings": n, "parts": len(bodies), "applied_by": applied, "missed": missed, "seconds": seconds,
+            "peak_mb": peak, "units": dict(capacity.units), "largest_sqs_message_bytes": limit.largest,
+            "sqs_refused": limit.refused}
+
+
+def completion_line(r: dict[str, Any]) -> str:
+    u, n, missed = r["units"], r["findings"], max(1, r["missed"])
+    return (f"{n:>6,} open findings, completion naming 90 %: {r['parts']} parts (largest SQS message "
+            f"{r['largest_sqs_message_bytes']:,} B, {r['sqs_refused']} refused), applied once ({r['applied_by']}); "
+            f"{r['missed']:,} missed; dedupe peak {r['peak_mb']:.1f} MB in {r['seconds']:.1f} s; "
+            f"per missed finding read {_read_units(u) / missed:.2f} RU, write {_write_units(u) / missed:.2f} WU; "
+            f"per open finding read {_read_units(u) / n:.3f} RU (index {u.get('index_read', 0) / n:.4f})")
 
 
 if __name__ == "__main__":
