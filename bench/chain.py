@@ -270,26 +270,6 @@ def slack_per_scan(n: int = SLACK_FINDINGS, owners: int = OWNERS) -> dict[str, A
 # -- moto ----------------------------------------------------------------------------------------------
 
 
-def _create_table(ddb: Any, name: str) -> None:
-    """The FindingsTable as template.yaml declares it (key `fingerprint`, two GSIs)."""
-    from gpuwaste.store.dynamodb import BY_ACTIVITY_DAY, BY_CLUSTER_STATE
-
-    attrs = [("fingerprint", "S"), ("cluster_state", "S"), ("last_seen", "S"), ("activity_day", "S"), ("activity_at", "S")]
-    ddb.create_table(
-        TableName=name, BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[{"AttributeName": a, "AttributeType": t} for a, t in attrs],
-        KeySchema=[{"AttributeName": "fingerprint", "KeyType": "HASH"}],
-        GlobalSecondaryIndexes=[
-            {"IndexName": BY_CLUSTER_STATE, "KeySchema": [{"AttributeName": "cluster_state", "KeyType": "HASH"},
-                                                          {"AttributeName": "last_seen", "KeyType": "RANGE"}],
-             "Projection": {"ProjectionType": "ALL"}},
-            {"IndexName": BY_ACTIVITY_DAY, "KeySchema": [{"AttributeName": "activity_day", "KeyType": "HASH"},
-                                                         {"AttributeName": "activity_at", "KeyType": "RANGE"}],
-             "Projection": {"ProjectionType": "ALL"}},
-        ],
-    )
-
-
 @contextlib.contextmanager
 def server_side_counts(counts: Counter[str]) -> Iterator[None]:
     """Count every request moto's server receives, by service and operation, at the server (its WSGI application):
@@ -345,7 +325,11 @@ def aws_calls(n: int) -> dict[str, Any]:
             session = boto3.session.Session()
             sqs, ddb = session.client("sqs"), session.client("dynamodb")
             urls = {q: sqs.create_queue(QueueName=f"bench-{q}")["QueueUrl"] for q in ("findings", "priced", "alerts")}
-            _create_table(ddb, "bench-findings")
+            from bench.pipeline_scale import Capacity, create_table, projects_all
+
+            capacity = Capacity(create_table(ddb, "bench-findings"), projects_all())  # template.yaml's table and indexes
+            ddb.meta.events.register("before-parameter-build.dynamodb.*", capacity.before_call)
+            ddb.meta.events.register("after-call.dynamodb.*", capacity.after_call)
             for client in (sqs, ddb):
                 client.meta.events.register("before-call.*.*", count)
 
@@ -368,11 +352,13 @@ def aws_calls(n: int) -> dict[str, Any]:
             with fake_slack() as slack, server_side_counts(at_server):
                 result = run_chain(messages, at, ports, slack_notifier(slack))
                 first_counts, first_server = Counter(counts), Counter(at_server)
+                first_units = Counter(capacity.units)
                 counts.clear()
                 at_server.clear()
                 again, later = next_scan(messages, at, 1)
                 steady = run_chain(again, later, ports, slack_notifier(slack))
                 steady_counts, steady_server = Counter(counts), Counter(at_server)
+                steady_units = capacity.units - first_units
             for client in (sqs, ddb):
                 client.meta.events.unregister("before-call.*.*", count)
             items = ddb.scan(TableName="bench-findings").get("Items", [])
@@ -384,6 +370,10 @@ def aws_calls(n: int) -> dict[str, Any]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+    def units(u: Counter[str]) -> dict[str, float]:
+        # DynamoDB capacity units per finding, table and indexes apart (bench/pipeline_scale.Capacity)
+        return {f"{k}_units_per_finding": u.get(k, 0) / n for k in ("table_write", "index_write", "table_read", "index_read")}
+
     def per_finding(c: Counter[str], client: Counter[str]) -> dict[str, Any]:
         c = Counter({k: v for k, v in c.items() if k.startswith(("sqs.", "dynamodb."))})
         ours_sqs = sum(v for k, v in c.items() if k.startswith("sqs.") and k.split(".", 1)[1] not in esm_calls)
@@ -398,8 +388,8 @@ def aws_calls(n: int) -> dict[str, Any]:
     return {"findings": n, "chain": result, "item_kb": item_kb,
             # findings per price/dedupe invocation (packed messages: many per record), for the projection
             "findings_per_invocation": {q: 2 * n / k for q, k in invocations.items() if k},
-            **per_finding(first_server, first_counts),
-            "steady": {**per_finding(steady_server, steady_counts), "chain": steady}}
+            **per_finding(first_server, first_counts), **units(first_units),
+            "steady": {**per_finding(steady_server, steady_counts), **units(steady_units), "chain": steady}}
 
 
 def run_all(*, findings: int, quick: bool, workdir: Path) -> dict[str, Any]:

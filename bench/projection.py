@@ -4,7 +4,8 @@ Scenario: `CLUSTERS` clusters of `GPUS_PER_CLUSTER` GPUs each, one scan per clus
 `SCAN_PERIOD_S` seconds (the EventBridge schedule), one Lambda invocation per scan; findings flow through
 price → dedupe → notify in SQS batches of 10 messages, each carrying several findings (the findings per invocation
 measured on moto). Inputs come from this run: the largest fleet's scan
-(duration, peak memory, findings per scan) and the moto run (SQS/DynamoDB calls per finding, item sizes).
+(duration, peak memory, findings per scan) and the moto run (SQS/DynamoDB calls per finding, item sizes, and the
+DynamoDB capacity units per finding of the table and of its global secondary indexes, writes and reads apart).
 
 Prices: AWS public list prices for us-east-1 (x86 Lambda, SQS standard, DynamoDB on-demand), as
 published on aws.amazon.com/{lambda,sqs,dynamodb}/pricing — DynamoDB on-demand after its 50 % cut of
@@ -95,8 +96,16 @@ def project(report: dict[str, Any]) -> dict[str, Any]:
         "notify_slack": invocations["notify_slack"] * 1.0 * STAGE_MEMORY_MB["notify_slack"] / 1024,
     }
     sqs_requests = findings_per_month * (sqs_ours + sqs_esm)
-    ddb_rru = findings_per_month * ddb_reads * rru_per_read
-    ddb_wru = findings_per_month * ddb_writes * wru_per_write
+    # capacity units per finding measured from the items (table and global secondary indexes apart) when the run
+    # has them (bench/chain.aws_calls → bench/pipeline_scale.Capacity); else calls × item size, table only
+    if "table_write_units_per_finding" in aws:
+        table_wru, index_wru = aws["table_write_units_per_finding"], aws["index_write_units_per_finding"]
+        table_rru, index_rru = aws["table_read_units_per_finding"], aws["index_read_units_per_finding"]
+    else:
+        table_wru, index_wru = ddb_writes * wru_per_write, 0.0
+        table_rru, index_rru = ddb_reads * rru_per_read, 0.0
+    ddb_rru = findings_per_month * (table_rru + index_rru)
+    ddb_wru = findings_per_month * (table_wru + index_wru)
     cost = {
         "lambda_compute": sum(gb_s.values()) * PRICES["lambda_usd_per_gb_s"],
         "lambda_requests": sum(invocations.values()) / 1e6 * PRICES["lambda_usd_per_million_requests"],
@@ -120,7 +129,9 @@ def project(report: dict[str, Any]) -> dict[str, Any]:
         "sqs_requests_per_s_avg": sqs_requests / MONTH_S,
         "sqs_burst_messages": findings_burst, "sqs_inflight_limit": LIMITS["sqs_standard_inflight"],
         "dynamodb_wru_per_s_avg": ddb_wru / MONTH_S, "dynamodb_rru_per_s_avg": ddb_rru / MONTH_S,
-        "dynamodb_wru_burst_per_s": findings_burst * ddb_writes * wru_per_write / 60,
+        "dynamodb_wru_burst_per_s": findings_burst * (table_wru + index_wru) / 60,
+        "dynamodb_units_per_finding": {"table_write": table_wru, "index_write": index_wru, "table_read": table_rru,
+                                       "index_read": index_rru},
         "dynamodb_limit_per_s": LIMITS["dynamodb_table_max_wru_per_s"],
         "lambda_concurrency_limit": LIMITS["lambda_concurrency_default"],
         "cost_usd_per_month": cost, "total_usd_per_month": total,
@@ -132,6 +143,12 @@ def project(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _units(p: dict[str, Any]) -> str:
+    u = p.get("dynamodb_units_per_finding", {})
+    return (f"per finding: table {u.get('table_write', 0):.2f} + index {u.get('index_write', 0):.2f} WRU, "
+            f"table {u.get('table_read', 0):.2f} + index {u.get('index_read', 0):.3f} RRU")
+
+
 def summary_lines(p: dict[str, Any]) -> str:
     """Human-readable lines for the terminal."""
     if "error" in p:
@@ -141,6 +158,7 @@ def summary_lines(p: dict[str, Any]) -> str:
     return (f"projection {p['clusters']} clusters × {p['gpus_per_cluster']:,} GPUs every {p['scan_period_s'] // 60} min: "
             f"scan Lambda {s['memory_mb']} MB / timeout {s['timeout_s']} s, ~{s['duration_s']:.1f} s, peak concurrency {s['concurrency_peak']}; "
             f"{p['findings_per_month'] / 1e6:,.0f} M findings/month; SQS {p['sqs_requests_per_s_avg']:,.0f} req/s avg; "
-            f"DynamoDB {p['dynamodb_wru_per_s_avg']:,.0f} WRU/s avg, {p['dynamodb_wru_burst_per_s']:,.0f} WRU/s burst; "
+            f"DynamoDB {p['dynamodb_wru_per_s_avg']:,.0f} WRU/s avg, {p['dynamodb_wru_burst_per_s']:,.0f} WRU/s burst "
+            f"({_units(p)}); "
             f"AWS ${p['total_usd_per_month']:,.0f}/month (Lambda ${c['lambda_compute'] + c['lambda_requests']:,.0f}, SQS ${c['sqs']:,.0f}, "
             f"DynamoDB ${c['dynamodb_writes'] + c['dynamodb_reads']:,.0f}) vs waste reported ${p['waste_reported_usd_per_month']:,.0f}/month")

@@ -23,7 +23,8 @@ class PricedRecord(SqsRecordModel):
 def handle(message: FindingMessage | ScanCompleted) -> bootstrap.Outcome:
     if isinstance(message, ScanCompleted):
         outcome = bootstrap.lifecycle_service().handle_scan_completed(message)
-        bootstrap.record_open_waste(message.cluster)
+        if outcome.applied:  # once per scan, not per completion part
+            bootstrap.record_open_waste(message.cluster)
         return outcome
     return bootstrap.lifecycle_service().handle_finding(message)
 

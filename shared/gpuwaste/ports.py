@@ -99,7 +99,32 @@ class FindingStore(Protocol):
         ...
 
     def open_for_cluster(self, cluster: str) -> list[FindingRecord]:
-        """Open (unresolved) records of a cluster."""
+        """Open (unresolved) records of a cluster, by fingerprint (reads every one: reports, never dedupe)."""
+        ...
+
+    def open_fingerprints(self, cluster: str) -> list[str]:
+        """Fingerprints of the open records of a cluster, sorted, without reading the records (a keys-only index
+        in DynamoDB): what dedupe reads to find the findings a scan did not see.
+
+        Raises:
+            StoreError: throttling or a transient failure (retryable).
+        """
+        ...
+
+    def record_scan_part(self, part: ScanCompleted, *, expires_at: int) -> list[ScanCompleted] | None:
+        """Store one part of a scan's completion (`ScanCompleted.part` of `parts`, of `shard` of `shard_count`) and
+        count it on the scan's one progress entry with a conditional write, idempotently: a redelivered part is
+        stored and counted once, so it never completes a scan early.
+
+        Returns:
+            Every part of every shard of the scan when all are in and `part` is the one that completed the scan
+            (also when it is that part's redelivery, so an interrupted resolution is redone); None otherwise
+            (parts still missing, or another part completed the scan). `expires_at` (epoch seconds) bounds how
+            long the parts are kept.
+
+        Raises:
+            StoreError: throttling, a transient failure, or the progress entry kept changing (retryable).
+        """
         ...
 
     def get_many(self, fingerprints: list[str]) -> dict[str, FindingRecord]:

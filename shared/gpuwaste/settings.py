@@ -332,6 +332,13 @@ class LifecycleSettings(BaseModel):
         retention_days: records expire (store TTL) this many days after their last change.
         min_usd_per_day: findings priced below this USD/day are tracked but never alerted.
         alert_data_quality: also alert data-quality findings (default: tracked only).
+        heartbeat: when set (e.g. 1 h; 0, the default, writes every sighting), a sighting that changes nothing but
+            the record's times (same cost, nothing to tell) is not written unless the last written sighting is this
+            old — and never when it is half the finding's evidence window old, so the next written sighting's
+            evidence still covers the skipped ones and the money ledger has no gap. The store's write cost then
+            follows the findings that change, not the fleet. Trade-off: the stored `last_seen` lags by up to that
+            window, so a scan completion delivered out of order (older than an unwritten sighting, after it) can
+            count a missed scan the sighting would have made stale; the next written sighting resets the count.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -345,6 +352,7 @@ class LifecycleSettings(BaseModel):
     retention_days: int = Field(30, ge=1, le=3650)
     min_usd_per_day: Decimal = Field(Decimal(0), ge=0, le=MAX_USD_PER_DAY)
     alert_data_quality: bool = False
+    heartbeat: timedelta = Field(timedelta(0), ge=timedelta(0), le=timedelta(days=1))
 
 
 class RouteTarget(BaseModel):

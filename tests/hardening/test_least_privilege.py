@@ -58,7 +58,7 @@ WILDCARD_ALLOW: dict[tuple[str, str], str] = {
 
 # Resource patterns with a wildcard that stay inside the stack's own resources.
 RESOURCE_PATTERN_ALLOW: dict[str, str] = {
-    "${FindingsTable.Arn}/index/*": "the GSIs of the stack's own lifecycle table (Query on ByCluster/ByActivityDay)",
+    "${FindingsTable.Arn}/index/*": "the GSIs of the stack's own lifecycle table (Query on OpenByClusterShard/ByActivityDayShard)",
 }
 
 

@@ -75,6 +75,12 @@ class FlakyStore:
     def open_for_cluster(self, cluster: str) -> list[FindingRecord]:
         return self.inner.open_for_cluster(cluster)
 
+    def open_fingerprints(self, cluster: str) -> list[str]:
+        return self.inner.open_fingerprints(cluster)
+
+    def record_scan_part(self, part: Any, *, expires_at: int) -> Any:
+        return self.inner.record_scan_part(part, expires_at=expires_at)
+
     def history(self, **kw: Any) -> list[FindingRecord]:
         return self.inner.history(**kw)
 

@@ -139,7 +139,7 @@ def test_create_tickets_policy_allows_what_each_batch_reads(stack: DeployedStack
     # THEN Jira got the tickets, and the batch's reads (the run's tickets: a Query on the activity index) are granted
     assert responses and all(r == {"batchItemFailures": []} for r in responses)
     assert jira_api.issues
-    assert any(a == "dynamodb:Query" and r.endswith("/index/ByActivityDay") for a, r in stack.exercised("CreateTicketsFunction"))
+    assert any(a == "dynamodb:Query" and r.endswith("/index/ByActivityDayShard") for a, r in stack.exercised("CreateTicketsFunction"))
     assert stack.denied("CreateTicketsFunction") == []
 
 

@@ -52,7 +52,7 @@ def test_old_sqlite_record_loads_threads_on_and_is_written_back_new(tmp_path, sl
         [alert(f, AlertAction.WORSE, scan_id="scan-2", reason="cost up 40 %")])
     # THEN the old fields are the Slack reference, the update is a reply in the old thread (counted at the fake Slack)
     assert rec is not None and rec.messages[0].model_dump() == {
-        "sink": "slack", "destination": OLD_CHANNEL, "message_id": OLD_TS, "thread": None}
+        "sink": "slack", "destination": OLD_CHANNEL, "message_id": OLD_TS, "thread": None, "carries": ()}
     (reply,) = slack_api.calls_to("chat.postMessage")
     assert reply["thread_ts"] == OLD_TS and reply["channel"] == OLD_CHANNEL
     # AND the record written back has the new shape only

@@ -13,17 +13,28 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from gpuwaste.bootstrap import dedupe as dedupe_root
 from gpuwaste.bootstrap import dispatch as dispatch_root
 from gpuwaste.bootstrap import local, pipeline
 from gpuwaste.bootstrap import price as price_root
 from gpuwaste.bootstrap import scan as scan_root
+from gpuwaste.errors import PermanentError
 from gpuwaste.models.lifecycle import FindingState
-from gpuwaste.models.messages import AlertAction, AlertMessage, read_alert_body, read_stage_body
+from gpuwaste.models.messages import (
+    COMPLETION_PART_BYTES,
+    AlertAction,
+    AlertMessage,
+    ScanCompleted,
+    read_alert_body,
+    read_stage_body,
+)
 from gpuwaste.settings import ClusterConfig
+from gpuwaste.store.dynamodb import DynamoDbFindingStore
 from tests.aws_resources import Stack, create_stack
 from tests.lambda_events import FakeLambdaContext, load_event, load_handler
+from tests.sqs_limit import SqsLimit, enforce_sqs_limit
 
 pytestmark = pytest.mark.integration
 CONFIG_PARAMETER = "/gpuwaste/config"
@@ -49,6 +60,7 @@ class Pipeline:
     ddb: Any
     ssm: Any
     monkeypatch: pytest.MonkeyPatch
+    limit: SqsLimit
 
     def url(self, queue: str) -> str:
         return self.stack.queue_urls[queue]
@@ -120,6 +132,9 @@ class Pipeline:
 
 @pytest.fixture
 def chain(aws: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
+    # every SQS client of the test and of the handlers refuses messages over 256 KiB, as SQS does (moto does not)
+    boto3.setup_default_session()
+    limit = enforce_sqs_limit(boto3.DEFAULT_SESSION)
     sqs, ddb, ssm = boto3.client("sqs"), boto3.client("dynamodb"), boto3.client("ssm")
     stack = create_stack(sqs, ddb)
     env = {"CONFIG_PARAMETER_NAME": CONFIG_PARAMETER, "FINDINGS_TABLE_NAME": stack.table_name,
@@ -130,10 +145,11 @@ def chain(aws: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("CONFIG_FILE", raising=False)
-    p = Pipeline(stack=stack, sqs=sqs, ddb=ddb, ssm=ssm, monkeypatch=monkeypatch)
+    p = Pipeline(stack=stack, sqs=sqs, ddb=ddb, ssm=ssm, monkeypatch=monkeypatch, limit=limit)
     p.configure(local.demo_recording())
     yield p
     reset_roots()
+    boto3.setup_default_session()  # a session without the hooks for whatever runs next
 
 
 def test_pipeline_scheduled_event_reaches_the_alerts_queue(chain: Pipeline) -> None:
@@ -356,3 +372,44 @@ def test_scan_bootstrap_reads_prometheus_token_from_secrets_manager(chain: Pipel
     # THEN the token is held as a SecretStr (never printed) and the ARN is kept
     token = resolved.prometheus.auth.bearer_token  # type: ignore[union-attr]
     assert token is not None and token.get_secret_value() == "s3cr3t-token" and "s3cr3t" not in repr(resolved)
+
+
+def test_pipeline_a_completion_of_5000_fingerprints_crosses_sqs_in_parts_and_resolves_only_the_absent(
+        chain: Pipeline) -> None:
+    # GIVEN the demo scanned once (23 open records), and SQS's 256 KiB limit enforced at the client
+    chain.run_chain(DEMO_END)
+    chain.alerts()
+    store = DynamoDbFindingStore(client=chain.ddb, table_name=chain.stack.table_name)
+    open_before = store.open_fingerprints("demo")
+    kept, missing = open_before[:-1], open_before[-1]
+    # WHEN a later scan's completion names 5,000 fingerprints (≈ 335 KB as one message: over the limit) — every open
+    # one but `missing` — and goes through the product's queue adapter, price_findings and dedupe_findings
+    others = tuple(f"{i:064x}" for i in range(5000 - len(kept)))
+    completion = ScanCompleted(scan_id="scan-big", cluster="demo", scheduled_time=DEMO_END + timedelta(minutes=10),
+                               fingerprints=(*kept, *others))
+    assert len(completion.model_dump_json().encode()) > 262_144
+    pipeline.queue("findings_queue_url").send_scan_completed(completion)
+    chain.pump("FindingsQueue")
+    responses = chain.pump("PricedQueue")
+    # THEN no message was refused (none over 262,144 bytes), it crossed as 2 parts, the dedupe batches all succeeded,
+    # and exactly the one open record absent from every part counted a missed scan
+    assert chain.limit.refused == 0 and 150_000 < chain.limit.largest <= COMPLETION_PART_BYTES < 262_144
+    assert all(r == {"batchItemFailures": []} for r in responses)
+    after = store.get_many(open_before)
+    assert {fp for fp, r in after.items() if r.missed_scans == 1} == {missing}
+    assert all(after[fp].missed_scans == 0 for fp in kept)
+
+
+def test_pipeline_the_sqs_boundary_refuses_an_oversized_message_as_sqs_does(chain: Pipeline) -> None:
+    # GIVEN the limit enforced at the client (the fake of real SQS the pipeline tests send through)
+    body = "x" * 262_145
+    # WHEN a message one byte over the limit is sent directly, and through the product's adapter
+    with pytest.raises(ClientError) as refused:
+        chain.sqs.send_message(QueueUrl=chain.url("PricedQueue"), MessageBody=body)
+    adapter = pipeline.queue("priced_queue_url")
+    outcome = adapter.send_each([ScanCompleted(scan_id="s", cluster="demo", scheduled_time=DEMO_END,
+                                               unjudged=("n" * 262_200,))])
+    # THEN SQS's own error shape comes back; the adapter refuses it itself (PermanentError), never reaching SQS
+    assert refused.value.response["Error"]["Code"] == "InvalidParameterValue"
+    assert "Message must be shorter than 262144 bytes" in refused.value.response["Error"]["Message"]
+    assert isinstance(outcome[0], PermanentError) and chain.limit.refused == 1

@@ -282,3 +282,24 @@ def test_notify_summary_uploads_the_chart(slack_api: FakeSlack, settings: Delive
     assert slack_api.calls_to("chat.postMessage")[0]["channel"] == "#gpu-waste"
     (upload,) = slack_api.files.values()
     assert upload.completed and upload.content == b"\x89PNG-bytes" and upload.channel_id == posted.destination
+
+
+def test_notify_resolved_in_a_digest_finds_its_siblings_by_key_not_in_the_history(
+        service: NotifyService, slack_api: FakeSlack, store: SqliteFindingStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a digest of three findings posted (each record keeps the digest's reference with what it carries)
+    a, b, c = _ml("a"), _ml("b"), _ml("c")
+    for f in (a, b, c):
+        store.put_new(record_for(f))
+    posted = service.deliver([alert(a), alert(b), alert(c)]).posted[0]
+    stored = store.get(a.fingerprint)
+    assert stored is not None and set(stored.messages[0].carries) == {a.fingerprint, b.fingerprint, c.fingerprint}
+
+    # WHEN `a` resolves, with the store's history read made to fail (it would read the whole fleet's records)
+    def no_history(**_: object) -> list[object]:
+        raise AssertionError("a resolution read the fleet's history")
+
+    monkeypatch.setattr(store, "history", no_history)
+    service.deliver([alert(a, AlertAction.RESOLVED, scan_id="scan-5", saved_usd_per_day="98.30")])
+    # THEN the digest is still re-rendered whole (b and c remain), read by key only
+    text = json.dumps(slack_api.messages[(posted.destination, posted.message_id)]["blocks"])
+    assert text.count(":white_check_mark: resolved") == 1 and "ml/b" in text and "ml/c" in text

@@ -10,6 +10,7 @@ import boto3
 import pytest
 
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
+from gpuwaste.models.messages import ScanCompleted
 from gpuwaste.models.notices import MessageRef
 from gpuwaste.ports import FindingStore
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
@@ -130,3 +131,47 @@ def test_store_history_returns_records_active_in_range_across_days(store: Findin
     got = store.history(since=T0, until=T0 + timedelta(days=1, hours=3))
     # THEN only the records active in that range, across the day boundary
     assert sorted(r.fingerprint for r in got) == ["day1-early", "day2"]
+
+
+def test_store_open_fingerprints_lists_open_keys_of_that_cluster_sorted(store: FindingStore) -> None:
+    # GIVEN 40 open records in c1 (spread over the index's buckets), one resolved, one in another cluster
+    fps = [f"fp-{i:02d}" for i in range(40)]
+    for fp in reversed(fps):
+        store.put_new(record(fp))
+    store.put_new(record("gone", state=FindingState.RESOLVED, resolved_at=T0))
+    store.put_new(record("other", cluster="c2"))
+    # WHEN the open fingerprints of c1 are listed
+    got = store.open_fingerprints("c1")
+    # THEN every open one of c1, sorted, and nothing else
+    assert got == sorted(fps)
+
+
+def test_store_a_resolved_record_leaves_the_open_fingerprints(store: FindingStore) -> None:
+    # GIVEN an open record
+    store.put_new(record("a"))
+    # WHEN it is resolved
+    store.update(record("a", version=2, state=FindingState.RESOLVED, resolved_at=T0), expected_version=1)
+    # THEN it is no longer listed
+    assert store.open_fingerprints("c1") == []
+
+
+def completion_part(part: int, parts: int, *fps: str, shard: int = 0, shard_count: int = 1) -> ScanCompleted:
+    return ScanCompleted(scan_id="scan-9", cluster="c1", scheduled_time=T0, fingerprints=fps, part=part, parts=parts,
+                         shard=shard, shard_count=shard_count)
+
+
+def test_store_scan_parts_complete_once_every_part_of_every_shard_is_in(store: FindingStore) -> None:
+    # GIVEN a scan over 2 shards: shard 0 in 2 parts, shard 1 in 1
+    s0p0, s0p1 = completion_part(0, 2, "a", shard_count=2), completion_part(1, 2, "b", shard_count=2)
+    s1p0 = completion_part(0, 1, "c", shard=1, shard_count=2)
+    # WHEN the parts arrive, shard 0's first part twice (a redelivery)
+    first = store.record_scan_part(s0p0, expires_at=1_800_000_000)
+    again = store.record_scan_part(s0p0, expires_at=1_800_000_000)
+    second = store.record_scan_part(s1p0, expires_at=1_800_000_000)
+    last = store.record_scan_part(s0p1, expires_at=1_800_000_000)
+    redelivered_last = store.record_scan_part(s0p1, expires_at=1_800_000_000)
+    late_copy = store.record_scan_part(s1p0, expires_at=1_800_000_000)
+    # THEN only the completing part (and its redelivery) gets the parts, all three; the others get None
+    assert (first, again, second, late_copy) == (None, None, None, None)
+    assert last is not None and sorted(p.part_token for p in last) == ["0:0/2", "0:1/2", "1:0/1"]
+    assert redelivered_last is not None and {fp for p in redelivered_last for fp in p.fingerprints} == {"a", "b", "c"}

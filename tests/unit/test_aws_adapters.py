@@ -10,10 +10,10 @@ import pytest
 from botocore.stub import Stubber
 
 from gpuwaste.errors import PermanentError, RetryableError, StoreError
-from gpuwaste.models.lifecycle import FindingRecord
+from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import ScanRequest
 from gpuwaste.queue.sqs import SqsQueue
-from gpuwaste.store.dynamodb import DynamoDbFindingStore, from_item, to_item
+from gpuwaste.store.dynamodb import DynamoDbFindingStore, from_item, key_bucket, to_item
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 URL = "https://sqs.us-east-1.amazonaws.com/123456789012/FindingsQueue"
@@ -38,7 +38,9 @@ def test_dynamodb_item_keeps_money_as_decimal_numbers() -> None:
     item = to_item(record())
     # THEN money is a DynamoDB number (never float), index keys are set, and the round trip is exact
     assert item["usd_per_day"] == {"N": "1.10"}
-    assert item["cluster_state"] == {"S": "c1#open"} and item["activity_day"] == {"S": "2026-01-05"}
+    bucket = key_bucket(item["fingerprint"]["S"])
+    assert item["open_key"] == {"S": f"c1#{bucket}"} and item["activity_key"] == {"S": f"2026-01-05#{bucket}"}
+    assert "open_key" not in to_item(record().model_copy(update={"state": FindingState.RESOLVED}))  # a sparse index
     assert from_item(item) == record()
 
 

@@ -413,3 +413,105 @@ def test_lifecycle_resolved_record_whose_clear_lost_a_race_keeps_no_outbox(batch
     assert record.outbox_json == ""
     assert any(k.endswith(":resolved:scan-3:chat") for k in record.delivery_keys)
     assert [AlertMessage.model_validate_json(b).action for b in alerts.drain()] == [AlertAction.NEW, AlertAction.RESOLVED]
+
+
+# -- heartbeat: a sighting that changes nothing writes nothing ------------------------------------------------------
+class CountingStore(SqliteFindingStore):
+    """The SQLite store, counting the record writes it receives."""
+
+    def __init__(self) -> None:
+        super().__init__(":memory:")
+        self.writes = 0
+
+    def put_new(self, record: FindingRecord) -> bool:
+        self.writes += 1
+        return super().put_new(record)
+
+    def update(self, record: FindingRecord, *, expected_version: int) -> bool:
+        self.writes += 1
+        return super().update(record, expected_version=expected_version)
+
+
+def counted(**settings: object) -> tuple[Harness, CountingStore]:
+    h = Harness(**settings)
+    store = CountingStore()
+    h.store = store
+    h.service.store = store
+    return h, store
+
+
+def test_lifecycle_unchanged_sightings_are_written_once_per_half_window_and_keep_the_money_exact() -> None:
+    # GIVEN a $48/day finding with a 1 h evidence window, seen every 10 minutes for 2 hours, once with a 1 h heartbeat
+    # (capped at half the window: 30 min) and once writing every sighting (the default)
+    beat, beat_store = counted(heartbeat=timedelta(hours=1))
+    every, every_store = counted()
+    # WHEN both apply the same 13 sightings
+    for n in range(13):
+        for harness in (beat, every):
+            harness.service.handle_finding(seen(finding("48.00", at=T0 + n * SCAN), n))
+    # THEN the heartbeat store took a write every third sighting (0, 3, 6, 9, 12: 5 writes, not 13), told nobody twice,
+    # and its ledger after the last write holds exactly the money of writing every sighting: 1 h + 2 h at $48/day
+    assert (beat_store.writes, every_store.writes) == (5 + 1, 13 + 1)  # +1: the outbox clear after the NEW alert
+    fp = finding().fingerprint
+    a, b = beat_store.get(fp), every_store.get(fp)
+    assert a is not None and b is not None
+    assert a.cumulative_usd == b.cumulative_usd == Decimal(48) * 180 / 1440
+    assert a.last_seen == T0 + 12 * SCAN and [x.action for x in beat.sent()] == [AlertAction.NEW]
+
+
+def test_lifecycle_a_sighting_that_changes_the_cost_is_written_at_once() -> None:
+    # GIVEN a $48/day finding written at T0, with a 1 h heartbeat
+    h, store = counted(heartbeat=timedelta(hours=1))
+    h.service.handle_finding(seen(finding("48.00"), 0))
+    writes = store.writes
+    # WHEN the next scan, 10 minutes later, prices it at $50/day (under the WORSE share: nothing to tell)
+    h.service.handle_finding(seen(finding("50.00", at=T0 + SCAN), 1))
+    # THEN the sighting is written (its cost and ledger changed)
+    record = store.get(finding().fingerprint)
+    assert store.writes == writes + 1 and record is not None and record.usd_per_day == Decimal("50.00")
+    assert record.last_scan_id == "scan-1"
+
+
+# -- a completion in parts -----------------------------------------------------------------------------------------
+def parts_of(n: int, parts: list[tuple[str, ...]], *, shard: int = 0, shard_count: int = 1) -> list[ScanCompleted]:
+    return [ScanCompleted(scan_id=f"scan-{n}", cluster="c1", scheduled_time=T0 + n * SCAN, fingerprints=fps,
+                          part=i, parts=len(parts), shard=shard, shard_count=shard_count) for i, fps in enumerate(parts)]
+
+
+def test_lifecycle_resolves_by_absence_only_once_every_part_is_in_and_a_part_counted_twice_completes_nothing() -> None:
+    # GIVEN two open findings (a, b) alerted by scan 0; resolution after one missed scan
+    h = Harness(resolve_after_missed_scans=1)
+    a, b = finding(workload="a"), finding(workload="b")
+    for f in (a, b):
+        h.service.handle_finding(seen(f, 0))
+    h.sent()
+    # WHEN scan 1 completes in two parts — part 0 (seeing a) delivered twice — then part 1 (seeing nothing more)
+    part0, part1 = parts_of(1, [(a.fingerprint,), ()])
+    h.service.handle_scan_completed(part0)
+    h.service.handle_scan_completed(part0)
+    before = {f.fingerprint: h.store.get(f.fingerprint) for f in (a, b)}
+    h.service.handle_scan_completed(part1)
+    h.service.handle_scan_completed(part1)  # the completing part redelivered: the same resolution, told once
+    # THEN nothing was resolved before the last part; then only b (absent from every part) is, with one RESOLVED
+    assert all(r is not None and r.state is FindingState.OPEN and r.missed_scans == 0 for r in before.values())
+    states = {f.fingerprint: h.store.get(f.fingerprint).state for f in (a, b)}  # type: ignore[union-attr]
+    assert states == {a.fingerprint: FindingState.OPEN, b.fingerprint: FindingState.RESOLVED}
+    assert [(x.action, x.fingerprint) for x in h.sent()] == [(AlertAction.RESOLVED, b.fingerprint)]
+
+
+def test_lifecycle_a_shard_that_never_completes_leaves_every_finding_open() -> None:
+    # GIVEN two open findings; a scan over 2 shards of which only shard 0 completes (seeing neither finding)
+    h = Harness(resolve_after_missed_scans=1)
+    for f in (finding(workload="a"), finding(workload="b")):
+        h.service.handle_finding(seen(f, 0))
+    h.sent()
+    # WHEN shard 0's completion (all its parts) is applied and shard 1's never arrives
+    for part in parts_of(1, [(), ()], shard=0, shard_count=2):
+        h.service.handle_scan_completed(part)
+    # THEN nothing is resolved by absence, nobody is told
+    assert h.store.open_fingerprints("c1") == sorted(f.fingerprint for f in (finding(workload="a"), finding(workload="b")))
+    assert h.sent() == []
+    # AND once shard 1 completes too, the scan is whole and both are resolved
+    for part in parts_of(1, [()], shard=1, shard_count=2):
+        h.service.handle_scan_completed(part)
+    assert h.store.open_fingerprints("c1") == [] and {x.action for x in h.sent()} == {AlertAction.RESOLVED}

@@ -120,3 +120,22 @@ def test_sqs_failed_packed_entry_fails_every_finding_it_carries() -> None:
     failed = [i for i, e in enumerate(outcomes) if e is not None]
     assert failed == bodies[0].carries and len(failed) > 1
     assert all(isinstance(outcomes[i], RetryableError) for i in failed)
+
+
+def test_a_completion_is_split_into_parts_under_the_limit_that_merge_back_to_it() -> None:
+    from datetime import UTC, datetime
+
+    from gpuwaste.models.messages import ScanCompleted, merge_completion, split_completion
+
+    # GIVEN a completion of 40,000 fingerprints and 300 unjudged subjects (≈ 2.7 MB as one message)
+    whole = ScanCompleted(scan_id="s", cluster="c", scheduled_time=datetime(2026, 1, 5, tzinfo=UTC),
+                          fingerprints=tuple(f"{i:064x}" for i in range(40_000)),
+                          unjudged=tuple(f"ns/pod-{i}" for i in range(300)))
+    # WHEN it is split with a 200 KiB budget
+    parts = split_completion(whole, max_bytes=200 * 1024)
+    # THEN every part's JSON is within the budget, the parts are numbered 0..n-1 of n, and they merge back exactly
+    assert len(parts) == 14 and all(len(p.model_dump_json().encode()) <= 200 * 1024 for p in parts)
+    assert [(p.part, p.parts) for p in parts] == [(i, 14) for i in range(14)]
+    merged = merge_completion(list(reversed(parts)))
+    assert set(merged.fingerprints) == set(whole.fingerprints) and set(merged.unjudged) == set(whole.unjudged)
+    assert merged.whole and merged.judged

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpuwaste.store.dynamodb import BY_ACTIVITY_DAY, BY_CLUSTER_STATE
+from gpuwaste.store.dynamodb import BY_ACTIVITY_DAY, OPEN_BY_CLUSTER
 from tests.aws_resources import ROOT, TEMPLATE, load_template
 
 PSEUDO = {"AWS::AccountId", "AWS::NotificationARNs", "AWS::NoValue", "AWS::Partition", "AWS::Region",
@@ -228,7 +228,7 @@ def test_template_table_matches_the_store(template: dict[str, Any]) -> None:
     indexes = {i["IndexName"] for i in props["GlobalSecondaryIndexes"]}
     # THEN they are what DynamoDbFindingStore queries, with TTL on expires_at
     assert props["KeySchema"] == [{"AttributeName": "fingerprint", "KeyType": "HASH"}]
-    assert indexes == {BY_CLUSTER_STATE, BY_ACTIVITY_DAY}
+    assert indexes == {OPEN_BY_CLUSTER, BY_ACTIVITY_DAY}
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuwaste.store.dynamodb import BY_ACTIVITY_DAY, BY_CLUSTER_STATE
+from gpuwaste.store.dynamodb import BY_ACTIVITY_DAY, OPEN_BY_CLUSTER
 from tests.aws_resources import load_template
 
 Grant = tuple[str, str]  # (IAM action, resource: a logical id, "<Table>/index/<name>", a parameter, or "*")
@@ -45,12 +45,14 @@ EXPECTED: dict[str, set[Grant]] = {
     "ScanGpuWasteFunction": CONFIG | send("FindingsQueue", "ScanRequestsDlq") | secret("PrometheusSecretArn")
     | {("aps:QueryMetrics", "PrometheusWorkspaceArn")} | VPC,
     "PriceFindingsFunction": CONFIG | send("PricedQueue", "FindingsDlq"),
-    "DedupeFindingsFunction": CONFIG | send("AlertsQueue", "TicketsQueue", "PricedDlq") | BATCH | query(BY_CLUSTER_STATE),
+    "DedupeFindingsFunction": CONFIG | send("AlertsQueue", "TicketsQueue", "PricedDlq") | BATCH | query(OPEN_BY_CLUSTER),
     "NotifySlackFunction": CONFIG | secret("SlackSecretArn") | secret("TeamsSecretArn") | secret("WebhookSecretArn")
     | send("AlertsDlq") | BATCH | query(BY_ACTIVITY_DAY),
-    "CreateTicketsFunction": CONFIG | secret("JiraSecretArn") | send("TicketsDlq") | ITEM | query(BY_ACTIVITY_DAY),
+    "CreateTicketsFunction": CONFIG | secret("JiraSecretArn") | send("TicketsDlq") | ITEM | query(BY_ACTIVITY_DAY)
+    | {("dynamodb:BatchGetItem", "FindingsTable")},  # history: keys from the index, then by key
     "SendDailySummaryFunction": CONFIG | secret("SlackSecretArn") | secret("TeamsSecretArn") | secret("WebhookSecretArn")
-    | query(BY_ACTIVITY_DAY) | {("dynamodb:PutItem", "FindingsTable")},  # PutItem: its once-records (once# keys only)
+    | query(BY_ACTIVITY_DAY) | {("dynamodb:BatchGetItem", "FindingsTable")}  # history: keys from the index, then by key
+    | {("dynamodb:PutItem", "FindingsTable")},  # PutItem: its once-records (once# keys only)
     "SlackInteractionsFunction": CONFIG | secret("SlackSecretArn") | secret("JiraSecretArn") | ITEM,
 }
 

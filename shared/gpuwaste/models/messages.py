@@ -44,13 +44,22 @@ class FindingMessage(_CarriesFinding):
 
 
 class ScanCompleted(Frozen):
-    """scan → dedupe: the scan finished; fingerprints it saw (for resolving waste that disappeared).
+    """scan → dedupe: the scan (or one shard of it) finished; fingerprints it saw (for resolving waste that
+    disappeared).
+
+    A scan's fingerprint set can outgrow one SQS message (256 KiB: about 3,900 fingerprints), so it travels as
+    `parts` messages of bounded size (`split_completion`), each carrying a slice of the set; a scan split over
+    `shard_count` shards sends such parts per shard. The lifecycle resolves by absence only once every part of
+    every shard of `scan_id` is in (`models.scan_parts`); messages written before parts existed are part 0 of 1
+    of shard 0 of 1.
 
     Attributes:
         judged: False when the scan could judge nothing (no telemetry in the window, or one sample only):
-            such a scan never counts as a miss.
+            such a scan never counts as a miss (nor does any scan with such a shard).
         unjudged: "namespace/pod" (or node) subjects the scan gave no verdict on; their open findings are
-            not counted as missed either."""
+            not counted as missed either.
+        shard / shard_count: which node set of the cluster this completion covers (0 of 1: the whole cluster).
+        part / parts: this message's index among the shard's completion messages, and how many there are."""
 
     schema_version: Literal[1] = 1
     scan_id: str
@@ -59,6 +68,100 @@ class ScanCompleted(Frozen):
     fingerprints: tuple[str, ...] = ()
     judged: bool = True
     unjudged: tuple[str, ...] = ()
+    shard: int = Field(0, ge=0)
+    shard_count: int = Field(1, ge=1)
+    part: int = Field(0, ge=0)
+    parts: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _indices_in_range(self) -> ScanCompleted:
+        if self.shard >= self.shard_count or self.part >= self.parts:
+            raise ValueError(f"shard {self.shard} of {self.shard_count}, part {self.part} of {self.parts}: out of range")
+        return self
+
+    @property
+    def whole(self) -> bool:
+        """True when this one message is the scan's whole completion (one part, one shard)."""
+        return self.parts == 1 and self.shard_count == 1
+
+    @property
+    def part_token(self) -> str:
+        """This part's identity within its scan: "<shard>:<part>/<parts>"."""
+        return f"{self.shard}:{self.part}/{self.parts}"
+
+
+#: Largest body of one `ScanCompleted` part (bytes of UTF-8 JSON): under SQS's 262,144-byte message limit with room
+#: for message attributes and the envelope fields, and under DynamoDB's 400 KB item limit where a part is stored.
+COMPLETION_PART_BYTES = 200 * 1024
+
+
+def split_completion(message: ScanCompleted, *, max_bytes: int = COMPLETION_PART_BYTES) -> list[ScanCompleted]:
+    """`message` as parts whose JSON bodies are each at most `max_bytes`: its fingerprints and unjudged subjects cut
+    into consecutive slices, in order (`part` 0.., `parts` their count); a message that fits is returned as is.
+
+    Raises:
+        ValueError: one fingerprint or subject alone does not fit in `max_bytes` with the envelope.
+    """
+    if len(message.model_dump_json().encode()) <= max_bytes:
+        return [message]
+    head = len(message.model_copy(update={"fingerprints": (), "unjudged": (), "part": 9999, "parts": 9999})
+               .model_dump_json().encode())
+    budget = max_bytes - head
+    slices: list[tuple[list[str], list[str]]] = [([], [])]
+    used = 0
+    for index, values in ((0, message.fingerprints), (1, message.unjudged)):
+        for value in values:
+            n = len(value.encode()) + 4  # quotes, comma, and room for JSON escapes of the odd character
+            if n > budget:
+                raise ValueError(f"scan {message.scan_id}: one completion entry of {n} bytes exceeds {max_bytes} bytes")
+            if used + n > budget:
+                slices.append(([], []))
+                used = 0
+            slices[-1][index].append(value)
+            used += n
+    return [message.model_copy(update={"fingerprints": tuple(fps), "unjudged": tuple(subjects), "part": i,
+                                       "parts": len(slices)})
+            for i, (fps, subjects) in enumerate(slices)]
+
+
+def merge_completion(parts: list[ScanCompleted]) -> ScanCompleted:
+    """One completion from every part of every shard of a scan: the union of their fingerprints and unjudged
+    subjects, judged only when every part is; the earliest scheduled time.
+
+    Raises:
+        ValueError: no parts, parts of different scans, or parts missing.
+    """
+    if not parts:
+        raise ValueError("no completion parts to merge")
+    first = parts[0]
+    if any(p.scan_id != first.scan_id or p.cluster != first.cluster for p in parts):
+        raise ValueError(f"scan {first.scan_id}: parts of different scans or clusters")
+    if not completion_is_whole({p.part_token for p in parts}, first.shard_count):
+        raise ValueError(f"scan {first.scan_id}: parts missing")
+    fingerprints = dict.fromkeys(fp for p in parts for fp in p.fingerprints)
+    unjudged = dict.fromkeys(s for p in parts for s in p.unjudged)
+    return ScanCompleted(scan_id=first.scan_id, cluster=first.cluster,
+                         scheduled_time=min(p.scheduled_time for p in parts), fingerprints=tuple(fingerprints),
+                         judged=all(p.judged for p in parts), unjudged=tuple(unjudged))
+
+
+def completion_is_whole(tokens: set[str], shard_count: int) -> bool:
+    """True when `tokens` ("<shard>:<part>/<parts>", `ScanCompleted.part_token`) hold every part of every one of
+    `shard_count` shards."""
+    got: dict[int, tuple[set[int], set[int]]] = {}
+    for token in tokens:
+        shard_text, rest = token.split(":", 1)
+        part, parts = rest.split("/", 1)
+        seen, counts = got.setdefault(int(shard_text), (set(), set()))
+        seen.add(int(part))
+        counts.add(int(parts))
+    for shard in range(shard_count):
+        if shard not in got:
+            return False
+        seen, counts = got[shard]
+        if len(counts) != 1 or seen != set(range(next(iter(counts)))):
+            return False
+    return True
 
 
 class AlertAction(StrEnum):

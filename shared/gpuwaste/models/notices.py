@@ -93,16 +93,21 @@ class MessageRef(Frozen):
         destination: where the sink posted it (a channel id, a webhook's configured name — never a secret URL).
         message_id: the sink's id of the message ("" when the sink returns none: a webhook).
         thread: the conversation the message belongs to, when it is a reply (None: it starts its own).
+        carries: the fingerprints of every finding the message carries, when it carries several (a digest): an edit
+            of the message on a resolution reads its siblings by key, not from the fleet's history. Empty for a
+            message of one finding, and in references stored before it existed.
     """
 
     sink: str = Field(min_length=1)
     destination: str
     message_id: str = ""
     thread: str | None = None
+    carries: tuple[str, ...] = ()
 
     def ref(self) -> MessageRef:
         """The bare reference (what the lifecycle stores)."""
-        return MessageRef(sink=self.sink, destination=self.destination, message_id=self.message_id, thread=self.thread)
+        return MessageRef(sink=self.sink, destination=self.destination, message_id=self.message_id, thread=self.thread,
+                          carries=self.carries)
 
 
 def message_for(refs: tuple[MessageRef, ...], sink: str) -> MessageRef | None:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel
 
-from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
+from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest, split_completion
 
 
 class EnvelopeSender:
@@ -19,8 +19,9 @@ class EnvelopeSender:
         self.send(messages)
 
     def send_scan_completed(self, message: ScanCompleted) -> None:
-        """`FindingQueue.send_scan_completed`."""
-        self.send([message])
+        """`FindingQueue.send_scan_completed`: in parts of bounded size (`models.messages.split_completion`), so a
+        scan's fingerprint set never outgrows one queue message."""
+        self.send(split_completion(message))
 
     def send_alerts(self, messages: Sequence[AlertMessage]) -> None:
         """`AlertQueue.send_alerts`."""

@@ -6,6 +6,12 @@ several to a message, `queue.packing`).
 `RetryableError` is raised if some still fail, so the calling
 Lambda record fails and SQS redelivers it. Entries SQS rejects as the sender's fault (too large,
 invalid) raise `PermanentError` at once.
+
+Every body is checked against SQS's message limit (`MAX_MESSAGE_BYTES`, the queues' default MaximumMessageSize
+of 262,144 bytes, attributes included) before it is sent: one over it is refused here with `PermanentError` and
+never reaches SQS, so the limit holds wherever this adapter sends — also against moto, which does not enforce it.
+Producers keep under it by construction: findings and alerts are packed by size (`queue.packing`), a scan's
+completion is cut into parts (`models.messages.split_completion`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 MAX_BATCH_ENTRIES = 10
+#: SQS's limit on one message (body and attributes, UTF-8 bytes): the default MaximumMessageSize of a queue
+MAX_MESSAGE_BYTES = 262_144
 MAX_BATCH_BYTES = 240 * 1024  # under SQS's 256 KiB per batch, with room for attributes
 _RETRYABLE = frozenset({"ThrottlingException", "RequestThrottled", "ServiceUnavailable", "InternalError",
                         "KmsThrottled", "KMS.ThrottlingException"})
@@ -80,9 +88,18 @@ class SqsQueue(EnvelopeSender):
             packed = pack(messages)
         else:
             packed = [Body(m.model_dump_json(), [i]) for i, m in enumerate(messages)]
-        outcomes: list[GpuWasteError | None] = []
-        for batch in _batches([b.text for b in packed]):
-            outcomes.extend(self._send_batch(batch))
+        too_large: dict[int, GpuWasteError] = {}
+        for k, body in enumerate(packed):
+            size = len(body.text.encode())
+            if size > MAX_MESSAGE_BYTES:
+                too_large[k] = PermanentError(f"sqs {self.queue_url}: message of {size} bytes refused: SQS takes at most "
+                                              f"{MAX_MESSAGE_BYTES} bytes per message")
+        sendable = [b for k, b in enumerate(packed) if k not in too_large]
+        sent: list[GpuWasteError | None] = []
+        for batch in _batches([b.text for b in sendable]):
+            sent.extend(self._send_batch(batch))
+        sent_outcomes = iter(sent)
+        outcomes = [too_large[k] if k in too_large else next(sent_outcomes) for k in range(len(packed))]
         out: list[GpuWasteError | None] = [None] * len(messages)
         for body, error in zip(packed, outcomes, strict=True):
             for i in body.carries:  # a body's outcome is the outcome of every message it carries
@@ -152,4 +169,4 @@ def _translate(exc: ClientError | BotoCoreError) -> GpuWasteError:
 
 
 
-__all__ = ["MAX_BATCH_ENTRIES", "SqsQueue"]
+__all__ = ["MAX_BATCH_ENTRIES", "MAX_MESSAGE_BYTES", "SqsQueue"]

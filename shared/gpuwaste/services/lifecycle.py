@@ -19,6 +19,16 @@ Rules (design §5; thresholds in `LifecycleSettings`):
   `resolve_after_missed_scans` → RESOLVED with `saved_usd_per_day`, and (when the owner was alerted)
   an alert that carries the original messages' references so they can be edited.
 * A resolved fingerprint seen again is reopened as NEW.
+* With `heartbeat` set (off by default), a sighting that changes nothing but the record's times (same cost and
+  ledger rate, nothing to tell, no unsent messages) is not written while the last written sighting is younger than
+  `heartbeat` and than half its evidence window (`_unchanged`): the store is written when something changes, and at
+  most once per heartbeat otherwise. The price: `last_seen` lags by up to that window, so a scan completion
+  delivered out of order — older than an unwritten sighting, arriving after it — counts a missed scan that the
+  written sighting would have shown stale (the next written sighting resets it).
+* A scan completion sent in parts (`ScanCompleted.parts` > 1, or a scan over several shards) resolves nothing
+  until every part of every shard is in: each part is recorded with `FindingStore.record_scan_part` (idempotent:
+  a redelivered part is counted once), and only the part that completes the scan applies the merged completion.
+  A scan with a part or shard that never arrives resolves nothing by absence.
 
 The lifecycle's "now" is the scan's evaluation time (the finding's `observed_at`, the completion's
 `scheduled_time`), never the wall clock, so replays and redeliveries decide the same way. The injected
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -44,7 +55,7 @@ from gpuwaste.errors import StoreError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.ledger import add_sighting, waste_usd
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
-from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted
+from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted, merge_completion
 from gpuwaste.ports import AlertQueue, Clock, FindingStore
 from gpuwaste.services.routing import snoozed_until
 from gpuwaste.services.store_ops import get_many, update_many
@@ -54,6 +65,8 @@ logger = logging.getLogger(__name__)
 
 DAY = Decimal(86400)
 MAX_ATTEMPTS = 5
+#: records read together when resolving by absence (one BatchGetItem of 100 keys in DynamoDB)
+MISSED_CHUNK = 100
 
 
 @dataclass
@@ -64,6 +77,8 @@ class Outcome:
     tickets: list[AlertMessage] = field(default_factory=list)
     duplicate: bool = False
     stale: bool = False
+    #: a scan completion: False for a part that left the scan incomplete (or that another part completed)
+    applied: bool = True
 
 
 class LifecycleService:
@@ -165,9 +180,31 @@ class LifecycleService:
                 # already applied (redelivery) or older than what we know (out of order): only finish sending
                 return self._resend(current, stale=current.last_scan_id != message.scan_id)
             record, out = self._seen_again(current, finding, message.scan_id)
+            if self._unchanged(current, record, out, finding):
+                return out  # nothing to write: the last written sighting stands for this one (heartbeat)
             if self.store.update(record, expected_version=current.version):
                 return self._flush(record, out)
         raise StoreError(f"finding {finding.fingerprint}: conflicting writes, gave up after {MAX_ATTEMPTS} attempts")
+
+    def _unchanged(self, current: FindingRecord, record: FindingRecord, out: Outcome, finding: Finding) -> bool:
+        """True when `record` (the decision on a sighting) differs from `current` only in what every sighting moves
+        (times, scan id, the finding's text, the last ledger span's end) and the last written sighting is recent:
+        younger than `heartbeat` and than half the sighting's evidence span (so the next written sighting's
+        evidence covers the ones skipped: the ledger keeps no gap)."""
+        heartbeat = self.settings.heartbeat
+        if not heartbeat or out.alerts or out.tickets or current.outbox_json:
+            return False
+        if current.state is not FindingState.OPEN or record.state is not FindingState.OPEN:
+            return False
+        span = timedelta(seconds=finding.observed_s or finding.window_s)
+        if finding.observed_at - current.last_seen >= min(heartbeat, span / 2):
+            return False
+        if record.model_dump(exclude=_SIGHTING_FIELDS) != current.model_dump(exclude=_SIGHTING_FIELDS):
+            return False
+        old, new = current.ledger, record.ledger
+        if len(old) != len(new) or old[:-1] != new[:-1]:
+            return False
+        return not old or (old[-1].start == new[-1].start and old[-1].usd_per_day == new[-1].usd_per_day)
 
     def _first_sight(self, finding: Finding, scan_id: str) -> tuple[FindingRecord, Outcome]:
         at = finding.observed_at
@@ -283,34 +320,44 @@ class LifecycleService:
         Raises:
             StoreError, RetryableError: as `handle_finding`.
         """
-        seen = set(message.fingerprints)
         total = Outcome()
+        if not message.whole:
+            parts = self.store.record_scan_part(message, expires_at=self._scan_expiry())
+            if parts is None:
+                total.applied = False
+                return total  # parts or shards still missing (or another part completed the scan): nothing yet
+            message = merge_completion(parts)
+            logger.info("scan completion whole", extra={"scan_id": message.scan_id, "parts": len(parts),
+                                                        "fingerprints": len(message.fingerprints)})
+        seen = set(message.fingerprints)
         if not message.judged:
             return total  # a scan that could judge nothing (no telemetry, one sample) is not evidence that waste ended
         unjudged = set(message.unjudged)
         for candidate in self._missed_candidates(message.cluster, seen):
             if _subject_key(candidate) in unjudged:
                 continue
-            outcome = self._miss(candidate.fingerprint, message)
+            outcome = self._miss(candidate, message)
             total.alerts += outcome.alerts
             total.tickets += outcome.tickets
             total.duplicate = total.duplicate or outcome.duplicate
         return total
 
-    def _missed_candidates(self, cluster: str, seen: set[str]) -> list[FindingRecord]:
-        """Open records of `cluster` the scan did not see, by fingerprint. A store that lists open fingerprints
-        cheaply (SQLite) reads only those records; otherwise every open record is read and filtered."""
-        lister = getattr(self.store, "open_fingerprints", None)
-        if lister is None:
-            return [r for r in self.store.open_for_cluster(cluster) if r.fingerprint not in seen]
-        missing = [fp for fp in lister(cluster) if fp not in seen]
-        found = get_many(self.store, missing)
-        return [found[fp] for fp in missing if fp in found]
+    def _missed_candidates(self, cluster: str, seen: set[str]) -> Iterator[FindingRecord]:
+        """Open records of `cluster` the scan did not see, by fingerprint: the open fingerprints (no record read),
+        then only the records of those the scan did not see, read `MISSED_CHUNK` at a time (memory stays bounded
+        however many findings disappeared at once)."""
+        missing = [fp for fp in self.store.open_fingerprints(cluster) if fp not in seen]
+        for k in range(0, len(missing), MISSED_CHUNK):
+            chunk = missing[k:k + MISSED_CHUNK]
+            found = get_many(self.store, chunk)
+            yield from (found[fp] for fp in chunk if fp in found)
 
-    def _miss(self, fingerprint: str, message: ScanCompleted) -> Outcome:
+    def _miss(self, candidate: FindingRecord, message: ScanCompleted) -> Outcome:
         at = message.scheduled_time
-        for _ in range(MAX_ATTEMPTS):
-            current = self.store.get(fingerprint)
+        fingerprint = candidate.fingerprint
+        for attempt in range(MAX_ATTEMPTS):
+            # the record just read (strongly consistent) for the first attempt; a lost race reads it again
+            current = candidate if attempt == 0 else self.store.get(fingerprint)
             if current is None or current.state is not FindingState.OPEN:
                 return Outcome()
             if current.last_checked_scan_id == message.scan_id or current.last_scan_id == message.scan_id:
@@ -371,6 +418,10 @@ class LifecycleService:
             scan_id=scan_id, reason=reason,
         )
 
+    def _scan_expiry(self) -> int:
+        """TTL of a scan's stored completion parts: two days (a scan whose parts are not all in by then never will)."""
+        return int((self.clock.now() + timedelta(days=2)).timestamp())
+
     def _expiry(self) -> int:
         return int((self.clock.now() + timedelta(days=self.settings.retention_days)).timestamp())
 
@@ -411,6 +462,11 @@ class LifecycleService:
         pending = alerts + tickets
         logger.warning("lifecycle resending unsent messages", extra={"fingerprint": current.fingerprint, "count": len(pending)})
         return self._flush(current, out)
+
+
+#: what every sighting of an unchanged finding moves (`LifecycleService._unchanged`); the ledger is compared apart
+_SIGHTING_FIELDS: set[str] = {"last_seen", "last_scan_id", "finding_json", "activity_at", "version", "expires_at",
+                             "ledger", "cumulative_usd"}
 
 
 def _cleared(record: FindingRecord) -> FindingRecord:

@@ -432,7 +432,10 @@ class NotifyService:
         known = {a.fingerprint: r for a, r in pending} if notifier is self.notifiers[0] else {}
 
         def record(message: PostedMessage) -> None:
-            changes = {"message": message.ref(), "last_alert_at": now}
+            ref = message.ref()
+            if len(message.fingerprints) > 1:  # a digest: its siblings are found by key when it is edited
+                ref = ref.model_copy(update={"carries": tuple(message.fingerprints)})
+            changes = {"message": ref, "last_alert_at": now}
             entries = [(fp, delivery_key(by_fp[fp], notifier.name), changes) for fp in message.fingerprints]
             record_deliveries(self.store, entries, known)
             for fp in message.fingerprints:
@@ -487,9 +490,12 @@ class NotifyService:
         """Records carried by the same message of this sink (a digest), this one included."""
         if self.store is None or not ref.message_id:
             return [record]
-        since = record.first_seen - timedelta(days=1)
         found = []
-        for r in self.store.history(since=since, until=self.now()):
+        if ref.carries:  # the digest's findings, by key (O(its size), whatever the fleet's size)
+            candidates = list(get_many(self.store, [fp for fp in ref.carries if fp != record.fingerprint]).values())
+        else:  # a reference stored before `carries`: the history since its first sighting, as before
+            candidates = self.store.history(since=record.first_seen - timedelta(days=1), until=self.now())
+        for r in candidates:
             theirs = message_for(r.messages, notifier.name)
             if theirs is not None and (theirs.destination, theirs.message_id) == (ref.destination, ref.message_id):
                 found.append(r)

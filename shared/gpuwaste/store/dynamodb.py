@@ -5,15 +5,30 @@ Items are keyed by `fingerprint`. Every write is conditional: `put_new` on
 (`ConditionalCheckFailedException`) is a normal outcome returned as False, never raised. Throttling,
 transaction conflicts and connection failures become `StoreError` (retryable) through `_translate`.
 
-Two global secondary indexes serve the queries (they must match template.yaml's FindingsTable):
-`ByClusterState` (`cluster_state` = "<cluster>#<state>", sort `last_seen`) for open findings of a
-cluster, and `ByActivityDay` (`activity_day` = "YYYY-MM-DD", sort `activity_ts`: the record's latest activity) for the daily summary.
+Two global secondary indexes serve the queries (they must match template.yaml's FindingsTable). Both project keys
+only and key on attributes that do not change on a sighting, so rewriting a record on a sighting writes neither
+index (DynamoDB writes an index only when the item's index keys or projected attributes change), and both spread a
+key over `KEY_BUCKETS` partitions (a stable hash of the fingerprint), so no single partition takes every write of a
+cluster or of a day:
+
+* `OpenByClusterShard`: sparse — only open records carry `open_key` = "<cluster>#<bucket>" (sort `fingerprint`).
+  `open_fingerprints` queries the cluster's buckets and reads fingerprints only (≈100 bytes per record, not the
+  record's ≈4 KB); a resolution removes the entry (one index write per open period, not per sighting).
+* `ByActivityDayShard`: `activity_key` = "<YYYY-MM-DD of the latest activity>#<bucket>" (sort `fingerprint`): for
+  the daily summary; its key moves once a day at most. `history` queries the days in range, then reads the records
+  (BatchGetItem) and keeps those whose activity is in range.
+
+A scan completion sent in parts (`models.messages.split_completion`) is gathered in the same table
+(`record_scan_part`): one item per part ("scan#<scan_id>#<shard>:<part>/<parts>", its message compressed) and one
+progress item per scan ("scan#<scan_id>": the part tokens received, written with conditional puts on its version),
+both with a short TTL; none carries an index attribute.
 Money is stored as DynamoDB numbers from `Decimal` (boto3 rejects float); times as UTC ISO 8601 strings
 with a fixed format so they sort as text; `expires_at` (epoch seconds) is the table's TTL attribute.
 """
 
 from __future__ import annotations
 
+import zlib
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from enum import Enum
@@ -24,19 +39,25 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from gpuwaste.errors import GpuWasteError, PermanentError, StoreError
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
+from gpuwaste.models.messages import ScanCompleted, completion_is_whole
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-BY_CLUSTER_STATE = "ByClusterState"
-BY_ACTIVITY_DAY = "ByActivityDay"
+OPEN_BY_CLUSTER = "OpenByClusterShard"
+BY_ACTIVITY_DAY = "ByActivityDayShard"
+#: partitions each cluster's open set and each day's activity are spread over (index keys "<cluster|day>#<0..15>")
+KEY_BUCKETS = 16
+#: the progress and part items of a scan completion sent in parts: fingerprint key prefix
+SCAN_PREFIX = "scan#"
 _RETRYABLE = frozenset({
     "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
     "TransactionConflictException", "TransactionInProgressException", "InternalServerError",
     "ServiceUnavailable", "LimitExceededException",
 })
 _INT_FIELDS = ("version", "missed_scans", "expires_at")
-_INDEX_ONLY = ("cluster_state", "activity_day", "activity_ts")  # derived on write, never part of the record
+# derived on write, never part of the record (the last three: written by earlier versions)
+_INDEX_ONLY = ("open_key", "activity_key", "cluster_state", "activity_day", "activity_ts")
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
@@ -63,11 +84,16 @@ def to_item(record: FindingRecord) -> dict[str, Any]:
         if value is None or value == "":
             continue
         item[name] = _SERIALIZER.serialize(_plain(value))
-    activity = _activity(record)
-    item["cluster_state"] = _SERIALIZER.serialize(f"{record.cluster}#{record.state.value}")
-    item["activity_ts"] = _SERIALIZER.serialize(_time(activity))
-    item["activity_day"] = _SERIALIZER.serialize(activity.astimezone(UTC).date().isoformat())
+    bucket = key_bucket(record.fingerprint)
+    if record.state is FindingState.OPEN:
+        item["open_key"] = {"S": f"{record.cluster}#{bucket}"}
+    item["activity_key"] = {"S": f"{_activity(record).astimezone(UTC).date().isoformat()}#{bucket}"}
     return item
+
+
+def key_bucket(fingerprint: str) -> int:
+    """The index partition (0..KEY_BUCKETS-1) of a fingerprint: CRC-32 of its text, stable across processes."""
+    return zlib.crc32(fingerprint.encode()) % KEY_BUCKETS
 
 
 def _plain(value: Any) -> Any:
@@ -195,7 +221,105 @@ class DynamoDbFindingStore:
         return self._conditional_put(record, "version = :expected", {":expected": {"N": str(expected_version)}})
 
     def _conditional_put(self, record: FindingRecord, condition: str, values: dict[str, Any]) -> bool:
-        kwargs: dict[str, Any] = {"TableName": self.table_name, "Item": to_item(record), "ConditionExpression": condition}
+        return self._put(to_item(record), condition, values)
+
+    def open_fingerprints(self, cluster: str) -> list[str]:
+        """Fingerprints of the open records of a cluster, sorted: `KEY_BUCKETS` keys-only queries of index
+        OpenByClusterShard (eventually consistent, like any index read); no record is read."""
+        out: list[str] = []
+        for bucket in range(KEY_BUCKETS):
+            items = self._query(IndexName=OPEN_BY_CLUSTER, KeyConditionExpression="open_key = :k",
+                                ExpressionAttributeValues={":k": {"S": f"{cluster}#{bucket}"}},
+                                ProjectionExpression="fingerprint")
+            out.extend(i["fingerprint"]["S"] for i in items)
+        return sorted(out)
+
+    def open_for_cluster(self, cluster: str) -> list[FindingRecord]:
+        """Open records of a cluster, by fingerprint (`open_fingerprints`, then the records by key)."""
+        found = self.get_many(self.open_fingerprints(cluster))
+        return [found[fp] for fp in sorted(found) if found[fp].state is FindingState.OPEN]
+
+    def history(self, *, since: datetime, until: datetime) -> list[FindingRecord]:
+        """Records whose latest activity is in [since, until], oldest activity first: the keys of each day in range
+        (index ByActivityDayShard, `KEY_BUCKETS` keys-only queries per day), then the records by key, filtered."""
+        keys: list[str] = []
+        day = since.astimezone(UTC).date()
+        last = until.astimezone(UTC).date()
+        while day <= last:
+            for bucket in range(KEY_BUCKETS):
+                items = self._query(IndexName=BY_ACTIVITY_DAY, KeyConditionExpression="activity_key = :k",
+                                    ExpressionAttributeValues={":k": {"S": f"{day.isoformat()}#{bucket}"}},
+                                    ProjectionExpression="fingerprint")
+                keys.extend(i["fingerprint"]["S"] for i in items)
+            day += timedelta(days=1)
+        found = self.get_many(keys).values()
+        return sorted((r for r in found if since <= _activity(r) <= until), key=lambda r: (_activity(r), r.fingerprint))
+
+    # -- a scan completion in parts ------------------------------------------------------------------------
+    def record_scan_part(self, part: ScanCompleted, *, expires_at: int) -> list[ScanCompleted] | None:
+        """Store one part of a scan's completion and count it on the scan's progress item (conditional puts on its
+        version: a redelivered part is stored and counted once). Returns every part of the scan when they are all
+        in and this part is the one that completed it (also on its redelivery, so an interrupted resolution is
+        redone), else None.
+
+        Raises:
+            StoreError: throttling, a transient failure, or the progress item kept changing (retryable).
+        """
+        scan_key = f"{SCAN_PREFIX}{part.scan_id}"
+        token = part.part_token
+        self._put({"fingerprint": {"S": f"{scan_key}#{token}"}, "expires_at": {"N": str(expires_at)},
+                   "part": {"B": zlib.compress(part.model_dump_json().encode())}}, None, {})
+        for _ in range(10):
+            item = self._get_raw(scan_key)
+            version = int(item["version"]["N"]) if item else 0
+            tokens = set(item["tokens"]["SS"]) if item and "tokens" in item else set()
+            done_by = item["done_by"]["S"] if item and "done_by" in item else None
+            shard_count = int(item["shard_count"]["N"]) if item else part.shard_count
+            if token in tokens:  # a redelivered part: counted already (the scan was not whole without it)
+                return self._scan_parts(scan_key, tokens) if done_by == token else None
+            tokens.add(token)
+            whole = completion_is_whole(tokens, shard_count)
+            new: dict[str, Any] = {"fingerprint": {"S": scan_key}, "version": {"N": str(version + 1)},
+                                   "tokens": {"SS": sorted(tokens)}, "shard_count": {"N": str(shard_count)},
+                                   "cluster": {"S": part.cluster}, "expires_at": {"N": str(expires_at)}}
+            if whole:
+                new["done_by"] = {"S": token}
+            condition = ("version = :v", {":v": {"N": str(version)}}) if item else ("attribute_not_exists(fingerprint)", {})
+            if self._put(new, condition[0], condition[1]):
+                return self._scan_parts(scan_key, tokens) if whole else None
+        raise StoreError(f"dynamodb store: scan {part.scan_id}: progress item kept changing")
+
+    def _scan_parts(self, scan_key: str, tokens: set[str]) -> list[ScanCompleted]:
+        keys = [{"fingerprint": {"S": f"{scan_key}#{t}"}} for t in sorted(tokens)]
+        out: list[ScanCompleted] = []
+        for k in range(0, len(keys), 100):
+            pending = keys[k:k + 100]
+            for _ in range(5):
+                if not pending:
+                    break
+                try:
+                    resp = self.client.batch_get_item(RequestItems={self.table_name: {"Keys": pending, "ConsistentRead": True}})
+                except (ClientError, BotoCoreError) as exc:
+                    raise _translate(exc) from exc
+                out.extend(ScanCompleted.model_validate_json(zlib.decompress(i["part"]["B"]))
+                           for i in resp.get("Responses", {}).get(self.table_name, []))
+                pending = list(resp.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", []))
+            if pending:
+                raise StoreError(f"dynamodb store: {scan_key}: {len(pending)} part(s) not read (throttled)")
+        return out
+
+    def _get_raw(self, key: str) -> dict[str, Any] | None:
+        try:
+            resp = self.client.get_item(TableName=self.table_name, Key={"fingerprint": {"S": key}}, ConsistentRead=True)
+        except (ClientError, BotoCoreError) as exc:
+            raise _translate(exc) from exc
+        item = resp.get("Item")
+        return dict(item) if item else None
+
+    def _put(self, item: dict[str, Any], condition: str | None, values: dict[str, Any]) -> bool:
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "Item": item}
+        if condition:
+            kwargs["ConditionExpression"] = condition
         if values:
             kwargs["ExpressionAttributeValues"] = values
         try:
@@ -207,30 +331,6 @@ class DynamoDbFindingStore:
         except BotoCoreError as exc:
             raise _translate(exc) from exc
         return True
-
-    def open_for_cluster(self, cluster: str) -> list[FindingRecord]:
-        """Open records of a cluster (index ByClusterState), by fingerprint."""
-        items = self._query(
-            IndexName=BY_CLUSTER_STATE,
-            KeyConditionExpression="cluster_state = :cs",
-            ExpressionAttributeValues={":cs": {"S": f"{cluster}#{FindingState.OPEN.value}"}},
-        )
-        return sorted((from_item(i) for i in items), key=lambda r: r.fingerprint)
-
-    def history(self, *, since: datetime, until: datetime) -> list[FindingRecord]:
-        """Records whose latest activity is in [since, until] (index ByActivityDay, one query per day)."""
-        out: list[FindingRecord] = []
-        day = since.astimezone(UTC).date()
-        last = until.astimezone(UTC).date()
-        while day <= last:
-            items = self._query(
-                IndexName=BY_ACTIVITY_DAY,
-                KeyConditionExpression="activity_day = :d AND activity_ts BETWEEN :s AND :u",
-                ExpressionAttributeValues={":d": {"S": day.isoformat()}, ":s": {"S": _time(since)}, ":u": {"S": _time(until)}},
-            )
-            out.extend(from_item(i) for i in items)
-            day += timedelta(days=1)
-        return out
 
     def _query(self, **kwargs: Any) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
@@ -261,4 +361,4 @@ def _translate(exc: ClientError | BotoCoreError) -> GpuWasteError:
     return PermanentError(f"dynamodb store: {code or status}: {exc}")
 
 
-__all__ = ["BY_ACTIVITY_DAY", "BY_CLUSTER_STATE", "DynamoDbFindingStore", "from_item", "to_item"]
+__all__ = ["BY_ACTIVITY_DAY", "KEY_BUCKETS", "OPEN_BY_CLUSTER", "DynamoDbFindingStore", "from_item", "key_bucket", "to_item"]

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from gpuwaste.errors import StateInUseError, StoreError
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
+from gpuwaste.models.messages import ScanCompleted, completion_is_whole
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -52,6 +53,19 @@ CREATE TABLE IF NOT EXISTS deliveries (
     UNIQUE (queue, dedupe_key)
 );
 CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries (queue, state, id);
+CREATE TABLE IF NOT EXISTS scan_parts (
+    scan_id TEXT NOT NULL,
+    token TEXT NOT NULL,
+    body TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (scan_id, token)
+);
+CREATE TABLE IF NOT EXISTS scan_progress (
+    scan_id TEXT PRIMARY KEY,
+    shard_count INTEGER NOT NULL,
+    done_by TEXT,
+    expires_at INTEGER NOT NULL
+);
 """
 
 
@@ -171,6 +185,29 @@ class SqliteFindingStore:
             rows = self._execute("SELECT fingerprint FROM findings WHERE cluster = ? AND state = ? ORDER BY fingerprint",
                                  (cluster, FindingState.OPEN.value)).fetchall()
         return [str(r[0]) for r in rows]
+
+    def record_scan_part(self, part: ScanCompleted, *, expires_at: int) -> list[ScanCompleted] | None:
+        """`ports.FindingStore.record_scan_part`, in one transaction (tables scan_parts, scan_progress). Rows of
+        scans that expire a week before this part does are dropped on the way (the expiry is the caller's clock)."""
+        token = part.part_token
+        with self.transaction():
+            old = expires_at - 7 * 86400
+            self._execute("DELETE FROM scan_parts WHERE expires_at < ?", (old,))
+            self._execute("DELETE FROM scan_progress WHERE expires_at < ?", (old,))
+            self._execute("INSERT OR IGNORE INTO scan_parts (scan_id, token, body, expires_at) VALUES (?, ?, ?, ?)",
+                          (part.scan_id, token, part.model_dump_json(), expires_at))
+            self._execute("INSERT OR IGNORE INTO scan_progress (scan_id, shard_count, expires_at) VALUES (?, ?, ?)",
+                          (part.scan_id, part.shard_count, expires_at))
+            shard_count, done_by = self._execute("SELECT shard_count, done_by FROM scan_progress WHERE scan_id = ?",
+                                                 (part.scan_id,)).fetchone()
+            rows = self._execute("SELECT token, body FROM scan_parts WHERE scan_id = ?", (part.scan_id,)).fetchall()
+            if done_by is None and completion_is_whole({str(r[0]) for r in rows}, int(shard_count)):
+                self._execute("UPDATE scan_progress SET done_by = ? WHERE scan_id = ? AND done_by IS NULL",
+                              (token, part.scan_id))
+                done_by = token
+            if done_by != token:
+                return None
+        return [ScanCompleted.model_validate_json(str(r[1])) for r in rows]
 
     def history(self, *, since: datetime, until: datetime) -> list[FindingRecord]:
         """Records whose latest activity is in [since, until], oldest activity first."""
