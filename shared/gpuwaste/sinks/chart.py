@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from gpuwaste.models.notices import DailySummary, TrendDay
 from gpuwaste.models.text import for_html
-from gpuwaste.people import kind_label
+from gpuwaste.people import group_label, kind_label
 
 
 def matplotlib_available() -> bool:
@@ -45,7 +45,7 @@ class MatplotlibChartRenderer:
         bottom = [0.0] * len(teams)
         for kind in kinds:
             heights = [float(values.get((t, kind), Decimal(0))) for t in teams]
-            ax.bar(teams, heights, bottom=bottom, label=kind_label(kind))
+            ax.bar([group_label("team", t) for t in teams], heights, bottom=bottom, label=kind_label(kind))
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         top = max(bottom, default=0.0)
         ax.set_ylim(0, top * 1.15 if top > 0 else 1)  # headroom: the tallest bar and the legend never touch the frame
@@ -142,7 +142,7 @@ def trend_svg(days: Sequence[TrendDay], *, title: str, width: int = 760, height:
         for team, v in stack:
             h = (v / ymax) * plot_h
             out.append(f'<rect x="{x:.1f}" y="{y(base + v):.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
-                       f'fill="{colours.get(team, OTHER_COLOUR)}"><title>{_esc(team)}: {_esc(_dollars(v))}</title></rect>')
+                       f'fill="{colours.get(team, OTHER_COLOUR)}"><title>{_esc(group_label("team", team))}: {_esc(_dollars(v))}</title></rect>')
             base += v
         if base > 0 and (n <= 10 or i % label_every == label_every - 1 or i == n - 1):
             out.append(f'<text x="{x + bar_w / 2:.1f}" y="{y(base) - 4:.1f}" text-anchor="middle" fill="#222">'
@@ -160,8 +160,8 @@ def trend_svg(days: Sequence[TrendDay], *, title: str, width: int = 760, height:
     legend = [(t, colours[t]) for t in shown] + ([("other teams", OTHER_COLOUR)] if len(ranked) > len(shown) else [])
     for team, colour in legend:
         out.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{colour}"/>'
-                   f'<text x="{lx + 14}" y="{ly}" fill="#333">{_esc(team)}</text>')
-        lx += 24 + 7 * len(team)
+                   f'<text x="{lx + 14}" y="{ly}" fill="#333">{_esc(group_label("team", team))}</text>')
+        lx += 24 + 7 * len(group_label("team", team))
     if any(saved):
         out.append(f'<line x1="{lx}" x2="{lx + 18}" y1="{ly - 4}" y2="{ly - 4}" stroke="{SAVED_COLOUR}" stroke-width="2" '
                    f'stroke-dasharray="5,3"/><text x="{lx + 22}" y="{ly}" fill="#333">realised savings</text>')
