@@ -153,20 +153,12 @@ class DynamoDbFindingStore:
         """Records of the given fingerprints (strongly consistent BatchGetItem, 100 keys per call; absent ones left
         out). Unprocessed keys (throttling) are asked again, then read one by one."""
         out: dict[str, FindingRecord] = {}
-        keys = list(dict.fromkeys(fingerprints))
+        keys = [{"fingerprint": {"S": fp}} for fp in dict.fromkeys(fingerprints)]
         for k in range(0, len(keys), 100):
-            pending = [{"fingerprint": {"S": fp}} for fp in keys[k:k + 100]]
-            for _ in range(3):
-                if not pending:
-                    break
-                try:
-                    resp = self.client.batch_get_item(RequestItems={self.table_name: {"Keys": pending, "ConsistentRead": True}})
-                except (ClientError, BotoCoreError) as exc:
-                    raise _translate(exc) from exc
-                for item in resp.get("Responses", {}).get(self.table_name, []):
-                    record = from_item(item)
-                    out[record.fingerprint] = record
-                pending = list(resp.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", []))
+            items, pending = self._batch_get(keys[k:k + 100], tries=3)
+            for item in items:
+                record = from_item(item)
+                out[record.fingerprint] = record
             for key in pending:  # still unprocessed: read them one by one
                 record_or_none = self.get(key["fingerprint"]["S"])
                 if record_or_none is not None:
@@ -293,20 +285,31 @@ class DynamoDbFindingStore:
         keys = [{"fingerprint": {"S": f"{scan_key}#{t}"}} for t in sorted(tokens)]
         out: list[ScanCompleted] = []
         for k in range(0, len(keys), 100):
-            pending = keys[k:k + 100]
-            for _ in range(5):
-                if not pending:
-                    break
-                try:
-                    resp = self.client.batch_get_item(RequestItems={self.table_name: {"Keys": pending, "ConsistentRead": True}})
-                except (ClientError, BotoCoreError) as exc:
-                    raise _translate(exc) from exc
-                out.extend(ScanCompleted.model_validate_json(zlib.decompress(i["part"]["B"]))
-                           for i in resp.get("Responses", {}).get(self.table_name, []))
-                pending = list(resp.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", []))
+            items, pending = self._batch_get(keys[k:k + 100], tries=5)
+            out.extend(ScanCompleted.model_validate_json(zlib.decompress(i["part"]["B"])) for i in items)
             if pending:
                 raise StoreError(f"dynamodb store: {scan_key}: {len(pending)} part(s) not read (throttled)")
         return out
+
+    def _batch_get(self, keys: list[dict[str, Any]], *, tries: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Strongly consistent BatchGetItem of at most 100 keys, unprocessed keys (throttling) asked again up to
+        `tries` calls in all: (the items read, the keys still unprocessed).
+
+        Raises:
+            StoreError: the call failed (translated from botocore).
+        """
+        items: list[dict[str, Any]] = []
+        pending = keys
+        for _ in range(tries):
+            if not pending:
+                break
+            try:
+                resp = self.client.batch_get_item(RequestItems={self.table_name: {"Keys": pending, "ConsistentRead": True}})
+            except (ClientError, BotoCoreError) as exc:
+                raise _translate(exc) from exc
+            items.extend(resp.get("Responses", {}).get(self.table_name, []))
+            pending = list(resp.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", []))
+        return items, pending
 
     def _get_raw(self, key: str) -> dict[str, Any] | None:
         try:
