@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from gpuwaste.commands.serve import SECRET_ENV
-from gpuwaste.settings import parse_config
+from gpuwaste.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"

@@ -51,8 +51,8 @@ from gpuwaste.models import redaction
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` starts without prometheus_client or the models
     from gpuwaste.bootstrap import local
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.models.metrics import MetricsSnapshot
-    from gpuwaste.settings import GpuWasteConfig
 
 logger = logging.getLogger(__name__)
 
@@ -80,16 +80,20 @@ def with_env_secrets(cfg: GpuWasteConfig, environ: Mapping[str, str]) -> GpuWast
         if not value:
             continue
         redaction.register_secret(value)  # redacted from every log line (models/redaction.py)
-        if path[0] == "delivery":
-            section = getattr(cfg.delivery, path[1])
-            setattr(section, path[2], SecretStr(value))
+        if path[0] == "delivery":  # the configuration is frozen: the changed sections are copies
+            section = getattr(cfg.delivery, path[1]).model_copy(update={path[2]: SecretStr(value)})
+            delivery = cfg.delivery.model_copy(update={path[1]: section})
+            cfg = cfg.model_copy(update={"delivery": delivery})
             continue
+        clusters = []
         for cluster in cfg.clusters:
-            if cluster.prometheus is None:
-                continue
-            auth = cluster.prometheus.auth
-            kind = auth.kind if auth.kind != "none" else ("bearer" if path[2] == "bearer_token" else "basic")
-            cluster.prometheus.auth = auth.model_copy(update={path[2]: SecretStr(value), "kind": kind})
+            if cluster.prometheus is not None:
+                auth = cluster.prometheus.auth
+                kind = auth.kind if auth.kind != "none" else ("bearer" if path[2] == "bearer_token" else "basic")
+                auth = auth.model_copy(update={path[2]: SecretStr(value), "kind": kind})
+                cluster = cluster.model_copy(update={"prometheus": cluster.prometheus.model_copy(update={"auth": auth})})
+            clusters.append(cluster)
+        cfg = cfg.model_copy(update={"clusters": clusters})
     return cfg
 
 
@@ -335,7 +339,7 @@ def serve_cmd(
         fail("--interval: must be 1s or more")
     window_s = parse_window(window) if window else serve.window_s
     if top_workloads is not None:
-        cfg.serve.top_workloads = top_workloads
+        cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"top_workloads": top_workloads})})
     fixed: datetime | None = None
     try:
         if recording is not None:
