@@ -354,4 +354,10 @@ def run() -> None:
     app()
 
 
-__all__ = ["app", "run", "timedelta"]
+def kubectl_run() -> None:
+    """Console-script entry point as a kubectl plugin (`kubectl-gpuwaste`): the same commands, with help naming
+    `kubectl gpuwaste`; the live commands use the current kube context (KUBECONFIG / ~/.kube/config) as kubectl does."""
+    app(prog_name="kubectl gpuwaste")
+
+
+__all__ = ["app", "kubectl_run", "run", "timedelta"]
