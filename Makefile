@@ -125,6 +125,7 @@ deploy: ## sam build && sam deploy --guided
 	$(SAM_VENV)/bin/sam build && $(SAM_VENV)/bin/sam deploy --guided
 
 IMAGE ?= registry.example.com/gpuwaste
+WITH_MCP ?= 0
 # the first container engine that answers (a docker CLI without a daemon does not count)
 ENGINE ?= $(shell for e in podman docker; do command -v $$e >/dev/null 2>&1 && $$e info >/dev/null 2>&1 && { echo $$e; break; }; done)
 PKG_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
@@ -136,7 +137,7 @@ image: ## build the container image (Containerfile) with podman or docker, tagge
 	  exit 1; \
 	fi
 	$(ENGINE) build -f Containerfile -t $(IMAGE):$(PKG_VERSION) \
-	  --build-arg VERSION=$(PKG_VERSION) \
+	  --build-arg VERSION=$(PKG_VERSION) --build-arg WITH_MCP=$(WITH_MCP) \
 	  --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
 	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) .
 	@echo "built $(IMAGE):$(PKG_VERSION) with $(ENGINE)"

@@ -99,3 +99,66 @@ def test_gpuwaste_mcp_over_stdio(demo_state: Path) -> None:
 def test_mcp_command_refuses_a_missing_state_file(tmp_path: Path) -> None:
     ran = CliRunner().invoke(app, ["mcp", "--state", str(tmp_path / "none.db")])
     assert ran.exit_code == 2 and "no such state file" in ran.output
+
+
+def test_serve_mounts_the_mcp_server_over_http_behind_the_token(demo_state: Path) -> None:
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from gpuwaste.bootstrap import local
+    from gpuwaste.commands.serve import Server
+    from tests.servers.ports import free_port
+
+    # GIVEN `serve` over the demo recording and its state file, with the API token and an MCP port
+    sources = local.recording_sources(local.demo_recording(), GpuWasteConfig())
+    assert sources.recording is not None
+    cfg, _ = local.recording_config(GpuWasteConfig(), sources, config_given=False)
+    server = Server(
+        sources,
+        cfg,
+        cluster=sources.recording.cluster,
+        window_s=sources.recording.meta.window_s,
+        state=demo_state,
+        interval_s=3600,
+        fixed_time=sources.recording.end_time(),
+        api_token="tok-123",
+        mcp_port=0,
+    )
+    thread = threading.Thread(target=server.run, kwargs={"host": "127.0.0.1", "port": free_port()}, daemon=True)
+    thread.start()
+    try:
+        for _ in range(300):
+            if server.mcp_bound:
+                break
+            time.sleep(0.05)
+        assert server.mcp_bound, "the MCP listener did not start"
+        url = f"http://127.0.0.1:{server.mcp_bound}/mcp"
+        # WHEN a request comes without the token, THEN it is refused before the SDK sees it
+        req = urllib.request.Request(url, method="POST", data=b"{}", headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=10)
+        assert refused.value.code == 401
+
+        # WHEN the SDK's client connects with the token over Streamable HTTP
+        async def main() -> tuple[list[Any], Any]:
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": "Bearer tok-123"}) as http,
+                Client(streamable_http_client(url, http_client=http)) as client,
+            ):
+                tools = (await client.list_tools()).tools
+                return tools, await client.call_tool("list_findings", {"state": "open", "limit": 3})
+
+        tools, page = anyio.run(main)
+        # THEN it answers what the read functions answer
+        assert len(tools) == 4
+        reader = FindingsReader(demo_state, cfg)
+        assert page.structured_content["total"] == reader.list_findings(state="open").total
+    finally:
+        server.stopped.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()

@@ -140,7 +140,10 @@ def test_external_prometheus_scenario_pins_the_digest_and_mounts_the_api_token()
     spec = _one(docs, "Deployment")["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     assert container["image"] == "ghcr.io/example/gpuwaste@sha256:" + "0123456789abcdef" * 4
-    assert container["args"][-2:] == ["--api-token-file", "/var/run/secrets/gpuwaste/api-token"]
+    assert container["args"][3:] == ["--api-token-file", "/var/run/secrets/gpuwaste/api-token", "--mcp-port", "9403"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 9402, "mcp": 9403}
+    assert {p["name"]: p["targetPort"] for p in _one(docs, "Service")["spec"]["ports"]} == {"metrics": "metrics", "mcp": "mcp"}
+    assert {"port": "mcp", "protocol": "TCP"} in _one(docs, "NetworkPolicy")["spec"]["ingress"][0]["ports"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["api-token"]["secret"] == {
         "secretName": "gpuwaste-tokens",
@@ -198,9 +201,11 @@ def test_values_schema_refuses_bad_values(bad: dict[str, Any]) -> None:
         _render(bad)
 
 
-def test_sigv4_without_a_region_is_a_clear_render_error() -> None:
+def test_sigv4_without_a_region_and_mcp_without_the_api_are_clear_render_errors() -> None:
     with pytest.raises(helm.HelmError, match="sigv4Region"):
         _render({"prometheus": {"auth": {"kind": "sigv4"}}})
+    with pytest.raises(helm.HelmError, match="api.enabled"):
+        _render({"mcp": {"enabled": True}})
 
 
 def test_lint_fails_a_broken_chart(tmp_path: Path) -> None:

@@ -211,3 +211,14 @@ def test_mcp_command_without_the_sdk_names_the_extra(demo_state: Path, monkeypat
     ran = CliRunner().invoke(app, ["mcp", "--state", str(demo_state)])
     # THEN it exits 2 naming the extra
     assert ran.exit_code == 2 and "gpuwaste[mcp]" in ran.output
+
+
+def test_serve_mcp_port_needs_the_token_and_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.delenv("GPUWASTE_API_TOKEN", raising=False)
+    no_token = CliRunner().invoke(app, ["serve", "--mcp-port", "0", "--max-scans", "1"])
+    assert no_token.exit_code == 2 and "GPUWASTE_API_TOKEN" in no_token.output
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    no_sdk = CliRunner().invoke(app, ["serve", "--mcp-port", "0", "--max-scans", "1"], env={"GPUWASTE_API_TOKEN": "t"})
+    assert no_sdk.exit_code == 2 and "gpuwaste[mcp]" in no_sdk.output

@@ -14,6 +14,8 @@ same message as the API's 400/404 body. Nothing here writes the store or a clust
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,7 +27,7 @@ from gpuwaste.cli_support import DEFAULT_STATE, app, check_state_path, config_or
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-    from gpuwaste.commands.api import FindingsReader
+    from gpuwaste.commands.api import FindingsReader, RateLimiter
 
 #: The extra that brings the SDK.
 EXTRA_HINT = "the MCP server needs the official MCP SDK: pip install 'gpuwaste[mcp]' (or: pip install 'mcp>=2.3,<3')"
@@ -113,6 +115,104 @@ def build_server(reader: FindingsReader) -> MCPServer:
     return server
 
 
+#: Largest MCP request body over HTTP (bytes); a tool call is a few hundred.
+MAX_MCP_BODY_BYTES = 64 * 1024
+
+
+def http_app(reader: FindingsReader, token: str, limiter: RateLimiter | None = None) -> Any:
+    """The MCP server over Streamable HTTP at `/mcp` (stateless, JSON answers) as an ASGI application, behind the
+    read API's rules: `Authorization: Bearer <token>` (401), a body of at most `MAX_MCP_BODY_BYTES` (413) and the
+    per-address rate limit (429 with Retry-After). The SDK's DNS-rebinding check is off: the bearer token, which a
+    browser cannot add on its own, guards the endpoint, and in a pod the Host header is the Service's name.
+
+    Raises:
+        ModuleNotFoundError: the `mcp` SDK is not installed (the extra `gpuwaste[mcp]`).
+    """
+    import hmac
+    import json
+
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from gpuwaste.commands.api import RateLimiter
+
+    inner = build_server(reader).streamable_http_app(
+        streamable_http_path="/mcp",
+        stateless_http=True,
+        json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    bucket = limiter or RateLimiter()
+    expected = token.encode()
+
+    async def refuse(send: Any, code: int, message: str, *headers: tuple[bytes, bytes]) -> None:
+        body = json.dumps({"error": message, "status": code}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": code,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    *headers,
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await inner(scope, receive, send)  # lifespan: the SDK's session manager
+            return
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        wait = bucket.take(str((scope.get("client") or ("", 0))[0]))
+        if wait > 0:
+            await refuse(send, 429, "rate limit: slow down", (b"retry-after", str(max(1, round(wait + 0.5))).encode()))
+            return
+        scheme, _, value = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(value.strip(), expected):
+            await refuse(
+                send, 401, "send Authorization: Bearer <token>", (b"www-authenticate", b'Bearer realm="gpuwaste"')
+            )
+            return
+        length = headers.get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > MAX_MCP_BODY_BYTES:
+            await refuse(send, 413, f"a request body of at most {MAX_MCP_BODY_BYTES} bytes, with Content-Length")
+            return
+        await inner(scope, receive, send)
+
+    return application
+
+
+class McpHttpServer:
+    """`http_app` served by uvicorn on a thread of the `serve` process (`gpuwaste serve --mcp-port PORT`)."""
+
+    def __init__(self, app: Any, *, host: str, port: int) -> None:
+        import uvicorn
+
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", access_log=False)
+        )
+        self._thread = threading.Thread(target=self._server.run, name="gpuwaste-mcp", daemon=True)
+
+    def start(self, timeout_s: float = 15.0) -> int:
+        """Start listening; returns the port (0 picks a free one).
+
+        Raises:
+            OSError: the port cannot be bound (or the server did not start within `timeout_s`).
+        """
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise OSError("the MCP listener did not start (is the port free?)")
+            time.sleep(0.02)
+        return int(self._server.servers[0].sockets[0].getsockname()[1])
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=15)
+
+
 @app.command("mcp")
 def mcp_cmd(
     state: Annotated[
@@ -141,4 +241,4 @@ def mcp_cmd(
     server.run("stdio")
 
 
-__all__ = ["EXTRA_HINT", "build_server", "mcp_cmd"]
+__all__ = ["EXTRA_HINT", "MAX_MCP_BODY_BYTES", "McpHttpServer", "build_server", "http_app", "mcp_cmd"]
