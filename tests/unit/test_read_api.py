@@ -222,3 +222,20 @@ def test_serve_mcp_port_needs_the_token_and_the_sdk(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "mcp", None)
     no_sdk = CliRunner().invoke(app, ["serve", "--mcp-port", "0", "--max-scans", "1"], env={"GPUWASTE_API_TOKEN": "t"})
     assert no_sdk.exit_code == 2 and "gpuwaste[mcp]" in no_sdk.output
+
+
+def test_reads_close_the_state_file(demo_state: Path) -> None:
+    # GIVEN the reader WHEN each read function is called many times (as the API does per request)
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("no /proc/self/fd on this system")
+    reader = FindingsReader(demo_state, GpuWasteConfig())
+    fingerprint = reader.list_findings(limit=1).items[0].fingerprint
+    before = len(list(fds.iterdir()))
+    for _ in range(30):
+        reader.list_findings(limit=5)
+        reader.explain(fingerprint[:8])
+        reader.summary("1d")
+        reader.top_offenders("1d", 3)
+    # THEN no SQLite file stays open (a leak would add 30+ descriptors)
+    assert len(list(fds.iterdir())) - before < 5

@@ -37,6 +37,7 @@ from gpuwaste.models.notices import DailySummary, Offender
 if TYPE_CHECKING:
     from gpuwaste.services.summary import SummaryService
     from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.store.sqlite import SqliteFindingStore
 
 #: Largest page of `/api/v1/findings` (`limit`); the default page is `DEFAULT_LIMIT`.
 MAX_LIMIT = 500
@@ -195,11 +196,12 @@ class FindingsReader:
         finally:
             store.close()
 
-    def _summary_service(self) -> SummaryService:
+    def _summary_service(self, store: SqliteFindingStore | None = None) -> SummaryService:
+        """The summary service (its `team_of` routes teams; without `store` it has one that is never opened)."""
         from gpuwaste.services.summary import SummaryService
         from gpuwaste.store.sqlite import SqliteFindingStore
 
-        return SummaryService(store=SqliteFindingStore(self.state), settings=self.cfg.delivery, now=self.now)
+        return SummaryService(store=store or SqliteFindingStore(":memory:"), settings=self.cfg.delivery, now=self.now)
 
     def view(self, record: FindingRecord, team_of: Callable[[FindingRecord], str]) -> FindingView:
         """The record as the API shows it."""
@@ -306,21 +308,24 @@ class FindingsReader:
             text=text,
         )
 
-    def _period(self, period: str | None) -> tuple[datetime, datetime]:
-        span = parse_period(period)
-        service = self._summary_service()
-        end = (service.last_activity() if self.state.is_file() else None) or self.now()
-        return end - span, end + timedelta(seconds=1)
-
     def summary(self, period: str | None = None) -> DailySummary:
         """The waste summary of the `period` (default 1d) ending at the last scan (the same as `gpuwaste summary
         --since PERIOD`): totals by team, namespace, kind and cluster, trend, top offenders, savings."""
-        since, until = self._period(period)
+        span = parse_period(period)
         if not self.state.is_file():
             from gpuwaste.services.summary import summarize
 
-            return summarize([], since=since, until=until, team_of=lambda _: "unassigned")
-        return self._summary_service().build(since=since, until=until)
+            end = self.now()
+            return summarize([], since=end - span, until=end + timedelta(seconds=1), team_of=lambda _: "unassigned")
+        from gpuwaste.store.sqlite import SqliteFindingStore
+
+        store = SqliteFindingStore(self.state)
+        try:
+            service = self._summary_service(store)
+            end = service.last_activity() or self.now()
+            return service.build(since=end - span, until=end + timedelta(seconds=1))
+        finally:
+            store.close()
 
     def top_offenders(self, period: str | None = None, limit: int = 10) -> TopOffenders:
         """The costliest findings of the period (USD wasted in it), at most `limit` (1–50)."""
