@@ -239,3 +239,27 @@ def test_reads_close_the_state_file(demo_state: Path) -> None:
         reader.top_offenders("1d", 3)
     # THEN no SQLite file stays open (a leak would add 30+ descriptors)
     assert len(list(fds.iterdir())) - before < 5
+
+
+def test_a_write_to_the_store_is_seen_by_the_next_read(tmp_path: Path, demo_state: Path) -> None:
+    # GIVEN a copy of the demo's state file read once (records and a summary kept)
+    import shutil
+
+    state = tmp_path / "state.db"
+    shutil.copy(demo_state, state)
+    reader = FindingsReader(state, GpuWasteConfig())
+    first = reader.list_findings(limit=500)
+    summary = reader.summary("7d")
+    assert reader.list_findings(limit=500) == first and reader.summary("7d") is summary  # kept, not read again
+    # WHEN the scan side writes one more record (another connection, as serve's scan does)
+    store = SqliteFindingStore(state)
+    try:
+        record = store.get(first.items[0].fingerprint)
+        assert record is not None
+        assert store.put_new(record.model_copy(update={"fingerprint": "f" * 64, "namespace": "new-ns", "version": 0}))
+    finally:
+        store.close()
+    # THEN the next reads see it
+    again = reader.list_findings(limit=500)
+    assert again.total == first.total + 1 and reader.list_findings(namespace="new-ns").total == 1
+    assert reader.summary("7d") is not summary

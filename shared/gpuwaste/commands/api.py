@@ -1,7 +1,7 @@
 """The read API of `gpuwaste serve` (`/api/v1/…`) and the read functions it shares with the MCP server (`gpuwaste mcp`).
 
-Everything here only reads the SQLite lifecycle store that `serve` / `run` write (`FindingStore.history`, opened per
-call; the store is in WAL mode, so reads never block the scan that writes). Responses are the existing models dumped
+Everything here only reads the SQLite lifecycle store that `serve` / `run` write (`FindingStore.history`, read again
+when the file changes; the store is in WAL mode, so reads never block the scan that writes). Responses are the existing models dumped
 as JSON (`FindingRecord` fields, `Finding`, `DailySummary`); money stays a decimal string with its exact value, times
 are RFC 3339. `openapi_document()` builds the OpenAPI 3.1 document from the same models (committed as
 docs/openapi.json; tests/unit/test_read_api.py compares it).
@@ -169,7 +169,9 @@ def parse_period(text: str | None) -> timedelta:
 
 
 class FindingsReader:
-    """The read functions of the API and the MCP server, over one SQLite state file (opened per call).
+    """The read functions of the API and the MCP server, over one SQLite state file (opened per read, closed after;
+    its records and summaries are kept until the file or its WAL changes, so the requests between two scans do not
+    parse the whole history again). Thread-safe: `serve` answers requests on several threads.
 
     Args:
         state: the state file `gpuwaste serve` / `run` write (`serve.state`).
@@ -184,17 +186,42 @@ class FindingsReader:
     def __init__(self, state: Path, cfg: GpuWasteConfig, *, now: Callable[[], datetime] | None = None) -> None:
         self.state, self.cfg = state, cfg
         self.now = now or (lambda: datetime.now(UTC))
+        self._lock = threading.Lock()
+        self._cached: tuple[object, list[FindingRecord]] = (None, [])
+        self._summaries: dict[tuple[object, timedelta], DailySummary] = {}
+
+    def _signature(self) -> tuple[tuple[int, int, int] | None, ...]:
+        """What identifies the state file's content: (inode, mtime ns, size) of the file and of its WAL."""
+        parts: list[tuple[int, int, int] | None] = []
+        for path in (self.state, self.state.with_name(self.state.name + "-wal")):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                parts.append(None)
+                continue
+            parts.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        return tuple(parts)
 
     def _records(self) -> list[FindingRecord]:
+        """Every record of the store, read again only when the file or its WAL changed since the last read (the
+        signature is taken before reading, so a write during the read makes the next call read again)."""
         from gpuwaste.store.sqlite import SqliteFindingStore
 
         if not self.state.is_file():
             return []  # no scan has written the store yet
+        signature = self._signature()
+        with self._lock:
+            if signature == self._cached[0]:
+                return self._cached[1]
         store = SqliteFindingStore(self.state)
         try:
-            return store.history(since=_ALL_TIME[0], until=_ALL_TIME[1])
+            records = store.history(since=_ALL_TIME[0], until=_ALL_TIME[1])
         finally:
             store.close()
+        with self._lock:
+            self._cached = (signature, records)
+            self._summaries.clear()
+        return records
 
     def _summary_service(self, store: SqliteFindingStore | None = None) -> SummaryService:
         """The summary service (its `team_of` routes teams; without `store` it has one that is never opened)."""
@@ -319,13 +346,23 @@ class FindingsReader:
             return summarize([], since=end - span, until=end + timedelta(seconds=1), team_of=lambda _: "unassigned")
         from gpuwaste.store.sqlite import SqliteFindingStore
 
+        key = (self._signature(), span)
+        with self._lock:
+            cached = self._summaries.get(key)
+        if cached is not None:
+            return cached
         store = SqliteFindingStore(self.state)
         try:
             service = self._summary_service(store)
             end = service.last_activity() or self.now()
-            return service.build(since=end - span, until=end + timedelta(seconds=1))
+            summary = service.build(since=end - span, until=end + timedelta(seconds=1))
         finally:
             store.close()
+        with self._lock:
+            if len(self._summaries) >= 16:
+                self._summaries.clear()
+            self._summaries[key] = summary
+        return summary
 
     def top_offenders(self, period: str | None = None, limit: int = 10) -> TopOffenders:
         """The costliest findings of the period (USD wasted in it), at most `limit` (1–50)."""
@@ -446,18 +483,20 @@ class _Bucket:
 
 
 class RateLimiter:
-    """A token bucket per key (client address): `rate` per second, `burst` at most; at most `max_keys` remembered
-    (the oldest forgotten first)."""
+    """A token bucket per key (client address): `rate` per second, `burst` at most (default: the module's
+    `RATE_PER_S` / `RATE_BURST` when created); at most `max_keys` remembered (the oldest forgotten first)."""
 
     def __init__(
         self,
-        rate: float = RATE_PER_S,
-        burst: int = RATE_BURST,
+        rate: float | None = None,
+        burst: int | None = None,
         *,
         max_keys: int = 4096,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.rate, self.burst, self.max_keys, self.clock = rate, burst, max_keys, clock
+        self.rate = RATE_PER_S if rate is None else rate
+        self.burst = RATE_BURST if burst is None else burst
+        self.max_keys, self.clock = max_keys, clock
         self._buckets: dict[str, _Bucket] = {}
         self._lock = threading.Lock()
 
