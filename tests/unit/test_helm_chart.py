@@ -142,7 +142,10 @@ def test_external_prometheus_scenario_pins_the_digest_and_mounts_the_api_token()
     assert container["image"] == "ghcr.io/example/gpuwaste@sha256:" + "0123456789abcdef" * 4
     assert container["args"][3:] == ["--api-token-file", "/var/run/secrets/gpuwaste/api-token", "--mcp-port", "9403"]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 9402, "mcp": 9403}
-    assert {p["name"]: p["targetPort"] for p in _one(docs, "Service")["spec"]["ports"]} == {"metrics": "metrics", "mcp": "mcp"}
+    assert {p["name"]: p["targetPort"] for p in _one(docs, "Service")["spec"]["ports"]} == {
+        "metrics": "metrics",
+        "mcp": "mcp",
+    }
     assert {"port": "mcp", "protocol": "TCP"} in _one(docs, "NetworkPolicy")["spec"]["ingress"][0]["ports"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["api-token"]["secret"] == {
