@@ -36,7 +36,7 @@ from gpuwaste.models.notices import DailySummary, Offender
 
 if TYPE_CHECKING:
     from gpuwaste.services.summary import SummaryService
-    from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.store.sqlite import SqliteFindingStore
 
 #: Largest page of `/api/v1/findings` (`limit`); the default page is `DEFAULT_LIMIT`.
