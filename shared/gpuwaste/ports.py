@@ -212,6 +212,11 @@ class Notifier(Protocol):
         chart image when given and supported (`note` says why it is missing)."""
         ...
 
+    def set_time_left(self, time_left: Callable[[], float] | None) -> None:
+        """Bound the sink's in-process waits (a `Retry-After`) by `time_left()`, the caller's remaining seconds (a
+        Lambda's remaining time); None: unbounded. A sink that never waits ignores it."""
+        ...
+
 
 class RequestVerifier(Protocol):
     """Authenticates an inbound request from a chat service (e.g. Slack's request signatures)."""
