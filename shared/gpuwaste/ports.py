@@ -72,6 +72,12 @@ class AlertQueue(Protocol):
         """Send alerts in batches; raises RetryableError when the queue cannot take them."""
         ...
 
+    def after_sent(self, callback: Callable[[], object]) -> None:
+        """Run `callback` once the alerts handed over so far are really sent: at once for a queue that sends when
+        asked; when its batch is flushed for one that defers sends (`queue.batching.DeferredQueue`), so the finding
+        lifecycle clears a record's outbox only after its messages are out."""
+        ...
+
 
 class FindingStore(Protocol):
     """The finding lifecycle store (DynamoDB, SQLite); every write is conditional."""

@@ -30,3 +30,8 @@ class EnvelopeSender:
     def send_scan_requests(self, messages: Sequence[ScanRequest]) -> None:
         """`ScanRequestQueue.send_scan_requests`."""
         self.send(messages)
+
+    def after_sent(self, callback: Callable[[], object]) -> None:
+        """`AlertQueue.after_sent`: `send` has sent the messages already, so the callback runs now (a deferring
+        queue overrides this)."""
+        callback()

@@ -443,11 +443,7 @@ class LifecycleService:
 
             # a queue that sends a whole batch of records' outputs together (`queue.batching.DeferredQueue`)
             # clears the outbox only once the messages are out; any other queue has sent them already
-            after_sent = getattr(self.alerts, "after_sent", None)
-            if after_sent is not None:
-                after_sent(clear_outbox)
-            else:
-                clear_outbox()
+            self.alerts.after_sent(clear_outbox)
         if out.alerts or out.tickets:
             logger.info("lifecycle decided", extra={"fingerprint": record.fingerprint,
                                                     "actions": [a.action.value for a in out.alerts + out.tickets]})
