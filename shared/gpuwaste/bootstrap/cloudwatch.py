@@ -23,6 +23,7 @@ from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.messages import AlertAction
 from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.ports import FindingStore
+from gpuwaste.services.lifecycle import Outcome
 from gpuwaste.services.scan import ScanReport
 
 logger = logging.getLogger(__name__)
@@ -72,9 +73,9 @@ def record_scan(metrics: Metrics, report: ScanReport) -> None:
 
 
 @best_effort
-def record_lifecycle(metrics: Metrics, outcomes: Iterable[Any]) -> None:
+def record_lifecycle(metrics: Metrics, outcomes: Iterable[Outcome]) -> None:
     """dedupe_findings: FindingsOpened / FindingsResolved (alerts decided NEW / RESOLVED in the batch)."""
-    actions = [a.action for o in outcomes for a in getattr(o, "alerts", [])]
+    actions = [a.action for o in outcomes for a in o.alerts]
     metrics.add_metric(name="FindingsOpened", unit=MetricUnit.Count, value=actions.count(AlertAction.NEW))
     metrics.add_metric(name="FindingsResolved", unit=MetricUnit.Count, value=actions.count(AlertAction.RESOLVED))
 
