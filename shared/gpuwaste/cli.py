@@ -333,7 +333,7 @@ def main(
     out.width = stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 
 
-COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve")
+COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve", "mcp_server")
 
 
 def _load_commands() -> None:
@@ -356,4 +356,10 @@ def run() -> None:
     app()
 
 
-__all__ = ["app", "run", "timedelta"]
+def kubectl_run() -> None:
+    """Console-script entry point as a kubectl plugin (`kubectl-gpuwaste`): the same commands, with help naming
+    `kubectl gpuwaste`; the live commands use the current kube context (KUBECONFIG / ~/.kube/config) as kubectl does."""
+    app(prog_name="kubectl gpuwaste")
+
+
+__all__ = ["app", "kubectl_run", "run", "timedelta"]
