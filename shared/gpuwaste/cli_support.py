@@ -656,7 +656,9 @@ def warn_recording(sources: local.Sources, when: datetime, window_s: int, *, qui
     """Warn (stderr) when a recording carries no cluster state."""
     if sources.recording is None or quiet:
         return
-    if getattr(sources.cluster, "cluster_file", "") is None:
+    from gpuwaste.sources.recording import RecordingClusterSource
+
+    if isinstance(sources.cluster, RecordingClusterSource) and sources.cluster.cluster_file is None:
         err.print("[yellow]warning:[/] the recording has no cluster state (no cluster.json, no kube-state-metrics series): "
                   "GPUs cannot be tied to pods or "
                   "nodes; pass --cluster-json FILE (kubectl get pods,nodes -A -o json) to judge them.", highlight=False)
@@ -683,8 +685,9 @@ def check_recording(sources: local.Sources, when: datetime | None) -> str | None
     assert rec is not None
     rec.parsed(when)  # a bare scrape's samples are stamped at --at when given, else at the file's modification time
     if rec.dcgm_series() == 0:
-        cluster_file = getattr(sources.cluster, "cluster_file", None)
-        if cluster_file is None:
+        from gpuwaste.sources.recording import RecordingClusterSource
+
+        if not isinstance(sources.cluster, RecordingClusterSource) or sources.cluster.cluster_file is None:
             fail(f"no DCGM series found in {escape_markup(str(rec.telemetry_file))} (is it a dcgm-exporter scrape?). "
                  "Scrape dcgm-exporter's /metrics (curl http://NODE:9400/metrics) or record with `gpuwaste record`.")
     if rec.undated():

@@ -72,6 +72,12 @@ class AlertQueue(Protocol):
         """Send alerts in batches; raises RetryableError when the queue cannot take them."""
         ...
 
+    def after_sent(self, callback: Callable[[], object]) -> None:
+        """Run `callback` once the alerts handed over so far are really sent: at once for a queue that sends when
+        asked; when its batch is flushed for one that defers sends (`queue.batching.DeferredQueue`), so the finding
+        lifecycle clears a record's outbox only after its messages are out."""
+        ...
+
 
 class FindingStore(Protocol):
     """The finding lifecycle store (DynamoDB, SQLite); every write is conditional."""
@@ -210,6 +216,11 @@ class Notifier(Protocol):
     ) -> PostedMessage:
         """Post the daily summary to `channel` (sinks with their own destinations use their default one), with the
         chart image when given and supported (`note` says why it is missing)."""
+        ...
+
+    def set_time_left(self, time_left: Callable[[], float] | None) -> None:
+        """Bound the sink's in-process waits (a `Retry-After`) by `time_left()`, the caller's remaining seconds (a
+        Lambda's remaining time); None: unbounded. A sink that never waits ignores it."""
         ...
 
 

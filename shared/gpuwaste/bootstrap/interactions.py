@@ -11,7 +11,6 @@ more against the configuration document's `delivery.slack.request_max_age_s`, so
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cache
@@ -57,7 +56,7 @@ def request_verifier() -> SlackSignatureVerifier:
         pydantic.ValidationError: SLACK_REQUEST_MAX_AGE_S is not an integer in 1..300.
     """
     max_age_s = InteractionEnv().slack_request_max_age_s
-    arn = os.environ.get(delivery.SLACK_SECRET_ENV)
+    arn = pipeline.environment(pipeline.SecretArnEnvironment).slack_secret_arn
     if arn:
         return SlackSignatureVerifier(delivery._secret_field(arn, "signing_secret"), max_age_s=max_age_s)
     settings = pipeline.config().delivery
@@ -72,7 +71,8 @@ def replay_ledger() -> OnceLedger:
     Raises:
         ConfigError: FINDINGS_TABLE_NAME is not set.
     """
-    return DynamoDbOnceLedger(client=pipeline.client("dynamodb"), table_name=pipeline.env().require("findings_table_name"))
+    table = pipeline.environment(pipeline.DeliveryEnvironment).findings_table_name
+    return DynamoDbOnceLedger(client=pipeline.client("dynamodb"), table_name=table)
 
 
 def first_use(headers: Mapping[str, str]) -> bool:

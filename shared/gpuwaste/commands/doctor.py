@@ -23,28 +23,11 @@ from rich.text import Text
 
 from gpuwaste.cli_support import app, check_prometheus_url, fail, out, parse_time
 from gpuwaste.errors import GpuWasteError
+from gpuwaste.models.signals import Signal
 from gpuwaste.models.text import for_json
 
 if TYPE_CHECKING:
     from gpuwaste.detectors.registry import DetectorSpec
-
-
-class Signal(StrEnum):
-    """The DCGM field names doctor probes (the same values as `gpuwaste.models.telemetry.Signal`, kept here so
-    `gpuwaste --help` starts without the telemetry models)."""
-
-    SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
-    GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
-    GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
-    TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
-    DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
-    MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"
-    FB_USED = "DCGM_FI_DEV_FB_USED"
-    FB_FREE = "DCGM_FI_DEV_FB_FREE"
-    POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
-    POWER_LIMIT = "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"
-    POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
-    TOTAL_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 
 
 #: Exit codes of `gpuwaste doctor` (documented in docs/cli.md), so it can gate CI.

@@ -220,9 +220,8 @@ def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-un
             queue = service.store.delivery_queue("summary")
             queue.done([p.id for p in queue.pending()])  # the newest summary shown supersedes older pending ones
     finally:
-        close = getattr(service.store, "close", None)
-        if close is not None:
-            close()
+        if isinstance(service.store, SqliteFindingStore):
+            service.store.close()
 
 
 def _pending_line(result: local.ChainResult, why: list[str], *, kept: bool = True) -> str | None:

@@ -59,7 +59,6 @@ from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, 
 from gpuwaste.models.settings import DeliverySettings, LifecycleSettings
 from gpuwaste.ports import AlertQueue, Clock, FindingStore
 from gpuwaste.services.routing import snoozed_until
-from gpuwaste.services.store_ops import get_many, update_many
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +118,7 @@ class LifecycleService:
     # -- batches ---------------------------------------------------------------------------------------------
     def prefetch(self, fingerprints: list[str]) -> None:
         """Read the records of a batch's findings in one batch read (instead of one read per finding)."""
-        found = get_many(self.store, fingerprints)
+        found = self.store.get_many(fingerprints)
         self._prefetched = {fp: found.get(fp) for fp in fingerprints}
         self._handed = {}
 
@@ -135,7 +134,7 @@ class LifecycleService:
             if r.fingerprint not in latest or r.version > latest[r.fingerprint].version:
                 latest[r.fingerprint] = r
         records = list(latest.values())
-        outcomes = update_many(self.store, [(_cleared(r), r.version) for r in records])
+        outcomes = self.store.update_many([(_cleared(r), r.version) for r in records])
         return sum(ok or self._clear_again(r) for ok, r in zip(outcomes, records, strict=True))
 
     def _clear_again(self, sent: FindingRecord) -> bool:
@@ -349,7 +348,7 @@ class LifecycleService:
         missing = [fp for fp in self.store.open_fingerprints(cluster) if fp not in seen]
         for k in range(0, len(missing), MISSED_CHUNK):
             chunk = missing[k:k + MISSED_CHUNK]
-            found = get_many(self.store, chunk)
+            found = self.store.get_many(chunk)
             yield from (found[fp] for fp in chunk if fp in found)
 
     def _miss(self, candidate: FindingRecord, message: ScanCompleted) -> Outcome:
@@ -444,11 +443,7 @@ class LifecycleService:
 
             # a queue that sends a whole batch of records' outputs together (`queue.batching.DeferredQueue`)
             # clears the outbox only once the messages are out; any other queue has sent them already
-            after_sent = getattr(self.alerts, "after_sent", None)
-            if after_sent is not None:
-                after_sent(clear_outbox)
-            else:
-                clear_outbox()
+            self.alerts.after_sent(clear_outbox)
         if out.alerts or out.tickets:
             logger.info("lifecycle decided", extra={"fingerprint": record.fingerprint,
                                                     "actions": [a.action.value for a in out.alerts + out.tickets]})

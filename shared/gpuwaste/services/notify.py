@@ -46,7 +46,6 @@ from gpuwaste.models.notices import (
 from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.ports import FindingStore, Notifier
 from gpuwaste.services.routing import links_for, route_for, snoozed_until
-from gpuwaste.services.store_ops import get_many, update_many
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +145,7 @@ def record_deliveries(store: FindingStore | None, entries: Sequence[tuple[str, s
     try:
         hinted = known or {}
         unknown = [fp for fp, _, _ in entries if hinted.get(fp) is None]
-        records = {**{fp: r for fp, r in hinted.items() if r is not None}, **(get_many(store, unknown) if unknown else {})}
+        records = {**{fp: r for fp, r in hinted.items() if r is not None}, **(store.get_many(unknown) if unknown else {})}
         updates, pending = [], []
         for fp, key, changes in entries:
             record = records.get(fp)
@@ -154,7 +153,7 @@ def record_deliveries(store: FindingStore | None, entries: Sequence[tuple[str, s
                 continue
             updates.append((_recorded(record, key, changes), record.version))
             pending.append((fp, key, changes))
-        outcomes = update_many(store, updates)
+        outcomes = store.update_many(updates)
     except StoreError:
         outcomes, pending = [], list(entries)
     for ok, (fp, key, changes) in zip(outcomes + [False] * (len(pending) - len(outcomes)), pending, strict=True):
@@ -360,7 +359,7 @@ class NotifyService:
         if self.time_left is not None and self.time_left() < DEFER_RESERVE_S:
             raise DeliveryError(f"deferred: {self.time_left():.0f} s left in this invocation; the queue retries it")
         now = self.now()
-        known = get_many(self.store, [a.fingerprint for a in alerts]) if self.store is not None else {}
+        known = self.store.get_many([a.fingerprint for a in alerts]) if self.store is not None else {}
         told: list[tuple[AlertMessage, FindingRecord | None]] = []
         for alert in alerts:
             record = known.get(alert.fingerprint)
@@ -492,7 +491,7 @@ class NotifyService:
             return [record]
         found = []
         if ref.carries:  # the digest's findings, by key (O(its size), whatever the fleet's size)
-            candidates = list(get_many(self.store, [fp for fp in ref.carries if fp != record.fingerprint]).values())
+            candidates = list(self.store.get_many([fp for fp in ref.carries if fp != record.fingerprint]).values())
         else:  # a reference stored before `carries`: the history since its first sighting, as before
             candidates = self.store.history(since=record.first_seen - timedelta(days=1), until=self.now())
         for r in candidates:

@@ -15,9 +15,9 @@ from typing import Any
 
 from gpuwaste.allocation import mix_text
 from gpuwaste.allocation.physical import physical_gpu_count
-from gpuwaste.detectors import DetectorSettings, NoVerdict, build_context, run_detectors
+from gpuwaste.detectors import DetectorSettings, NoVerdict, run_detectors
 from gpuwaste.errors import ConfigError
-from gpuwaste.join import ScanContext
+from gpuwaste.join import ScanContext, join
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.collector import PAUSED_COLLECTOR
 from gpuwaste.models.findings import Episode, Finding
@@ -301,7 +301,7 @@ class ScanService:
         cluster, telemetry = self._read(at, timings)
         t2 = time.perf_counter()
         self._progress("detecting")
-        ctx = build_context(cluster, telemetry, self.settings.common,
+        ctx = join(cluster, telemetry, self.settings.common,
                             power_limits_w=power_limits_w(g.model_name for g in telemetry.gpus))
         result = run_detectors(ctx, self.settings.by_name(), self.settings.enabled)
         findings = merge_replicas(list(result.findings))

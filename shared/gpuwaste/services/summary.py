@@ -215,7 +215,7 @@ class SummaryService:
         already: list[str] = []
         errors: list[Exception] = []
         for notifier in self.notifiers:
-            sink = str(getattr(notifier, "name", "?"))
+            sink = notifier.name
             key = f"summary#{day.isoformat()}#{sink}#{channel}"
             if self.ledger is not None:
                 claim = self.ledger.claim(key, now=until, hold_until=until + SUMMARY_HOLD, keep_until=until + SUMMARY_KEEP)

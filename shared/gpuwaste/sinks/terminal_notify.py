@@ -52,6 +52,9 @@ class TerminalNotifier:
     threads = True
     edits = True
 
+    def set_time_left(self, time_left: Callable[[], float] | None) -> None:
+        """The terminal never waits: nothing to bound."""
+
     def __init__(self, console: Console | None = None, *, now: datetime | None = None) -> None:
         self.console = console or Console()
         self._now = now
