@@ -281,3 +281,28 @@ def test_slack_details_reply_has_evidence_formula_and_price_source() -> None:
     assert "/GPU-h ×" in text and f"= ${f.usd_per_day:,.2f}/day" in text
     assert "Price: Karpenter's AWS on-demand price table, 2026-07-20 (https://github.com/aws/karpenter-provider-aws)" in text
     assert "What to do:" in text and f"gpuwaste explain {f.fingerprint[:6]}" in text
+
+
+def test_slack_digest_lines_carry_the_configured_grafana_and_prometheus_links_only_when_configured() -> None:
+    # GIVEN three findings, with the Grafana and Prometheus links of a config that sets them, and without
+    findings = _fifteen()[:3]
+    links = GpuWasteConfig.model_validate({"delivery": {"links": {
+        "grafana": "https://grafana.example/d/gpuwaste?var-namespace={namespace}&var-workload={workload}",
+        "prometheus": "https://prom.example/graph?g0.expr=gpuwaste_waste_usd_per_day%7Bnamespace%3D%22{namespace}%22%7D"}}})
+    from gpuwaste.services.routing import links_for
+
+    linked = tuple(_item(f).model_copy(update={"links": links_for(f, links.delivery)}) for f in findings)
+    plain = tuple(_item(f).model_copy(update={"links": links_for(f, GpuWasteConfig().delivery)}) for f in findings)
+    # WHEN each digest is rendered
+    (with_links,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=linked, scan_id="s"))
+    (without,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=plain, scan_id="s"))
+    # THEN every finding's line links its own workload in Grafana and Prometheus, as whole mrkdwn links
+    lines = [line for b in with_links.blocks if b["type"] == "section" for line in b["text"]["text"].splitlines()]
+    for f in findings:
+        (line,) = [ln for ln in lines if f"/{f.subject.workload_name}" in ln or f"node {f.subject.node}" in ln]
+        assert "|Grafana>" in line and "|Prometheus>" in line, line
+        if f.subject.workload_name:
+            assert f"var-workload={f.subject.workload_name}|Grafana>" in line.replace("&amp;", "&")
+    assert violations(with_links.blocks) == []
+    # AND without configured URLs no link and no empty label appear
+    assert "Grafana" not in _texts(without.blocks) and "Prometheus" not in _texts(without.blocks)

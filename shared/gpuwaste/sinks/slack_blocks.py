@@ -393,7 +393,11 @@ def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str
                                                        if item.saved_usd_per_day is not None else ""))
     if short_id:
         parts.append(f"`{item.fingerprint[:6]}`")
-    return truncate(" · ".join(parts), MAX_TAIL_LINE)
+    line = " · ".join(parts)
+    # the configured Prometheus/Grafana links (delivery.links), whole or not at all: a cut link would not work
+    if item.links and len(line) + 3 + len(links := _links(item)) <= MAX_TAIL_LINE:
+        line += " · " + links
+    return truncate(line, MAX_TAIL_LINE)
 
 
 def kind_label_short(finding: Finding) -> str:
