@@ -147,6 +147,20 @@ def scan(
             hint = f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""
             fail(escape_markup(str(exc)) + hint)
         when = when or datetime.now(tz=UTC).replace(microsecond=0)
+        # `explain` scans the same Prometheus at the same time and window again: the same finding, the same ID
+        url = cc.prometheus.url if cc.prometheus is not None else (prometheus or "")
+        again = [f"--prometheus {shlex.quote(url)}", f"--at {when:%Y-%m-%dT%H:%M:%SZ}"]
+        if window_s is not None:
+            again.append(f"-w {window_s}s")
+        if cluster_file is not None:
+            again.append(f"--cluster-json {shlex.quote(str(cluster_file))}")
+        elif context:
+            again.append(f"--context {shlex.quote(context)}")
+        if config is not None:
+            again.append(f"--config {shlex.quote(str(config))}")
+        if cluster:  # the cluster is part of a finding's ID
+            again.append(f"--cluster {shlex.quote(cluster)}")
+        source_hint = " ".join(again)
     service = local.scan_service(sources, cfg, window_s=window_s, progress=progress)
     view = View(namespaces=tuple(namespace or ()), teams=tuple(team or ()), kinds=tuple(kind or ()), sort=sort, top=top,
                 group_by=group_by, verbose=verbose or VERBOSE.on, source=source_hint)

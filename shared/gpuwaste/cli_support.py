@@ -548,8 +548,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     hidden = len(chosen) - len(findings)
     if hidden:
         out.print(Text(f"{hidden} finding(s) under ${min_usd:g}/day hidden by --min-usd", style="dim"))
-    if shown and not quiet and view.source:  # a live scan keeps no finding `explain` could read again: no hint
-        out.print(Text(f"why: gpuwaste explain ID {view.source}", style="dim"))
+    if shown and not quiet and view.source:  # one line, never folded: a command to copy
+        out.print(Text(f"why: gpuwaste explain ID {view.source}", style="dim"), soft_wrap=True)
     key = {GroupBy.team: team, GroupBy.namespace: lambda f: f.subject.namespace or "(node)",
            GroupBy.kind: lambda f: kind_label(f.kind)}[view.group_by]
     terminal.print_rollup(out, waste, key=key, by=view.group_by.value, window_s=report.window_s)
