@@ -56,6 +56,25 @@ if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydan
     from gpuwaste.services.scan import ScanReport
 
 
+#: How far back a live scan without DCGM telemetry looks for any DCGM series (s): none → "not scraped at all".
+NEWEST_DCGM_LOOKBACK_S = 7 * 86400
+
+
+def _newest_dcgm_sample(telemetry, when: datetime) -> tuple[bool, datetime | None]:  # type: ignore[no-untyped-def]
+    """Whether the source could tell, and the newest sample of any DCGM field in the `NEWEST_DCGM_LOOKBACK_S` before
+    `when` (None: there is none). One series per step (the count of DCGM series, at 10-minute steps)."""
+    query = getattr(telemetry, "instant_query", None)
+    if query is None:
+        return False, None
+    promql = (f'max(max_over_time(timestamp(count({{__name__=~"DCGM_FI_.*|dcgm_fi_.*"}}))'
+              f"[{NEWEST_DCGM_LOOKBACK_S}s:10m]))")
+    try:
+        result = query(promql, at=when, what="newest DCGM sample")
+    except GpuWasteError:
+        return False, None
+    return True, (datetime.fromtimestamp(float(result[0]["value"][1]), tz=UTC) if result else None)
+
+
 @app.command()
 def scan(
     recording: Annotated[Path | None, typer.Option("--recording", "-r", help="Scan a recording (directory from `gpuwaste record`, an exposition file, or a Prometheus /api/v1/query(_range) JSON answer).")] = None,
@@ -166,10 +185,19 @@ def scan(
                 group_by=group_by, verbose=verbose or VERBOSE.on, source=source_hint)
     report = run_scan(service, when, output, min_usd, quiet, wide=wide, dated=dated, view=view, config=cfg)
     if recording is None and not any(m.startswith("DCGM_") for m in report.inventory.metrics_present):
-        err.print(f"no DCGM telemetry in Prometheus for the {(window_s or cfg.scan.window_s) // 60} min ending "
-                  f"{when:%Y-%m-%d %H:%M} UTC: no GPU was judged, so $0 is not an all-clear. Check that dcgm-exporter is "
-                  "scraped by this Prometheus (`gpuwaste doctor --prometheus URL`), or pass an --at inside the data.",
-                  style="red", highlight=False, soft_wrap=True, markup=False)
+        known, newest = _newest_dcgm_sample(sources.telemetry, when)
+        span = f"the {(window_s or cfg.scan.window_s) // 60} min ending {when:%Y-%m-%d %H:%M} UTC"
+        if known and newest is None:
+            text = (f"no DCGM telemetry: dcgm-exporter is not scraped by this Prometheus at all (no DCGM series in the "
+                    f"{NEWEST_DCGM_LOOKBACK_S // 86400} days before {when:%Y-%m-%d %H:%M} UTC), so no GPU was judged and "
+                    "$0 is not an all-clear. Deploy dcgm-exporter (the NVIDIA GPU Operator runs it) and have this "
+                    "Prometheus scrape it; `gpuwaste doctor --prometheus URL` says how.")
+        else:
+            seen = f"The newest DCGM sample is at {newest:%Y-%m-%d %H:%M} UTC: " if newest is not None else ""
+            text = (f"no DCGM telemetry in Prometheus for {span}: no GPU was judged, so $0 is not an all-clear. {seen}"
+                    "pass an --at inside the data, or, if dcgm-exporter stopped being scraped, check its pods and "
+                    "Prometheus's /targets page (`gpuwaste doctor --prometheus URL`).")
+        err.print(text, style="red", highlight=False, soft_wrap=True, markup=False)
         raise typer.Exit(EXIT_NO_TELEMETRY)
     if truth_doc is not None:
         _print_truth(report, truth_doc, to=out if output is Output.table else err)
