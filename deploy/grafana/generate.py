@@ -51,7 +51,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from gpuwaste.detectors.allocation import IdleSettings
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.telemetry import Signal, exported_names
-from gpuwaste.people import kind_heading, kind_label
+from gpuwaste.people import PROBLEM_LABELS, kind_heading, kind_label
 
 UID = "gpuwaste"
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -70,22 +70,7 @@ CLUSTER_SEL = 'cluster=~"$cluster"'
 GOOD, WATCH, BAD = "green", "orange", "red"
 
 #: Data-quality problems (the `problem` label of gpuwaste_data_quality_problems) as people read them.
-PROBLEM_NAMES: dict[str, str] = {
-    "no_telemetry": "no telemetry",
-    "stale_series": "stale series",
-    "frozen_exporter": "frozen exporter",
-    "partial_coverage": "telemetry with gaps",
-    "unmonitored_gpus": "GPUs not monitored",
-    "no_activity_signal": "no activity signal",
-    "lost_device": "GPU lost",
-    "unreadable_samples": "unreadable samples",
-    "allocated_without_telemetry": "allocated, no telemetry",
-    "attribution_missing": "no pod attribution",
-    "unknown_gpu_resource": "unknown GPU resource",
-    "profiling_counter_broken": "profiling counter broken",
-    "activity_signals_disagree": "activity signals disagree",
-    "unknown": "unknown problem",
-}
+PROBLEM_NAMES: dict[str, str] = dict(PROBLEM_LABELS)
 #: gpuwaste_scan_errors_total's `source` label as people read it
 SOURCE_NAMES: dict[str, str] = {"prometheus": "Prometheus", "kubernetes": "Kubernetes API", "store": "state store",
                                 "delivery": "delivery (Slack, Jira, Teams)", "config": "configuration", "other": "other"}

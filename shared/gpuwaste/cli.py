@@ -246,6 +246,7 @@ def demo(
     output: Annotated[Output, typer.Option("--output", "-o", help=OUTPUT_HELP)] = Output.table,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the alerts, ticket lines and the ground-truth check: no scan tables, Slack previews or summary.")] = False,
     state: Annotated[Path | None, typer.Option("--state", help="Keep the demo's state file here (with its 30 days of history), e.g. for `gpuwaste summary --state FILE -o html --open`.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print what the scan saw and why some pods got no verdict (grouped by cause).")] = False,
 ) -> None:
     """Run the whole local pipeline on the bundled demo fleet (no setup): scan → price → dedupe → alerts,
     with a temporary SQLite store holding 30 days of generated history (so the summary has a trend), and check the
@@ -256,6 +257,7 @@ def demo(
     from gpuwaste.commands.run import run_local_chain
     from gpuwaste.settings import GpuWasteConfig
 
+    VERBOSE.on = VERBOSE.on or verbose
     path = local.demo_recording()
     sources = local.recording_sources(path, GpuWasteConfig())
     assert sources.recording is not None

@@ -524,9 +524,11 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
                 reason = re.sub(r"\s*\((scan with --window|needs \d+ day)[^)]*\)", "", reason)
             subjects.setdefault(reason, set()).add(nv.subject)  # count subjects (pods, nodes), not detectors
         every = set().union(*subjects.values())
-        if view.verbose:
-            terminal.print_fitted(out, "no verdict: " + "; ".join(f"{len(v)}× {r}" for r, v in sorted(subjects.items())),
-                                  style="dim")
+        if view.verbose:  # the reasons grouped by cause, the most common first, one per line
+            what = "1 pod/node" if len(every) == 1 else f"{len(every)} pods/nodes"
+            out.print(Text(f"no verdict on {what}, by cause:", style="dim"))
+            for r, v in sorted(subjects.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+                terminal.print_fitted(out, f"{len(v):3d}× {r}", first="  ", indent="        ", style="dim")
         else:
             out.print(Text(f"no verdict on {len(every)} pods/nodes (-v says why)" if len(every) != 1
                            else "no verdict on 1 pod/node (-v says why)", style="dim"))

@@ -16,6 +16,7 @@ from gpuwaste.cli_support import (
     DEFAULT_STATE,
     KUBE_HINT,
     SOURCE_ERRORS,
+    VERBOSE,
     Output,
     View,
     app,
@@ -282,7 +283,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
 
     table = output is Output.table
     explain_args = explain_source(state if state_kept else None, recording)
-    view = View(source=explain_args.strip() or None)
+    view = View(source=explain_args.strip() or None, verbose=VERBOSE.on)  # -v (global or the command's)
 
     def on_scan(report):  # type: ignore[no-untyped-def]
         if table and not quiet:
@@ -373,9 +374,12 @@ def run_cmd(
     summary: Annotated[bool, typer.Option("--summary/--no-summary", help="Print the daily summary of the state file after the scans.")] = True,
     wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
     state_wait: Annotated[float, typer.Option("--state-wait", min=0, metavar="<s>", help="Seconds to wait for another `gpuwaste run` on the same --state to finish (one run per state file), then exit 3.")] = 120.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print what each scan saw and why some pods got no verdict (grouped by cause).")] = False,
 ) -> None:
     """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
     from gpuwaste.bootstrap import local
+
+    VERBOSE.on = VERBOSE.on or verbose
 
     cfg = config_or_exit(config)
     check_state_path(state or DEFAULT_STATE)
