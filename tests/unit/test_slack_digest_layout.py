@@ -109,7 +109,7 @@ def _fifteen() -> list[Finding]:
     return picked[:15]
 
 
-def test_slack_digest_of_15_findings_fits_2000_characters_with_visible_buttons() -> None:
+def test_slack_digest_of_15_findings_fits_2000_characters_with_folded_menus() -> None:
     # GIVEN 15 real-shaped findings of five kinds (node capacity among them), several namespaces
     findings = _fifteen()
     items = tuple(_item(f, hours=2 + k) for k, f in enumerate(findings))
@@ -132,28 +132,27 @@ def test_slack_digest_of_15_findings_fits_2000_characters_with_visible_buttons()
     # AND the evidence, formula and price source are not inline (they are behind Details)
     text = _texts(blocks)
     assert "GPU-h" not in text and "karpenter" not in text.lower() and "DCGM" not in text
-    # AND every finding has its own visible buttons: snooze, expected, ticket, details — no menu hides them
-    actions = [b for b in blocks if b["type"] == "actions"]
-    assert len(actions) == 15
-    for b, item in zip(actions, sorted(items, key=lambda i: i.fingerprint), strict=False):
-        del item
-        assert [e["type"] for e in b["elements"]] == ["button"] * 4
-        assert [e["text"]["text"] for e in b["elements"]] == ["Snooze 7d", "Expected", "Ticket", "Details"]
-    assert not any(e.get("type") in ("overflow", "static_select") for b in blocks
-                   for e in [*b.get("elements", []), b.get("accessory") or {}])
-    assert {e["value"].split("|")[1] for b in actions for e in b["elements"]} == {i.fingerprint for i in items}
+    # AND every finding's actions are folded into one overflow menu beside its line (snooze, expected, ticket,
+    # details): one block per finding, so the text outweighs the controls
+    assert not any(b["type"] == "actions" for b in blocks)
+    menus = [b["accessory"] for b in blocks if b.get("accessory", {}).get("type") == "overflow"]
+    assert len(menus) == 15
+    for menu in menus:
+        assert [o["text"]["text"] for o in menu["options"]] == ["Snooze 7 days", "Expected", "Create ticket", "Details"]
+    assert {o["value"].split("|")[1] for m in menus for o in m["options"]} == {i.fingerprint for i in items}
+    assert sum(len(b["text"]["text"]) for b in blocks if b["type"] == "section") > 10 * len(menus)
 
 
-def test_slack_digest_buttons_are_read_back_by_the_interactions_endpoint() -> None:
+def test_slack_digest_menus_are_read_back_by_the_interactions_endpoint() -> None:
     # GIVEN a rendered digest's buttons
     items = tuple(_item(f) for f in _fifteen()[:3])
     (payload,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items))
-    buttons = [e for b in payload.blocks if b["type"] == "actions" for e in b["elements"]]
-    # WHEN each is clicked (Slack's block_actions form post)
+    menus = [b["accessory"] for b in payload.blocks if b.get("accessory", {}).get("type") == "overflow"]
+    # WHEN each option is chosen (Slack's block_actions form post for an overflow menu: the selected option)
     read = []
-    for button in buttons:
+    for menu, option in ((m, o) for m in menus for o in m["options"]):
         body = {"type": "block_actions", "user": {"id": "U1"}, "channel": {"id": "C1"}, "message": {"ts": "1.2"},
-                "actions": [{"action_id": button["action_id"], "type": "button", "value": button["value"]}]}
+                "actions": [{"action_id": menu["action_id"], "type": "overflow", "selected_option": option}]}
         request = read_request(urlencode({"payload": json.dumps(body)}).encode())
         assert request.action is not None
         read.append((request.action.action, request.action.fingerprint))
@@ -175,8 +174,8 @@ def test_slack_digest_of_500_findings_splits_into_valid_messages() -> None:
         assert blocks_text_chars(p.blocks) <= MESSAGE_TEXT_BUDGET
     carried = [fp for p in payloads for fp in p.fingerprints]
     assert sorted(carried) == sorted(f.fingerprint for f in findings)
-    # AND the costliest have buttons, the rest are compact lines with their short ID for `gpuwaste explain`
-    assert any(b["type"] == "actions" for b in payloads[0].blocks)
+    # AND the costliest have their menus, the rest are compact lines with their short ID for `gpuwaste explain`
+    assert any(b.get("accessory", {}).get("type") == "overflow" for b in payloads[0].blocks)
     assert f"`{findings[-1].fingerprint[:6]}`" in _texts([b for p in payloads for b in p.blocks])
 
 
