@@ -245,8 +245,8 @@ def build() -> Dashboard:
                           "day; no workload label). Savings are always green.", _thresholds(GOOD), color=SAVINGS_COLOR))
         .with_panel(_stat("Budget headroom (USD/day)",
                           f"sum(max by (team) (gpuwaste_team_budget_usd_per_day{{{BUDGET_SEL}}}))\n"
-                          f"  - sum(sum by (team) (gpuwaste_waste_usd_per_day{{{WASTE_SEL}}})\n"
-                          f"      and on (team) max by (team) (gpuwaste_team_budget_usd_per_day{{{BUDGET_SEL}}}))",
+                          f"  - (sum(sum by (team) (gpuwaste_waste_usd_per_day{{{WASTE_SEL}}})\n"
+                          f"      and on (team) max by (team) (gpuwaste_team_budget_usd_per_day{{{BUDGET_SEL}}})) or vector(0))",
                           "currencyUSD", "The selected teams' waste budgets minus their open waste, in USD/day (teams "
                                          "with a budget only). Red below $0: over budget.",
                           _thresholds(BAD, (0, GOOD))))
