@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local, local_delivery
 from gpuwaste.cli import app
-from gpuwaste.settings import load_config
+from gpuwaste.config import load_config
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.servers.jira_api import FakeJira
 from tests.servers.slack_api import FakeSlack
