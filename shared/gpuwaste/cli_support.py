@@ -525,9 +525,11 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
                 reason = re.sub(r"\s*\((scan with --window|needs \d+ day)[^)]*\)", "", reason)
             subjects.setdefault(reason, set()).add(nv.subject)  # count subjects (pods, nodes), not detectors
         every = set().union(*subjects.values())
-        if view.verbose:
-            terminal.print_fitted(out, "no verdict: " + "; ".join(f"{len(v)}× {r}" for r, v in sorted(subjects.items())),
-                                  style="dim")
+        if view.verbose:  # the reasons grouped by cause, the most common first, one per line
+            what = "1 pod/node" if len(every) == 1 else f"{len(every)} pods/nodes"
+            out.print(Text(f"no verdict on {what}, by cause:", style="dim"))
+            for r, v in sorted(subjects.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+                terminal.print_fitted(out, f"{len(v):3d}× {r}", first="  ", indent="        ", style="dim")
         else:
             out.print(Text(f"no verdict on {len(every)} pods/nodes (-v says why)" if len(every) != 1
                            else "no verdict on 1 pod/node (-v says why)", style="dim"))
@@ -549,8 +551,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     hidden = len(chosen) - len(findings)
     if hidden:
         out.print(Text(f"{hidden} finding(s) under ${min_usd:g}/day hidden by --min-usd", style="dim"))
-    if shown and not quiet and view.source:  # a live scan keeps no finding `explain` could read again: no hint
-        out.print(Text(f"why: gpuwaste explain ID {view.source}", style="dim"))
+    if shown and not quiet and view.source:  # one line, never folded: a command to copy
+        out.print(Text(f"why: gpuwaste explain ID {view.source}", style="dim"), soft_wrap=True)
     key = {GroupBy.team: team, GroupBy.namespace: lambda f: f.subject.namespace or "(node)",
            GroupBy.kind: lambda f: kind_label(f.kind)}[view.group_by]
     terminal.print_rollup(out, waste, key=key, by=view.group_by.value, window_s=report.window_s)

@@ -32,6 +32,7 @@ a section needs ``text`` or ``fields``     ``invalid_blocks``
 actions: at most 25 elements               ``invalid_blocks``
 button text (plain_text) at most 75        ``invalid_blocks``
 button ``value`` 2000, ``action_id`` 255   ``invalid_blocks``
+overflow 2–5 options, text 75, value 150   ``invalid_blocks``
 ``block_id`` at most 255 characters        ``invalid_blocks``
 top-level ``text`` at most 40000 chars     ``msg_too_long`` (Slack's error for an over-long text)
 ========================================  =====================================================
@@ -68,6 +69,9 @@ MAX_TEXT = 40000
 MAX_ACTION_ELEMENTS = 25
 MAX_BUTTON_TEXT = 75
 MAX_BUTTON_VALUE = 2000
+MIN_OVERFLOW_OPTIONS, MAX_OVERFLOW_OPTIONS = 2, 5
+MAX_OPTION_TEXT = 75
+MAX_OPTION_VALUE = 150
 MAX_ID = 255
 BLOCKS_TEXT_LIMIT = 11_300
 
@@ -529,6 +533,24 @@ def _message_error(params: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _overflow_error(element: Mapping[str, Any], where: str) -> dict[str, Any] | None:
+    """Slack's error for an overflow menu outside its documented limits (2–5 options, option text 75 and value 150
+    characters, action_id 255), or ``None``."""
+    options = element.get("options")
+    if not isinstance(options, list) or not MIN_OVERFLOW_OPTIONS <= len(options) <= MAX_OVERFLOW_OPTIONS:
+        return _invalid_blocks(f"must provide {MIN_OVERFLOW_OPTIONS} to {MAX_OVERFLOW_OPTIONS} options", f"{where}/options")
+    if len(str(element.get("action_id", ""))) > MAX_ID:
+        return _invalid_blocks(f"must be less than {MAX_ID + 1} characters", f"{where}/action_id")
+    for number, option in enumerate(options):
+        text = (option or {}).get("text") or {}
+        if text.get("type") != "plain_text" or len(str(text.get("text", ""))) > MAX_OPTION_TEXT:
+            return _invalid_blocks(f"must be a plain_text of at most {MAX_OPTION_TEXT} characters",
+                                   f"{where}/options/{number}/text")
+        if len(str((option or {}).get("value", ""))) > MAX_OPTION_VALUE:
+            return _invalid_blocks(f"must be less than {MAX_OPTION_VALUE + 1} characters", f"{where}/options/{number}/value")
+    return None
+
+
 def _block_error(block: Any, pointer: str) -> dict[str, Any] | None:
     if not isinstance(block, dict) or "type" not in block:
         return _invalid_blocks("missing required field: type", pointer)
@@ -566,6 +588,10 @@ def _block_error(block: Any, pointer: str) -> dict[str, Any] | None:
                 return _invalid_blocks("must be a text object", f"{pointer}/text")
             if len(str(text.get("text", ""))) > MAX_SECTION_TEXT:
                 return _invalid_blocks(f"must be less than {MAX_SECTION_TEXT + 1} characters", f"{pointer}/text/text")
+        accessory = block.get("accessory")
+        if (isinstance(accessory, dict) and accessory.get("type") == "overflow"
+                and (error := _overflow_error(accessory, f"{pointer}/accessory"))):
+            return error
         if fields:
             if len(fields) > MAX_SECTION_FIELDS:
                 return _invalid_blocks(f"no more than {MAX_SECTION_FIELDS} items allowed", f"{pointer}/fields")

@@ -16,6 +16,7 @@ from gpuwaste.cli_support import (
     DEFAULT_STATE,
     KUBE_HINT,
     SOURCE_ERRORS,
+    VERBOSE,
     Output,
     View,
     app,
@@ -162,6 +163,7 @@ def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore
             return [(r, exc) for r in requests]
         assert service is not None
         failed: list[tuple[AlertMessage, Exception]] = []
+        ticketed: list[str] = []
         service.now = lambda: at  # ages and "open since" read from the scan's time (a replay reads as it happened)
         # the printed ticket's `gpuwaste explain ID …` works as printed; a real Jira ticket's readers have no local state
         service.explain_args = "" if service.settings.jira.base_url else explain_args
@@ -194,9 +196,33 @@ def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore
                     AlertAction.RESOLVED: "resolved"}.get(request.action, request.action.value)
             out.print(alert_line(request, width=out.width, prefix=f"{verb} {key or '-'}: "), style="magenta", highlight=False,
                       soft_wrap=True, markup=False)
+            if key and request.action is AlertAction.ESCALATE:
+                ticketed.append(request.fingerprint)
+        _show_tickets_in_chat(cfg, store, ticketed, at)
         return failed
 
     return file_tickets
+
+
+def _show_tickets_in_chat(cfg, store, fingerprints: list[str], at: datetime) -> None:  # type: ignore[no-untyped-def]
+    """The Slack messages of the findings that got a ticket in this run edited in place to show it (once per finding
+    and ticket: `NotifyService.show_tickets`); a failure is shown, not fatal (the ticket exists and links the thread;
+    the message keeps showing no ticket — a later run does not retry the edit)."""
+    from gpuwaste.bootstrap import local_delivery
+
+    if not fingerprints or cfg.delivery.slack.bot_token is None:
+        return
+    try:
+        service = local_delivery.local_notify_service(cfg, store, now=lambda: at)
+        edited = service.show_tickets(fingerprints)
+    except GpuWasteError as exc:
+        out.print(f"Slack message not updated with its ticket: {for_terminal(str(exc))}", style="yellow",
+                  highlight=False, soft_wrap=True)
+        return
+    for message in edited:
+        out.print(f"Slack message {message.message_id} in {message.destination} updated to show its ticket"
+                  f"{'s' if len(message.fingerprints) > 1 else ''}", style="magenta", highlight=False, soft_wrap=True,
+                  markup=False)
 
 
 def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-untyped-def]
@@ -256,7 +282,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
 
     table = output is Output.table
     explain_args = explain_source(state if state_kept else None, recording)
-    view = View(source=explain_args.strip() or None)
+    view = View(source=explain_args.strip() or None, verbose=VERBOSE.on)  # -v (global or the command's)
 
     def on_scan(report):  # type: ignore[no-untyped-def]
         if table and not quiet:
@@ -347,9 +373,12 @@ def run_cmd(
     summary: Annotated[bool, typer.Option("--summary/--no-summary", help="Print the daily summary of the state file after the scans.")] = True,
     wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
     state_wait: Annotated[float, typer.Option("--state-wait", min=0, metavar="<s>", help="Seconds to wait for another `gpuwaste run` on the same --state to finish (one run per state file), then exit 3.")] = 120.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print what each scan saw and why some pods got no verdict (grouped by cause).")] = False,
 ) -> None:
     """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
     from gpuwaste.bootstrap import local
+
+    VERBOSE.on = VERBOSE.on or verbose
 
     cfg = config_or_exit(config)
     check_state_path(state or DEFAULT_STATE)
