@@ -623,13 +623,15 @@ def _exposition(report: ScanReport, findings: list[Finding], config: GpuWasteCon
     """The scan as gpuwaste's metric families (the builder `gpuwaste serve` uses): OpenMetrics, or the Prometheus
     text format that node-exporter's textfile collector reads (docs/metrics.md)."""
     from gpuwaste.services.metrics import health_of_scan, snapshot_of_scan
+    from gpuwaste.services.showback import health_figures
     from gpuwaste.sinks.prometheus_metrics import render_openmetrics, render_text
 
     health = health_of_scan(report.cluster, at=datetime.now(tz=UTC).replace(microsecond=0),
                             duration_s=report.duration_s, window_s=report.window_s,
                             gpus=report.inventory.physical_gpus, findings=findings,
                             no_verdict_detectors=[nv.detector for nv in report.no_verdict],
-                            coverage=report.inventory.attribution_coverage)
+                            coverage=report.inventory.attribution_coverage,
+                            showback=None if report.showback is None else health_figures(report.showback, config.delivery))
     snapshot = snapshot_of_scan(findings, health, config.delivery, top=config.serve.top_workloads,
                                 team_budgets=dict(config.serve.team_budgets_usd_per_day),
                                 default_budget=config.serve.default_team_budget_usd_per_day, version=__version__)

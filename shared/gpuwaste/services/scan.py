@@ -177,7 +177,7 @@ def inventory_of(ctx: ScanContext, ledger: ScanLedger | None = None) -> Inventor
         allocation_notes=allocation_notes(ctx),
         attribution_coverage=coverage_figures(ctx),
         funnel={} if ledger is None else {by: funnel_figures(ledger, by) for by in ("cluster", "gpu_model")},
-        unmet_gpu_requests=unmet_by_resource(unmet_requests(ctx)),
+        unmet_gpu_requests=unmet_by_resource(ledger.unmet if ledger is not None else unmet_requests(ctx)),
         conservation={} if ledger is None else conservation_figures(ledger.ledger.conservation),
     )
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, localcontext
-from typing import Literal
+from typing import Any, Literal
 
 from gpuwaste.join.view import Allocation, NodeInventory, ScanContext
 from gpuwaste.models.cluster import PodPhase
@@ -348,6 +348,8 @@ class ScanLedger:
     holders: dict[object, HolderInfo]
     node_subjects: dict[str, Subject]
     gpu_models: dict[tuple[str, str], str]
+    #: Pending pods no node took that ask for GPUs (`unmet_requests`)
+    unmet: tuple[UnmetRequest, ...] = ()
 
 
 def _rate(subject: Subject, book: PriceBook | None) -> Decimal | None:
@@ -415,7 +417,9 @@ def _scan_ledger(ctx: ScanContext, book: PriceBook | None) -> ScanLedger:
                 None if act is None else _active(act.max_avg_10m, act.avg),
             )
         nodes.append(NodeGpus(name, uuids, H, _rate(ns, book), tuple(holds)))
-    return ScanLedger(conserve(nodes), ctx.cluster.cluster, start, end, holders, node_subjects, models)
+    return ScanLedger(
+        conserve(nodes), ctx.cluster.cluster, start, end, holders, node_subjects, models, tuple(unmet_requests(ctx))
+    )
 
 
 #: A holder is "active" when some 10-minute average of its activity signal reaches this ratio (1 %: above DCGM's idle noise).
@@ -633,7 +637,36 @@ def conservation_figures(c: Conservation) -> dict[str, object]:
     }
 
 
+HEALTH_STAGES = ("total", "allocated", "active", "effective", "unobserved")
+
+
+def health_figures(sl: ScanLedger, delivery: DeliverySettings | None = None) -> dict[str, dict[str, Any]]:
+    """What `/metrics` exposes of a scan's ledger, as `ScanHealth` fields: `funnel_gpus` (GPU model → stage → GPUs),
+    `team_gpus` (team → stage → GPUs; holders only), `unmet_gpu_requests` / `unmet_wait_s` (resource → pods / longest
+    wait s) and `window_cost_usd` (holders / unsold_slices / unallocated → USD, from the apportioned cents)."""
+    models = funnel_figures(sl, "gpu_model", delivery)
+    teams = funnel_figures(sl, "team", delivery)
+    by_resource = unmet_by_resource(sl.unmet)
+    c = sl.ledger.conservation
+    return {
+        "funnel_gpus": {m: {s: row[f"{s}_gpus"] for s in HEALTH_STAGES} for m, row in models.items()},
+        "team_gpus": {
+            t: {s: row[f"{s}_gpus"] for s in HEALTH_STAGES if s != "total"}
+            for t, row in teams.items()
+            if t not in NOT_HELD.values()
+        },
+        "unmet_gpu_requests": {r: int(v["pods"] or 0) for r, v in by_resource.items()},
+        "unmet_wait_s": {r: float(v["longest_wait_s"] or 0) for r, v in by_resource.items()},
+        "window_cost_usd": {
+            "holders": c.holder_cents / 100,
+            "unsold_slices": c.unsold_cents / 100,
+            "unallocated": c.unallocated_cents / 100,
+        },
+    }
+
+
 __all__ = [
+    "health_figures",
     "FUNNEL_RULE",
     "NOT_HELD",
     "Conservation",
