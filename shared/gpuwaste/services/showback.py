@@ -564,6 +564,9 @@ def subject_team(subject: Subject, delivery: DeliverySettings | None = None) -> 
     return route_for(probe, delivery or DeliverySettings()).team or subject.namespace or "no owner"
 
 
+#: The showback group of waste findings whose GPU-hours no ledger line holds (a pod the join did not place).
+UNMATCHED = "(waste outside the ledger)"
+
 #: What a non-holder line is grouped under in the team / namespace / label views.
 NOT_HELD = {"unsold slices": "(unsold slices)", "unallocated": "(unallocated)"}
 
@@ -637,6 +640,109 @@ def conservation_figures(c: Conservation) -> dict[str, object]:
     }
 
 
+@dataclass
+class ShowbackRow:
+    """One group of the showback: GPU-hours and USD allocated (charged by the ledger), wasted (the scan's priced waste
+    findings of the same pods: the money ledger's numbers), used (allocated − wasted), effective (allocated × mean
+    activity) and efficiency (used ÷ allocated GPU-hours)."""
+
+    group: str
+    allocated_gpu_hours: Decimal = ZERO
+    allocated_cents: int = 0
+    wasted_gpu_hours: Decimal = ZERO
+    wasted_usd: Decimal = ZERO
+    effective_gpu_hours: Decimal = ZERO
+    holders: int = 0
+    unpriced_gpu_hours: Decimal = ZERO
+
+    @property
+    def used_gpu_hours(self) -> Decimal:
+        """Allocated GPU-hours no waste finding claims (never negative)."""
+        return max(ZERO, self.allocated_gpu_hours - self.wasted_gpu_hours)
+
+    @property
+    def efficiency(self) -> float | None:
+        """Used ÷ allocated GPU-hours (0–1); None when nothing is allocated."""
+        if not self.allocated_gpu_hours:
+            return None
+        return float(self.used_gpu_hours / self.allocated_gpu_hours)
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON/CSV numbers: GPU-hours to 4 decimals, USD to the cent, efficiency 0–1 to 4 decimals."""
+        q = Decimal("0.0001")
+        eff = self.efficiency
+        return {
+            "group": self.group,
+            "holders": self.holders,
+            "allocated_gpu_hours": float(self.allocated_gpu_hours.quantize(q, rounding=ROUND_HALF_UP)),
+            "allocated_usd": self.allocated_cents / 100,
+            "used_gpu_hours": float(self.used_gpu_hours.quantize(q, rounding=ROUND_HALF_UP)),
+            "wasted_gpu_hours": float(self.wasted_gpu_hours.quantize(q, rounding=ROUND_HALF_UP)),
+            "wasted_usd": float(self.wasted_usd.quantize(CENT, rounding=ROUND_HALF_UP)),
+            "effective_gpu_hours": float(self.effective_gpu_hours.quantize(q, rounding=ROUND_HALF_UP)),
+            "efficiency": None if eff is None else round(eff, 4),
+            "unpriced_gpu_hours": float(self.unpriced_gpu_hours.quantize(q, rounding=ROUND_HALF_UP)),
+        }
+
+
+def showback(
+    sl: ScanLedger, findings: Sequence[Finding], by: str, delivery: DeliverySettings | None = None
+) -> list[ShowbackRow]:
+    """The showback of one scan window grouped by `by` (`group_key`: team, namespace, label:KEY, cluster, gpu_model, …).
+
+    Allocated: the ledger's lines (cents apportioned per GPU, so the groups add up to the GPUs' cost to the cent).
+    Wasted: the scan's waste findings — a pod's findings to the pod's group (USD = the finding's `usd_in_window`, the
+    same money the store's ledger records), a node's findings (free capacity) split between that node's unsold-slice
+    and unallocated lines by their GPU-hours. Rows are sorted by allocated USD, then name; the groups of GPUs nobody
+    holds ("(unsold slices)", "(unallocated)") come last.
+    """
+    key = group_key(sl, by, delivery)
+    rows: dict[str, ShowbackRow] = {}
+    seen: dict[str, set[object]] = {}
+    pod_lines: dict[tuple[str, str], list[LedgerLine]] = {}
+    free_lines: dict[str, list[LedgerLine]] = {}
+    for ln in sl.ledger.lines:
+        info = sl.holders.get(ln.key) if ln.kind == "holder" else None
+        g = key(ln, info)
+        row = rows.setdefault(g, ShowbackRow(g))
+        row.allocated_gpu_hours += ln.gpu_hours
+        row.allocated_cents += ln.cents or 0
+        if ln.cents is None:
+            row.unpriced_gpu_hours += ln.gpu_hours
+        if ln.kind == "holder":
+            if ln.key not in seen.setdefault(g, set()):
+                seen[g].add(ln.key)
+                row.holders += 1
+            if info is not None and info.activity is not None:
+                row.effective_gpu_hours += ln.gpu_hours * Decimal(str(round(info.activity, 6)))
+            ns_pod = (info.subject.namespace or "", info.subject.pod or "") if info is not None else ("", "")
+            pod_lines.setdefault(ns_pod, []).append(ln)
+        else:
+            free_lines.setdefault(ln.node, []).append(ln)
+    for f in findings:
+        s = f.subject
+        if not f.kind.is_waste or f.money_owner:
+            continue
+        usd = f.cost.usd_in_window if f.cost is not None and f.cost.usd_in_window is not None else ZERO
+        if s.pod:
+            targets = pod_lines.get((s.namespace or "", s.pod), [])
+        else:
+            targets = free_lines.get(s.node or "", [])
+        total = sum((ln.gpu_hours for ln in targets), ZERO)
+        if not targets or not total:  # waste of GPU-hours the ledger does not hold (never dropped silently)
+            row = rows.setdefault(UNMATCHED, ShowbackRow(UNMATCHED))
+            row.wasted_gpu_hours += f.wasted_gpu_hours
+            row.wasted_usd += usd
+            continue
+        for ln in targets:
+            part = ln.gpu_hours / total
+            g = key(ln, sl.holders.get(ln.key) if ln.kind == "holder" else None)
+            rows[g].wasted_gpu_hours += f.wasted_gpu_hours * part
+            rows[g].wasted_usd += usd * part
+    not_held = {*NOT_HELD.values(), UNMATCHED}
+    return sorted(rows.values(), key=lambda r: (r.group in not_held, -r.allocated_cents, r.group))
+
+
 HEALTH_STAGES = ("total", "allocated", "active", "effective", "unobserved")
 
 
@@ -667,6 +773,8 @@ def health_figures(sl: ScanLedger, delivery: DeliverySettings | None = None) -> 
 
 __all__ = [
     "health_figures",
+    "ShowbackRow",
+    "showback",
     "FUNNEL_RULE",
     "NOT_HELD",
     "Conservation",
