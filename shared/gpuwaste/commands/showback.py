@@ -261,3 +261,119 @@ def showback_cmd(
             "share conservation failed: " + "; ".join(sl.ledger.conservation.problems[:5]), style="red", markup=False
         )
         raise typer.Exit(1)
+
+
+def focus_csv(rows: list[dict[str, object]], columns: tuple[str, ...]) -> str:
+    """FOCUS rows as CSV: every column in order, null as an empty field, numbers in plain decimal notation, Tags as a
+    JSON object."""
+    from decimal import Decimal
+
+    def cell(v: object) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, Decimal):
+            return f"{v:f}"
+        if isinstance(v, dict):
+            return json.dumps(v, sort_keys=True, separators=(",", ":"))
+        return str(v)
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([cell(r.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+class ExportFormat(StrEnum):
+    """File formats of `export`."""
+
+    csv = "csv"
+    parquet = "parquet"
+
+
+@app.command("export")
+def export_cmd(
+    recording: Annotated[
+        Path | None,
+        typer.Option(
+            "--recording", "-r", help="Scan a recording (directory from `gpuwaste record` or `generate-fleet`)."
+        ),
+    ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option("--prometheus", "-p", help="Prometheus base URL (live).", envvar="GPUWASTE_PROMETHEUS_URL"),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="kubeconfig file (live).", envvar="KUBECONFIG")
+    ] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides the teams).")
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", help="Cluster (in --config), or a label for a recording.")
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at", help="End of the period (RFC 3339 or unix seconds; default: the recording's end, or now)."
+        ),
+    ] = None,
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Length of the period, e.g. 24h, 7d.")] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", "-o", help="File to write (default: CSV on stdout).")
+    ] = None,
+    fmt: Annotated[
+        ExportFormat, typer.Option("--format", help="csv, or parquet (needs pyarrow: pip install 'gpuwaste[parquet]').")
+    ] = ExportFormat.csv,
+    account: Annotated[
+        str, typer.Option("--account", help="BillingAccountId / BillingAccountName of the rows (default: the cluster).")
+    ] = "",
+) -> None:
+    """Export FOCUS rows (FinOps Open Cost and Usage Specification): the GPU cost of each workload per UTC day, with
+    the unsold slices and unallocated GPUs as rows of their own and gpuwaste's x_ columns (waste kind, wasted
+    GPU-hours, wasted cost, efficiency). docs/showback.md lists the columns and their sources."""
+    from gpuwaste.services.focus import COLUMNS, focus_rows, split_unpriced
+
+    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context)
+    if report.showback is None:
+        fail("the scan produced no ledger")
+    priced, unpriced = split_unpriced(focus_rows(report.showback, report.findings, cfg.delivery, account=account))
+    rows = [r.values for r in priced]
+    if unpriced:
+        hours = sum(float(str(r.values["x_GpuHours"])) for r in unpriced)
+        nodes = sorted({str(r.values["x_Node"]) for r in unpriced})
+        err.print(
+            f"{len(unpriced)} rows of unpriced GPUs ({hours:.2f} GPU-h on {', '.join(nodes[:5])}) left out: FOCUS costs are "
+            "never null and gpuwaste never writes an unknown price as $0; add the instance type to pricing.rate_card",
+            markup=False,
+        )
+    if fmt is ExportFormat.parquet:
+        if out_file is None:
+            fail("--format parquet needs --out FILE")
+        try:
+            import pyarrow as pa  # type: ignore[import-not-found,unused-ignore]
+            import pyarrow.parquet as pq  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            fail(
+                "--format parquet needs pyarrow: pip install 'gpuwaste[parquet]' (or pip install pyarrow); CSV needs nothing"
+            )
+        table = pa.table(
+            {
+                c: [
+                    None if r.get(c) is None else (json.dumps(r[c]) if isinstance(r[c], dict) else str(r[c]))
+                    for r in rows
+                ]
+                for c in COLUMNS
+            }
+        )
+        pq.write_table(table, out_file)
+        err.print(f"wrote {len(rows)} FOCUS rows to {out_file}", markup=False)
+        return
+    text = focus_csv(rows, COLUMNS)
+    if out_file is None:
+        sys.stdout.write(text)
+        return
+    out_file.write_text(text, encoding="utf-8")
+    err.print(f"wrote {len(rows)} FOCUS rows to {out_file}", markup=False)

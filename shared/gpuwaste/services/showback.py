@@ -335,6 +335,9 @@ class HolderInfo:
     activity: float | None
     #: True when some 10-minute average reaches `ACTIVE_FLOOR`; None when no telemetry covers the holder
     active: bool | None
+    #: the holding span clipped to the window (what per-day splits use)
+    held_from: datetime | None = None
+    held_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -415,6 +418,8 @@ def _scan_ledger(ctx: ScanContext, book: PriceBook | None) -> ScanLedger:
                 a.held_share * hours,
                 None if act is None else max(0.0, min(1.0, act.avg)),
                 None if act is None else _active(act.max_avg_10m, act.avg),
+                lo,
+                hi,
             )
         nodes.append(NodeGpus(name, uuids, H, _rate(ns, book), tuple(holds)))
     return ScanLedger(
@@ -622,7 +627,8 @@ def funnel_figures(sl: ScanLedger, by: str, delivery: DeliverySettings | None = 
 
 
 def conservation_figures(c: Conservation) -> dict[str, object]:
-    """The check as JSON: holds, GPUs, GPU-hours and USD (cents as exact 2-decimal numbers) per line kind, problems."""
+    """The check as JSON: holds, GPUs, GPU-hours and USD per line kind (the cents ledger: each GPU's cost rounded to the
+    cent once), `usd_exact` (the unrounded cost, what FOCUS rows add up to), problems."""
     return {
         "holds": c.holds,
         "physical_gpus": c.gpus,
@@ -632,6 +638,7 @@ def conservation_figures(c: Conservation) -> dict[str, object]:
         "unsold_slices_gpu_hours": float(c.unsold_gpu_hours.quantize(Decimal("0.0001"))),
         "unallocated_gpu_hours": float(c.unallocated_gpu_hours.quantize(Decimal("0.0001"))),
         "usd": c.cents / 100,
+        "usd_exact": float(c.usd.quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)),
         "holders_usd": c.holder_cents / 100,
         "unsold_slices_usd": c.unsold_cents / 100,
         "unallocated_usd": c.unallocated_cents / 100,
