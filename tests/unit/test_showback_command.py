@@ -105,3 +105,21 @@ def test_showback_table_prints_the_check() -> None:
     result = invoke("showback", "-r", str(DEMO))
     assert result.exit_code == 0, result.output
     assert "showback by team" in result.output and "share conservation holds" in result.output
+
+
+def test_generated_mixed_allocation_fleet_and_the_demo_summary_show_the_funnel_and_the_check(tmp_path: Path) -> None:
+    # GIVEN the mixed-allocation fleet written by the command line
+    made = invoke("generate-fleet", str(tmp_path / "mixed"), "--layout", "allocation")
+    assert made.exit_code == 0, made.output
+    # WHEN scanned, THEN the header shows the funnel and the conservation check holding
+    scanned = invoke("scan", "-r", str(tmp_path / "mixed"), "-q")
+    assert scanned.exit_code == 0, scanned.output
+    assert (
+        "funnel: 22.0 GPUs → allocated" in scanned.output
+        and "share conservation holds: 22 physical GPUs" in scanned.output
+    )
+    # AND the demo's summary ends with the last window's funnel, per-team showback and the check
+    demo = invoke("demo")
+    assert demo.exit_code == 0, demo.output
+    tail = demo.output[demo.output.index("fleet funnel and showback") :]
+    assert "funnel: 36.0 GPUs" in tail and "ml-serving: allocated" in tail and "share conservation holds" in tail

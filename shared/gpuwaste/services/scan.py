@@ -278,6 +278,8 @@ class ScanService:
         price_book: when given, findings are priced in the scan (the local command); the pipeline
             prices in its own function instead.
         queue: when given, findings go on it as `FindingMessage`s, followed by a `ScanCompleted`.
+        ledger_price_book: prices the share ledger (`ScanReport.showback`) when the findings are priced elsewhere
+            (default: `price_book`; neither: the ledger has GPU-hours only).
     """
 
     def __init__(
@@ -290,6 +292,7 @@ class ScanService:
         price_book: PriceBook | None = None,
         queue: FindingQueue | None = None,
         progress: Callable[[str], None] | None = None,
+        ledger_price_book: PriceBook | None = None,
     ) -> None:
         self.cluster_source = cluster_source
         self.telemetry_source = telemetry_source
@@ -301,6 +304,7 @@ class ScanService:
             )
         self.window = window
         self.price_book = price_book
+        self.ledger_price_book = ledger_price_book or price_book
         self.queue = queue
         self._progress = progress or (lambda _msg: None)
 
@@ -331,7 +335,7 @@ class ScanService:
         if self.price_book is not None:
             findings = [price_finding(f, self.price_book) for f in findings]
         timings["price"] = time.perf_counter() - t3
-        ledger = scan_ledger(ctx, self.price_book)
+        ledger = scan_ledger(ctx, self.ledger_price_book)
         timings["showback"] = time.perf_counter() - t3 - timings["price"]
         findings.sort(key=lambda f: (-(f.usd_per_day or 0), f.kind.value, f.subject.namespace or "", f.subject.pod or f.subject.node or ""))
         if self.queue is not None:
