@@ -74,6 +74,31 @@ def check_by(by: str) -> str:
     return by
 
 
+def apply_bill(cfg: GpuWasteConfig, bill: Path | None) -> GpuWasteConfig:
+    """`cfg` with the effective instance-hour rates of a CUR 2.0 bill layered over its rate card (`pricing.bill`);
+    the bill's period is said on stderr. Exits 2 on a file that is not a CUR 2.0 CSV."""
+    if bill is None:
+        return cfg
+    from gpuwaste.pricing.bill import read_cur2, with_bill
+
+    if not bill.exists():
+        fail(f"--bill {escape_markup(str(bill))}: no such file")
+    try:
+        rates = read_cur2(bill)
+    except InputFormatError as exc:
+        fail(f"--bill {escape_markup(str(exc))}")
+    if not rates.overrides:
+        err.print(f"--bill {bill}: no EC2 instance-hours in it; list prices stay", markup=False)
+        return cfg
+    err.print(
+        f"priced from your bill: {len(rates.overrides)} instance types from {rates.lines_used} line items "
+        f"({rates.source}); list prices for the rest",
+        markup=False,
+        soft_wrap=True,
+    )
+    return cfg.model_copy(update={"pricing": with_bill(cfg.pricing, rates)})
+
+
 def scan_window(
     recording: Path | None,
     prometheus: str | None,
@@ -83,13 +108,15 @@ def scan_window(
     window: str | None,
     kubeconfig: Path | None = None,
     context: str | None = None,
+    bill: Path | None = None,
 ) -> tuple[ScanReport, GpuWasteConfig]:
-    """One priced scan over the window, as `gpuwaste scan` runs it (the same findings, the same ledger)."""
+    """One priced scan over the window, as `gpuwaste scan` runs it (the same findings, the same ledger); `bill`: a
+    CUR 2.0 CSV whose effective rates replace list prices (`apply_bill`)."""
     from datetime import UTC, datetime
 
     from gpuwaste.bootstrap import local
 
-    cfg = config_or_exit(config)
+    cfg = apply_bill(config_or_exit(config), bill)
     window_s = parse_window(window) if window else None
     when = parse_time(at)
     try:
@@ -220,13 +247,21 @@ def showback_cmd(
     output: Annotated[
         ShowbackOutput, typer.Option("--output", "-o", help="table, json (exact numbers) or csv.")
     ] = ShowbackOutput.table,
+    bill: Annotated[
+        Path | None,
+        typer.Option(
+            "--bill",
+            help="Price from your bill: an AWS CUR 2.0 CSV (effective cost per instance-hour: savings plans, "
+            "reservations, spot); list prices for the rest.",
+        ),
+    ] = None,
 ) -> None:
     """Showback: GPU-hours and USD allocated to each team / namespace / label over a period, used, wasted and efficiency
     — every physical GPU-hour charged once (holders, unsold slices of shared GPUs, unallocated GPUs), to the cent."""
     from gpuwaste.services.showback import conservation_figures, showback
 
     groupings = [check_by(b) for b in (by or ["team"])]
-    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context)
+    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, bill)
     sl = report.showback
     if sl is None:
         fail("the scan produced no ledger")
@@ -330,13 +365,21 @@ def export_cmd(
     account: Annotated[
         str, typer.Option("--account", help="BillingAccountId / BillingAccountName of the rows (default: the cluster).")
     ] = "",
+    bill: Annotated[
+        Path | None,
+        typer.Option(
+            "--bill",
+            help="Price from your bill: an AWS CUR 2.0 CSV (effective cost per instance-hour: savings plans, "
+            "reservations, spot); list prices for the rest.",
+        ),
+    ] = None,
 ) -> None:
     """Export FOCUS rows (FinOps Open Cost and Usage Specification): the GPU cost of each workload per UTC day, with
     the unsold slices and unallocated GPUs as rows of their own and gpuwaste's x_ columns (waste kind, wasted
     GPU-hours, wasted cost, efficiency). docs/showback.md lists the columns and their sources."""
     from gpuwaste.services.focus import COLUMNS, focus_rows, split_unpriced
 
-    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context)
+    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, bill)
     if report.showback is None:
         fail("the scan produced no ledger")
     priced, unpriced = split_unpriced(focus_rows(report.showback, report.findings, cfg.delivery, account=account))

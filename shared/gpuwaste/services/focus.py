@@ -171,6 +171,7 @@ def _rows(
         slot[4] = slot[4] or ln.usd is None
     teams: dict[object, str] = {}
     rows: list[FocusRow] = []
+    price_source = dict(sl.price_sources)
     for key, slot in sorted(agg.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
         kind, namespace, wl_name, wl_kind, node, model_, holder = key
         model = str(model_)
@@ -271,7 +272,7 @@ def _rows(
                 "x_WastedGpuHours": _num(wasted_h * frac),
                 "x_WastedCost": _num(wasted_usd * frac),
                 "x_Efficiency": _num(used / h if h else None, Decimal("0.0001")),
-                "x_PriceSource": "unpriced" if unpriced else "gpuwaste price book (list prices)",
+                "x_PriceSource": "unpriced" if unpriced else (price_source.get(str(node)) or "gpuwaste price book"),
             }
             rows.append(FocusRow(values))
     return _merge_same_day(rows)

@@ -353,9 +353,11 @@ class ScanLedger:
     gpu_models: dict[tuple[str, str], str]
     #: Pending pods no node took that ask for GPUs (`unmet_requests`)
     unmet: tuple[UnmetRequest, ...] = ()
+    #: node → where its rate comes from (the price book's basis: list price, rate card, "your bill (CUR 2.0, …)")
+    price_sources: tuple[tuple[str, str], ...] = ()
 
 
-def _rate(subject: Subject, book: PriceBook | None) -> Decimal | None:
+def _rate_of(subject: Subject, book: PriceBook | None) -> GpuHourRate | None:
     if book is None:
         return None
     rate = book.gpu_hour_rate(
@@ -366,7 +368,7 @@ def _rate(subject: Subject, book: PriceBook | None) -> Decimal | None:
         region=subject.region,
         accelerator=subject.accelerator,
     )
-    return rate.usd_per_gpu_hour if isinstance(rate, GpuHourRate) else None
+    return rate if isinstance(rate, GpuHourRate) else None
 
 
 def _seconds_hours(a: datetime, b: datetime) -> Decimal:
@@ -393,6 +395,7 @@ def _scan_ledger(ctx: ScanContext, book: PriceBook | None) -> ScanLedger:
     holders: dict[object, HolderInfo] = {}
     node_subjects: dict[str, Subject] = {}
     models: dict[tuple[str, str], str] = {}
+    sources: list[tuple[str, str]] = []
     for name, inv in sorted(ctx.nodes.items()):
         uuids = _uuids(inv)
         if not uuids:
@@ -421,9 +424,20 @@ def _scan_ledger(ctx: ScanContext, book: PriceBook | None) -> ScanLedger:
                 lo,
                 hi,
             )
-        nodes.append(NodeGpus(name, uuids, H, _rate(ns, book), tuple(holds)))
+        rate = _rate_of(ns, book)
+        if rate is not None:
+            sources.append((name, rate.source or "price book"))
+        nodes.append(NodeGpus(name, uuids, H, None if rate is None else rate.usd_per_gpu_hour, tuple(holds)))
     return ScanLedger(
-        conserve(nodes), ctx.cluster.cluster, start, end, holders, node_subjects, models, tuple(unmet_requests(ctx))
+        conserve(nodes),
+        ctx.cluster.cluster,
+        start,
+        end,
+        holders,
+        node_subjects,
+        models,
+        tuple(unmet_requests(ctx)),
+        tuple(sources),
     )
 
 
