@@ -15,12 +15,12 @@ from datetime import timedelta
 from pathlib import Path
 
 from gpuwaste.bootstrap import local
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 from gpuwaste.join import join
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.focus import focus_rows
 from gpuwaste.services.showback import funnel_figures, scan_ledger
-from gpuwaste.settings import GpuWasteConfig
 
 
 def main(nodes: int) -> None:

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import summary as summary_root
 from gpuwaste.cli import app, seed_history
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.ledger import LedgerSpan
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.services.month_end import month_bounds, month_end
-from gpuwaste.settings import GpuWasteConfig
 
 END = datetime(2024, 1, 20, 12, tzinfo=UTC)
 

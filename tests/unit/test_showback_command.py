@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
-from gpuwaste.settings import GpuWasteConfig
 
 DEMO = local.demo_recording()
 

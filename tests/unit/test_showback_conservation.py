@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuwaste.bootstrap import local
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 from gpuwaste.join import ScanContext, join
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.showback import Hold, NodeGpus, check_conservation, conserve, scan_ledger
-from gpuwaste.settings import GpuWasteConfig
 
 ONE = Decimal(1)
 EPS = Decimal("1e-20")  # the test sums in 28 digits; the ledger in 60

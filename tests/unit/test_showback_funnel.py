@@ -12,12 +12,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwaste.join import join
 from gpuwaste.models.cluster import PodPhase
+from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.models.telemetry import Signal
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.metrics import health_of_scan, snapshot_of_scan
 from gpuwaste.services.scan import inventory_of
 from gpuwaste.services.showback import FUNNEL_RULE, funnel_figures, health_figures, scan_ledger
-from gpuwaste.settings import DeliverySettings
 from gpuwaste.sinks.prometheus_metrics import render_text
 from tests.unit.timeline_builders import T, cluster, const, gpu, node, pod, window
 

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import summary as summary_root
 from gpuwaste.cli import app, seed_history
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.services.waste_hours import NIGHTS, WEEKENDS, WeekGrid, grid_lines, waste_by_hour_of_week
-from gpuwaste.settings import GpuWasteConfig
 
 END = datetime(2024, 1, 1, 1, 20, tzinfo=UTC)
 

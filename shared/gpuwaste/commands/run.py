@@ -46,9 +46,9 @@ from gpuwaste.models.text import for_terminal, strip_controls
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
     from gpuwaste.bootstrap import local
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.models.messages import AlertMessage
     from gpuwaste.ports import FindingStore
-    from gpuwaste.settings import GpuWasteConfig
 
 #: Rich style of each alert action's line.
 ACTION_STYLE = {"new": "bold red", "worse": "red", "reminder": "yellow", "escalate": "magenta", "resolved": "green"}
@@ -202,11 +202,13 @@ def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore
 def print_summary(cfg, state: Path, at: datetime, showback=None, findings=()) -> None:  # type: ignore[no-untyped-def]
     """The daily summary (services/summary) of the state file for the day ending at the last scan; marks the
     state's pending summaries done once shown. With `showback` (the last scan's `services.showback.ScanLedger`), the
-    fleet funnel, the per-team showback and the share-conservation check of that scan's window follow."""
+    fleet funnel, the per-team showback and the share-conservation check of that scan's window come first."""
     from gpuwaste.bootstrap import summary as summary_root
     from gpuwaste.sinks.summary_report import SummaryNotes, render_terminal
     from gpuwaste.store.sqlite import SqliteFindingStore
 
+    if showback is not None:  # the last window's ledger first: the summary's tables end the section
+        print_showback(cfg, showback, findings)
     _section("summary · the day up to the last scan")
     try:
         service = summary_root.local_summary_service(cfg, state)
@@ -224,8 +226,6 @@ def print_summary(cfg, state: Path, at: datetime, showback=None, findings=()) ->
         close = getattr(service.store, "close", None)
         if close is not None:
             close()
-    if showback is not None:
-        print_showback(cfg, showback, findings)
 
 
 def print_showback(cfg, sl, findings=()) -> None:  # type: ignore[no-untyped-def]

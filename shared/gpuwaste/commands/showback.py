@@ -33,9 +33,9 @@ from gpuwaste.cli_support import (
 from gpuwaste.errors import GpuWasteError, InputFormatError
 
 if TYPE_CHECKING:
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.services.scan import ScanReport
     from gpuwaste.services.showback import ShowbackRow
-    from gpuwaste.settings import GpuWasteConfig
 
 #: Labels `--by label:KEY` may group by unless the configuration's allow-list (`GPUWASTE_SHOWBACK_LABELS`, comma-
 #: separated) names others: label values are people's words, never arbitrary pod metadata.
@@ -241,7 +241,7 @@ def showback_cmd(
         list[str] | None,
         typer.Option(
             "--by",
-            help="Group by team (default), namespace, label:KEY (allow-listed: team, cost_center, project, …), cluster, gpu_model, node, mechanism; repeatable.",
+            help="Group by team (default), namespace, label:KEY (allow-listed: team, cost_center, project and more), cluster, gpu_model, node, mechanism; repeatable.",
         ),
     ] = None,
     output: Annotated[

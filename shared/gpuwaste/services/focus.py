@@ -19,8 +19,8 @@ from datetime import datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 
 from gpuwaste.models.findings import Finding, Subject
+from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.services.showback import PRECISION, HolderInfo, ScanLedger, subject_team
-from gpuwaste.settings import DeliverySettings
 
 ZERO = Decimal(0)
 Q = Decimal("0.0000000001")  # 1e-10 USD / GPU-hours: far below the cent, exact enough for any sum

@@ -34,9 +34,9 @@ from typing import Any, Literal
 from gpuwaste.join.view import Allocation, NodeInventory, ScanContext
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Finding, Subject, WasteKind
+from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.pricing.catalog import GpuHourRate, PriceBook
 from gpuwaste.services.routing import route_for
-from gpuwaste.settings import DeliverySettings
 
 CENT = Decimal("0.01")
 ONE = Decimal(1)
