@@ -320,13 +320,6 @@ def focus_csv(rows: list[dict[str, object]], columns: tuple[str, ...]) -> str:
     return buf.getvalue()
 
 
-class ExportFormat(StrEnum):
-    """File formats of `export`."""
-
-    csv = "csv"
-    parquet = "parquet"
-
-
 @app.command("export")
 def export_cmd(
     recording: Annotated[
@@ -359,9 +352,6 @@ def export_cmd(
     out_file: Annotated[
         Path | None, typer.Option("--out", "-o", help="File to write (default: CSV on stdout).")
     ] = None,
-    fmt: Annotated[
-        ExportFormat, typer.Option("--format", help="csv, or parquet (needs pyarrow: pip install 'gpuwaste[parquet]').")
-    ] = ExportFormat.csv,
     account: Annotated[
         str, typer.Option("--account", help="BillingAccountId / BillingAccountName of the rows (default: the cluster).")
     ] = "",
@@ -392,28 +382,6 @@ def export_cmd(
             "never null and gpuwaste never writes an unknown price as $0; add the instance type to pricing.rate_card",
             markup=False,
         )
-    if fmt is ExportFormat.parquet:
-        if out_file is None:
-            fail("--format parquet needs --out FILE")
-        try:
-            import pyarrow as pa  # type: ignore[import-not-found,unused-ignore]
-            import pyarrow.parquet as pq  # type: ignore[import-not-found,unused-ignore]
-        except ImportError:
-            fail(
-                "--format parquet needs pyarrow: pip install 'gpuwaste[parquet]' (or pip install pyarrow); CSV needs nothing"
-            )
-        table = pa.table(
-            {
-                c: [
-                    None if r.get(c) is None else (json.dumps(r[c]) if isinstance(r[c], dict) else str(r[c]))
-                    for r in rows
-                ]
-                for c in COLUMNS
-            }
-        )
-        pq.write_table(table, out_file)
-        err.print(f"wrote {len(rows)} FOCUS rows to {out_file}", markup=False)
-        return
     text = focus_csv(rows, COLUMNS)
     if out_file is None:
         sys.stdout.write(text)
