@@ -26,7 +26,7 @@ from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
 from gpuwaste.commands import api
 from gpuwaste.commands.serve import Server
-from gpuwaste.settings import GpuWasteConfig
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.servers.ports import free_port
 

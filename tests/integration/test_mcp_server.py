@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from gpuwaste.cli import app
 from gpuwaste.commands.api import FindingsReader
-from gpuwaste.settings import GpuWasteConfig
+from gpuwaste.config import GpuWasteConfig
 
 mcp = pytest.importorskip("mcp", reason="the MCP SDK is not installed: pip install 'gpuwaste[mcp]' (mcp>=2.3,<3)")
 anyio = pytest.importorskip("anyio")

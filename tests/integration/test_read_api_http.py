@@ -20,7 +20,7 @@ from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
 from gpuwaste.commands.api import RATE_BURST, FindingsReader
 from gpuwaste.commands.serve import Server
-from gpuwaste.settings import GpuWasteConfig
+from gpuwaste.config import GpuWasteConfig
 from tests.servers.ports import free_port
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from gpuwaste.commands.serve import SECRET_ENV
-from gpuwaste.settings import parse_config
+from gpuwaste.config import parse_config
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install helm-python-sdk)")
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed")

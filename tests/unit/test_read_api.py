@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpuwaste.cli import app
 from gpuwaste.commands.api import FindingsReader, RateLimiter, ReadError, openapi_document, parse_since
-from gpuwaste.settings import GpuWasteConfig
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.store.sqlite import SqliteFindingStore
 
 ROOT = Path(__file__).resolve().parents[2]
