@@ -144,7 +144,8 @@ def dcgm_activity(namespace: str = "$namespace", workload: str = "$workload") ->
     lower-cased: `gpuwaste.models.telemetry.exported_names`); a GPU exporting both names at once is one line (the
     larger of the two copies). The GPU's host is the `gpu_host` label, from dcgm-exporter's `Hostname` or a
     relabelled `hostname` (either works; series without either are still shown). Pods are matched by name:
-    `<workload>` or `<workload>-…`."""
+    `<workload>` or `<workload>-…`.
+    """
     pods = f'"{workload}(-.+)?"'
 
     def host(expr: str) -> str:
@@ -211,7 +212,7 @@ def _budget_use() -> bargauge.Panel:
 
 def build() -> Dashboard:
     """The dashboard."""
-    return (
+    dashboard = (
         Dashboard("GPU waste (gpuwaste)").uid(UID).tags(["gpuwaste", "gpu", "cost"]).refresh("1m").time("now-24h", "now")
         .description("Open GPU waste found by gpuwaste (USD/day, wasted GPUs), its trend by team and kind, budgets, "
                      "unpriced findings, idle GPU-hours, realised savings, scan health, and a workload's raw DCGM "
@@ -303,6 +304,36 @@ def build() -> Dashboard:
                             span=8, thresholds=_thresholds(GOOD, (1, WATCH)), legends=PROBLEM_NAMES))
         .with_panel(_series("GPUs seen", "Physical GPUs (DCGM UUIDs) the last scan saw.", "none",
                             _query(f"sum by (cluster) (gpuwaste_gpus{{{CLUSTER_SEL}}})", "{{cluster}}"), span=8))
+    )
+    return with_fleet_funnel(dashboard)
+
+
+def with_fleet_funnel(dashboard: Dashboard) -> Dashboard:
+    """The "Fleet funnel and showback" row (issue 24): total → allocated → active → effective GPUs per GPU model and
+    team, unmet GPU requests, and the window's GPU cost charged once to holders, unsold slices and unallocated GPUs.
+    """
+    cl = 'cluster=~"$cluster"'
+    return (
+        dashboard.with_row(Row("Fleet funnel and showback"))
+        .with_panel(_series("Fleet funnel", "GPUs by stage over each scan's window: total (physical), allocated (held by "
+                            "pods), active (holders with any activity: some 10-min average ≥ 1 %), effective (allocated × "
+                            "mean activity). docs/showback.md states the rule.", "none",
+                            _query(f"sum by (stage) (gpuwaste_fleet_gpus{{{cl}}})", "{{stage}}"), span=12))
+        .with_panel(_series("Effective share of allocated GPUs by model", "Effective ÷ allocated GPUs per GPU model.",
+                            "percentunit",
+                            _query(f'sum by (gpu_model) (gpuwaste_fleet_gpus{{{cl}, stage="effective"}}) / '
+                                   f'sum by (gpu_model) (gpuwaste_fleet_gpus{{{cl}, stage="allocated"}})', "{{gpu_model}}"),
+                            span=12))
+        .with_panel(_series("Allocated GPUs by team", "GPUs held per team over each scan's window (teams as routing "
+                            "sees them).", "none",
+                            _query(f'sum by (team) (gpuwaste_team_gpus{{{cl}, team=~"$team", stage="allocated"}})', "{{team}}"),
+                            stacked=True, span=8))
+        .with_panel(_series("Unmet GPU requests", "Pending pods asking for GPUs that no node took, by GPU resource.", "none",
+                            _query(f"sum by (resource) (gpuwaste_unmet_gpu_requests{{{cl}}})", "{{resource}}"), span=8))
+        .with_panel(_series("GPU cost of the window, charged once", "USD of the physical GPUs over each scan's window: "
+                            "holders + unsold slices (the unsold part of shared GPUs) + unallocated GPUs = the GPUs' cost.",
+                            "currencyUSD", _query(f"sum by (line) (gpuwaste_window_cost_usd{{{cl}}})", "{{line}}"),
+                            stacked=True, span=8))
     )
 
 

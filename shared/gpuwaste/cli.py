@@ -101,13 +101,15 @@ def scan(
     wide: Annotated[bool, typer.Option("--wide", help="Show the node, evidence and confidence columns whatever the terminal width.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print what the scan saw (models, signals, attribution) and why some pods got no verdict.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
+    bill: Annotated[Path | None, typer.Option("--bill", help="Price from your bill: an AWS CUR 2.0 CSV (effective cost per instance-hour: savings plans, reservations, spot); list prices for the rest.")] = None,
 ) -> None:
     """Scan a cluster (live, or from a recording) and print priced findings, the waste per team and the total."""
     from gpuwaste.bootstrap import local
+    from gpuwaste.commands.showback import apply_bill
     from gpuwaste.models.settings import ClusterConfig
 
     fmt = old_format or input_format
-    cfg = config_or_exit(config)
+    cfg = apply_bill(config_or_exit(config), bill)
     if cluster and cfg.clusters:
         try:
             cfg.cluster(cluster)
@@ -307,6 +309,7 @@ class Layout(StrEnum):
     demo = "demo"
     random = "random"
     scorecard = "scorecard"
+    allocation = "allocation"
 
 
 @app.command("generate-fleet")
@@ -314,7 +317,8 @@ def generate_fleet_cmd(
     out_dir: Annotated[Path, typer.Argument(help="Directory to write the recording into (created; must be empty or absent unless --force).")],
     nodes: Annotated[int, typer.Option(help="random: nodes; scorecard: repetitions of the catalogue (1 or more); demo: ignored.")] = 10,
     layout: Annotated[Layout, typer.Option(help="demo: the hand-designed demo fleet; random: NODES nodes with a scenario mix; "
-                                                "scorecard: every waste kind plus look-alikes.")] = Layout.random,
+                                                "scorecard: every waste kind plus look-alikes; allocation: one cluster handing out GPUs every "
+                                                "way (device plugin, DRA with a shared claim, HAMi, KAI fractions, Blackwell MIG).")] = Layout.random,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same fleet).")] = 7,
     compress: Annotated[bool, typer.Option("--compress/--no-compress", help="gzip the telemetry file (telemetry.om.gz).")] = True,
     force: Annotated[bool, typer.Option("--force", help="Write into a non-empty OUT_DIR (its recording files are replaced).")] = False,
@@ -328,7 +332,8 @@ def generate_fleet_cmd(
         fail(f"{escape_markup(str(out_dir))}: exists and is not a directory; choose a directory path")
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         fail(f"{escape_markup(str(out_dir))}: not empty; choose another directory or pass --force")
-    fleet = generate_fleet(FleetSpec(layout=layout.value, nodes=nodes, seed=seed, cluster=f"{layout.value}-{nodes}"))
+    extra = {"label_style": "pod", "inference_metrics": False} if layout is Layout.allocation else {}
+    fleet = generate_fleet(FleetSpec(layout=layout.value, nodes=nodes, seed=seed, cluster=f"{layout.value}-{nodes}", **extra))
     write_recording(fleet, out_dir, compress=compress)
     out.print(f"wrote {escape_markup(str(out_dir))} ({plural(len({g.uuid for g in fleet.gpus}), 'GPU')}, "
               f"{plural(len(fleet.expected()), 'expected finding')}); check it with: "
@@ -377,7 +382,7 @@ def main(
     out.width = stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 
 
-COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve", "mcp_server")
+COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve", "mcp_server", "showback")
 
 
 def _load_commands() -> None:

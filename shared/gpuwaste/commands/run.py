@@ -225,13 +225,16 @@ def _show_tickets_in_chat(cfg, store, fingerprints: list[str], at: datetime) -> 
                   markup=False)
 
 
-def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-untyped-def]
+def print_summary(cfg, state: Path, at: datetime, showback=None, findings=()) -> None:  # type: ignore[no-untyped-def]
     """The daily summary (services/summary) of the state file for the day ending at the last scan; marks the
-    state's pending summaries done once shown."""
+    state's pending summaries done once shown. With `showback` (the last scan's `services.showback.ScanLedger`), the
+    fleet funnel, the per-team showback and the share-conservation check of that scan's window come first."""
     from gpuwaste.bootstrap import summary as summary_root
     from gpuwaste.sinks.summary_report import SummaryNotes, render_terminal
     from gpuwaste.store.sqlite import SqliteFindingStore
 
+    if showback is not None:  # the last window's ledger first: the summary's tables end the section
+        print_showback(cfg, showback, findings)
     _section("summary · the day up to the last scan")
     try:
         service = summary_root.local_summary_service(cfg, state)
@@ -248,6 +251,24 @@ def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-un
     finally:
         if isinstance(service.store, SqliteFindingStore):
             service.store.close()
+
+
+def print_showback(cfg, sl, findings=()) -> None:  # type: ignore[no-untyped-def]
+    """The last scan window's funnel, per-team showback (allocated / wasted / efficiency) and conservation check."""
+    from gpuwaste.cli_support import funnel_text, unmet_text
+    from gpuwaste.services.showback import funnel_figures, showback, unmet_by_resource
+
+    _section(f"fleet funnel and showback · the last scan's window ({sl.window_start:%H:%M}–{sl.window_end:%H:%M} UTC)")
+    out.print(funnel_text(funnel_figures(sl, "cluster", cfg.delivery)), highlight=False, markup=False)
+    for row in showback(sl, findings, "team", cfg.delivery):
+        d = row.as_dict()
+        eff = "" if d["efficiency"] is None else f" · efficiency {d['efficiency']:.0%}"
+        out.print(f"  {row.group}: allocated {d['allocated_gpu_hours']:,.2f} GPU-h ${d['allocated_usd']:,.2f} · wasted "
+                  f"{d['wasted_gpu_hours']:,.2f} GPU-h ${d['wasted_usd']:,.2f}{eff}", highlight=False, markup=False)
+    if sl.unmet:
+        out.print(unmet_text(unmet_by_resource(sl.unmet)), style="yellow", highlight=False, markup=False)
+    out.print(sl.ledger.conservation.text(), style="dim" if sl.ledger.conservation.holds else "red", highlight=False,
+              markup=False)
 
 
 def _pending_line(result: local.ChainResult, why: list[str], *, kept: bool = True) -> str | None:
@@ -332,7 +353,8 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
             out.print(f"no new alerts: every finding is already known to the store {state}{hint}",
                       style="dim", highlight=False)
         if summary and not quiet:
-            print_summary(cfg, state, times[-1])
+            last = result.reports[-1] if result.reports else None
+            print_summary(cfg, state, times[-1], showback=last.showback if last else None, findings=last.findings if last else ())
     if result.failed:
         err.print(f"{len(result.failed)} deliveries failed (first: {result.failed[0][1]}); they stay pending in "
                   f"{state} and the next run retries them", style="red", highlight=False)

@@ -555,7 +555,7 @@ class NotifyService:
         """
         if self.store is None:
             return []
-        records = get_many(self.store, list(dict.fromkeys(fingerprints)))
+        records = self.store.get_many(list(dict.fromkeys(fingerprints)))
         edited: list[PostedMessage] = []
         for notifier in self.notifiers:
             if not notifier.edits:
