@@ -331,7 +331,7 @@ def main(
     out.width = stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 
 
-COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve")
+COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve", "justify")
 
 
 def _load_commands() -> None:

@@ -437,6 +437,15 @@ class SlackNotifier:
         data = self._call("chat.postMessage", channel=message.destination, thread_ts=thread_ts, text=text)
         return _posted(str(data.get("channel") or message.destination), str(data["ts"]), thread_ts=thread_ts)
 
+    def open_form(self, *, trigger_id: str, view: dict[str, Any]) -> bool:
+        """Open a modal (`views.open`) in answer to a click; False when Slack refused it (an expired trigger)."""
+        try:
+            self._call("views.open", trigger_id=trigger_id, view=view)
+        except (PermanentDeliveryError, DeliveryError) as exc:
+            logger.warning("views.open failed", extra={"error": str(exc)[:200]})
+            return False
+        return True
+
     def user_id(self, email: str) -> str | None:
         """See `gpuwaste.ports.Notifier.user_id` (cached per instance; unknown users are None)."""
         if email not in self._user_ids:
