@@ -331,7 +331,7 @@ def main(
     out.width = stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 
 
-COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve", "justify")
+COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve", "justify", "reclaim")
 
 
 def _load_commands() -> None:

@@ -14,6 +14,7 @@ from gpuwaste.models.base import Frozen
 from gpuwaste.models.ledger import LedgerSpan
 from gpuwaste.models.legacy import upgrade_message_fields
 from gpuwaste.models.notices import MessageRef
+from gpuwaste.models.reclaim import ReclaimAction
 
 
 class FindingState(StrEnum):
@@ -66,6 +67,7 @@ class FindingRecord(Frozen):
         outbox_json: messages decided but not yet confirmed sent (JSON list); flushed on redelivery.
         activity_at: the latest of last_seen and resolved_at (the daily-summary index sorts on its day).
         justification: the owner's current reason to leave it be (`Justification`), until it ends; None when none.
+        reclaims: reclaim actions planned or performed on it (`models/reclaim.py`), oldest first, at most 10.
         delivery_keys: idempotency keys (`fingerprint:action:scan_id:sink`) of deliveries already made, newest
             last, at most 20 (a redelivered alert is not posted twice).
         version: optimistic-concurrency counter for conditional writes.
@@ -95,6 +97,7 @@ class FindingRecord(Frozen):
     snoozed_until: datetime | None = None
     acknowledged: str | None = None
     justification: Justification | None = None
+    reclaims: tuple[ReclaimAction, ...] = ()
     team: str | None = None
     finding_json: str = ""
     ticket_requested_at: datetime | None = None

@@ -24,6 +24,9 @@ from gpuwaste.models.notices import ChatAction, ChatRequest
 from gpuwaste.ports import FindingStore, Notifier, RequestVerifier
 from gpuwaste.services.justifications import DEFAULT_EXPECTED_FOR, NO_REASON, justify
 from gpuwaste.services.notify import finding_from_record
+from gpuwaste.services.reclaim import APPROVE as RECLAIM_APPROVE
+from gpuwaste.services.reclaim import KEEP as RECLAIM_KEEP
+from gpuwaste.services.reclaim import ReclaimService
 from gpuwaste.services.tickets import TicketService
 
 logger = logging.getLogger(__name__)
@@ -66,6 +69,8 @@ class InteractionService:
         ask_reason: opens the chat's form asking why ("Expected" / "Snooze" → a justification: reason, and how long
             for "Expected"); True when it opened. None (or False): the justification is stored without a reason.
         source: the `Justification.source` written (the chat's name).
+        reclaim: the reclaim service for the "Keep" (a justification; the pending action kept) and "Approve"
+            (an approver performs it) buttons of reclaim notices; None: those buttons say reclaim is not configured.
     """
 
     def __init__(
@@ -80,6 +85,7 @@ class InteractionService:
         details_text: Callable[[Finding, str], str] | None = None,
         ask_reason: Callable[[ChatAction], bool] | None = None,
         source: str = "chat",
+        reclaim: ReclaimService | None = None,
     ) -> None:
         self.verifier = verifier
         self.reader = reader
@@ -90,6 +96,7 @@ class InteractionService:
         self.details_text = details_text
         self.ask_reason = ask_reason
         self.source = source
+        self.reclaim = reclaim
 
     def handle(self, *, headers: Mapping[str, str], body: bytes) -> HttpReply:
         """Verify and act on one request; never raises for bad input (answers 4xx instead).
@@ -125,6 +132,18 @@ class InteractionService:
             verb = "marked this finding as expected" if expected else "snoozed this finding"
             text = (f"{user} {verb} until {until:%Y-%m-%d %H:%M} UTC: “{reason}”. "
                     "gpuwaste will tell the owner again then.")
+        elif action == RECLAIM_KEEP:
+            if request.reason is None and not request.submitted and request.trigger_id and self.ask_reason is not None \
+                    and self.ask_reason(request):
+                return HttpReply(200)  # asks why (and for how long) first, as "Expected" does
+            if self.reclaim is None:
+                text = "Reclaim is not configured here; nothing is planned."
+            else:
+                text = self.reclaim.keep(fingerprint, by=user, reason=request.reason,
+                                         until=now + timedelta(days=request.days) if request.days else None)
+        elif action == RECLAIM_APPROVE:
+            text = ("Reclaim is not configured here; nothing was done." if self.reclaim is None
+                    else self.reclaim.approve(fingerprint, by=user))
         elif action == TICKET:
             if self.tickets is None:
                 text = "Tickets are not configured (delivery.jira)."

@@ -23,7 +23,10 @@ DAYS_BLOCK, DAYS_SELECT = "days", "days_select"
 #: How long "Expected" may last, days (the first is the default); a snooze lasts what its button said.
 EXPECTED_DAYS = (30, 7, 90)
 REASON_MAX = 500
-_TITLES = {"expected": "Mark as expected", "snooze_1d": "Snooze 1 day", "snooze_7d": "Snooze 7 days"}
+_TITLES = {"expected": "Mark as expected", "snooze_1d": "Snooze 1 day", "snooze_7d": "Snooze 7 days",
+           "reclaim_keep": "Keep (no reclaim)"}
+#: Actions whose form also asks for how long.
+_WITH_DAYS = ("expected", "reclaim_keep")
 
 
 def reason_view(action: ChatAction) -> dict[str, Any]:
@@ -37,7 +40,7 @@ def reason_view(action: ChatAction) -> dict[str, Any]:
         "element": {"type": "plain_text_input", "action_id": REASON_INPUT, "max_length": REASON_MAX,
                     "placeholder": {"type": "plain_text", "text": "e.g. reserved for the training run on Monday"}},
     }]
-    if action.action == "expected":
+    if action.action in _WITH_DAYS:
         options = [{"text": {"type": "plain_text", "text": f"{d} days"}, "value": str(d)} for d in EXPECTED_DAYS]
         blocks.append({"type": "input", "block_id": DAYS_BLOCK,
                        "label": {"type": "plain_text", "text": "Until (then gpuwaste asks again)"},
