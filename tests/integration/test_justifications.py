@@ -17,13 +17,13 @@ from typer.testing import CliRunner
 
 from gpuwaste.models.findings import Cost, Finding, Subject, WasteKind
 from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage
+from gpuwaste.models.settings import DeliverySettings, LifecycleSettings, SlackSettings
 from gpuwaste.ports import FindingStore
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.interactions import InteractionService
 from gpuwaste.services.justifications import active_by_team, justify
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.summary import SummaryService
-from gpuwaste.settings import DeliverySettings, LifecycleSettings, SlackSettings
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.sinks.slack_blocks import render_summary
 from gpuwaste.sinks.slack_forms import CALLBACK_ID, reason_view

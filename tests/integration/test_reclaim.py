@@ -25,12 +25,12 @@ from gpuwaste.models.lifecycle import FindingRecord, FindingState, Justification
 from gpuwaste.models.messages import FindingMessage
 from gpuwaste.models.notices import MessageRef
 from gpuwaste.models.reclaim import ReclaimMode, ReclaimStatus
+from gpuwaste.models.settings import LifecycleSettings, ReclaimSettings, SlackSettings
 from gpuwaste.ports import FindingStore
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.interactions import InteractionService
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.reclaim import ReclaimService
-from gpuwaste.settings import LifecycleSettings, ReclaimSettings, SlackSettings
 from gpuwaste.sinks.kube_actuator import MERGE_PATCH, KubernetesActuator
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.sinks.slack_interactions import read_request

@@ -19,8 +19,8 @@ from gpuwaste.cli_support import DEFAULT_STATE, app, check_state_path, config_or
 from gpuwaste.errors import GpuWasteError
 
 if TYPE_CHECKING:
+    from gpuwaste.models.settings import ReclaimSettings
     from gpuwaste.services.reclaim import ReclaimService
-    from gpuwaste.settings import ReclaimSettings
     from gpuwaste.store.sqlite import SqliteFindingStore
 
 
@@ -91,8 +91,8 @@ def undo_cmd(
     by: Annotated[str | None, typer.Option("--by", help="Who undoes it (default: the login name).")] = None,
 ) -> None:
     """Undo a reclaim action: write back the replicas, suspend flag or stopped annotation it changed."""
+    from gpuwaste.models.settings import ReclaimSettings
     from gpuwaste.services.reclaim import describe
-    from gpuwaste.settings import ReclaimSettings
 
     store = _open_state(state)
     try:

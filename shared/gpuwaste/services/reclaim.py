@@ -37,10 +37,10 @@ from gpuwaste.errors import ActionRefusedError, GpuWasteError, SourceUnavailable
 from gpuwaste.models.findings import Confidence, Finding, WasteKind
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.reclaim import ReclaimAction, ReclaimKind, ReclaimMode, ReclaimStatus, ReclaimTarget
+from gpuwaste.models.settings import ReclaimSettings
 from gpuwaste.ports import ClusterActuator, FindingStore, ReclaimNotifier
 from gpuwaste.services.justifications import justify
 from gpuwaste.services.notify import finding_from_record
-from gpuwaste.settings import ReclaimSettings
 
 logger = logging.getLogger(__name__)
 
