@@ -24,7 +24,7 @@ from gpuwaste.models.findings import Confidence, Cost, Finding, Subject, WasteKi
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, Justification
 from gpuwaste.models.messages import FindingMessage
 from gpuwaste.models.notices import MessageRef
-from gpuwaste.models.reclaim import ReclaimMode, ReclaimStatus
+from gpuwaste.models.reclaim import ReclaimKind, ReclaimMode, ReclaimStatus
 from gpuwaste.models.settings import LifecycleSettings, ReclaimSettings, SlackSettings
 from gpuwaste.ports import FindingStore
 from gpuwaste.queue.memory import MemoryQueue
@@ -330,6 +330,54 @@ def test_each_action_makes_exactly_its_call_and_undo_writes_the_value_before(
         return
     w.reclaim.undo(done.id, by="ana")
     assert [(r.method, r.path, r.body) for r in kube.writes()[1:]] == [undo]
+
+
+_ACTION_OBJECTS = [
+    (deployment(), {}),
+    ({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "ml", "uid": "s1"},
+      "spec": {"replicas": 2}}, {"name": "db", "kind": "StatefulSet"}),
+    ({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "etl", "namespace": "ml", "uid": "j1"}, "spec": {}},
+     {"name": "etl", "kind": "Job"}),
+    ({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly", "namespace": "ml", "uid": "c1"},
+      "spec": {}}, {"name": "nightly", "kind": "CronJob"}),
+    ({"apiVersion": "kubeflow.org/v1", "kind": "Notebook", "metadata": {"name": "nb", "namespace": "ml", "uid": "n1"},
+      "spec": {}}, {"name": "nb", "kind": "Notebook"}),
+    ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lost-0", "namespace": "ml", "uid": "p-77"}, "spec": {}},
+     {"name": "lost", "kind": "ReplicaSet", "waste": WasteKind.ORPHANED, "pod": "lost-0", "owner_exists": False}),
+]
+
+
+def _grant(method: str, path: str) -> tuple[str, str, str]:
+    """(API group, resource[/subresource], RBAC verb) of a request path as the apiserver's authorizer sees it."""
+    parts = path.strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    rest = parts[3:] if parts[0] == "api" else parts[4:]  # namespaces/NS/RESOURCE/NAME[/SUB]
+    resource = rest[1] + (f"/{rest[3]}" if len(rest) > 3 else "")
+    return group, resource, {"GET": "get", "PATCH": "patch", "DELETE": "delete"}[method]
+
+
+def test_the_acting_role_grants_exactly_the_calls_the_actions_make(kube: FakeKubeWrites, slack_api: FakeSlack) -> None:
+    import yaml
+
+    # GIVEN every action kind performed and undone at the fake apiserver
+    kube.set_objects([o for o, _ in _ACTION_OBJECTS])
+    w = World(SqliteFindingStore(":memory:"), kube, slack_api, mode=ReclaimMode.AUTO, notice=timedelta(0),
+              max_actions_per_team=10, max_actions_per_run=10)
+    fs = [finding(T0, **kw) for _, kw in _ACTION_OBJECTS]
+    w.scan(*fs)
+    w.clock.at = T0 + timedelta(hours=1)
+    report = w.reclaim.run("c1", scan_id=w.scan(*fs))
+    assert len(report.performed) == len(_ACTION_OBJECTS)
+    for done in report.performed:
+        if done.kind is not ReclaimKind.DELETE_ORPHAN:
+            w.reclaim.undo(done.id, by="ana")
+    used = {_grant(r.method, r.path) for r in kube.requests}
+    # THEN deploy/rbac-reclaim.yaml grants those (group, resource, verb) and nothing else
+    root = Path(__file__).resolve().parents[2]
+    role = next(d for d in yaml.safe_load_all((root / "deploy" / "rbac-reclaim.yaml").read_text())
+                if d and d["kind"] == "ClusterRole")
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert used == granted
 
 
 def test_at_most_n_actions_per_run_and_per_team(kube: FakeKubeWrites, slack_api: FakeSlack) -> None:
