@@ -35,8 +35,8 @@ from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.notices import DailySummary, Offender
 
 if TYPE_CHECKING:
-    from gpuwaste.services.summary import SummaryService
     from gpuwaste.config import GpuWasteConfig
+    from gpuwaste.services.summary import SummaryService
     from gpuwaste.store.sqlite import SqliteFindingStore
 
 #: Largest page of `/api/v1/findings` (`limit`); the default page is `DEFAULT_LIMIT`.
