@@ -382,7 +382,8 @@ def main(
     out.width = stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 
 
-COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve", "mcp_server", "showback")
+COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve", "mcp_server", "showback", "justify",
+                   "reclaim")
 
 
 def _load_commands() -> None:

@@ -115,6 +115,7 @@ class _State:
     messages: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     channel_ids: dict[str, str] = field(default_factory=dict)  # name → id
     files: dict[str, UploadedFile] = field(default_factory=dict)
+    views: list[dict[str, Any]] = field(default_factory=list)  # modals opened by views.open
     ts_counter: int = 0
 
 
@@ -155,6 +156,7 @@ class FakeSlack(FakeHttpServer):
             "users.lookupByEmail": self._lookup_by_email,
             "files.getUploadURLExternal": self._get_upload_url,
             "files.completeUploadExternal": self._complete_upload,
+            "views.open": self._views_open,
         }
 
     @property
@@ -179,6 +181,11 @@ class FakeSlack(FakeHttpServer):
         """Uploaded files keyed by file id (a copy)."""
         with self._lock:
             return dict(self._state.files)
+
+    def views(self) -> list[dict[str, Any]]:
+        """The modals opened by ``views.open``, in order."""
+        with self._lock:
+            return list(self._state.views)
 
     def calls_to(self, method: str) -> list[dict[str, Any]]:
         """The bodies of the calls to ``method`` (e.g. ``"chat.postMessage"``), in order."""
@@ -387,6 +394,26 @@ class FakeSlack(FakeHttpServer):
             "created": _FIRST_TS_SECONDS - 86_400,
         }
         return {"ok": True, "channel": info}
+
+    def _views_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``views.open``: a modal needs a ``trigger_id`` and a view with type ``modal``, a title of at most 24
+        characters, 1..100 blocks and ``private_metadata`` of at most 3,000 characters (Slack's documented limits)."""
+        view = params.get("view")
+        if isinstance(view, str):
+            try:
+                view = json.loads(view)
+            except ValueError:
+                return {"ok": False, "error": "invalid_arguments"}
+        if not params.get("trigger_id"):
+            return {"ok": False, "error": "invalid_trigger_id"}
+        if not isinstance(view, dict) or view.get("type") != "modal":
+            return {"ok": False, "error": "invalid_arguments"}
+        title = (view.get("title") or {}).get("text") or ""
+        blocks = view.get("blocks") or []
+        if not title or len(title) > 24 or not 1 <= len(blocks) <= 100 or len(str(view.get("private_metadata") or "")) > 3000:
+            return {"ok": False, "error": "invalid_arguments"}
+        self._state.views.append(view)
+        return {"ok": True, "view": {"id": f"V{len(self._state.views):08d}", **view}}
 
     def _lookup_by_email(self, params: dict[str, Any]) -> dict[str, Any]:
         email = str(params.get("email") or "")

@@ -21,10 +21,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from gpuwaste.bootstrap import delivery, pipeline
 from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.errors import RequestSignatureError
+from gpuwaste.models.notices import ChatAction
 from gpuwaste.ports import OnceLedger
 from gpuwaste.services.interactions import HttpReply, InteractionService, refused
 from gpuwaste.services.tickets import TicketService
 from gpuwaste.sinks.slack_blocks import details_text
+from gpuwaste.sinks.slack_forms import reason_view
 from gpuwaste.sinks.slack_interactions import read_request
 from gpuwaste.sinks.slack_signature import LIBRARY_MAX_AGE_S, SlackSignatureVerifier
 from gpuwaste.store.once import DynamoDbOnceLedger
@@ -102,8 +104,14 @@ def interaction_service() -> InteractionService:
                             message_link=delivery.message_link(settings)) if sink is not None else None
     # verified again against the configuration's age (request_verifier checked the stack's before loading anything)
     verifier = SlackSignatureVerifier(delivery.slack_signing_secret(settings), max_age_s=settings.slack.request_max_age_s)
+    notifier = delivery.slack_notifier(settings)
+
+    def ask_reason(action: ChatAction) -> bool:
+        return bool(action.trigger_id) and notifier.open_form(trigger_id=str(action.trigger_id), view=reason_view(action))
+
     return InteractionService(verifier=verifier, reader=read_request, store=store, now=now,
-                              notifier=delivery.slack_notifier(settings), tickets=tickets, details_text=details_text)
+                              notifier=notifier, tickets=tickets, details_text=details_text, ask_reason=ask_reason,
+                              source="slack")
 
 
 def handle(headers: Mapping[str, str], body: bytes) -> HttpReply:

@@ -13,6 +13,9 @@ Rules (design §5; thresholds in `LifecycleSettings`):
   snooze is over, a finding never told is alerted NEW ("snooze ended"). A relative annotation (`7d`)
   counts from the finding's first sighting. Acknowledged → no reminders and no ticket until resolved
   (a WORSE alert still goes out: the owner has not seen that cost).
+* A justification (`FindingRecord.justification`: "Expected" or "Snooze" with a reason, who, when and until when)
+  silences as above until its `until`; the first sighting at or after it clears it (and the "expected"
+  acknowledgement it set), alerts a REMINDER "justification ended" and lets the ticket rules apply again.
 * A finding with a ticket (`ticket_key`) also sends its WORSE and RESOLVED alerts to the tickets queue,
   so create_tickets comments on (and transitions) the ticket.
 * A cluster's `ScanCompleted` without an open fingerprint counts a missed scan; after
@@ -263,12 +266,22 @@ class LifecycleService:
             "activity_at": at, "version": current.version + 1, "expires_at": self._expiry(),
         })
         out = Outcome()
+        ended = current.justification if current.justification is not None and not current.justification.active(at) else None
+        if ended is not None:  # the owner's reason ran out: told again, and escalated as if never acknowledged
+            lapsed: dict[str, object] = {"justification": None}
+            if ended.kind == "expected" and current.acknowledged and current.acknowledged.startswith("expected"):
+                lapsed["acknowledged"] = None
+            record = record.model_copy(update=lapsed)
+            current = current.model_copy(update=lapsed)
         annotated = snoozed_until(finding, self.delivery, now=at, anchor=current.first_seen)
         if annotated is not None and (record.snoozed_until is None or annotated > record.snoozed_until):
             record = record.model_copy(update={"snoozed_until": annotated})
         snoozed = record.snoozed_until is not None and at < record.snoozed_until
         if not snoozed and self._alertable(finding):
             action, reason = self._repeat_alert(current, usd, at)
+            if ended is not None and action in (None, AlertAction.REMINDER):
+                action, reason = AlertAction.REMINDER, (f"justification ended: {ended.kind} by {ended.by} until "
+                                                        f"{ended.until:%Y-%m-%d %H:%M}Z ({ended.reason})")
             if action is not None:
                 alert = self._alert(record, finding, action, scan_id, reason)
                 out.alerts.append(alert)

@@ -234,14 +234,7 @@ def _button(action: str, label: str, fingerprint: str) -> dict[str, Any]:
         "text": {"type": "plain_text", "text": label},
         "value": f"{action}|{fingerprint}",
     }
-    if action == ACTION_EXPECTED:
-        button["confirm"] = {
-            "title": {"type": "plain_text", "text": "Mark as expected?"},
-            "text": {"type": "plain_text", "text": "gpuwaste will stop alerting on this finding."},
-            "confirm": {"type": "plain_text", "text": "Expected"},
-            "deny": {"type": "plain_text", "text": "Cancel"},
-        }
-    return button
+    return button  # "Expected" and "Snooze" open the justification form (sinks/slack_forms.py): no confirm dialog
 
 
 def _buttons(fingerprint: str) -> dict[str, Any]:
@@ -761,6 +754,10 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
         _section(f"*By namespace*\n{_group_lines(summary.by_namespace, 10)}"),
         _section("*Top offenders*\n" + ("\n".join(top) or "none")),
     ]
+    if summary.justified:  # owners' reasons still running: what they cover
+        lines = [f"{escape(_whose_team(j.team))}: {j.findings} finding(s), {per_day(j.usd_per_day)} covered, "
+                 f"first ends {j.next_end:%Y-%m-%d}" for j in summary.justified[:10]]
+        blocks.append(_section("*Justified (Expected / Snooze)*\n" + "\n".join(lines)))
     if chart_note:
         blocks.append(_context(escape(chart_note)))
     text = f"GPU waste summary: {usd(summary.wasted_usd)} wasted, {usd(summary.open_usd_per_day)}/day open"
