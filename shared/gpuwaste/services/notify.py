@@ -542,7 +542,7 @@ class NotifyService:
         )
 
     def show_tickets(self, fingerprints: Iterable[str]) -> list[PostedMessage]:
-        """Edit each sink's message of these findings in place so it shows their tickets (Slack: `chat.update` of the
+        """Edit each sink's message of these findings in place so it shows their tickets (a chat sink edits the
         same message: the alert's Ticket field, the digest line's key and no "Create ticket" button), once per
         finding, ticket and sink: the key `ticket_delivery_key` is recorded on every finding the edit shows with its
         ticket, so calling this again (a rerun, a redelivered batch) edits nothing. A digest carrying several of the
