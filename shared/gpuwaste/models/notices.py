@@ -12,6 +12,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from gpuwaste.models.base import Frozen
+from gpuwaste.models.coverage import CoverageRow
 from gpuwaste.models.findings import Finding
 
 
@@ -258,6 +259,8 @@ class DailySummary(Frozen):
         by_kind_and_team: (team, kind) → USD wasted in the period, for the stacked chart.
         unpriced: findings of the period without a price (not in the totals).
         trend: the last 30 UTC days up to the period's end, oldest first (the report's 7- and 30-day charts).
+        coverage: attribution coverage per cluster and allocation kind over the scans of the period's hours ("all"
+            first in each cluster; `models.coverage.coverage_rows`); empty when the store holds no scan coverage.
     """
 
     since: datetime
@@ -278,6 +281,7 @@ class DailySummary(Frozen):
     by_kind_and_team: tuple[tuple[str, str, Decimal], ...] = ()
     unpriced: int = 0
     trend: tuple[TrendDay, ...] = ()
+    coverage: tuple[CoverageRow, ...] = ()
 
     @property
     def trend_usd(self) -> Decimal:

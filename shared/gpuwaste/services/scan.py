@@ -20,6 +20,7 @@ from gpuwaste.errors import ConfigError
 from gpuwaste.join import ScanContext
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.collector import PAUSED_COLLECTOR
+from gpuwaste.models.coverage import KindCoverage
 from gpuwaste.models.findings import Episode, Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, TelemetryWindow
@@ -86,6 +87,13 @@ def coverage_figures(ctx: ScanContext) -> dict[str, dict[str, float]]:
     if per:
         out["all"] = _figure(total_a, total_b)
     return out
+
+
+def coverage_of(ctx: ScanContext) -> tuple[KindCoverage, ...]:
+    """The scan's attribution coverage per allocation kind as its completion carries it (`ScanCompleted.coverage`):
+    allocated and attributed GPU-hours in the window, kinds sorted; empty when no pod holds a GPU."""
+    return tuple(KindCoverage(kind=kind, allocated_gpu_hours=float(allocated), attributed_gpu_hours=float(attributed))
+                 for kind, (allocated, attributed) in sorted(ctx.attribution_coverage().items()))
 
 
 def _figure(allocated: Decimal, attributed: Decimal) -> dict[str, float]:
@@ -317,7 +325,8 @@ class ScanService:
             gpus_exist = bool(cluster.nodes) or any(p.holds_gpus for p in cluster.pods)
             judged = not telemetry.single_instant and (bool(telemetry.gpus) or not gpus_exist)
             unjudged = tuple(sorted({nv.subject for nv in result.no_verdict}))
-            self.send(scan_id, cluster.cluster, at, findings, judged=judged, unjudged=unjudged)
+            self.send(scan_id, cluster.cluster, at, findings, judged=judged, unjudged=unjudged,
+                      coverage=coverage_of(ctx))
             timings["enqueue"] = time.perf_counter() - t4
         report = ScanReport(
             scan_id=scan_id,
@@ -370,8 +379,9 @@ class ScanService:
         return cluster, telemetry
 
     def send(self, scan_id: str, cluster: str, at: datetime, findings: Sequence[Finding], *, judged: bool = True,
-             unjudged: tuple[str, ...] = ()) -> None:
-        """Put the findings and the scan completion on the queue (with what the scan could not judge)."""
+             unjudged: tuple[str, ...] = (), coverage: tuple[KindCoverage, ...] = ()) -> None:
+        """Put the findings and the scan completion on the queue (with what the scan could not judge and its
+        attribution coverage per allocation kind)."""
         assert self.queue is not None
         total = len(findings)
         self.queue.send_findings(
@@ -379,7 +389,7 @@ class ScanService:
         )
         self.queue.send_scan_completed(
             ScanCompleted(scan_id=scan_id, cluster=cluster, scheduled_time=at, fingerprints=tuple(f.fingerprint for f in findings),
-                          judged=judged, unjudged=unjudged)
+                          judged=judged, unjudged=unjudged, coverage=coverage)
         )
 
 
