@@ -141,6 +141,7 @@ def inventory_of(ctx: ScanContext) -> Inventory:
     """Summarise what a scan context holds."""
     gpus = [g for g in ctx.telemetry.gpus if not g.is_mig_parent]
     uuids = {g.device.uuid for g in ctx.telemetry.gpus} | set(ctx.telemetry.other_gpus)  # GPUs on unread fields count too
+    uuids |= {u for inv in ctx.nodes.values() for u in inv.slice_uuids}  # and DRA devices the exporter does not show
     models: Counter[str] = Counter()
     seen: set[str] = set()
     for g in ctx.telemetry.gpus:
@@ -174,7 +175,13 @@ def allocation_notes(ctx: ScanContext) -> tuple[str, ...]:
     notes: dict[str, None] = dict.fromkeys(ctx.resolved.notes)
     for inv in ctx.nodes.values():
         reason = "HAMi shares" if any(a.mechanism == "HAMi" for a in inv.allocations) else None
-        count = physical_gpu_count(inv.node, len(inv.physical_uuids), known_by_resolvers=inv.known_gpus, share_reason=reason)
+        hidden = len(inv.hidden_unclaimed)
+        seen = len(inv.physical_uuids)
+        count = physical_gpu_count(inv.node, seen + hidden if seen else 0, known_by_resolvers=inv.known_gpus,
+                                   share_reason=reason)
+        if hidden:
+            notes[f"node {inv.name}: its ResourceSlices list {len(inv.slice_uuids)} GPUs, DCGM reports {seen}: {hidden} "
+                  "that no claim holds are counted as free capacity from the slices"] = None
         notes.update(dict.fromkeys(count.notes))
     return tuple(notes)
 
