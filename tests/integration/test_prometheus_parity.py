@@ -438,7 +438,7 @@ def test_prometheus_source_query_count_is_constant_in_fleet_size(
         counts[name], gpus[name] = tw.query_count, len(tw.gpus)
     # THEN the fleets differ in size but the query count is the same fixed number
     assert gpus["random-exported"] > gpus["random-pod"]
-    assert counts["random-exported"] == counts["random-pod"] == RAW_QUERIES == 28 and len(PLAN) == 26
+    assert counts["random-exported"] == counts["random-pod"] == RAW_QUERIES == 28 and len(PLAN) == 27
 
 
 def test_prometheus_source_uses_the_explicit_evaluation_time(
