@@ -9,9 +9,9 @@ confidence and says where its activity came from. Idle only when the metric is p
 recent tail) and covers enough of the held span; missing or stale is never idle (a no-verdict, and `doctor`
 recommends DCGM for the rest).
 
-AKS and EKS have no such family in Prometheus: AKS Container insights keeps its GPU metrics (`containerGpuDutyCycle`,
-…) in Log Analytics, EKS Container Insights in CloudWatch (from the DCGM exporter its add-on runs, whose own series
-gpuwaste reads as DCGM).
+AKS and EKS have no such family in a Prometheus: AKS Container insights keeps its GPU metrics (`containerGpuDutyCycle`,
+…) in Log Analytics' InsightsMetrics table; EKS's Enhanced Container Insights (Classic) publishes to CloudWatch, and its
+OTel Container Insights preview keeps NVIDIA DCGM's own names (PromQL-queryable), which gpuwaste reads as DCGM.
 """
 
 from __future__ import annotations
