@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
+from gpuwaste.models.settings import TelemetryLabels
 from gpuwaste.models.telemetry import (
     GKE_DUTY_CYCLE,
     MANAGED_POD_LABELS,
@@ -80,7 +81,6 @@ from gpuwaste.models.telemetry import (
     stats_from_buckets,
     window_stats,
 )
-from gpuwaste.settings import TelemetryLabels
 from gpuwaste.sources.dcgm import build_gpu_telemetry
 from gpuwaste.sources.window import BucketAccumulator, RateAccumulator, WindowAccumulator
 

@@ -49,6 +49,7 @@ from gpuwaste.errors import (
     SourceAuthError,
     SourceUnavailableError,
 )
+from gpuwaste.models.settings import PrometheusSettings, TelemetryLabels
 from gpuwaste.models.telemetry import (
     MAX_WINDOW_S,
     MIN_WINDOW_S,
@@ -59,7 +60,6 @@ from gpuwaste.models.telemetry import (
     WindowStats,
     stats_from_columns,
 )
-from gpuwaste.settings import PrometheusSettings, TelemetryLabels
 from gpuwaste.sources.exposition import RecordedSeries
 from gpuwaste.sources.metrics_plan import (
     DROPPED_LABELS,
