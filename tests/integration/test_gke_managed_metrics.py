@@ -17,9 +17,9 @@ import pytest
 
 from gpuwaste.detectors import DetectorSettings, build_context, run_detectors
 from gpuwaste.models.findings import Confidence, WasteKind
+from gpuwaste.models.settings import PrometheusSettings
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
-from gpuwaste.settings import PrometheusSettings
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gpuwaste.detectors import run_detectors
+from gpuwaste.detectors import DetectorSettings, run_detectors
 from gpuwaste.join import build_context
+from gpuwaste.models.settings import PrometheusSettings
 from gpuwaste.services.scan import inventory_of
-from gpuwaste.settings import DetectorSettings, PrometheusSettings
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource

@@ -15,11 +15,11 @@ from rich.console import Console
 
 from gpuwaste.models.coverage import KindCoverage
 from gpuwaste.models.messages import ScanCompleted, split_completion
+from gpuwaste.models.settings import DeliverySettings, LifecycleSettings
 from gpuwaste.ports import FindingStore
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.summary import SummaryService
-from gpuwaste.settings import DeliverySettings, LifecycleSettings
 from gpuwaste.sinks.summary_report import render_html, render_json, render_terminal
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 from gpuwaste.store.sqlite import SqliteFindingStore
