@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from gpuwaste.models.cluster import ClusterState
+from gpuwaste.models.coverage import CoverageTally
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
@@ -131,6 +132,30 @@ class FindingStore(Protocol):
 
         Raises:
             StoreError: throttling, a transient failure, or the progress entry kept changing (retryable).
+        """
+        ...
+
+    def record_coverage(self, completion: ScanCompleted, *, expires_at: int) -> bool:
+        """Add one shard's attribution coverage (`completion.coverage`, sent on part 0) to its cluster's tally of the
+        UTC hour of `completion.scheduled_time`, idempotently: a redelivered completion (same scan and shard) is
+        counted once. The scan counts once in the hour's `scans`, on shard 0. `expires_at` (epoch seconds) bounds how
+        long the tally is kept.
+
+        Returns:
+            True when added; False when this scan's shard was counted already, or the hour's tally is full (the
+            adapter's item limit: logged, the scan left out of the figure).
+
+        Raises:
+            StoreError: throttling, a transient failure, or the tally kept changing (retryable).
+        """
+        ...
+
+    def coverage(self, *, since: datetime, until: datetime) -> list[CoverageTally]:
+        """The hourly coverage tallies of every cluster for the UTC hours that overlap [since, until), sorted by
+        cluster and hour.
+
+        Raises:
+            StoreError: throttling or a transient failure (retryable).
         """
         ...
 

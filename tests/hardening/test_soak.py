@@ -94,6 +94,12 @@ class FlakyStore:
     def record_scan_part(self, part: Any, *, expires_at: int) -> Any:
         return self.inner.record_scan_part(part, expires_at=expires_at)
 
+    def record_coverage(self, completion: Any, *, expires_at: int) -> bool:
+        return bool(self.inner.record_coverage(completion, expires_at=expires_at))
+
+    def coverage(self, **kw: Any) -> Any:
+        return self.inner.coverage(**kw)
+
     def history(self, **kw: Any) -> list[FindingRecord]:
         return self.inner.history(**kw)
 

@@ -140,10 +140,11 @@ def test_doctor_recommends_dcgm_where_only_gke_system_gpu_metrics_exist(promethe
     # WHEN doctor runs at the last sample
     result = invoke("doctor", "-p", server.url, "--at", "2024-01-01T01:19:00Z", "-o", "json")
     doc = json.loads(result.stdout)
-    # THEN it names the GKE metrics (3 series), says gpuwaste does not judge GPUs from them, and recommends DCGM; the
+    # THEN it names the GKE metrics (3 series), says they are a lower-confidence idle signal only, and recommends DCGM; the
     # missing activity signal still fails the check (exit 1: nothing to judge the GPUs by)
     (row,) = [c for c in doc["checks"] if c["check"] == "cloud GPU metrics"]
     assert row["status"] == "warn" and row["detail"].startswith("3 GKE system metrics series")
+    assert "lower-confidence idle signal only" in row["detail"]
     assert "dcgm-exporter" in row["fix"] and "nvidia-dcgm" in row["link"]
     assert result.exit_code == 1
 

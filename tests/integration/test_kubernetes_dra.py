@@ -138,3 +138,75 @@ def test_recorded_capture_of_a_dra_cluster_replays_to_the_same_claims(kube_api: 
     assert (replayed.resource_claims, replayed.resource_slices, replayed.device_classes) == (
         live.resource_claims, live.resource_slices, live.device_classes)
     assert sorted(p.name for p in replayed.pods) == sorted(p.name for p in live.pods)
+
+
+# --- issue 21 §6: capacity the exporter hides ------------------------------------------------------------------------
+
+
+def _scan_hidden(kube_api: KubeApiFactory, tmp_path: Path, *, reported: list[int], api_version: str):  # type: ignore[no-untyped-def]
+    """A p5.48xlarge DRA node: its ResourceSlice lists 8 H100s, one claim holds gpu-0 and gpu-1 for trainer-0, and the
+    exporter reports only the GPUs `reported` (busy): what an exporter that shows claimed GPUs only exports. Read through
+    the fake kube-apiserver (`api_version` of resource.k8s.io), judged with the recording's DCGM series, priced."""
+    from gpuwaste.detectors import DetectorSettings, build_context, run_detectors
+    from gpuwaste.pricing.catalog import PriceBook
+    from gpuwaste.pricing.cost import price_finding
+    from gpuwaste.sources.recording import RecordingTelemetrySource
+    from tests.fixtures.field_guide import builders as b
+
+    v1beta1 = api_version == "v1beta1"
+    pods = [claim_pod("research", "trainer-0", NODE, "trainer-0-gpus")]
+    rc = resource_claim("research", "trainer-0-gpus", NODE, ["gpu-0", "gpu-1"], consumers=[("trainer-0", "uid-research-trainer-0")],
+                        api_version=f"resource.k8s.io/{api_version}")
+    others = {"resourceclaims": [rc], "resourceslices": [resource_slice(NODE, H100, v1beta1=v1beta1)], "deviceclasses": device_classes()}
+    server = kube_api(pods, [dra_node(NODE)], others, dra_versions=(api_version,))
+    with _source(server, tmp_path) as src:
+        state = src.cluster_state(at=b.EVAL)
+    series = [b.S("DCGM_FI_DEV_GPU_UTIL", {"gpu": str(i), "UUID": H100[i], "Hostname": NODE, "modelName": "NVIDIA H100 80GB HBM3"}, 80.0)
+              for i in reported]
+    (tmp_path / "telemetry.prom").write_text(b.exposition(series))
+    (tmp_path / "recording.json").write_text(json.dumps({"cluster": "demo", "eval_time": b.EVAL.isoformat(), "window_s": 3600,
+                                                        "scrape_interval_s": b.STEP_S, "format": "text"}))
+    tel = RecordingTelemetrySource(tmp_path).telemetry(at=b.EVAL, window=b.WINDOW)
+    settings = DetectorSettings(enabled=list(b.CORE_DETECTORS))
+    ctx = build_context(state, tel, settings.common)
+    book = PriceBook.bundled()
+    findings = [price_finding(f, book) for f in run_detectors(ctx, settings.by_name(), settings.enabled).findings]
+    rate = book.gpu_hour_rate(instance_type="p5.48xlarge", capacity_type=None, gpu_model=None, physical_gpus=8, region="us-east-1",
+                              accelerator=None).usd_per_gpu_hour
+    return ctx, findings, rate
+
+
+@pytest.mark.parametrize("api_version", ["v1", "v1beta1"])
+def test_unclaimed_gpus_the_exporter_hides_are_free_capacity_from_the_resource_slices(kube_api: KubeApiFactory, tmp_path, api_version):
+    from gpuwaste.models.findings import WasteKind
+    from gpuwaste.services.scan import allocation_notes, inventory_of
+
+    # GIVEN 8 H100s in the node's ResourceSlice, 2 claimed by trainer-0 and reported busy by DCGM, 6 claimed by nobody
+    # and not exported at all
+    ctx, findings, rate = _scan_hidden(kube_api, tmp_path, reported=[0, 1], api_version=api_version)
+    # THEN the node has 8 physical GPUs (DCGM's 2 and the slice's 8 are one set, never 10), 6 of them free capacity
+    assert inventory_of(ctx).physical_gpus == 8 and ctx.nodes[NODE].capacity_gpus() == 8
+    (free,) = [f for f in findings if f.kind is WasteKind.UNALLOCATED]
+    assert free.subject.node == NODE and free.wasted_gpu_share == Decimal(6)
+    assert free.title.startswith("6 of 8 GPU(s)")
+    assert free.usd_per_day == (Decimal(6) * rate * 24).quantize(Decimal("0.01"))
+    assert "ResourceSlices" in next(e.note for e in free.evidence if e.signal == "physical_gpus")
+    # AND the hidden GPUs are not also "unmonitored" (a broken GPU or a crashed exporter): counted once, as free
+    assert not [f for f in findings if f.details.get("check") == "unmonitored_gpus"]
+    assert any("6 that no claim holds are counted as free capacity" in n for n in allocation_notes(ctx))
+    # AND trainer-0 holds its 2 GPUs and is busy: no waste on it
+    assert not [f for f in findings if f.subject.pod == "trainer-0" and f.kind.is_waste]
+
+
+def test_a_claimed_gpu_the_exporter_drops_stays_unmonitored_and_is_no_free_capacity(kube_api: KubeApiFactory, tmp_path):
+    from gpuwaste.models.findings import WasteKind
+
+    # GIVEN the same node, but DCGM reports only gpu-0 of trainer-0's two claimed GPUs
+    ctx, findings, _ = _scan_hidden(kube_api, tmp_path, reported=[0], api_version="v1")
+    # THEN free capacity is still the 6 unclaimed GPUs (the claimed silent one is held, not free)
+    (free,) = [f for f in findings if f.kind is WasteKind.UNALLOCATED]
+    assert free.wasted_gpu_share == Decimal(6)
+    # AND the claimed GPU DCGM does not report is the one unmonitored GPU
+    (dq,) = [f for f in findings if f.details.get("check") == "unmonitored_gpus"]
+    assert dq.details == {"check": "unmonitored_gpus", "expected_gpus": 2, "observed_gpus": 1}
+    assert "6 more that no claim holds are counted as free capacity" in dq.title

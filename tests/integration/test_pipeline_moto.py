@@ -168,8 +168,13 @@ def test_pipeline_scheduled_event_reaches_the_alerts_queue(chain: Pipeline) -> N
     assert all(a.finding.observed_at == DEMO_END for a in alerts)  # the schedule's time, not the wall clock
     tickets = [AlertMessage.model_validate_json(m["Body"]) for m in chain.drain("TicketsQueue")]
     assert sorted(t.finding.subject.workload_name or "" for t in tickets) == ["eval-sweep", "llama-70b-vllm"]
-    items = chain.ddb.scan(TableName=chain.stack.table_name)["Items"]
+    every = chain.ddb.scan(TableName=chain.stack.table_name)["Items"]
+    items = [i for i in every if not i["fingerprint"]["S"].startswith("coverage#")]
     assert len(items) == 23 and all("expires_at" in i for i in items)  # 21 waste + 2 data quality
+    # AND the scan's attribution coverage is kept for the daily summary: the day's index and the hour's tally (issue 21 §12)
+    coverage = sorted(i["fingerprint"]["S"] for i in every if i["fingerprint"]["S"].startswith("coverage#"))
+    assert coverage == [f"coverage#{DEMO_END:%Y-%m-%d}", f"coverage#{DEMO_END:%Y-%m-%dT%H}#demo"]
+    assert all("expires_at" in i for i in every)
 
 
 def test_pipeline_same_waste_seen_by_two_scans_alerts_once(chain: Pipeline) -> None:
@@ -358,7 +363,7 @@ def test_pipeline_waste_that_disappears_is_resolved_after_three_scans(chain: Pip
     assert {a.fingerprint for a in resolved} == set(alerted) and {a.action for a in resolved} == {AlertAction.RESOLVED}
     llama = next(a for a in resolved if a.finding.subject.workload_name == "llama-70b-vllm")
     assert llama.saved_usd_per_day == "660.48"
-    states = {i["state"]["S"] for i in chain.ddb.scan(TableName=chain.stack.table_name)["Items"]}
+    states = {i["state"]["S"] for i in chain.ddb.scan(TableName=chain.stack.table_name)["Items"] if "state" in i}
     assert states == {FindingState.RESOLVED.value}
 
 

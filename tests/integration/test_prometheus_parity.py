@@ -38,9 +38,10 @@ from gpuwaste.sources.promql import recording_rules, scan_queries
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
 from tests.servers.ports import free_port
 
-#: Queries of one raw scan (the plan, fixed in fleet size) and of one through the recording rules; each + the rules probe.
-RAW_QUERIES = len(scan_queries(window_s=3600)) + 1
-RULED_QUERIES = len(scan_queries(window_s=3600, rules=True)) + 1
+#: Queries of one raw scan (the plan, fixed in fleet size) and of one through the recording rules; each + the rules probe
+#: + the DCGM presence query (GPUs on fields outside the plan, issue 21 §9).
+RAW_QUERIES = len(scan_queries(window_s=3600)) + 2
+RULED_QUERIES = len(scan_queries(window_s=3600, rules=True)) + 2
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -437,7 +438,7 @@ def test_prometheus_source_query_count_is_constant_in_fleet_size(
         counts[name], gpus[name] = tw.query_count, len(tw.gpus)
     # THEN the fleets differ in size but the query count is the same fixed number
     assert gpus["random-exported"] > gpus["random-pod"]
-    assert counts["random-exported"] == counts["random-pod"] == RAW_QUERIES == 27 and len(PLAN) == 26
+    assert counts["random-exported"] == counts["random-pod"] == RAW_QUERIES == 28 and len(PLAN) == 27
 
 
 def test_prometheus_source_uses_the_explicit_evaluation_time(
@@ -738,7 +739,7 @@ def test_recording_rules_plan_matches_the_recording_and_the_raw_plan(ruled_prome
     tw_ruled, tw_raw, tw_rec = ruled.telemetry(at=at, window=window), raw.telemetry(at=at, window=window), rec.telemetry(at=at, window=window)
     # THEN the scan says which plan it used, and the three windows are the same, bucket by bucket
     assert (tw_ruled.plan, tw_raw.plan) == ("recording rules", "raw")
-    assert (tw_ruled.query_count, tw_raw.query_count) == (RULED_QUERIES, RAW_QUERIES - 1) == (15, 26)
+    assert (tw_ruled.query_count, tw_raw.query_count) == (RULED_QUERIES, RAW_QUERIES - 1) == (16, 27)
     assert tw_rec.gpus and window_diffs(tw_rec, tw_ruled) == [] and window_diffs(tw_rec, tw_raw) == []
     assert ruled.rules_status(at=at)["installed"] is True
     # AND the findings are the same

@@ -137,7 +137,7 @@ def test_mps_and_gke_time_sharing_keep_their_shares(tmp_path):
     assert {(f.details["mechanism"], f.subject.gpu_share) for f in gke.of_kind(IDLE)} == {("GKE time-sharing", Decimal("0.25"))}
 
 
-def test_b25_unclaimed_gpus_the_exporter_stops_reporting_are_unmonitored_not_dropped(tmp_path):
+def test_b25_unclaimed_gpus_the_exporter_stops_reporting_are_free_capacity_not_dropped(tmp_path):
     # GIVEN the B25 node where the exporter reports only the 4 claimed GPUs (it may drop the unclaimed ones)
     host = "ip-10-0-9-1.ec2.internal"
     gpus = [uuid(0x64 + i) for i in range(8)]
@@ -147,11 +147,13 @@ def test_b25_unclaimed_gpus_the_exporter_stops_reporting_are_unmonitored_not_dro
     objs = [dra_node(host), claim_pod("research", "trainer-0", host, "c"),
             resource_claim("research", "c", host, [f"gpu-{i}" for i in range(4)]), resource_slice(host, gpus)]
     sc = scan(tmp_path, series, objs)
-    # THEN trainer-0 is idle (4 GPUs) and the other 4 are reported as unmonitored GPUs of the node, never silently gone
+    # THEN trainer-0 is idle (4 GPUs) and the other 4 — listed by the node's ResourceSlice, claimed by nobody — are
+    # unallocated capacity (the field guide's B25: "4 unallocated GPUs ($660.48/day)"), never silently gone and never
+    # also called unmonitored (issue 21 §6)
     assert [(f.subject.pod, f.subject.gpu_share) for f in sc.of_kind(IDLE)] == [("trainer-0", Decimal(4))]
-    [unmonitored] = sc.checks()["unmonitored_gpus"]
-    assert unmonitored.subject.node == host and unmonitored.subject.gpu_share == 4
-    assert (unmonitored.details["expected_gpus"], unmonitored.details["observed_gpus"]) == (8, 4)
+    [free] = sc.of_kind(WasteKind.UNALLOCATED)
+    assert free.subject.node == host and free.wasted_gpu_share == Decimal(4) and free.usd_per_day == Decimal("660.48")
+    assert "unmonitored_gpus" not in sc.checks()
 
 
 def test_dra_claim_holder_whose_owner_is_gone_is_orphaned(tmp_path):

@@ -73,7 +73,7 @@ def test_scan_queries_count_is_fixed_whatever_the_matchers_and_window() -> None:
     # THEN every plan has the same fixed number of queries: 6 time-resolved GPU fields × 3 statistics + 6 other GPU fields
     # + one instant query for the pod counters + one range query for the pod gauges = 26
     assert {len(p) for p in plans} == {26}
-    assert len(GPU_METRICS) == 12 and len(POD_METRICS) == 14
+    assert len(GPU_METRICS) == 12 and len(POD_METRICS) == 15  # GKE's accelerator duty cycle joins the pod gauges' query
 
 
 def test_raw_time_resolved_gpu_field_is_three_untagged_unaggregated_range_queries() -> None:
@@ -101,7 +101,7 @@ def test_pod_metrics_are_read_by_two_queries_each_series_naming_its_metric() -> 
     # WHEN the pod queries are picked
     pods = [q for q in plan if q.group]
     # THEN one instant query holds every pod counter, one range query every time-resolved pod gauge
-    assert [(q.kind, len(q.group)) for q in pods] == [("instant", 8), ("range", 6)]
+    assert [(q.kind, len(q.group)) for q in pods] == [("instant", 8), ("range", 7)]  # + GKE accelerator duty cycle
     for q in pods:
         for spec in q.group:
             assert f'"{METRIC_LABEL}", "{spec.name}", "", ""' in q.promql

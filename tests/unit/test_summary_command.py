@@ -112,3 +112,21 @@ def test_summary_of_a_period_after_the_last_scan_says_so_instead_of_printing_emp
     # AND the default period (ending at the last scan) still prints the tables
     latest = re.sub(r"\s+", " ", invoke("summary", "--state", str(demo_state)).stdout)
     assert "team wasted before trend open" in latest and "is before this period" not in latest
+
+
+def test_summary_shows_the_runs_attribution_coverage_per_kind(tmp_path: Path) -> None:
+    # GIVEN one run over the demo fleet, its scan's attribution coverage read from its JSON report
+    state = tmp_path / "state.db"
+    run = invoke("run", "--recording", str(DEMO), "--state", str(state), "--no-summary", "-o", "json")
+    assert run.exit_code == 0, run.output
+    scanned = json.loads(run.stdout)["inventory"]["attribution_coverage"]
+    assert set(scanned) == {"all", "MIG", "device plugin"}
+    # WHEN the state is summarised as JSON and as HTML
+    doc = json.loads(invoke("summary", "--state", str(state), "-o", "json").stdout)
+    html = invoke("summary", "--state", str(state), "-o", "html").stdout
+    # THEN the summary carries the scan's figures per kind, the one scan counted
+    got = {c["kind"]: {k: c[k] for k in ("allocated_gpu_hours", "attributed_gpu_hours", "ratio")} for c in doc["coverage"]}
+    assert got == scanned
+    assert {(c["cluster"], c["scans"]) for c in doc["coverage"]} == {("demo", 1)}
+    assert "<h2>Attribution coverage</h2>" in html
+    assert f"{scanned['all']['ratio']:.1%}" in html

@@ -51,6 +51,7 @@ class Resolved:
         holdings: every pod's holding (each pod at most once).
         applied: names of the resolvers that applied, in the order asked.
         mix: mechanism → pods and physical-GPU equivalents (for the scan header: "device plugin 212 GPUs, MIG 14 slices").
+        physical_uuids / claimed_uuids: see `AllocationResult` (merged: the first resolver naming a node wins).
     """
 
     holdings: tuple[Holding, ...] = ()
@@ -60,6 +61,8 @@ class Resolved:
     notes: tuple[str, ...] = ()
     applied: tuple[str, ...] = ()
     mix: dict[str, MechanismUse] = field(default_factory=dict)
+    physical_uuids: dict[str, frozenset[str]] = field(default_factory=dict)
+    claimed_uuids: frozenset[str] = frozenset()
 
 
 def resolve(cluster: ClusterState, devices: tuple[GpuTelemetry, ...] | Sequence[GpuTelemetry],
@@ -70,6 +73,8 @@ def resolve(cluster: ClusterState, devices: tuple[GpuTelemetry, ...] | Sequence[
     holdings: list[Holding] = []
     infra: set[tuple[str, str]] = set()
     physical: dict[str, int] = {}
+    physical_uuids: dict[str, frozenset[str]] = {}
+    claimed: set[str] = set()
     unmonitored: list[DeviceId] = []
     notes: list[str] = []
     applied: list[str] = []
@@ -87,13 +92,17 @@ def resolve(cluster: ClusterState, devices: tuple[GpuTelemetry, ...] | Sequence[
         infra |= result.infrastructure_pods
         for node, n in result.physical_gpus.items():
             physical.setdefault(node, n)
+        for node, uuids in result.physical_uuids.items():
+            physical_uuids.setdefault(node, uuids)
+        claimed |= result.claimed_uuids
         unmonitored.extend(result.unmonitored)
         notes.extend(result.notes)
     mix: dict[str, MechanismUse] = {}
     for h in holdings:
         m = mix.get(h.mechanism, MechanismUse())
         mix[h.mechanism] = MechanismUse(m.pods + 1, m.share + h.share)
-    return Resolved(tuple(holdings), frozenset(infra), physical, tuple(unmonitored), tuple(notes), tuple(applied), mix)
+    return Resolved(tuple(holdings), frozenset(infra), physical, tuple(unmonitored), tuple(notes), tuple(applied), mix,
+                    physical_uuids=physical_uuids, claimed_uuids=frozenset(claimed))
 
 
 def mix_text(mix: dict[str, MechanismUse]) -> str:

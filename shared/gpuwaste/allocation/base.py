@@ -55,6 +55,10 @@ class AllocationResult:
         unmonitored: devices the resolver knows are held but that the exporter does not report.
         notes: data-quality notes in users' words ("node advertises 40 nvidia.com/gpu, DCGM sees 4 GPUs:
             HAMi shares").
+        physical_uuids: node → the physical GPU UUIDs the resolver knows are there (DRA ResourceSlices' devices,
+            a MIG device counted as its parent), whether or not the exporter reports them.
+        claimed_uuids: of those, the physical GPUs an allocated claim holds (the rest are unclaimed: free capacity
+            that an exporter showing claimed GPUs only hides).
     """
 
     holdings: tuple[Holding, ...] = ()
@@ -63,6 +67,8 @@ class AllocationResult:
     physical_gpus: dict[str, int] = field(default_factory=dict)
     unmonitored: tuple[DeviceId, ...] = ()
     notes: tuple[str, ...] = ()
+    physical_uuids: dict[str, frozenset[str]] = field(default_factory=dict)
+    claimed_uuids: frozenset[str] = frozenset()
 
 
 class AllocationResolver(Protocol):

@@ -55,6 +55,7 @@ class DraResolver:
             any(self._is_gpu_claim(c, cluster) for c in cluster.resource_claims)
             or any(p.resource_claims for p in cluster.pods)
             or any(d.dra for d in devices)
+            or any(s.driver in self.gpu_drivers and s.node_name for s in cluster.resource_slices)
         )
 
     def resolve(
@@ -75,11 +76,13 @@ class DraResolver:
         handled_now: set[PodIdentity] = set()
         unmonitored: dict[DeviceId, None] = {}
         notes: list[str] = []
+        claimed: set[str] = set()
         for claim in cluster.resource_claims:
             if not claim.allocated or not self._is_gpu_claim(claim, cluster):
                 continue
             consumers = _consumers(claim, users.get(claim.key, []), pods)
             located = [self._locate(r, slices, by_uuid, by_dra) for r in claim.results if r.driver in self.gpu_drivers]
+            claimed.update(loc.physical_uuid for loc in located if loc.physical_uuid)
             total = sum((loc.share for loc in located), Decimal(0))
             for loc in located:
                 if loc.physical_uuid and loc.physical_uuid not in by_uuid:
@@ -141,6 +144,8 @@ class DraResolver:
             physical_gpus={n: len(u) for n, u in physical.items()},
             unmonitored=tuple(unmonitored),
             notes=tuple(notes),
+            physical_uuids={n: frozenset(u) for n, u in physical.items()},
+            claimed_uuids=frozenset(claimed),
         )
 
     # -- helpers -------------------------------------------------------------------------------------------

@@ -62,8 +62,9 @@ DOCS = {
 
 #: A cloud's own GPU metric families a Prometheus may hold where no dcgm-exporter runs (GKE system metrics read through
 #: Google Cloud Managed Service for Prometheus: `kubernetes.io/container/accelerator/*` as `kubernetes_io:container_accelerator_*`,
-#: duty cycle in percent, memory in bytes, keyed by `namespace_name`/`pod_name`). gpuwaste does not judge GPUs from them
-#: (no per-GPU activity profile, no power, 60 s samples): `doctor` names them and recommends DCGM.
+#: duty cycle in percent, memory in bytes, keyed by `namespace_name`/`pod_name`). The duty cycle is a lower-confidence
+#: idle signal for pods without DCGM series (`detectors.managed`; no per-GPU activity profile, no power, 60 s samples):
+#: `doctor` names them and recommends DCGM.
 CLOUD_GPU_METRICS: dict[str, tuple[str, ...]] = {
     "GKE system metrics": ("kubernetes_io:container_accelerator_duty_cycle", "kubernetes_io:container_accelerator_memory_used",
                            "kubernetes_io:container_accelerator_request"),
@@ -371,8 +372,8 @@ def check_dcgm_names(probe: Probe) -> list[CheckRow]:
 
 
 def check_cloud_gpu_metrics(probe: Probe) -> list[CheckRow]:
-    """A cloud's own GPU metrics (`CLOUD_GPU_METRICS`) in the Prometheus: with no DCGM activity field, say that gpuwaste
-    cannot judge those GPUs and recommend DCGM; beside DCGM, that DCGM is the one read."""
+    """A cloud's own GPU metrics (`CLOUD_GPU_METRICS`) in the Prometheus: with no DCGM activity field, say that they are
+    read as a lower-confidence idle signal only and recommend DCGM; beside DCGM, that DCGM is the one read."""
     probe.report()  # probes the signals once
     dcgm = sum(probe.raw_counts.get(n, 0) for s in (Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL)
                for n in probe.aliases.get(s.value, (s.value,)))
@@ -388,8 +389,9 @@ def check_cloud_gpu_metrics(probe: Probe) -> list[CheckRow]:
                                  "DCGM fields are read"))
         else:
             rows.append(CheckRow("cloud GPU metrics", "warn", f"{found} {family} series ({', '.join(names)}) but no DCGM "
-                                 "activity field: gpuwaste judges GPUs from DCGM only (a duty cycle sampled once a minute has "
-                                 "no per-GPU activity profile, power or memory bandwidth)",
+                                 "activity field: the duty cycle is read as a lower-confidence idle signal only (managed_gpu_idle, "
+                                 "LOW confidence: sampled once a minute, no SM, tensor, power or memory-bandwidth profile; "
+                                 "missing or stale is never idle)",
                                  "deploy dcgm-exporter or enable the cloud's managed DCGM metrics", DOCS["gke-dcgm"]))
     return rows
 

@@ -84,7 +84,8 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
         devices = [d for d in inv.unheld_devices if d not in busy]
         evidence: list[Evidence] = [
             Evidence(signal="physical_gpus", unit="count", window_s=ctx.window_s, avg=float(capacity),
-                     note="distinct DCGM UUIDs" if inv.devices else "node capacity (no DCGM series)"),
+                     note=("distinct GPU UUIDs from DCGM and the node's DRA ResourceSlices" if inv.slice_uuids
+                           else "distinct DCGM UUIDs" if inv.devices else "node capacity (no DCGM series)")),
             Evidence(signal="requested_gpus", unit="count", window_s=ctx.window_s, avg=float(inv.requested_share),
                      note="held at the evaluation time by pods scheduled on the node and not terminal, in physical-GPU equivalents"),
         ]

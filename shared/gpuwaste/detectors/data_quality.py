@@ -75,11 +75,14 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
     for inv in ctx.nodes.values():
         node = inv.node
         subject = _NodeSubject(cluster, inv)
-        expected = inv.expected_gpus()
+        # GPUs no claim holds that the exporter hides are free capacity (unallocated_capacity), not unmonitored
+        expected = None if (e := inv.expected_gpus()) is None else e - len(inv.hidden_unclaimed)
         seen = len(inv.physical_uuids)
         if expected and seen < expected and not no_telemetry:
             yield _dq(ctx, subject().model_copy(update={"gpu_share": Decimal(expected - seen)}), "unmonitored_gpus",
-                      f"Node {inv.name} has {expected} GPU(s) but DCGM reports {seen}",
+                      (f"Node {inv.name} has {expected} GPU(s) but DCGM reports {seen}" if not inv.hidden_unclaimed else
+                       f"Node {inv.name}: {expected} GPU(s) held or reported, but DCGM reports {seen} "
+                       f"({len(inv.hidden_unclaimed)} more that no claim holds are counted as free capacity)"),
                       "The missing GPUs are billed but unmonitored (broken GPU, crashed exporter): check nvidia-smi and the dcgm-exporter pod on the node.",
                       inv.name, details={"expected_gpus": expected, "observed_gpus": seen})
         if inv.ambiguous_pods:

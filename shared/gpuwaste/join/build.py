@@ -53,7 +53,8 @@ def join(
                       key=lambda h: order.get(h.pod.identity, len(order)))
     by_node, unmapped = devices_by_node(cluster, telemetry.gpus)
     nodes_by_name = {n.name: n for n in cluster.nodes}
-    inventories = _inventories(cluster, by_node, nodes_by_name, resolved.physical_gpus)
+    inventories = _inventories(cluster, by_node, nodes_by_name, resolved.physical_gpus, resolved.physical_uuids,
+                               resolved.claimed_uuids)
     held_by_node: dict[str, list[Holding]] = defaultdict(list)
     for h in holdings:
         held_by_node[h.node or ""].append(h)
@@ -77,16 +78,25 @@ def join(
 
 
 def _inventories(cluster: ClusterState, by_node: dict[str, list[GpuTelemetry]], nodes: dict[str, Node],
-                 known: dict[str, int] | None = None) -> dict[str, NodeInventory]:
+                 known: dict[str, int] | None = None, slice_uuids: dict[str, frozenset[str]] | None = None,
+                 claimed: frozenset[str] = frozenset()) -> dict[str, NodeInventory]:
     """One inventory per node with devices, and per GPU node without any (a node whose exporter is missing,
-    or a DRA node whose GPUs only its ResourceSlices show)."""
+    or a DRA node whose GPUs only its ResourceSlices show). `slice_uuids`: node → the GPU UUIDs its ResourceSlices
+    list; `claimed`: those an allocated claim holds (the rest are unclaimed: free capacity the exporter may hide)."""
     known = known or {}
+    slice_uuids = slice_uuids or {}
+
+    def inventory(name: str, node: Node | None, devs: list[GpuTelemetry]) -> NodeInventory:
+        listed = slice_uuids.get(name, frozenset())
+        return NodeInventory(name=name, node=node, devices=devs, known_gpus=known.get(name), slice_uuids=listed,
+                             unclaimed_uuids=listed - claimed)
+
     out: dict[str, NodeInventory] = {}
     for name, devs in by_node.items():
-        out[name] = NodeInventory(name=name, node=nodes.get(name), devices=list(devs), known_gpus=known.get(name))
+        out[name] = inventory(name, nodes.get(name), list(devs))
     for n in cluster.nodes:
         if n.allocatable_gpu or n.capacity_gpu or n.gpu_product or n.name in known:
-            out.setdefault(n.name, NodeInventory(name=n.name, node=n, known_gpus=known.get(n.name)))
+            out.setdefault(n.name, inventory(n.name, n, []))
     return out
 
 

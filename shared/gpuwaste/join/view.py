@@ -170,6 +170,10 @@ class NodeInventory:
     unattributed_devices: list[GpuTelemetry] = field(default_factory=list)
     ambiguous_pods: list[Pod] = field(default_factory=list)
     known_gpus: int | None = None  # physical GPUs an allocation resolver knows (DRA ResourceSlices), never capacity
+    #: GPU UUIDs the node's DRA ResourceSlices list (a MIG device as its parent), reported by DCGM or not
+    slice_uuids: frozenset[str] = frozenset()
+    #: of those, the GPUs no allocated claim holds: free capacity, also when the exporter shows claimed GPUs only
+    unclaimed_uuids: frozenset[str] = frozenset()
 
     @property
     def gpus_known_otherwise(self) -> bool:
@@ -192,9 +196,16 @@ class NodeInventory:
         """Physical-GPU equivalents held at time `t` (pods whose holding span covers `t`)."""
         return sum((a.held_share for a in self.allocations if a.held_at(t)), Decimal(0))
 
+    @property
+    def hidden_unclaimed(self) -> frozenset[str]:
+        """GPUs the node's ResourceSlices list that no claim holds and DCGM does not report (an exporter that shows
+        claimed GPUs only): free capacity counted from the slices, never unmonitored, never counted twice."""
+        return self.unclaimed_uuids - self.physical_uuids
+
     def capacity_gpus(self) -> int:
-        """Physical GPUs on the node: DCGM UUIDs when seen, else the node's advertised capacity."""
-        observed = len(self.physical_uuids)
+        """Physical GPUs on the node: the distinct UUIDs DCGM reports and its DRA ResourceSlices list (one GPU in both
+        counted once), else the node's advertised capacity."""
+        observed = len(self.physical_uuids | self.slice_uuids)
         return observed if observed else self.expected_gpus() or 0
 
     def expected_gpus(self) -> int | None:
@@ -887,8 +898,9 @@ class ScanContext:
 
 
     def _physical_gpus(self, inv: NodeInventory) -> int:
-        """Distinct physical GPU UUIDs seen on a node (`NodeInventory.physical_uuids`), counted once per scan."""
-        return self.memo("physical_gpus", inv, lambda: len(inv.physical_uuids))
+        """Distinct physical GPU UUIDs on a node (`NodeInventory.physical_uuids` and the DRA ResourceSlices' UUIDs),
+        counted once per scan."""
+        return self.memo("physical_gpus", inv, lambda: len(inv.physical_uuids | inv.slice_uuids))
 
 
 def gpu_ref(device: GpuTelemetry) -> GpuRef:

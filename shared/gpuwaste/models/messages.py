@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from gpuwaste.models.base import Frozen
+from gpuwaste.models.coverage import MAX_COVERAGE_KINDS, KindCoverage
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.legacy import upgrade_message_fields
 from gpuwaste.models.notices import MessageRef
@@ -59,7 +60,10 @@ class ScanCompleted(Frozen):
         unjudged: "namespace/pod" (or node) subjects the scan gave no verdict on; their open findings are
             not counted as missed either.
         shard / shard_count: which node set of the cluster this completion covers (0 of 1: the whole cluster).
-        part / parts: this message's index among the shard's completion messages, and how many there are."""
+        part / parts: this message's index among the shard's completion messages, and how many there are.
+        coverage: the shard's attribution coverage per allocation kind (issue 21 §12; at most `MAX_COVERAGE_KINDS`);
+            the lifecycle stores it from part 0 of each shard (`FindingStore.record_coverage`). Empty when no pod
+            held a GPU, or from a scanner older than the field."""
 
     schema_version: Literal[1] = 1
     scan_id: str
@@ -72,6 +76,7 @@ class ScanCompleted(Frozen):
     shard_count: int = Field(1, ge=1)
     part: int = Field(0, ge=0)
     parts: int = Field(1, ge=1)
+    coverage: tuple[KindCoverage, ...] = Field((), max_length=MAX_COVERAGE_KINDS)
 
     @model_validator(mode="after")
     def _indices_in_range(self) -> ScanCompleted:

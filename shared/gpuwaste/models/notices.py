@@ -12,6 +12,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from gpuwaste.models.base import Frozen
+from gpuwaste.models.coverage import CoverageRow
 from gpuwaste.models.findings import Finding
 
 
@@ -277,6 +278,8 @@ class DailySummary(Frozen):
         unpriced: findings of the period without a price (not in the totals).
         trend: the last 30 UTC days up to the period's end, oldest first (the report's 7- and 30-day charts).
         justified: active justifications at the period's end by team (`services/justifications.active_by_team`).
+        coverage: attribution coverage per cluster and allocation kind over the scans of the period's hours ("all"
+            first in each cluster; `models.coverage.coverage_rows`); empty when the store holds no scan coverage.
     """
 
     since: datetime
@@ -298,6 +301,7 @@ class DailySummary(Frozen):
     unpriced: int = 0
     trend: tuple[TrendDay, ...] = ()
     justified: tuple[JustifiedTotal, ...] = ()
+    coverage: tuple[CoverageRow, ...] = ()
 
     @property
     def trend_usd(self) -> Decimal:

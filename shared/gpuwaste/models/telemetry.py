@@ -528,6 +528,16 @@ def _merge_all(items: object) -> WindowStats | None:
     return out
 
 
+#: GKE system metric `kubernetes.io/container/accelerator/duty_cycle` as Google Cloud Managed Service for Prometheus names
+#: it (the first "/" becomes ":", the others "_"): percent (0–100) of the sample period the container's accelerator was
+#: busy, one series per container and accelerator, keyed by the monitored resource's `namespace_name` / `pod_name`
+#: (https://cloud.google.com/monitoring/api/metrics_kubernetes, https://cloud.google.com/monitoring/promql/promql-mapping).
+#: Read where no dcgm-exporter runs, as a lower-confidence activity signal (`detectors.managed`).
+GKE_DUTY_CYCLE = "kubernetes_io:container_accelerator_duty_cycle"
+#: The pod labels of a GKE system metric's monitored resource (k8s_container), read where `namespace`/`pod` are absent.
+MANAGED_POD_LABELS = ("namespace_name", "pod_name")
+
+
 class PodTelemetry(Frozen):
     """Pod-level series (container CPU, inference-server metrics) summarised over the window.
 

@@ -333,6 +333,8 @@ class LifecycleService:
             StoreError, RetryableError: as `handle_finding`.
         """
         total = Outcome()
+        if message.part == 0:  # each shard's attribution coverage, once per shard (issue 21 §12: the daily summary)
+            self.store.record_coverage(message, expires_at=self._expiry())
         if not message.whole:
             parts = self.store.record_scan_part(message, expires_at=self._scan_expiry())
             if parts is None:

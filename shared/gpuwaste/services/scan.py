@@ -20,6 +20,7 @@ from gpuwaste.errors import ConfigError
 from gpuwaste.join import ScanContext, join
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.collector import PAUSED_COLLECTOR
+from gpuwaste.models.coverage import KindCoverage
 from gpuwaste.models.findings import Episode, Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, TelemetryWindow
@@ -104,6 +105,13 @@ def coverage_figures(ctx: ScanContext) -> dict[str, dict[str, float]]:
     return out
 
 
+def coverage_of(ctx: ScanContext) -> tuple[KindCoverage, ...]:
+    """The scan's attribution coverage per allocation kind as its completion carries it (`ScanCompleted.coverage`):
+    allocated and attributed GPU-hours in the window, kinds sorted; empty when no pod holds a GPU."""
+    return tuple(KindCoverage(kind=kind, allocated_gpu_hours=float(allocated), attributed_gpu_hours=float(attributed))
+                 for kind, (allocated, attributed) in sorted(ctx.attribution_coverage().items()))
+
+
 def _figure(allocated: Decimal, attributed: Decimal) -> dict[str, float]:
     ratio = float(min(Decimal(1), attributed / allocated)) if allocated > 0 else 1.0
     return {"allocated_gpu_hours": float(allocated), "attributed_gpu_hours": float(attributed), "ratio": round(ratio, 4)}
@@ -151,6 +159,7 @@ def inventory_of(ctx: ScanContext, ledger: ScanLedger | None = None) -> Inventor
     """Summarise what a scan context holds (with the funnel and the conservation check when `ledger` is given)."""
     gpus = [g for g in ctx.telemetry.gpus if not g.is_mig_parent]
     uuids = {g.device.uuid for g in ctx.telemetry.gpus} | set(ctx.telemetry.other_gpus)  # GPUs on unread fields count too
+    uuids |= {u for inv in ctx.nodes.values() for u in inv.slice_uuids}  # and DRA devices the exporter does not show
     models: Counter[str] = Counter()
     seen: set[str] = set()
     for g in ctx.telemetry.gpus:
@@ -187,7 +196,13 @@ def allocation_notes(ctx: ScanContext) -> tuple[str, ...]:
     notes: dict[str, None] = dict.fromkeys(ctx.resolved.notes)
     for inv in ctx.nodes.values():
         reason = "HAMi shares" if any(a.mechanism == "HAMi" for a in inv.allocations) else None
-        count = physical_gpu_count(inv.node, len(inv.physical_uuids), known_by_resolvers=inv.known_gpus, share_reason=reason)
+        hidden = len(inv.hidden_unclaimed)
+        seen = len(inv.physical_uuids)
+        count = physical_gpu_count(inv.node, seen + hidden if seen else 0, known_by_resolvers=inv.known_gpus,
+                                   share_reason=reason)
+        if hidden:
+            notes[f"node {inv.name}: its ResourceSlices list {len(inv.slice_uuids)} GPUs, DCGM reports {seen}: {hidden} "
+                  "that no claim holds are counted as free capacity from the slices"] = None
         notes.update(dict.fromkeys(count.notes))
     return tuple(notes)
 
@@ -344,7 +359,8 @@ class ScanService:
             gpus_exist = bool(cluster.nodes) or any(p.holds_gpus for p in cluster.pods)
             judged = not telemetry.single_instant and (bool(telemetry.gpus) or not gpus_exist)
             unjudged = tuple(sorted({nv.subject for nv in result.no_verdict}))
-            self.send(scan_id, cluster.cluster, at, findings, judged=judged, unjudged=unjudged)
+            self.send(scan_id, cluster.cluster, at, findings, judged=judged, unjudged=unjudged,
+                      coverage=coverage_of(ctx))
             timings["enqueue"] = time.perf_counter() - t4
         report = ScanReport(
             scan_id=scan_id,
@@ -398,8 +414,9 @@ class ScanService:
         return cluster, telemetry
 
     def send(self, scan_id: str, cluster: str, at: datetime, findings: Sequence[Finding], *, judged: bool = True,
-             unjudged: tuple[str, ...] = ()) -> None:
-        """Put the findings and the scan completion on the queue (with what the scan could not judge)."""
+             unjudged: tuple[str, ...] = (), coverage: tuple[KindCoverage, ...] = ()) -> None:
+        """Put the findings and the scan completion on the queue (with what the scan could not judge and its
+        attribution coverage per allocation kind)."""
         assert self.queue is not None
         total = len(findings)
         self.queue.send_findings(
@@ -407,7 +424,7 @@ class ScanService:
         )
         self.queue.send_scan_completed(
             ScanCompleted(scan_id=scan_id, cluster=cluster, scheduled_time=at, fingerprints=tuple(f.fingerprint for f in findings),
-                          judged=judged, unjudged=unjudged)
+                          judged=judged, unjudged=unjudged, coverage=coverage)
         )
 
 

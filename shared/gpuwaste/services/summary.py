@@ -7,7 +7,9 @@ a period's total is the sum of its sub-periods' and matches what the other surfa
 period with the one of equal length just before it. Savings: a finding resolved in the period saves its
 `saved_usd_per_day`; "realised" counts the days from its resolution to the end of the period.
 Data-quality findings carry no money and are left out of the waste counts (open, opened, and the per-group
-`findings`); `data_quality_open` counts them apart. Unpriced findings are counted, not summed. A group's
+`findings`); `data_quality_open` counts them apart. Attribution coverage: per cluster and allocation kind, the
+GPU-hour-weighted share of allocated GPU-hours with attributable telemetry over the scans of the hours the period
+overlaps (`models.coverage.coverage_rows` over `FindingStore.coverage`). Unpriced findings are counted, not summed. A group's
 `findings` counts the same set as `open_findings` (open waste findings seen in the period), so the counts of
 every section (team, namespace, kind, cluster) add up to `open_findings`.
 """
@@ -23,6 +25,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from gpuwaste.errors import DeliveryError, GpuWasteError
+from gpuwaste.models.coverage import coverage_rows
 from gpuwaste.models.findings import NOT_WASTE_KINDS, WasteKind
 from gpuwaste.models.ledger import waste_usd
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
@@ -175,7 +178,8 @@ class SummaryService:
                             lead_of=evidence_window)
         return summary.model_copy(update={"trend": trend(records, until=until, team_of=self.team_of,
                                                          lead_of=evidence_window),
-                                          "justified": active_by_team(records, at=until, team_of=self.team_of)})
+                                          "justified": active_by_team(records, at=until, team_of=self.team_of),
+                                          "coverage": coverage_rows(self.store.coverage(since=since, until=until))})
 
     def data_quality_problems(self, *, since: datetime, until: datetime) -> int:
         """Open data-quality findings seen in [since, until) (telemetry problems, not waste)."""

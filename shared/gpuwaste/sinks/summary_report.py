@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpuwaste.models.coverage import CoverageRow
 from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, TrendDay
 from gpuwaste.models.text import for_html, for_json, for_markdown
 from gpuwaste.people import (
@@ -95,10 +96,28 @@ def _headline(s: DailySummary, notes: SummaryNotes | None = None) -> list[tuple[
     if notes.last_scan is not None and notes.last_scan < s.since:
         rows.append(("Note", f"the state's last scan ({when(notes.last_scan)}) is before this period, so nothing in it was "
                              "scanned; `--until latest` (the default) reports the period that ends with that scan"))
+    alls = [c for c in s.coverage if c.kind == "all"]
+    if alls:
+        rows.append(("Attribution coverage", "; ".join(f"{c.cluster}: {_ratio(c.ratio)} of {c.allocated_gpu_hours:,.1f} "
+                                                      f"allocated GPU-h ({c.scans} scans)" for c in alls)))
     if notes.data_quality:
         rows.append(("Data quality", f"{notes.data_quality} data-quality problem{'s' if notes.data_quality != 1 else ''} "
                                      "(telemetry that cannot be judged; not waste, not in the counts above)"))
     return rows
+
+
+def _ratio(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.1%}"
+
+
+#: The attribution coverage table's columns (issue 21 §12): cluster, allocation kind, the share of allocated GPU-hours
+#: with attributable telemetry, the GPU-hours summed over the period's scans, and the scans.
+COVERAGE_COLUMNS = ("cluster", "kind", "coverage", "allocated GPU-h", "attributed GPU-h", "scans")
+
+
+def _coverage_cells(c: CoverageRow) -> tuple[str, str, str, str, str, str]:
+    return (c.cluster, c.kind, _ratio(c.ratio), f"{c.allocated_gpu_hours:,.1f}", f"{c.attributed_gpu_hours:,.1f}",
+            str(c.scans))
 
 
 def _findings(n: int) -> str:
@@ -175,6 +194,14 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
             t.add_row(Text(elide(plain(group_label("team", j.team)), max(10, width - 40))), str(j.findings),
                       usd(j.usd_per_day), f"{j.next_end:%Y-%m-%d}")
         console.print(t)
+    if s.coverage:
+        t = _table("Attribution coverage (share of allocated GPU-hours with attributable telemetry)")
+        for col in COVERAGE_COLUMNS:
+            t.add_column(col, justify="left" if col in ("cluster", "kind") else "right", no_wrap=True)
+        for c in s.coverage:
+            figures = _coverage_cells(c)
+            t.add_row(Text(elide(plain(figures[0]), max(8, width - 70))), Text(plain(figures[1])), *figures[2:])
+        console.print(t)
     if not s.top:
         console.print(Text("Top offenders: none in this period", style="bold"))
         return
@@ -228,6 +255,9 @@ def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
                 "|---|---:|---:|---|"]
         out += [f"| {_md_cell(group_label('team', j.team))} | {j.findings} | {usd(j.usd_per_day)} | {j.next_end:%Y-%m-%d} |"
                 for j in s.justified]
+    if s.coverage:
+        out += ["", "## Attribution coverage", "", "| " + " | ".join(COVERAGE_COLUMNS) + " |", "|---|---|---:|---:|---:|---:|"]
+        out += ["| " + " | ".join(_md_cell(x) for x in _coverage_cells(c)) + " |" for c in s.coverage]
     out += ["", "## Top offenders", "", "| # | workload | namespace | kind | team | wasted | USD/day | open for | state |",
             "|---:|---|---|---|---|---:|---:|---|---|"]
     out += [
@@ -302,6 +332,13 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
             f"<td class=n>{e(_trend(g.wasted_usd, g.previous_usd))}</td><td class=n>{g.findings}</td></tr>"
             for g in getattr(s, attr)
         ]
+        parts.append("</table></div>")
+    if s.coverage:
+        parts.append("<h2>Attribution coverage</h2><div class='scroll'><table><tr>"
+                     + "".join(f"<th{'' if col in ('cluster', 'kind') else ' class=n'}>{e(col)}</th>" for col in COVERAGE_COLUMNS)
+                     + "</tr>")
+        parts += ["<tr>" + "".join(f"<td{'' if i < 2 else ' class=n'}>{e(plain(x))}</td>" for i, x in enumerate(_coverage_cells(c)))
+                  + "</tr>" for c in s.coverage]
         parts.append("</table></div>")
     parts.append("<h2>Top offenders</h2><div class='scroll'><table><tr><th class=n>#</th><th>workload</th><th>namespace</th><th>kind</th>"
                  "<th>team</th><th class=n>wasted</th><th class=n>USD/day</th><th>open for</th><th>state</th></tr>")

@@ -65,6 +65,8 @@ from typing import Literal, NamedTuple
 
 from gpuwaste.models.settings import TelemetryLabels
 from gpuwaste.models.telemetry import (
+    GKE_DUTY_CYCLE,
+    MANAGED_POD_LABELS,
     SUMMARY_STATS,
     TIME_RESOLVED,
     Bucket,
@@ -228,6 +230,7 @@ POD_METRICS: tuple[MetricSpec, ...] = (
     _pod_gauge("tgi_batch_current_size"),
     MetricSpec("nv_inference_queue_duration_us", "counter", "pod"),
     MetricSpec("nv_inference_request_success", "counter", "pod"),
+    _pod_gauge(GKE_DUTY_CYCLE),
 )
 
 #: Labels by which an inference server tells its engines or ranks apart (vLLM data parallel: `engine`; SGLang: `dp`,
@@ -551,6 +554,8 @@ def assemble(
             rows.append((s.spec.name, s.labels, s.stats))
             continue
         ns, pod = s.labels.get("namespace"), s.labels.get("pod")
+        if not (ns and pod) and s.spec.name == GKE_DUTY_CYCLE:
+            ns, pod = (s.labels.get(k) for k in MANAGED_POD_LABELS)
         if not (ns and pod) or not s.spec.keeps(s.labels):
             continue
         sig = pods.setdefault((ns, pod), {})

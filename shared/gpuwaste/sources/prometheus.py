@@ -91,6 +91,8 @@ from gpuwaste.sources.promql import (
     RULES_VERSION,
     STAT_LABEL,
     PlannedQuery,
+    dcgm_fields_query,
+    dcgm_presence_query,
     raw_samples_query,
     rules_probe_query,
     scan_queries,
@@ -689,7 +691,8 @@ class PrometheusGpuMetricsSource:
         # the instant and recorded answers come with the dropped labels aggregated away; the raw time-resolved reads are merged
         # over them while they are read (`_ItemReader`)
         parts = assemble(summaries, self.labels, drop=False, grid=grid)
-        count = len(queries) + (1 if self._probed else 0)
+        other_gpus, other_fields, asked = self._other_gpus(at, window_s, {g.device.uuid for g in parts.gpus})
+        count = len(queries) + (1 if self._probed else 0) + asked
         logger.info(
             "prometheus telemetry read",
             extra={"cluster": self.cluster, "queries": count, "plan": "recording rules" if rules else "raw", "gpus": len(parts.gpus),
@@ -704,16 +707,42 @@ class PrometheusGpuMetricsSource:
             scrape_interval_inferred=parts.spacing_s is not None,
             gpus=parts.gpus,
             pods=parts.pods,
-            metrics_present=parts.metrics_present,
+            metrics_present=parts.metrics_present | other_fields,
             query_count=count,
             source=f"prometheus {self.url}",
             single_instant=parts.single_instant,
             bucket_s=grid.bucket_s,
             problems=parts.problems,
             plan="recording rules" if rules else "raw",
+            other_gpus=other_gpus,
         )
 
     _probed = False
+
+    def _other_gpus(self, at: datetime, window_s: int, seen: set[str]) -> tuple[tuple[str, ...], frozenset[str], int]:
+        """GPUs on DCGM series in the window that the plan's answers did not show (only unread fields: clocks,
+        temperatures), as the recording path counts them (`TelemetryWindow.other_gpus`, issue 21 §9): one presence
+        query (one row per GPU), and only when such GPUs exist a second for the DCGM field names present.
+
+        Returns:
+            (their UUIDs sorted, the DCGM field names present — canonical upper-case — when they exist, queries asked).
+
+        Raises:
+            SourceUnavailableError, SourceAuthError, PermanentError: see `instant_query`; PermanentError also when the
+            presence answer holds more than `max_series` GPUs.
+        """
+        uuid_labels = self.labels.uuid_labels
+        result = self.instant_query(dcgm_presence_query(uuid_labels, window_s=window_s, matchers=self.matchers), at=at,
+                                    what="DCGM presence")
+        if len(result) > self.max_series:
+            raise SourceAnswerError(f"Prometheus at {self.url}: DCGM presence has more than max_series={self.max_series} GPUs")
+        uuids = {u for item in result if (u := next((v for k in uuid_labels if (v := item["metric"].get(k))), None))}
+        other = tuple(sorted(uuids - seen))
+        if not other:
+            return (), frozenset(), 1
+        fields = self.instant_query(dcgm_fields_query(window_s=window_s, matchers=self.matchers), at=at, what="DCGM fields")
+        names = {str(item["metric"].get(METRIC_LABEL, "")) for item in fields}
+        return other, frozenset(n.upper() if n.startswith("dcgm_fi_") else n for n in names if n), 2
 
     def rules_cover(self, *, at: datetime, window_s: int, drop: Sequence[str] | None = None, bucket_s: int | None = None) -> bool:
         """True when the shipped recording rules ran over the whole window and can serve its buckets.

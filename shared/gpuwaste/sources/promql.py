@@ -364,6 +364,47 @@ def raw_samples_query(spec: MetricSpec, *, range_s: int, matchers: Mapping[str, 
     return f"{selector(spec.names, matchers)}[{int(range_s)}s]"
 
 
+#: Every DCGM series, either spelling (dcgm-exporter's `DCGM_FI_*`/`DCGM_EXP_*`, the lower-cased `dcgm_fi_*`): what the
+#: recording path counts a GPU on when none of its series is a plan field (`sources.recording`, issue 21 §9).
+DCGM_ANY_NAME = "DCGM_.+|dcgm_fi_.+"
+#: Most evaluation steps of the presence subqueries over a window (their step: window ÷ this, at least 5 minutes,
+#: Prometheus' lookback, so the steps leave no gap shorter than a window ÷ 24).
+PRESENCE_STEPS = 24
+
+
+def _any_dcgm(matchers: Mapping[str, str] | None) -> str:
+    parts = [f'__name__=~"{escape_label_value(DCGM_ANY_NAME)}"']
+    for label, value in sorted((matchers or {}).items()):
+        if not _LABEL_NAME.match(label):
+            raise ValueError(f"invalid label name {label!r}")
+        parts.append(f'{label}="{escape_label_value(value)}"')
+    return "{" + ",".join(parts) + "}"
+
+
+def _presence_range(window_s: int) -> str:
+    step = max(300, int(window_s) // PRESENCE_STEPS)
+    return f"[{int(window_s)}s:{step}s]"
+
+
+def dcgm_presence_query(uuid_labels: Sequence[str], *, window_s: int, matchers: Mapping[str, str] | None = None) -> str:
+    """One row per GPU UUID (labels `uuid_labels`) seen on any DCGM series in the window, whatever the field: the live
+    path's count of GPUs that carry none of the plan's fields (clocks, temperatures only). Grouped before the subquery
+    (so fields never collide as one label set) and sampled at `PRESENCE_STEPS` steps of the window at most.
+
+    Raises:
+        ValueError: an invalid label name.
+    """
+    labels = _label_list(uuid_labels)
+    return f"group by ({labels}) (max_over_time((group by ({labels}) ({_any_dcgm(matchers)})){_presence_range(window_s)}))"
+
+
+def dcgm_fields_query(*, window_s: int, matchers: Mapping[str, str] | None = None) -> str:
+    """One row per DCGM field name present in the window (label `METRIC_LABEL`): the fields a thin scrape does carry,
+    for the `no_activity_fields` finding."""
+    inner = f'group by ({METRIC_LABEL}) (label_replace({_any_dcgm(matchers)}, "{METRIC_LABEL}", "$1", "__name__", "(.+)"))'
+    return f"group by ({METRIC_LABEL}) (max_over_time(({inner}){_presence_range(window_s)}))"
+
+
 def series_count_query(name: str, matchers: Mapping[str, str] | None = None) -> str:
     """How many series of a metric exist at the evaluation time (for `doctor`)."""
     return f"count({selector([name], matchers)})"
@@ -384,6 +425,8 @@ __all__ = [
     "PlannedQuery",
     "bucket_query",
     "bucket_stat_query",
+    "dcgm_fields_query",
+    "dcgm_presence_query",
     "escape_label_value",
     "metric_query",
     "minimal_queries",

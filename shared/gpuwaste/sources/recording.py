@@ -78,7 +78,7 @@ XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
 
 def _is_pod_metric(name: str) -> bool:
-    return name.startswith(("vllm:", "tgi_", "nv_inference_", "container_cpu_", "kube_pod_"))
+    return name.startswith(("vllm:", "tgi_", "nv_inference_", "container_cpu_", "kube_pod_", "kubernetes_io:container_accelerator_"))
 
 
 def _wanted(name: str) -> bool:

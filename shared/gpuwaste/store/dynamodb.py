@@ -21,13 +21,16 @@ cluster or of a day:
 A scan completion sent in parts (`models.messages.split_completion`) is gathered in the same table
 (`record_scan_part`): one item per part ("scan#<scan_id>#<shard>:<part>/<parts>", its message compressed) and one
 progress item per scan ("scan#<scan_id>": the part tokens received, written with conditional puts on its version),
-both with a short TTL; none carries an index attribute.
+both with a short TTL; none carries an index attribute. Attribution coverage (`record_coverage`) is kept per cluster
+and UTC hour under "coverage#" keys, with the records' retention as TTL; no index attribute either.
 Money is stored as DynamoDB numbers from `Decimal` (boto3 rejects float); times as UTC ISO 8601 strings
 with a fixed format so they sort as text; `expires_at` (epoch seconds) is the table's TTL attribute.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import zlib
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -38,11 +41,14 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpuwaste.errors import GpuWasteError, PermanentError, StoreError
+from gpuwaste.models.coverage import CoverageTally, KindCoverage, coverage_hour, sum_kinds
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import ScanCompleted, completion_is_whole
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+
+logger = logging.getLogger(__name__)
 
 OPEN_BY_CLUSTER = "OpenByClusterShard"
 BY_ACTIVITY_DAY = "ByActivityDayShard"
@@ -50,6 +56,13 @@ BY_ACTIVITY_DAY = "ByActivityDayShard"
 KEY_BUCKETS = 16
 #: the progress and part items of a scan completion sent in parts: fingerprint key prefix
 SCAN_PREFIX = "scan#"
+#: the attribution coverage items ("coverage#<day>": the day's clusters; "coverage#<YYYY-MM-DDTHH>#<cluster>": an hour)
+COVERAGE_PREFIX = "coverage#"
+#: most shard digests one hour item holds (16 hex digits each: ~132 KB of the 400 KB item; one scan a minute over
+#: 136 shards fits)
+MAX_COVERAGE_SCANS = 8192
+#: most bytes of cluster names one day's index item holds
+MAX_COVERAGE_CLUSTER_BYTES = 300_000
 _RETRYABLE = frozenset({
     "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
     "TransactionConflictException", "TransactionInProgressException", "InternalServerError",
@@ -281,6 +294,97 @@ class DynamoDbFindingStore:
                 return self._scan_parts(scan_key, tokens) if whole else None
         raise StoreError(f"dynamodb store: scan {part.scan_id}: progress item kept changing")
 
+    # -- attribution coverage per cluster and hour ----------------------------------------------------------
+    def record_coverage(self, completion: ScanCompleted, *, expires_at: int) -> bool:
+        """`ports.FindingStore.record_coverage`: the cluster is added to the day's index item ("coverage#<day>",
+        its clusters), then the shard's figures to the hour's item ("coverage#<YYYY-MM-DDTHH>#<cluster>": kinds →
+        {a: allocated, t: attributed} GPU-hours, `scan_count`, and a 16-hex-digit digest of "<scan_id>#<shard>" per
+        shard counted, so a redelivery is counted once), each with a conditional put on its version (GetItem and
+        PutItem only: the dedupe function's grants). Within DynamoDB's 400 KB item: an hour holds at most
+        `MAX_COVERAGE_SCANS` shard digests (~132 KB), a day's index at most `MAX_COVERAGE_CLUSTER_BYTES` of names;
+        past either the scan is left out of the figure (logged, False).
+
+        Raises:
+            StoreError: throttling, a transient failure, or an item kept changing (retryable).
+        """
+        hour = coverage_hour(completion.scheduled_time)
+        if not self._add_to_day_index(hour, completion.cluster, expires_at):
+            logger.warning("coverage: day index full", extra={"cluster": completion.cluster, "day": hour.date().isoformat()})
+            return False
+        key = f"{COVERAGE_PREFIX}{hour:%Y-%m-%dT%H}#{completion.cluster}"
+        digest = hashlib.sha256(f"{completion.scan_id}#{completion.shard}".encode()).hexdigest()[:16]
+        for _ in range(10):
+            item = self._get_raw(key)
+            version = int(item["version"]["N"]) if item else 0
+            digests = set(item["scans"]["SS"]) if item and "scans" in item else set()
+            if digest in digests:
+                return False
+            if len(digests) >= MAX_COVERAGE_SCANS:
+                logger.warning("coverage: hour item full", extra={"cluster": completion.cluster, "hour": hour.isoformat()})
+                return False
+            kinds = [*(_kind_of(k, v) for k, v in (item or {}).get("kinds", {}).get("M", {}).items()), *completion.coverage]
+            count = int(item["scan_count"]["N"]) if item and "scan_count" in item else 0
+            new: dict[str, Any] = {
+                "fingerprint": {"S": key}, "version": {"N": str(version + 1)}, "cluster": {"S": completion.cluster},
+                "hour": {"S": _time(hour)}, "scans": {"SS": sorted(digests | {digest})},
+                "scan_count": {"N": str(count + (1 if completion.shard == 0 else 0))},
+                "kinds": {"M": {k.kind: {"M": {"a": {"N": _number(k.allocated_gpu_hours)},
+                                               "t": {"N": _number(k.attributed_gpu_hours)}}} for k in sum_kinds(kinds)}},
+                "expires_at": {"N": str(expires_at)},
+            }
+            condition = ("version = :v", {":v": {"N": str(version)}}) if item else ("attribute_not_exists(fingerprint)", {})
+            if self._put(new, condition[0], condition[1]):
+                return True
+        raise StoreError(f"dynamodb store: {key}: coverage item kept changing")
+
+    def _add_to_day_index(self, hour: datetime, cluster: str, expires_at: int) -> bool:
+        key = f"{COVERAGE_PREFIX}{hour:%Y-%m-%d}"
+        for _ in range(10):
+            item = self._get_raw(key)
+            clusters = set(item["clusters"]["SS"]) if item and "clusters" in item else set()
+            if cluster in clusters:
+                return True
+            if sum(len(c.encode()) for c in clusters) + len(cluster.encode()) > MAX_COVERAGE_CLUSTER_BYTES:
+                return False
+            version = int(item["version"]["N"]) if item else 0
+            new = {"fingerprint": {"S": key}, "version": {"N": str(version + 1)},
+                   "clusters": {"SS": sorted(clusters | {cluster})},
+                   "expires_at": {"N": str(max(expires_at, int(item["expires_at"]["N"]) if item and "expires_at" in item else 0))}}
+            condition = ("version = :v", {":v": {"N": str(version)}}) if item else ("attribute_not_exists(fingerprint)", {})
+            if self._put(new, condition[0], condition[1]):
+                return True
+        raise StoreError(f"dynamodb store: {key}: coverage index kept changing")
+
+    def coverage(self, *, since: datetime, until: datetime) -> list[CoverageTally]:
+        """`ports.FindingStore.coverage`: the day index items of the days in range, then the hour items of their
+        clusters for the hours overlapping [since, until), both by BatchGetItem (100 keys a call)."""
+        first = coverage_hour(since)
+        hours: list[datetime] = []
+        h = first
+        while h < until:
+            hours.append(h)
+            h += timedelta(hours=1)
+        days = sorted({f"{COVERAGE_PREFIX}{x:%Y-%m-%d}" for x in hours})
+        clusters: dict[str, set[str]] = {}
+        for item in self._batch_all(days):
+            clusters[item["fingerprint"]["S"][len(COVERAGE_PREFIX):]] = set(item.get("clusters", {}).get("SS", []))
+        keys = [f"{COVERAGE_PREFIX}{x:%Y-%m-%dT%H}#{c}" for x in hours for c in sorted(clusters.get(f"{x:%Y-%m-%d}", ()))]
+        out: list[CoverageTally] = []
+        for item in self._batch_all(keys):
+            kinds = tuple(_kind_of(k, v) for k, v in item.get("kinds", {}).get("M", {}).items())
+            out.append(CoverageTally(cluster=item["cluster"]["S"], hour=datetime.strptime(item["hour"]["S"], _TIME_FORMAT).replace(tzinfo=UTC),
+                                     scans=int(item.get("scan_count", {}).get("N", "0")), kinds=sum_kinds(kinds)))
+        return sorted(out, key=lambda t: (t.cluster, t.hour))
+
+    def _batch_all(self, keys: list[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for k in range(0, len(keys), 100):
+            items, pending = self._batch_get([{"fingerprint": {"S": x}} for x in keys[k:k + 100]], tries=5)
+            if pending:
+                raise StoreError(f"dynamodb store: {len(pending)} coverage item(s) not read (throttled)")
+            out.extend(items)
+        return out
+
     def _scan_parts(self, scan_key: str, tokens: set[str]) -> list[ScanCompleted]:
         keys = [{"fingerprint": {"S": f"{scan_key}#{t}"}} for t in sorted(tokens)]
         out: list[ScanCompleted] = []
@@ -347,6 +451,16 @@ class DynamoDbFindingStore:
                     return items
         except (ClientError, BotoCoreError) as exc:
             raise _translate(exc) from exc
+
+
+def _number(value: float) -> str:
+    """A GPU-hour figure as a DynamoDB number (rounded to 1e-6, never an exponent)."""
+    return format(Decimal(str(round(value, 6))), "f")
+
+
+def _kind_of(kind: str, attr: dict[str, Any]) -> KindCoverage:
+    figures = attr["M"]
+    return KindCoverage(kind=kind, allocated_gpu_hours=float(figures["a"]["N"]), attributed_gpu_hours=float(figures["t"]["N"]))
 
 
 def _code(exc: ClientError) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import sqlite3
 import threading
@@ -24,6 +25,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from gpuwaste.errors import StateInUseError, StoreError
+from gpuwaste.models.coverage import CoverageTally, KindCoverage, coverage_hour, sum_kinds
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import ScanCompleted, completion_is_whole
 
@@ -60,6 +62,16 @@ CREATE TABLE IF NOT EXISTS scan_parts (
     expires_at INTEGER NOT NULL,
     PRIMARY KEY (scan_id, token)
 );
+CREATE TABLE IF NOT EXISTS scan_coverage (
+    cluster TEXT NOT NULL,
+    hour TEXT NOT NULL,
+    token TEXT NOT NULL,
+    counts INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (cluster, hour, token)
+);
+CREATE INDEX IF NOT EXISTS scan_coverage_by_hour ON scan_coverage (hour);
 CREATE TABLE IF NOT EXISTS scan_progress (
     scan_id TEXT PRIMARY KEY,
     shard_count INTEGER NOT NULL,
@@ -208,6 +220,33 @@ class SqliteFindingStore:
             if done_by != token:
                 return None
         return [ScanCompleted.model_validate_json(str(r[1])) for r in rows]
+
+    def record_coverage(self, completion: ScanCompleted, *, expires_at: int) -> bool:
+        """`ports.FindingStore.record_coverage`: one row per scan shard (table scan_coverage, keyed by cluster, UTC
+        hour and "<scan_id>#<shard>"; a redelivery is ignored by the key). Rows that expired before this scan's
+        scheduled time are dropped on the way."""
+        hour = coverage_hour(completion.scheduled_time)
+        body = json.dumps([k.model_dump(mode="json") for k in completion.coverage])
+        with self.transaction():
+            self._execute("DELETE FROM scan_coverage WHERE expires_at < ?", (int(completion.scheduled_time.timestamp()),))
+            cur = self._execute("INSERT OR IGNORE INTO scan_coverage (cluster, hour, token, counts, body, expires_at) "
+                                "VALUES (?, ?, ?, ?, ?, ?)",
+                                (completion.cluster, hour.isoformat(), f"{completion.scan_id}#{completion.shard}",
+                                 1 if completion.shard == 0 else 0, body, expires_at))
+            return cur.rowcount == 1
+
+    def coverage(self, *, since: datetime, until: datetime) -> list[CoverageTally]:
+        """`ports.FindingStore.coverage`: the rows of the hours overlapping [since, until), summed per cluster and hour."""
+        with self._lock:
+            rows = self._execute("SELECT cluster, hour, counts, body FROM scan_coverage WHERE hour >= ? AND hour < ? "
+                                 "ORDER BY cluster, hour, token",
+                                 (coverage_hour(since).isoformat(), until.astimezone(UTC).isoformat())).fetchall()
+        tallies: dict[tuple[str, str], tuple[int, list[KindCoverage]]] = {}
+        for cluster, hour, counts, body in rows:
+            scans, kinds = tallies.get((cluster, hour), (0, []))
+            tallies[(cluster, hour)] = (scans + int(counts), kinds + [KindCoverage.model_validate(k) for k in json.loads(body)])
+        return [CoverageTally(cluster=c, hour=datetime.fromisoformat(h), scans=n, kinds=sum_kinds(kinds))
+                for (c, h), (n, kinds) in sorted(tallies.items())]
 
     def history(self, *, since: datetime, until: datetime) -> list[FindingRecord]:
         """Records whose latest activity is in [since, until], oldest activity first."""
