@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gpuwaste.detectors import DetectorSettings, build_context, run_detectors
+from gpuwaste.detectors import DetectorSettings, run_detectors
+from gpuwaste.join import join
 from gpuwaste.models.findings import Confidence, WasteKind
 from gpuwaste.models.settings import PrometheusSettings
 from gpuwaste.pricing.catalog import PriceBook
@@ -71,7 +72,7 @@ def _recording(tmp_path: Path) -> Path:
 
 def _judge(rec_dir: Path, telemetry: TelemetryWindow) -> tuple[list[Finding], list[tuple[str, str]]]:
     settings = DetectorSettings()
-    ctx = build_context(RecordingClusterSource(rec_dir).cluster_state(at=END), telemetry, settings.common)
+    ctx = join(RecordingClusterSource(rec_dir).cluster_state(at=END), telemetry, settings.common)
     result = run_detectors(ctx, settings.by_name(), settings.enabled)
     book = PriceBook.bundled()
     return [price_finding(f, book) for f in result.findings], [(n.detector, n.subject) for n in result.no_verdict]

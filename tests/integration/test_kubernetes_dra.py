@@ -147,7 +147,8 @@ def _scan_hidden(kube_api: KubeApiFactory, tmp_path: Path, *, reported: list[int
     """A p5.48xlarge DRA node: its ResourceSlice lists 8 H100s, one claim holds gpu-0 and gpu-1 for trainer-0, and the
     exporter reports only the GPUs `reported` (busy): what an exporter that shows claimed GPUs only exports. Read through
     the fake kube-apiserver (`api_version` of resource.k8s.io), judged with the recording's DCGM series, priced."""
-    from gpuwaste.detectors import DetectorSettings, build_context, run_detectors
+    from gpuwaste.detectors import DetectorSettings, run_detectors
+    from gpuwaste.join import join
     from gpuwaste.pricing.catalog import PriceBook
     from gpuwaste.pricing.cost import price_finding
     from gpuwaste.sources.recording import RecordingTelemetrySource
@@ -168,7 +169,7 @@ def _scan_hidden(kube_api: KubeApiFactory, tmp_path: Path, *, reported: list[int
                                                         "scrape_interval_s": b.STEP_S, "format": "text"}))
     tel = RecordingTelemetrySource(tmp_path).telemetry(at=b.EVAL, window=b.WINDOW)
     settings = DetectorSettings(enabled=list(b.CORE_DETECTORS))
-    ctx = build_context(state, tel, settings.common)
+    ctx = join(state, tel, settings.common)
     book = PriceBook.bundled()
     findings = [price_finding(f, book) for f in run_detectors(ctx, settings.by_name(), settings.enabled).findings]
     rate = book.gpu_hour_rate(instance_type="p5.48xlarge", capacity_type=None, gpu_model=None, physical_gpus=8, region="us-east-1",

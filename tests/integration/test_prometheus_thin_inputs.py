@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from gpuwaste.detectors import DetectorSettings, run_detectors
-from gpuwaste.join import build_context
+from gpuwaste.join import join
 from gpuwaste.models.settings import PrometheusSettings
 from gpuwaste.services.scan import inventory_of
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
@@ -72,8 +72,8 @@ def test_live_path_counts_a_gpu_that_exports_only_clocks_as_the_recording_does(t
     assert live.other_gpus == rec.other_gpus == ("GPU-bbbb",)
     cluster = RecordingClusterSource(rec_dir).cluster_state(at=END)
     settings = DetectorSettings()
-    assert inventory_of(build_context(cluster, live, settings.common)).physical_gpus == 2
-    assert inventory_of(build_context(cluster, rec, settings.common)).physical_gpus == 2
+    assert inventory_of(join(cluster, live, settings.common)).physical_gpus == 2
+    assert inventory_of(join(cluster, rec, settings.common)).physical_gpus == 2
 
 
 def test_live_scan_of_gpus_without_activity_fields_names_them_and_the_fields(tmp_path: Path,
@@ -83,14 +83,14 @@ def test_live_scan_of_gpus_without_activity_fields_names_them_and_the_fields(tmp
     cluster = RecordingClusterSource(rec_dir).cluster_state(at=END)
     settings = DetectorSettings()
     # WHEN the live window is judged by every detector
-    ctx = build_context(cluster, live, settings.common)
+    ctx = join(cluster, live, settings.common)
     result = run_detectors(ctx, settings.by_name(), settings.enabled)
     # THEN one no_activity_fields finding counts both GPUs and names the fields that are there, as on the recording path
     found = [f for f in result.findings if f.details.get("check") == "no_activity_fields"]
     (dq,) = found
     assert dq.details["gpus"] == 2 and "2 GPU(s) in the telemetry" in dq.title
     assert set(dq.details["present_fields"].split(",")) == {"DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP"}
-    rec_ctx = build_context(cluster, rec, settings.common)
+    rec_ctx = join(cluster, rec, settings.common)
     (rec_dq,) = [f for f in run_detectors(rec_ctx, settings.by_name(), settings.enabled).findings
                  if f.details.get("check") == "no_activity_fields"]
     assert rec_dq.details == dq.details
