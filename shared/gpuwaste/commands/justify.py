@@ -29,12 +29,20 @@ class JustificationKind(StrEnum):
 
 @app.command("justify")
 def justify_cmd(
-    fingerprint: Annotated[str, typer.Argument(help="The finding's fingerprint (or a unique prefix of 8+ characters).")],
+    fingerprint: Annotated[
+        str, typer.Argument(help="The finding's fingerprint (or a unique prefix of 8+ characters).")
+    ],
     reason: Annotated[str, typer.Option("--reason", "-r", help="Why the waste is fine for now (1-500 characters).")],
-    kind: Annotated[JustificationKind, typer.Option("--kind", help="expected: no reminders nor tickets; snooze: nothing told.")] = JustificationKind.expected,
-    for_: Annotated[str, typer.Option("--for", help="How long, e.g. 1d, 7d, 30d; then gpuwaste tells the owner again.")] = "30d",
+    kind: Annotated[
+        JustificationKind, typer.Option("--kind", help="expected: no reminders nor tickets; snooze: nothing told.")
+    ] = JustificationKind.expected,
+    for_: Annotated[
+        str, typer.Option("--for", help="How long, e.g. 1d, 7d, 30d; then gpuwaste tells the owner again.")
+    ] = "30d",
     by: Annotated[str | None, typer.Option("--by", help="Who gives it (default: the login name).")] = None,
-    state: Annotated[Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")] = DEFAULT_STATE,
+    state: Annotated[
+        Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")
+    ] = DEFAULT_STATE,
 ) -> None:
     """Justify a finding for a while: stored with who, when and until when; the owner is told again when it ends."""
     from gpuwaste.services.justifications import justify
@@ -67,8 +75,11 @@ def _resolve(store: SqliteFindingStore, fingerprint: str) -> str:
     """The full fingerprint: as given when stored, else the one stored fingerprint it starts (8+ characters)."""
     if store.get(fingerprint) is not None or len(fingerprint) < 8:
         return fingerprint
-    matches = [r.fingerprint for r in store.history(since=datetime(1970, 1, 1, tzinfo=UTC), until=datetime.now(UTC) + timedelta(days=1))
-               if r.fingerprint.startswith(fingerprint)]
+    matches = [
+        r.fingerprint
+        for r in store.history(since=datetime(1970, 1, 1, tzinfo=UTC), until=datetime.now(UTC) + timedelta(days=1))
+        if r.fingerprint.startswith(fingerprint)
+    ]
     if len(matches) > 1:
         fail(f"{escape_markup(fingerprint)}: {len(matches)} findings start so; give more characters")
     return matches[0] if matches else fingerprint

@@ -53,12 +53,24 @@ def _open_state(state: Path) -> SqliteFindingStore:
 @app.command("reclaim")
 def reclaim_cmd(
     cluster: Annotated[str, typer.Option("--cluster", help="The cluster whose open findings are decided.")],
-    config: Annotated[Path, typer.Option("--config", "-c", help="Configuration file with a `reclaim` section (enabled, mode, namespaces…).")],
-    state: Annotated[Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")] = DEFAULT_STATE,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig of the acting (opt-in) role.", envvar="KUBECONFIG")] = None,
+    config: Annotated[
+        Path,
+        typer.Option(
+            "--config", "-c", help="Configuration file with a `reclaim` section (enabled, mode, namespaces…)."
+        ),
+    ],
+    state: Annotated[
+        Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")
+    ] = DEFAULT_STATE,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="kubeconfig of the acting (opt-in) role.", envvar="KUBECONFIG")
+    ] = None,
     context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
 ) -> None:
-    """Plan, announce and (in approve/auto mode, when due) perform reclaim actions for one cluster; dry-run by default."""
+    """Plan, announce and (in approve/auto mode, when due) perform reclaim actions for one cluster.
+
+    Dry-run by default.
+    """
     cfg = config_or_exit(config)
     store = _open_state(state)
     try:
@@ -79,14 +91,20 @@ def reclaim_cmd(
               f"{len(report.cancelled)} cancelled, {len(report.failed)} refused, {len(report.capped)} over the caps")
     for label, actions in (("planned", report.planned), ("performed", report.performed), ("refused", report.failed)):
         for a in actions:
-            out.print(f"  {label} {a.id}: {escape_markup(describe(a))}" + (f" ({escape_markup(a.error)})" if a.error else ""))
+            out.print(
+                f"  {label} {a.id}: {escape_markup(describe(a))}" + (f" ({escape_markup(a.error)})" if a.error else "")
+            )
 
 
 @app.command("undo")
 def undo_cmd(
     action_id: Annotated[str, typer.Argument(help="The action's id (as the thread and `gpuwaste reclaim` print it).")],
-    state: Annotated[Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")] = DEFAULT_STATE,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig of the acting (opt-in) role.", envvar="KUBECONFIG")] = None,
+    state: Annotated[
+        Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")
+    ] = DEFAULT_STATE,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="kubeconfig of the acting (opt-in) role.", envvar="KUBECONFIG")
+    ] = None,
     context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
     by: Annotated[str | None, typer.Option("--by", help="Who undoes it (default: the login name).")] = None,
 ) -> None:

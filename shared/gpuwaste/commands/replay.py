@@ -265,8 +265,9 @@ def _print_summary(s: ReplaySummary, source: AlibabaReplaySource) -> None:
 
 
 def rule_text(config: GpuWasteConfig | None = None) -> str:
-    """The verdict rule the replay applies, from the detectors' settings (the scan's own episode rule, stated as the
-    idle and under-used detectors apply it), in people's words.
+    """The verdict rule the replay applies, in people's words.
+
+    From the detectors' settings: the scan's own episode rule, stated as the idle and under-used detectors apply it.
     """
     from gpuwaste.config import GpuWasteConfig
     from gpuwaste.detectors.allocation import IdleSettings, UnderusedSettings

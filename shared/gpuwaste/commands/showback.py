@@ -75,8 +75,10 @@ def check_by(by: str) -> str:
 
 
 def apply_bill(cfg: GpuWasteConfig, bill: Path | None) -> GpuWasteConfig:
-    """`cfg` with the effective instance-hour rates of a CUR 2.0 bill layered over its rate card (`pricing.bill`);
-    the bill's period is said on stderr. Exits 2 on a file that is not a CUR 2.0 CSV.
+    """`cfg` with the effective instance-hour rates of a CUR 2.0 bill over its rate card.
+
+    The bill (`pricing.bill`) is layered over the rate card; the bill's period is said on stderr. Exits 2 on a file
+    that is not a CUR 2.0 CSV.
     """
     if bill is None:
         return cfg
@@ -111,8 +113,10 @@ def scan_window(
     context: str | None = None,
     bill: Path | None = None,
 ) -> tuple[ScanReport, GpuWasteConfig]:
-    """One priced scan over the window, as `gpuwaste scan` runs it (the same findings, the same ledger); `bill`: a
-    CUR 2.0 CSV whose effective rates replace list prices (`apply_bill`).
+    """One priced scan over the window, as `gpuwaste scan` runs it.
+
+    The same findings, the same ledger. `bill`: a CUR 2.0 CSV whose effective rates replace list prices
+    (`apply_bill`).
     """
     from datetime import UTC, datetime
 
@@ -159,7 +163,8 @@ def _table(rows: list[ShowbackRow], by: str, report: ScanReport) -> None:
     sl = report.showback
     assert sl is not None
     t = Table(
-        title=f"showback by {by} · {sl.window_start:%Y-%m-%d %H:%M} – {sl.window_end:%Y-%m-%d %H:%M} UTC · {report.cluster}",
+        title=f"showback by {by} · {sl.window_start:%Y-%m-%d %H:%M} – {sl.window_end:%Y-%m-%d %H:%M} UTC · "
+        f"{report.cluster}",
         title_justify="left",
     )
     for col in (
@@ -243,7 +248,8 @@ def showback_cmd(
         list[str] | None,
         typer.Option(
             "--by",
-            help="Group by team (default), namespace, label:KEY (allow-listed: team, cost_center, project and more), cluster, gpu_model, node, mechanism; repeatable.",
+            help="Group by team (default), namespace, label:KEY (allow-listed: team, cost_center, project and more), "
+            "cluster, gpu_model, node, mechanism; repeatable.",
         ),
     ] = None,
     output: Annotated[
@@ -258,8 +264,10 @@ def showback_cmd(
         ),
     ] = None,
 ) -> None:
-    """Showback: GPU-hours and USD allocated to each team / namespace / label over a period, used, wasted and efficiency
-    — every physical GPU-hour charged once (holders, unsold slices of shared GPUs, unallocated GPUs), to the cent.
+    """Showback: GPU-hours and USD per team / namespace / label over a period.
+
+    Allocated, used, wasted and efficiency — every physical GPU-hour charged once (holders, unsold slices of shared
+    GPUs, unallocated GPUs), to the cent.
     """
     from gpuwaste.services.showback import conservation_figures, showback
 
@@ -302,8 +310,9 @@ def showback_cmd(
 
 
 def focus_csv(rows: list[dict[str, object]], columns: tuple[str, ...]) -> str:
-    """FOCUS rows as CSV: every column in order, null as an empty field, numbers in plain decimal notation, Tags as a
-    JSON object.
+    """FOCUS rows as CSV.
+
+    Every column in order, null as an empty field, numbers in plain decimal notation, Tags as a JSON object.
     """
     from decimal import Decimal
 
@@ -368,9 +377,11 @@ def export_cmd(
         ),
     ] = None,
 ) -> None:
-    """Export FOCUS rows (FinOps Open Cost and Usage Specification): the GPU cost of each workload per UTC day, with
-    the unsold slices and unallocated GPUs as rows of their own and gpuwaste's x_ columns (waste kind, wasted
-    GPU-hours, wasted cost, efficiency). docs/showback.md lists the columns and their sources.
+    """Export FOCUS rows (FinOps Open Cost and Usage Specification).
+
+    The GPU cost of each workload per UTC day, with the unsold slices and unallocated GPUs as rows of their own and
+    gpuwaste's x_ columns (waste kind, wasted GPU-hours, wasted cost, efficiency). docs/showback.md lists the columns
+    and their sources.
     """
     from gpuwaste.services.focus import COLUMNS, focus_rows, split_unpriced
 
@@ -383,8 +394,9 @@ def export_cmd(
         hours = sum(float(str(r.values["x_GpuHours"])) for r in unpriced)
         nodes = sorted({str(r.values["x_Node"]) for r in unpriced})
         err.print(
-            f"{len(unpriced)} rows of unpriced GPUs ({hours:.2f} GPU-h on {', '.join(nodes[:5])}) left out: FOCUS costs are "
-            "never null and gpuwaste never writes an unknown price as $0; add the instance type to pricing.rate_card",
+            f"{len(unpriced)} rows of unpriced GPUs ({hours:.2f} GPU-h on {', '.join(nodes[:5])}) left out: "
+            "FOCUS costs are never null and gpuwaste never writes an unknown price as $0; "
+            "add the instance type to pricing.rate_card",
             markup=False,
         )
     text = focus_csv(rows, COLUMNS)

@@ -27,8 +27,11 @@ class ReclaimKind(StrEnum):
 
 
 class ReclaimMode(StrEnum):
-    """How planned actions are performed: never (`dry-run`, the default: say what would be done), on an approver's
-    button (`approve`), or by gpuwaste after the notice period (`auto`)."""
+    """How planned actions are performed.
+
+    Never (`dry-run`, the default: say what would be done), on an approver's button (`approve`), or by gpuwaste after
+    the notice period (`auto`).
+    """
 
     DRY_RUN = "dry-run"
     APPROVE = "approve"

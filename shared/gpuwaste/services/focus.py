@@ -130,6 +130,10 @@ def focus_rows(
     """FOCUS rows of a window's ledger: one per (workload or unsold/unallocated line, node, GPU model, UTC day).
 
     Args:
+        sl: the window's ledger (`showback.ScanLedger`: lines, holders, GPU models, price sources).
+        findings: the scan's findings; its waste findings fill the x_ waste columns (one whose money another
+            finding owns, `money_owner`, adds nothing; an unpriced one adds its GPU-hours and $0).
+        delivery: the routing settings that name each holder's team (None: the namespace).
         account: the billing account named in `BillingAccountId` (e.g. the AWS account; default: the cluster).
     """
     with localcontext() as dec:
@@ -279,8 +283,10 @@ def _rows(
 
 
 def split_unpriced(rows: Sequence[FocusRow]) -> tuple[list[FocusRow], list[FocusRow]]:
-    """(priced rows, unpriced rows): FOCUS costs are never null, and an unpriced GPU is never written as $0 — its rows
-    are left out of the file and counted by the caller.
+    """(priced rows, unpriced rows) of FOCUS rows.
+
+    FOCUS costs are never null, and an unpriced GPU is never written as $0 — its rows are left out of the file and
+    counted by the caller.
     """
     priced = [r for r in rows if r.values.get("BilledCost") is not None]
     return priced, [r for r in rows if r.values.get("BilledCost") is None]

@@ -63,8 +63,11 @@ def justify(store: FindingStore, fingerprint: str, *, kind: Literal["expected", 
 
 def active_by_team(records: Iterable[FindingRecord], *, at: datetime,
                    team_of: Callable[[FindingRecord], str]) -> tuple[JustifiedTotal, ...]:
-    """Open findings with a justification still active at `at`, per team: how many, the USD/day they cover (the
-    records' latest `usd_per_day`; unpriced count as 0) and the soonest end; most USD/day first."""
+    """Open findings with a justification still active at `at`, per team.
+
+    Per team: how many, the USD/day they cover (the records' latest `usd_per_day`; unpriced count as 0) and the
+    soonest end; most USD/day first.
+    """
     usd: dict[str, Decimal] = defaultdict(Decimal)
     count: dict[str, int] = defaultdict(int)
     ends: dict[str, datetime] = {}

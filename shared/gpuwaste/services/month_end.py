@@ -1,5 +1,7 @@
-"""Service (pure): the month-end view of the waste — per team, wasted USD month to date, the month-end at the current
-rate, and the team's budget for the month (issue 24 §7, waste part).
+"""Service (pure): the month-end view of the waste.
+
+Per team: wasted USD month to date, the month-end at the current rate, and the team's budget for the month
+(issue 24 §7, waste part).
 
 Month to date comes from the store's money ledger (`services.summary.waste_in`, the number the daily summary adds
 up). The current rate is the USD/day of the team's findings still open at `until`; month-end = month to date + that

@@ -64,7 +64,10 @@ _WORKLOAD_ACTIONS = {"Deployment": ReclaimKind.SCALE, "StatefulSet": ReclaimKind
 
 @dataclass(frozen=True)
 class OptIn:
-    """What a namespace or workload allows: the actions, after how long idle, with which notice, and where it was said."""
+    """What a namespace or workload allows.
+
+    The actions, after how long idle, with which notice, and where it was said.
+    """
 
     actions: frozenset[ReclaimKind]
     idle_for: timedelta
@@ -78,8 +81,10 @@ def _duration(text: str) -> timedelta | None:
 
 
 def parse_annotation(value: str, settings: ReclaimSettings, source: str) -> OptIn | None:
-    """A `gpuwaste.io/reclaim` value → what it allows; None for `off` or a value that names no known action
-    (an unreadable value never opts in)."""
+    """A `gpuwaste.io/reclaim` value → what it allows.
+
+    None for `off` or a value that names no known action (an unreadable value never opts in).
+    """
     head, *options = [part.strip() for part in value.split(";")]
     words = {w.strip().lower() for w in head.split(",") if w.strip()}
     if not words or words & _OFF:
@@ -102,8 +107,11 @@ def parse_annotation(value: str, settings: ReclaimSettings, source: str) -> OptI
 
 
 def opt_in(finding: Finding, settings: ReclaimSettings) -> OptIn | None:
-    """What the finding's workload or namespace allows (workload annotation, then namespace annotation, then the
-    config's `reclaim.namespaces`); None when it did not opt in or vetoed (`off` on the workload or namespace)."""
+    """What the finding's workload or namespace allows.
+
+    Looked up in the workload annotation, then the namespace annotation, then the config's `reclaim.namespaces`;
+    None when it did not opt in or vetoed (`off` on the workload or namespace).
+    """
     s = finding.subject
     workload = (s.annotations.get(ANNOTATION) or "").strip()
     namespace = (s.namespace_annotations.get(ANNOTATION) or "").strip()
@@ -215,6 +223,7 @@ class ReclaimService:
 
     def __init__(self, *, store: FindingStore, actuator: ClusterActuator | None, notifier: ReclaimNotifier | None,
                  settings: ReclaimSettings, now: Callable[[], datetime]) -> None:
+        """Keep the collaborators (see the class docstring's Args)."""
         self.store = store
         self.actuator = actuator
         self.notifier = notifier
@@ -236,7 +245,10 @@ class ReclaimService:
         records = sorted(self.store.open_for_cluster(cluster), key=lambda r: (-(r.usd_per_day or 0), r.fingerprint))
         for record in records:  # what an earlier run of this same scan did counts against the caps (a redelivery)
             per_team[record.team or "no owner"] += sum(
-                1 for a in record.reclaims if a.acted_scan_id == scan_id or (a.scan_id == scan_id and a.acted_scan_id is None))
+                1
+                for a in record.reclaims
+                if a.acted_scan_id == scan_id or (a.scan_id == scan_id and a.acted_scan_id is None)
+            )
         self._scan_id = scan_id
         for record in records:
             finding = finding_from_record(record)
@@ -272,7 +284,10 @@ class ReclaimService:
         return report
 
     def _room(self, report: ReclaimReport, per_team: Counter[str], team: str, record: FindingRecord) -> bool:
-        if sum(per_team.values()) >= self.settings.max_actions_per_run or per_team[team] >= self.settings.max_actions_per_team:
+        if (
+            sum(per_team.values()) >= self.settings.max_actions_per_run
+            or per_team[team] >= self.settings.max_actions_per_team
+        ):
             report.capped.append(record.fingerprint)
             return False
         return True
@@ -294,8 +309,9 @@ class ReclaimService:
             id=f"{record.fingerprint[:12]}.{len(record.reclaims) + 1}", fingerprint=record.fingerprint, kind=kind,
             mode=mode, target=target, scan_id=scan_id, team=record.team, planned_at=at, deadline=at + allowed.notice,
             status=ReclaimStatus.DRY_RUN if mode is ReclaimMode.DRY_RUN else ReclaimStatus.NOTICED,
-            evidence=(f"{finding.title}; {usd}; {finding.confidence.value} confidence over {finding.window_s // 60} min "
-                      f"at scan {scan_id} ({finding.observed_at:%Y-%m-%d %H:%M}Z); opted in by {allowed.source}"),
+            evidence=(f"{finding.title}; {usd}; {finding.confidence.value} confidence over "
+                      f"{finding.window_s // 60} min at scan {scan_id} ({finding.observed_at:%Y-%m-%d %H:%M}Z); "
+                      f"opted in by {allowed.source}"),
         )
         if not self._write(record, action):
             return None  # another run planned it first
@@ -304,7 +320,8 @@ class ReclaimService:
             text = f"gpuwaste would {what} [dry-run: nothing is done]. Evidence: {action.evidence}."
         elif mode is ReclaimMode.APPROVE:
             text = (f"gpuwaste plans to {what} once a platform approver approves, not before "
-                    f"{action.deadline:%Y-%m-%d %H:%M} UTC. Evidence: {action.evidence}. Press Keep to keep it running.")
+                    f"{action.deadline:%Y-%m-%d %H:%M} UTC. Evidence: {action.evidence}. "
+                    "Press Keep to keep it running.")
         else:
             text = (f"gpuwaste will {what} at {action.deadline:%Y-%m-%d %H:%M} UTC unless you press Keep. "
                     f"Evidence: {action.evidence}.")
@@ -323,8 +340,11 @@ class ReclaimService:
         (report.performed if done.status is ReclaimStatus.DONE else report.failed).append(done)
 
     def _perform(self, record: FindingRecord, action: ReclaimAction, by: str) -> ReclaimAction | None:
-        """Claim (RUNNING, with `before`), call the apiserver once, record DONE or FAILED; None when the claim was
-        lost (another run has it) or the apiserver could not be reached (left RUNNING for the next run)."""
+        """Claim (RUNNING, with `before`), call the apiserver once, record DONE or FAILED.
+
+        None when the claim was lost (another run has it) or the apiserver could not be reached (left RUNNING for the
+        next run).
+        """
         if self.actuator is None:
             return None
         try:
@@ -332,7 +352,9 @@ class ReclaimService:
         except ActionRefusedError as exc:
             return self._failed(record, action, exc, by)
         except SourceUnavailableError as exc:
-            logger.warning("reclaim: apiserver unreachable, retried next run", extra={"action": action.id, "error": str(exc)})
+            logger.warning(
+                "reclaim: apiserver unreachable, retried next run", extra={"action": action.id, "error": str(exc)}
+            )
             return None
         if action.status is ReclaimStatus.RUNNING:
             running, before = action, action.before
@@ -353,7 +375,9 @@ class ReclaimService:
         except ActionRefusedError as exc:
             return self._failed(record, running, exc, by)
         except SourceUnavailableError as exc:
-            logger.warning("reclaim: apiserver unreachable, retried next run", extra={"action": action.id, "error": str(exc)})
+            logger.warning(
+                "reclaim: apiserver unreachable, retried next run", extra={"action": action.id, "error": str(exc)}
+            )
             return None
         done = running.model_copy(update={"status": ReclaimStatus.DONE, "before": before, "after": after,
                                           "by": by, "done_at": self.now()})
@@ -364,7 +388,9 @@ class ReclaimService:
         return done
 
     def _failed(self, record: FindingRecord, action: ReclaimAction, exc: ActionRefusedError, by: str) -> ReclaimAction:
-        failed = action.model_copy(update={"status": ReclaimStatus.FAILED, "error": f"{exc.status}: {exc}"[:500], "by": by})
+        failed = action.model_copy(
+            update={"status": ReclaimStatus.FAILED, "error": f"{exc.status}: {exc}"[:500], "by": by}
+        )
         self._write(self.store.get(record.fingerprint) or record, failed, force=True)
         self._announce(record, f"gpuwaste could not {describe(action)}: the cluster answered {exc.status} ({exc}). "
                                "Nothing was changed; it is not retried.", [])
@@ -393,8 +419,11 @@ class ReclaimService:
         return f"{by} kept it: justified until {ends:%Y-%m-%d %H:%M} UTC (no action was pending)."
 
     def approve(self, fingerprint: str, *, by: str) -> str:
-        """An approver's "Approve": performs the pending action now when its deadline has passed, else records the
-        approval for the first run after it. Returns the reply."""
+        """An approver's "Approve"; returns the reply.
+
+        Performs the pending action now when its deadline has passed, else records the approval for the first run after
+        it.
+        """
         if by.strip("<@>") not in self.settings.approvers:
             return f"{by} is not a reclaim approver (reclaim.approvers); nothing was done."
         record = self.store.get(fingerprint)
@@ -408,7 +437,10 @@ class ReclaimService:
             return f"not done: {reason}."
         if at < pending.deadline:
             self._write(record, pending.model_copy(update={"by": by}), force=True)
-            return f"{by} approved: gpuwaste will {describe(pending)} after {pending.deadline:%Y-%m-%d %H:%M} UTC unless the owner keeps it."
+            return (
+                f"{by} approved: gpuwaste will {describe(pending)} after {pending.deadline:%Y-%m-%d %H:%M} UTC "
+                "unless the owner keeps it."
+            )
         done = self._perform(record, pending, by)
         if done is None:
             return "could not reach the cluster; the next run retries."
@@ -437,16 +469,21 @@ class ReclaimService:
         return undone
 
     def _find(self, action_id: str) -> tuple[FindingRecord, ReclaimAction]:
-        """The record and action of an id: `<fingerprint or its first 12 characters>.<n>`; a short id is looked up
-        among the records active in the last `SEARCH_DAYS` (the store's retention)."""
+        """The record and action of an id: `<fingerprint or its first 12 characters>.<n>`.
+
+        A short id is looked up among the records active in the last `SEARCH_DAYS` (the store's retention).
+        """
         prefix = action_id.rsplit(".", 1)[0]
         exact = self.store.get(prefix)
         if exact is not None:
             candidates = [exact]
         else:
             now = self.now()
-            candidates = [r for r in self.store.history(since=now - timedelta(days=SEARCH_DAYS), until=now + timedelta(days=1))
-                          if r.fingerprint.startswith(prefix)]
+            candidates = [
+                r
+                for r in self.store.history(since=now - timedelta(days=SEARCH_DAYS), until=now + timedelta(days=1))
+                if r.fingerprint.startswith(prefix)
+            ]
         for record in candidates:
             for action in record.reclaims:
                 if action.id in (action_id, f"{record.fingerprint[:12]}.{action_id.rsplit('.', 1)[-1]}") \
@@ -457,11 +494,15 @@ class ReclaimService:
     # -- store and thread ---------------------------------------------------------------------------------------
     def _write(self, record: FindingRecord, action: ReclaimAction, *, force: bool = False) -> bool:
         """Put `action` (new, or replacing the one of the same id) on the record, conditionally on its version.
+
         `force`: re-read and retry a lost race (a state change that must land); else a lost race returns False
-        (another run changed the record first: it decides)."""
+        (another run changed the record first: it decides).
+        """
         for _ in range(5):
             others = [a for a in record.reclaims if a.id != action.id]
-            updated = record.model_copy(update={"reclaims": (*others, action)[-MAX_KEPT:], "version": record.version + 1})
+            updated = record.model_copy(
+                update={"reclaims": (*others, action)[-MAX_KEPT:], "version": record.version + 1}
+            )
             if self.store.update(updated, expected_version=record.version):
                 return True
             if not force:

@@ -115,8 +115,10 @@ class GpuCost:
 
 @dataclass(frozen=True)
 class Conservation:
-    """The check: per physical GPU, Σ lines = the GPU (GPU-hours exactly; cents exactly), nothing negative, no GPU
-    charged above 100 %. `problems` names each violation (empty when it holds).
+    """The conservation check of a ledger.
+
+    Per physical GPU, Σ lines = the GPU (GPU-hours exactly; cents exactly), nothing negative, no GPU charged above
+    100 %. `problems` names each violation (empty when it holds).
     """
 
     gpus: int
@@ -142,7 +144,8 @@ class Conservation:
         mark = "holds" if self.holds else f"FAILS ({len(self.problems)} problems)"
         return (
             f"share conservation {mark}: {self.gpus} physical GPUs, {_hours(self.gpu_hours)} GPU-h, "
-            f"${_cents(self.cents)} = holders ${_cents(self.holder_cents)} + unsold slices ${_cents(self.unsold_cents)} "
+            f"${_cents(self.cents)} = holders ${_cents(self.holder_cents)} "
+            f"+ unsold slices ${_cents(self.unsold_cents)} "
             f"+ unallocated ${_cents(self.unallocated_cents)} (to the cent; no GPU above 100 %, nothing negative)"
             + (f"; {self.unpriced_gpus} GPUs unpriced (GPU-hours only)" if self.unpriced_gpus else "")
         )
@@ -274,8 +277,10 @@ def _apportion(lines: list[LedgerLine], cents: int) -> list[LedgerLine]:
 
 
 def check_conservation(lines: Sequence[LedgerLine], gpus: Sequence[GpuCost]) -> Conservation:
-    """Re-check a ledger from its lines alone: per GPU Σ GPU-hours = the GPU's, Σ cents = its cents, Σ exact USD = its
-    cost (to 1e-20 USD), no negative line, holders ≤ 100 % of the GPU.
+    """Re-check a ledger from its lines alone.
+
+    Per GPU Σ GPU-hours = the GPU's, Σ cents = its cents, Σ exact USD = its cost (to 1e-20 USD), no negative line,
+    holders ≤ 100 % of the GPU.
     """
     problems: list[str] = []
     by_gpu: dict[tuple[str, str], list[LedgerLine]] = {}
@@ -383,8 +388,10 @@ def holder_key(a: Allocation) -> tuple[str, str, str]:  # noqa: D401
 
 
 def scan_ledger(ctx: ScanContext, book: PriceBook | None) -> ScanLedger:
-    """The ledger of a scan's window from its join: physical GPUs per node (`NodeInventory.capacity_gpus`, DCGM UUIDs
-    first), holders' shares over their holding spans, node rates from `book` (as findings are priced; None: GPU-hours only).
+    """The ledger of a scan's window from its join.
+
+    Physical GPUs per node (`NodeInventory.capacity_gpus`, DCGM UUIDs first), holders' shares over their holding
+    spans, node rates from `book` (as findings are priced; None: GPU-hours only).
     """
     with localcontext() as dec:
         dec.prec = PRECISION
@@ -444,7 +451,8 @@ def _scan_ledger(ctx: ScanContext, book: PriceBook | None) -> ScanLedger:
     )
 
 
-#: A holder is "active" when some 10-minute average of its activity signal reaches this ratio (1 %: above DCGM's idle noise).
+#: A holder is "active" when some 10-minute average of its activity signal reaches this ratio
+#: (1 %: above DCGM's idle noise).
 ACTIVE_FLOOR = 0.01
 
 
@@ -495,7 +503,8 @@ class FunnelRow:
 #: The funnel's rules in words (printed with it; docs/showback.md says the same).
 FUNNEL_RULE = (
     "total: physical GPUs × window hours; allocated: GPU-hours charged to holders (the ledger); active: allocated "
-    "GPU-hours of holders whose activity signal reaches 1 % in some 10-minute average of the window; effective: allocated GPU-hours × "
+    "GPU-hours of holders whose activity signal reaches 1 % in some 10-minute average of the window; "
+    "effective: allocated GPU-hours × "
     "the mean activity ratio (SM_ACTIVE, else GR_ENGINE_ACTIVE, else GPU_UTIL ÷ 100); unobserved: allocated "
     "GPU-hours with no activity telemetry (never counted idle)"
 )
@@ -558,8 +567,10 @@ def unmet_by_resource(unmet: Sequence[UnmetRequest]) -> dict[str, dict[str, floa
 
 
 def waste_by_holder(findings: Iterable[Finding]) -> dict[tuple[str, str], tuple[Decimal, Decimal]]:
-    """(namespace, pod) → (wasted GPU-hours, wasted USD in the window) from the scan's priced waste findings — the same
-    money the findings carry (a finding whose GPU-hours another owns adds nothing).
+    """(namespace, pod) → (wasted GPU-hours, wasted USD in the window).
+
+    From the scan's priced waste findings — the same money the findings carry (a finding whose GPU-hours another
+    owns adds nothing).
     """
     out: dict[tuple[str, str], tuple[Decimal, Decimal]] = {}
     for f in findings:
@@ -573,8 +584,10 @@ def waste_by_holder(findings: Iterable[Finding]) -> dict[tuple[str, str], tuple[
 
 
 def subject_team(subject: Subject, delivery: DeliverySettings | None = None) -> str:
-    """A holder's team as routing sees it (workload/namespace annotations and labels, the team and namespace maps),
-    else its namespace — the same team the waste findings of the same pod are reported under.
+    """A holder's team as routing sees it, else its namespace.
+
+    Routing: workload/namespace annotations and labels, the team and namespace maps; else the namespace — the same
+    team the waste findings of the same pod are reported under.
     """
     probe = Finding(
         kind=WasteKind.IDLE,
@@ -598,9 +611,11 @@ NOT_HELD = {"unsold slices": "(unsold slices)", "unallocated": "(unallocated)"}
 def group_key(
     sl: ScanLedger, by: str, delivery: DeliverySettings | None = None
 ) -> Callable[[LedgerLine, HolderInfo | None], str]:
-    """The grouping of the funnel/showback: "cluster", "gpu_model", "node", "team", "namespace", "mechanism", or
-    "label:KEY" (the holder's workload label, else its namespace label; "(none)" when absent). Lines nobody holds are
-    "(unsold slices)" / "(unallocated)" in the holder views.
+    """The grouping of the funnel/showback.
+
+    One of "cluster", "gpu_model", "node", "team", "namespace", "mechanism", or "label:KEY" (the holder's
+    workload label, else its namespace label; "(none)" when absent). Lines nobody holds are "(unsold slices)" /
+    "(unallocated)" in the holder views.
 
     Raises:
         ValueError: an unknown grouping.
@@ -646,8 +661,10 @@ def funnel_figures(sl: ScanLedger, by: str, delivery: DeliverySettings | None = 
 
 
 def conservation_figures(c: Conservation) -> dict[str, object]:
-    """The check as JSON: holds, GPUs, GPU-hours and USD per line kind (the cents ledger: each GPU's cost rounded to the
-    cent once), `usd_exact` (the unrounded cost, what FOCUS rows add up to), problems.
+    """The check as JSON.
+
+    Holds, GPUs, GPU-hours and USD per line kind (the cents ledger: each GPU's cost rounded to the cent once),
+    `usd_exact` (the unrounded cost, what FOCUS rows add up to), problems.
     """
     return {
         "holds": c.holds,
@@ -669,9 +686,11 @@ def conservation_figures(c: Conservation) -> dict[str, object]:
 
 @dataclass
 class ShowbackRow:
-    """One group of the showback: GPU-hours and USD allocated (charged by the ledger), wasted (the scan's priced waste
-    findings of the same pods: the money ledger's numbers), used (allocated − wasted), effective (allocated × mean
-    activity) and efficiency (used ÷ allocated GPU-hours).
+    """One group of the showback.
+
+    GPU-hours and USD allocated (charged by the ledger), wasted (the scan's priced waste findings of the same pods:
+    the money ledger's numbers), used (allocated − wasted), effective (allocated × mean activity) and efficiency
+    (used ÷ allocated GPU-hours).
     """
 
     group: str
@@ -775,9 +794,11 @@ HEALTH_STAGES = ("total", "allocated", "active", "effective", "unobserved")
 
 
 def health_figures(sl: ScanLedger, delivery: DeliverySettings | None = None) -> dict[str, dict[str, Any]]:
-    """What `/metrics` exposes of a scan's ledger, as `ScanHealth` fields: `funnel_gpus` (GPU model → stage → GPUs),
-    `team_gpus` (team → stage → GPUs; holders only), `unmet_gpu_requests` / `unmet_wait_s` (resource → pods / longest
-    wait s) and `window_cost_usd` (holders / unsold_slices / unallocated → USD, from the apportioned cents).
+    """What `/metrics` exposes of a scan's ledger, as `ScanHealth` fields.
+
+    `funnel_gpus` (GPU model → stage → GPUs), `team_gpus` (team → stage → GPUs; holders only), `unmet_gpu_requests` /
+    `unmet_wait_s` (resource → pods / longest wait s) and `window_cost_usd` (holders / unsold_slices / unallocated →
+    USD, from the apportioned cents).
     """
     models = funnel_figures(sl, "gpu_model", delivery)
     teams = funnel_figures(sl, "team", delivery)

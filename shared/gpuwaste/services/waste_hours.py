@@ -50,8 +50,9 @@ WEEKENDS = tuple(range(5 * 24, 7 * 24))
 def waste_by_hour_of_week(
     records: Iterable[FindingRecord], *, since: datetime, until: datetime, team_of: Callable[[FindingRecord], str]
 ) -> tuple[dict[str, WeekGrid], int]:
-    """Team → wasted GPU-hours (and USD) per hour of the week in [since, until), and how many records had no stored
-    price (their USD is in the grid, not their GPU-hours).
+    """Team → wasted GPU-hours (and USD) per hour of the week in [since, until).
+
+    Also how many records had no stored price (their USD is in the grid, not their GPU-hours).
     """
     grids: dict[str, WeekGrid] = {}
     unpriced = 0
@@ -84,8 +85,10 @@ _SHADES = " ░▒▓█"
 
 
 def grid_lines(team: str, grid: WeekGrid) -> list[str]:
-    """The grid as text: a header of hours, one row per weekday shaded by the team's busiest hour, then the share of
-    wasted GPU-hours at night (20–08 UTC, weekdays) and at weekends.
+    """The grid as text.
+
+    A header of hours, one row per weekday shaded by the team's busiest hour, then the share of wasted GPU-hours at
+    night (20–08 UTC, weekdays) and at weekends.
     """
     peak = max(grid.usd) or Decimal(1)
     usd = sum(grid.usd, ZERO)

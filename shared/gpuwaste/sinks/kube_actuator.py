@@ -37,8 +37,10 @@ NOTEBOOKS = ("kubeflow.org", "v1", "notebooks")
 
 
 class KubernetesActuator:
-    """`ports.ClusterActuator` over a `kubernetes.client.ApiClient` (its configuration: kubeconfig, in-cluster or
-    EKS token, as the reader's; the acting service account is a separate, opt-in role).
+    """`ports.ClusterActuator` over a `kubernetes.client.ApiClient`.
+
+    Its configuration: kubeconfig, in-cluster or EKS token, as the reader's; the acting service account is a separate,
+    opt-in role.
 
     Args:
         api_client: the configured client (its `configuration.retries` is set to no retry of reads or statuses).
@@ -48,6 +50,7 @@ class KubernetesActuator:
 
     def __init__(self, api_client: k8s_client.ApiClient, *, timeout_s: float = 15.0,
                  now: Callable[[], datetime] | None = None) -> None:
+        """Set the client's retries and build the API objects (see the class docstring's Args)."""
         api_client.configuration.retries = urllib3.Retry(total=1, connect=1, read=0, status=0, redirect=0,
                                                          raise_on_status=False)
         self.api_client = api_client
@@ -110,11 +113,15 @@ class KubernetesActuator:
     def _patch_scale(self, target: ReclaimTarget, replicas: int) -> int:
         call: Callable[..., Any] = (self.apps.patch_namespaced_deployment_scale if target.kind == "Deployment"
                 else self.apps.patch_namespaced_stateful_set_scale)
-        doc = self._call(call, target.name, target.namespace, {"spec": {"replicas": replicas}}, _content_type=MERGE_PATCH)
+        doc = self._call(
+            call, target.name, target.namespace, {"spec": {"replicas": replicas}}, _content_type=MERGE_PATCH
+        )
         return int((doc.get("spec") or {}).get("replicas") or 0)
 
     def _patch_suspend(self, target: ReclaimTarget, suspend: bool) -> bool:
-        call: Callable[..., Any] = self.batch.patch_namespaced_job if target.kind == "Job" else self.batch.patch_namespaced_cron_job
+        call: Callable[..., Any] = (
+            self.batch.patch_namespaced_job if target.kind == "Job" else self.batch.patch_namespaced_cron_job
+        )
         doc = self._call(call, target.name, target.namespace, {"spec": {"suspend": suspend}}, _content_type=MERGE_PATCH)
         return bool((doc.get("spec") or {}).get("suspend"))
 

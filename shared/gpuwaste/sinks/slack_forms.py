@@ -65,7 +65,9 @@ def read_submission(payload: Mapping[str, Any]) -> ChatAction | None:
         return None
     values = (view.get("state") or {}).get("values") or {}
     reason = str(((values.get(REASON_BLOCK) or {}).get(REASON_INPUT) or {}).get("value") or "").strip()
-    days_text = str((((values.get(DAYS_BLOCK) or {}).get(DAYS_SELECT) or {}).get("selected_option") or {}).get("value") or "")
+    days_text = str(
+        (((values.get(DAYS_BLOCK) or {}).get(DAYS_SELECT) or {}).get("selected_option") or {}).get("value") or ""
+    )
     days = int(days_text) if days_text.isdigit() and int(days_text) in EXPECTED_DAYS else None
     ref = meta.get("m")
     message = (MessageRef(sink=SINK, destination=str(ref[0]), message_id=str(ref[1]), thread=ref[2] or None)
