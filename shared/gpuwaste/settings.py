@@ -287,6 +287,9 @@ class ClusterConfig(BaseModel):
         platform_owner: who owns the cluster's nodes (team, chat channel, Jira project...): findings about node
             capacity nobody requested, and findings nothing else routes, go to them (never to "nobody"). Without it
             they go to `delivery.platform_owner`, else the default channel with a line saying what to set.
+        scan_shards: how many shards one scan of this cluster is split into (workload-closed node sets, each its own
+            scan request and scan function invocation: `services.shards`); 1 (the default) scans the cluster whole.
+            Size it from the cluster's GPUs with the sizing table of docs/deploy.md (one shard per ~10,000 GPUs).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -301,6 +304,7 @@ class ClusterConfig(BaseModel):
         None, description="scan this recording directory instead of live sources (offline runs, tests, the demo)"
     )
     platform_owner: RouteTarget | None = None
+    scan_shards: int = Field(1, ge=1, le=64, description="shards one scan of this cluster is split into (1: whole)")
 
 
 class ScanSettings(BaseModel):
