@@ -308,17 +308,27 @@ class ClusterConfig(BaseModel):
 
 
 class ScanSettings(BaseModel):
-    """The scan window.
+    """The scan window, and how a tick's scans are paced (`services.dispatch.pace`).
 
     Attributes:
         window_s: look-back of each scan (seconds); 3600 by default.
         scrape_interval_s: expected seconds between DCGM samples (dcgm-exporter collects every 30 s).
+        dispatch_spread_s: each scan request of a tick starts a stable pseudo-random 0 … this many seconds late
+            (SQS DelaySeconds; a hash of the scan id and shard), so clusters are not all queried at the same instant;
+            0: all at once. The scans still evaluate at the tick's time.
+        scans_per_endpoint: the query budget of one Prometheus endpoint (its URL): at most this many scans (shards)
+            reading it start together; the others start in later waves `wave_s` apart. 0: no budget.
+        wave_s: seconds between two waves of one endpoint (size it to the slowest shard's wall, docs/deploy.md).
+            Waves end at SQS's 900-second delay: scans past it start with the last wave (logged).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     window_s: int = Field(3600, ge=600, le=7 * 86400)
     scrape_interval_s: float = Field(30.0, gt=0, le=600)
+    dispatch_spread_s: int = Field(0, ge=0, le=900)
+    scans_per_endpoint: int = Field(0, ge=0, le=1000)
+    wave_s: int = Field(60, ge=1, le=900)
 
 
 class LifecycleSettings(BaseModel):

@@ -32,6 +32,9 @@ class ScanRequest(Frozen):
     scan_id: str = Field(min_length=1)
     shard: int = Field(0, ge=0)
     shard_count: int = Field(1, ge=1)
+    #: seconds after it is sent before the scan may start (dispatch's pacing: SQS `DelaySeconds`, at most 900); the scan
+    #: still evaluates at `scheduled_time`, never at the wall clock
+    start_after_s: int = Field(0, ge=0, le=900)
 
     @model_validator(mode="after")
     def _shard_in_range(self) -> ScanRequest:
