@@ -327,5 +327,11 @@ def render(report: dict[str, Any], table: str) -> str:
             f"| dedupe_findings | {p['stage_memory_mb']['dedupe_findings']} MB | 30 s | 10 findings × ~4 DynamoDB calls |",
             f"| notify_slack | {p['stage_memory_mb']['notify_slack']} MB | 60 s | Slack round trips and 429 retries (Retry-After) |",
         ]
+    from bench.sizing import markdown_table, projection_text
+
+    lines += ["", "### Sizing per shard and scale-out (issue 23, modelled from the two measured sizes: bench/sizing.py)", "",
+              markdown_table(), "", projection_text(), "",
+              "A model, not a measurement: shards × the sizing table's row, paced as `services.dispatch.pace` does; "
+              "1 vs N shards on the same data is measured by `python -m bench.shards`.", ""]
     lines += ["", "Raw numbers: run `bench/run.py --json results.json`.", ""]
     return "\n".join(lines)

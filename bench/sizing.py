@@ -78,5 +78,48 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
+def scale_out(cluster_gpus: int, *, clusters: int = 1, shard_gpus: int = SHARD_GPUS, per_endpoint: int = 0, wave_s: int = 60,
+              max_concurrency: int = 10, queries_per_scan: int = 15, query_concurrency: int = 4) -> dict[str, object]:
+    """A tick of `clusters` clusters of `cluster_gpus` GPUs each on one shared Prometheus, sharded by the table and
+    paced (`services.dispatch.pace`: waves of `per_endpoint` scans `wave_s` apart; the event source's
+    `max_concurrency`): the shard count and size, each shard's Lambda size and expected wall, how long until the last
+    shard has run, and the most scans and queries in flight at the Prometheus (15 queries per scan on the
+    recording-rules plan, 4 at a time: `prometheus.concurrency`)."""
+    shards = shards_for(cluster_gpus, shard_gpus)
+    row = scan_size(math.ceil(cluster_gpus / shards))
+    scans = clusters * shards
+    budget = min(per_endpoint or scans, max_concurrency, scans)
+    waves = math.ceil(scans / budget)
+    step = max(wave_s, row.lambda_wall_s) if per_endpoint else row.lambda_wall_s
+    return {
+        "cluster_gpus": cluster_gpus, "clusters": clusters, "shards_per_cluster": shards, "gpus_per_shard": row.gpus,
+        "shard_memory_mb": row.memory_mb, "shard_timeout_s": row.timeout_s, "shard_wall_s": row.lambda_wall_s,
+        "scans_per_tick": scans, "scans_in_flight_max": budget, "waves": waves,
+        "tick_done_s": round((waves - 1) * step + row.lambda_wall_s, 1),
+        "queries_in_flight_max": budget * min(query_concurrency, queries_per_scan),
+        "queries_per_tick": scans * queries_per_scan,
+        "lambda_gb_s_per_tick": round(scans * row.lambda_wall_s * row.memory_mb / 1024, 1),
+    }
+
+
+def projection_text() -> str:
+    """Issue 23 item 7(c): 100,000 GPUs in one cluster, and 50 clusters on one shared Prometheus with the budget."""
+    cases = [("100,000 GPUs, one cluster", scale_out(100_000)),
+             ("50 clusters × 2,000 GPUs, one Prometheus, no budget and no concurrency cap", scale_out(2_000, clusters=50, max_concurrency=50)),
+             ("50 clusters × 2,000 GPUs, one Prometheus, 5 scans per endpoint, 60 s waves",
+              scale_out(2_000, clusters=50, per_endpoint=5, wave_s=60)),
+             ("50 clusters × 10,000 GPUs, one Prometheus, 5 scans per endpoint, 60 s waves",
+              scale_out(10_000, clusters=50, per_endpoint=5, wave_s=60))]
+    lines = ["| case | shards × GPUs | shard MB / timeout s / wall s | scans in flight (max) | waves | tick done s | "
+             "queries in flight (max) | Lambda GB-s per tick |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for name, c in cases:
+        lines.append(f"| {name} | {c['shards_per_cluster']} × {c['gpus_per_shard']:,} | {c['shard_memory_mb']:,} / {c['shard_timeout_s']} / "
+                     f"{c['shard_wall_s']} | {c['scans_in_flight_max']} | {c['waves']} | {c['tick_done_s']} | {c['queries_in_flight_max']} | "
+                     f"{c['lambda_gb_s_per_tick']} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     print(markdown_table())
+    print()
+    print(projection_text())
