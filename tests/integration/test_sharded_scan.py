@@ -160,3 +160,25 @@ def test_plan_keeps_a_workloads_replicas_in_one_shard(recordings: dict[str, Path
             by_workload.setdefault((p.workload.namespace, p.workload.kind, p.workload.name), set()).add(plan.node_shard[p.node_name])
     assert all(len(s) == 1 for s in by_workload.values())
     assert sum(1 for g in plan.gpus if g) >= 2 and sum(plan.gpus) == sum(plan_shards(state, 1).gpus)
+
+
+class _TooManyHosts(RecordingTelemetrySource):
+    """A node-scoped source whose matcher cannot hold the shard's hosts (as `promql.OneOf` past its bound)."""
+
+    asked = 0
+
+    def for_hostnames(self, values: Any) -> RecordingTelemetrySource:
+        type(self).asked += 1
+        raise ValueError(f"{len(values)} values over the bound")
+
+
+def test_a_shard_whose_host_list_is_too_long_reads_whole_and_keeps_its_own(recordings: dict[str, Path]) -> None:
+    # GIVEN a source that refuses every shard's host list
+    path = recordings["random"]
+    whole = _scan(path, RecordingTelemetrySource(path), 0, 1)
+    # WHEN scanned as 4 shards
+    shards = [_scan(path, _TooManyHosts(path), k, 4) for k in range(4)]
+    # THEN each shard asked, read every series instead, and the findings are still the whole scan's
+    assert _TooManyHosts.asked == sum(1 for k in range(4) if plan_shards(Replicated(path).cluster_state(
+        at=RecordingTelemetrySource(path).end_time()), 4).nodes(k))
+    _compare(whole, shards)
