@@ -213,7 +213,7 @@ class PrometheusSettings(BaseModel):
             a Prometheus (or proxy) that sends its headers and then a byte every few seconds never trips the per-read
             `timeout_s` (a watchdog shuts the connection down at the deadline; between body reads it is checked too,
             each read waiting at most what is left of it). The default 120 s is 4× `timeout_s` and ~100×
-            the slowest query of the 10,004-GPU bench plan (1.25 s, bench/RESULTS.md), below the 150 s scan Lambda
+            the slowest query of the 10,004-GPU bench plan (1.25 s, bench/RESULTS.md), below the 300 s scan Lambda
             timeout.
         The environment variables GPUWASTE_PROMETHEUS_MAX_ANSWER_MB and GPUWASTE_PROMETHEUS_ANSWER_DEADLINE_S set
         the defaults of these two (for `gpuwaste doctor` and `scan --prometheus`, which read no configuration file).
