@@ -14,7 +14,7 @@ FN ?= ScanGpuWasteFunction
 EVENT ?= events/scheduled_scan.json
 LAYER_DIR := .aws-sam/layer
 
-.PHONY: help install install-user prometheus browser fmt lint typecheck test test-unit test-integration test-hardening test-aws demo bench scorecard coverage layer build invoke deploy clean check validate
+.PHONY: help install install-user prometheus browser fmt lint typecheck test test-unit test-integration test-hardening test-aws demo bench scorecard coverage layer build invoke deploy clean check validate image image-base
 
 help: ## list the targets
 	@if [ -t 1 ]; then c='\033[36m'; r='\033[0m'; else c=''; r=''; fi; \
@@ -123,6 +123,30 @@ invoke: ## sam local invoke $(FN) -e $(EVENT) (needs Docker)
 
 deploy: ## sam build && sam deploy --guided
 	$(SAM_VENV)/bin/sam build && $(SAM_VENV)/bin/sam deploy --guided
+
+IMAGE ?= registry.example.com/gpuwaste
+WITH_MCP ?= 0
+# the first container engine that answers (a docker CLI without a daemon does not count)
+ENGINE ?= $(shell for e in podman docker; do command -v $$e >/dev/null 2>&1 && $$e info >/dev/null 2>&1 && { echo $$e; break; }; done)
+PKG_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
+
+image: ## build the container image (Containerfile) with podman or docker, tagged with the package's version; says so when neither exists
+	@if [ -z "$(ENGINE)" ]; then \
+	  echo "make image: no working container engine (podman, or docker with its daemon): no image built."; \
+	  echo "  install one, or build elsewhere: podman build --build-arg VERSION=$(PKG_VERSION) -t $(IMAGE):$(PKG_VERSION) -f Containerfile ."; \
+	  exit 1; \
+	fi
+	$(ENGINE) build -f Containerfile -t $(IMAGE):$(PKG_VERSION) \
+	  --build-arg VERSION=$(PKG_VERSION) --build-arg WITH_MCP=$(WITH_MCP) \
+	  --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) .
+	@echo "built $(IMAGE):$(PKG_VERSION) with $(ENGINE)"
+
+image-base: ## print the current digest of the Containerfile's base image (to refresh BASE_DIGEST; needs podman/skopeo or docker)
+	@base=$$(sed -n 's/^ARG BASE_NAME=//p' Containerfile); \
+	if command -v skopeo >/dev/null; then skopeo inspect --format '{{.Digest}}' docker://$$base; \
+	elif [ -n "$(ENGINE)" ]; then $(ENGINE) pull -q $$base >/dev/null && $(ENGINE) image inspect --format '{{index .RepoDigests 0}}' $$base; \
+	else echo "make image-base: needs skopeo, podman or docker"; exit 1; fi
 
 clean: ## remove build output and caches
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache build dist shared/*.egg-info

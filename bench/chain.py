@@ -56,7 +56,7 @@ class FixedClock:
 def template_findings() -> tuple[list[Finding], datetime]:
     """The waste findings of the bundled demo fleet (unpriced) and its evaluation time."""
     from gpuwaste.bootstrap.local import demo_recording, recording_sources, scan_service
-    from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.config import GpuWasteConfig
 
     config = GpuWasteConfig()
     sources = recording_sources(demo_recording(), config)
@@ -99,7 +99,7 @@ def fake_slack() -> Iterator[Any]:
 
 def slack_notifier(slack: Any) -> Any:
     """The product's Slack notifier pointed at the fake."""
-    from gpuwaste.settings import SlackSettings
+    from gpuwaste.models.settings import SlackSettings
     from gpuwaste.sinks.slack import SlackNotifier
     from tests.servers.slack_api import DEFAULT_TOKEN
 
@@ -137,12 +137,12 @@ def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifi
     `dedupe_batch`: records per dedupe batch — 10 as the SQS event source mapping delivers them, or the whole scan
     as `gpuwaste run` handles it (one SQLite transaction per scan). `outbox`: False as in `gpuwaste run`, whose alerts
     queue is a table of the same SQLite state (decisions and queued alerts commit together)."""
+    from gpuwaste.models.settings import DeliverySettings, LifecycleSettings
     from gpuwaste.pricing.catalog import PriceBook
     from gpuwaste.queue.batching import DeferredQueue, SendBatch
     from gpuwaste.services.lifecycle import LifecycleService
     from gpuwaste.services.notify import NotifyService
     from gpuwaste.services.price import PriceService
-    from gpuwaste.settings import DeliverySettings, LifecycleSettings
 
     timings: dict[str, float] = {}
     cpu: dict[str, float] = {}  # CPU seconds of this process (the Slack fake's thread included): less load-dependent

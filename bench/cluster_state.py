@@ -94,7 +94,7 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     """Read the cluster state `repeats` times from each source; wall seconds per read, and what was read."""
     from datetime import timedelta
 
-    from gpuwaste.settings import KubernetesSettings, PrometheusSettings
+    from gpuwaste.models.settings import KubernetesSettings, PrometheusSettings
     from gpuwaste.sources.ksm import PrometheusKsmSource
     from gpuwaste.sources.kubernetes import KubernetesPodSource
     from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource

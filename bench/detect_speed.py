@@ -29,7 +29,8 @@ from typing import Any
 def capture(urls_json: Path, out: Path) -> None:
     """Read cluster state and telemetry from a running harness (as `bench.scan_once` does) and pickle them."""
     from gpuwaste.bootstrap.local import live_sources, scan_service
-    from gpuwaste.settings import ClusterConfig, GpuWasteConfig, KubernetesSettings, PrometheusSettings, ScanSettings
+    from gpuwaste.config import GpuWasteConfig
+    from gpuwaste.models.settings import ClusterConfig, KubernetesSettings, PrometheusSettings, ScanSettings
 
     args = json.loads(urls_json.read_text())
     cluster = ClusterConfig(

@@ -54,7 +54,7 @@ def _captured(run: Any) -> list[tuple[Any, ...]]:
 
 def _scan_recording(path: Path, window_s: int | None = None, at_offset_s: int = 0) -> None:
     from gpuwaste.bootstrap import local
-    from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.config import GpuWasteConfig
 
     cfg = GpuWasteConfig()
     sources = local.recording_sources(path, cfg)

@@ -160,11 +160,11 @@ def scan_through(messages: list[FindingMessage], completion: ScanCompleted, at: 
                  capacity: Capacity, heartbeat: timedelta = timedelta(0)) -> dict[str, Any]:
     """Send one scan's findings and completion, then price and dedupe them in record batches of 10, as the Lambda
     functions do (`queue.batching.SendBatch` per batch, dedupe's prefetch and deferred outbox clears)."""
+    from gpuwaste.models.settings import LifecycleSettings
     from gpuwaste.pricing.catalog import PriceBook
     from gpuwaste.queue.batching import DeferredQueue, SendBatch
     from gpuwaste.services.lifecycle import LifecycleService
     from gpuwaste.services.price import PriceService
-    from gpuwaste.settings import LifecycleSettings
 
     findings_q, priced_q, alerts_q, store, sqs = (ports[k] for k in ("findings", "priced", "alerts", "store", "sqs"))
     findings_q.send_findings(messages)
@@ -394,11 +394,11 @@ def completion_at_scale(n: int, moto: Any) -> dict[str, Any]:
     import boto3
 
     from gpuwaste.models.lifecycle import FindingRecord
+    from gpuwaste.models.settings import LifecycleSettings
     from gpuwaste.pricing.catalog import PriceBook
     from gpuwaste.queue.sqs import SqsQueue
     from gpuwaste.services.lifecycle import LifecycleService
     from gpuwaste.services.price import PriceService
-    from gpuwaste.settings import LifecycleSettings
     from gpuwaste.store.dynamodb import DynamoDbFindingStore, to_item
     from tests.sqs_limit import enforce_sqs_limit
 

@@ -46,7 +46,8 @@ def main(argv: list[str]) -> int:
     args = json.loads(argv[1])
     t_import = time.perf_counter()
     from gpuwaste.bootstrap.local import live_sources, scan_service
-    from gpuwaste.settings import ClusterConfig, GpuWasteConfig, KubernetesSettings, PrometheusSettings, ScanSettings
+    from gpuwaste.config import GpuWasteConfig
+    from gpuwaste.models.settings import ClusterConfig, KubernetesSettings, PrometheusSettings, ScanSettings
 
     cluster = ClusterConfig(
         name=args["cluster"],

@@ -9,9 +9,9 @@ from datetime import timedelta
 from decimal import Decimal
 
 from gpuwaste.bootstrap import local
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
-from gpuwaste.settings import GpuWasteConfig
 from gpuwaste.sinks.slack_blocks import blocks_text_chars, render_notice, visible_chars
 
 

@@ -68,9 +68,9 @@ def _fleets(tmp: Path) -> Iterator[tuple[str, Path, int | None]]:
 
 
 def _detect(path: Path, window_s: int | None) -> list[str]:
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.detectors import build_context
     from gpuwaste.pricing.power import power_limits_w
-    from gpuwaste.settings import GpuWasteConfig
 
     cfg = GpuWasteConfig()
     sources = local.recording_sources(path, cfg)

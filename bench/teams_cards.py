@@ -4,8 +4,8 @@ fake Workflows webhook (tests/servers/teams_webhook.py), which refuses bodies ov
 Run: PYTHONPATH=shared:. .venv/bin/python bench/teams_cards.py
 """
 
+from gpuwaste.models.settings import DeliverySettings, TeamsSettings
 from gpuwaste.services.notify import NotifyService
-from gpuwaste.settings import DeliverySettings, TeamsSettings
 from gpuwaste.sinks.teams import TeamsNotifier
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, alert, finding, record_for

@@ -43,7 +43,7 @@ class _Recorder:
 
 
 def _source(url: str, store: dict[str, bytes], replay: bool) -> Any:
-    from gpuwaste.settings import PrometheusSettings
+    from gpuwaste.models.settings import PrometheusSettings
     from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 
     source = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=url, concurrency=int(os.environ.get("CONCURRENCY", "1"))), cluster="bench")

@@ -85,7 +85,7 @@ def scan(
 ) -> None:
     """Scan a cluster (live, or from a recording) and print priced findings, the waste per team and the total."""
     from gpuwaste.bootstrap import local
-    from gpuwaste.settings import ClusterConfig
+    from gpuwaste.models.settings import ClusterConfig
 
     fmt = old_format or input_format
     cfg = config_or_exit(config)
@@ -95,12 +95,14 @@ def scan(
         except ConfigError as exc:
             fail(f"--cluster: {escape_markup(str(exc))}")
     if pod_label:
-        for c in cfg.clusters:
-            c.labels.pod_label = pod_label.value
-        if not cfg.clusters:
-            from gpuwaste.settings import TelemetryLabels
+        # the configuration is frozen: the clusters with the command line's pod label are copies
+        clusters = [c.model_copy(update={"labels": c.labels.model_copy(update={"pod_label": pod_label.value})})
+                    for c in cfg.clusters]
+        if not clusters:
+            from gpuwaste.models.settings import TelemetryLabels
 
-            cfg.clusters.append(ClusterConfig(name=cluster or "recording", labels=TelemetryLabels(pod_label=pod_label.value)))
+            clusters = [ClusterConfig(name=cluster or "recording", labels=TelemetryLabels(pod_label=pod_label.value))]
+        cfg = cfg.model_copy(update={"clusters": clusters})
     window_s = parse_window(window) if window else None
     when = parse_time(at)
     truth_doc = _read_truth(truth) if truth is not None else None
@@ -212,7 +214,7 @@ def demo(
 
     from gpuwaste.bootstrap import local
     from gpuwaste.commands.run import run_local_chain
-    from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.config import GpuWasteConfig
 
     path = local.demo_recording()
     sources = local.recording_sources(path, GpuWasteConfig())
@@ -293,7 +295,7 @@ def generate_fleet_cmd(
 @app.command("config-schema")
 def config_schema() -> None:
     """Print the JSON Schema of the configuration document."""
-    from gpuwaste.settings import config_json_schema
+    from gpuwaste.config import config_json_schema
 
     sys.stdout.write(config_json_schema() + "\n")
 
@@ -331,7 +333,7 @@ def main(
     out.width = stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 
 
-COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve")
+COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve", "mcp_server")
 
 
 def _load_commands() -> None:
@@ -354,4 +356,10 @@ def run() -> None:
     app()
 
 
-__all__ = ["app", "run", "timedelta"]
+def kubectl_run() -> None:
+    """Console-script entry point as a kubectl plugin (`kubectl-gpuwaste`): the same commands, with help naming
+    `kubectl gpuwaste`; the live commands use the current kube context (KUBECONFIG / ~/.kube/config) as kubectl does."""
+    app(prog_name="kubectl gpuwaste")
+
+
+__all__ = ["app", "kubectl_run", "run", "timedelta"]

@@ -36,9 +36,10 @@ from gpuwaste.errors import (
 
 if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydantic models, boto3 or requests
     from gpuwaste.bootstrap import local
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.models.findings import Finding
+    from gpuwaste.models.settings import ClusterConfig
     from gpuwaste.services.scan import ScanReport
-    from gpuwaste.settings import ClusterConfig, GpuWasteConfig
 
 #: Width of stdout when it is not a terminal, COLUMNS is not set and no terminal is attached to stderr or stdin.
 PIPE_WIDTH = 80
@@ -137,7 +138,7 @@ class GuardedGroup(TyperGroup):
     def invoke(self, ctx):  # type: ignore[no-untyped-def]
         from pydantic import ValidationError
 
-        from gpuwaste.settings import format_validation_error
+        from gpuwaste.config import format_validation_error
 
         try:
             return super().invoke(ctx)
@@ -276,7 +277,7 @@ def check_prometheus_url(url: str) -> str:
     """
     if not re.match(r"^https?://", url):
         fail(f"--prometheus {url!r}: the URL must start with http:// or https:// (e.g. http://prometheus.monitoring:9090)")
-    from gpuwaste.settings import outbound_url_problem
+    from gpuwaste.models.settings import outbound_url_problem
 
     problem = outbound_url_problem(url)
     if problem:
@@ -317,7 +318,7 @@ def quiet_http_logs(verbose: bool) -> None:
 
 
 def config_or_exit(path: Path | None) -> GpuWasteConfig:
-    from gpuwaste.settings import load_config
+    from gpuwaste.config import load_config
 
     try:
         return load_config(path)
@@ -389,8 +390,8 @@ class View:
 
 def team_function(config: GpuWasteConfig | None = None):  # type: ignore[no-untyped-def]
     """finding → its team: the routing rules (annotations, labels, team/namespace maps), else the namespace."""
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.services.routing import route_for
-    from gpuwaste.settings import GpuWasteConfig
     from gpuwaste.sinks import terminal
 
     settings = (config or GpuWasteConfig()).delivery
@@ -454,7 +455,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     chosen = select(report.findings, view, team)
     findings = [f for f in chosen if f.usd_per_day is None or f.usd_per_day >= Decimal(str(min_usd))]
     if output in (Output.openmetrics, Output.prometheus):
-        from gpuwaste.settings import GpuWasteConfig
+        from gpuwaste.config import GpuWasteConfig
 
         sys.stdout.buffer.write(_exposition(report, findings, config or GpuWasteConfig(),
                                             openmetrics=output is Output.openmetrics))
@@ -563,19 +564,20 @@ def live_cluster(cfg: GpuWasteConfig, cluster: str | None, prometheus: str | Non
     Raises:
         ConfigError: when --cluster names no configured cluster.
     """
-    from gpuwaste.settings import ClusterConfig
+    from gpuwaste.models.settings import ClusterConfig
 
     if prometheus:
         check_prometheus_url(prometheus)
     check_kubeconfig(kubeconfig)
     cc = cfg.cluster(cluster) if (cluster and cfg.clusters) else (cfg.clusters[0] if cfg.clusters else ClusterConfig(name=cluster or "cluster"))
     if prometheus:
-        from gpuwaste.settings import PrometheusSettings
+        from gpuwaste.models.settings import PrometheusSettings
 
-        cc.prometheus = PrometheusSettings(url=prometheus)
+        cc = cc.model_copy(update={"prometheus": PrometheusSettings(url=prometheus)})  # frozen: a changed copy
     if kubeconfig or context:
-        cc.kubernetes.kubeconfig = str(kubeconfig) if kubeconfig else cc.kubernetes.kubeconfig
-        cc.kubernetes.context = context or cc.kubernetes.context
+        kubernetes = cc.kubernetes.model_copy(update={"kubeconfig": str(kubeconfig) if kubeconfig else cc.kubernetes.kubeconfig,
+                                                      "context": context or cc.kubernetes.context})
+        cc = cc.model_copy(update={"kubernetes": kubernetes})
     return cc
 
 

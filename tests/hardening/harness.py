@@ -374,7 +374,7 @@ def build_chain(*, store: FindingStore, slack: FakeSlack, jira: FakeJira | None,
                 max_receive: int = 5) -> Chain:
     """A chain over the given store, the fake Slack and (optionally) the fake Jira."""
     from gpuwaste.bootstrap.local import price_book
-    from gpuwaste.settings import JiraSettings, SlackSettings
+    from gpuwaste.models.settings import JiraSettings, SlackSettings
     from gpuwaste.sinks.jira import JiraTicketSink
 
     rng = rng or random.Random(0)

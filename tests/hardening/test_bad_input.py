@@ -29,22 +29,16 @@ from gpuwaste.bootstrap import price as price_root
 from gpuwaste.bootstrap import scan as scan_root
 from gpuwaste.bootstrap import tickets as tickets_root
 from gpuwaste.cli import app
+from gpuwaste.config import GpuWasteConfig, parse_config
 from gpuwaste.errors import ConfigError, InputFormatError
 from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.findings import WasteKind
+from gpuwaste.models.settings import DeliverySettings, JiraSettings, LifecycleSettings, SlackSettings
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.notify import NotifyService
 from gpuwaste.services.price import PriceService
 from gpuwaste.services.tickets import TicketService
-from gpuwaste.settings import (
-    DeliverySettings,
-    GpuWasteConfig,
-    JiraSettings,
-    LifecycleSettings,
-    SlackSettings,
-    parse_config,
-)
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.sources.exposition import parse_exposition, write_openmetrics

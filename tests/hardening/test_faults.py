@@ -20,10 +20,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from gpuwaste.bootstrap import local
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.messages import FindingMessage
-from gpuwaste.settings import GpuWasteConfig, KubernetesSettings, PrometheusSettings
+from gpuwaste.models.settings import KubernetesSettings, PrometheusSettings
 from gpuwaste.sources.kubernetes import KubernetesPodSource
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 from gpuwaste.store.dynamodb import DynamoDbFindingStore

@@ -23,10 +23,10 @@ import pytest
 from gpuwaste.fleet.generator import FleetSpec, generate_fleet
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.messages import AlertAction
+from gpuwaste.models.settings import DeliverySettings, JiraSettings, LinkTemplates, PrometheusSettings, SlackSettings
 from gpuwaste.services.notify import NotifyService
 from gpuwaste.services.summary import summarize
 from gpuwaste.services.tickets import TicketService
-from gpuwaste.settings import DeliverySettings, JiraSettings, LinkTemplates, PrometheusSettings, SlackSettings
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.sources.exposition import write_openmetrics

@@ -21,9 +21,9 @@ import boto3
 import pytest
 
 from gpuwaste.bootstrap import local, pipeline
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.messages import AlertMessage
-from gpuwaste.settings import GpuWasteConfig
 from tests.aws_resources import create_stack
 from tests.hardening.conftest import Figures
 from tests.hardening.harness import AuditedSlack

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted
+from gpuwaste.models.settings import LifecycleSettings
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.lifecycle import LifecycleService
-from gpuwaste.settings import LifecycleSettings
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, finding
 from tests.hardening.harness import STAGE_ADAPTER, DayClock

@@ -25,12 +25,12 @@ from gpuwaste.models.ledger import waste_usd
 from gpuwaste.models.lifecycle import money_spans
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
+from gpuwaste.models.settings import DeliverySettings, JiraSettings, LifecycleSettings
 from gpuwaste.people import age, since_words, waste_since
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.summary import summarize
 from gpuwaste.services.tickets import TicketService
-from gpuwaste.settings import DeliverySettings, JiraSettings, LifecycleSettings
 from gpuwaste.sinks.slack_blocks import render_notice, usd
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, finding

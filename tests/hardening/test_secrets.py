@@ -26,8 +26,8 @@ import pytest
 from gpuwaste.bootstrap import pipeline
 from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.messages import ScanRequest
+from gpuwaste.models.settings import PrometheusAuth, PrometheusSettings
 from gpuwaste.services.interactions import SignatureError
-from gpuwaste.settings import PrometheusAuth, PrometheusSettings
 from gpuwaste.sinks.slack_signature import SlackSignatureVerifier, sign
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 from tests.aws_resources import create_stack
@@ -340,9 +340,9 @@ def test_secrets_botocore_wire_log_at_debug_does_not_print_secret_values(
 def test_secrets_last_applied_configuration_never_leaves_the_cluster(tmp_path: Path) -> None:
     # GIVEN an idle pod whose kubectl last-applied-configuration annotation holds a plain-text env secret
     from gpuwaste.bootstrap import local
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.queue.memory import MemoryQueue
     from gpuwaste.services.scan import ScanService
-    from gpuwaste.settings import GpuWasteConfig
 
     path = write_recording(generate_fleet(SPEC), tmp_path / "rec", compress=False)
     kube = json.loads((path / "cluster.json").read_text())

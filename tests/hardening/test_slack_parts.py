@@ -17,8 +17,8 @@ import pytest
 
 from gpuwaste.errors import DeliveryError
 from gpuwaste.models.messages import AlertMessage
+from gpuwaste.models.settings import DeliverySettings, SlackSettings
 from gpuwaste.services.notify import NotifyService, delivery_key
-from gpuwaste.settings import DeliverySettings, SlackSettings
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.sinks.slack_blocks import MESSAGE_TEXT_BUDGET, blocks_text_chars
 from gpuwaste.store.sqlite import SqliteFindingStore

@@ -22,11 +22,12 @@ from typing import Any
 import pytest
 
 from gpuwaste.bootstrap import local
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.errors import SourceUnavailableError, StoreError
 from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage
-from gpuwaste.settings import GpuWasteConfig, LifecycleSettings
+from gpuwaste.models.settings import LifecycleSettings
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.hardening.conftest import Figures
 from tests.hardening.harness import AuditedSlack, Chain, DayClock, Shifted, attach_scanner, build_chain, check_invariant

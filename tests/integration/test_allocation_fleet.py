@@ -23,7 +23,7 @@ from gpuwaste.allocation.physical import physical_gpu_count
 from gpuwaste.allocation.vgpu import VgpuResolver
 from gpuwaste.fleet.generator import Fleet, FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.cluster import ClusterState, gpu_share_for_request
-from gpuwaste.settings import KubernetesSettings
+from gpuwaste.models.settings import KubernetesSettings
 from gpuwaste.sources.ksm import KsmRecordingSource
 from gpuwaste.sources.kubernetes import KubernetesPodSource
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
@@ -162,7 +162,7 @@ def test_live_kube_state_metrics_finds_fractional_pods_that_request_no_gpu(
         fleet: Fleet, tmp_path_factory: pytest.TempPathFactory, prometheus_factory: Any):
     # GIVEN the mixed cluster's KSM series backfilled into a real Prometheus (KAI notebooks ask for a fraction by
     # annotation and request no GPU resource, so no request series names them)
-    from gpuwaste.settings import PrometheusSettings
+    from gpuwaste.models.settings import PrometheusSettings
     from gpuwaste.sources.ksm import PrometheusKsmSource
     from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 

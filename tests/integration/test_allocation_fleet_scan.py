@@ -16,10 +16,10 @@ from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
 from gpuwaste.fleet.truth import compare
 from gpuwaste.join import join
 from gpuwaste.models.findings import WasteKind
+from gpuwaste.models.settings import KubernetesSettings
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
 from gpuwaste.services.scan import allocation_notes
-from gpuwaste.settings import KubernetesSettings
 from gpuwaste.sources.kubernetes import KubernetesPodSource
 from gpuwaste.sources.recording import RecordingTelemetrySource
 from tests.servers.kube_api import KubeApiFactory, write_kubeconfig

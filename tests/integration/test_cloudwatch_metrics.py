@@ -19,13 +19,14 @@ from pydantic import TypeAdapter
 from gpuwaste.bootstrap import dedupe as dedupe_root
 from gpuwaste.bootstrap import local, pipeline
 from gpuwaste.bootstrap import scan as scan_root
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted
+from gpuwaste.models.settings import DeliverySettings, LifecycleSettings, SlackSettings
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.notify import NotifyService
 from gpuwaste.services.scan import ScanService
-from gpuwaste.settings import DeliverySettings, GpuWasteConfig, LifecycleSettings, SlackSettings
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, ROOT, LambdaContext, load_app, record_for

@@ -17,9 +17,9 @@ import pytest
 from gpuwaste.errors import PermanentDeliveryError, StoreError
 from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage
+from gpuwaste.models.settings import DeliverySettings, JiraSettings, RouteTarget, SlackSettings
 from gpuwaste.services.notify import NotifyService, delivery_key
 from gpuwaste.services.tickets import TicketService, overflow_label
-from gpuwaste.settings import DeliverySettings, JiraSettings, RouteTarget, SlackSettings
 from gpuwaste.sinks.jira import DELIVERY_PROPERTY, JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.store.sqlite import SqliteFindingStore

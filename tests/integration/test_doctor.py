@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from gpuwaste.cli import app
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 from gpuwaste.fleet.scorecard import scorecard_settings
+from gpuwaste.models.settings import PrometheusSettings
 from gpuwaste.models.telemetry import Signal
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.scan import ScanService
-from gpuwaste.settings import PrometheusSettings
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
 

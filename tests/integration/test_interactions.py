@@ -11,9 +11,9 @@ from urllib.parse import urlencode
 import pytest
 
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
+from gpuwaste.models.settings import DeliverySettings, JiraSettings, SlackSettings
 from gpuwaste.services.interactions import InteractionService, SignatureError
 from gpuwaste.services.tickets import TicketService
-from gpuwaste.settings import DeliverySettings, JiraSettings, SlackSettings
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.sinks.slack_blocks import details_text, render_notice

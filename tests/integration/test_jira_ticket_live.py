@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from gpuwaste.models.messages import AlertAction
+from gpuwaste.models.settings import DeliverySettings, JiraSettings, RouteTarget
 from gpuwaste.services.tickets import TicketService
-from gpuwaste.settings import DeliverySettings, JiraSettings, RouteTarget
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, alert, finding, record_for

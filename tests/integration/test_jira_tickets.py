@@ -8,8 +8,8 @@ import pytest
 
 from gpuwaste.errors import DeliveryError, PermanentDeliveryError
 from gpuwaste.models.messages import AlertAction
+from gpuwaste.models.settings import DeliverySettings, JiraSettings, RouteTarget
 from gpuwaste.services.tickets import TicketService, dedupe_label
-from gpuwaste.settings import DeliverySettings, JiraSettings, RouteTarget
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, LambdaContext, alert, finding, load_app, record_for

@@ -24,9 +24,9 @@ from gpuwaste.fleet.ksm_series import ksm_series
 from gpuwaste.fleet.truth import compare
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.messages import FindingMessage, read_stage_body
+from gpuwaste.models.settings import PrometheusSettings
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.scan import ScanService
-from gpuwaste.settings import PrometheusSettings
 from gpuwaste.sources.exposition import write_openmetrics
 from gpuwaste.sources.ksm import KsmRecordingSource, PrometheusKsmSource
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource

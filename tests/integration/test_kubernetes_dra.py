@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from gpuwaste.allocation.dra import DraResolver
+from gpuwaste.models.settings import KubernetesSettings
 from gpuwaste.models.telemetry import DeviceId
-from gpuwaste.settings import KubernetesSettings
 from gpuwaste.sources.k8s_objects import cluster_state_from_objects
 from gpuwaste.sources.kubernetes import KubernetesPodSource
 from gpuwaste.sources.recording import RecordingClusterSource

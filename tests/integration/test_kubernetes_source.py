@@ -21,7 +21,7 @@ import yaml
 from gpuwaste.errors import ConfigError, PermanentError, SourceAuthError, SourceUnavailableError
 from gpuwaste.fleet.generator import FleetSpec, generate_fleet
 from gpuwaste.models.cluster import ClusterState
-from gpuwaste.settings import ClusterReadSettings, KubernetesSettings
+from gpuwaste.models.settings import ClusterReadSettings, KubernetesSettings
 from gpuwaste.sources.kubernetes import DRA_VERSIONS, LISTS, KubernetesPodSource, _dra_lists
 from gpuwaste.sources.recording import RecordingClusterSource
 from tests.servers.kube_api import FakeKubeApi, KubeApiFactory, kube_status, write_kubeconfig

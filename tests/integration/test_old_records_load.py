@@ -11,8 +11,8 @@ import pytest
 
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.models.notices import message_for
+from gpuwaste.models.settings import DeliverySettings, SlackSettings
 from gpuwaste.services.notify import NotifyService
-from gpuwaste.settings import DeliverySettings, SlackSettings
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.store.dynamodb import DynamoDbFindingStore, to_item
 from gpuwaste.store.sqlite import SqliteFindingStore

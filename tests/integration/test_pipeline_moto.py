@@ -31,7 +31,7 @@ from gpuwaste.models.messages import (
     read_alert_body,
     read_stage_body,
 )
-from gpuwaste.settings import ClusterConfig
+from gpuwaste.models.settings import ClusterConfig
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 from tests.aws_resources import Stack, create_stack
 from tests.lambda_events import FakeLambdaContext, load_event, load_handler

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuwaste.errors import SourceAnswerError, SourceAuthError, SourceUnavailableError
-from gpuwaste.settings import PrometheusSettings
+from gpuwaste.models.settings import PrometheusSettings
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 from tests.servers.hostile_http import HostileHttpServer
 

@@ -27,10 +27,10 @@ from gpuwaste.cli import app
 from gpuwaste.errors import PermanentError, SourceAuthError, SourceUnavailableError
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.findings import WasteKind
+from gpuwaste.models.settings import PrometheusAuth, PrometheusSettings
 from gpuwaste.models.telemetry import GpuTelemetry, TelemetryWindow, WindowStats
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.scan import ScanReport, ScanService
-from gpuwaste.settings import PrometheusAuth, PrometheusSettings
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
 from gpuwaste.sources.metrics_plan import PLAN
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from gpuwaste.cli import app
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
+from gpuwaste.models.settings import PrometheusSettings
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.scan import ScanReport, ScanService
-from gpuwaste.settings import PrometheusSettings
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
 from tests.integration.test_prometheus_parity import finding_diffs, window_diffs

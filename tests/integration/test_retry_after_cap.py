@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
 from gpuwaste.errors import DeliveryError
-from gpuwaste.settings import SlackSettings
+from gpuwaste.models.settings import SlackSettings
 from gpuwaste.sinks.http_delivery import JsonPoster
 from gpuwaste.sinks.slack import SlackNotifier
 from tests.servers.json_webhook import FakeJsonWebhook

@@ -16,8 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwaste.bootstrap import local
 from gpuwaste.commands.serve import Server, with_env_secrets
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
-from gpuwaste.settings import ClusterConfig, GpuWasteConfig, KubernetesSettings, PrometheusSettings
+from gpuwaste.models.settings import ClusterConfig, KubernetesSettings, PrometheusSettings
 from gpuwaste.sinks.prometheus_metrics import render_text
 from tests.servers.kube_api import write_kubeconfig
 from tests.servers.metrics_stack import kube_objects

@@ -18,9 +18,9 @@ import pytest
 
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.findings import WasteKind
+from gpuwaste.models.settings import PrometheusSettings
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.scan import ScanReport, ScanService
-from gpuwaste.settings import PrometheusSettings
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
 from gpuwaste.sources.ksm import PrometheusKsmSource
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
@@ -81,7 +81,7 @@ def _api_source(path: Path, kube_api: Any, tmp_path: Path) -> Any:
     """The recording's cluster served by the fake kube-apiserver, read with `KubernetesPodSource` (real HTTP, API JSON)."""
     import json
 
-    from gpuwaste.settings import KubernetesSettings
+    from gpuwaste.models.settings import KubernetesSettings
     from gpuwaste.sources.kubernetes import KubernetesPodSource
     from tests.integration.test_kubernetes_source import PLURALS
     from tests.servers.kube_api import write_kubeconfig

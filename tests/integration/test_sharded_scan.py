@@ -18,10 +18,10 @@ import pytest
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.cluster import ClusterState, Pod, Workload
 from gpuwaste.models.findings import Finding
+from gpuwaste.models.settings import PrometheusSettings
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.scan import ScanReport, ScanService
 from gpuwaste.services.shards import plan_shards
-from gpuwaste.settings import PrometheusSettings
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
 

@@ -12,8 +12,8 @@ from gpuwaste.errors import DeliveryError, PermanentDeliveryError
 from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.models.notices import message_for
+from gpuwaste.models.settings import DeliverySettings, RouteTarget, SlackSettings
 from gpuwaste.services.notify import NotifyService
-from gpuwaste.settings import DeliverySettings, RouteTarget, SlackSettings
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, ROOT, LambdaContext, alert, finding, load_app, record_for

@@ -13,8 +13,8 @@ from gpuwaste.errors import DeliveryError, PermanentDeliveryError
 from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import AlertAction
 from gpuwaste.models.notices import message_for
+from gpuwaste.models.settings import DeliverySettings, RouteTarget, SlackSettings, TeamsSettings
 from gpuwaste.services.notify import NotifyService
-from gpuwaste.settings import DeliverySettings, RouteTarget, SlackSettings, TeamsSettings
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.sinks.teams import TeamsNotifier
 from gpuwaste.store.sqlite import SqliteFindingStore

@@ -12,8 +12,8 @@ from gpuwaste.bootstrap import delivery
 from gpuwaste.errors import DeliveryError
 from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import AlertAction
+from gpuwaste.models.settings import DeliverySettings, WebhookSettings
 from gpuwaste.services.notify import NotifyService
-from gpuwaste.settings import DeliverySettings, WebhookSettings
 from gpuwaste.sinks.webhook import verify_signature
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW, alert, finding, record_for

@@ -218,7 +218,7 @@ def _check_scan(recording: Path, findings: list[Finding]) -> int:
 
 def _scan_recording(path: Path, *, generated_window_s: int | None = None) -> list[Finding]:
     from gpuwaste.bootstrap import local
-    from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.config import GpuWasteConfig
 
     if generated_window_s is None:
         sources = local.recording_sources(path, GpuWasteConfig())

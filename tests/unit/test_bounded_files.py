@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuwaste.config import load_config, parse_config
 from gpuwaste.errors import ConfigError, InputFormatError
 from gpuwaste.files import open_regular, read_capped, recording_max_bytes
-from gpuwaste.settings import load_config, parse_config
 
 
 def _within(seconds: float, fn, *args):  # type: ignore[no-untyped-def]

@@ -123,7 +123,7 @@ def _annotations_read() -> set[str]:
     """Every pod annotation key the scan reads: each detector setting named `*_annotation` (its default) and the
     routing keys (team, Slack, Jira, snooze), taken from the settings models, not written out here."""
     from gpuwaste.detectors import DetectorSettings
-    from gpuwaste.settings import RoutingKeys
+    from gpuwaste.models.settings import RoutingKeys
 
     keys = set(RoutingKeys().model_dump().values())
     for model in DetectorSettings.detector_fields().values():

@@ -314,7 +314,7 @@ def test_cli_scan_format_mismatch_names_the_cli_flag(tmp_path: Path) -> None:
 
 
 def _demo_findings():  # type: ignore[no-untyped-def]
-    from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.config import GpuWasteConfig
 
     cfg = GpuWasteConfig()
     sources = local.recording_sources(DEMO, cfg)

@@ -41,7 +41,7 @@ def test_kubernetes_source_file_that_is_not_a_kubeconfig_is_a_config_error(tmp_p
     import pytest
 
     from gpuwaste.errors import ConfigError
-    from gpuwaste.settings import KubernetesSettings
+    from gpuwaste.models.settings import KubernetesSettings
     from gpuwaste.sources.kubernetes import KubernetesPodSource
 
     bad = tmp_path / "kubeconfig"

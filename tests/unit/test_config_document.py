@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from gpuwaste.cli import app
-from gpuwaste.settings import config_json_schema, load_config
+from gpuwaste.config import config_json_schema, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

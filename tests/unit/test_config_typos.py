@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwaste.config import parse_config
 from gpuwaste.errors import ConfigError
-from gpuwaste.settings import parse_config
 
 
 @pytest.mark.parametrize(

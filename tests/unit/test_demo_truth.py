@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 from gpuwaste.bootstrap import local
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 from gpuwaste.fleet.truth import compare
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.services.scan import ScanReport
-from gpuwaste.settings import GpuWasteConfig
 
 
 def _scan(path: Path) -> ScanReport:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpuwaste.bootstrap import local
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.detectors import REGISTRY, DetectorSettings, NoVerdict, build_context, run_detectors
 from gpuwaste.detectors.episodes import complete
 from gpuwaste.detectors.readings import power_ratio_bounds, power_ratio_series
@@ -26,7 +27,6 @@ from gpuwaste.join import BOUND_EPS, ScanContext
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.telemetry import Signal
 from gpuwaste.pricing.power import power_limits_w
-from gpuwaste.settings import GpuWasteConfig
 from tests.unit.timeline_builders import cluster, const, gpu, node, pod, window
 
 SM, UTIL, POWER, LIMIT = Signal.SM_ACTIVE, Signal.GPU_UTIL, Signal.POWER_USAGE, Signal.POWER_LIMIT

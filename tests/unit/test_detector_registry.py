@@ -15,9 +15,9 @@ import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import gpuwaste.detectors  # noqa: F401  (registers every detector)
+from gpuwaste.config import config_json_schema
 from gpuwaste.detectors.registry import REGISTRY, DetectorSpec, RegistryError, check_registry, registry_table
 from gpuwaste.detectors.settings import DetectorSettings, settings_document
-from gpuwaste.settings import config_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,7 +121,7 @@ PROBE = """
 import json
 from gpuwaste.detectors import REGISTRY, DetectorSettings
 from gpuwaste.detectors.registry import registry_table
-from gpuwaste.settings import GpuWasteConfig, config_json_schema
+from gpuwaste.config import GpuWasteConfig, config_json_schema
 cfg = GpuWasteConfig.model_validate({"detectors": {"gpu_hoarding": {"max_ratio": 0.5}}})
 schema = json.loads(config_json_schema())
 print(json.dumps({

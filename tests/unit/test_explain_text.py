@@ -10,8 +10,8 @@ import pytest
 
 from gpuwaste.bootstrap import local
 from gpuwaste.commands.explain import explain_text, share_text
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.findings import WasteKind
-from gpuwaste.settings import GpuWasteConfig
 
 DEMO = local.demo_recording()
 

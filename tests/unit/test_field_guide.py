@@ -16,8 +16,8 @@ import pytest
 from gpuwaste.detectors import DetectorSettings
 from gpuwaste.models.cluster import gpu_share_for_request
 from gpuwaste.models.findings import Attribution, IdleMode, WasteKind
+from gpuwaste.models.settings import DEFAULT_GPU_RESOURCES, ClusterReadSettings
 from gpuwaste.models.telemetry import Signal
-from gpuwaste.settings import DEFAULT_GPU_RESOURCES, ClusterReadSettings
 from gpuwaste.sources.k8s_objects import pod_from_dict
 from tests.fixtures.field_guide import builders
 from tests.fixtures.field_guide.builders import S, node, pod, scan

@@ -495,7 +495,7 @@ def test_real_l4_scrape_without_activity_fields_says_how_many_gpus_and_which_fie
     if not src.exists():
         pytest.skip(f"real data not available at {src} (../shared/data/real is provided beside the repository in CI)")
     from gpuwaste.bootstrap import local
-    from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.config import GpuWasteConfig
 
     wanted = ("SM_CLOCK", "MEM_CLOCK", "GPU_TEMP", "MEMORY_TEMP") if keep == "clocks" else None
     lines = [ln for ln in src.read_text().splitlines() if ln.startswith("#") or (

@@ -107,12 +107,12 @@ def test_idle_replicas_of_one_workload_become_one_finding_with_all_their_money()
     # GIVEN two idle replicas of one Deployment on a g5.12xlarge, each holding one GPU
     from gpuwaste.models.lifecycle import FindingState
     from gpuwaste.models.messages import FindingMessage
+    from gpuwaste.models.settings import LifecycleSettings
     from gpuwaste.pricing.catalog import PriceBook
     from gpuwaste.pricing.cost import price_finding
     from gpuwaste.queue.memory import MemoryQueue
     from gpuwaste.services.lifecycle import LifecycleService
     from gpuwaste.services.scan import merge_replicas
-    from gpuwaste.settings import LifecycleSettings
     from gpuwaste.store.sqlite import SqliteFindingStore
 
     wl = Workload(kind="Deployment", name="svc", namespace="team")

@@ -12,7 +12,7 @@ import pytest
 
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import gpu_share_for_request
-from gpuwaste.settings import DEFAULT_GPU_RESOURCES, ClusterReadSettings
+from gpuwaste.models.settings import DEFAULT_GPU_RESOURCES, ClusterReadSettings
 from gpuwaste.sources.k8s_objects import cluster_state_from_objects, node_from_dict, pod_from_dict
 
 AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -19,7 +19,7 @@ import pytest
 from gpuwaste.errors import SourceAuthError, SourceUnavailableError
 from gpuwaste.fleet.ksm_series import KsmExport, ksm_series
 from gpuwaste.models.cluster import ClusterState, PodPhase
-from gpuwaste.settings import ClusterReadSettings
+from gpuwaste.models.settings import ClusterReadSettings
 from gpuwaste.sources.exposition import write_text_exposition
 from gpuwaste.sources.k8s_objects import cluster_state_from_objects
 from gpuwaste.sources.ksm import (
@@ -399,7 +399,7 @@ def test_ksm_pod_recreated_under_the_same_name_is_the_one_that_exists_now_and_th
 def test_the_scan_window_reaches_a_wrapped_ksm_source():
     # GIVEN a KSM source behind the API merge, behind a wrapper that delegates attributes (as `serve` tracks sources)
     from gpuwaste.bootstrap.local import Sources, scan_service
-    from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.config import GpuWasteConfig
 
     class _Wrapper:
         def __init__(self, inner: Any) -> None:

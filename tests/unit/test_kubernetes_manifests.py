@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from gpuwaste.commands.serve import SECRET_ENV
-from gpuwaste.settings import parse_config
+from gpuwaste.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"
@@ -154,7 +154,8 @@ def test_containerfile_installs_the_package_and_runs_what_the_deployment_expects
         if line.startswith("COPY") and "--from" not in line:
             for source in line.split()[1:-1]:
                 assert (ROOT / source).exists(), source
-    assert any(re.match(r"RUN pip install .* \.$", line) for line in lines)
+    joined = re.sub(r"\\\s*\n\s*", " ", text)
+    assert re.search(r"RUN pip wheel .* --wheel-dir /wheels \. ", joined) and re.search(r"pip install .*/wheels/gpuwaste-", joined)
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     entry = yaml.safe_load(next(line for line in lines if line.startswith("ENTRYPOINT")).removeprefix("ENTRYPOINT"))
     cmd = yaml.safe_load(next(line for line in lines if line.startswith("CMD")).removeprefix("CMD"))

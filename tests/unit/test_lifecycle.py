@@ -11,9 +11,9 @@ from gpuwaste.errors import RetryableError, StoreError
 from gpuwaste.models.findings import Cost, Finding, Subject, WasteKind
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted
+from gpuwaste.models.settings import LifecycleSettings
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.lifecycle import LifecycleService
-from gpuwaste.settings import LifecycleSettings
 from gpuwaste.store.sqlite import SqliteFindingStore
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.messages import AlertAction
-from gpuwaste.settings import GpuWasteConfig
 
 DEMO = local.demo_recording()
 

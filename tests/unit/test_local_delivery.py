@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local, local_delivery
 from gpuwaste.cli import app
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.services.notify import finding_from_record
-from gpuwaste.settings import GpuWasteConfig
 from gpuwaste.sinks.jira import adf_document
 from gpuwaste.sinks.terminal_tickets import TerminalTicketSink, adf_to_text
 from gpuwaste.store.sqlite import SqliteFindingStore

@@ -15,6 +15,7 @@ from gpuwaste.models.findings import Cost, Episode, Finding, Subject, WasteKind
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.metrics import OTHER_WORKLOADS, WasteSeries
+from gpuwaste.models.settings import DeliverySettings, LifecycleSettings, RouteTarget
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.metrics import (
@@ -24,7 +25,6 @@ from gpuwaste.services.metrics import (
     snapshot_of_scan,
     waste_from_findings,
 )
-from gpuwaste.settings import DeliverySettings, LifecycleSettings, RouteTarget
 from gpuwaste.sinks.prometheus_metrics import render_openmetrics, render_text
 from gpuwaste.store.sqlite import SqliteFindingStore
 

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuwaste.bootstrap import local
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.detectors import DetectorSettings, detect
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
 from gpuwaste.fleet.scorecard import scorecard_settings
@@ -26,7 +27,6 @@ from gpuwaste.models.findings import Finding
 from gpuwaste.models.telemetry import Signal
 from gpuwaste.pricing.catalog import GpuHourRate, PriceBook
 from gpuwaste.pricing.cost import price_finding
-from gpuwaste.settings import GpuWasteConfig
 from tests.unit.timeline_builders import T, cluster, const, gpu, node, pod, until, window
 
 BOOK = PriceBook.bundled()

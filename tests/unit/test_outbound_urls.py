@@ -10,8 +10,8 @@ import re
 import pytest
 from typer.testing import CliRunner
 
+from gpuwaste.config import parse_config
 from gpuwaste.errors import ConfigError
-from gpuwaste.settings import parse_config
 
 SECTIONS = {  # field path → document holding the URL there
     "clusters.0.prometheus": lambda u: {"clusters": [{"name": "a", "prometheus": {"url": u}}]},
@@ -85,7 +85,7 @@ def test_outbound_url_read_from_a_secret_is_checked_too(secret: str, section: st
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN the Teams / webhook URLs in Secrets Manager (Lambda), one pointing at the metadata service or a file
     from gpuwaste.bootstrap import delivery
-    from gpuwaste.settings import DeliverySettings
+    from gpuwaste.models.settings import DeliverySettings
 
     arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hooks"
     monkeypatch.setattr(delivery, "_secret", lambda _arn: secret)

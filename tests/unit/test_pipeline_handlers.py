@@ -15,13 +15,14 @@ from gpuwaste.bootstrap import dispatch as dispatch_root
 from gpuwaste.bootstrap import local, pipeline
 from gpuwaste.bootstrap import price as price_root
 from gpuwaste.bootstrap import scan as scan_root
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted, ScanRequest
+from gpuwaste.models.settings import LifecycleSettings
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.dispatch import DispatchService
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.price import PriceService
 from gpuwaste.services.scan import ScanService
-from gpuwaste.settings import GpuWasteConfig, LifecycleSettings
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.lambda_events import FakeLambdaContext, load_event, load_handler, sqs_event
 

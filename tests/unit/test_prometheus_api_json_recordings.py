@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
-from gpuwaste.settings import GpuWasteConfig
+from gpuwaste.config import GpuWasteConfig
 
 DEMO = local.demo_recording()
 

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.services.scan import ScanReport
-from gpuwaste.settings import GpuWasteConfig
 from gpuwaste.sources.recording import RecordingTelemetrySource
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real"

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gpuwaste.commands.replay import DEFAULT_INSTANCE, DEFAULT_MODEL, mapping_origin, replay_summary, scan_window
-from gpuwaste.settings import GpuWasteConfig
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.sources.alibaba import AlibabaReplaySource, AlibabaTrace, PodSeries
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from gpuwaste.models.settings import DeliverySettings, LinkTemplates, RouteTarget
 from gpuwaste.services.routing import links_for, parse_snooze_until, route_for, snoozed_until
-from gpuwaste.settings import DeliverySettings, LinkTemplates, RouteTarget
 from tests.delivery_helpers import NOW, finding
 
 SETTINGS = DeliverySettings(

@@ -22,10 +22,11 @@ from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.findings import Confidence, Evidence, Finding, Subject, WasteKind
+from gpuwaste.models.settings import DeliverySettings, JiraSettings
 from gpuwaste.people import elide, kind_label, no_codes, parse_kind, per_gpu_hour, percent
 from gpuwaste.services.tickets import TicketService
-from gpuwaste.settings import DeliverySettings, GpuWasteConfig, JiraSettings
 from gpuwaste.sinks.jira import adf_document
 from gpuwaste.sinks.terminal import findings_table
 from gpuwaste.sinks.terminal_tickets import TerminalTicketSink, adf_to_text

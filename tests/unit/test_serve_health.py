@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuwaste.bootstrap import local
 from gpuwaste.commands.serve import Server
-from gpuwaste.settings import GpuWasteConfig
+from gpuwaste.config import GpuWasteConfig
 
 
 def _call(app: Any, path: str) -> tuple[str, bytes]:

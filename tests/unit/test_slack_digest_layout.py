@@ -15,11 +15,11 @@ from urllib.parse import urlencode
 from slack_sdk.models.blocks import Block
 
 from gpuwaste.bootstrap import local
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
 from gpuwaste.people import kind_heading
 from gpuwaste.services.routing import route_for
-from gpuwaste.settings import GpuWasteConfig
 from gpuwaste.sinks.slack_blocks import (
     MESSAGE_TEXT_BUDGET,
     blocks_text_chars,

@@ -10,8 +10,8 @@ import pytest
 from gpuwaste.errors import DeliveryError
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.notices import DailySummary, PostedMessage
+from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.services.summary import NO_CHART, SummaryService
-from gpuwaste.settings import DeliverySettings
 from gpuwaste.sinks.summary_report import render_html, render_markdown
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.delivery_helpers import NOW

@@ -11,11 +11,12 @@ import pytest
 from rich.console import Console
 
 from gpuwaste.bootstrap import local
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.findings import Cost, Finding, WasteKind
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.models.notices import MessageRef
+from gpuwaste.models.settings import DeliverySettings, JiraSettings
 from gpuwaste.services.tickets import TicketService, plan_tickets
-from gpuwaste.settings import DeliverySettings, GpuWasteConfig, JiraSettings
 from gpuwaste.sinks.jira import adf_document
 from gpuwaste.sinks.slack import thread_link
 from gpuwaste.sinks.terminal_tickets import TerminalTicketSink, adf_to_text

@@ -10,12 +10,12 @@ from gpuwaste.detectors import DetectorSettings, detect
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Confidence, WasteKind
 from gpuwaste.models.messages import FindingMessage
+from gpuwaste.models.settings import LifecycleSettings
 from gpuwaste.models.telemetry import Signal
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
 from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.lifecycle import LifecycleService
-from gpuwaste.settings import LifecycleSettings
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.unit.timeline_builders import T, cluster, const, gpu, node, pod, window
 

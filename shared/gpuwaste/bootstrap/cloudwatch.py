@@ -21,9 +21,9 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.messages import AlertAction
+from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.ports import FindingStore
 from gpuwaste.services.scan import ScanReport
-from gpuwaste.settings import DeliverySettings
 
 logger = logging.getLogger(__name__)
 P = ParamSpec("P")

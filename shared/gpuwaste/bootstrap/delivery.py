@@ -11,8 +11,8 @@ from collections.abc import Callable
 from gpuwaste.bootstrap import pipeline
 from gpuwaste.errors import ConfigError
 from gpuwaste.models.notices import MessageRef
+from gpuwaste.models.settings import DeliverySettings, outbound_url_problem
 from gpuwaste.ports import Notifier
-from gpuwaste.settings import DeliverySettings, outbound_url_problem
 from gpuwaste.sinks.http_delivery import JsonPoster
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier, thread_link

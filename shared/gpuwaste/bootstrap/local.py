@@ -15,6 +15,7 @@ from gpuwaste.bootstrap.sources import kubernetes_configured as kubernetes_confi
 from gpuwaste.bootstrap.sources import live_sources as live_sources
 from gpuwaste.bootstrap.sources import recording_sources as recording_sources
 from gpuwaste.bootstrap.sources import window_for_history
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.detectors.hardware import WrongHardwareSettings
 from gpuwaste.detectors.settings import DetectorSettings
 from gpuwaste.models.findings import Finding
@@ -30,7 +31,6 @@ from gpuwaste.ports import FindingStore
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.scan import ScanReport, ScanService
 from gpuwaste.services.tickets import release_requests
-from gpuwaste.settings import GpuWasteConfig
 from gpuwaste.store.sqlite import STATE_LOCK_WAIT_S, DeliveryQueue, SqliteFindingStore, state_lock
 
 

@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from rich.console import Console
 
 from gpuwaste.bootstrap import delivery, pipeline
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.ports import FindingStore, Notifier, TicketSink
 from gpuwaste.services.notify import NotifyService
 from gpuwaste.services.tickets import TicketService, dedupe_label
-from gpuwaste.settings import GpuWasteConfig
 from gpuwaste.sinks.terminal_notify import TerminalNotifier
 from gpuwaste.sinks.terminal_tickets import LOCAL_PROJECT, TerminalTicketSink
 

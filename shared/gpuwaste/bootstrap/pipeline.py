@@ -24,10 +24,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpuwaste.config import GpuWasteConfig, parse_config, read_config_bytes
 from gpuwaste.errors import ConfigError
 from gpuwaste.models import redaction
 from gpuwaste.queue.sqs import SqsQueue
-from gpuwaste.settings import GpuWasteConfig, parse_config, read_config_bytes
 
 BOTO_CONFIG = BotoConfig(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"})
 

@@ -20,9 +20,9 @@ from gpuwaste.bootstrap.cloudwatch import NAMESPACE as METRICS_NAMESPACE
 from gpuwaste.bootstrap.cloudwatch import record_scan
 from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.models.messages import ScanRequest
+from gpuwaste.models.settings import ClusterConfig
 from gpuwaste.services.dispatch import scan_id_for
 from gpuwaste.services.scan import ScanReport, ScanService
-from gpuwaste.settings import ClusterConfig
 
 SECRET_MAX_AGE_S = 300
 

@@ -14,9 +14,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.errors import ConfigError
+from gpuwaste.models.settings import ClusterConfig
 from gpuwaste.ports import ClusterStateSource, GpuTelemetrySource
-from gpuwaste.settings import ClusterConfig, GpuWasteConfig
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from gpuwaste.bootstrap import delivery, pipeline
 from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
+from gpuwaste.config import GpuWasteConfig
 from gpuwaste.errors import ConfigError
 from gpuwaste.services.summary import SummaryService
-from gpuwaste.settings import GpuWasteConfig
 from gpuwaste.sinks.chart import MatplotlibChartRenderer
 from gpuwaste.store.once import DynamoDbOnceLedger
 from gpuwaste.store.sqlite import SqliteFindingStore

@@ -755,7 +755,7 @@ def doctor(
     Exit codes: 0 ok; 1 a needed signal was never exported; 2 usage error; 3 Prometheus unreachable;
     4 needed signals exist but are stale (the exporter or the scrape stopped).
     """
-    from gpuwaste.settings import PrometheusSettings
+    from gpuwaste.models.settings import PrometheusSettings
     from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 
     check_prometheus_url(prometheus)

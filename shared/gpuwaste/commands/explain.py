@@ -31,8 +31,8 @@ from gpuwaste.errors import GpuWasteError, InputFormatError
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
     from pydantic import BaseModel
 
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.models.findings import Evidence, Finding
-    from gpuwaste.settings import GpuWasteConfig
 
 
 def _num(v: float | None) -> str:

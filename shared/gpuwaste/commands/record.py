@@ -36,7 +36,7 @@ from gpuwaste.errors import GpuWasteError, InputFormatError, PermanentError, Sou
 from gpuwaste.files import read_capped, recording_max_bytes
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
-    from gpuwaste.settings import ClusterConfig
+    from gpuwaste.models.settings import ClusterConfig
 
 AVG_LOOKBACK_S = 600
 
@@ -83,7 +83,8 @@ def record(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
 ) -> None:
     """Record telemetry and cluster state from a live Prometheus and cluster into a replayable directory."""
-    from gpuwaste.settings import ClusterConfig, KubernetesSettings, PrometheusSettings, load_config
+    from gpuwaste.config import load_config
+    from gpuwaste.models.settings import ClusterConfig, KubernetesSettings, PrometheusSettings
     from gpuwaste.sources.exposition import write_openmetrics
     from gpuwaste.sources.metrics_plan import PLAN
     from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
@@ -94,11 +95,14 @@ def record(
     except GpuWasteError as exc:
         fail(str(exc))
     if prometheus:
-        cc.prometheus = PrometheusSettings(url=prometheus) if cc.prometheus is None else cc.prometheus.model_copy(update={"url": prometheus})
-    if cc.prometheus is None:
+        cc = cc.model_copy(update={"prometheus": PrometheusSettings(url=prometheus) if cc.prometheus is None
+                                   else cc.prometheus.model_copy(update={"url": prometheus})})
+    prom = cc.prometheus
+    if prom is None:
         fail("a Prometheus URL is required: --prometheus URL (or clusters[].prometheus.url in --config)")
     if kubeconfig or context:
-        cc.kubernetes = KubernetesSettings(mode="kubeconfig", kubeconfig=str(kubeconfig) if kubeconfig else None, context=context)
+        cc = cc.model_copy(update={"kubernetes": KubernetesSettings(mode="kubeconfig", context=context,
+                                                                    kubeconfig=str(kubeconfig) if kubeconfig else None)})
     window_s = parse_window(window)
     step_s = parse_positive(step, "--step")
     chunk_s = parse_positive(chunk, "--chunk")
@@ -111,8 +115,8 @@ def record(
 
     kube: dict[str, Any] | None = None
     try:
-        source = PrometheusGpuMetricsSource.from_settings(cc.prometheus, cluster=cc.name, labels=cc.labels, scrape_interval_s=step_s,
-                                                          matchers=cc.prometheus.matchers or None)
+        source = PrometheusGpuMetricsSource.from_settings(prom, cluster=cc.name, labels=cc.labels, scrape_interval_s=step_s,
+                                                          matchers=prom.matchers or None)
         progress(f"fetching {len(PLAN)} metrics over {window_s + AVG_LOOKBACK_S} s ending {when.isoformat()}")
         series = source.raw_series(at=when, range_s=window_s + AVG_LOOKBACK_S, chunk_s=chunk_s, progress=progress)
         progress("fetching the kube-state-metrics series (cluster state)")

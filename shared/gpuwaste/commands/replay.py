@@ -26,8 +26,8 @@ from gpuwaste.errors import InputFormatError
 from gpuwaste.models.text import for_json
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.services.scan import ScanReport
-    from gpuwaste.settings import GpuWasteConfig
     from gpuwaste.sources.alibaba import AlibabaReplaySource, AlibabaTrace
 
 replay_app = typer.Typer(help="Replay public GPU traces through the scan.", no_args_is_help=True)
@@ -178,8 +178,8 @@ def replay_summary(report: ScanReport, source: AlibabaReplaySource) -> ReplaySum
 
 def _rate(source: AlibabaReplaySource) -> tuple[Decimal | None, str]:
     from gpuwaste.bootstrap import local
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.pricing.catalog import GpuHourRate
-    from gpuwaste.settings import GpuWasteConfig
 
     rate = local.price_book(GpuWasteConfig()).gpu_hour_rate(
         instance_type=source.instance_type, capacity_type="on-demand", gpu_model=source.gpu_model, physical_gpus=1
@@ -192,8 +192,8 @@ def _rate(source: AlibabaReplaySource) -> tuple[Decimal | None, str]:
 def scan_window(source: AlibabaReplaySource, *, at: datetime, window_s: int, config: GpuWasteConfig | None = None) -> ScanReport:
     """One priced scan of the replayed trace over `[at − window, at]`, with the main job's detectors."""
     from gpuwaste.bootstrap import local
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.services.scan import ScanService
-    from gpuwaste.settings import GpuWasteConfig
 
     cfg = config or GpuWasteConfig()
     settings = cfg.detectors.model_copy(update={"enabled": list(CORE_DETECTORS)})

@@ -46,9 +46,9 @@ from gpuwaste.models.text import for_terminal, strip_controls
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
     from gpuwaste.bootstrap import local
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.models.messages import AlertMessage
     from gpuwaste.ports import FindingStore
-    from gpuwaste.settings import GpuWasteConfig
 
 #: Rich style of each alert action's line.
 ACTION_STYLE = {"new": "bold red", "worse": "red", "reminder": "yellow", "escalate": "magenta", "resolved": "green"}

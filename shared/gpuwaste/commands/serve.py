@@ -51,8 +51,8 @@ from gpuwaste.models import redaction
 
 if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` starts without prometheus_client or the models
     from gpuwaste.bootstrap import local
+    from gpuwaste.config import GpuWasteConfig
     from gpuwaste.models.metrics import MetricsSnapshot
-    from gpuwaste.settings import GpuWasteConfig
 
 logger = logging.getLogger(__name__)
 
@@ -80,16 +80,20 @@ def with_env_secrets(cfg: GpuWasteConfig, environ: Mapping[str, str]) -> GpuWast
         if not value:
             continue
         redaction.register_secret(value)  # redacted from every log line (models/redaction.py)
-        if path[0] == "delivery":
-            section = getattr(cfg.delivery, path[1])
-            setattr(section, path[2], SecretStr(value))
+        if path[0] == "delivery":  # the configuration is frozen: the changed sections are copies
+            section = getattr(cfg.delivery, path[1]).model_copy(update={path[2]: SecretStr(value)})
+            delivery = cfg.delivery.model_copy(update={path[1]: section})
+            cfg = cfg.model_copy(update={"delivery": delivery})
             continue
+        clusters = []
         for cluster in cfg.clusters:
-            if cluster.prometheus is None:
-                continue
-            auth = cluster.prometheus.auth
-            kind = auth.kind if auth.kind != "none" else ("bearer" if path[2] == "bearer_token" else "basic")
-            cluster.prometheus.auth = auth.model_copy(update={path[2]: SecretStr(value), "kind": kind})
+            if cluster.prometheus is not None:
+                auth = cluster.prometheus.auth
+                kind = auth.kind if auth.kind != "none" else ("bearer" if path[2] == "bearer_token" else "basic")
+                auth = auth.model_copy(update={path[2]: SecretStr(value), "kind": kind})
+                cluster = cluster.model_copy(update={"prometheus": cluster.prometheus.model_copy(update={"auth": auth})})
+            clusters.append(cluster)
+        cfg = cfg.model_copy(update={"clusters": clusters})
     return cfg
 
 
@@ -164,7 +168,11 @@ class Server:
 
     def __init__(self, sources: local.Sources, cfg: GpuWasteConfig, *, cluster: str, window_s: int | None,
                  state: Path, interval_s: int, clock: Callable[[], datetime] | None = None,
-                 fixed_time: datetime | None = None) -> None:
+                 fixed_time: datetime | None = None, api_token: str | None = None,
+                 mcp_port: int | None = None) -> None:
+        self.api_token = api_token  # the read API's bearer token (commands/api.py); None: /api/v1 is off
+        self.mcp_port = mcp_port  # the MCP server over HTTP (commands/mcp_server.py) on this port; None: off
+        self.mcp_bound: int | None = None
         self.sources, self.cfg, self.cluster, self.window_s, self.state = sources, cfg, cluster, window_s, state
         self.interval_s = interval_s
         self.clock = clock or (lambda: datetime.now(tz=UTC).replace(microsecond=0))
@@ -251,23 +259,28 @@ class Server:
         }
 
     def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
-        """`/metrics` (prometheus-client, OpenMetrics when asked), `/healthz` (JSON), else 404."""
+        """`/metrics` (prometheus-client, OpenMetrics when asked), `/healthz` (JSON), the read API under `/api/v1/`
+        (commands/api.py: bearer token, read-only, rate-limited), else 404."""
         from prometheus_client import make_wsgi_app
 
+        from gpuwaste.commands.api import FindingsReader, ReadApi
         from gpuwaste.sinks.prometheus_metrics import registry_for
 
         metrics = make_wsgi_app(registry_for(self.snapshot))
+        api = ReadApi(FindingsReader(self.state, self.cfg), self.api_token)
 
         def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ.get("PATH_INFO", "")
             if path == "/metrics":
                 return metrics(environ, start_response)  # type: ignore[no-any-return]
+            if path.startswith(ReadApi.PREFIX):
+                return api(environ, start_response)
             if path == "/healthz":
                 body = json.dumps(self.health_body()).encode()
                 status = "200 OK" if self.healthy() else "503 Service Unavailable"
                 start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
                 return [body]
-            body = b"not found: use /metrics or /healthz\n"
+            body = b"not found: use /metrics, /healthz or /api/v1/ (see /api/v1/openapi.json)\n"
             start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
             return [body]
 
@@ -280,8 +293,23 @@ class Server:
 
         httpd = make_server(host, port, self.wsgi_app(), server_class=ThreadingWSGIServer, handler_class=_Quiet)
         thread = threading.Thread(target=httpd.serve_forever, name="gpuwaste-http", daemon=True)
+        mcp = None
+        if self.mcp_port is not None and self.api_token:
+            from gpuwaste.commands.api import FindingsReader
+            from gpuwaste.commands.mcp_server import McpHttpServer, http_app
+
+            mcp = McpHttpServer(http_app(FindingsReader(self.state, self.cfg), self.api_token), host=host,
+                                port=self.mcp_port)
+            try:
+                self.mcp_bound = mcp.start()
+            except OSError:
+                httpd.server_close()
+                raise
         thread.start()
-        err.print(f"gpuwaste serve: /metrics and /healthz on http://{host}:{httpd.server_port}, a scan of "
+        api = ", /api/v1" if self.api_token else ""
+        if self.mcp_bound is not None:
+            api += f" (MCP: http://{host}:{self.mcp_bound}/mcp)"
+        err.print(f"gpuwaste serve: /metrics, /healthz{api} on http://{host}:{httpd.server_port}, a scan of "
                   f"{self.cluster} every {self.interval_s} s, state {self.state}", highlight=False, soft_wrap=True)
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(ValueError):  # not the main thread (tests drive run() from a thread)
@@ -299,6 +327,8 @@ class Server:
             self.stopped.set()
             httpd.shutdown()
             httpd.server_close()
+            if mcp is not None:
+                mcp.stop()
         return failed
 
 
@@ -322,12 +352,31 @@ def serve_cmd(
     port: Annotated[int | None, typer.Option("--port", min=0, max=65535, help="Listen port (default: serve.port, 9402; 0 picks a free one).")] = None,
     top_workloads: Annotated[int | None, typer.Option("--top-workloads", min=1, max=1000, help="Workloads per namespace with their own series (default: serve.top_workloads, 10).")] = None,
     max_scans: Annotated[int, typer.Option("--max-scans", min=0, help="Stop after this many scans (0: run until SIGTERM).")] = 0,
+    mcp_port: Annotated[int | None, typer.Option("--mcp-port", min=0, max=65535, help="Also serve the MCP server (Streamable HTTP at /mcp, the read API's token) on this port; needs the extra gpuwaste[mcp].")] = None,
+    api_token_file: Annotated[Path | None, typer.Option("--api-token-file", help="File holding the read API's bearer token (a mounted Secret); else $GPUWASTE_API_TOKEN; neither: /api/v1 is off.")] = None,
 ) -> None:
     """Scan on a schedule (the whole `gpuwaste run` chain) and expose the findings on /metrics for Prometheus."""
     from gpuwaste.bootstrap import local
+    from gpuwaste.commands.api import ReadError, read_token
 
     cfg = with_env_secrets(config_or_exit(config), os.environ)
     serve = cfg.serve
+    try:
+        api_token = read_token(api_token_file, dict(os.environ))
+    except ReadError as exc:
+        fail(escape(str(exc)))
+    if api_token:
+        redaction.register_secret(api_token)
+    if mcp_port is not None:
+        if not api_token:
+            fail("--mcp-port needs the read API's token (GPUWASTE_API_TOKEN or --api-token-file): the MCP endpoint uses it")
+        from gpuwaste.commands.mcp_server import EXTRA_HINT
+
+        try:
+            import mcp  # noqa: F401
+            import uvicorn  # noqa: F401
+        except ModuleNotFoundError:
+            fail(escape(EXTRA_HINT))
     from gpuwaste.cli_support import SOURCE_ERRORS, parse_duration
 
     interval_s = parse_duration(interval) if interval else serve.interval_s
@@ -335,7 +384,7 @@ def serve_cmd(
         fail("--interval: must be 1s or more")
     window_s = parse_window(window) if window else serve.window_s
     if top_workloads is not None:
-        cfg.serve.top_workloads = top_workloads
+        cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"top_workloads": top_workloads})})
     fixed: datetime | None = None
     try:
         if recording is not None:
@@ -360,7 +409,7 @@ def serve_cmd(
     except GpuWasteError as exc:
         fail(str(exc) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
     server = Server(sources, cfg, cluster=name, window_s=window_s, state=check_state_path(state or Path(serve.state)),
-                    interval_s=interval_s, fixed_time=fixed)
+                    interval_s=interval_s, fixed_time=fixed, api_token=api_token, mcp_port=mcp_port)
     try:
         failed = server.run(host=host or serve.host, port=serve.port if port is None else port, max_scans=max_scans)
     except OSError as exc:

@@ -98,7 +98,7 @@ def scorecard_settings(window_s: int) -> DetectorSettings:
 def run_scorecard(repetitions: int = 3, seed: int = 7, workdir: Path | None = None) -> Scorecard:
     """Generate the scorecard fleet, scan its recording like `gpuwaste scan --recording`, and score it."""
     from gpuwaste.bootstrap import local
-    from gpuwaste.settings import GpuWasteConfig
+    from gpuwaste.config import GpuWasteConfig
 
     spec = FleetSpec(layout="scorecard", nodes=repetitions, seed=seed, cluster="scorecard")
     fleet = generate_fleet(spec)

@@ -56,10 +56,10 @@ from gpuwaste.models.findings import Finding
 from gpuwaste.models.ledger import add_sighting, waste_usd
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
 from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, ScanCompleted, merge_completion
+from gpuwaste.models.settings import DeliverySettings, LifecycleSettings
 from gpuwaste.ports import AlertQueue, Clock, FindingStore
 from gpuwaste.services.routing import snoozed_until
 from gpuwaste.services.store_ops import get_many, update_many
-from gpuwaste.settings import DeliverySettings, LifecycleSettings
 
 logger = logging.getLogger(__name__)
 

@@ -36,9 +36,9 @@ from gpuwaste.models.metrics import (
     ScanHealth,
     WasteSeries,
 )
+from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.services.notify import finding_from_record
 from gpuwaste.services.routing import route_for
-from gpuwaste.settings import DeliverySettings
 
 HOUR_S = Decimal(3600)
 DAY_S = Decimal(86400)

@@ -43,10 +43,10 @@ from gpuwaste.models.notices import (
     message_for,
     with_message,
 )
+from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.ports import FindingStore, Notifier
 from gpuwaste.services.routing import links_for, route_for, snoozed_until
 from gpuwaste.services.store_ops import get_many, update_many
-from gpuwaste.settings import DeliverySettings
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.notices import Route
-from gpuwaste.settings import DeliverySettings, RouteTarget
+from gpuwaste.models.settings import DeliverySettings, RouteTarget
 
 logger = logging.getLogger(__name__)
 

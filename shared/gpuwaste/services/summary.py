@@ -27,11 +27,11 @@ from gpuwaste.models.findings import NOT_WASTE_KINDS, WasteKind
 from gpuwaste.models.ledger import waste_usd
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
 from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, PostedMessage, TrendDay
+from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.people import waste_since
 from gpuwaste.ports import ChartRenderer, FindingStore, Notifier, OnceLedger
 from gpuwaste.services.notify import finding_from_record
 from gpuwaste.services.routing import route_for
-from gpuwaste.settings import DeliverySettings
 
 logger = logging.getLogger(__name__)
 

@@ -25,12 +25,12 @@ from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.models.notices import MessageRef, TicketDraft, TicketSection
+from gpuwaste.models.settings import DeliverySettings, JiraSettings
 from gpuwaste.people import NO_OWNER, kind_label, usd
 from gpuwaste.ports import FindingStore, TicketSink
 from gpuwaste.services.notify import decimal_or_zero, delivery_key, finding_from_record, record_delivery
 from gpuwaste.services.routing import links_for, route_for
 from gpuwaste.services.ticket_content import priority_for, ticket_sections, ticket_summary, where_of, workload_fact
-from gpuwaste.settings import DeliverySettings, JiraSettings
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import requests
 
 from gpuwaste.errors import DeliveryError, PermanentDeliveryError
 from gpuwaste.models.notices import TicketDraft, TicketSection
-from gpuwaste.settings import JiraSettings
+from gpuwaste.models.settings import JiraSettings
 
 logger = logging.getLogger(__name__)
 

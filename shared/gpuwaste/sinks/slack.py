@@ -25,7 +25,7 @@ from slack_sdk.http_retry.state import RetryState
 
 from gpuwaste.errors import DeliveryError, PermanentDeliveryError
 from gpuwaste.models.notices import DailySummary, MessageRef, Notice, NoticeKind, PostedMessage
-from gpuwaste.settings import SlackSettings
+from gpuwaste.models.settings import SlackSettings
 from gpuwaste.sinks.http_delivery import retry_after_deferred
 from gpuwaste.sinks.slack_blocks import (
     MESSAGE_TEXT_BUDGET,

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 
 from gpuwaste.errors import PermanentDeliveryError
 from gpuwaste.models.notices import DailySummary, MessageRef, Notice, NoticeItem, PostedMessage
-from gpuwaste.settings import DeliverySettings
+from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.sinks.http_delivery import JsonPoster, PayloadTooLargeError
 from gpuwaste.sinks.teams_cards import TeamsMessage, render_notice, render_summary, render_text
 

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpuwaste.models.dra import DraDeviceLabels
+from gpuwaste.models.settings import TelemetryLabels
 from gpuwaste.models.telemetry import AttributedSeries, DeviceId, GpuTelemetry, Signal, WindowStats
-from gpuwaste.settings import TelemetryLabels
 
 WHOLE_GPU_SIGNALS = frozenset(
     {Signal.POWER_USAGE.value, Signal.POWER_LIMIT.value, Signal.POWER_MGMT_LIMIT.value, Signal.TOTAL_ENERGY.value, Signal.GPU_UTIL.value, Signal.MEM_COPY_UTIL.value}

@@ -24,7 +24,7 @@ from gpuwaste.models.dra import (
     ResourceSlice,
     SliceDevice,
 )
-from gpuwaste.settings import DEFAULT_GPU_RESOURCES, ClusterReadSettings
+from gpuwaste.models.settings import DEFAULT_GPU_RESOURCES, ClusterReadSettings
 
 _HASH_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<hash>[a-z0-9]{5,10})$")
 _CRON_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<minutes>\d{8,10})$")

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple, Protocol
 from gpuwaste.errors import InputFormatError
 from gpuwaste.models.cluster import ClusterState, Node, OwnerRef, Pod, PodPhase
 from gpuwaste.models.dra import PodClaimRef
-from gpuwaste.settings import ClusterReadSettings
+from gpuwaste.models.settings import ClusterReadSettings
 from gpuwaste.sources.k8s_objects import (
     DROPPED_ANNOTATIONS,
     SHARE_ANNOTATION_PREFIXES,

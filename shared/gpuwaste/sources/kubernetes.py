@@ -49,7 +49,7 @@ from gpuwaste.errors import (
     SourceUnavailableError,
 )
 from gpuwaste.models.cluster import ClusterState
-from gpuwaste.settings import ClusterReadSettings, KubernetesSettings
+from gpuwaste.models.settings import ClusterReadSettings, KubernetesSettings
 from gpuwaste.sources.eks_token import EksTokenProvider
 from gpuwaste.sources.k8s_objects import CONTROLLER_KINDS, cluster_state_from_objects, is_gpu_relevant_pod
 

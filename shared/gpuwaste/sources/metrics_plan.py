@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
+from gpuwaste.models.settings import TelemetryLabels
 from gpuwaste.models.telemetry import (
     SUMMARY_STATS,
     TIME_RESOLVED,
@@ -78,7 +79,6 @@ from gpuwaste.models.telemetry import (
     stats_from_buckets,
     window_stats,
 )
-from gpuwaste.settings import TelemetryLabels
 from gpuwaste.sources.dcgm import build_gpu_telemetry
 from gpuwaste.sources.window import BucketAccumulator, RateAccumulator, WindowAccumulator
 

@@ -50,6 +50,7 @@ from gpuwaste.errors import (
     SourceAuthError,
     SourceUnavailableError,
 )
+from gpuwaste.models.settings import PrometheusSettings, TelemetryLabels
 from gpuwaste.models.telemetry import (
     MAX_WINDOW_S,
     MIN_WINDOW_S,
@@ -60,7 +61,6 @@ from gpuwaste.models.telemetry import (
     WindowStats,
     stats_from_columns,
 )
-from gpuwaste.settings import PrometheusSettings, TelemetryLabels
 from gpuwaste.sources.exposition import RecordedSeries
 from gpuwaste.sources.metrics_plan import (
     DROPPED_LABELS,

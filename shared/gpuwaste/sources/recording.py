@@ -27,8 +27,8 @@ from pydantic import BaseModel, Field, ValidationError
 from gpuwaste.errors import InputFormatError
 from gpuwaste.files import open_regular, read_capped, recording_max_bytes
 from gpuwaste.models.cluster import ClusterState
+from gpuwaste.models.settings import ClusterReadSettings, TelemetryLabels
 from gpuwaste.models.telemetry import MAX_WINDOW_S, MIN_WINDOW_S, BucketGrid, TelemetryWindow
-from gpuwaste.settings import ClusterReadSettings, TelemetryLabels
 from gpuwaste.sources.exposition import (
     ParsedExposition,
     RecordedSeries,
