@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from bench.sizing import scan_size, shards_for
+
 CLUSTERS = 100
 GPUS_PER_CLUSTER = 10_000
 SCAN_PERIOD_S = 600
@@ -43,11 +45,6 @@ LIMITS = {
 STAGE_MEMORY_MB = {"price_findings": 256, "dedupe_findings": 256, "notify_slack": 256}
 
 
-def lambda_memory_mb(peak_rss_mb: float) -> int:
-    """Lambda memory for a function whose peak RSS was measured: 1.5× headroom, rounded up to 128 MB steps, ≥ 512."""
-    return max(512, int(math.ceil(peak_rss_mb * 1.5 / 128.0) * 128))
-
-
 def project(report: dict[str, Any]) -> dict[str, Any]:
     """The projection from a finished benchmark report (sizes + chain)."""
     sizes = [s for s in report.get("sizes", []) if s.get("ours_s")]
@@ -59,7 +56,9 @@ def project(report: dict[str, Any]) -> dict[str, Any]:
     base_mb = big.get("rss_before_scan_mb", 0.0)
     peak_mb = base_mb + (big["peak_rss_mb"] - base_mb) * max(scale, 1.0)
     findings_per_scan = big["findings"] * scale
-    scan_mem_mb = lambda_memory_mb(peak_mb)
+    shards = shards_for(GPUS_PER_CLUSTER)
+    row = scan_size(math.ceil(GPUS_PER_CLUSTER / shards))  # the one sizing table (bench/sizing.py), per shard
+    scan_mem_mb = row.memory_mb
     # on Lambda the scan gets a share of a vCPU proportional to memory (1 vCPU at 1,769 MB); this run had
     # 2 cores shared with Prometheus, so CPU-bound parts may run slower below 1,769 MB.
     cpu_s = big["ours_cpu_s"] * scale
@@ -121,7 +120,7 @@ def project(report: dict[str, Any]) -> dict[str, Any]:
         "clusters": CLUSTERS, "gpus_per_cluster": GPUS_PER_CLUSTER, "scan_period_s": SCAN_PERIOD_S,
         "measured_at_gpus": big["gpus"], "scale_from_measured": scale,
         "scan": {"duration_s": lambda_scan_s, "peak_rss_mb": peak_mb, "memory_mb": scan_mem_mb,
-                 "timeout_s": min(900, max(60, int(math.ceil(lambda_scan_s * 10 / 30.0) * 30))),
+                 "timeout_s": row.timeout_s, "shards": shards, "sizing_row_gpus": row.gpus,
                  "concurrency_peak": CLUSTERS, "concurrency_avg": CLUSTERS * lambda_scan_s / SCAN_PERIOD_S},
         "findings_per_scan": findings_per_scan, "findings_per_month": findings_per_month,
         "invocations_per_month": invocations, "gb_s_per_month": gb_s,

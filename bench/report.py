@@ -320,12 +320,18 @@ def render(report: dict[str, Any], table: str) -> str:
             "### Lambda memory and timeout",
             "",
             "| function | memory | timeout | why |", "|---|---:|---:|---|",
-            f"| scan_gpu_waste | {s['memory_mb']} MB | {s['timeout_s']} s | peak RSS {s['peak_rss_mb']:,.0f} MB at {p['gpus_per_cluster']:,} GPUs × 1.5 headroom; "
-            f"timeout ≈ 10 × the measured {s['duration_s']:.0f} s, below the {p['scan_period_s'] // 60}-min schedule; more memory also buys CPU "
-            "(1 vCPU at 1,769 MB), which the JSON decoding uses |",
+            f"| scan_gpu_waste | {s['memory_mb']} MB | {s['timeout_s']} s | the sizing table's row for {s.get('sizing_row_gpus', 0):,}-GPU shards "
+            f"(bench/sizing.py: 2 × the modelled peak, 20 × the expected Lambda wall; the template's size); this run's peak RSS "
+            f"{s['peak_rss_mb']:,.0f} MB projected at {p['gpus_per_cluster']:,} GPUs, ~{s['duration_s']:.0f} s |",
             f"| price_findings | {p['stage_memory_mb']['price_findings']} MB | 30 s | a batch of 10 findings is milliseconds of CPU |",
             f"| dedupe_findings | {p['stage_memory_mb']['dedupe_findings']} MB | 30 s | 10 findings × ~4 DynamoDB calls |",
             f"| notify_slack | {p['stage_memory_mb']['notify_slack']} MB | 60 s | Slack round trips and 429 retries (Retry-After) |",
         ]
+    from bench.sizing import markdown_table, projection_text
+
+    lines += ["", "### Sizing per shard and scale-out (issue 23, modelled from the two measured sizes: bench/sizing.py)", "",
+              markdown_table(), "", projection_text(), "",
+              "A model, not a measurement: shards × the sizing table's row, paced as `services.dispatch.pace` does; "
+              "1 vs N shards on the same data is measured by `python -m bench.shards`.", ""]
     lines += ["", "Raw numbers: run `bench/run.py --json results.json`.", ""]
     return "\n".join(lines)

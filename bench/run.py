@@ -200,7 +200,8 @@ def vm_hwm_mb(pid: int) -> float:
     return 0.0
 
 
-def scan_child(prom_url: str, kubeconfig: Path, cluster: str, cluster_state: str = "kubernetes", *, preread: bool = False) -> dict[str, Any]:
+def scan_child(prom_url: str, kubeconfig: Path, cluster: str, cluster_state: str = "kubernetes", *, preread: bool = False,
+               extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One scan in a child process (`bench/scan_once.py`); cluster state from the Kubernetes API unless told otherwise;
     `preread`: the cluster state is read before the timed scan and handed to it (what the read adds = the difference).
 
@@ -209,7 +210,7 @@ def scan_child(prom_url: str, kubeconfig: Path, cluster: str, cluster_state: str
     """
     args = {"prometheus": prom_url, "kubeconfig": str(kubeconfig), "cluster": cluster, "window_s": WINDOW_S, "step_s": STEP_S,
             "at": datetime.fromtimestamp(EVAL_TS, tz=UTC).isoformat(), "concurrency": CONCURRENCY, "cluster_state": cluster_state,
-            "cluster_state_preread": preread}
+            "cluster_state_preread": preread, **(extra or {})}
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     rc, out, err, wall, cpu, rss = run_child([sys.executable, "-m", "bench.scan_once", json.dumps(args)], env=env)
     if rc != 0:

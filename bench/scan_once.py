@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
         service.cluster_source = _Given(sources.cluster.cluster_state(at=at))
         preread_s = time.perf_counter() - p0
     c0, t0 = time.process_time(), time.perf_counter()
-    report = service.scan(at=at, scan_id="bench")
+    report = service.scan(at=at, scan_id="bench", shard=args.get("shard", 0), shard_count=args.get("shard_count", 1))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     vm_hwm_mb = _vm("VmHWM")
     kinds: dict[str, int] = {}
@@ -93,6 +93,9 @@ def main(argv: list[str]) -> int:
     }
     if args.get("dump_findings"):
         out["findings_json"] = [f.model_dump(mode="json") for f in report.findings]
+    if args.get("dump_keys"):  # what a sharded scan must reproduce: fingerprint, kind, GPU-hours, dollars, money owner
+        out["finding_keys"] = sorted([f.fingerprint, f.kind.value, str(f.wasted_gpu_hours), str(f.usd_per_day), f.money_owner or ""]
+                                     for f in report.findings)
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
 

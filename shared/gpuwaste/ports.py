@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.coverage import CoverageTally
@@ -43,6 +43,19 @@ class GpuTelemetrySource(Protocol):
             SourceUnavailableError: Prometheus could not be reached or timed out (retryable).
             SourceAuthError: credentials were rejected.
             InputFormatError: a recording is malformed.
+        """
+        ...
+
+
+@runtime_checkable
+class NodeScopedTelemetrySource(Protocol):
+    """A telemetry source that can read only the series of some nodes (a scan shard's: `services.shards`)."""
+
+    def for_hostnames(self, values: Sequence[str]) -> GpuTelemetrySource:
+        """The same source reading only the GPU series whose exporter host label is one of `values`.
+
+        Raises:
+            ValueError: the values cannot be sent as one matcher (too many); the caller reads whole and filters.
         """
         ...
 

@@ -27,6 +27,7 @@ from gpuwaste.models.messages import (
     AlertAction,
     AlertMessage,
     ScanCompleted,
+    ScanRequest,
     read_alert_body,
     read_stage_body,
 )
@@ -418,3 +419,54 @@ def test_pipeline_the_sqs_boundary_refuses_an_oversized_message_as_sqs_does(chai
     assert refused.value.response["Error"]["Code"] == "InvalidParameterValue"
     assert "Message must be shorter than 262144 bytes" in refused.value.response["Error"]["Message"]
     assert isinstance(outcome[0], PermanentError) and chain.limit.refused == 1
+
+
+def _open_money(chain: Pipeline) -> dict[str, str]:
+    """fingerprint → usd_per_day of every lifecycle record in the table (records only: they carry a state)."""
+    return {i["fingerprint"]["S"]: i.get("usd_per_day", {}).get("N", "") for i in chain.ddb.scan(TableName=chain.stack.table_name)["Items"]
+            if "state" in i and "fingerprint" in i}
+
+
+def _empty_table(chain: Pipeline) -> None:
+    table = chain.stack.table_name
+    keys = [{"fingerprint": i["fingerprint"]} for i in chain.ddb.scan(TableName=table)["Items"]]
+    for key in keys:
+        chain.ddb.delete_item(TableName=table, Key=key)
+
+
+def test_pipeline_a_cluster_scanned_as_four_shards_alerts_and_records_what_the_whole_scan_does(chain: Pipeline, tmp_path: Path) -> None:
+    # GIVEN the demo cluster scanned whole through the pipeline
+    chain.run_chain(DEMO_END)
+    whole_alerts = sorted((a.fingerprint, a.action, str(a.finding.usd_per_day), a.finding.wasted_gpu_hours) for a in chain.alerts())
+    whole_records = _open_money(chain)
+    chain.drain("TicketsQueue")
+    _empty_table(chain)
+    # WHEN the same cluster is configured with 4 shards and the same tick runs again
+    chain.ssm.put_parameter(Name=CONFIG_PARAMETER, Type="String", Overwrite=True,
+                            Value=f"clusters:\n  - name: demo\n    recording: {local.demo_recording()}\n    scan_shards: 4\n")
+    reset_roots()
+    dispatched = chain.tick(DEMO_END)
+    requests = [ScanRequest.model_validate_json(m["Body"]) for m in chain.sqs.receive_message(
+        QueueUrl=chain.url("ScanRequestsQueue"), MaxNumberOfMessages=10, VisibilityTimeout=0).get("Messages", [])]
+    chain.pump("ScanRequestsQueue")
+    chain.pump("FindingsQueue")
+    chain.pump("PricedQueue")
+    # THEN four scan requests ran, and the alerts, their money and the records are the whole scan's
+    assert dispatched["scan_requests"] == 4
+    assert sorted((r.shard, r.shard_count) for r in requests) == [(k, 4) for k in range(4)] and len({r.scan_id for r in requests}) == 1
+    sharded_alerts = sorted((a.fingerprint, a.action, str(a.finding.usd_per_day), a.finding.wasted_gpu_hours) for a in chain.alerts())
+    assert whole_alerts and sharded_alerts == whole_alerts
+    assert _open_money(chain) == whole_records
+    # and when the waste is gone, all four shards' completions resolve it after three scans, as whole
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "cluster.json").write_text('{"kind": "List", "apiVersion": "v1", "items": []}')
+    (empty / "telemetry.om").write_text("# EOF\n")
+    (empty / "recording.json").write_text('{"cluster": "demo", "format": "openmetrics", "window_s": 4200}')
+    chain.ssm.put_parameter(Name=CONFIG_PARAMETER, Type="String", Overwrite=True,
+                            Value=f"clusters:\n  - name: demo\n    recording: {empty}\n    scan_shards: 4\n")
+    reset_roots()
+    for n in (1, 2, 3):
+        chain.run_chain(DEMO_END + n * timedelta(minutes=10))
+    resolved = chain.alerts()
+    assert {a.fingerprint for a in resolved} == {fp for fp, action, _, _ in whole_alerts} and {a.action for a in resolved} == {AlertAction.RESOLVED}

@@ -248,3 +248,45 @@ def test_assemble_sums_container_rates_per_pod_and_skips_pod_cgroup_series() -> 
     assert stats.max == pytest.approx(1.5, rel=1e-12) and stats.total == stats.max
     assert stats.series == 2 and stats.count == 20
     assert parts.metrics_present == frozenset({"container_cpu_usage_seconds_total"})
+
+
+def test_one_of_is_an_anchored_regex_of_escaped_literals_that_may_allow_absence() -> None:
+    from gpuwaste.sources.promql import OneOf, selector
+
+    # GIVEN node names with regex metacharacters, on the two spellings of the exporter's host label
+    one = OneOf(["ip-10-0-1-2.ec2.internal", "n(1)", "ip-10-0-1-2.ec2.internal"], or_absent=True)
+    # WHEN rendered in a selector
+    sel = selector(["DCGM_FI_DEV_GPU_UTIL"], {"Hostname": one, "hostname": one, "cluster": "a"})
+    # THEN each is a regex matcher whose literals are escaped, deduplicated, sorted, with the empty alternative last
+    assert sel == ('DCGM_FI_DEV_GPU_UTIL{Hostname=~"ip-10-0-1-2\\\\.ec2\\\\.internal|n\\\\(1\\\\)|",cluster="a",'
+                   'hostname=~"ip-10-0-1-2\\\\.ec2\\\\.internal|n\\\\(1\\\\)|"}')
+    assert OneOf(["a"]) == "a" and not OneOf(["a"]).or_absent
+
+
+def test_one_of_refuses_no_values_an_empty_value_and_a_list_over_the_bound() -> None:
+    from gpuwaste.sources.promql import MAX_ONE_OF_BYTES, OneOf
+
+    for bad in ([], [""]):
+        with pytest.raises(ValueError, match="at least one value"):
+            OneOf(bad)
+    names = [f"node-{i:06d}" for i in range(MAX_ONE_OF_BYTES // 12 + 1)]
+    with pytest.raises(ValueError, match="regex"):
+        OneOf(names)
+    assert OneOf(names[: MAX_ONE_OF_BYTES // 24])
+
+
+def test_node_matchers_narrow_the_gpu_queries_and_leave_the_pod_queries_whole() -> None:
+    from gpuwaste.sources.promql import OneOf, scan_queries
+
+    # GIVEN a shard's host list as node matchers
+    node = {"Hostname": OneOf(["n1", "n2"], or_absent=True)}
+    # WHEN the scan's plan is built with them (raw and with the recording rules)
+    for rules in (False, True):
+        queries = scan_queries(window_s=3600, rules=rules, node_matchers=node)
+        # THEN every GPU query carries the matcher and no pod query does
+        gpu = [q for q in queries if q.spec.scope != "pod"]
+        pod = [q for q in queries if q.spec.scope == "pod"]
+        assert gpu and pod
+        assert all('Hostname=~"n1|n2|"' in q.promql for q in gpu)
+        assert not any("Hostname" in q.promql for q in pod)
+        assert len(queries) == len(scan_queries(window_s=3600, rules=rules))

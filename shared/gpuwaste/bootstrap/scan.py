@@ -83,14 +83,16 @@ def scan(request: ScanRequest) -> ScanReport:
     Raises:
         ConfigError, SourceUnavailableError, SourceAuthError, InputFormatError, RetryableError: from the scan.
     """
-    return scan_service(request.cluster).scan(at=request.scheduled_time, scan_id=request.scan_id)
+    return scan_service(request.cluster).scan(at=request.scheduled_time, scan_id=request.scan_id, shard=request.shard,
+                                              shard_count=request.shard_count)
 
 
 def scan_all(scheduled_time: datetime) -> list[ScanReport]:
     """Scan every configured cluster at `scheduled_time` (a schedule invoking the scan directly)."""
     return [
-        scan(ScanRequest(cluster=c.name, scheduled_time=scheduled_time, scan_id=scan_id_for(c.name, scheduled_time)))
-        for c in pipeline.config().clusters
+        scan(ScanRequest(cluster=c.name, scheduled_time=scheduled_time, scan_id=scan_id_for(c.name, scheduled_time), shard=k,
+                         shard_count=c.scan_shards))
+        for c in pipeline.config().clusters for k in range(c.scan_shards)
     ]
 
 

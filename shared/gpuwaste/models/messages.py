@@ -21,12 +21,27 @@ class _CarriesFinding(Frozen):
 
 
 class ScanRequest(Frozen):
-    """dispatch_scans → scan_gpu_waste: scan one cluster at the scheduled time."""
+    """dispatch_scans → scan_gpu_waste: scan one cluster (or shard `shard` of `shard_count` of it) at the scheduled time.
+
+    A scan's unit of work is `scan_id` × `shard`: the shards of one scan share its id and each scans one workload-closed
+    node set (`services.shards`); messages written before shards existed are shard 0 of 1 (the whole cluster).
+    """
 
     schema_version: Literal[1] = 1
     cluster: str = Field(min_length=1)
     scheduled_time: datetime
     scan_id: str = Field(min_length=1)
+    shard: int = Field(0, ge=0)
+    shard_count: int = Field(1, ge=1)
+    #: seconds after it is sent before the scan may start (dispatch's pacing: SQS `DelaySeconds`, at most 900); the scan
+    #: still evaluates at `scheduled_time`, never at the wall clock
+    start_after_s: int = Field(0, ge=0, le=900)
+
+    @model_validator(mode="after")
+    def _shard_in_range(self) -> ScanRequest:
+        if self.shard >= self.shard_count:
+            raise ValueError(f"shard {self.shard} of {self.shard_count}: out of range")
+        return self
 
 
 class FindingMessage(_CarriesFinding):

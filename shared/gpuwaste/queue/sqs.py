@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
 from gpuwaste.errors import GpuWasteError, PermanentError, RetryableError
+from gpuwaste.models.messages import ScanRequest
 from gpuwaste.queue.envelopes import EnvelopeSender
 from gpuwaste.queue.packing import Body, pack
 
@@ -95,8 +96,9 @@ class SqsQueue(EnvelopeSender):
                 too_large[k] = PermanentError(f"sqs {self.queue_url}: message of {size} bytes refused: SQS takes at most "
                                               f"{MAX_MESSAGE_BYTES} bytes per message")
         sendable = [b for k, b in enumerate(packed) if k not in too_large]
+        delays = {id(b): max((_delay_of(messages[i]) for i in b.carries), default=0) for b in sendable}
         sent: list[GpuWasteError | None] = []
-        for batch in _batches([b.text for b in sendable]):
+        for batch in _batches([(b.text, delays[id(b)]) for b in sendable]):
             sent.extend(self._send_batch(batch))
         sent_outcomes = iter(sent)
         outcomes = [too_large[k] if k in too_large else next(sent_outcomes) for k in range(len(packed))]
@@ -106,16 +108,18 @@ class SqsQueue(EnvelopeSender):
                 out[i] = error
         return out
 
-    def _send_batch(self, bodies: list[str]) -> list[GpuWasteError | None]:
+    def _send_batch(self, bodies: list[tuple[str, int]]) -> list[GpuWasteError | None]:
         """One SendMessageBatch with per-entry outcomes: rejected entries are not retried, the others up to
-        `max_attempts` times, backing off `backoff_s` × 2^attempt between attempts."""
+        `max_attempts` times, backing off `backoff_s` × 2^attempt between attempts. Each body comes with its
+        `DelaySeconds` (0: none sent)."""
         errors: list[GpuWasteError | None] = [None] * len(bodies)
         pending = {str(i): body for i, body in enumerate(bodies)}
         last: dict[str, str] = {}
         for attempt in range(self.max_attempts):
             if attempt:
                 self.sleep(self.backoff_s * 2 ** (attempt - 1))
-            entries = [{"Id": i, "MessageBody": b} for i, b in pending.items()]
+            entries: list[dict[str, Any]] = [{"Id": i, "MessageBody": b, **({"DelaySeconds": d} if d else {})}
+                                             for i, (b, d) in pending.items()]
             try:
                 resp = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
             except (ClientError, BotoCoreError) as exc:
@@ -123,7 +127,7 @@ class SqsQueue(EnvelopeSender):
                 for i in pending:
                     errors[int(i)] = err
                 return errors
-            retry: dict[str, str] = {}
+            retry: dict[str, tuple[str, int]] = {}
             for f in resp.get("Failed", []):
                 fid = f["Id"]
                 text = f"{f.get('Code')}: {f.get('Message', '')}"
@@ -140,12 +144,17 @@ class SqsQueue(EnvelopeSender):
         return errors
 
 
-def _batches(bodies: list[str]) -> list[list[str]]:
-    out: list[list[str]] = []
-    current: list[str] = []
+def _delay_of(message: BaseModel) -> int:
+    """SQS `DelaySeconds` of a message: a scan request's `start_after_s` (dispatch's pacing), else 0."""
+    return message.start_after_s if isinstance(message, ScanRequest) else 0
+
+
+def _batches(bodies: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    out: list[list[tuple[str, int]]] = []
+    current: list[tuple[str, int]] = []
     size = 0
     for body in bodies:
-        n = len(body.encode())
+        n = len(body[0].encode())
         if current and (len(current) == MAX_BATCH_ENTRIES or size + n > MAX_BATCH_BYTES):
             out.append(current)
             current, size = [], 0

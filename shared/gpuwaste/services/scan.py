@@ -24,7 +24,7 @@ from gpuwaste.models.coverage import KindCoverage
 from gpuwaste.models.findings import Episode, Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, TelemetryWindow
-from gpuwaste.ports import ClusterStateSource, FindingQueue, GpuTelemetrySource
+from gpuwaste.ports import ClusterStateSource, FindingQueue, GpuTelemetrySource, NodeScopedTelemetrySource
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
 from gpuwaste.pricing.power import power_limits_w
@@ -36,6 +36,7 @@ from gpuwaste.services.showback import (
     unmet_by_resource,
     unmet_requests,
 )
+from gpuwaste.services.shards import hostnames, plan_shards, shard_state, shard_telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -323,22 +324,29 @@ class ScanService:
         self.queue = queue
         self._progress = progress or (lambda _msg: None)
 
-    def scan(self, *, at: datetime, scan_id: str | None = None) -> ScanReport:
-        """Run one scan evaluated at `at` (the scheduled time), the cyclic garbage collector paused meanwhile.
+    def scan(self, *, at: datetime, scan_id: str | None = None, shard: int = 0, shard_count: int = 1) -> ScanReport:
+        """Run one scan (or shard `shard` of `shard_count` of it: `services.shards`) evaluated at `at` (the scheduled
+        time), the cyclic garbage collector paused meanwhile.
 
         Raises:
+            ValueError: `shard` not in 0 … `shard_count` − 1.
             SourceUnavailableError, SourceAuthError, InputFormatError: from the sources.
             RetryableError: when the findings queue cannot take the findings.
         """
+        if not 0 <= shard < shard_count:
+            raise ValueError(f"shard {shard} of {shard_count}: out of range")
         with PAUSED_COLLECTOR:
-            return self._scan(at=at, scan_id=scan_id)
+            return self._scan(at=at, scan_id=scan_id, shard=shard, shard_count=shard_count)
 
-    def _scan(self, *, at: datetime, scan_id: str | None) -> ScanReport:
+    def _scan(self, *, at: datetime, scan_id: str | None, shard: int = 0, shard_count: int = 1) -> ScanReport:
         scan_id = scan_id or uuid.uuid4().hex
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         self._progress("reading cluster state and telemetry")
-        cluster, telemetry = self._read(at, timings)
+        if shard_count == 1:
+            cluster, telemetry = self._read(at, timings)
+        else:
+            cluster, telemetry = self._read_shard(at, timings, shard, shard_count)
         t2 = time.perf_counter()
         self._progress("detecting")
         ctx = join(cluster, telemetry, self.settings.common,
@@ -360,7 +368,7 @@ class ScanService:
             judged = not telemetry.single_instant and (bool(telemetry.gpus) or not gpus_exist)
             unjudged = tuple(sorted({nv.subject for nv in result.no_verdict}))
             self.send(scan_id, cluster.cluster, at, findings, judged=judged, unjudged=unjudged,
-                      coverage=coverage_of(ctx))
+                      coverage=coverage_of(ctx), shard=shard, shard_count=shard_count)
             timings["enqueue"] = time.perf_counter() - t4
         report = ScanReport(
             scan_id=scan_id,
@@ -413,10 +421,33 @@ class ScanService:
             cluster = pending.result()
         return cluster, telemetry
 
+    def _read_shard(self, at: datetime, timings: dict[str, float], shard: int, shard_count: int) -> tuple[ClusterState, TelemetryWindow]:
+        """The cluster state, then the telemetry of shard `shard`'s nodes only (the plan needs the state first):
+        a `NodeScopedTelemetrySource` is asked for those nodes' series; whatever comes is narrowed to them."""
+        c0 = time.perf_counter()
+        whole = self.cluster_source.cluster_state(at=at)
+        timings["cluster_state"] = time.perf_counter() - c0
+        plan = plan_shards(whole, shard_count)
+        source: GpuTelemetrySource = self.telemetry_source
+        if isinstance(source, NodeScopedTelemetrySource):
+            values = hostnames(whole, plan.nodes(shard))
+            try:
+                source = source.for_hostnames(values) if values else source
+            except ValueError as exc:  # too many for one matcher: read every series, keep this shard's
+                logger.warning("shard read whole", extra={"shard": shard, "shard_count": shard_count, "reason": str(exc)})
+        t0 = time.perf_counter()
+        telemetry = source.telemetry(at=at, window=self.window)
+        timings["telemetry"] = time.perf_counter() - t0
+        return shard_state(whole, plan, shard), shard_telemetry(telemetry, whole, plan, shard)
+
     def send(self, scan_id: str, cluster: str, at: datetime, findings: Sequence[Finding], *, judged: bool = True,
-             unjudged: tuple[str, ...] = (), coverage: tuple[KindCoverage, ...] = ()) -> None:
-        """Put the findings and the scan completion on the queue (with what the scan could not judge and its
-        attribution coverage per allocation kind)."""
+             unjudged: tuple[str, ...] = (), coverage: tuple[KindCoverage, ...] = (), shard: int = 0,
+             shard_count: int = 1) -> None:
+        """Put the findings and the scan completion on the queue.
+
+        The completion carries what the scan could not judge, its attribution coverage per allocation kind and
+        the shard it covers.
+        """
         assert self.queue is not None
         total = len(findings)
         self.queue.send_findings(
@@ -424,7 +455,7 @@ class ScanService:
         )
         self.queue.send_scan_completed(
             ScanCompleted(scan_id=scan_id, cluster=cluster, scheduled_time=at, fingerprints=tuple(f.fingerprint for f in findings),
-                          judged=judged, unjudged=unjudged, coverage=coverage)
+                          judged=judged, unjudged=unjudged, coverage=coverage, shard=shard, shard_count=shard_count)
         )
 
 

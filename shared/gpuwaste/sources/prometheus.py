@@ -29,6 +29,7 @@ library would send.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import math
@@ -90,6 +91,7 @@ from gpuwaste.sources.promql import (
     RULE_INTERVAL_S,
     RULES_VERSION,
     STAT_LABEL,
+    OneOf,
     PlannedQuery,
     dcgm_fields_query,
     dcgm_presence_query,
@@ -482,6 +484,20 @@ class PrometheusGpuMetricsSource:
         self.concurrency = concurrency
         self.plan = tuple(plan)
         self.use_rules = use_rules
+        self.node_matchers: dict[str, str] = {}
+
+    def for_hostnames(self, values: Sequence[str]) -> PrometheusGpuMetricsSource:
+        """A copy of this source whose GPU queries read only series whose host label is one of `values` (a scan
+        shard's nodes: `services.shards.hostnames`): `<label>=~"v1|v2|…|"` on each of `labels.hostname_labels`
+        (the empty alternative lets a series carrying the other spelling through: `promql.OneOf`).
+
+        Raises:
+            ValueError: no values, or too many for one matcher (`sources.promql.MAX_ONE_OF_BYTES`).
+        """
+        narrowed = copy.copy(self)
+        one = OneOf(values, or_absent=True)
+        narrowed.node_matchers = dict.fromkeys(self.labels.hostname_labels, one)
+        return narrowed
 
     @classmethod
     def from_settings(
@@ -679,7 +695,8 @@ class PrometheusGpuMetricsSource:
         drop = droppable_labels(self.labels)
         t0 = time.perf_counter()
         rules = self.rules_cover(at=at, window_s=window_s, drop=drop, bucket_s=grid.bucket_s)
-        queries = scan_queries(window_s=window_s, matchers=self.matchers, plan=self.plan, drop=drop, bucket_s=grid.bucket_s, rules=rules)
+        queries = scan_queries(window_s=window_s, matchers=self.matchers, plan=self.plan, drop=drop, bucket_s=grid.bucket_s, rules=rules,
+                               node_matchers=self.node_matchers)
         self._labels_cache = {}
         self._keys_cache = {}
         jobs = {str(i): q for i, q in enumerate(queries)}

@@ -86,12 +86,43 @@ def _regex_escape(name: str) -> str:
     return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", name)
 
 
+#: Largest regex of one `OneOf` matcher (bytes): a shard's node list travels in the URL of every query (GET), and
+#: Prometheus, proxies and AMP bound the request line; a longer list is not sent (the source reads every series and the
+#: scan keeps its shard's own: `services.shards`).
+MAX_ONE_OF_BYTES = 48 * 1024
+
+
+class OneOf(str):
+    """A matcher value meaning "any of these literal values": rendered as an anchored regex `label=~"a|b|c"`; with
+    `or_absent`, `label=~"a|b|c|"`, which a series without the label matches too (Prometheus reads a missing label as
+    the empty string). The exporter's host label is `Hostname` or `hostname` (B03), so a shard's node list goes on both,
+    each allowing absence: a series is kept when whichever of them it carries names one of the shard's hosts.
+
+    A `str` (the joined, escaped regex) so it travels in the `Mapping[str, str]` matchers every query builder takes.
+
+    Raises:
+        ValueError: no values, or the regex is longer than `MAX_ONE_OF_BYTES`.
+    """
+
+    or_absent: bool
+
+    def __new__(cls, values: Sequence[str], *, or_absent: bool = False) -> OneOf:
+        if not values or any(not v for v in values):
+            raise ValueError("a OneOf matcher needs at least one value, none empty")
+        regex = "|".join(_regex_escape(v) for v in sorted(set(values)))
+        if len(regex.encode()) > MAX_ONE_OF_BYTES:
+            raise ValueError(f"{len(values)} values make a {len(regex.encode())}-byte regex, over {MAX_ONE_OF_BYTES}")
+        made = super().__new__(cls, regex + ("|" if or_absent else ""))
+        made.or_absent = or_absent
+        return made
+
+
 def selector(names: Sequence[str], matchers: Mapping[str, str] | None = None) -> str:
     """An instant-vector selector for the metric names (aliases via an anchored `__name__` regex).
 
     Args:
         names: metric names (canonical first). matchers: extra equality matchers `label="value"`
-            (values escaped; e.g. a `cluster` label on a shared Prometheus).
+            (values escaped; e.g. a `cluster` label on a shared Prometheus); a `OneOf` value is a regex matcher.
 
     Raises:
         ValueError: a metric or label name that is not a valid Prometheus name.
@@ -106,7 +137,8 @@ def selector(names: Sequence[str], matchers: Mapping[str, str] | None = None) ->
     for label, value in sorted((matchers or {}).items()):
         if not _LABEL_NAME.match(label):
             raise ValueError(f"invalid label name {label!r}")
-        parts.append(f'{label}="{escape_label_value(value)}"')
+        op = "=~" if isinstance(value, OneOf) else "="
+        parts.append(f'{label}{op}"{escape_label_value(value)}"')
     head = names[0] if len(names) == 1 else ""
     return f"{head}{{{','.join(parts)}}}" if parts else head
 
@@ -275,7 +307,7 @@ def _tag_metric(expr: str, spec: MetricSpec) -> str:
 
 def scan_queries(
     *, window_s: int, matchers: Mapping[str, str] | None = None, plan: Sequence[MetricSpec] = PLAN, drop: Sequence[str] = (),
-    bucket_s: int | None = None, rules: bool = False,
+    bucket_s: int | None = None, rules: bool = False, node_matchers: Mapping[str, str] | None = None,
 ) -> list[PlannedQuery]:
     """The fixed per-scan query plan, independent of fleet size.
 
@@ -291,8 +323,13 @@ def scan_queries(
             them away); none by default.
         bucket_s: bucket width of the time-resolved entries (default: `models.telemetry.bucket_seconds`).
         rules: read the time-resolved GPU entries from the shipped recording rules.
+        node_matchers: matchers added to the GPU (DCGM) queries only, e.g. a shard's `Hostname` `OneOf`
+            (`services.shards`); pod metrics carry no node label and are read whole.
     """
     b = int(bucket_s or bucket_seconds(window_s))
+    pod_matchers = matchers
+    if node_matchers:
+        matchers = {**(matchers or {}), **node_matchers}
     out: list[PlannedQuery] = []
     pod_instant: list[MetricSpec] = []
     pod_range: list[MetricSpec] = []
@@ -307,10 +344,10 @@ def scan_queries(
         else:
             out.append(PlannedQuery(spec, metric_query(spec, window_s=window_s, matchers=matchers, drop=drop)))
     if pod_instant:
-        promql = " or ".join(_tag_metric(metric_query(s, window_s=window_s, matchers=matchers), s) for s in pod_instant)
+        promql = " or ".join(_tag_metric(metric_query(s, window_s=window_s, matchers=pod_matchers), s) for s in pod_instant)
         out.append(PlannedQuery(pod_instant[0], promql, "instant", group=tuple(pod_instant)))
     if pod_range:
-        promql = " or ".join(_tag_metric(metric_query(s, window_s=window_s, matchers=matchers, bucket_s=b), s) for s in pod_range)
+        promql = " or ".join(_tag_metric(metric_query(s, window_s=window_s, matchers=pod_matchers, bucket_s=b), s) for s in pod_range)
         out.append(PlannedQuery(pod_range[0], promql, "range", b, group=tuple(pod_range)))
     return out
 

@@ -122,7 +122,7 @@ class PrometheusSettings(BaseModel):
             a Prometheus (or proxy) that sends its headers and then a byte every few seconds never trips the per-read
             `timeout_s` (a watchdog shuts the connection down at the deadline; between body reads it is checked too,
             each read waiting at most what is left of it). The default 120 s is 4× `timeout_s` and ~100×
-            the slowest query of the 10,004-GPU bench plan (1.25 s, bench/RESULTS.md), below the 150 s scan Lambda
+            the slowest query of the 10,004-GPU bench plan (1.25 s, bench/RESULTS.md), below the 300 s scan Lambda
             timeout.
         The environment variables GPUWASTE_PROMETHEUS_MAX_ANSWER_MB and GPUWASTE_PROMETHEUS_ANSWER_DEADLINE_S set
         the defaults of these two (for `gpuwaste doctor` and `scan --prometheus`, which read no configuration file).
@@ -196,6 +196,9 @@ class ClusterConfig(BaseModel):
         platform_owner: who owns the cluster's nodes (team, chat channel, Jira project...): findings about node
             capacity nobody requested, and findings nothing else routes, go to them (never to "nobody"). Without it
             they go to `delivery.platform_owner`, else the default channel with a line saying what to set.
+        scan_shards: how many shards one scan of this cluster is split into (workload-closed node sets, each its own
+            scan request and scan function invocation: `services.shards`); 1 (the default) scans the cluster whole.
+            Size it from the cluster's GPUs with the sizing table of docs/deploy.md (one shard per ~10,000 GPUs).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -210,17 +213,28 @@ class ClusterConfig(BaseModel):
         None, description="scan this recording directory instead of live sources (offline runs, tests, the demo)"
     )
     platform_owner: RouteTarget | None = None
+    scan_shards: int = Field(1, ge=1, le=64, description="shards one scan of this cluster is split into (1: whole)")
 
 
 class ScanSettings(BaseModel):
-    """The scan window.
+    """The scan window, and how a tick's scans are paced (`services.dispatch.pace`).
 
     Attributes:
         window_s: look-back of each scan (seconds); 3600 by default.
         scrape_interval_s: expected seconds between DCGM samples (dcgm-exporter collects every 30 s).
+        dispatch_spread_s: each scan request of a tick starts a stable pseudo-random 0 … this many seconds late
+            (SQS DelaySeconds; a hash of the scan id and shard), so clusters are not all queried at the same instant;
+            0: all at once. The scans still evaluate at the tick's time.
+        scans_per_endpoint: the query budget of one Prometheus endpoint (its URL): at most this many scans (shards)
+            reading it start together; the others start in later waves `wave_s` apart. 0: no budget.
+        wave_s: seconds between two waves of one endpoint (size it to the slowest shard's wall, docs/deploy.md).
+            Waves end at SQS's 900-second delay: scans past it start with the last wave (logged).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     window_s: int = Field(3600, ge=600, le=7 * 86400)
     scrape_interval_s: float = Field(30.0, gt=0, le=600)
+    dispatch_spread_s: int = Field(0, ge=0, le=900)
+    scans_per_endpoint: int = Field(0, ge=0, le=1000)
+    wave_s: int = Field(60, ge=1, le=900)

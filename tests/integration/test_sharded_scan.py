@@ -1,0 +1,184 @@
+"""Integration: one cluster scanned whole and as 4 shards (issue 23 item 1) gives the same findings, fingerprints,
+GPU-hours and dollars — against a real Prometheus backfilled with promtool, each shard reading only its nodes' series
+(`Hostname=~"…"`, counted in Prometheus's own answers), and through the recording.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+import pytest
+
+from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
+from gpuwaste.models.cluster import ClusterState, Pod, Workload
+from gpuwaste.models.findings import Finding
+from gpuwaste.models.settings import PrometheusSettings
+from gpuwaste.pricing.catalog import PriceBook
+from gpuwaste.services.scan import ScanReport, ScanService
+from gpuwaste.services.shards import plan_shards
+from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
+from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.servers.prometheus import PrometheusFactory
+
+pytestmark = pytest.mark.integration
+
+SPECS = {
+    "demo": FleetSpec(),
+    "random": FleetSpec(layout="random", nodes=12, seed=23, label_style="exported", cluster="rs"),
+}
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("sharded")
+    out = {}
+    for name, spec in SPECS.items():
+        write_recording(generate_fleet(spec), root / name, compress=False)
+        out[name] = root / name
+    return out
+
+
+class Replicated:
+    """The recording's cluster state with its GPU pods re-owned in pairs by one Deployment per pair (pods sorted by
+    name within a namespace, so the pairs mostly sit on different nodes): replicas a node-hash split would tear."""
+
+    def __init__(self, path: Path) -> None:
+        self.inner = RecordingClusterSource(path)
+
+    def cluster_state(self, *, at: datetime) -> ClusterState:
+        state = self.inner.cluster_state(at=at)
+        pods = sorted((p for p in state.pods if p.name not in state.exporter_pods and p.node_name), key=lambda p: (p.namespace, p.name))
+        owner: dict[tuple[str, str], Workload] = {}
+        by_ns: dict[str, list[Pod]] = {}
+        for p in pods:
+            by_ns.setdefault(p.namespace, []).append(p)
+        for ns, group in by_ns.items():
+            for i, p in enumerate(group):
+                owner[p.key] = Workload(kind="Deployment", name=f"pair-{i // 2}", namespace=ns)
+        return state.model_copy(update={"pods": tuple(p.model_copy(update={"workload": owner[p.key]}) if p.key in owner else p
+                                                      for p in state.pods)})
+
+
+def _spread(state: ClusterState) -> int:
+    """Workloads whose pods sit on more than one node."""
+    nodes: dict[tuple[str, str, str], set[str]] = {}
+    for p in state.pods:
+        if p.node_name and p.name not in state.exporter_pods:
+            nodes.setdefault((p.workload.namespace, p.workload.kind, p.workload.name), set()).add(p.node_name)
+    return sum(1 for v in nodes.values() if len(v) > 1)
+
+
+def _scan(path: Path, telemetry: Any, shard: int, shard_count: int) -> ScanReport:
+    rec = RecordingTelemetrySource(path)
+    service = ScanService(cluster_source=Replicated(path), telemetry_source=telemetry,
+                          window=timedelta(seconds=rec.meta.window_s or 3600), price_book=PriceBook.bundled())
+    return service.scan(at=rec.end_time(), scan_id="s", shard=shard, shard_count=shard_count)
+
+
+def _key(f: Finding) -> tuple[Any, ...]:
+    return (f.fingerprint, f.kind.value, f.subject.namespace, f.subject.pod, f.subject.node, f.wasted_gpu_share,
+            f.wasted_gpu_hours, f.usd_per_day, f.money_owner, f.title)
+
+
+def _compare(whole: ScanReport, shards: list[ScanReport]) -> None:
+    parts = [f for r in shards for f in r.findings]
+    fingerprints = Counter(f.fingerprint for f in parts)
+    assert [fp for fp, n in fingerprints.items() if n > 1] == [], "a fingerprint came from two shards"
+    assert sorted(map(_key, parts)) == sorted(map(_key, whole.findings))
+    assert sum((f.usd_per_day or Decimal(0) for f in parts), Decimal(0)) == sum((f.usd_per_day or Decimal(0) for f in whole.findings), Decimal(0))
+    # a pod's no-verdicts come from its shard alone; a cluster-wide one (the window's look-back) from every shard
+    pods = [(nv.subject, nv.reason) for r in shards for nv in r.no_verdict if nv.subject != whole.cluster]
+    assert sorted(pods) == sorted((nv.subject, nv.reason) for nv in whole.no_verdict if nv.subject != whole.cluster)
+    assert {(nv.subject, nv.reason) for r in shards for nv in r.no_verdict} == {(nv.subject, nv.reason) for nv in whole.no_verdict}
+    assert sum(r.inventory.physical_gpus for r in shards) == whole.inventory.physical_gpus
+    assert sum(r.inventory.nodes for r in shards) == whole.inventory.nodes
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_recording_scanned_as_four_shards_gives_the_whole_scans_findings(name: str, recordings: dict[str, Path]) -> None:
+    # GIVEN a generated fleet with replicated workloads across nodes
+    path = recordings[name]
+    # WHEN scanned whole and as 4 shards
+    whole = _scan(path, RecordingTelemetrySource(path), 0, 1)
+    shards = [_scan(path, RecordingTelemetrySource(path), k, 4) for k in range(4)]
+    # THEN the shards' findings together are exactly the whole scan's, each fingerprint from one shard
+    assert whole.findings, "the fleet must produce findings to compare"
+    assert sum(1 for r in shards if r.findings) >= 2, "the fleet must spread over several shards"
+    _compare(whole, shards)
+
+
+def test_prometheus_scanned_as_four_shards_reads_each_shards_nodes_and_gives_the_whole_scans_findings(
+    recordings: dict[str, Path], prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN the random fleet backfilled into a real Prometheus
+    path = recordings["random"]
+    server = prometheus_factory(path / "telemetry.om")
+    rec = RecordingTelemetrySource(path)
+
+    def source() -> PrometheusGpuMetricsSource:
+        return PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=server.url), cluster=rec.cluster,
+                                                        scrape_interval_s=rec.scrape_interval_s)
+
+    # WHEN scanned whole and as 4 shards, each shard asking Prometheus for its nodes only
+    whole = _scan(path, source(), 0, 1)
+    shards = [_scan(path, source(), k, 4) for k in range(4)]
+    # THEN the same findings and money, and each shard's GPUs came from Prometheus narrowed to its nodes
+    assert whole.findings
+    _compare(whole, shards)
+    plan = plan_shards(Replicated(path).cluster_state(at=rec.end_time()), 4)
+    for k, report in enumerate(shards):
+        if not plan.nodes(k):
+            assert report.inventory.physical_gpus == 0
+            continue
+        narrowed = source().for_hostnames(sorted(plan.nodes(k))).telemetry(at=rec.end_time(), window=timedelta(seconds=3600))
+        assert {g.hostname for g in narrowed.gpus} <= plan.nodes(k)
+        assert narrowed.gpus and len({g.device.uuid for g in narrowed.gpus}) == report.inventory.physical_gpus
+
+
+def test_plan_keeps_a_workloads_replicas_in_one_shard(recordings: dict[str, Path]) -> None:
+    # GIVEN a fleet whose Deployments have replicas on several nodes
+    path = recordings["random"]
+    state = Replicated(path).cluster_state(at=RecordingTelemetrySource(path).end_time())
+    assert _spread(state) >= 3, "the fleet must have workloads on several nodes"
+    # WHEN planned into 4 shards
+    plan = plan_shards(state, 4)
+    # THEN every node is in one shard, every workload's pods in one shard, and the shards are used
+    assert set(plan.node_shard) >= {n.name for n in state.nodes}
+    by_workload: dict[tuple[str, str, str], set[int]] = {}
+    for p in state.pods:
+        if p.node_name and p.name not in state.exporter_pods:
+            by_workload.setdefault((p.workload.namespace, p.workload.kind, p.workload.name), set()).add(plan.node_shard[p.node_name])
+    assert all(len(s) == 1 for s in by_workload.values())
+    assert sum(1 for g in plan.gpus if g) >= 2 and sum(plan.gpus) == sum(plan_shards(state, 1).gpus)
+
+
+class _TooManyHosts(RecordingTelemetrySource):
+    """A node-scoped source whose matcher cannot hold the shard's hosts (as `promql.OneOf` past its bound)."""
+
+    asked = 0
+
+    def for_hostnames(self, values: Any) -> RecordingTelemetrySource:
+        type(self).asked += 1
+        raise ValueError(f"{len(values)} values over the bound")
+
+
+def test_a_shard_whose_host_list_is_too_long_reads_whole_and_keeps_its_own(recordings: dict[str, Path]) -> None:
+    # GIVEN a source that refuses every shard's host list
+    path = recordings["random"]
+    whole = _scan(path, RecordingTelemetrySource(path), 0, 1)
+    # WHEN scanned as 4 shards
+    shards = [_scan(path, _TooManyHosts(path), k, 4) for k in range(4)]
+    # THEN each shard asked, read every series instead, and the findings are still the whole scan's
+    assert _TooManyHosts.asked == sum(1 for k in range(4) if plan_shards(Replicated(path).cluster_state(
+        at=RecordingTelemetrySource(path).end_time()), 4).nodes(k))
+    _compare(whole, shards)
