@@ -392,6 +392,7 @@ def serve_cmd(
                 fail(f"{recording}: no such file or directory")
             sources = local.recording_sources(recording, cfg, cluster_name=cluster)
             assert sources.recording is not None
+            cfg, _ = local.recording_config(cfg, sources, config_given=config is not None)  # as run, scan and demo
             check_recording(sources, None)
             fixed = sources.recording.end_time()
             window_s = window_s or sources.recording.meta.window_s
