@@ -542,6 +542,10 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     if shown:
         title = "GPU waste findings" + (f" (top {len(shown)} of {len(waste)})" if len(shown) < len(waste) else "")
         out.print(terminal.findings_table(shown, width=out.width, wide=wide, ids=ids, owner=team, title=title))
+    elif any(f.details.get("check") == "no_cluster_state" for f in report.findings):  # nothing was judged: never "no waste"
+        out.print(Text("nothing judged: no cluster state to tie the GPUs to pods and nodes; give the scan --kubeconfig, "
+                       "or kube-state-metrics in this Prometheus (`gpuwaste doctor --prometheus URL` lists what is missing), "
+                       "or --cluster-json FILE", style="yellow"))
     else:
         out.print(Text("no waste found" + (" with these filters" if len(chosen) < len(report.findings) else ""), style="green"))
     for line in terminal.price_caveat_lines(shown):
