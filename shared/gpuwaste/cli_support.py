@@ -308,7 +308,8 @@ def check_kubeconfig(path: Path | None) -> None:
         fail(f"--kubeconfig {path}: not a kubeconfig (no 'clusters'). {KUBE_HINT}")
 
 
-KUBE_HINT = ("Pass --kubeconfig FILE (and --context NAME), or scan without the API: --recording DIR, "
+KUBE_HINT = ("Pass --kubeconfig FILE (and --context NAME), or scan without the API: leave out --kubeconfig to read the "
+             "cluster state from kube-state-metrics in the same Prometheus, --recording DIR, "
              "or a telemetry file with --cluster-json FILE (kubectl get pods,nodes -A -o json).")
 
 
