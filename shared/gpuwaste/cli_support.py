@@ -485,8 +485,10 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         span = dated or f"one scrape dated {when_text(report.eval_time)}"
     else:
         span = f"{report.window_s // 60} min to {when_text(report.eval_time)}"
-    header = (f"{plain(report.cluster)} · {plain(span)} · {plural(inv.physical_gpus, 'GPU')} on "
-              f"{plural(inv.nodes, 'node')} · {inv.pods_holding_gpus} "
+    where = (f"on {plural(inv.nodes, 'node')}" if inv.nodes or not inv.physical_gpus
+             else "in the telemetry, no node known")  # never "3 GPUs on 0 nodes"
+    header = (f"{plain(report.cluster)} · {plain(span)} · {plural(inv.physical_gpus, 'GPU')} {where} · "
+              f"{inv.pods_holding_gpus} "
               f"{'pod holds' if inv.pods_holding_gpus == 1 else 'pods hold'} GPUs")
     for n, line in enumerate(terminal.fit_line(header, out.width)):  # broken at " · " only, never mid-phrase
         cluster = plain(report.cluster)

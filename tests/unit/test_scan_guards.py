@@ -134,3 +134,6 @@ def test_scan_command_without_cluster_state_says_nothing_was_judged(tmp_path) ->
     assert "no waste found" not in result.output
     assert "nothing judged: no cluster state" in result.output
     assert "--kubeconfig" in result.output and "kube-state-metrics" in result.output
+    # AND the header counts the GPUs without claiming they sit on "0 nodes"
+    assert "on 0 nodes" not in result.output
+    assert "GPUs in the telemetry, no node known" in result.output
