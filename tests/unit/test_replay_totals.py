@@ -45,3 +45,29 @@ def test_replay_mapping_origin_names_the_values_used() -> None:
     assert default == "the defaults"
     assert overridden.startswith("set by --gpu-model and --instance-type")
     assert model_only.startswith("set by --gpu-model;")
+
+
+def test_replay_terminal_line_says_the_wasted_gpu_hours_and_the_stretch_rule(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN 3 idle pods over 2 h replayed (6 GPU-hours observed, the whole window an idle stretch)
+    import io
+
+    from rich.console import Console
+
+    from gpuwaste.commands import replay
+
+    source = AlibabaReplaySource(_idle_trace(), gpu_model=DEFAULT_MODEL, instance_type=DEFAULT_INSTANCE)
+    s = replay_summary(scan_window(source, at=source.trace.end, window_s=int(source.trace.span_s),
+                                   config=GpuWasteConfig()), source)
+    buf = io.StringIO()
+    monkeypatch.setattr(replay, "out", Console(file=buf, width=400, color_system=None))
+    # WHEN its summary is printed
+    replay._print_summary(s, source)
+    text = buf.getvalue()
+    # THEN the idle line gives the observed and the wasted GPU-hours (the figure docs/real-data.md quotes), the
+    # verdicts read as words, and the rule printed is the stretch rule the scan applies
+    idle_line = next(line for line in text.splitlines() if line.strip().startswith("idle "))
+    wasted = s.wasted_gpu_hours["idle"]
+    assert wasted > 0
+    assert f"{s.gpu_hours['idle']:.1f} GPU-h observed, {wasted:.1f} GPU-h wasted" in idle_line
+    assert "no verdict " in text and "no_verdict" not in text and "under-used " in text
+    assert "stretches" in text and "every 10-min average < 0.05" not in text

@@ -38,6 +38,8 @@ HOURS_PER_DAY = Decimal(24)
 DEFAULT_MODEL = "NVIDIA A10G"
 DEFAULT_INSTANCE = "g5.xlarge"
 VERDICTS = ("idle", "underused", "busy", "no_verdict")
+#: The verdicts as the terminal prints them (the JSON keeps VERDICTS).
+VERDICT_LABELS = {"idle": "idle", "underused": "under-used", "busy": "busy", "no_verdict": "no verdict"}
 #: The main job's detectors: the replay judges idle / under-used / busy with these only.
 CORE_DETECTORS = ("idle_allocation", "underused_allocation", "unallocated_capacity", "data_quality")
 
@@ -243,20 +245,25 @@ def _print_summary(s: ReplaySummary, source: AlibabaReplaySource) -> None:
     for v in VERDICTS:
         g = s.groups[v].describe()
         n = s.counts[v]
-        line = f"  {v:<10} {n:>4} pods  {s.gpu_hours[v]:>8.1f} GPU-h"
-        if v in ("idle", "underused"):
-            line += f"  ${s.usd_per_day[v]:,.2f}/day" if s.usd_per_gpu_hour is not None else "  unpriced"
+        line = f"  {VERDICT_LABELS[v]:<11} {n:>4} pods  {s.gpu_hours[v]:>8.1f} GPU-h observed"
+        if v in ("idle", "underused"):  # what the findings' stretches wasted inside the window (docs/real-data.md)
+            line += f", {s.wasted_gpu_hours.get(v, 0.0):.1f} GPU-h wasted"
+            line += f"  ${s.usd_per_day[v]:,.2f}/day now" if s.usd_per_gpu_hour is not None else "  unpriced"
         if g["avg"]:
             line += (f"  per-pod avg {_pct(g['avg']['median'])} (median; {_pct(g['avg']['min'])}–{_pct(g['avg']['max'])}),"  # type: ignore[index]
                      f" p95 median {_pct(g['p95']['median'])},"  # type: ignore[index]
                      f" highest 10-min avg {_pct(g['max_avg_10m']['min'])}–{_pct(g['max_avg_10m']['max'])}")  # type: ignore[index]
         out.print(line, highlight=False)
-    out.print("why: idle = p95 of GPU_UTIL/100 < 0.05 and every 10-min average < 0.05; under-used = every 10-min average "
-              "< 0.20 (not idle); busy = some 10-min average ≥ 0.20; no verdict = coverage < 80 % of the window, "
-              "samples stopped > 10 min before its end (stale), or no duty-cycle series.", style="dim", highlight=False)
+    out.print("why: verdicts are stretches of buckets, not one number per window: idle = stretches of ≥ 30 min whose "
+              "buckets average < 5 % GPU_UTIL/100 with no sample ≥ 20 % (still going on at the end, or a sizeable share "
+              "of the window); under-used = stretches whose 10-min averages stay < 20 % (not idle); busy = neither; "
+              "no verdict = coverage < 80 % of the window, samples stopped > 10 min before its end (stale), or no "
+              "duty-cycle series. USD/day is the rate now ($0 once the last stretch ended); docs/real-data.md.",
+              style="dim", highlight=False)
     if s.reasons:
         reasons = Counter(s.reasons.values())
-        out.print("no verdict: " + "; ".join(f"{n}× {r}" for r, n in reasons.most_common()), style="dim", highlight=False)
+        out.print("no verdict: " + "; ".join(f"{n}× {r.replace('_', ' ')}" for r, n in reasons.most_common()),
+                  style="dim", highlight=False)
 
 
 def _check_mapping(gpu_model: str, instance_type: str) -> None:
