@@ -76,13 +76,14 @@ def load(path: Path, gpus: int | None) -> tuple[Any, Any]:
 def detect(state: Any, telemetry: Any) -> tuple[list[Any], list[Any], float, float]:
     """What `ScanService._scan` does between reading and pricing; returns findings, no-verdicts and the CPU seconds
     of the join and of the detectors."""
-    from gpuwaste.detectors import DetectorSettings, build_context, run_detectors
+    from gpuwaste.detectors import DetectorSettings, run_detectors
+    from gpuwaste.join import join
     from gpuwaste.pricing.power import power_limits_w
     from gpuwaste.services.scan import merge_replicas
 
     settings = DetectorSettings()
     c0 = time.process_time()
-    ctx = build_context(state, telemetry, settings.common, power_limits_w=power_limits_w(g.model_name for g in telemetry.gpus))
+    ctx = join(state, telemetry, settings.common, power_limits_w=power_limits_w(g.model_name for g in telemetry.gpus))
     c1 = time.process_time()
     result = run_detectors(ctx, settings.by_name(), settings.enabled)
     findings = merge_replicas(list(result.findings))

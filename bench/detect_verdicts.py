@@ -33,7 +33,9 @@ def _captured(run: Any) -> list[tuple[Any, ...]]:
     import gpuwaste.services.scan as scan
 
     got: list[tuple[Any, ...]] = []
-    real_build, real_run = scan.build_context, scan.run_detectors
+    # the scan service calls the join as `join` (`build_context` before the alias was removed): wrap whichever it has
+    name = "join" if hasattr(scan, "join") else "build_context"
+    real_build, real_run = getattr(scan, name), scan.run_detectors
     pending: dict[str, Any] = {}
 
     def build(cluster: Any, telemetry: Any, common: Any, *, power_limits_w: Any = None) -> Any:
@@ -44,11 +46,13 @@ def _captured(run: Any) -> list[tuple[Any, ...]]:
         got.append((*pending.pop("in"), by_name, None if enabled is None else list(enabled)))
         return real_run(ctx, by_name, enabled)
 
-    scan.build_context, scan.run_detectors = build, detect  # type: ignore[assignment]
+    setattr(scan, name, build)
+    scan.run_detectors = detect  # type: ignore[assignment]
     try:
         run()
     finally:
-        scan.build_context, scan.run_detectors = real_build, real_run  # type: ignore[assignment]
+        setattr(scan, name, real_build)
+        scan.run_detectors = real_run
     return got
 
 
@@ -112,7 +116,8 @@ def capture(workdir: Path) -> None:
 
 def dump(workdir: Path, out: Path) -> None:
     """Detection over every captured scenario, as canonical JSON."""
-    from gpuwaste.detectors import build_context, run_detectors
+    from gpuwaste.detectors import run_detectors
+    from gpuwaste.join import join
     from gpuwaste.services.scan import merge_replicas
 
     result: dict[str, Any] = {}
@@ -122,7 +127,7 @@ def dump(workdir: Path, out: Path) -> None:
             inputs = pickle.load(fh)  # noqa: S301 - our own capture
         scans = []
         for cluster, telemetry, common, limits, by_name, enabled in inputs:
-            ctx = build_context(cluster, telemetry, common, power_limits_w=limits)
+            ctx = join(cluster, telemetry, common, power_limits_w=limits)
             r = run_detectors(ctx, by_name, enabled)
             findings = merge_replicas(list(r.findings))
             scans.append({

@@ -69,7 +69,7 @@ def _fleets(tmp: Path) -> Iterator[tuple[str, Path, int | None]]:
 
 def _detect(path: Path, window_s: int | None) -> list[str]:
     from gpuwaste.config import GpuWasteConfig
-    from gpuwaste.detectors import build_context
+    from gpuwaste.join import join
     from gpuwaste.pricing.power import power_limits_w
 
     cfg = GpuWasteConfig()
@@ -79,7 +79,7 @@ def _detect(path: Path, window_s: int | None) -> list[str]:
     at = sources.recording.end_time()
     telemetry = sources.telemetry.telemetry(at=at, window=timedelta(seconds=window_s or sources.recording.meta.window_s or 3600))
     cluster = sources.cluster.cluster_state(at=at)
-    ctx = build_context(cluster, telemetry, cfg.detectors.common, power_limits_w=power_limits_w(g.model_name for g in telemetry.gpus))
+    ctx = join(cluster, telemetry, cfg.detectors.common, power_limits_w=power_limits_w(g.model_name for g in telemetry.gpus))
     result = run_detectors(ctx, cfg.detectors.by_name(), cfg.detectors.enabled)
     return [json.dumps(f.model_dump(mode="json"), sort_keys=True) for f in result.findings]
 

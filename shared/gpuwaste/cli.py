@@ -56,6 +56,25 @@ if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydan
     from gpuwaste.services.scan import ScanReport
 
 
+#: How far back a live scan without DCGM telemetry looks for any DCGM series (s): none → "not scraped at all".
+NEWEST_DCGM_LOOKBACK_S = 7 * 86400
+
+
+def _newest_dcgm_sample(telemetry, when: datetime) -> tuple[bool, datetime | None]:  # type: ignore[no-untyped-def]
+    """Whether the source could tell, and the newest sample of any DCGM field in the `NEWEST_DCGM_LOOKBACK_S` before
+    `when` (None: there is none). One series per step (the count of DCGM series, at 10-minute steps)."""
+    query = getattr(telemetry, "instant_query", None)
+    if query is None:
+        return False, None
+    promql = (f'max(max_over_time(timestamp(count({{__name__=~"DCGM_FI_.*|dcgm_fi_.*"}}))'
+              f"[{NEWEST_DCGM_LOOKBACK_S}s:10m]))")
+    try:
+        result = query(promql, at=when, what="newest DCGM sample")
+    except GpuWasteError:
+        return False, None
+    return True, (datetime.fromtimestamp(float(result[0]["value"][1]), tz=UTC) if result else None)
+
+
 @app.command()
 def scan(
     recording: Annotated[Path | None, typer.Option("--recording", "-r", help="Scan a recording (directory from `gpuwaste record`, an exposition file, or a Prometheus /api/v1/query(_range) JSON answer).")] = None,
@@ -82,13 +101,15 @@ def scan(
     wide: Annotated[bool, typer.Option("--wide", help="Show the node, evidence and confidence columns whatever the terminal width.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print what the scan saw (models, signals, attribution) and why some pods got no verdict.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
+    bill: Annotated[Path | None, typer.Option("--bill", help="Price from your bill: an AWS CUR 2.0 CSV (effective cost per instance-hour: savings plans, reservations, spot); list prices for the rest.")] = None,
 ) -> None:
     """Scan a cluster (live, or from a recording) and print priced findings, the waste per team and the total."""
     from gpuwaste.bootstrap import local
+    from gpuwaste.commands.showback import apply_bill
     from gpuwaste.models.settings import ClusterConfig
 
     fmt = old_format or input_format
-    cfg = config_or_exit(config)
+    cfg = apply_bill(config_or_exit(config), bill)
     if cluster and cfg.clusters:
         try:
             cfg.cluster(cluster)
@@ -149,15 +170,38 @@ def scan(
             hint = f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""
             fail(escape_markup(str(exc)) + hint)
         when = when or datetime.now(tz=UTC).replace(microsecond=0)
+        # `explain` scans the same Prometheus at the same time and window again: the same finding, the same ID
+        url = cc.prometheus.url if cc.prometheus is not None else (prometheus or "")
+        again = [f"--prometheus {shlex.quote(url)}", f"--at {when:%Y-%m-%dT%H:%M:%SZ}"]
+        if window_s is not None:
+            again.append(f"-w {window_s}s")
+        if cluster_file is not None:
+            again.append(f"--cluster-json {shlex.quote(str(cluster_file))}")
+        elif context:
+            again.append(f"--context {shlex.quote(context)}")
+        if config is not None:
+            again.append(f"--config {shlex.quote(str(config))}")
+        if cluster:  # the cluster is part of a finding's ID
+            again.append(f"--cluster {shlex.quote(cluster)}")
+        source_hint = " ".join(again)
     service = local.scan_service(sources, cfg, window_s=window_s, progress=progress)
     view = View(namespaces=tuple(namespace or ()), teams=tuple(team or ()), kinds=tuple(kind or ()), sort=sort, top=top,
                 group_by=group_by, verbose=verbose or VERBOSE.on, source=source_hint)
     report = run_scan(service, when, output, min_usd, quiet, wide=wide, dated=dated, view=view, config=cfg)
     if recording is None and not any(m.startswith("DCGM_") for m in report.inventory.metrics_present):
-        err.print(f"no DCGM telemetry in Prometheus for the {(window_s or cfg.scan.window_s) // 60} min ending "
-                  f"{when:%Y-%m-%d %H:%M} UTC: no GPU was judged, so $0 is not an all-clear. Check that dcgm-exporter is "
-                  "scraped by this Prometheus (`gpuwaste doctor --prometheus URL`), or pass an --at inside the data.",
-                  style="red", highlight=False, soft_wrap=True, markup=False)
+        known, newest = _newest_dcgm_sample(sources.telemetry, when)
+        span = f"the {(window_s or cfg.scan.window_s) // 60} min ending {when:%Y-%m-%d %H:%M} UTC"
+        if known and newest is None:
+            text = (f"no DCGM telemetry: dcgm-exporter is not scraped by this Prometheus at all (no DCGM series in the "
+                    f"{NEWEST_DCGM_LOOKBACK_S // 86400} days before {when:%Y-%m-%d %H:%M} UTC), so no GPU was judged and "
+                    "$0 is not an all-clear. Deploy dcgm-exporter (the NVIDIA GPU Operator runs it) and have this "
+                    "Prometheus scrape it; `gpuwaste doctor --prometheus URL` says how.")
+        else:
+            seen = f"The newest DCGM sample is at {newest:%Y-%m-%d %H:%M} UTC: " if newest is not None else ""
+            text = (f"no DCGM telemetry in Prometheus for {span}: no GPU was judged, so $0 is not an all-clear. {seen}"
+                    "pass an --at inside the data, or, if dcgm-exporter stopped being scraped, check its pods and "
+                    "Prometheus's /targets page (`gpuwaste doctor --prometheus URL`).")
+        err.print(text, style="red", highlight=False, soft_wrap=True, markup=False)
         raise typer.Exit(EXIT_NO_TELEMETRY)
     if truth_doc is not None:
         _print_truth(report, truth_doc, to=out if output is Output.table else err)
@@ -206,6 +250,7 @@ def demo(
     output: Annotated[Output, typer.Option("--output", "-o", help=OUTPUT_HELP)] = Output.table,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the alerts, ticket lines and the ground-truth check: no scan tables, Slack previews or summary.")] = False,
     state: Annotated[Path | None, typer.Option("--state", help="Keep the demo's state file here (with its 30 days of history), e.g. for `gpuwaste summary --state FILE -o html --open`.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print what the scan saw and why some pods got no verdict (grouped by cause).")] = False,
 ) -> None:
     """Run the whole local pipeline on the bundled demo fleet (no setup): scan → price → dedupe → alerts,
     with a temporary SQLite store holding 30 days of generated history (so the summary has a trend), and check the
@@ -216,6 +261,7 @@ def demo(
     from gpuwaste.commands.run import run_local_chain
     from gpuwaste.config import GpuWasteConfig
 
+    VERBOSE.on = VERBOSE.on or verbose
     path = local.demo_recording()
     sources = local.recording_sources(path, GpuWasteConfig())
     assert sources.recording is not None
@@ -263,6 +309,7 @@ class Layout(StrEnum):
     demo = "demo"
     random = "random"
     scorecard = "scorecard"
+    allocation = "allocation"
 
 
 @app.command("generate-fleet")
@@ -270,7 +317,8 @@ def generate_fleet_cmd(
     out_dir: Annotated[Path, typer.Argument(help="Directory to write the recording into (created; must be empty or absent unless --force).")],
     nodes: Annotated[int, typer.Option(help="random: nodes; scorecard: repetitions of the catalogue (1 or more); demo: ignored.")] = 10,
     layout: Annotated[Layout, typer.Option(help="demo: the hand-designed demo fleet; random: NODES nodes with a scenario mix; "
-                                                "scorecard: every waste kind plus look-alikes.")] = Layout.random,
+                                                "scorecard: every waste kind plus look-alikes; allocation: one cluster handing out GPUs every "
+                                                "way (device plugin, DRA with a shared claim, HAMi, KAI fractions, Blackwell MIG).")] = Layout.random,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same fleet).")] = 7,
     compress: Annotated[bool, typer.Option("--compress/--no-compress", help="gzip the telemetry file (telemetry.om.gz).")] = True,
     force: Annotated[bool, typer.Option("--force", help="Write into a non-empty OUT_DIR (its recording files are replaced).")] = False,
@@ -284,7 +332,8 @@ def generate_fleet_cmd(
         fail(f"{escape_markup(str(out_dir))}: exists and is not a directory; choose a directory path")
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         fail(f"{escape_markup(str(out_dir))}: not empty; choose another directory or pass --force")
-    fleet = generate_fleet(FleetSpec(layout=layout.value, nodes=nodes, seed=seed, cluster=f"{layout.value}-{nodes}"))
+    extra = {"label_style": "pod", "inference_metrics": False} if layout is Layout.allocation else {}
+    fleet = generate_fleet(FleetSpec(layout=layout.value, nodes=nodes, seed=seed, cluster=f"{layout.value}-{nodes}", **extra))
     write_recording(fleet, out_dir, compress=compress)
     out.print(f"wrote {escape_markup(str(out_dir))} ({plural(len({g.uuid for g in fleet.gpus}), 'GPU')}, "
               f"{plural(len(fleet.expected()), 'expected finding')}); check it with: "
@@ -333,7 +382,8 @@ def main(
     out.width = stdout_width()  # type: ignore[assignment]  # stdout may have changed since import (tests, pipes)
 
 
-COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve", "mcp_server")
+COMMAND_MODULES = ("record", "run", "doctor", "explain", "summary", "replay", "serve", "mcp_server", "showback", "justify",
+                   "reclaim")
 
 
 def _load_commands() -> None:

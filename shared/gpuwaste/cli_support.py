@@ -59,6 +59,28 @@ def coverage_text(coverage: dict[str, dict[str, float]]) -> str:
     return (f"attribution coverage: {total.get('ratio', 1.0):.0%} of {total.get('allocated_gpu_hours', 0.0):.1f} "
             f"allocated GPU-h{kinds}")
 
+def funnel_text(funnel: dict[str, dict[str, float]]) -> str:
+    """The fleet funnel in one line: "funnel: 22 GPUs → allocated 12.4 → active 8.0 → effective 3.1 GPUs (56% of allocated)"."""
+    total = {k: sum(row[k] for row in funnel.values()) for k in ("total_gpus", "allocated_gpus", "active_gpus", "effective_gpus",
+                                                                  "unobserved_gpus")}
+    share = f" ({total['effective_gpus'] / total['allocated_gpus']:.0%} of allocated)" if total["allocated_gpus"] else ""
+    unobserved = f" · {total['unobserved_gpus']:.1f} allocated GPUs unobserved" if total["unobserved_gpus"] else ""
+    return (f"funnel: {total['total_gpus']:.1f} GPUs → allocated {total['allocated_gpus']:.1f} → active {total['active_gpus']:.1f} "
+            f"→ effective {total['effective_gpus']:.1f}{share}{unobserved}")
+
+
+def unmet_text(unmet: dict[str, dict[str, float | int | None]]) -> str:
+    """Pending pods asking for GPUs that no node took: "unmet GPU requests: nvidia.com/gpu 3 pods asking 5 (longest wait 2h)"."""
+    from gpuwaste.people import duration
+
+    parts = []
+    for resource, row in unmet.items():
+        wait = row.get("longest_wait_s")
+        waited = f", longest wait {duration(int(wait))}" if isinstance(wait, (int, float)) else ""
+        parts.append(f"{resource} {plural(int(row['pods'] or 0), 'pod')} asking {row['requested']}{waited}")
+    return "unmet GPU requests: " + "; ".join(parts)
+
+
 def stdout_width() -> int | None:
     """Rich's width for stdout: COLUMNS when set; auto on a terminal; else the width of the terminal on stderr or
     stdin (`gpuwaste scan | less` is as wide as the terminal); else PIPE_WIDTH."""
@@ -464,6 +486,11 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         return
     if output is Output.json:
         inv = report.inventory
+        inventory = dict(inv.__dict__)
+        if report.showback is not None:  # the per-team funnel: teams as routing sees them (the same teams as the findings)
+            from gpuwaste.services.showback import funnel_figures
+
+            inventory["funnel"] = {**inv.funnel, "team": funnel_figures(report.showback, "team", (config.delivery if config else None))}
         sys.stdout.write(terminal.to_json(
             findings,
             team=team,
@@ -471,7 +498,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
             scan_id=report.scan_id,
             eval_time=report.eval_time.isoformat(),
             window_s=report.window_s,
-            inventory=inv.__dict__,
+            inventory=inventory,
             query_count=report.query_count,
             telemetry=report.telemetry_quality,
             no_verdict=[nv.__dict__ for nv in report.no_verdict],
@@ -510,6 +537,19 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
             out.print(Text(f"{report.query_count} Prometheus queries", style="dim"))
     if inv.attribution_coverage:  # the share of allocated GPU-hours with attributable telemetry (issue 21 §12)
         terminal.print_fitted(out, coverage_text(inv.attribution_coverage), style="dim")
+    if inv.funnel.get("cluster"):  # total → allocated → active → effective (issue 24 §1)
+        terminal.print_fitted(out, funnel_text(inv.funnel["cluster"]), style="dim")
+        if view.verbose:
+            from gpuwaste.services.showback import FUNNEL_RULE
+
+            terminal.print_fitted(out, f"funnel rule: {FUNNEL_RULE}", style="dim")
+            for model, row in inv.funnel.get("gpu_model", {}).items():
+                terminal.print_fitted(out, f"  {plain(model)}: " + funnel_text({model: row}).removeprefix("funnel: "), style="dim")
+    if inv.unmet_gpu_requests:
+        terminal.print_fitted(out, unmet_text(inv.unmet_gpu_requests), style="yellow")
+    if inv.conservation:  # every physical GPU-hour charged once (issue 24 §3)
+        text = str(inv.conservation.get("text", ""))
+        terminal.print_fitted(out, text, style="dim" if inv.conservation.get("holds") else "red")
     for note in inv.allocation_notes:  # capacity that is not GPUs, claims nobody uses, RBAC to grant (issue 11)
         out.print(Text(f"allocation note: {plain(note)}", style="dim"))
     if report.cluster_source:
@@ -528,9 +568,11 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
                 reason = re.sub(r"\s*\((scan with --window|needs \d+ day)[^)]*\)", "", reason)
             subjects.setdefault(reason, set()).add(nv.subject)  # count subjects (pods, nodes), not detectors
         every = set().union(*subjects.values())
-        if view.verbose:
-            terminal.print_fitted(out, "no verdict: " + "; ".join(f"{len(v)}× {r}" for r, v in sorted(subjects.items())),
-                                  style="dim")
+        if view.verbose:  # the reasons grouped by cause, the most common first, one per line
+            what = "1 pod/node" if len(every) == 1 else f"{len(every)} pods/nodes"
+            out.print(Text(f"no verdict on {what}, by cause:", style="dim"))
+            for r, v in sorted(subjects.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+                terminal.print_fitted(out, f"{len(v):3d}× {r}", first="  ", indent="        ", style="dim")
         else:
             out.print(Text(f"no verdict on {len(every)} pods/nodes (-v says why)" if len(every) != 1
                            else "no verdict on 1 pod/node (-v says why)", style="dim"))
@@ -556,8 +598,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     hidden = len(chosen) - len(findings)
     if hidden:
         out.print(Text(f"{hidden} finding(s) under ${min_usd:g}/day hidden by --min-usd", style="dim"))
-    if shown and not quiet and view.source:  # a live scan keeps no finding `explain` could read again: no hint
-        out.print(Text(f"why: gpuwaste explain ID {view.source}", style="dim"))
+    if shown and not quiet and view.source:  # one line, never folded: a command to copy
+        out.print(Text(f"why: gpuwaste explain ID {view.source}", style="dim"), soft_wrap=True)
     key = {GroupBy.team: team, GroupBy.namespace: lambda f: f.subject.namespace or "(node)",
            GroupBy.kind: lambda f: kind_label(f.kind)}[view.group_by]
     terminal.print_rollup(out, waste, key=key, by=view.group_by.value, window_s=report.window_s)
@@ -592,13 +634,15 @@ def _exposition(report: ScanReport, findings: list[Finding], config: GpuWasteCon
     """The scan as gpuwaste's metric families (the builder `gpuwaste serve` uses): OpenMetrics, or the Prometheus
     text format that node-exporter's textfile collector reads (docs/metrics.md)."""
     from gpuwaste.services.metrics import health_of_scan, snapshot_of_scan
+    from gpuwaste.services.showback import health_figures
     from gpuwaste.sinks.prometheus_metrics import render_openmetrics, render_text
 
     health = health_of_scan(report.cluster, at=datetime.now(tz=UTC).replace(microsecond=0),
                             duration_s=report.duration_s, window_s=report.window_s,
                             gpus=report.inventory.physical_gpus, findings=findings,
                             no_verdict_detectors=[nv.detector for nv in report.no_verdict],
-                            coverage=report.inventory.attribution_coverage)
+                            coverage=report.inventory.attribution_coverage,
+                            showback=None if report.showback is None else health_figures(report.showback, config.delivery))
     snapshot = snapshot_of_scan(findings, health, config.delivery, top=config.serve.top_workloads,
                                 team_budgets=dict(config.serve.team_budgets_usd_per_day),
                                 default_budget=config.serve.default_team_budget_usd_per_day, version=__version__)
@@ -663,7 +707,9 @@ def warn_recording(sources: local.Sources, when: datetime, window_s: int, *, qui
     """Warn (stderr) when a recording carries no cluster state."""
     if sources.recording is None or quiet:
         return
-    if getattr(sources.cluster, "cluster_file", "") is None:
+    from gpuwaste.sources.recording import RecordingClusterSource
+
+    if isinstance(sources.cluster, RecordingClusterSource) and sources.cluster.cluster_file is None:
         err.print("[yellow]warning:[/] the recording has no cluster state (no cluster.json, no kube-state-metrics series): "
                   "GPUs cannot be tied to pods or "
                   "nodes; pass --cluster-json FILE (kubectl get pods,nodes -A -o json) to judge them.", highlight=False)
@@ -690,8 +736,9 @@ def check_recording(sources: local.Sources, when: datetime | None) -> str | None
     assert rec is not None
     rec.parsed(when)  # a bare scrape's samples are stamped at --at when given, else at the file's modification time
     if rec.dcgm_series() == 0:
-        cluster_file = getattr(sources.cluster, "cluster_file", None)
-        if cluster_file is None:
+        from gpuwaste.sources.recording import RecordingClusterSource
+
+        if not isinstance(sources.cluster, RecordingClusterSource) or sources.cluster.cluster_file is None:
             fail(f"no DCGM series found in {escape_markup(str(rec.telemetry_file))} (is it a dcgm-exporter scrape?). "
                  "Scrape dcgm-exporter's /metrics (curl http://NODE:9400/metrics) or record with `gpuwaste record`.")
     if rec.undated():

@@ -26,6 +26,7 @@ from gpuwaste.models.settings import (
     ClusterConfig,
     DeliverySettings,
     LifecycleSettings,
+    ReclaimSettings,
     ScanSettings,
     ServeSettings,
 )
@@ -44,6 +45,7 @@ class GpuWasteConfig(BaseModel):
     lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     serve: ServeSettings = Field(default_factory=ServeSettings)
+    reclaim: ReclaimSettings = Field(default_factory=ReclaimSettings)
     extra: dict[str, Any] = Field(default_factory=dict, description="free-form settings of later stages")
 
     @model_validator(mode="after")

@@ -70,3 +70,12 @@ class PermanentDeliveryError(PermanentError):
 
 class RequestSignatureError(PermanentError):
     """An inbound request is not from the chat service: missing, wrong or replayed signature."""
+
+
+class ActionRefusedError(PermanentError):
+    """The cluster refused a reclaim action (403 Forbidden, 404 gone, 409/422 invalid): reported, never retried as
+    another verb. `status` is the apiserver's HTTP status."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status

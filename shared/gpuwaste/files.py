@@ -25,7 +25,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from gpuwaste.errors import InputFormatError
+from gpuwaste.errors import ConfigError, InputFormatError
 
 _CHUNK = 1 << 20
 
@@ -33,14 +33,33 @@ _CHUNK = 1 << 20
 DEFAULT_RECORDING_MAX_MB = 1024
 
 
+#: The largest value a GPUWASTE_RECORDING_* limit may be set to.
+MAX_ENV_LIMIT = 10**9
+
+
+def env_positive_int(name: str, default: int) -> int:
+    """The whole number 1..`MAX_ENV_LIMIT` in environment variable `name`; `default` when it is unset or empty.
+
+    Raises:
+        ConfigError: it is set to anything else (a typo is an error, never a silent default): names the variable,
+            the value and what is allowed.
+    """
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if len(text) > 10 or not text.isdigit() or not 0 < int(text) <= MAX_ENV_LIMIT:
+        raise ConfigError(f"environment: {name}={text[:20]!r} is not a whole number from 1 to {MAX_ENV_LIMIT:,}; "
+                          f"unset it for the default ({default:,})")
+    return int(text)
+
+
 def recording_max_bytes() -> int:
-    """The size limit of a recording's files in bytes: GPUWASTE_RECORDING_MAX_MB (MiB, a positive integer), else 1024 MiB."""
-    text = os.environ.get("GPUWASTE_RECORDING_MAX_MB", "").strip()
-    try:
-        mb = int(text) if text and len(text) <= 9 else DEFAULT_RECORDING_MAX_MB
-    except ValueError:
-        mb = DEFAULT_RECORDING_MAX_MB
-    return (mb if mb > 0 else DEFAULT_RECORDING_MAX_MB) << 20
+    """The size limit of a recording's files in bytes: GPUWASTE_RECORDING_MAX_MB (MiB, a positive integer), else 1024 MiB.
+
+    Raises:
+        ConfigError: GPUWASTE_RECORDING_MAX_MB is set to something else than a positive integer.
+    """
+    return env_positive_int("GPUWASTE_RECORDING_MAX_MB", DEFAULT_RECORDING_MAX_MB) << 20
 
 
 def _kind(mode: int) -> str:

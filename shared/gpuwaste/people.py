@@ -204,6 +204,31 @@ IDLE_MODE_LABELS: dict[str, str] = {"batch_idle": "batch job between steps", "in
                                     "provisioning_idle": "not started yet", "idle_held": "held while unused"}
 
 
+#: Data-quality problems (a data-quality finding's `check`, the `problem` label of gpuwaste_data_quality_problems) as
+#: people read them; the JSON and the metrics keep the values.
+PROBLEM_LABELS: dict[str, str] = {
+    "no_telemetry": "no telemetry",
+    "stale_series": "stale series",
+    "frozen_exporter": "frozen exporter",
+    "partial_coverage": "telemetry with gaps",
+    "unmonitored_gpus": "GPUs not monitored",
+    "no_activity_signal": "no activity signal",
+    "lost_device": "GPU lost",
+    "unreadable_samples": "unreadable samples",
+    "allocated_without_telemetry": "allocated, no telemetry",
+    "attribution_missing": "no pod attribution",
+    "unknown_gpu_resource": "unknown GPU resource",
+    "profiling_counter_broken": "profiling counter broken",
+    "activity_signals_disagree": "activity signals disagree",
+    "unknown": "unknown problem",
+}
+
+
+def problem_label(problem: str) -> str:
+    """A data-quality problem as people read it ("frozen exporter"); an unknown one with spaces for underscores."""
+    return PROBLEM_LABELS.get(problem, problem.replace("_", " "))
+
+
 def idle_mode_label(mode: str) -> str:
     """An idle mode as people read it ("inference server without traffic")."""
     return IDLE_MODE_LABELS.get(mode, mode.replace("_", " "))

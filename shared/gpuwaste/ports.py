@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
 from gpuwaste.models.notices import DailySummary, MessageRef, Notice, PostedMessage, TicketDraft
+from gpuwaste.models.reclaim import ReclaimKind, ReclaimTarget
 from gpuwaste.models.telemetry import TelemetryWindow
 
 #: What `OnceLedger.claim` found: the caller holds the key now, the action is done already, or another holds it.
@@ -70,6 +71,12 @@ class AlertQueue(Protocol):
 
     def send_alerts(self, messages: Sequence[AlertMessage]) -> None:
         """Send alerts in batches; raises RetryableError when the queue cannot take them."""
+        ...
+
+    def after_sent(self, callback: Callable[[], object]) -> None:
+        """Run `callback` once the alerts handed over so far are really sent: at once for a queue that sends when
+        asked; when its batch is flushed for one that defers sends (`queue.batching.DeferredQueue`), so the finding
+        lifecycle clears a record's outbox only after its messages are out."""
         ...
 
 
@@ -212,6 +219,11 @@ class Notifier(Protocol):
         chart image when given and supported (`note` says why it is missing)."""
         ...
 
+    def set_time_left(self, time_left: Callable[[], float] | None) -> None:
+        """Bound the sink's in-process waits (a `Retry-After`) by `time_left()`, the caller's remaining seconds (a
+        Lambda's remaining time); None: unbounded. A sink that never waits ignores it."""
+        ...
+
 
 class RequestVerifier(Protocol):
     """Authenticates an inbound request from a chat service (e.g. Slack's request signatures)."""
@@ -296,6 +308,49 @@ class OnceLedger(Protocol):
         ...
 
 
+class ClusterActuator(Protocol):
+    """Performs reclaim actions on a cluster (the Kubernetes apiserver), with only the verbs each needs: PATCH of
+    a scale subresource, PATCH of a Job/CronJob/Notebook, DELETE of a pod. `before`/`after` are the fields changed:
+    `{"replicas": n}`, `{"suspend": b}`, `{"stopped": str | None}`, `{"uid": str}` (a deleted pod)."""
+
+    def read(self, kind: ReclaimKind, target: ReclaimTarget) -> dict[str, Any]:
+        """The current value of the fields `kind` changes (one GET).
+
+        Raises:
+            ActionRefusedError: 403/404 (reported, not retried). SourceUnavailableError: unreachable / 5xx.
+        """
+        ...
+
+    def apply(self, kind: ReclaimKind, target: ReclaimTarget, before: Mapping[str, Any]) -> dict[str, Any]:
+        """Perform `kind` on `target` (one PATCH or DELETE) and return the fields as written (`after`).
+
+        Raises:
+            ActionRefusedError, SourceUnavailableError: as `read`.
+        """
+        ...
+
+    def restore(self, kind: ReclaimKind, target: ReclaimTarget, before: Mapping[str, Any]) -> dict[str, Any]:
+        """Write `before` back (one PATCH: replicas, the suspend flag, the stopped annotation removed or reset).
+
+        Raises:
+            ActionRefusedError: also for a kind that cannot be undone (a deleted pod). SourceUnavailableError.
+        """
+        ...
+
+
+class ReclaimNotifier(Protocol):
+    """Announces reclaim actions in the owner's thread, with the buttons the mode needs."""
+
+    def announce(self, *, message: MessageRef, text: str, buttons: Sequence[tuple[str, str, str]]) -> PostedMessage:
+        """Reply in `message`'s thread with `text` and buttons `(action, label, fingerprint)` (action: `reclaim_keep`,
+        `reclaim_approve`).
+
+        Raises:
+            DeliveryError, PermanentDeliveryError: as `Notifier.reply`.
+        """
+        ...
+
+
 class Clock(Protocol):
     """Injected time source for code that must know "now" (never used inside a scan)."""
 
@@ -305,6 +360,6 @@ class Clock(Protocol):
 
 
 __all__ = [
-    "AlertQueue", "Claim", "Clock", "ClusterStateSource", "Finding", "FindingQueue", "FindingStore", "GpuTelemetrySource",
-    "OnceLedger", "ScanRequestQueue",
+    "AlertQueue", "Claim", "Clock", "ClusterActuator", "ClusterStateSource", "Finding", "FindingQueue", "FindingStore", "GpuTelemetrySource",
+    "OnceLedger", "ReclaimNotifier", "ScanRequestQueue",
 ]

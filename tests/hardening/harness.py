@@ -251,6 +251,10 @@ class SimQueue:
         """`FindingQueue.send_scan_completed`."""
         self.send([message])
 
+    def after_sent(self, callback: Callable[[], object]) -> None:
+        """`AlertQueue.after_sent`: `send` enqueued the messages already, so the callback runs now."""
+        callback()
+
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -233,13 +233,43 @@ def rbac_documents(folder: Path = DEPLOY) -> list[tuple[str, dict[str, Any]]]:
     return docs
 
 
+#: The opt-in acting role (deploy/rbac-reclaim.yaml) and the only grants it may hold: (API group, resource) → verbs,
+#: the calls of sinks/kube_actuator.py. It may be bound only namespace by namespace (RoleBinding).
+ACTING_ROLE = "gpuwaste-reclaim"
+ACTING_GRANTS: dict[tuple[str, str], set[str]] = {
+    ("apps", "deployments/scale"): {"get", "patch"}, ("apps", "statefulsets/scale"): {"get", "patch"},
+    ("batch", "jobs"): {"get", "patch"}, ("batch", "cronjobs"): {"get", "patch"},
+    ("", "pods"): {"get", "delete"}, ("kubeflow.org", "notebooks"): {"get", "patch"},
+}
+
+
+def acting_violations(name: str, doc: dict[str, Any]) -> list[str]:
+    """What the acting role grants beyond `ACTING_GRANTS` (no wildcard, no other resource, no other verb)."""
+    found = []
+    for rule in doc.get("rules") or []:
+        where = f"{name}: {doc['kind']} {ACTING_ROLE}"
+        if rule.get("nonResourceURLs"):
+            found.append(f"{where}: nonResourceURLs {rule['nonResourceURLs']}")
+        for group in rule.get("apiGroups") or []:
+            for resource in rule.get("resources") or []:
+                extra = set(rule.get("verbs") or []) - ACTING_GRANTS.get((group, resource), set())
+                if extra:
+                    found.append(f"{where}: {sorted(extra)} on {group or 'core'}/{resource} beyond the reclaim calls")
+    if doc.get("aggregationRule"):
+        found.append(f"{name}: {ACTING_ROLE} aggregates other roles")
+    return found
+
+
 def rbac_violations(docs: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """Every RBAC rule or binding that grants more than reading the scan's resources."""
+    """Every RBAC rule or binding that grants more than reading the scan's resources (or, for the opt-in acting
+    role, more than the reclaim calls, or anywhere but namespace by namespace)."""
     found: list[str] = []
     roles = {d["metadata"]["name"] for _, d in docs if d.get("kind") in ("Role", "ClusterRole")}
     for name, doc in docs:
         kind = doc.get("kind")
-        if kind in ("Role", "ClusterRole"):
+        if kind in ("Role", "ClusterRole") and doc["metadata"]["name"] == ACTING_ROLE:
+            found += acting_violations(name, doc)
+        elif kind in ("Role", "ClusterRole"):
             if doc.get("aggregationRule"):
                 found.append(f"{name}: {kind} {doc['metadata']['name']} aggregates other roles")
             for rule in doc.get("rules") or []:
@@ -259,6 +289,8 @@ def rbac_violations(docs: list[tuple[str, dict[str, Any]]]) -> list[str]:
                     found.append(f"{where}: nonResourceURLs {rule['nonResourceURLs']}")
         elif kind in ("RoleBinding", "ClusterRoleBinding"):
             ref = doc.get("roleRef", {}).get("name")
+            if ref == ACTING_ROLE and kind == "ClusterRoleBinding":
+                found.append(f"{name}: {ACTING_ROLE} bound cluster-wide; bind it per opted-in namespace (RoleBinding)")
             if ref not in roles:
                 found.append(f"{name}: {kind} {doc['metadata']['name']} binds {ref!r}, a role not defined in deploy/")
     return found
@@ -285,9 +317,43 @@ def test_least_privilege_rbac_reads_only_and_never_secrets(figures: Figures) -> 
 def test_least_privilege_rbac_checker_catches_an_extra_grant(rule: dict[str, Any]) -> None:
     # GIVEN deploy/'s documents with one more rule in the scan's ClusterRole
     docs = copy.deepcopy(rbac_documents())
-    role = next(d for _, d in docs if d.get("kind") == "ClusterRole")
+    role = next(d for _, d in docs if d.get("kind") == "ClusterRole" and d["metadata"]["name"] != ACTING_ROLE)
     role["rules"].append(rule)
     # WHEN checked / THEN it is reported
+    assert rbac_violations(docs)
+
+
+def test_least_privilege_acting_role_is_separate_opt_in_and_only_the_reclaim_calls() -> None:
+    # GIVEN deploy/'s documents
+    docs = rbac_documents()
+    acting = [(n, d) for n, d in docs if d.get("kind") in ("Role", "ClusterRole") and d["metadata"]["name"] == ACTING_ROLE]
+    readers = [d for _, d in docs if d.get("kind") in ("Role", "ClusterRole") and d["metadata"]["name"] != ACTING_ROLE]
+    # THEN the acting role lives in its own file, grants exactly the reclaim calls, and is bound per namespace only
+    assert [n for n, _ in acting] == ["rbac-reclaim.yaml"]
+    granted = {(g, r): set(rule["verbs"]) for _, d in acting for rule in d["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"]}
+    assert granted == ACTING_GRANTS
+    bindings = [d for _, d in docs if d.get("roleRef", {}).get("name") == ACTING_ROLE]
+    assert bindings and {d["kind"] for d in bindings} == {"RoleBinding"}
+    # AND the reader is still read-only (no write verb anywhere outside the acting role)
+    assert readers and all(set(r["verbs"]) <= READ_VERBS for d in readers for r in d["rules"])
+
+
+@pytest.mark.parametrize(("rule", "binding"), [
+    ({"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}, None),  # the workload, not /scale
+    ({"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}, None),
+    ({"apiGroups": ["*"], "resources": ["pods"], "verbs": ["delete"]}, None),
+    ({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}, None),
+    ({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["update"]}, None),
+    (None, "ClusterRoleBinding"),
+])
+def test_least_privilege_acting_role_checker_catches_an_extra_grant(rule: dict[str, Any] | None, binding: str | None) -> None:
+    docs = copy.deepcopy(rbac_documents())
+    if rule is not None:
+        next(d for _, d in docs if d.get("kind") == "ClusterRole" and d["metadata"]["name"] == ACTING_ROLE)["rules"].append(rule)
+    if binding is not None:
+        docs.append(("extra.yaml", {"kind": binding, "metadata": {"name": "x"},
+                                    "roleRef": {"kind": "ClusterRole", "name": ACTING_ROLE}}))
     assert rbac_violations(docs)
 
 

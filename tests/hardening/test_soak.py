@@ -77,6 +77,14 @@ class FlakyStore:
             raise StoreError("injected: transaction conflict")
         return self.inner.update(record, expected_version=expected_version)
 
+    def get_many(self, fingerprints: list[str]) -> dict[str, FindingRecord]:
+        """One `get` per fingerprint (the port's batch read, as a store without a batch call does it)."""
+        return {fp: r for fp in dict.fromkeys(fingerprints) if (r := self.get(fp)) is not None}
+
+    def update_many(self, updates: list[tuple[FindingRecord, int]]) -> list[bool]:
+        """One flaky `update` per record, in order: each can lose its race or fail on its own."""
+        return [self.update(record, expected_version=version) for record, version in updates]
+
     def open_for_cluster(self, cluster: str) -> list[FindingRecord]:
         return self.inner.open_for_cluster(cluster)
 

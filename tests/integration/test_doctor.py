@@ -118,3 +118,44 @@ def test_live_scan_without_dcgm_telemetry_is_not_an_all_clear(prometheus_factory
     # THEN it exits 5 and says that nothing was judged, instead of printing a $0 total as if all were well
     assert result.exit_code == 5, result.output
     assert "no DCGM telemetry" in result.output and "not an all-clear" in result.output
+    # AND it says why: dcgm-exporter is not scraped by this Prometheus at all (no DCGM series in a week), and what to do
+    assert "dcgm-exporter is not scraped by this Prometheus at all" in result.output
+    assert "gpuwaste doctor --prometheus URL" in result.output
+
+
+def test_doctor_says_first_that_dcgm_exporter_is_not_scraped_at_all(prometheus_factory: PrometheusFactory,
+                                                                   tmp_path: Path):
+    # GIVEN a real Prometheus that holds series, none from dcgm-exporter and no dcgm-exporter target
+    om = tmp_path / "no-dcgm.om"
+    t0 = int(SPEC.eval_time.timestamp()) - 3600
+    om.write_text("# TYPE up gauge\n" + "".join(f'up{{job="node"}} 1 {t0 + 30 * i}\n' for i in range(121)) + "# EOF\n")
+    server = prometheus_factory(om)
+    at = SPEC.eval_time.isoformat()
+    # WHEN doctor runs, for people and as JSON
+    table = CliRunner().invoke(app, ["doctor", "--prometheus", server.url, "--at", at], env={"COLUMNS": "200"})
+    doc = json.loads(CliRunner().invoke(app, ["doctor", "--prometheus", server.url, "--at", at, "-o", "json"]).stdout)
+    # THEN its verdict, first, says dcgm-exporter is not scraped at all, and the first thing to do is to scrape it
+    assert table.exit_code == 1, table.output
+    first = table.stdout.splitlines()[0]
+    assert first.startswith("verdict: exit 1: dcgm-exporter is not scraped by this Prometheus at all"), first
+    todo = table.stdout.split("\nto do\n", 1)[1]
+    assert todo.lstrip().startswith("fail dcgm-exporter:") and "serviceMonitor.enabled=true" in todo
+    # AND no counters-CSV lines are offered as the fix (there is no exporter to configure yet)
+    assert "add to the dcgm-exporter counters CSV" not in table.stdout
+    assert doc["dcgm_scraped"] is False and doc["checks"][0]["check"] == "dcgm-exporter"
+
+
+def test_live_scan_outside_the_data_names_the_newest_dcgm_sample(prometheus_factory: PrometheusFactory,
+                                                                  recording: Path):
+    # GIVEN the scorecard fleet in a real Prometheus, and a scan a day after its data
+    server = prometheus_factory(recording / "telemetry.om")
+    later = (SPEC.eval_time + timedelta(days=1)).isoformat()
+    # WHEN scanned live there
+    result = CliRunner().invoke(app, ["scan", "--prometheus", server.url, "--at", later, "-q"])
+    # THEN it is no all-clear, and it says DCGM data exists, when its newest sample is (not "not scraped at all")
+    assert result.exit_code == 5, result.output
+    assert "The newest DCGM sample is at" in result.output and "not scraped by this Prometheus at all" not in result.output
+    # AND doctor on that Prometheus does not say dcgm-exporter is unscraped
+    doc = json.loads(CliRunner().invoke(app, ["doctor", "--prometheus", server.url, "--at", SPEC.eval_time.isoformat(),
+                                              "-o", "json"]).stdout)
+    assert doc["dcgm_scraped"] is True

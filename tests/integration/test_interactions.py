@@ -119,7 +119,7 @@ def test_interaction_overflow_expected_acknowledges(service: InteractionService,
     assert store.get(f.fingerprint).acknowledged == "expected:U0ANA"  # type: ignore[union-attr]
 
 
-def test_interaction_digest_buttons_act_on_their_finding_and_details_reply_in_the_thread(
+def test_interaction_digest_menus_act_on_their_finding_and_details_reply_in_the_thread(
         service: InteractionService, store: SqliteFindingStore, slack_api: FakeSlack, jira_api: FakeJira) -> None:
     # GIVEN a digest of two stored findings, as rendered for Slack
     a, b = finding("trainer"), finding("server", usd_per_day="40.00")
@@ -128,12 +128,13 @@ def test_interaction_digest_buttons_act_on_their_finding_and_details_reply_in_th
     items = tuple(NoticeItem(fingerprint=f.fingerprint, finding=f, first_seen=NOW) for f in (a, b))
     (payload,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=Route(channel="#ml", source="t", team="ml"),
                                       items=items))
-    buttons = {(e["value"].split("|")[0], e["value"].split("|")[1]): e for blk in payload.blocks
-               if blk["type"] == "actions" for e in blk["elements"]}
-    # WHEN the owner clicks a's Details, b's Snooze 7d, a's Expected and b's Ticket (signed, as Slack posts them)
+    options = {(o["value"].split("|")[0], o["value"].split("|")[1]): (blk["accessory"], o) for blk in payload.blocks
+               if blk.get("accessory", {}).get("type") == "overflow" for o in blk["accessory"]["options"]}
+    # WHEN the owner picks a's Details, b's Snooze 7 days, a's Expected and b's Create ticket in their lines' menus
+    # (signed, as Slack posts an overflow choice)
     for action, f in (("details", a), ("snooze_7d", b), ("expected", a), ("ticket", b)):
-        button = buttons[(action, f.fingerprint)]
-        body = _body(button["action_id"], button["value"])
+        menu, option = options[(action, f.fingerprint)]
+        body = _body(menu["action_id"], option["value"], overflow=True)
         assert service.handle(headers=_headers(body), body=body).status == 200
     # THEN each acted on its own finding: the store and the fake Jira say so
     ra, rb = store.get(a.fingerprint), store.get(b.fingerprint)

@@ -360,3 +360,22 @@ def test_slack_interaction_with_a_bad_signature_is_refused(stack: DeployedStack,
     assert stack.invoke("SlackInteractionsFunction", forged)["statusCode"] == 401
     assert not _snoozed(stack, open_finding)
 
+
+
+def test_create_tickets_edits_the_slack_message_to_show_each_new_ticket_once(stack: DeployedStack, slack_api: FakeSlack,
+                                                                             jira_api: FakeJira) -> None:
+    # GIVEN a scan's alerts posted to Slack by notify_owners, and its ticket requests on the tickets queue
+    scan_and_deliver_until(stack, "AlertsQueue")
+    posted = posts(slack_api)
+    # WHEN create_tickets consumes them
+    responses = stack.pump("TicketsQueue")
+    assert responses and all(r == {"batchItemFailures": []} for r in responses)
+    # THEN each message carrying a ticketed finding was edited in place (chat.update of its ts) to name the ticket
+    updates = slack_api.calls_to("chat.update")
+    assert jira_api.issues and updates
+    shown = "\n".join(json.dumps(slack_api.messages[(u["channel"], u["ts"])]["blocks"]) for u in updates)
+    assert all(key in shown for key in jira_api.issues), (list(jira_api.issues), shown[:400])
+    assert len({(u["channel"], u["ts"]) for u in updates}) == len(updates) <= len(posted)  # each message once
+    # AND no new message was posted for it, and the function's policy allowed what it did (the Slack secret read)
+    assert len(posts(slack_api)) == len(posted)
+    assert stack.denied("CreateTicketsFunction") == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import shlex
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -71,3 +73,28 @@ def test_record_refuses_a_range_without_samples(prometheus_factory: PrometheusFa
     assert result.exit_code == 2, result.output
     assert "no GPU samples in Prometheus between 2024-01-02 10:50 and 2024-01-02 12:00 UTC" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_live_scan_prints_the_explain_hint_and_explain_finds_the_same_id_live(prometheus_factory: PrometheusFactory,
+                                                                              demo_om: Path) -> None:
+    # GIVEN the demo in a real Prometheus and a live scan's table
+    server = prometheus_factory(demo_om)
+    live = CliRunner().invoke(app, ["scan", "-p", server.url, "--cluster-json", str(DEMO / "cluster.json"), "--at", END,
+                                    "-w", "70m", "--cluster", "demo"], env={"COLUMNS": "160", "NO_COLOR": "1"})
+    assert live.exit_code == 0, live.output
+    # THEN it says how to explain a finding: the same Prometheus, time and window, so the IDs are the scan's
+    (hint,) = [line for line in live.output.splitlines() if line.startswith("why: gpuwaste explain ID")]
+    assert f"--prometheus {server.url}" in hint and "--at 2024-01-01T01:20:00Z" in hint and "-w 4200s" in hint
+    ids = re.findall(r"^([0-9a-f]{6})\s", live.output, re.M)
+    recorded = json.loads(invoke("scan", "-r", str(DEMO), "-o", "json", "-q").stdout)["findings"]
+    assert len(ids) >= 10
+    # WHEN the hint is run for a live finding's ID
+    args = shlex.split(hint.removeprefix("why: gpuwaste explain ID "))
+    explained = invoke("explain", ids[0], *args)
+    # THEN it explains that finding, and the recording's scan knows it under the same ID
+    assert explained.exit_code == 0, explained.output
+    assert "Traceback" not in explained.output and explained.output.strip()
+    assert any(f["fingerprint"].startswith(ids[0]) for f in recorded)
+    # AND an ID the live scan did not find is one clear line with what it did find
+    missing = invoke("explain", "ffffff", *args)
+    assert missing.exit_code == 2 and "no finding with ID 'ffffff' in this scan" in missing.output

@@ -388,7 +388,7 @@ def test_pipeline_a_completion_of_5000_fingerprints_crosses_sqs_in_parts_and_res
     completion = ScanCompleted(scan_id="scan-big", cluster="demo", scheduled_time=DEMO_END + timedelta(minutes=10),
                                fingerprints=(*kept, *others))
     assert len(completion.model_dump_json().encode()) > 262_144
-    pipeline.queue("findings_queue_url").send_scan_completed(completion)
+    pipeline.queue("findings_queue_url", pipeline.environment(pipeline.ScanEnvironment).findings_queue_url).send_scan_completed(completion)
     chain.pump("FindingsQueue")
     responses = chain.pump("PricedQueue")
     # THEN no message was refused (none over 262,144 bytes), it crossed as 2 parts, the dedupe batches all succeeded,
@@ -406,7 +406,7 @@ def test_pipeline_the_sqs_boundary_refuses_an_oversized_message_as_sqs_does(chai
     # WHEN a message one byte over the limit is sent directly, and through the product's adapter
     with pytest.raises(ClientError) as refused:
         chain.sqs.send_message(QueueUrl=chain.url("PricedQueue"), MessageBody=body)
-    adapter = pipeline.queue("priced_queue_url")
+    adapter = pipeline.queue("priced_queue_url", pipeline.environment(pipeline.PriceEnvironment).priced_queue_url)
     outcome = adapter.send_each([ScanCompleted(scan_id="s", cluster="demo", scheduled_time=DEMO_END,
                                                unjudged=("n" * 262_200,))])
     # THEN SQS's own error shape comes back; the adapter refuses it itself (PermanentError), never reaching SQS

@@ -162,7 +162,8 @@ def test_notify_resolved_in_a_digest_re_renders_the_digest(service: NotifyServic
     blocks = slack_api.messages[(posted.destination, posted.message_id)]["blocks"]
     text = json.dumps(blocks)
     assert text.count(":white_check_mark: resolved") == 1 and "ml/b" in text
-    assert sum(1 for blk in blocks if blk["type"] == "actions") == 1
+    menus = [blk["accessory"] for blk in blocks if blk.get("accessory", {}).get("type") == "overflow"]
+    assert len(menus) == 1 and all(o["value"].endswith(b.fingerprint) for o in menus[0]["options"])
 
 
 def test_notify_missing_channel_falls_back_to_default_and_says_so(service: NotifyService, slack_api: FakeSlack,

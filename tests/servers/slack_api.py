@@ -32,6 +32,7 @@ a section needs ``text`` or ``fields``     ``invalid_blocks``
 actions: at most 25 elements               ``invalid_blocks``
 button text (plain_text) at most 75        ``invalid_blocks``
 button ``value`` 2000, ``action_id`` 255   ``invalid_blocks``
+overflow 2–5 options, text 75, value 150   ``invalid_blocks``
 ``block_id`` at most 255 characters        ``invalid_blocks``
 top-level ``text`` at most 40000 chars     ``msg_too_long`` (Slack's error for an over-long text)
 ========================================  =====================================================
@@ -68,6 +69,9 @@ MAX_TEXT = 40000
 MAX_ACTION_ELEMENTS = 25
 MAX_BUTTON_TEXT = 75
 MAX_BUTTON_VALUE = 2000
+MIN_OVERFLOW_OPTIONS, MAX_OVERFLOW_OPTIONS = 2, 5
+MAX_OPTION_TEXT = 75
+MAX_OPTION_VALUE = 150
 MAX_ID = 255
 BLOCKS_TEXT_LIMIT = 11_300
 
@@ -111,6 +115,7 @@ class _State:
     messages: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     channel_ids: dict[str, str] = field(default_factory=dict)  # name → id
     files: dict[str, UploadedFile] = field(default_factory=dict)
+    views: list[dict[str, Any]] = field(default_factory=list)  # modals opened by views.open
     ts_counter: int = 0
 
 
@@ -151,6 +156,7 @@ class FakeSlack(FakeHttpServer):
             "users.lookupByEmail": self._lookup_by_email,
             "files.getUploadURLExternal": self._get_upload_url,
             "files.completeUploadExternal": self._complete_upload,
+            "views.open": self._views_open,
         }
 
     @property
@@ -175,6 +181,11 @@ class FakeSlack(FakeHttpServer):
         """Uploaded files keyed by file id (a copy)."""
         with self._lock:
             return dict(self._state.files)
+
+    def views(self) -> list[dict[str, Any]]:
+        """The modals opened by ``views.open``, in order."""
+        with self._lock:
+            return list(self._state.views)
 
     def calls_to(self, method: str) -> list[dict[str, Any]]:
         """The bodies of the calls to ``method`` (e.g. ``"chat.postMessage"``), in order."""
@@ -384,6 +395,26 @@ class FakeSlack(FakeHttpServer):
         }
         return {"ok": True, "channel": info}
 
+    def _views_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``views.open``: a modal needs a ``trigger_id`` and a view with type ``modal``, a title of at most 24
+        characters, 1..100 blocks and ``private_metadata`` of at most 3,000 characters (Slack's documented limits)."""
+        view = params.get("view")
+        if isinstance(view, str):
+            try:
+                view = json.loads(view)
+            except ValueError:
+                return {"ok": False, "error": "invalid_arguments"}
+        if not params.get("trigger_id"):
+            return {"ok": False, "error": "invalid_trigger_id"}
+        if not isinstance(view, dict) or view.get("type") != "modal":
+            return {"ok": False, "error": "invalid_arguments"}
+        title = (view.get("title") or {}).get("text") or ""
+        blocks = view.get("blocks") or []
+        if not title or len(title) > 24 or not 1 <= len(blocks) <= 100 or len(str(view.get("private_metadata") or "")) > 3000:
+            return {"ok": False, "error": "invalid_arguments"}
+        self._state.views.append(view)
+        return {"ok": True, "view": {"id": f"V{len(self._state.views):08d}", **view}}
+
     def _lookup_by_email(self, params: dict[str, Any]) -> dict[str, Any]:
         email = str(params.get("email") or "")
         user_id = self.users.get(email)
@@ -529,6 +560,24 @@ def _message_error(params: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _overflow_error(element: Mapping[str, Any], where: str) -> dict[str, Any] | None:
+    """Slack's error for an overflow menu outside its documented limits (2–5 options, option text 75 and value 150
+    characters, action_id 255), or ``None``."""
+    options = element.get("options")
+    if not isinstance(options, list) or not MIN_OVERFLOW_OPTIONS <= len(options) <= MAX_OVERFLOW_OPTIONS:
+        return _invalid_blocks(f"must provide {MIN_OVERFLOW_OPTIONS} to {MAX_OVERFLOW_OPTIONS} options", f"{where}/options")
+    if len(str(element.get("action_id", ""))) > MAX_ID:
+        return _invalid_blocks(f"must be less than {MAX_ID + 1} characters", f"{where}/action_id")
+    for number, option in enumerate(options):
+        text = (option or {}).get("text") or {}
+        if text.get("type") != "plain_text" or len(str(text.get("text", ""))) > MAX_OPTION_TEXT:
+            return _invalid_blocks(f"must be a plain_text of at most {MAX_OPTION_TEXT} characters",
+                                   f"{where}/options/{number}/text")
+        if len(str((option or {}).get("value", ""))) > MAX_OPTION_VALUE:
+            return _invalid_blocks(f"must be less than {MAX_OPTION_VALUE + 1} characters", f"{where}/options/{number}/value")
+    return None
+
+
 def _block_error(block: Any, pointer: str) -> dict[str, Any] | None:
     if not isinstance(block, dict) or "type" not in block:
         return _invalid_blocks("missing required field: type", pointer)
@@ -566,6 +615,10 @@ def _block_error(block: Any, pointer: str) -> dict[str, Any] | None:
                 return _invalid_blocks("must be a text object", f"{pointer}/text")
             if len(str(text.get("text", ""))) > MAX_SECTION_TEXT:
                 return _invalid_blocks(f"must be less than {MAX_SECTION_TEXT + 1} characters", f"{pointer}/text/text")
+        accessory = block.get("accessory")
+        if (isinstance(accessory, dict) and accessory.get("type") == "overflow"
+                and (error := _overflow_error(accessory, f"{pointer}/accessory"))):
+            return error
         if fields:
             if len(fields) > MAX_SECTION_FIELDS:
                 return _invalid_blocks(f"no more than {MAX_SECTION_FIELDS} items allowed", f"{pointer}/fields")

@@ -8,7 +8,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from gpuwaste.detectors import DetectorSettings, build_context, run_detectors
+from gpuwaste.detectors import DetectorSettings, run_detectors
+from gpuwaste.join import join
 from gpuwaste.models.telemetry import Signal
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
@@ -75,7 +76,7 @@ def scan(tmp: Path, series: list[Series], objects: list[dict[str, Any]], *, sett
     tel = RecordingTelemetrySource(tmp).telemetry(at=EVAL, window=WINDOW)
     cl = RecordingClusterSource(tmp).cluster_state(at=EVAL)
     settings = settings or DetectorSettings()
-    ctx = build_context(cl, tel, settings.common, power_limits_w=power_limits_w(g.model_name for g in tel.gpus))
+    ctx = join(cl, tel, settings.common, power_limits_w=power_limits_w(g.model_name for g in tel.gpus))
     result = run_detectors(ctx, settings.by_name(), settings.enabled)
     book = PriceBook.bundled()
     return Scan(ctx, result, [price_finding(f, book) for f in result.findings])

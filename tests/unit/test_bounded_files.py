@@ -69,9 +69,23 @@ def test_a_file_over_its_cap_is_refused_from_its_size_and_under_it_is_read_whole
 def test_recording_cap_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUWASTE_RECORDING_MAX_MB", "8")
     assert recording_max_bytes() == 8 << 20
+    monkeypatch.setenv("GPUWASTE_RECORDING_MAX_MB", "")
+    assert recording_max_bytes() == 1024 << 20
+    # a bad value is an error naming the variable, never a silent default
     for bad in ("0", "-3", "lots", "9" * 5000):
         monkeypatch.setenv("GPUWASTE_RECORDING_MAX_MB", bad)
-        assert recording_max_bytes() == 1024 << 20
+        with pytest.raises(ConfigError, match="GPUWASTE_RECORDING_MAX_MB=.* is not a whole number from 1 to"):
+            recording_max_bytes()
+
+
+def test_recording_limits_refuse_a_bad_environment_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuwaste.sources.limits import RecordingLimits
+
+    monkeypatch.setenv("GPUWASTE_RECORDING_MAX_LINE_KB", "64")
+    assert RecordingLimits.from_env().max_line_bytes == 64 << 10
+    monkeypatch.setenv("GPUWASTE_RECORDING_MAX_SERIES", "2e6")
+    with pytest.raises(ConfigError, match="GPUWASTE_RECORDING_MAX_SERIES='2e6'"):
+        RecordingLimits.from_env()
 
 
 def test_config_path_to_a_device_is_a_config_error() -> None:

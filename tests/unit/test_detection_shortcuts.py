@@ -18,12 +18,12 @@ import pytest
 
 from gpuwaste.bootstrap import local
 from gpuwaste.config import GpuWasteConfig
-from gpuwaste.detectors import REGISTRY, DetectorSettings, NoVerdict, build_context, run_detectors
+from gpuwaste.detectors import REGISTRY, DetectorSettings, NoVerdict, run_detectors
 from gpuwaste.detectors.episodes import complete
 from gpuwaste.detectors.readings import power_ratio_bounds, power_ratio_series
 from gpuwaste.detectors.registry import Superseded, _supersede, subject_key
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
-from gpuwaste.join import BOUND_EPS, ScanContext
+from gpuwaste.join import BOUND_EPS, ScanContext, join
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.telemetry import Signal
 from gpuwaste.pricing.power import power_limits_w
@@ -41,7 +41,7 @@ def _context(path: Path, window_s: int | None = None) -> tuple[ScanContext, Dete
     window = timedelta(seconds=window_s or sources.recording.meta.window_s or 3600)
     telemetry = sources.telemetry.telemetry(at=at, window=window)
     cluster = sources.cluster.cluster_state(at=at)
-    ctx = build_context(cluster, telemetry, cfg.detectors.common, power_limits_w=power_limits_w(g.model_name for g in telemetry.gpus))
+    ctx = join(cluster, telemetry, cfg.detectors.common, power_limits_w=power_limits_w(g.model_name for g in telemetry.gpus))
     return ctx, cfg.detectors
 
 
@@ -125,7 +125,7 @@ def _broken_counters() -> ScanContext:
         gpu("GPU-idle", "n1", {SM: const(0.0), UTIL: const(0.0), POWER: const(60.0), LIMIT: const(700.0)}, pod="c", namespace="ml", window_s=w, bucket_s=300),
         gpu("GPU-busy", "n1", {SM: const(0.8), UTIL: const(99.0), POWER: const(650.0), LIMIT: const(700.0)}, pod="d", namespace="ml", window_s=w, bucket_s=300),
     ]
-    return build_context(cluster(node(gpus=4), pod("a"), pod("b"), pod("c"), pod("d")), window(*gpus, window_s=w, bucket_s=300))
+    return join(cluster(node(gpus=4), pod("a"), pod("b"), pod("c"), pod("d")), window(*gpus, window_s=w, bucket_s=300))
 
 
 def test_contradicted_buckets_match_a_slot_by_slot_reading(contexts):

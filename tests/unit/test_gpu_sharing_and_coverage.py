@@ -14,8 +14,8 @@ from gpuwaste.detectors.allocation import (
     detect_idle_allocation,
     detect_underused_allocation,
 )
-from gpuwaste.detectors.context import build_context
 from gpuwaste.detectors.registry import NoVerdict
+from gpuwaste.join import join
 from gpuwaste.models.cluster import ClusterState, Node, Pod, PodPhase, Workload
 from gpuwaste.models.findings import Attribution, Finding
 from gpuwaste.models.telemetry import AttributedSeries, DeviceId, GpuTelemetry, Signal, TelemetryWindow, WindowStats
@@ -46,7 +46,7 @@ def test_time_sliced_gpu_labelled_with_four_pods_is_held_by_all_four() -> None:
     rows = [(Signal.SM_ACTIVE.value, {"UUID": "GPU-1", "Hostname": "n1", "pod": f"c{i}", "namespace": "team"},
              _stats([0.0] * 2880, 0.0)) for i in range(4)]
     cluster = ClusterState(cluster="c", observed_at=T, nodes=(_node(4, replicas=4),), pods=tuple(_pod(f"c{i}", {"nvidia.com/gpu": 1}) for i in range(4)))
-    ctx = build_context(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=tuple(build_gpu_telemetry(rows))))
+    ctx = join(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=tuple(build_gpu_telemetry(rows))))
     # WHEN the idle detector runs
     found = [f for f in detect_idle_allocation(ctx, IdleSettings()) if isinstance(f, Finding)]
     # THEN every pod holds the GPU by labels, and together they waste exactly one GPU
@@ -60,7 +60,7 @@ def test_elimination_never_gives_four_gpus_to_a_pod_holding_four_replicas_of_one
                               groups=(AttributedSeries(signals={Signal.SM_ACTIVE.value: _stats([0.0] * 2880, 0.0)}),)) for i in range(4))
     cluster = ClusterState(cluster="c", observed_at=T, nodes=(_node(16, replicas=4),), pods=(_pod("p", {"nvidia.com/gpu": 4}),))
     # WHEN the scan joins them
-    ctx = build_context(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=devs))
+    ctx = join(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=devs))
     # THEN the pod is not handed the 4 GPUs by elimination (its share is 1 GPU), and 3 GPUs stay free
     (alloc,) = ctx.allocations
     assert alloc.attribution is not Attribution.ELIMINATION and alloc.devices == ()
@@ -73,7 +73,7 @@ def test_unlabelled_pod_that_started_inside_the_window_gets_no_verdict() -> None
     series = AttributedSeries(signals={Signal.SM_ACTIVE.value: _stats([0.0] * 2640 + [0.15] * 240, 0.15)})
     dev = GpuTelemetry(device=DeviceId(uuid="GPU-1"), hostname="n1", groups=(series,))
     cluster = ClusterState(cluster="c", observed_at=T, nodes=(_node(1),), pods=(_pod("p", {"nvidia.com/gpu": 1}, started=T - timedelta(hours=2)),))
-    ctx = build_context(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=(dev,)))
+    ctx = join(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=(dev,)))
     # WHEN the under-used detector runs (the 22 idle hours would dilute the pod's 15 % to ~1 %)
     out = list(detect_underused_allocation(ctx, UnderusedSettings()))
     # THEN there is no verdict, with the reason, rather than a diluted number
@@ -122,7 +122,7 @@ def test_idle_replicas_of_one_workload_become_one_finding_with_all_their_money()
         AttributedSeries(pod=f"svc-abc-{i}", namespace="team", signals={Signal.SM_ACTIVE.value: _stats([0.0] * 2880, 0.0)}),)) for i in range(2))
     node = Node(name="n1", instance_type="g5.12xlarge", created_at=T - timedelta(days=5),
                 capacity_gpu={"nvidia.com/gpu": 2}, allocatable_gpu={"nvidia.com/gpu": 2})
-    ctx = build_context(ClusterState(cluster="c", observed_at=T, nodes=(node,), pods=pods),
+    ctx = join(ClusterState(cluster="c", observed_at=T, nodes=(node,), pods=pods),
                         TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=devs))
     found = [f for f in detect_idle_allocation(ctx, IdleSettings()) if isinstance(f, Finding)]
     # WHEN the scan merges them and the lifecycle stores the result
@@ -150,7 +150,7 @@ def test_duplicate_exporters_with_half_a_window_each_are_not_full_coverage() -> 
     half = _stats([0.0] * 1440, 0.0)
     rows = [(Signal.SM_ACTIVE.value, {"UUID": "GPU-1", "Hostname": "n1", "instance": f"10.0.0.{i}:9400"}, half) for i in (1, 2)]
     cluster = ClusterState(cluster="c", observed_at=T, nodes=(_node(1),), pods=(_pod("p", {"nvidia.com/gpu": 1}),))
-    ctx = build_context(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, scrape_interval_s=30,
+    ctx = join(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, scrape_interval_s=30,
                                                  gpus=tuple(build_gpu_telemetry(rows))))
     # WHEN the idle detector judges the pod (2,880 samples in all: the count of a full window)
     alloc = ctx.allocations[0]
@@ -169,7 +169,7 @@ def test_mig_single_node_without_any_telemetry_is_reported_as_no_telemetry() -> 
                 gpu_product="NVIDIA-H100-NVL-MIG-1g.12gb", mig_strategy="single", gpu_count_label=14,
                 capacity_gpu={"nvidia.com/gpu": 14}, allocatable_gpu={"nvidia.com/gpu": 14})
     cluster = ClusterState(cluster="c", observed_at=T, nodes=(node,), pods=(_pod("p", {"nvidia.com/gpu": 2}),))
-    ctx = build_context(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=()))
+    ctx = join(cluster, TelemetryWindow(cluster="c", eval_time=T, window_s=86400, gpus=()))
     # WHEN data quality is checked
     checks = [f.details.get("check") for f in detect_data_quality(ctx, DataQualitySettings()) if isinstance(f, Finding)]
     # THEN the missing telemetry is reported (it was reported nowhere before)

@@ -47,27 +47,42 @@ def test_replay_mapping_origin_names_the_values_used() -> None:
     assert model_only.startswith("set by --gpu-model;")
 
 
-def test_replay_terminal_line_says_the_wasted_gpu_hours_and_the_stretch_rule(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    # GIVEN 3 idle pods over 2 h replayed (6 GPU-hours observed, the whole window an idle stretch)
-    import io
+def test_replay_table_says_observed_and_wasted_gpu_hours_and_states_the_scans_episode_rule() -> None:
+    # GIVEN 3 idle pods over 2 h, replayed whole
+    from gpuwaste.commands import replay
+    from gpuwaste.commands.replay import rule_text
 
-    from rich.console import Console
+    source = AlibabaReplaySource(_idle_trace(), gpu_model=DEFAULT_MODEL, instance_type=DEFAULT_INSTANCE)
+    s = replay_summary(scan_window(source, at=source.trace.end, window_s=int(source.trace.span_s), config=GpuWasteConfig()),
+                       source)
+    # WHEN its table is printed
+    with replay.out.capture() as captured:
+        replay._print_summary(s, source)
+    text = captured.get()
+    # THEN the idle row says which GPU-hours are observed and which wasted (the episodes' GPU-hours, about 3 × 2 h)
+    (idle_row,) = [line for line in text.splitlines() if line.strip().startswith("idle ")]
+    assert "GPU-h observed" in idle_row and "wasted" in idle_row
+    assert 5.5 <= s.wasted_gpu_hours["idle"] <= 6.0 and f"{s.wasted_gpu_hours['idle']:.1f} wasted" in idle_row
+    # AND the rule printed is the scan's own (thresholds, the 30-min episodes and their 25 % share, from the settings)
+    assert " ".join(rule_text().split()) in " ".join(text.split())
+    assert "stretches of ≥ 30 min" in rule_text() and "≥ 25% of it" in rule_text()
+    stricter = GpuWasteConfig.model_validate({"detectors": {"idle_allocation": {"max_activity_ratio": 0.1},
+                                                            "common": {"min_episode_s": 3600}}})
+    assert "under 10%" in rule_text(stricter) and "stretches of ≥ 60 min" in rule_text(stricter)
 
+
+def test_replay_no_verdict_reasons_are_in_words() -> None:
+    # GIVEN a replay summary whose pods got no verdict for data-quality problems (their ids as the findings carry them)
     from gpuwaste.commands import replay
 
     source = AlibabaReplaySource(_idle_trace(), gpu_model=DEFAULT_MODEL, instance_type=DEFAULT_INSTANCE)
-    s = replay_summary(scan_window(source, at=source.trace.end, window_s=int(source.trace.span_s),
-                                   config=GpuWasteConfig()), source)
-    buf = io.StringIO()
-    monkeypatch.setattr(replay, "out", Console(file=buf, width=400, color_system=None))
-    # WHEN its summary is printed
-    replay._print_summary(s, source)
-    text = buf.getvalue()
-    # THEN the idle line gives the observed and the wasted GPU-hours (the figure docs/real-data.md quotes), the
-    # verdicts read as words, and the rule printed is the stretch rule the scan applies
-    idle_line = next(line for line in text.splitlines() if line.strip().startswith("idle "))
-    wasted = s.wasted_gpu_hours["idle"]
-    assert wasted > 0
-    assert f"{s.gpu_hours['idle']:.1f} GPU-h observed, {wasted:.1f} GPU-h wasted" in idle_line
-    assert "no verdict " in text and "no_verdict" not in text and "under-used " in text
-    assert "stretches" in text and "every 10-min average < 0.05" not in text
+    s = replay_summary(scan_window(source, at=source.trace.end, window_s=int(source.trace.span_s), config=GpuWasteConfig()),
+                       source)
+    s.reasons = {"a": "partial_coverage", "b": "allocated_without_telemetry", "c": "coverage 57% < 80%"}
+    # WHEN printed
+    with replay.out.capture() as captured:
+        replay._print_summary(s, source)
+    line = " ".join(captured.get().split())
+    # THEN each problem is named in words, a reason sentence kept as it is
+    assert "1× telemetry with gaps" in line and "1× allocated, no telemetry" in line and "1× coverage 57% < 80%" in line
+    assert "partial_coverage" not in line and "allocated_without_telemetry" not in line

@@ -146,7 +146,7 @@ def test_scan_metadata_is_behind_verbose() -> None:
     # WHEN scanned with and without -v
     # THEN models, signals and no-verdict reasons appear only with -v; the default has a one-line header
     assert "signals present" not in quiet and "models:" not in quiet and "(-v says why)" in quiet
-    assert "signals present" in verbose and "models:" in verbose and "no verdict:" in verbose
+    assert "signals present" in verbose and "models:" in verbose and "pods/nodes, by cause:" in verbose
     assert quiet.splitlines()[0].startswith("demo · 70 min to 2024-01-01 01:20 UTC")
 
 

@@ -123,20 +123,23 @@ def test_render_notice_digest_of_150_findings_splits_on_the_cumulative_text_budg
     assert "(part 1/" in payloads[0].blocks[0]["text"]["text"]
 
 
-def test_render_notice_digest_totals_and_visible_buttons_per_finding() -> None:
-    # GIVEN three findings
+def test_render_notice_digest_totals_and_one_folded_menu_per_finding() -> None:
+    # GIVEN three findings, and a fourth at $0/day (a sizing note)
     items = (_item("a", "10.00"), _item("b", "20.50"), _item("c", "5.25"))
-    notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items)
+    notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=(*items, _item("d", "0")))
     # WHEN rendered
     (payload,) = render_notice(notice, now=NOW)
-    # THEN the header sums USD/day and each finding has its own visible buttons (no overflow menu)
-    assert payload.blocks[0]["text"]["text"] == "GPU waste: 3 findings for team ml — $35.75/day"
-    actions = [b for b in payload.blocks if b["type"] == "actions"]
-    assert len(actions) == 3
-    assert all(e["type"] == "button" for b in actions for e in b["elements"])
-    assert {e["value"] for b in actions for e in b["elements"]} == {
+    # THEN the header sums USD/day and each priced finding's line carries one overflow menu of its actions (Block Kit:
+    # an accessory of the line's section, up to 5 options), no row of buttons
+    assert payload.blocks[0]["text"]["text"] == "GPU waste: 4 findings for team ml — $35.75/day"
+    assert all(b["type"] != "actions" for b in payload.blocks)
+    menus = [b["accessory"] for b in payload.blocks if "accessory" in b]
+    assert len(menus) == 3 and all(m["type"] == "overflow" and 2 <= len(m["options"]) <= 5 for m in menus)
+    assert {o["value"] for m in menus for o in m["options"]} == {
         f"{a}|{i.fingerprint}" for i in items for a in ("snooze_7d", "expected", "ticket", "details")}
-    assert not any("accessory" in b for b in payload.blocks)
+    assert all(len(o["text"]["text"]) <= 75 and len(o["value"]) <= 150 for m in menus for o in m["options"])
+    # AND the menu names the actions as the alert's buttons do (one set of names)
+    assert [o["text"]["text"] for o in menus[0]["options"]] == ["Snooze 7 days", "Expected", "Create ticket", "Details"]
 
 
 def test_render_notice_resolved_says_so_and_what_it_saved() -> None:
@@ -193,3 +196,19 @@ def test_slack_app_manifest_requests_exactly_the_scopes_used() -> None:
                       "channels:history", "groups:history"}
     assert manifest["settings"]["interactivity"]["is_enabled"] is True
     assert manifest["settings"]["interactivity"]["request_url"].startswith("https://")
+
+
+def test_the_fake_slack_refuses_an_overflow_menu_outside_block_kits_limits() -> None:
+    # GIVEN the fake Slack's message check (tests/servers/slack_api.py) and overflow menus at and past the limits
+    from tests.servers.slack_api import _message_error
+
+    def menu(n: int, text: str = "Snooze", value: str = "v") -> dict[str, object]:
+        options = [{"text": {"type": "plain_text", "text": text}, "value": value} for _ in range(n)]
+        return {"text": "t", "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "x"},
+                                         "accessory": {"type": "overflow", "action_id": "a", "options": options}}]}
+
+    # THEN 2–5 options with text ≤ 75 and value ≤ 150 pass; 6 options, a 76-character text or a 151-character value not
+    assert _message_error(menu(5)) is None and _message_error(menu(2, "x" * 75, "v" * 150)) is None
+    for bad in (menu(6), menu(1), menu(3, text="x" * 76), menu(3, value="v" * 151)):
+        error = _message_error(bad)
+        assert error is not None and error["error"] == "invalid_blocks"

@@ -109,7 +109,7 @@ def _fifteen() -> list[Finding]:
     return picked[:15]
 
 
-def test_slack_digest_of_15_findings_fits_2000_characters_with_visible_buttons() -> None:
+def test_slack_digest_of_15_findings_fits_2000_characters_with_folded_menus() -> None:
     # GIVEN 15 real-shaped findings of five kinds (node capacity among them), several namespaces
     findings = _fifteen()
     items = tuple(_item(f, hours=2 + k) for k, f in enumerate(findings))
@@ -132,28 +132,27 @@ def test_slack_digest_of_15_findings_fits_2000_characters_with_visible_buttons()
     # AND the evidence, formula and price source are not inline (they are behind Details)
     text = _texts(blocks)
     assert "GPU-h" not in text and "karpenter" not in text.lower() and "DCGM" not in text
-    # AND every finding has its own visible buttons: snooze, expected, ticket, details — no menu hides them
-    actions = [b for b in blocks if b["type"] == "actions"]
-    assert len(actions) == 15
-    for b, item in zip(actions, sorted(items, key=lambda i: i.fingerprint), strict=False):
-        del item
-        assert [e["type"] for e in b["elements"]] == ["button"] * 4
-        assert [e["text"]["text"] for e in b["elements"]] == ["Snooze 7d", "Expected", "Ticket", "Details"]
-    assert not any(e.get("type") in ("overflow", "static_select") for b in blocks
-                   for e in [*b.get("elements", []), b.get("accessory") or {}])
-    assert {e["value"].split("|")[1] for b in actions for e in b["elements"]} == {i.fingerprint for i in items}
+    # AND every finding's actions are folded into one overflow menu beside its line (snooze, expected, ticket,
+    # details): one block per finding, so the text outweighs the controls
+    assert not any(b["type"] == "actions" for b in blocks)
+    menus = [b["accessory"] for b in blocks if b.get("accessory", {}).get("type") == "overflow"]
+    assert len(menus) == 15
+    for menu in menus:
+        assert [o["text"]["text"] for o in menu["options"]] == ["Snooze 7 days", "Expected", "Create ticket", "Details"]
+    assert {o["value"].split("|")[1] for m in menus for o in m["options"]} == {i.fingerprint for i in items}
+    assert sum(len(b["text"]["text"]) for b in blocks if b["type"] == "section") > 10 * len(menus)
 
 
-def test_slack_digest_buttons_are_read_back_by_the_interactions_endpoint() -> None:
+def test_slack_digest_menus_are_read_back_by_the_interactions_endpoint() -> None:
     # GIVEN a rendered digest's buttons
     items = tuple(_item(f) for f in _fifteen()[:3])
     (payload,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items))
-    buttons = [e for b in payload.blocks if b["type"] == "actions" for e in b["elements"]]
-    # WHEN each is clicked (Slack's block_actions form post)
+    menus = [b["accessory"] for b in payload.blocks if b.get("accessory", {}).get("type") == "overflow"]
+    # WHEN each option is chosen (Slack's block_actions form post for an overflow menu: the selected option)
     read = []
-    for button in buttons:
+    for menu, option in ((m, o) for m in menus for o in m["options"]):
         body = {"type": "block_actions", "user": {"id": "U1"}, "channel": {"id": "C1"}, "message": {"ts": "1.2"},
-                "actions": [{"action_id": button["action_id"], "type": "button", "value": button["value"]}]}
+                "actions": [{"action_id": menu["action_id"], "type": "overflow", "selected_option": option}]}
         request = read_request(urlencode({"payload": json.dumps(body)}).encode())
         assert request.action is not None
         read.append((request.action.action, request.action.fingerprint))
@@ -175,8 +174,8 @@ def test_slack_digest_of_500_findings_splits_into_valid_messages() -> None:
         assert blocks_text_chars(p.blocks) <= MESSAGE_TEXT_BUDGET
     carried = [fp for p in payloads for fp in p.fingerprints]
     assert sorted(carried) == sorted(f.fingerprint for f in findings)
-    # AND the costliest have buttons, the rest are compact lines with their short ID for `gpuwaste explain`
-    assert any(b["type"] == "actions" for b in payloads[0].blocks)
+    # AND the costliest have their menus, the rest are compact lines with their short ID for `gpuwaste explain`
+    assert any(b.get("accessory", {}).get("type") == "overflow" for b in payloads[0].blocks)
     assert f"`{findings[-1].fingerprint[:6]}`" in _texts([b for p in payloads for b in p.blocks])
 
 
@@ -281,3 +280,28 @@ def test_slack_details_reply_has_evidence_formula_and_price_source() -> None:
     assert "/GPU-h ×" in text and f"= ${f.usd_per_day:,.2f}/day" in text
     assert "Price: Karpenter's AWS on-demand price table, 2026-07-20 (https://github.com/aws/karpenter-provider-aws)" in text
     assert "What to do:" in text and f"gpuwaste explain {f.fingerprint[:6]}" in text
+
+
+def test_slack_digest_lines_carry_the_configured_grafana_and_prometheus_links_only_when_configured() -> None:
+    # GIVEN three findings, with the Grafana and Prometheus links of a config that sets them, and without
+    findings = _fifteen()[:3]
+    links = GpuWasteConfig.model_validate({"delivery": {"links": {
+        "grafana": "https://grafana.example/d/gpuwaste?var-namespace={namespace}&var-workload={workload}",
+        "prometheus": "https://prom.example/graph?g0.expr=gpuwaste_waste_usd_per_day%7Bnamespace%3D%22{namespace}%22%7D"}}})
+    from gpuwaste.services.routing import links_for
+
+    linked = tuple(_item(f).model_copy(update={"links": links_for(f, links.delivery)}) for f in findings)
+    plain = tuple(_item(f).model_copy(update={"links": links_for(f, GpuWasteConfig().delivery)}) for f in findings)
+    # WHEN each digest is rendered
+    (with_links,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=linked, scan_id="s"))
+    (without,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=plain, scan_id="s"))
+    # THEN every finding's line links its own workload in Grafana and Prometheus, as whole mrkdwn links
+    lines = [line for b in with_links.blocks if b["type"] == "section" for line in b["text"]["text"].splitlines()]
+    for f in findings:
+        (line,) = [ln for ln in lines if f"/{f.subject.workload_name}" in ln or f"node {f.subject.node}" in ln]
+        assert "|Grafana>" in line and "|Prometheus>" in line, line
+        if f.subject.workload_name:
+            assert f"var-workload={f.subject.workload_name}|Grafana>" in line.replace("&amp;", "&")
+    assert violations(with_links.blocks) == []
+    # AND without configured URLs no link and no empty label appear
+    assert "Grafana" not in _texts(without.blocks) and "Prometheus" not in _texts(without.blocks)

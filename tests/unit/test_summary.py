@@ -97,6 +97,8 @@ def test_summary_build_groups_by_team_kind_cluster_namespace(store: SqliteFindin
 
 
 class _Recorder:
+    name = "recorder"
+
     def __init__(self) -> None:
         self.calls: list[tuple[DailySummary, str, bytes | None, str | None]] = []
 
@@ -162,9 +164,9 @@ def test_summary_send_once_per_day_and_sink(store: SqliteFindingStore) -> None:
     later = service.send(day=date(2024, 1, 3))
     # THEN the sink got it once per day; the repeat says it was posted already
     assert len(notifier.calls) == 2
-    assert len(first.posted) == 1 and again.posted == () and again.already_posted == ("?",)
+    assert len(first.posted) == 1 and again.posted == () and again.already_posted == ("recorder",)
     assert len(later.posted) == 1
-    assert ledger.states == {"summary#2024-01-02#?##gpu-waste": "done", "summary#2024-01-03#?##gpu-waste": "done"}
+    assert ledger.states == {"summary#2024-01-02#recorder##gpu-waste": "done", "summary#2024-01-03#recorder##gpu-waste": "done"}
 
 
 def test_summary_refused_post_releases_its_claim_and_a_held_one_fails(store: SqliteFindingStore) -> None:
@@ -178,7 +180,7 @@ def test_summary_refused_post_releases_its_claim_and_a_held_one_fails(store: Sql
         _service(store, notifier=Refusing(), ledger=ledger).send(day=date(2024, 1, 2))
     # THEN the claim is released (the retry posts it)
     assert set(ledger.states.values()) == {"released"}
-    held = _Ledger({"summary#2024-01-02#?##gpu-waste": "claimed"})
+    held = _Ledger({"summary#2024-01-02#recorder##gpu-waste": "claimed"})
     notifier = _Recorder()
     with pytest.raises(DeliveryError, match="another invocation"):
         _service(store, notifier=notifier, ledger=held).send(day=date(2024, 1, 2))

@@ -10,7 +10,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gpuwaste.detectors import DetectorSettings, build_context, run_detectors
+from gpuwaste.detectors import DetectorSettings, run_detectors
+from gpuwaste.join import join
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.telemetry import Signal
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
@@ -44,7 +45,7 @@ def _scan(path: Path, window: timedelta):
     tel = RecordingTelemetrySource(path).telemetry(at=EVAL, window=window)
     cl = RecordingClusterSource(path).cluster_state(at=EVAL)
     settings = DetectorSettings()
-    ctx = build_context(cl, tel, settings.common)
+    ctx = join(cl, tel, settings.common)
     return tel, ctx, run_detectors(ctx, settings.by_name(), settings.enabled)
 
 

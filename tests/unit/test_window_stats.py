@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pydantic
 import pytest
 
-from gpuwaste.detectors.context import build_context
+from gpuwaste.join import join
 from gpuwaste.models.cluster import ClusterState, Pod, PodPhase, Workload
 from gpuwaste.models.telemetry import (
     STATS_FIELDS_SET,
@@ -156,7 +156,7 @@ def _ctx(started: datetime | None):
               workload=Workload(kind="Pod", name="p", namespace="ml"), started_at=started)
     cluster = ClusterState(cluster="c", observed_at=eval_time, pods=(pod,))
     tel = TelemetryWindow(cluster="c", eval_time=eval_time, window_s=3600, scrape_interval_s=30.0)
-    return build_context(cluster, tel), pod
+    return join(cluster, tel), pod
 
 
 def test_window_coverage_is_shortened_to_the_pod_lifetime():

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -56,13 +55,10 @@ T = TypeVar("T")
 OUTBOX: contextvars.ContextVar[SendBatch | None] = contextvars.ContextVar("gpuwaste_outbox", default=None)
 
 
-def deferred_queue(env_name: str) -> DeferredQueue:
-    """The SQS queue of the named setting, its sends collected into the current invocation's outbox.
-
-    Raises:
-        ConfigError: the env var is not set.
-    """
-    return DeferredQueue(pipeline.queue(env_name), OUTBOX)
+def deferred_queue(env_name: str, url: str) -> DeferredQueue:
+    """The SQS queue at `url` (the root's environment field `env_name`, see `pipeline.queue`), its sends collected
+    into the current invocation's outbox."""
+    return DeferredQueue(pipeline.queue(env_name, url), OUTBOX)
 
 
 def is_permanent(exc: BaseException | None) -> bool:
@@ -84,7 +80,7 @@ def reason_of(exc: BaseException) -> str:
 def dead_letter(raw: dict[str, Any], exc: BaseException, *, body: str | None = None) -> bool:
     """Send the record's original body (or `body`: one bad message of a packed batch, as a message of its own) to the
     function's DLQ with the reason; False when that is not possible."""
-    url = os.environ.get(DLQ_ENV)
+    url = pipeline.environment(pipeline.DeadLetterEnvironment).dead_letter_queue_url
     if not url:
         return False
     reason = reason_of(exc)
@@ -112,7 +108,7 @@ def _salvaged(raw: dict[str, Any], model: Any, exc: ValidationError) -> Any:
     alone with its reason, the record re-read with the good ones (None when none is left). Re-raises `exc` when the
     body is no batch envelope with bad items, or the DLQ cannot take them (the whole record then fails as before)."""
     rebuilt, bad = salvage(str(raw.get("body", "")))
-    if not bad or not os.environ.get(DLQ_ENV):
+    if not bad or not pipeline.environment(pipeline.DeadLetterEnvironment).dead_letter_queue_url:
         raise exc
     for text, item_exc in bad:
         if not dead_letter(raw, item_exc, body=text):

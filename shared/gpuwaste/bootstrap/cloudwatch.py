@@ -23,6 +23,7 @@ from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.messages import AlertAction
 from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.ports import FindingStore
+from gpuwaste.services.lifecycle import Outcome
 from gpuwaste.services.scan import ScanReport
 
 logger = logging.getLogger(__name__)
@@ -72,9 +73,9 @@ def record_scan(metrics: Metrics, report: ScanReport) -> None:
 
 
 @best_effort
-def record_lifecycle(metrics: Metrics, outcomes: Iterable[Any]) -> None:
+def record_lifecycle(metrics: Metrics, outcomes: Iterable[Outcome]) -> None:
     """dedupe_findings: FindingsOpened / FindingsResolved (alerts decided NEW / RESOLVED in the batch)."""
-    actions = [a.action for o in outcomes for a in getattr(o, "alerts", [])]
+    actions = [a.action for o in outcomes for a in o.alerts]
     metrics.add_metric(name="FindingsOpened", unit=MetricUnit.Count, value=actions.count(AlertAction.NEW))
     metrics.add_metric(name="FindingsResolved", unit=MetricUnit.Count, value=actions.count(AlertAction.RESOLVED))
 
@@ -84,13 +85,12 @@ def record_open_waste(cluster: str, store: FindingStore, settings: DeliverySetti
     """dedupe_findings, on a scan's completion: the cluster's open waste (its open lifecycle records) as
     WasteUsdPerDay and WastedGpus per (cluster, team, kind), and WasteUsdPerDay per cluster (the rules of `/metrics`)."""
     from gpuwaste.services.metrics import waste_from_records
-    from gpuwaste.services.store_ops import get_many
 
     usd: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     gpus: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     fingerprints = store.open_fingerprints(cluster)
     for k in range(0, len(fingerprints), 100):  # 100 records at a time: memory stays bounded with the fleet
-        for s in waste_from_records(get_many(store, fingerprints[k:k + 100]).values(), settings):
+        for s in waste_from_records(store.get_many(fingerprints[k:k + 100]).values(), settings):
             usd[(s.team, s.kind)] += s.usd_per_day
             gpus[(s.team, s.kind)] += s.wasted_gpus
     for team, kind in sorted(usd):

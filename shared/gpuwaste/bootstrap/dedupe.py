@@ -27,12 +27,12 @@ def lifecycle_service() -> LifecycleService:
     Raises:
         ConfigError: no configuration, or FINDINGS_TABLE_NAME / ALERTS_QUEUE_URL is not set.
     """
-    env = pipeline.env()
-    store = DynamoDbFindingStore(client=pipeline.client("dynamodb"), table_name=env.require("findings_table_name"))
+    env = pipeline.environment(pipeline.DedupeEnvironment)
+    store = DynamoDbFindingStore(client=pipeline.client("dynamodb"), table_name=env.findings_table_name)
     return LifecycleService(
         store=store,
-        alerts=deferred_queue("alerts_queue_url"),  # sent per batch of records; outbox cleared once sent
-        tickets=deferred_queue("tickets_queue_url") if env.tickets_queue_url else None,
+        alerts=deferred_queue("alerts_queue_url", env.alerts_queue_url),  # sent per batch; outbox cleared once sent
+        tickets=deferred_queue("tickets_queue_url", env.tickets_queue_url) if env.tickets_queue_url else None,
         settings=pipeline.config().lifecycle,
         clock=pipeline.SystemClock(),
         delivery=pipeline.config().delivery,

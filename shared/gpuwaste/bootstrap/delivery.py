@@ -4,7 +4,6 @@ sink, the store."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 
@@ -29,11 +28,11 @@ WEBHOOK_SECRET_ENV = "WEBHOOK_SECRET_ARN"
 
 
 def _slack_arn(settings: DeliverySettings) -> str | None:
-    return os.environ.get(SLACK_SECRET_ENV) or settings.slack.secret_arn
+    return pipeline.environment(pipeline.SecretArnEnvironment).slack_secret_arn or settings.slack.secret_arn
 
 
 def _jira_arn(settings: DeliverySettings) -> str | None:
-    return os.environ.get(JIRA_SECRET_ENV) or settings.jira.api_token_secret_arn
+    return pipeline.environment(pipeline.SecretArnEnvironment).jira_secret_arn or settings.jira.api_token_secret_arn
 
 
 def _secret(arn: str) -> str:
@@ -113,7 +112,7 @@ def teams_webhook_urls(settings: DeliverySettings) -> dict[str, str]:
         ConfigError: the secret cannot be read or is not a JSON object of names to URLs.
     """
     urls = {name: url.get_secret_value() for name, url in settings.msteams.webhooks.items()}
-    arn = os.environ.get(TEAMS_SECRET_ENV) or settings.msteams.secret_arn
+    arn = pipeline.environment(pipeline.SecretArnEnvironment).teams_secret_arn or settings.msteams.secret_arn
     if arn:
         try:
             data = json.loads(_secret(arn))
@@ -161,7 +160,7 @@ def webhook_notifier(settings: DeliverySettings, *, sleep: Callable[[float], Non
     hook = settings.webhook
     url = hook.url.get_secret_value() if hook.url is not None else None
     secret = hook.signing_secret.get_secret_value() if hook.signing_secret is not None else None
-    arn = os.environ.get(WEBHOOK_SECRET_ENV) or hook.secret_arn
+    arn = pipeline.environment(pipeline.SecretArnEnvironment).webhook_secret_arn or hook.secret_arn
     if arn and url is None:
         url = _secret_field(arn, "url")
         _check_secret_url(url, where=f"{arn}: url", allow=hook.allow_link_local_urls)
@@ -186,7 +185,7 @@ def extra_notifiers(settings: DeliverySettings, *, sleep: Callable[[float], None
     out: list[Notifier] = []
     if settings.msteams.enabled:
         out.append(teams_notifier(settings, sleep=sleep))
-    if settings.webhook.enabled or os.environ.get(WEBHOOK_SECRET_ENV):
+    if settings.webhook.enabled or pipeline.environment(pipeline.SecretArnEnvironment).webhook_secret_arn:
         out.append(webhook_notifier(settings, sleep=sleep))
     return out
 
@@ -239,4 +238,5 @@ def lambda_store() -> DynamoDbFindingStore:
     Raises:
         ConfigError: FINDINGS_TABLE_NAME is not set.
     """
-    return DynamoDbFindingStore(client=pipeline.client("dynamodb"), table_name=pipeline.env().require("findings_table_name"))
+    table = pipeline.environment(pipeline.DeliveryEnvironment).findings_table_name
+    return DynamoDbFindingStore(client=pipeline.client("dynamodb"), table_name=table)

@@ -17,7 +17,8 @@ def dispatch_service() -> DispatchService:
         ConfigError: no configuration, or SCAN_REQUESTS_QUEUE_URL is not set.
     """
     cfg = pipeline.config()
-    return DispatchService(clusters=[c.name for c in cfg.clusters], queue=pipeline.queue("scan_requests_queue_url"))
+    return DispatchService(clusters=[c.name for c in cfg.clusters], queue=pipeline.queue(
+        "scan_requests_queue_url", pipeline.environment(pipeline.DispatchEnvironment).scan_requests_queue_url))
 
 
 __all__ = ["dispatch_service"]

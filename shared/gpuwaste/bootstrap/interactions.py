@@ -11,7 +11,6 @@ more against the configuration document's `delivery.slack.request_max_age_s`, so
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cache
@@ -22,10 +21,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from gpuwaste.bootstrap import delivery, pipeline
 from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.errors import RequestSignatureError
+from gpuwaste.models.notices import ChatAction
 from gpuwaste.ports import OnceLedger
 from gpuwaste.services.interactions import HttpReply, InteractionService, refused
 from gpuwaste.services.tickets import TicketService
 from gpuwaste.sinks.slack_blocks import details_text
+from gpuwaste.sinks.slack_forms import reason_view
 from gpuwaste.sinks.slack_interactions import read_request
 from gpuwaste.sinks.slack_signature import LIBRARY_MAX_AGE_S, SlackSignatureVerifier
 from gpuwaste.store.once import DynamoDbOnceLedger
@@ -57,7 +58,7 @@ def request_verifier() -> SlackSignatureVerifier:
         pydantic.ValidationError: SLACK_REQUEST_MAX_AGE_S is not an integer in 1..300.
     """
     max_age_s = InteractionEnv().slack_request_max_age_s
-    arn = os.environ.get(delivery.SLACK_SECRET_ENV)
+    arn = pipeline.environment(pipeline.SecretArnEnvironment).slack_secret_arn
     if arn:
         return SlackSignatureVerifier(delivery._secret_field(arn, "signing_secret"), max_age_s=max_age_s)
     settings = pipeline.config().delivery
@@ -72,7 +73,8 @@ def replay_ledger() -> OnceLedger:
     Raises:
         ConfigError: FINDINGS_TABLE_NAME is not set.
     """
-    return DynamoDbOnceLedger(client=pipeline.client("dynamodb"), table_name=pipeline.env().require("findings_table_name"))
+    table = pipeline.environment(pipeline.DeliveryEnvironment).findings_table_name
+    return DynamoDbOnceLedger(client=pipeline.client("dynamodb"), table_name=table)
 
 
 def first_use(headers: Mapping[str, str]) -> bool:
@@ -102,8 +104,14 @@ def interaction_service() -> InteractionService:
                             message_link=delivery.message_link(settings)) if sink is not None else None
     # verified again against the configuration's age (request_verifier checked the stack's before loading anything)
     verifier = SlackSignatureVerifier(delivery.slack_signing_secret(settings), max_age_s=settings.slack.request_max_age_s)
+    notifier = delivery.slack_notifier(settings)
+
+    def ask_reason(action: ChatAction) -> bool:
+        return bool(action.trigger_id) and notifier.open_form(trigger_id=str(action.trigger_id), view=reason_view(action))
+
     return InteractionService(verifier=verifier, reader=read_request, store=store, now=now,
-                              notifier=delivery.slack_notifier(settings), tickets=tickets, details_text=details_text)
+                              notifier=notifier, tickets=tickets, details_text=details_text, ask_reason=ask_reason,
+                              source="slack")
 
 
 def handle(headers: Mapping[str, str], body: bytes) -> HttpReply:

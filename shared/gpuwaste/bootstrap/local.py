@@ -257,6 +257,7 @@ def _run_chain(
         window=timedelta(seconds=window_s or config.scan.window_s),
         queue=findings_q,
         progress=progress,
+        ledger_price_book=price_book(config),
     )
     pricer = PriceService(price_book=price_book(config), queue=priced_q)
     # the delivery queues live in the state file and commit with the decisions (one transaction per scan): no record

@@ -42,9 +42,7 @@ def delivery_plan(event: dict[str, Any], context: Any) -> DeliveryPlan:
 
     service.time_left = time_left if remaining is not None else None
     for notifier in service.notifiers:
-        set_time_left = getattr(notifier, "set_time_left", None)
-        if set_time_left is not None:
-            set_time_left(service.time_left)
+        notifier.set_time_left(service.time_left)
     records = event.get("Records", [])
     bodies = [str(r.get("body", "")) for r in records]
     again = [str(r.get("body", "")) for r in records

@@ -15,13 +15,13 @@ import sys
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import boto3
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpuwaste.config import GpuWasteConfig, parse_config, read_config_bytes
@@ -132,28 +132,93 @@ class ConfigSourceSettings(BaseSettings):
     config_max_age_s: int = Field(300, ge=0)
 
 
-class QueueUrls(BaseSettings):
-    """The pipeline's queue URLs and table (env vars named as in template.yaml); each root reads what it needs."""
+#: A Lambda root's environment model (`environment`).
+EnvironmentT = TypeVar("EnvironmentT", bound="RootEnvironment")
 
-    model_config = SettingsConfigDict(extra="ignore")
 
-    scan_requests_queue_url: str | None = None
-    findings_queue_url: str | None = None
-    priced_queue_url: str | None = None
-    alerts_queue_url: str | None = None
-    tickets_queue_url: str | None = None
-    findings_table_name: str | None = None
+class RootEnvironment(BaseSettings):
+    """Base of each Lambda root's environment model: one field per variable template.yaml sets for that function
+    (the field name in lower case); a required field has no default, an optional one defaults to "" (unset)."""
 
-    def require(self, name: str) -> str:
-        """The named setting.
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
 
-        Raises:
-            ConfigError: when its env var (upper case) is not set.
-        """
-        value = getattr(self, name)
-        if not value:
-            raise ConfigError(f"environment: {name.upper()} is not set (template.yaml sets it for this function)")
-        return str(value)
+
+class ScanEnvironment(RootEnvironment):
+    """scan_gpu_waste: FINDINGS_QUEUE_URL (the scan's findings), DEAD_LETTER_QUEUE_URL (optional)."""
+
+    findings_queue_url: str = Field(min_length=1)
+    dead_letter_queue_url: str = ""
+
+
+class PriceEnvironment(RootEnvironment):
+    """price_findings: PRICED_QUEUE_URL (priced findings), DEAD_LETTER_QUEUE_URL (optional)."""
+
+    priced_queue_url: str = Field(min_length=1)
+    dead_letter_queue_url: str = ""
+
+
+class DedupeEnvironment(RootEnvironment):
+    """dedupe_findings: FINDINGS_TABLE_NAME (the lifecycle), ALERTS_QUEUE_URL; TICKETS_QUEUE_URL is empty without
+    Jira; DEAD_LETTER_QUEUE_URL (optional)."""
+
+    findings_table_name: str = Field(min_length=1)
+    alerts_queue_url: str = Field(min_length=1)
+    tickets_queue_url: str = ""
+    dead_letter_queue_url: str = ""
+
+
+class DispatchEnvironment(RootEnvironment):
+    """dispatch_scans: SCAN_REQUESTS_QUEUE_URL (one request per cluster)."""
+
+    scan_requests_queue_url: str = Field(min_length=1)
+
+
+class DeliveryEnvironment(RootEnvironment):
+    """notify_slack, create_tickets, send_daily_summary, slack_interactions: FINDINGS_TABLE_NAME (records, delivery
+    ledger), and the Secrets Manager ARNs that win over the configuration's (each optional): SLACK_SECRET_ARN,
+    JIRA_SECRET_ARN, TEAMS_SECRET_ARN, WEBHOOK_SECRET_ARN; DEAD_LETTER_QUEUE_URL (optional)."""
+
+    findings_table_name: str = Field(min_length=1)
+    slack_secret_arn: str = ""
+    jira_secret_arn: str = ""
+    teams_secret_arn: str = ""
+    webhook_secret_arn: str = ""
+    dead_letter_queue_url: str = ""
+
+
+class SecretArnEnvironment(RootEnvironment):
+    """The Secrets Manager ARNs of the chat and ticket sinks, each optional (the subset of `DeliveryEnvironment`
+    read where the table is not needed)."""
+
+    slack_secret_arn: str = ""
+    jira_secret_arn: str = ""
+    teams_secret_arn: str = ""
+    webhook_secret_arn: str = ""
+
+
+class DeadLetterEnvironment(RootEnvironment):
+    """DEAD_LETTER_QUEUE_URL: the function's own dead-letter queue (optional: without it a bad record is left to the
+    queue's redrive policy)."""
+
+    dead_letter_queue_url: str = ""
+
+
+def environment(model: type[EnvironmentT]) -> EnvironmentT:
+    """The function's environment as `model` reads it (read each call: the variables are the function's own).
+
+    Raises:
+        ConfigError: a required variable is not set or empty, or one is invalid: names every such variable and
+            the model (the function) that needs it.
+    """
+    try:
+        return model()
+    except ValidationError as exc:
+        missing = sorted({str(e["loc"][0]).upper() for e in exc.errors() if e["type"] in ("missing", "string_too_short")})
+        bad = [f"{str(e['loc'][0]).upper()}: {e['msg']}" for e in exc.errors()
+               if e["type"] not in ("missing", "string_too_short")]
+        parts = ([f"{', '.join(missing)} not set"] if missing else []) + bad
+        raise ConfigError(f"environment: {'; '.join(parts)} ({model.__name__}; template.yaml sets these for the "
+                          "function)") from exc
 
 
 class SystemClock:
@@ -210,12 +275,6 @@ def config() -> GpuWasteConfig:
 
 
 @cache
-def env() -> QueueUrls:
-    """Queue URLs and table name from the environment (once per container)."""
-    return QueueUrls()
-
-
-@cache
 def client(service: str) -> Any:
     """A boto3 client with explicit timeouts and bounded retries (honours AWS_ENDPOINT_URL)."""
     return boto3.client(service, config=BOTO_CONFIG)
@@ -225,24 +284,22 @@ def client(service: str) -> Any:
 UNPACKED_QUEUES = frozenset({"tickets_queue_url", "scan_requests_queue_url"})
 
 
-def queue(env_name: str) -> SqsQueue:
-    """The SQS queue whose URL is in the named setting (e.g. "findings_queue_url").
-
-    Raises:
-        ConfigError: the env var is not set.
-    """
+def queue(env_name: str, url: str) -> SqsQueue:
+    """The SQS queue at `url`, the value of the root's environment field `env_name` (e.g. "findings_queue_url",
+    from `environment(ScanEnvironment)`): the name says whether its messages are packed (`UNPACKED_QUEUES`)."""
     # the tickets queue's consumer (create_tickets) reads one request per message; the others carry packed batches
-    return SqsQueue(client=client("sqs"), queue_url=env().require(env_name), pack=env_name not in UNPACKED_QUEUES)
+    return SqsQueue(client=client("sqs"), queue_url=url, pack=env_name not in UNPACKED_QUEUES)
 
 
 def reset() -> None:
-    """Forget cached config, env, clients and Powertools parameter caches (tests; never needed in Lambda)."""
+    """Forget cached config, clients and Powertools parameter caches (tests; never needed in Lambda)."""
     from aws_lambda_powertools.utilities import parameters
 
     parameters.clear_caches()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
     config.cache_clear()
-    env.cache_clear()
     client.cache_clear()
 
 
-__all__ = ["ConfigSourceSettings", "QueueUrls", "SystemClock", "client", "config", "env", "queue", "read_config_text", "reset"]
+__all__ = ["ConfigSourceSettings", "DeadLetterEnvironment", "DedupeEnvironment", "DeliveryEnvironment", "DispatchEnvironment",
+           "PriceEnvironment", "RootEnvironment", "ScanEnvironment", "SecretArnEnvironment", "SystemClock", "client",
+           "config", "environment", "queue", "read_config_text", "reset"]

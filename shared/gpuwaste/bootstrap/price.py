@@ -20,7 +20,8 @@ def pricing_service() -> PriceService:
         ConfigError: no configuration, or PRICED_QUEUE_URL is not set.
     """
     book = PriceBook.bundled().with_overrides(pipeline.config().pricing)
-    return PriceService(price_book=book, queue=deferred_queue("priced_queue_url"))
+    env = pipeline.environment(pipeline.PriceEnvironment)
+    return PriceService(price_book=book, queue=deferred_queue("priced_queue_url", env.priced_queue_url))
 
 
 __all__ = ["each_message", "process_batch", "pricing_service"]

@@ -73,7 +73,7 @@ def scan_service(cluster_name: str) -> ScanService:
         telemetry_source=inputs.telemetry,
         settings=cfg.detectors,
         window=timedelta(seconds=window_s),
-        queue=pipeline.queue("findings_queue_url"),
+        queue=pipeline.queue("findings_queue_url", pipeline.environment(pipeline.ScanEnvironment).findings_queue_url),
     )
 
 

@@ -21,11 +21,11 @@ from pydantic import ValidationError
 from gpuwaste.bootstrap import delivery, pipeline
 from gpuwaste.bootstrap.batch import process_batch
 from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
-from gpuwaste.errors import ConfigError
+from gpuwaste.errors import ConfigError, GpuWasteError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertAction, AlertMessage
-from gpuwaste.services.notify import finding_from_record
+from gpuwaste.services.notify import NotifyService, finding_from_record
 from gpuwaste.services.routing import route_for
 from gpuwaste.services.tickets import (
     TicketPlan,
@@ -53,6 +53,29 @@ def ticket_service() -> TicketService:
         raise ConfigError("delivery.jira.base_url: create_tickets needs a Jira site")
     return TicketService(sink=sink, store=delivery.lambda_store(), settings=settings, now=pipeline.SystemClock().now,
                          message_link=delivery.message_link(settings))
+
+
+@cache
+def chat_edits() -> NotifyService | None:
+    """The notify service that edits a new ticket's Slack message to show it (`NotifyService.show_tickets`), or None
+    when Slack is not configured (`delivery.slack_configured`)."""
+    settings = pipeline.config().delivery
+    if not delivery.slack_configured(settings):
+        return None
+    return NotifyService(notifier=delivery.slack_notifier(settings), store=delivery.lambda_store(), settings=settings,
+                         now=pipeline.SystemClock().now)
+
+
+def show_ticket(fingerprint: str) -> None:
+    """Edit the finding's Slack message to show its ticket; a failure is logged, never fails the ticket request (the
+    ticket exists and links the thread; the message keeps showing no ticket)."""
+    try:
+        edits = chat_edits()
+        if edits is not None:
+            edits.show_tickets([fingerprint])
+    except GpuWasteError as exc:
+        logger.warning("slack message not edited to show its ticket", extra={"fingerprint": fingerprint[:16],
+                                                                              "error": str(exc)})
 
 
 def _key(alert: AlertMessage) -> tuple[str, str, str]:
@@ -86,7 +109,9 @@ class BatchPlan:
                 self.overflow_done.add(team)
                 logger.info("overflow ticket", extra={"ticket": ticket, "findings": len(self.plan.folded[team])})
         else:
-            service.handle(alert)
+            opened = service.handle(alert)
+            if opened and alert.action is AlertAction.ESCALATE:
+                show_ticket(alert.fingerprint)
 
 
 def plan_batch(service: TicketService, event: dict[str, Any]) -> BatchPlan:
@@ -115,4 +140,4 @@ def plan_batch(service: TicketService, event: dict[str, Any]) -> BatchPlan:
     return BatchPlan(plan, team_of)
 
 
-__all__ = ["BatchPlan", "plan_batch", "process_batch", "ticket_service"]
+__all__ = ["BatchPlan", "chat_edits", "plan_batch", "process_batch", "show_ticket", "ticket_service"]

@@ -23,28 +23,11 @@ from rich.text import Text
 
 from gpuwaste.cli_support import app, check_prometheus_url, fail, out, parse_time
 from gpuwaste.errors import GpuWasteError
+from gpuwaste.models.signals import Signal
 from gpuwaste.models.text import for_json
 
 if TYPE_CHECKING:
     from gpuwaste.detectors.registry import DetectorSpec
-
-
-class Signal(StrEnum):
-    """The DCGM field names doctor probes (the same values as `gpuwaste.models.telemetry.Signal`, kept here so
-    `gpuwaste --help` starts without the telemetry models)."""
-
-    SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
-    GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
-    GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
-    TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
-    DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
-    MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"
-    FB_USED = "DCGM_FI_DEV_FB_USED"
-    FB_FREE = "DCGM_FI_DEV_FB_FREE"
-    POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
-    POWER_LIMIT = "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"
-    POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
-    TOTAL_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 
 
 #: Exit codes of `gpuwaste doctor` (documented in docs/cli.md), so it can gate CI.
@@ -470,8 +453,43 @@ class Probe:
         return self._report
 
 
+#: The check row that says dcgm-exporter is not scraped at all (`check_dcgm_scraped`).
+NOT_SCRAPED = "dcgm-exporter"
+#: PromQL: scrape targets that look like dcgm-exporter (its job, service or pod name), up or down.
+DCGM_TARGETS = 'count(up{job=~".*dcgm.*"} or up{service=~".*dcgm.*"} or up{pod=~".*dcgm.*"})'
+
+
+def dcgm_never_seen(report: DoctorReport) -> bool:
+    """No DCGM field the doctor probes has a series, fresh or stale, in the last `HISTORY_S` (dcgm-exporter is not
+    scraped by this Prometheus at all, or exports nothing)."""
+    dcgm = [s for s in report.signals if s.name.startswith("DCGM_")]
+    return bool(dcgm) and all(s.state == "missing" for s in dcgm)
+
+
+def check_dcgm_scraped(probe: Probe) -> list[CheckRow]:
+    """One row, first, when no DCGM series exists at all: dcgm-exporter is not scraped (no target), or its targets
+    are scraped and export no DCGM field; what to do for each. No row when DCGM series exist."""
+    if not dcgm_never_seen(probe.report()):
+        return []
+    result = probe.source.instant_query(DCGM_TARGETS, at=probe.at, what="doctor dcgm targets")
+    targets = int(float(result[0]["value"][1])) if result else 0
+    days = HISTORY_S // 86400
+    if targets:
+        return [CheckRow(NOT_SCRAPED, "fail", f"dcgm-exporter is scraped ({targets} target{'s' if targets != 1 else ''}) "
+                         f"but exported no DCGM series in the last {days} days, so no GPU can be judged",
+                         "check the exporter's log and its counters CSV (kubectl logs -A -l app=nvidia-dcgm-exporter), "
+                         "and that the targets are up on Prometheus's /targets page", DOCS["dcgm-exporter"], 1)]
+    return [CheckRow(NOT_SCRAPED, "fail", f"dcgm-exporter is not scraped by this Prometheus at all: no DCGM series in "
+                     f"the last {days} days and no dcgm-exporter scrape target, so no GPU can be judged",
+                     "deploy dcgm-exporter (the NVIDIA GPU Operator runs it by default) and have this Prometheus scrape "
+                     "it: Helm value dcgmExporter.serviceMonitor.enabled=true (GPU Operator) or serviceMonitor.enabled="
+                     "true (dcgm-exporter chart), or a scrape job for its port 9400; then run gpuwaste doctor again",
+                     DOCS["dcgm-exporter"], 1)]
+
+
 #: The doctor's checks, in order: each reads the probe and returns its rows (other checks append here).
-CHECKS: list[Callable[[Probe], list[CheckRow]]] = [check_signals, check_labels, check_dcgm_names, check_cloud_gpu_metrics]
+CHECKS: list[Callable[[Probe], list[CheckRow]]] = [check_dcgm_scraped, check_signals, check_labels, check_dcgm_names,
+                                                   check_cloud_gpu_metrics]
 
 
 LABEL_CHECKS: dict[str, str] = {
@@ -505,7 +523,9 @@ def render(report: DoctorReport, checks: list[CheckRow] | None = None) -> None:
     rows = checks if checks is not None else report.checks
     code = verdict_code(rows)
     problems = [c for c in rows if c.status != "ok"]
-    first = f"verdict: exit {code}: {EXIT_CODES[code]}"
+    not_scraped = next((c for c in rows if c.check == NOT_SCRAPED), None)
+    verdict = f"verdict: exit {code}: {EXIT_CODES[code] if not_scraped is None else not_scraped.detail}"
+    first = verdict
     if problems:
         first += f" ({len(problems)} thing{'s' if len(problems) != 1 else ''} to do, listed at the end)"
     print_fitted(out, first, style="bold " + ("green" if code == 0 else "red"), breaks=PROSE)
@@ -532,7 +552,7 @@ def render(report: DoctorReport, checks: list[CheckRow] | None = None) -> None:
         out.print(f"  [{style}]{d.status:8}[/] {d.name}", highlight=False)
         for n in d.notes:
             print_fitted(out, n, first=NOTE, indent=NOTE, style="dim", breaks=PROSE)
-    if report.csv_lines:
+    if report.csv_lines and not_scraped is None:  # with no exporter scraped, its CSV is not the fix
         _heading("add to the dcgm-exporter counters CSV", DOCS["dcgm-fields"])
         for line in report.csv_lines:
             out.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
@@ -552,8 +572,7 @@ def render(report: DoctorReport, checks: list[CheckRow] | None = None) -> None:
                 print_fitted(out, f"fix: {c.fix}", first=HINT_INDENT, indent=HINT_INDENT + "  ", breaks=PROSE)
             if c.link:
                 print_fitted(out, f"docs: {c.link}", first=HINT_INDENT, indent=HINT_INDENT, style="dim", breaks=PROSE)
-    print_fitted(out, f"verdict: exit {code}: {EXIT_CODES[code]}", style="bold " + ("green" if code == 0 else "red"),
-                 breaks=PROSE)
+    print_fitted(out, verdict, style="bold " + ("green" if code == 0 else "red"), breaks=PROSE)
 
 
 def verdict_code(rows: list[CheckRow]) -> int:
@@ -773,7 +792,7 @@ def doctor(
     code = verdict_code(rows)
     if as_json or output is DoctorOutput.json:
         doc = {**asdict(report), "checks": [asdict(r) for r in rows], "helm_values": report.helm_values, "exit_code": code,
-               "recording_rules": rules}
+               "recording_rules": rules, "dcgm_scraped": not any(r.check == NOT_SCRAPED for r in rows)}
         if probe.ksm is not None:
             doc["kube_state_metrics"] = {**asdict(probe.ksm), "usable": probe.ksm.usable}
         sys.stdout.write(json.dumps(for_json(doc), indent=1) + "\n")  # label values from Prometheus: no controls

@@ -159,11 +159,39 @@ def _scanned(recording: Path, fingerprint: str, cfg: GpuWasteConfig, *, config_g
         report = local.scan_service(sources, cfg, window_s=window_s).scan(at=when)
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
-    matches = find(report.findings, fingerprint)
+    return cfg, _matching(report.findings, fingerprint)
+
+
+def _live(fingerprint: str, cfg: GpuWasteConfig, *, prometheus: str | None, cluster: str | None,
+          cluster_file: Path | None, kubeconfig: Path | None, context: str | None, at: str | None,
+          window: str | None) -> list[Finding]:
+    """A live scan again (Prometheus, and the cluster state from kube-state-metrics, the Kubernetes API or
+    --cluster-json) at `at` (default now) over `window`, and the findings matching `fingerprint`: the same ID as the
+    live `gpuwaste scan` showed when `--at` and `--window` are the scan's (its hint prints them); exits 3 when the
+    source is unreachable, 2 when none matches."""
+    from gpuwaste.bootstrap import local
+    from gpuwaste.cli_support import KUBE_HINT, SOURCE_ERRORS, live_cluster
+
+    try:
+        cc = live_cluster(cfg, cluster, prometheus, None if cluster_file else kubeconfig, context)
+        sources = local.live_sources(cc, cfg, cluster_file=cluster_file)
+        when = parse_time(at) or datetime.now(tz=UTC).replace(microsecond=0)
+        window_s = parse_window(window) if window else cfg.scan.window_s
+        report = local.scan_service(sources, cfg, window_s=window_s).scan(at=when)
+    except SOURCE_ERRORS as exc:
+        fail(escape_markup(f"{exc}\nCheck the URL, network access and credentials, then retry."), code=3)
+    except GpuWasteError as exc:
+        fail(escape_markup(str(exc)) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
+    return _matching(report.findings, fingerprint)
+
+
+def _matching(findings: list[Finding], fingerprint: str) -> list[Finding]:
+    """The scan's findings matching `fingerprint`; exits 2 when none does, listing what the scan found."""
+    matches = find(findings, fingerprint)
     if not matches:
-        known = found_list(report.findings)
-        fail(escape_markup(f"no finding with ID {fingerprint!r} in this scan; the scan found:\n{known}"))
-    return cfg, matches
+        known = found_list(findings)
+        fail(escape_markup(f"no finding with ID {fingerprint!r} in this scan; the scan found:\n{known or '  nothing'}"))
+    return matches
 
 
 def found_list(findings: list[Finding]) -> str:
@@ -207,15 +235,25 @@ def explain(
                                                                 "that found it: the finding as last seen. Default without "
                                                                 f"--recording: {DEFAULT_STATE}, `run`'s default.")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (thresholds).")] = None,
-    at: Annotated[str | None, typer.Option("--at", help="Evaluation time (default: the recording's end).")] = None,
-    window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window (default: the recording's).")] = None,
+    at: Annotated[str | None, typer.Option("--at", help="Evaluation time (default: the recording's end; now for --prometheus).")] = None,
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Look-back window (default: the recording's, else 1h).")] = None,
+    prometheus: Annotated[str | None, typer.Option("--prometheus", "-p", help="Scan this Prometheus again (live), as `gpuwaste scan --prometheus` did; "
+                                                                           "pass the --at it printed for the same ID.")] = None,
+    cluster_file: Annotated[Path | None, typer.Option("--cluster-json", help="Cluster objects from a file (with --prometheus).")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file (with --prometheus).", envvar="KUBECONFIG")] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context (with --prometheus).")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster of --config to scan (with --prometheus).")] = None,
 ) -> None:
     """Explain one finding (its ID from `gpuwaste scan` or `run`): evidence, thresholds, formula and numbers. Reads
-    the recording again (-r) or the finding stored in a run's state file (--state, default .gpuwaste/state.db)."""
+    the recording again (-r), Prometheus again (--prometheus, a live scan's finding: the `--at` the scan printed gives
+    the same ID), or the finding stored in a run's state file (--state, default .gpuwaste/state.db)."""
     cfg = config_or_exit(config)
-    if recording is not None and state is not None:
-        fail("pass --recording or --state, not both")
-    if recording is None:
+    if sum(x is not None for x in (recording, state, prometheus)) > 1:
+        fail("pass one of --recording, --prometheus or --state")
+    if prometheus is not None:
+        matches = _live(fingerprint, cfg, prometheus=prometheus, cluster=cluster, cluster_file=cluster_file,
+                        kubeconfig=kubeconfig, context=context, at=at, window=window)
+    elif recording is None:
         path = check_state_path(state or DEFAULT_STATE)
         if not path.is_file():
             fail(escape_markup(f"{path}: no such state file. Pass -r DIR (the recording the finding came from) or "

@@ -59,11 +59,7 @@ def _cluster_objects(cluster_json: Path | None, cc: ClusterConfig, progress: Any
     except ModuleNotFoundError:
         fail("the Kubernetes adapter is not installed; pass --cluster-json FILE (kubectl get pods,nodes -A -o json)")
     source = KubernetesPodSource.from_settings(cc.kubernetes, cluster=cc.name, read=cc.read, progress=progress)
-    kube_list = getattr(source, "kube_list", None)
-    if kube_list is None:
-        fail("this build cannot capture cluster objects live; pass --cluster-json FILE (kubectl get pods,nodes -A -o json)")
-    doc = kube_list()
-    return doc if isinstance(doc, dict) else {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": list(doc)}
+    return source.kube_list()
 
 
 @app.command()

@@ -38,8 +38,6 @@ HOURS_PER_DAY = Decimal(24)
 DEFAULT_MODEL = "NVIDIA A10G"
 DEFAULT_INSTANCE = "g5.xlarge"
 VERDICTS = ("idle", "underused", "busy", "no_verdict")
-#: The verdicts as the terminal prints them (the JSON keeps VERDICTS).
-VERDICT_LABELS = {"idle": "idle", "underused": "under-used", "busy": "busy", "no_verdict": "no verdict"}
 #: The main job's detectors: the replay judges idle / under-used / busy with these only.
 CORE_DETECTORS = ("idle_allocation", "underused_allocation", "unallocated_capacity", "data_quality")
 
@@ -245,25 +243,46 @@ def _print_summary(s: ReplaySummary, source: AlibabaReplaySource) -> None:
     for v in VERDICTS:
         g = s.groups[v].describe()
         n = s.counts[v]
-        line = f"  {VERDICT_LABELS[v]:<11} {n:>4} pods  {s.gpu_hours[v]:>8.1f} GPU-h observed"
-        if v in ("idle", "underused"):  # what the findings' stretches wasted inside the window (docs/real-data.md)
-            line += f", {s.wasted_gpu_hours.get(v, 0.0):.1f} GPU-h wasted"
-            line += f"  ${s.usd_per_day[v]:,.2f}/day now" if s.usd_per_gpu_hour is not None else "  unpriced"
+        line = f"  {v:<10} {n:>4} pods  {s.gpu_hours[v]:>8.1f} GPU-h observed"
+        if v in ("idle", "underused"):
+            line += f", {s.wasted_gpu_hours.get(v, 0.0):>8.1f} wasted"
+            line += f"  ${s.usd_per_day[v]:,.2f}/day" if s.usd_per_gpu_hour is not None else "  unpriced"
         if g["avg"]:
             line += (f"  per-pod avg {_pct(g['avg']['median'])} (median; {_pct(g['avg']['min'])}–{_pct(g['avg']['max'])}),"  # type: ignore[index]
                      f" p95 median {_pct(g['p95']['median'])},"  # type: ignore[index]
                      f" highest 10-min avg {_pct(g['max_avg_10m']['min'])}–{_pct(g['max_avg_10m']['max'])}")  # type: ignore[index]
         out.print(line, highlight=False)
-    out.print("why: verdicts are stretches of buckets, not one number per window: idle = stretches of ≥ 30 min whose "
-              "buckets average < 5 % GPU_UTIL/100 with no sample ≥ 20 % (still going on at the end, or a sizeable share "
-              "of the window); under-used = stretches whose 10-min averages stay < 20 % (not idle); busy = neither; "
-              "no verdict = coverage < 80 % of the window, samples stopped > 10 min before its end (stale), or no "
-              "duty-cycle series. USD/day is the rate now ($0 once the last stretch ended); docs/real-data.md.",
+    out.print(rule_text(), style="dim", highlight=False)
+    out.print("GPU-h observed: 1 GPU per pod × its duty-cycle samples × the step; wasted: the GPU-hours of the idle or "
+              "under-used episodes inside the window; USD/day: the rate of the wasted GPUs now (price × wasted share × 24).",
               style="dim", highlight=False)
     if s.reasons:
         reasons = Counter(s.reasons.values())
-        out.print("no verdict: " + "; ".join(f"{n}× {r.replace('_', ' ')}" for r, n in reasons.most_common()),
-                  style="dim", highlight=False)
+        from gpuwaste.people import PROBLEM_LABELS  # a problem's id in words; a reason sentence as it is
+
+        out.print("no verdict: " + "; ".join(f"{n}× {PROBLEM_LABELS.get(r, r)}" for r, n in reasons.most_common()), style="dim",
+                  highlight=False)
+
+
+def rule_text(config: GpuWasteConfig | None = None) -> str:
+    """The verdict rule the replay applies, from the detectors' settings (the scan's own episode rule, stated as the
+    idle and under-used detectors apply it), in people's words.
+    """
+    from gpuwaste.config import GpuWasteConfig
+    from gpuwaste.detectors.allocation import IdleSettings, UnderusedSettings
+
+    d = (config or GpuWasteConfig()).detectors
+    named = d.by_name()
+    idle, under, common = named["idle_allocation"], named["underused_allocation"], d.common
+    assert isinstance(idle, IdleSettings) and isinstance(under, UnderusedSettings)
+    ep = f"{common.min_episode_s // 60} min"
+    share = f"{common.min_episode_share:.0%}"
+    return (f"why: idle = GPU_UTIL {idle.statistic} under {idle.max_activity_ratio:.0%} and every 10-min average under "
+            f"{idle.max_activity_ratio:.0%} over the window, or stretches of ≥ {ep} with every 10-min average under "
+            f"{idle.max_activity_ratio:.0%} that last to the window's end or add up to ≥ {share} of it; under-used = the "
+            f"same with {under.max_avg_10m_ratio:.0%} (when not idle); busy = neither; no verdict = telemetry covers under "
+            f"{common.min_coverage:.0%} of the window, samples stopped before its end (stale), or no duty-cycle "
+            "series.")
 
 
 def _check_mapping(gpu_model: str, instance_type: str) -> None:
@@ -342,6 +361,8 @@ def alibaba(
                            "scrape_interval_s": trace.step_s},
                "trace": {"pods": len(trace.pods), "rows": trace.rows, "start": trace.start.isoformat(), "end": trace.end.isoformat()},
                "counts": summary.counts, "gpu_hours": summary.gpu_hours,
+               "gpu_hours_meaning": "observed: 1 GPU per pod × duty-cycle samples × step (wasted_gpu_hours: the episodes')",
+               "wasted_gpu_hours": {k: round(v, 2) for k, v in summary.wasted_gpu_hours.items()},
                "usd_per_day": ({k: str(v) for k, v in summary.usd_per_day.items()} if summary.usd_per_gpu_hour is not None
                                else dict.fromkeys(summary.usd_per_day)),
                "usd_per_gpu_hour": str(summary.usd_per_gpu_hour) if summary.usd_per_gpu_hour else None,

@@ -16,6 +16,7 @@ from gpuwaste.cli_support import (
     DEFAULT_STATE,
     KUBE_HINT,
     SOURCE_ERRORS,
+    VERBOSE,
     Output,
     View,
     app,
@@ -162,6 +163,7 @@ def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore
             return [(r, exc) for r in requests]
         assert service is not None
         failed: list[tuple[AlertMessage, Exception]] = []
+        ticketed: list[str] = []
         service.now = lambda: at  # ages and "open since" read from the scan's time (a replay reads as it happened)
         # the printed ticket's `gpuwaste explain ID …` works as printed; a real Jira ticket's readers have no local state
         service.explain_args = "" if service.settings.jira.base_url else explain_args
@@ -194,18 +196,45 @@ def _ticket_stage(cfg, *, panels: bool, explain_args: str = ""):  # type: ignore
                     AlertAction.RESOLVED: "resolved"}.get(request.action, request.action.value)
             out.print(alert_line(request, width=out.width, prefix=f"{verb} {key or '-'}: "), style="magenta", highlight=False,
                       soft_wrap=True, markup=False)
+            if key and request.action is AlertAction.ESCALATE:
+                ticketed.append(request.fingerprint)
+        _show_tickets_in_chat(cfg, store, ticketed, at)
         return failed
 
     return file_tickets
 
 
-def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-untyped-def]
+def _show_tickets_in_chat(cfg, store, fingerprints: list[str], at: datetime) -> None:  # type: ignore[no-untyped-def]
+    """The Slack messages of the findings that got a ticket in this run edited in place to show it (once per finding
+    and ticket: `NotifyService.show_tickets`); a failure is shown, not fatal (the ticket exists and links the thread;
+    the message keeps showing no ticket — a later run does not retry the edit)."""
+    from gpuwaste.bootstrap import local_delivery
+
+    if not fingerprints or cfg.delivery.slack.bot_token is None:
+        return
+    try:
+        service = local_delivery.local_notify_service(cfg, store, now=lambda: at)
+        edited = service.show_tickets(fingerprints)
+    except GpuWasteError as exc:
+        out.print(f"Slack message not updated with its ticket: {for_terminal(str(exc))}", style="yellow",
+                  highlight=False, soft_wrap=True)
+        return
+    for message in edited:
+        out.print(f"Slack message {message.message_id} in {message.destination} updated to show its ticket"
+                  f"{'s' if len(message.fingerprints) > 1 else ''}", style="magenta", highlight=False, soft_wrap=True,
+                  markup=False)
+
+
+def print_summary(cfg, state: Path, at: datetime, showback=None, findings=()) -> None:  # type: ignore[no-untyped-def]
     """The daily summary (services/summary) of the state file for the day ending at the last scan; marks the
-    state's pending summaries done once shown."""
+    state's pending summaries done once shown. With `showback` (the last scan's `services.showback.ScanLedger`), the
+    fleet funnel, the per-team showback and the share-conservation check of that scan's window come first."""
     from gpuwaste.bootstrap import summary as summary_root
     from gpuwaste.sinks.summary_report import SummaryNotes, render_terminal
     from gpuwaste.store.sqlite import SqliteFindingStore
 
+    if showback is not None:  # the last window's ledger first: the summary's tables end the section
+        print_showback(cfg, showback, findings)
     _section("summary · the day up to the last scan")
     try:
         service = summary_root.local_summary_service(cfg, state)
@@ -220,9 +249,26 @@ def print_summary(cfg, state: Path, at: datetime) -> None:  # type: ignore[no-un
             queue = service.store.delivery_queue("summary")
             queue.done([p.id for p in queue.pending()])  # the newest summary shown supersedes older pending ones
     finally:
-        close = getattr(service.store, "close", None)
-        if close is not None:
-            close()
+        if isinstance(service.store, SqliteFindingStore):
+            service.store.close()
+
+
+def print_showback(cfg, sl, findings=()) -> None:  # type: ignore[no-untyped-def]
+    """The last scan window's funnel, per-team showback (allocated / wasted / efficiency) and conservation check."""
+    from gpuwaste.cli_support import funnel_text, unmet_text
+    from gpuwaste.services.showback import funnel_figures, showback, unmet_by_resource
+
+    _section(f"fleet funnel and showback · the last scan's window ({sl.window_start:%H:%M}–{sl.window_end:%H:%M} UTC)")
+    out.print(funnel_text(funnel_figures(sl, "cluster", cfg.delivery)), highlight=False, markup=False)
+    for row in showback(sl, findings, "team", cfg.delivery):
+        d = row.as_dict()
+        eff = "" if d["efficiency"] is None else f" · efficiency {d['efficiency']:.0%}"
+        out.print(f"  {row.group}: allocated {d['allocated_gpu_hours']:,.2f} GPU-h ${d['allocated_usd']:,.2f} · wasted "
+                  f"{d['wasted_gpu_hours']:,.2f} GPU-h ${d['wasted_usd']:,.2f}{eff}", highlight=False, markup=False)
+    if sl.unmet:
+        out.print(unmet_text(unmet_by_resource(sl.unmet)), style="yellow", highlight=False, markup=False)
+    out.print(sl.ledger.conservation.text(), style="dim" if sl.ledger.conservation.holds else "red", highlight=False,
+              markup=False)
 
 
 def _pending_line(result: local.ChainResult, why: list[str], *, kept: bool = True) -> str | None:
@@ -257,7 +303,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
 
     table = output is Output.table
     explain_args = explain_source(state if state_kept else None, recording)
-    view = View(source=explain_args.strip() or None)
+    view = View(source=explain_args.strip() or None, verbose=VERBOSE.on)  # -v (global or the command's)
 
     def on_scan(report):  # type: ignore[no-untyped-def]
         if table and not quiet:
@@ -307,7 +353,8 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
             out.print(f"no new alerts: every finding is already known to the store {state}{hint}",
                       style="dim", highlight=False)
         if summary and not quiet:
-            print_summary(cfg, state, times[-1])
+            last = result.reports[-1] if result.reports else None
+            print_summary(cfg, state, times[-1], showback=last.showback if last else None, findings=last.findings if last else ())
     if result.failed:
         err.print(f"{len(result.failed)} deliveries failed (first: {result.failed[0][1]}); they stay pending in "
                   f"{state} and the next run retries them", style="red", highlight=False)
@@ -348,9 +395,12 @@ def run_cmd(
     summary: Annotated[bool, typer.Option("--summary/--no-summary", help="Print the daily summary of the state file after the scans.")] = True,
     wide: Annotated[bool, typer.Option("--wide", help="Keep the evidence and confidence columns on terminals narrower than 120 columns.")] = False,
     state_wait: Annotated[float, typer.Option("--state-wait", min=0, metavar="<s>", help="Seconds to wait for another `gpuwaste run` on the same --state to finish (one run per state file), then exit 3.")] = 120.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print what each scan saw and why some pods got no verdict (grouped by cause).")] = False,
 ) -> None:
     """Run the whole pipeline locally (embedded queue + SQLite store): scans, pricing, dedupe, alerts."""
     from gpuwaste.bootstrap import local
+
+    VERBOSE.on = VERBOSE.on or verbose
 
     cfg = config_or_exit(config)
     check_state_path(state or DEFAULT_STATE)

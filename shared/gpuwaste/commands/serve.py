@@ -209,12 +209,15 @@ class Server:
             result = chain_once(tracked, self.cfg, cluster=self.cluster, at=at, window_s=self.window_s, state=self.state)
             report = result.reports[-1]
             open_records, resolved = self._store_state(wall)
+            from gpuwaste.services.showback import health_figures as showback_health
             self.metrics.observe_success(self.cluster, at=wall, duration_s=time.monotonic() - t0,
                                          window_s=report.window_s, gpus=report.inventory.physical_gpus,
                                          findings=report.findings,
                                          no_verdict_detectors=[nv.detector for nv in report.no_verdict],
                                          open_records=open_records, resolved_records=resolved,
-                                         coverage=report.inventory.attribution_coverage)
+                                         coverage=report.inventory.attribution_coverage,
+                                         showback=None if report.showback is None
+                                         else showback_health(report.showback, self.metrics.settings))
             ok = True
         except (typer.Exit, SystemExit) as exc:  # the chain printed the error (stderr) and exited: count it
             self.metrics.observe_failure(self.cluster, at=wall, duration_s=time.monotonic() - t0,

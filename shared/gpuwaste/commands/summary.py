@@ -41,6 +41,37 @@ class SummaryFormat(StrEnum):
     terminal = "terminal"  # the old name of `table` (every other command says `-o table`)
 
 
+def print_month_end(service, cfg, *, until) -> None:  # type: ignore[no-untyped-def]
+    """The month-end view (`services.month_end`) of the store at `until`."""
+    from gpuwaste.services.month_end import month_bounds, month_end
+
+    start, _ = month_bounds(until)
+    rows = month_end(service.store.history(since=start, until=until), until=until, team_of=service.team_of,
+                     budgets_per_day=dict(cfg.serve.team_budgets_usd_per_day),
+                     default_per_day=cfg.serve.default_team_budget_usd_per_day)
+    out.print(f"Month to date · {start:%Y-%m} up to {until:%Y-%m-%d %H:%M} UTC · wasted USD, month-end at the current rate",
+              style="bold", highlight=False, markup=False)
+    for m in rows:
+        budget = "no budget" if m.budget_usd is None else f"budget ${m.budget_usd:,.2f}" + (" — OVER" if m.over_budget else "")
+        out.print(f"  {m.team}: ${m.to_date_usd:,.2f} so far · ${m.open_usd_per_day:,.2f}/day open now · month-end "
+                  f"${m.month_end_usd:,.2f} · {budget}", style="red" if m.over_budget else None, highlight=False, markup=False)
+
+
+def print_waste_hours(service, *, since, until) -> None:  # type: ignore[no-untyped-def]
+    """When the waste happens (`services.waste_hours`): one grid per team, from the store's money ledger."""
+    from gpuwaste.services.waste_hours import grid_lines, waste_by_hour_of_week
+
+    grids, unpriced = waste_by_hour_of_week(service.store.history(since=since, until=until), since=since, until=until,
+                                            team_of=service.team_of)
+    out.print(f"When the waste happens · {since:%Y-%m-%d %H:%M} – {until:%Y-%m-%d %H:%M} UTC · wasted GPU-hours by hour "
+              "(UTC) and weekday; darker = more", style="bold", highlight=False, markup=False)
+    for team, grid in grids.items():
+        for line in grid_lines(team, grid):
+            out.print(line, highlight=False, markup=False, soft_wrap=True)
+    if unpriced:
+        out.print(f"{unpriced} unpriced findings left out (no USD per GPU-hour)", style="dim", highlight=False, markup=False)
+
+
 @app.command("summary")
 def summary_cmd(
     state: Annotated[Path, typer.Option("--state", help=f"SQLite state file written by `gpuwaste run` (the same default: {DEFAULT_STATE}).")] = DEFAULT_STATE,
@@ -53,6 +84,8 @@ def summary_cmd(
     chart: Annotated[Path | None, typer.Option("--chart", help="Also draw the stacked-bar chart to this PNG (needs the 'charts' extra); the HTML report embeds it.")] = None,
     open_it: Annotated[bool, typer.Option("--open", help="Write the HTML report (to --out-file, else a temporary file) and open it in the browser.")] = False,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides teams).")] = None,
+    month: Annotated[bool, typer.Option("--month", help="Also show per team: wasted USD month to date, the month-end at the current rate and the month's waste budget (table output).")] = False,
+    by_hour: Annotated[bool, typer.Option("--by-hour", help="Also show when the waste happens: wasted GPU-hours per team by hour of day × day of week (UTC), with the night and weekend shares (table output).")] = False,
 ) -> None:
     """Summarise the waste in a state file: totals by team, namespace, kind and cluster, trend, top offenders, savings."""
     from gpuwaste.bootstrap import summary as bootstrap
@@ -109,6 +142,10 @@ def summary_cmd(
     if chosen is SummaryFormat.table:
         if out_path is None:
             render_terminal(result, out, notes)
+            if month:
+                print_month_end(service, cfg, until=result.until)
+            if by_hour:
+                print_waste_hours(service, since=result.since, until=result.until)
             return
         buffer = Console(file=io.StringIO(), width=120, color_system=None)
         render_terminal(result, buffer, notes)

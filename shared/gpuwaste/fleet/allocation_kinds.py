@@ -18,8 +18,10 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuwaste.fleet.parts import TruthItem, _Gpu, _iso, _uid
+
 if TYPE_CHECKING:
-    from gpuwaste.fleet.generator import _Builder, _Gpu
+    from gpuwaste.fleet.generator import _Builder
 
 DRA_DRIVER = "gpu.nvidia.com"
 RTX = ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", 97887, 600.0)
@@ -154,8 +156,6 @@ def _kai(b: _Builder, truth: AllocationTruth) -> None:
 
 
 def _blackwell_mig(b: _Builder, truth: AllocationTruth) -> None:
-    from gpuwaste.fleet.generator import _Gpu  # noqa: PLC0415 - the generator imports this module
-
     whole = b.node("ip-10-1-0-50.ec2.internal", "g5.12xlarge", gpus_override=2)
     node = whole[0].node
     for x in whole:
@@ -198,8 +198,6 @@ def _own(g: _Gpu, owner: tuple[str, str, str], scenario: str) -> None:
 
 
 def _item(kind: str | None, ns: str, pod: str, node: str, gpus: float, scenario: str) -> Any:
-    from gpuwaste.fleet.generator import TruthItem  # noqa: PLC0415
-
     return TruthItem(kind=kind, namespace=ns, pod=pod, node=node, workload=pod, gpus=gpus, scenario=scenario)
 
 
@@ -208,8 +206,6 @@ def _node_obj(b: _Builder, name: str) -> dict[str, Any]:
 
 
 def _meta(b: _Builder, ns: str, name: str, *, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    from gpuwaste.fleet.generator import _iso, _uid  # noqa: PLC0415
-
     meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": _uid(ns, name), "labels": {"app": name, **(labels or {})},
                             "creationTimestamp": _iso(b.t_eval - 86430)}
     if annotations:
@@ -218,8 +214,6 @@ def _meta(b: _Builder, ns: str, name: str, *, labels: dict[str, str] | None = No
 
 
 def _status(b: _Builder) -> dict[str, Any]:
-    from gpuwaste.fleet.generator import _iso  # noqa: PLC0415
-
     return {"phase": "Running", "startTime": _iso(b.t_eval - 86400), "podIP": f"10.244.7.{len(b.objects) % 250}"}
 
 
@@ -232,8 +226,6 @@ def _claim_pod(b: _Builder, ns: str, name: str, node: str, claim: str, *, team: 
 
 
 def _claim(ns: str, name: str, node: str, devices: list[str], consumers: list[tuple[str, str]]) -> dict[str, Any]:
-    from gpuwaste.fleet.generator import _uid  # noqa: PLC0415
-
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": ns, "uid": _uid("claim", ns, name)},
             "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from gpuwaste.fleet import allocation_kinds
 from gpuwaste.fleet.allocation_kinds import AllocationTruth
 from gpuwaste.fleet.ksm_series import ksm_series
+from gpuwaste.fleet.parts import TruthItem, _Gpu, _iso, _uid
 from gpuwaste.sources.exposition import RecordedSeries, write_openmetrics
 
 BASE_TS = 1704067200  # 2024-01-01T00:00:00Z, a multiple of 2 h (promtool block boundary)
@@ -105,39 +106,6 @@ class FleetSpec(BaseModel):
     ksm_step_s: int = Field(60, ge=0, description="seconds between kube-state-metrics samples; 0: no KSM series")
 
 
-class TruthItem(BaseModel):
-    """One expected finding (or one expected non-finding, with `kind` None)."""
-
-    kind: str | None
-    namespace: str | None = None
-    pod: str | None = None
-    node: str | None = None
-    workload: str | None = None
-    gpus: float = 0.0
-    scenario: str
-    check: str | None = None
-
-
-@dataclass
-class _Gpu:
-    uuid: str
-    index: int
-    node: str
-    model: str
-    fb_total: int
-    power_limit: float
-    mig: tuple[str, str] | None = None  # (GPU_I_ID, profile)
-    scenario: str = "free"
-    owner: tuple[str, str, str] | None = None  # (namespace, pod, container)
-    signal_set: str = "prof"  # "prof" (GR_ENGINE + GPU_UTIL), "sm" (+SM_ACTIVE), "util" (GPU_UTIL only)
-    label_style: str = "pod"
-    hostname_key: str = "Hostname"
-    hostname_value: str = ""
-    exporter_pod: str = ""
-    stale_owner: tuple[str, str, str] | None = None
-    extra_labels: dict[str, str] = field(default_factory=dict)  # e.g. the exporter's dra_* labels (B25)
-
-
 @dataclass
 class Fleet:
     """A generated fleet: telemetry, cluster objects and ground truth."""
@@ -171,15 +139,6 @@ class Fleet:
     def expected(self) -> list[TruthItem]:
         """Truth items that expect a finding."""
         return [t for t in self.truth if t.kind]
-
-
-def _uid(*parts: object) -> str:
-    h = hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class _Builder:

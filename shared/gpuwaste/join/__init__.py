@@ -5,7 +5,7 @@ allocation resolvers (`gpuwaste.allocation`) say who holds which share of which 
 `ScanContext`, is the joined view every detector reads.
 """
 
-from gpuwaste.join.build import build_context, join
+from gpuwaste.join.build import join
 from gpuwaste.join.view import (
     BOUND_EPS,
     ActivityReading,
@@ -17,4 +17,4 @@ from gpuwaste.join.view import (
     gpu_ref,
 )
 
-__all__ = ["BOUND_EPS", "ActivityReading", "Allocation", "CommonSettings", "NodeInventory", "ScanContext", "SubjectKey", "build_context", "gpu_ref", "join"]
+__all__ = ["BOUND_EPS", "ActivityReading", "Allocation", "CommonSettings", "NodeInventory", "ScanContext", "SubjectKey", "gpu_ref", "join"]

@@ -74,8 +74,6 @@ def join(
                        dict(power_limits_w or {}), resolved)
 
 
-#: The name the detectors and tests used before the join became its own package.
-build_context = join
 
 
 def _inventories(cluster: ClusterState, by_node: dict[str, list[GpuTelemetry]], nodes: dict[str, Node],
@@ -232,4 +230,4 @@ def _fits(h: Holding, devices: list[GpuTelemetry], node: Node | None) -> bool:
     return Decimal(whole) / replicas == len({d.device.uuid for d in devices})
 
 
-__all__ = ["Resolved", "build_context", "join"]
+__all__ = ["Resolved", "join"]

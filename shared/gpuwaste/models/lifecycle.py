@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -14,6 +14,7 @@ from gpuwaste.models.base import Frozen
 from gpuwaste.models.ledger import LedgerSpan
 from gpuwaste.models.legacy import upgrade_message_fields
 from gpuwaste.models.notices import MessageRef
+from gpuwaste.models.reclaim import ReclaimAction
 
 
 class FindingState(StrEnum):
@@ -21,6 +22,30 @@ class FindingState(StrEnum):
 
     OPEN = "open"
     RESOLVED = "resolved"
+
+
+class Justification(Frozen):
+    """An owner's reason for leaving a finding be, for a bounded time (the "Expected" / "Snooze" buttons, the CLI).
+
+    Attributes:
+        kind: `expected` (no reminders nor tickets) or `snooze` (nothing told at all) until `until`.
+        reason: the owner's words (1..500 characters), shown in the thread and the daily summary.
+        by: who gave it (a chat mention such as `<@U123>`, or the CLI user's name).
+        at / until: when it was given and when it ends (UTC); at `until` the finding is told again (REMINDER,
+            "justification ended") and escalates by the lifecycle's rules.
+        source: where it came from (the chat sink's name, `cli`, `reclaim-keep`: the Keep button of a reclaim notice).
+    """
+
+    kind: Literal["expected", "snooze"]
+    reason: str = Field(min_length=1, max_length=500)
+    by: str = Field(min_length=1, max_length=200)
+    at: datetime
+    until: datetime
+    source: str = "chat"
+
+    def active(self, at: datetime) -> bool:
+        """True while `at` is before `until`."""
+        return at < self.until
 
 
 class FindingRecord(Frozen):
@@ -41,6 +66,8 @@ class FindingRecord(Frozen):
         last_checked_scan_id: the last ScanCompleted applied (a redelivered completion is a no-op).
         outbox_json: messages decided but not yet confirmed sent (JSON list); flushed on redelivery.
         activity_at: the latest of last_seen and resolved_at (the daily-summary index sorts on its day).
+        justification: the owner's current reason to leave it be (`Justification`), until it ends; None when none.
+        reclaims: reclaim actions planned or performed on it (`models/reclaim.py`), oldest first, at most 10.
         delivery_keys: idempotency keys (`fingerprint:action:scan_id:sink`) of deliveries already made, newest
             last, at most 20 (a redelivered alert is not posted twice).
         version: optimistic-concurrency counter for conditional writes.
@@ -69,6 +96,8 @@ class FindingRecord(Frozen):
     ticket_key: str | None = None
     snoozed_until: datetime | None = None
     acknowledged: str | None = None
+    justification: Justification | None = None
+    reclaims: tuple[ReclaimAction, ...] = ()
     team: str | None = None
     finding_json: str = ""
     ticket_requested_at: datetime | None = None

@@ -78,6 +78,12 @@ class ScanHealth(Frozen):
         attribution: allocation kind ("device plugin", "MIG", "time-slicing", "DRA", "HAMi", …, and "all") → the share 0–1
             of the GPU-hours allocated in the last successful scan's window that had attributable telemetry.
         allocated_gpu_hours: allocation kind (and "all") → GPU-hours allocated in that window.
+        funnel_gpus: GPU model → stage ("total", "allocated", "active", "effective", "unobserved") → GPUs over that
+            window (GPU-hours ÷ window hours; `services.showback.FUNNEL_RULE`).
+        team_gpus: team → the same stages (no "total": a team holds GPUs, it does not own the fleet).
+        unmet_gpu_requests: GPU resource → Pending pods asking for it that no node took; unmet_wait_s: resource → the
+            longest such wait (s).
+        window_cost_usd: ledger line ("holders", "unsold_slices", "unallocated") → USD of the window's physical GPUs.
     """
 
     cluster: str
@@ -93,6 +99,11 @@ class ScanHealth(Frozen):
     errors: dict[str, int] = Field(default_factory=dict)
     attribution: dict[str, float] = Field(default_factory=dict)
     allocated_gpu_hours: dict[str, float] = Field(default_factory=dict)
+    funnel_gpus: dict[str, dict[str, float]] = Field(default_factory=dict)
+    team_gpus: dict[str, dict[str, float]] = Field(default_factory=dict)
+    unmet_gpu_requests: dict[str, int] = Field(default_factory=dict)
+    unmet_wait_s: dict[str, float] = Field(default_factory=dict)
+    window_cost_usd: dict[str, float] = Field(default_factory=dict)
 
 
 class MetricsSnapshot(Frozen):

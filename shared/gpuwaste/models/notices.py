@@ -139,12 +139,20 @@ class ChatAction(Frozen):
         action: what was asked (`snooze_1d`, `snooze_7d`, `expected`, `ticket`). fingerprint: the finding.
         user: who pressed it, as the sink names them in a message (a mention).
         message: the message the button was on (the confirmation is a reply in its conversation), when known.
+        reason: the owner's justification ("Expected" / "Snooze"), from the chat's form; None: not asked yet.
+        days: how long "Expected" lasts (days), from the form; None: the default.
+        trigger_id: the chat's handle to open a form in answer to this click (Slack `trigger_id`, valid 3 s).
+        submitted: the request is a form's submission (answered with an empty body, which closes the form).
     """
 
     action: str
     fingerprint: str = Field(min_length=1, max_length=128)
     user: str = "someone"
     message: MessageRef | None = None
+    reason: str | None = Field(None, max_length=500)
+    days: int | None = Field(None, ge=1, le=366)
+    trigger_id: str | None = None
+    submitted: bool = False
 
 
 class ChatRequest(Frozen):
@@ -244,6 +252,16 @@ class TrendDay(Frozen):
         return sum((v for _, v in self.by_team), Decimal(0))
 
 
+class JustifiedTotal(Frozen):
+    """One team's active justifications at the summary's end: how many findings, the USD/day they cover (latest
+    priced cost; unpriced count 0) and the soonest `until`."""
+
+    team: str
+    findings: int
+    usd_per_day: Decimal
+    next_end: datetime
+
+
 class DailySummary(Frozen):
     """The fleet's waste over one period (normally a day) compared with the period before.
 
@@ -258,6 +276,7 @@ class DailySummary(Frozen):
         by_kind_and_team: (team, kind) → USD wasted in the period, for the stacked chart.
         unpriced: findings of the period without a price (not in the totals).
         trend: the last 30 UTC days up to the period's end, oldest first (the report's 7- and 30-day charts).
+        justified: active justifications at the period's end by team (`services/justifications.active_by_team`).
     """
 
     since: datetime
@@ -278,6 +297,7 @@ class DailySummary(Frozen):
     by_kind_and_team: tuple[tuple[str, str, Decimal], ...] = ()
     unpriced: int = 0
     trend: tuple[TrendDay, ...] = ()
+    justified: tuple[JustifiedTotal, ...] = ()
 
     @property
     def trend_usd(self) -> Decimal:

@@ -9,45 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Any, NamedTuple
 
 from pydantic import Field, model_validator
 
 from gpuwaste.models.base import Frozen
 from gpuwaste.models.dra import DraDeviceLabels
-
-
-class Signal(StrEnum):
-    """DCGM fields (dcgm-exporter metric names) the detectors read."""
-
-    SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
-    GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
-    GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
-    TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
-    DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
-    MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"
-    FB_USED = "DCGM_FI_DEV_FB_USED"
-    FB_FREE = "DCGM_FI_DEV_FB_FREE"
-    POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
-    POWER_LIMIT = "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"
-    POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
-    TOTAL_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
-
-    @property
-    def unit(self) -> str:
-        """Unit of the exported value: "ratio", "percent", "MiB", "W" or "mJ"."""
-        return _UNITS[self]
-
-    def to_ratio(self, value: float) -> float:
-        """Convert an activity value to a 0–1 ratio (percent fields ÷ 100, PROF ratios as-is)."""
-        return value / 100.0 if self.unit == "percent" else value
-
-    @property
-    def per_gpu_instance(self) -> bool:
-        """True when DCGM reports the field per MIG instance (FE_GPU_I/FE_GPU_CI), False for whole-GPU fields."""
-        return self in _PER_INSTANCE
-
+from gpuwaste.models.signals import Signal as Signal  # re-exported: callers read the signal names here too
 
 #: Every other name an exporter may publish a `Signal` under, with the value in the same unit (one table, read by the
 #: plan, the recording path, the recording rules, `doctor` and the Grafana dashboard). Sources:
@@ -83,20 +51,6 @@ def exported_names(signal: Signal) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-_UNITS: dict[Signal, str] = {
-    Signal.SM_ACTIVE: "ratio",
-    Signal.GR_ENGINE_ACTIVE: "ratio",
-    Signal.GPU_UTIL: "percent",
-    Signal.TENSOR_ACTIVE: "ratio",
-    Signal.DRAM_ACTIVE: "ratio",
-    Signal.MEM_COPY_UTIL: "percent",
-    Signal.FB_USED: "MiB",
-    Signal.FB_FREE: "MiB",
-    Signal.POWER_USAGE: "W",
-    Signal.POWER_LIMIT: "W",
-    Signal.POWER_MGMT_LIMIT: "W",
-    Signal.TOTAL_ENERGY: "mJ",
-}
 #: Readable values per unit (inclusive; a small tolerance above the nominal maximum): ratio 0–1 (DCGM PROF
 #: ratios can read a hair above 1), percent 0–100, plausible physical ceilings for MiB and W, and below
 #: the DCGM double blank (2**47) for the energy counter. Outside: the sample is unreadable.
@@ -116,10 +70,6 @@ def readable(unit: str, value: float) -> bool:
     lo, hi = READABLE_RANGE.get(unit, (-math.inf, math.inf))
     return lo <= value <= hi
 
-
-_PER_INSTANCE = frozenset(
-    {Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE, Signal.FB_USED, Signal.FB_FREE}
-)
 
 #: DCGM fields read time-resolved (`WindowStats.buckets`): the activity signals and what tells work from a
 #: stall (tensor, DRAM, power). Their window statistics are derived from the buckets.

@@ -27,7 +27,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gpuwaste.errors import GpuWasteError
 from gpuwaste.queue.envelopes import EnvelopeSender
 
 logger = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class _Pending:
-    queue: Any
+    queue: EnvelopeSender
     record: str | None
     message: BaseModel
 
@@ -60,7 +59,7 @@ class SendBatch:
         """The record whose sends follow."""
         self.record = record_id
 
-    def add(self, queue: Any, messages: Sequence[BaseModel]) -> None:
+    def add(self, queue: EnvelopeSender, messages: Sequence[BaseModel]) -> None:
         """Remember messages for `queue` under the current record."""
         self._pending.extend(_Pending(queue, self.record, m) for m in messages)
 
@@ -79,7 +78,7 @@ class SendBatch:
         self._pending.clear()
         self._callbacks.clear()
         failed: dict[str | None, BaseException] = {}
-        by_queue: dict[int, tuple[Any, list[_Pending]]] = {}
+        by_queue: dict[int, tuple[EnvelopeSender, list[_Pending]]] = {}
         for p in pending:
             by_queue.setdefault(id(p.queue), (p.queue, []))[1].append(p)
         for queue, items in by_queue.values():
@@ -98,16 +97,9 @@ class SendBatch:
         return failed
 
 
-def _send_each(queue: Any, messages: list[BaseModel]) -> list[BaseException | None]:
-    """Per-message outcome: `send_each` when the queue has it (SQS), else all-or-nothing `send`."""
-    each = getattr(queue, "send_each", None)
-    if each is not None:
-        return list(each(messages))
-    try:
-        queue.send(messages)
-    except (GpuWasteError, OSError) as exc:
-        return [exc] * len(messages)
-    return [None] * len(messages)
+def _send_each(queue: EnvelopeSender, messages: list[BaseModel]) -> list[BaseException | None]:
+    """Per-message outcome (`EnvelopeSender.send_each`: per message on SQS, all or nothing elsewhere)."""
+    return list(queue.send_each(messages))
 
 
 _IDLE = SendBatch()
@@ -121,7 +113,7 @@ class DeferredQueue(EnvelopeSender):
         outbox: where the current invocation's `SendBatch` is found (a context variable), or one `SendBatch`.
     """
 
-    def __init__(self, inner: Any, outbox: ContextVar[SendBatch | None] | SendBatch) -> None:
+    def __init__(self, inner: EnvelopeSender, outbox: ContextVar[SendBatch | None] | SendBatch) -> None:
         self.inner = inner
         self._outbox = outbox
 

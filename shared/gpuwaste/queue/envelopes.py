@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel
 
+from gpuwaste.errors import GpuWasteError
 from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest, split_completion
 
 
@@ -30,3 +31,18 @@ class EnvelopeSender:
     def send_scan_requests(self, messages: Sequence[ScanRequest]) -> None:
         """`ScanRequestQueue.send_scan_requests`."""
         self.send(messages)
+
+    def send_each(self, messages: Sequence[BaseModel]) -> Sequence[BaseException | None]:
+        """Send `messages` and say, per message, whether it went out (None) or the error that stopped it. Here all
+        or nothing (one `send`: a `GpuWasteError` or `OSError` is every message's outcome); a queue that knows each
+        message's fate (SQS's SendMessageBatch, `SqsQueue`) overrides it."""
+        try:
+            self.send(messages)
+        except (GpuWasteError, OSError) as exc:
+            return [exc] * len(messages)
+        return [None] * len(messages)
+
+    def after_sent(self, callback: Callable[[], object]) -> None:
+        """`AlertQueue.after_sent`: `send` has sent the messages already, so the callback runs now (a deferring
+        queue overrides this)."""
+        callback()

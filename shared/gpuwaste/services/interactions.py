@@ -1,5 +1,8 @@
 """Service: chat button clicks (snooze 1 day / 7 days, expected, create ticket, details) → the finding lifecycle.
 
+"Expected" and "Snooze" ask for a reason first (the chat's form, `ask_reason`) and store a justification (who, when,
+until when: services/justifications.py); the form's submission comes back as the same action with its reason.
+
 Every request is authenticated first by the injected `RequestVerifier` (the chat's request signatures, in its
 adapter); only then is it read, by the injected reader (the chat's payload format, in its adapter). The Function
 URL's composition root verifies before it loads the configuration or any other secret, and then hands the verified
@@ -19,7 +22,11 @@ from gpuwaste.models.findings import Finding
 from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.notices import ChatAction, ChatRequest
 from gpuwaste.ports import FindingStore, Notifier, RequestVerifier
+from gpuwaste.services.justifications import DEFAULT_EXPECTED_FOR, NO_REASON, justify
 from gpuwaste.services.notify import finding_from_record
+from gpuwaste.services.reclaim import APPROVE as RECLAIM_APPROVE
+from gpuwaste.services.reclaim import KEEP as RECLAIM_KEEP
+from gpuwaste.services.reclaim import ReclaimService
 from gpuwaste.services.tickets import TicketService
 
 logger = logging.getLogger(__name__)
@@ -59,6 +66,11 @@ class InteractionService:
         tickets: to open a ticket on "create ticket" (optional: without it the button says tickets are off).
         details_text: renders a finding's details for the chat ("details" button: evidence, formula, price source),
             from the chat's adapter (its escaping); None: the button does nothing.
+        ask_reason: opens the chat's form asking why ("Expected" / "Snooze" → a justification: reason, and how long
+            for "Expected"); True when it opened. None (or False): the justification is stored without a reason.
+        source: the `Justification.source` written (the chat's name).
+        reclaim: the reclaim service for the "Keep" (a justification; the pending action kept) and "Approve"
+            (an approver performs it) buttons of reclaim notices; None: those buttons say reclaim is not configured.
     """
 
     def __init__(
@@ -71,6 +83,9 @@ class InteractionService:
         notifier: Notifier | None = None,
         tickets: TicketService | None = None,
         details_text: Callable[[Finding, str], str] | None = None,
+        ask_reason: Callable[[ChatAction], bool] | None = None,
+        source: str = "chat",
+        reclaim: ReclaimService | None = None,
     ) -> None:
         self.verifier = verifier
         self.reader = reader
@@ -79,6 +94,9 @@ class InteractionService:
         self.notifier = notifier
         self.tickets = tickets
         self.details_text = details_text
+        self.ask_reason = ask_reason
+        self.source = source
+        self.reclaim = reclaim
 
     def handle(self, *, headers: Mapping[str, str], body: bytes) -> HttpReply:
         """Verify and act on one request; never raises for bad input (answers 4xx instead).
@@ -100,15 +118,32 @@ class InteractionService:
         """Apply one action to one finding and confirm in the message's conversation."""
         user, fingerprint, action = request.user, request.fingerprint, request.action
         now = self.now()
-        if action in SNOOZES:
-            until = now + SNOOZES[action]
-            if not self._update(fingerprint, {"snoozed_until": until}):
-                return HttpReply(200, {"text": "unknown finding"})
-            text = f"{user} snoozed this finding until {until:%Y-%m-%d %H:%M} UTC."
-        elif action == EXPECTED:
-            if not self._update(fingerprint, {"acknowledged": f"{EXPECTED}:{user.strip('<@>')}"}):
-                return HttpReply(200, {"text": "unknown finding"})
-            text = f"{user} marked this finding as expected; gpuwaste will not alert on it again."
+        if action in SNOOZES or action == EXPECTED:
+            if request.reason is None and not request.submitted and request.trigger_id and self.ask_reason is not None \
+                    and self.ask_reason(request):
+                return HttpReply(200)  # the form asks why; its submission comes back here with the reason
+            expected = action == EXPECTED
+            until = now + (timedelta(days=request.days) if expected and request.days else
+                           DEFAULT_EXPECTED_FOR if expected else SNOOZES[action])
+            reason = request.reason or NO_REASON
+            if justify(self.store, fingerprint, kind="expected" if expected else "snooze", reason=reason,
+                       by=user, at=now, until=until, source=self.source) is None:
+                return HttpReply(200) if request.submitted else HttpReply(200, {"text": "unknown finding"})
+            verb = "marked this finding as expected" if expected else "snoozed this finding"
+            text = (f"{user} {verb} until {until:%Y-%m-%d %H:%M} UTC: “{reason}”. "
+                    "gpuwaste will tell the owner again then.")
+        elif action == RECLAIM_KEEP:
+            if request.reason is None and not request.submitted and request.trigger_id and self.ask_reason is not None \
+                    and self.ask_reason(request):
+                return HttpReply(200)  # asks why (and for how long) first, as "Expected" does
+            if self.reclaim is None:
+                text = "Reclaim is not configured here; nothing is planned."
+            else:
+                text = self.reclaim.keep(fingerprint, by=user, reason=request.reason,
+                                         until=now + timedelta(days=request.days) if request.days else None)
+        elif action == RECLAIM_APPROVE:
+            text = ("Reclaim is not configured here; nothing was done." if self.reclaim is None
+                    else self.reclaim.approve(fingerprint, by=user))
         elif action == TICKET:
             if self.tickets is None:
                 text = "Tickets are not configured (delivery.jira)."
@@ -126,7 +161,7 @@ class InteractionService:
         else:
             return HttpReply(200)
         self._confirm(request, text)
-        return HttpReply(200, {"text": text})
+        return HttpReply(200) if request.submitted else HttpReply(200, {"text": text})
 
     def _details(self, fingerprint: str) -> str | None:
         """The stored finding's details (`details_text` of the chat adapter), or None when it is not in the store."""

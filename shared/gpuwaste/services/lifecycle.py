@@ -13,6 +13,9 @@ Rules (design §5; thresholds in `LifecycleSettings`):
   snooze is over, a finding never told is alerted NEW ("snooze ended"). A relative annotation (`7d`)
   counts from the finding's first sighting. Acknowledged → no reminders and no ticket until resolved
   (a WORSE alert still goes out: the owner has not seen that cost).
+* A justification (`FindingRecord.justification`: "Expected" or "Snooze" with a reason, who, when and until when)
+  silences as above until its `until`; the first sighting at or after it clears it (and the "expected"
+  acknowledgement it set), alerts a REMINDER "justification ended" and lets the ticket rules apply again.
 * A finding with a ticket (`ticket_key`) also sends its WORSE and RESOLVED alerts to the tickets queue,
   so create_tickets comments on (and transitions) the ticket.
 * A cluster's `ScanCompleted` without an open fingerprint counts a missed scan; after
@@ -59,7 +62,6 @@ from gpuwaste.models.messages import AlertAction, AlertMessage, FindingMessage, 
 from gpuwaste.models.settings import DeliverySettings, LifecycleSettings
 from gpuwaste.ports import AlertQueue, Clock, FindingStore
 from gpuwaste.services.routing import snoozed_until
-from gpuwaste.services.store_ops import get_many, update_many
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +121,7 @@ class LifecycleService:
     # -- batches ---------------------------------------------------------------------------------------------
     def prefetch(self, fingerprints: list[str]) -> None:
         """Read the records of a batch's findings in one batch read (instead of one read per finding)."""
-        found = get_many(self.store, fingerprints)
+        found = self.store.get_many(fingerprints)
         self._prefetched = {fp: found.get(fp) for fp in fingerprints}
         self._handed = {}
 
@@ -135,7 +137,7 @@ class LifecycleService:
             if r.fingerprint not in latest or r.version > latest[r.fingerprint].version:
                 latest[r.fingerprint] = r
         records = list(latest.values())
-        outcomes = update_many(self.store, [(_cleared(r), r.version) for r in records])
+        outcomes = self.store.update_many([(_cleared(r), r.version) for r in records])
         return sum(ok or self._clear_again(r) for ok, r in zip(outcomes, records, strict=True))
 
     def _clear_again(self, sent: FindingRecord) -> bool:
@@ -264,12 +266,22 @@ class LifecycleService:
             "activity_at": at, "version": current.version + 1, "expires_at": self._expiry(),
         })
         out = Outcome()
+        ended = current.justification if current.justification is not None and not current.justification.active(at) else None
+        if ended is not None:  # the owner's reason ran out: told again, and escalated as if never acknowledged
+            lapsed: dict[str, object] = {"justification": None}
+            if ended.kind == "expected" and current.acknowledged and current.acknowledged.startswith("expected"):
+                lapsed["acknowledged"] = None
+            record = record.model_copy(update=lapsed)
+            current = current.model_copy(update=lapsed)
         annotated = snoozed_until(finding, self.delivery, now=at, anchor=current.first_seen)
         if annotated is not None and (record.snoozed_until is None or annotated > record.snoozed_until):
             record = record.model_copy(update={"snoozed_until": annotated})
         snoozed = record.snoozed_until is not None and at < record.snoozed_until
         if not snoozed and self._alertable(finding):
             action, reason = self._repeat_alert(current, usd, at)
+            if ended is not None and action in (None, AlertAction.REMINDER):
+                action, reason = AlertAction.REMINDER, (f"justification ended: {ended.kind} by {ended.by} until "
+                                                        f"{ended.until:%Y-%m-%d %H:%M}Z ({ended.reason})")
             if action is not None:
                 alert = self._alert(record, finding, action, scan_id, reason)
                 out.alerts.append(alert)
@@ -349,7 +361,7 @@ class LifecycleService:
         missing = [fp for fp in self.store.open_fingerprints(cluster) if fp not in seen]
         for k in range(0, len(missing), MISSED_CHUNK):
             chunk = missing[k:k + MISSED_CHUNK]
-            found = get_many(self.store, chunk)
+            found = self.store.get_many(chunk)
             yield from (found[fp] for fp in chunk if fp in found)
 
     def _miss(self, candidate: FindingRecord, message: ScanCompleted) -> Outcome:
@@ -444,11 +456,7 @@ class LifecycleService:
 
             # a queue that sends a whole batch of records' outputs together (`queue.batching.DeferredQueue`)
             # clears the outbox only once the messages are out; any other queue has sent them already
-            after_sent = getattr(self.alerts, "after_sent", None)
-            if after_sent is not None:
-                after_sent(clear_outbox)
-            else:
-                clear_outbox()
+            self.alerts.after_sent(clear_outbox)
         if out.alerts or out.tickets:
             logger.info("lifecycle decided", extra={"fingerprint": record.fingerprint,
                                                     "actions": [a.action.value for a in out.alerts + out.tickets]})

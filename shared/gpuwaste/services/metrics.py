@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from gpuwaste.models.findings import Finding, WasteKind
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
@@ -151,16 +152,18 @@ def bound_workloads(series: Iterable[WasteSeries], top: int) -> tuple[WasteSerie
 
 def health_of_scan(cluster: str, *, at: datetime, duration_s: float, window_s: int, gpus: int,
                    findings: Sequence[Finding], no_verdict_detectors: Iterable[str],
-                   coverage: Mapping[str, Mapping[str, float]] | None = None) -> ScanHealth:
+                   coverage: Mapping[str, Mapping[str, float]] | None = None,
+                   showback: Mapping[str, dict[str, Any]] | None = None) -> ScanHealth:
     """The health of one successful scan (a one-shot `scan --output openmetrics`); `coverage`: the scan's
-    `Inventory.attribution_coverage`."""
+    `Inventory.attribution_coverage`; `showback`: `services.showback.health_figures` of the scan."""
     return _success(ScanHealth(cluster=cluster), at=at, duration_s=duration_s, window_s=window_s, gpus=gpus,
-                    findings=findings, no_verdict_detectors=no_verdict_detectors, coverage=coverage)
+                    findings=findings, no_verdict_detectors=no_verdict_detectors, coverage=coverage, showback=showback)
 
 
 def _success(health: ScanHealth, *, at: datetime, duration_s: float, window_s: int, gpus: int,
              findings: Sequence[Finding], no_verdict_detectors: Iterable[str],
-             coverage: Mapping[str, Mapping[str, float]] | None = None) -> ScanHealth:
+             coverage: Mapping[str, Mapping[str, float]] | None = None,
+             showback: Mapping[str, dict[str, Any]] | None = None) -> ScanHealth:
     kinds: dict[str, int] = defaultdict(int)
     quality: dict[str, int] = defaultdict(int)
     for f in findings:
@@ -177,6 +180,7 @@ def _success(health: ScanHealth, *, at: datetime, duration_s: float, window_s: i
         "findings_by_kind": dict(kinds), "data_quality": dict(quality), "no_verdict": dict(no_verdict), "scans": scans,
         "attribution": {k: float(v["ratio"]) for k, v in (coverage or {}).items()},
         "allocated_gpu_hours": {k: float(v["allocated_gpu_hours"]) for k, v in (coverage or {}).items()},
+        **({k: dict(v) for k, v in showback.items()} if showback else {}),
     })
 
 
@@ -218,13 +222,15 @@ class MetricsState:
     def observe_success(self, cluster: str, *, at: datetime, duration_s: float, window_s: int, gpus: int,
                         findings: Sequence[Finding], no_verdict_detectors: Iterable[str],
                         open_records: Iterable[FindingRecord], resolved_records: Iterable[FindingRecord],
-                        coverage: Mapping[str, Mapping[str, float]] | None = None) -> None:
+                        coverage: Mapping[str, Mapping[str, float]] | None = None,
+                        showback: Mapping[str, dict[str, Any]] | None = None) -> None:
         """Record a successful scan of `cluster` at `at` (wall clock) and the store's state after it.
 
         Args:
             open_records: the cluster's open lifecycle records after the scan.
             resolved_records: records resolved within `savings_credit` before `at` (others are ignored).
             coverage: the scan's `Inventory.attribution_coverage` (allocation kind → allocated / attributed GPU-hours, ratio).
+            showback: the scan's funnel, unmet requests and window cost (`services.showback.health_figures`).
         """
         start = self._previous.get(cluster, at - self.first_span)
         span_s = Decimal(max(0, int((at - start).total_seconds())))
@@ -243,7 +249,8 @@ class MetricsState:
         self._waste[cluster] = bound_workloads(waste, self.top)
         self._health[cluster] = _success(self._health.get(cluster, ScanHealth(cluster=cluster)), at=at,
                                          duration_s=duration_s, window_s=window_s, gpus=gpus, findings=findings,
-                                         no_verdict_detectors=no_verdict_detectors, coverage=coverage)
+                                         no_verdict_detectors=no_verdict_detectors, coverage=coverage,
+                                         showback=showback)
 
     def observe_failure(self, cluster: str, *, at: datetime, duration_s: float, source: str) -> None:
         """Record a failed scan of `cluster`, blamed on `source` (one of `ERROR_SOURCES`); the waste of the last

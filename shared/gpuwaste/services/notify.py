@@ -46,7 +46,6 @@ from gpuwaste.models.notices import (
 from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.ports import FindingStore, Notifier
 from gpuwaste.services.routing import links_for, route_for, snoozed_until
-from gpuwaste.services.store_ops import get_many, update_many
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +145,7 @@ def record_deliveries(store: FindingStore | None, entries: Sequence[tuple[str, s
     try:
         hinted = known or {}
         unknown = [fp for fp, _, _ in entries if hinted.get(fp) is None]
-        records = {**{fp: r for fp, r in hinted.items() if r is not None}, **(get_many(store, unknown) if unknown else {})}
+        records = {**{fp: r for fp, r in hinted.items() if r is not None}, **(store.get_many(unknown) if unknown else {})}
         updates, pending = [], []
         for fp, key, changes in entries:
             record = records.get(fp)
@@ -154,7 +153,7 @@ def record_deliveries(store: FindingStore | None, entries: Sequence[tuple[str, s
                 continue
             updates.append((_recorded(record, key, changes), record.version))
             pending.append((fp, key, changes))
-        outcomes = update_many(store, updates)
+        outcomes = store.update_many(updates)
     except StoreError:
         outcomes, pending = [], list(entries)
     for ok, (fp, key, changes) in zip(outcomes + [False] * (len(pending) - len(outcomes)), pending, strict=True):
@@ -360,7 +359,7 @@ class NotifyService:
         if self.time_left is not None and self.time_left() < DEFER_RESERVE_S:
             raise DeliveryError(f"deferred: {self.time_left():.0f} s left in this invocation; the queue retries it")
         now = self.now()
-        known = get_many(self.store, [a.fingerprint for a in alerts]) if self.store is not None else {}
+        known = self.store.get_many([a.fingerprint for a in alerts]) if self.store is not None else {}
         told: list[tuple[AlertMessage, FindingRecord | None]] = []
         for alert in alerts:
             record = known.get(alert.fingerprint)
@@ -492,7 +491,7 @@ class NotifyService:
             return [record]
         found = []
         if ref.carries:  # the digest's findings, by key (O(its size), whatever the fleet's size)
-            candidates = list(get_many(self.store, [fp for fp in ref.carries if fp != record.fingerprint]).values())
+            candidates = list(self.store.get_many([fp for fp in ref.carries if fp != record.fingerprint]).values())
         else:  # a reference stored before `carries`: the history since its first sighting, as before
             candidates = self.store.history(since=record.first_seen - timedelta(days=1), until=self.now())
         for r in candidates:
@@ -518,18 +517,8 @@ class NotifyService:
         else:
             items = [item]
             if record is not None:
-                for sib in self._siblings(notifier, record, ref):
-                    if sib.fingerprint == alert.fingerprint:
-                        continue
-                    finding = finding_from_record(sib)
-                    if finding is None:
-                        continue
-                    items.append(NoticeItem(
-                        fingerprint=sib.fingerprint, finding=finding, first_seen=sib.first_seen,
-                        cumulative_usd=sib.cumulative_usd, links=links_for(finding, self.settings),
-                        resolved=sib.state is FindingState.RESOLVED, resolved_at=sib.resolved_at,
-                        saved_usd_per_day=sib.saved_usd_per_day, ticket_key=sib.ticket_key,
-                    ))
+                items += [i for sib in self._siblings(notifier, record, ref)
+                          if sib.fingerprint != alert.fingerprint and (i := self._stored_item(sib)) is not None]
             kind = NoticeKind.DIGEST if len(items) > 1 else NoticeKind.RESOLVED
             notice = Notice(kind=kind, route=route, items=tuple(items), scan_id=alert.scan_id, delivery_key=key)
             # an edit accepted before a crash shows the finding resolved already (its metadata says so)
@@ -539,3 +528,71 @@ class NotifyService:
         report.notices.append(notice)
         report.posted.extend(posted)
         record_delivery(self.store, alert.fingerprint, key)
+
+    def _stored_item(self, record: FindingRecord) -> NoticeItem | None:
+        """A finding of a message as its lifecycle record has it now (None when its stored finding is unreadable)."""
+        finding = finding_from_record(record)
+        if finding is None:
+            return None
+        return NoticeItem(
+            fingerprint=record.fingerprint, finding=finding, first_seen=record.first_seen,
+            cumulative_usd=record.cumulative_usd, links=links_for(finding, self.settings),
+            resolved=record.state is FindingState.RESOLVED, resolved_at=record.resolved_at,
+            saved_usd_per_day=record.saved_usd_per_day, ticket_key=record.ticket_key,
+        )
+
+    def show_tickets(self, fingerprints: Iterable[str]) -> list[PostedMessage]:
+        """Edit each sink's message of these findings in place so it shows their tickets (Slack: `chat.update` of the
+        same message: the alert's Ticket field, the digest line's key and no "Create ticket" button), once per
+        finding, ticket and sink: the key `ticket_delivery_key` is recorded on every finding the edit shows with its
+        ticket, so calling this again (a rerun, a redelivered batch) edits nothing. A digest carrying several of the
+        findings is edited once. Sinks that cannot edit (Teams, webhooks) and findings without a ticket or a message
+        are left alone. Returns the messages edited.
+
+        Raises:
+            DeliveryError / PermanentDeliveryError: the sink failed (what was edited before is recorded).
+            StoreError: an edit could not be recorded.
+        """
+        if self.store is None:
+            return []
+        records = self.store.get_many(list(dict.fromkeys(fingerprints)))
+        edited: list[PostedMessage] = []
+        for notifier in self.notifiers:
+            if not notifier.edits:
+                continue
+            done: set[tuple[str, str]] = set()
+            for fp in sorted(records):
+                record = records[fp]
+                ref = message_for(record.messages, notifier.name)
+                if (not record.ticket_key or ref is None or not ref.message_id
+                        or ticket_delivery_key(record, notifier.name) in record.delivery_keys
+                        or (ref.destination, ref.message_id) in done):
+                    continue
+                done.add((ref.destination, ref.message_id))
+                shown = self._siblings(notifier, record, ref)
+                items = tuple(i for r in shown if (i := self._stored_item(r)) is not None)
+                if not items:
+                    continue
+                kind = NoticeKind.DIGEST if len(items) > 1 or ref.carries else NoticeKind.ALERT
+                notice = Notice(kind=kind, route=route_for(items[0].finding, self.settings), items=items,
+                                scan_id=_first_scan(record, notifier.name),
+                                interactive=not all(i.resolved for i in items))
+                edited.append(notifier.update(notice, message=ref))
+                record_deliveries(self.store, [(r.fingerprint, ticket_delivery_key(r, notifier.name), {})
+                                               for r in shown if r.ticket_key])
+                logger.info("message edited to show its tickets", extra={
+                    "sink": notifier.name, "tickets": [r.ticket_key for r in shown if r.ticket_key]})
+        return edited
+
+
+def ticket_delivery_key(record: FindingRecord, sink: str) -> str:
+    """The idempotency key of showing a finding's ticket in its `sink` message: `fingerprint:ticket:KEY:sink`."""
+    return f"{record.fingerprint}:ticket:{record.ticket_key}:{sink}"
+
+
+def _first_scan(record: FindingRecord, sink: str) -> str:
+    """The scan whose NEW alert posted the finding's message to `sink` (from its delivery key), so an edit keeps the
+    message findable as that scan's alert (`Notifier.find_posted`); "" when not recorded."""
+    prefix, suffix = f"{record.fingerprint}:{AlertAction.NEW.value}:", f":{sink}"
+    return next((k[len(prefix):-len(suffix)] for k in record.delivery_keys if k.startswith(prefix) and k.endswith(suffix)),
+                "")

@@ -15,9 +15,9 @@ from typing import Any
 
 from gpuwaste.allocation import mix_text
 from gpuwaste.allocation.physical import physical_gpu_count
-from gpuwaste.detectors import DetectorSettings, NoVerdict, build_context, run_detectors
+from gpuwaste.detectors import DetectorSettings, NoVerdict, run_detectors
 from gpuwaste.errors import ConfigError
-from gpuwaste.join import ScanContext
+from gpuwaste.join import ScanContext, join
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.collector import PAUSED_COLLECTOR
 from gpuwaste.models.findings import Episode, Finding
@@ -27,6 +27,14 @@ from gpuwaste.ports import ClusterStateSource, FindingQueue, GpuTelemetrySource
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
 from gpuwaste.pricing.power import power_limits_w
+from gpuwaste.services.showback import (
+    ScanLedger,
+    conservation_figures,
+    funnel_figures,
+    scan_ledger,
+    unmet_by_resource,
+    unmet_requests,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +59,11 @@ class Inventory:
         attribution_coverage: allocation kind → {"allocated_gpu_hours", "attributed_gpu_hours", "ratio"} (ratio 0–1:
             the share of allocated GPU-hours with attributable telemetry; `ScanContext.attribution_coverage`), plus
             "all" over every kind; empty when no pod holds a GPU.
+        funnel: "cluster" / "gpu_model" → group → total → allocated → active → effective GPU-hours and GPUs over the
+            window (`services.showback.FUNNEL_RULE`); the per-team funnel needs routing and is built by the surfaces.
+        unmet_gpu_requests: GPU resource → {"pods", "requested", "longest_wait_s", "mean_wait_s"} of Pending pods no
+            node took (`services.showback.unmet_requests`).
+        conservation: the share-conservation check of the window's ledger (`services.showback.conservation_figures`).
     """
 
     nodes: int
@@ -66,6 +79,9 @@ class Inventory:
     allocation_mix: dict[str, dict[str, float | int]] = field(default_factory=dict)
     allocation_notes: tuple[str, ...] = ()
     attribution_coverage: dict[str, dict[str, float]] = field(default_factory=dict)
+    funnel: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    unmet_gpu_requests: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
+    conservation: dict[str, object] = field(default_factory=dict)
 
     @property
     def attribution_ratio(self) -> float | None:
@@ -115,6 +131,8 @@ class ScanReport:
     cluster_source: str = ""
     telemetry_quality: dict[str, Any] = field(default_factory=dict)
     cluster_notes: tuple[str, ...] = ()
+    #: the window's GPU-hours charged once to holders, unsold slices and unallocated capacity (`services.showback`)
+    showback: ScanLedger | None = None
 
 
 def telemetry_quality(telemetry: TelemetryWindow) -> dict[str, Any]:
@@ -129,8 +147,8 @@ def telemetry_quality(telemetry: TelemetryWindow) -> dict[str, Any]:
     }
 
 
-def inventory_of(ctx: ScanContext) -> Inventory:
-    """Summarise what a scan context holds."""
+def inventory_of(ctx: ScanContext, ledger: ScanLedger | None = None) -> Inventory:
+    """Summarise what a scan context holds (with the funnel and the conservation check when `ledger` is given)."""
     gpus = [g for g in ctx.telemetry.gpus if not g.is_mig_parent]
     uuids = {g.device.uuid for g in ctx.telemetry.gpus} | set(ctx.telemetry.other_gpus)  # GPUs on unread fields count too
     models: Counter[str] = Counter()
@@ -158,6 +176,9 @@ def inventory_of(ctx: ScanContext) -> Inventory:
         allocation_mix={k: {"pods": v.pods, "gpus": float(v.share)} for k, v in ctx.resolved.mix.items()},
         allocation_notes=allocation_notes(ctx),
         attribution_coverage=coverage_figures(ctx),
+        funnel={} if ledger is None else {by: funnel_figures(ledger, by) for by in ("cluster", "gpu_model")},
+        unmet_gpu_requests=unmet_by_resource(ledger.unmet if ledger is not None else unmet_requests(ctx)),
+        conservation={} if ledger is None else conservation_figures(ledger.ledger.conservation),
     )
 
 
@@ -257,6 +278,8 @@ class ScanService:
         price_book: when given, findings are priced in the scan (the local command); the pipeline
             prices in its own function instead.
         queue: when given, findings go on it as `FindingMessage`s, followed by a `ScanCompleted`.
+        ledger_price_book: prices the share ledger (`ScanReport.showback`) when the findings are priced elsewhere
+            (default: `price_book`; neither: the ledger has GPU-hours only).
     """
 
     def __init__(
@@ -269,6 +292,7 @@ class ScanService:
         price_book: PriceBook | None = None,
         queue: FindingQueue | None = None,
         progress: Callable[[str], None] | None = None,
+        ledger_price_book: PriceBook | None = None,
     ) -> None:
         self.cluster_source = cluster_source
         self.telemetry_source = telemetry_source
@@ -280,6 +304,7 @@ class ScanService:
             )
         self.window = window
         self.price_book = price_book
+        self.ledger_price_book = ledger_price_book or price_book
         self.queue = queue
         self._progress = progress or (lambda _msg: None)
 
@@ -301,7 +326,7 @@ class ScanService:
         cluster, telemetry = self._read(at, timings)
         t2 = time.perf_counter()
         self._progress("detecting")
-        ctx = build_context(cluster, telemetry, self.settings.common,
+        ctx = join(cluster, telemetry, self.settings.common,
                             power_limits_w=power_limits_w(g.model_name for g in telemetry.gpus))
         result = run_detectors(ctx, self.settings.by_name(), self.settings.enabled)
         findings = merge_replicas(list(result.findings))
@@ -310,6 +335,8 @@ class ScanService:
         if self.price_book is not None:
             findings = [price_finding(f, self.price_book) for f in findings]
         timings["price"] = time.perf_counter() - t3
+        ledger = scan_ledger(ctx, self.ledger_price_book)
+        timings["showback"] = time.perf_counter() - t3 - timings["price"]
         findings.sort(key=lambda f: (-(f.usd_per_day or 0), f.kind.value, f.subject.namespace or "", f.subject.pod or f.subject.node or ""))
         if self.queue is not None:
             t4 = time.perf_counter()
@@ -326,7 +353,7 @@ class ScanService:
             window_s=telemetry.window_s,
             findings=findings,
             no_verdict=list(result.no_verdict),
-            inventory=inventory_of(ctx),
+            inventory=inventory_of(ctx, ledger),
             timings_s=timings,
             duration_s=time.perf_counter() - t0,
             query_count=telemetry.query_count + cluster.query_count,
@@ -334,6 +361,7 @@ class ScanService:
             cluster_source=cluster.source,
             telemetry_quality=telemetry_quality(telemetry),
             cluster_notes=cluster.notes,
+            showback=ledger,
         )
         logger.info(
             "scan finished",

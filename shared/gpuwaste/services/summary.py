@@ -30,6 +30,7 @@ from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, PostedMe
 from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.people import waste_since
 from gpuwaste.ports import ChartRenderer, FindingStore, Notifier, OnceLedger
+from gpuwaste.services.justifications import active_by_team
 from gpuwaste.services.notify import finding_from_record
 from gpuwaste.services.routing import route_for
 
@@ -173,7 +174,8 @@ class SummaryService:
         summary = summarize(current, since=since, until=until, team_of=self.team_of, top=self.settings.summary_top,
                             lead_of=evidence_window)
         return summary.model_copy(update={"trend": trend(records, until=until, team_of=self.team_of,
-                                                         lead_of=evidence_window)})
+                                                         lead_of=evidence_window),
+                                          "justified": active_by_team(records, at=until, team_of=self.team_of)})
 
     def data_quality_problems(self, *, since: datetime, until: datetime) -> int:
         """Open data-quality findings seen in [since, until) (telemetry problems, not waste)."""
@@ -215,7 +217,7 @@ class SummaryService:
         already: list[str] = []
         errors: list[Exception] = []
         for notifier in self.notifiers:
-            sink = str(getattr(notifier, "name", "?"))
+            sink = notifier.name
             key = f"summary#{day.isoformat()}#{sink}#{channel}"
             if self.ledger is not None:
                 claim = self.ledger.claim(key, now=until, hold_until=until + SUMMARY_HOLD, keep_until=until + SUMMARY_KEEP)

@@ -42,6 +42,11 @@ FAMILIES = (
     "gpuwaste_no_verdict",
     "gpuwaste_attribution_coverage_ratio",
     "gpuwaste_allocated_gpu_hours",
+    "gpuwaste_fleet_gpus",
+    "gpuwaste_team_gpus",
+    "gpuwaste_unmet_gpu_requests",
+    "gpuwaste_unmet_gpu_request_wait_seconds",
+    "gpuwaste_window_cost_usd",
     "gpuwaste_scans",
     "gpuwaste_scan_errors",
     "gpuwaste_workloads_per_namespace_limit",
@@ -109,6 +114,18 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
                                  "(kind=\"all\": every kind)", labels=["cluster", "kind"])
     allocated = GaugeMetricFamily("gpuwaste_allocated_gpu_hours", "GPU-hours allocated to pods in the last successful "
                                   "scan's window, by allocation kind (kind=\"all\": every kind)", labels=["cluster", "kind"])
+    fleet = GaugeMetricFamily("gpuwaste_fleet_gpus", "The fleet funnel of the last successful scan's window: GPUs by "
+                              "GPU model and stage (total, allocated, active, effective, unobserved; GPU-hours / window hours)",
+                              labels=["cluster", "gpu_model", "stage"])
+    team_gpus = GaugeMetricFamily("gpuwaste_team_gpus", "GPUs held per team in the last successful scan's window by stage "
+                                  "(allocated, active, effective, unobserved)", labels=["cluster", "team", "stage"])
+    unmet = GaugeMetricFamily("gpuwaste_unmet_gpu_requests", "Pending pods asking for GPUs that no node took, by GPU "
+                              "resource, at the last successful scan", labels=["cluster", "resource"])
+    unmet_wait = GaugeMetricFamily("gpuwaste_unmet_gpu_request_wait_seconds", "The longest wait of a pending pod asking "
+                                   "for GPUs, by GPU resource (s)", labels=["cluster", "resource"])
+    window_cost = GaugeMetricFamily("gpuwaste_window_cost_usd", "USD of the physical GPUs over the last successful scan's window, "
+                             "charged once: line=holders, unsold_slices, unallocated (they add up to the GPUs' cost)",
+                             labels=["cluster", "line"])
     scans = CounterMetricFamily("gpuwaste_scans", "Scans since the process started, by outcome",
                                 labels=["cluster", "outcome"])
     errors = CounterMetricFamily("gpuwaste_scan_errors", "Failed scans since the process started, by the source "
@@ -132,6 +149,17 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
             coverage.add_metric([h.cluster, kind], ratio)
         for kind, hours in sorted(h.allocated_gpu_hours.items()):
             allocated.add_metric([h.cluster, kind], hours)
+        for model, stages in sorted(h.funnel_gpus.items()):
+            for stage, v in stages.items():
+                fleet.add_metric([h.cluster, model, stage], v)
+        for team, stages in sorted(h.team_gpus.items()):
+            for stage, v in stages.items():
+                team_gpus.add_metric([h.cluster, team, stage], v)
+        for resource, n in sorted(h.unmet_gpu_requests.items()):
+            unmet.add_metric([h.cluster, resource], n)
+            unmet_wait.add_metric([h.cluster, resource], h.unmet_wait_s.get(resource, 0.0))
+        for line, amount in sorted(h.window_cost_usd.items()):
+            window_cost.add_metric([h.cluster, line], amount)
         for outcome in ("success", "failure"):
             scans.add_metric([h.cluster, outcome], h.scans.get(outcome, 0))
         for source in sorted(set(ERROR_SOURCES) | set(h.errors)):  # every source from 0, so increase() works
@@ -140,7 +168,7 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
                               "series; the rest are summed into workload other", value=snapshot.top_workloads)
     info = InfoMetricFamily("gpuwaste_build", "gpuwaste version", value={"version": snapshot.version or "unknown"})
     return _sanitised([*out, duration, attempt, success, window, seen, by_kind, quality, no_verdict, coverage,
-                       allocated, scans, errors, limit, info])
+                       allocated, fleet, team_gpus, unmet, unmet_wait, window_cost, scans, errors, limit, info])
 
 
 def _sanitised(metrics: list[Metric]) -> list[Metric]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,8 +28,10 @@ from gpuwaste.models.notices import DailySummary, MessageRef, Notice, NoticeKind
 from gpuwaste.models.settings import SlackSettings
 from gpuwaste.sinks.http_delivery import retry_after_deferred
 from gpuwaste.sinks.slack_blocks import (
+    ACTION_PREFIX,
     MESSAGE_TEXT_BUDGET,
     SlackPayload,
+    escape,
     render_notice,
     render_summary,
     render_text_only,
@@ -436,6 +438,28 @@ class SlackNotifier:
         thread_ts = _thread_ts(message)
         data = self._call("chat.postMessage", channel=message.destination, thread_ts=thread_ts, text=text)
         return _posted(str(data.get("channel") or message.destination), str(data["ts"]), thread_ts=thread_ts)
+
+    def announce(self, *, message: MessageRef, text: str, buttons: Sequence[tuple[str, str, str]]) -> PostedMessage:
+        """See `gpuwaste.ports.ReclaimNotifier.announce`: a thread reply with the text and `gpuwaste_<action>` buttons."""
+        thread_ts = _thread_ts(message)
+        blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": escape(text)[:2900]}}]
+        if buttons:
+            blocks.append({"type": "actions", "block_id": f"gpuwaste_reclaim_{buttons[0][2][:16]}", "elements": [
+                {"type": "button", "action_id": f"{ACTION_PREFIX}{action}", "text": {"type": "plain_text", "text": label},
+                 "value": f"{action}|{fingerprint}", **({"style": "primary"} if action.endswith("keep") else {})}
+                for action, label, fingerprint in buttons]})
+        data = self._call("chat.postMessage", channel=message.destination, thread_ts=thread_ts, text=text[:3000],
+                          blocks=blocks)
+        return _posted(str(data.get("channel") or message.destination), str(data["ts"]), thread_ts=thread_ts)
+
+    def open_form(self, *, trigger_id: str, view: dict[str, Any]) -> bool:
+        """Open a modal (`views.open`) in answer to a click; False when Slack refused it (an expired trigger)."""
+        try:
+            self._call("views.open", trigger_id=trigger_id, view=view)
+        except (PermanentDeliveryError, DeliveryError) as exc:
+            logger.warning("views.open failed", extra={"error": str(exc)[:200]})
+            return False
+        return True
 
     def user_id(self, email: str) -> str | None:
         """See `gpuwaste.ports.Notifier.user_id` (cached per instance; unknown users are None)."""

@@ -2,10 +2,12 @@
 
 Limits (Slack docs, enforced by tests/servers/slack_api.py): 50 blocks per message, section text 3000
 characters, section fields 10 × 2000, header 150 characters of plain_text, top-level text 40000, 25 elements per
-actions block, button labels 75 characters of plain_text, button values 2000, action_id and block_id 255.
+actions block, button labels 75 characters of plain_text, button values 2000, action_id and block_id 255, an
+overflow menu up to 5 options (text 75, value 150 characters).
 
 A digest is read in seconds: one line per finding under its kind's heading (what to do said once per kind), each
-with visible buttons (snooze 7 days, expected, ticket, details); the evidence, formula and price source are behind
+with its actions folded into one overflow menu beside the line (snooze 7 days, expected, create ticket, details —
+the alert's button names; none on a $0 finding), so text outweighs controls; the evidence, formula and price source are behind
 Details (a reply in the thread) and `gpuwaste explain <ID>`. Ages count to the scan that saw the finding.
 Names that come from the cluster are escaped for mrkdwn (`&`, `<`, `>`), so `<!channel>`, `<@U123>` or
 `<http://x|y>` in a pod name can neither ping nor link.
@@ -76,13 +78,15 @@ _ACTIONS = (
     (ACTION_EXPECTED, "Expected"),
     (ACTION_TICKET, "Create ticket"),
 )
-#: The buttons under each line of a digest (visible, short labels: a 15-finding digest stays near 2,000 characters).
-_DIGEST_ACTIONS = (
-    (ACTION_SNOOZE_7D, "Snooze 7d"),
+#: A digest line's actions, in its overflow menu (the alert's button names, one set of names on every surface).
+_DIGEST_MENU = (
+    (ACTION_SNOOZE_7D, "Snooze 7 days"),
     (ACTION_EXPECTED, "Expected"),
-    (ACTION_TICKET, "Ticket"),
+    (ACTION_TICKET, "Create ticket"),
     (ACTION_DETAILS, "Details"),
 )
+#: Options an overflow menu holds (Block Kit's overflow element: up to five).
+MAX_OVERFLOW_OPTIONS = 5
 #: Characters of a workload or node name in a digest line (elided in the middle beyond).
 MAX_NAME = 40
 #: Characters of a kind's recommendation in a digest (the rest is behind Details).
@@ -230,14 +234,7 @@ def _button(action: str, label: str, fingerprint: str) -> dict[str, Any]:
         "text": {"type": "plain_text", "text": label},
         "value": f"{action}|{fingerprint}",
     }
-    if action == ACTION_EXPECTED:
-        button["confirm"] = {
-            "title": {"type": "plain_text", "text": "Mark as expected?"},
-            "text": {"type": "plain_text", "text": "gpuwaste will stop alerting on this finding."},
-            "confirm": {"type": "plain_text", "text": "Expected"},
-            "deny": {"type": "plain_text", "text": "Cancel"},
-        }
-    return button
+    return button  # "Expected" and "Snooze" open the justification form (sinks/slack_forms.py): no confirm dialog
 
 
 def _buttons(fingerprint: str) -> dict[str, Any]:
@@ -245,11 +242,23 @@ def _buttons(fingerprint: str) -> dict[str, Any]:
     return {"type": "actions", "block_id": f"gpuwaste_actions_{fingerprint[:16]}", "elements": elements}
 
 
-def _digest_buttons(item: NoticeItem) -> dict[str, Any]:
-    """A digest finding's visible buttons: snooze 7 days, expected, ticket (unless it has one), details."""
-    actions = [(a, label) for a, label in _DIGEST_ACTIONS if not (a == ACTION_TICKET and item.ticket_key)]
-    elements = [_button(action, label, item.fingerprint) for action, label in actions]
-    return {"type": "actions", "block_id": f"gpuwaste_actions_{item.fingerprint[:16]}", "elements": elements}
+def _digest_menu(item: NoticeItem) -> dict[str, Any] | None:
+    """A digest finding's actions folded into one overflow menu beside its line (Block Kit: an overflow element holds
+    up to `MAX_OVERFLOW_OPTIONS` options, each text ≤ 75 and value ≤ 150 characters), so the digest's text outweighs
+    its controls: snooze 7 days, expected, create ticket (unless it has one), details. None for a $0 finding (a
+    sizing note, nothing to act on by the money) and for a resolved one."""
+    if item.resolved or item.finding.usd_per_day == 0:
+        return None
+    actions = [(a, label) for a, label in _DIGEST_MENU if not (a == ACTION_TICKET and item.ticket_key)]
+    options = [{"text": {"type": "plain_text", "text": label}, "value": f"{a}|{item.fingerprint}"}
+               for a, label in actions[:MAX_OVERFLOW_OPTIONS]]
+    return {"type": "overflow", "action_id": f"{ACTION_PREFIX}menu_{item.fingerprint[:16]}", "options": options}
+
+
+def _with_menu(block: dict[str, Any], item: NoticeItem, interactive: bool) -> dict[str, Any]:
+    """The finding's section with its overflow menu as the section's accessory (when the notice is interactive)."""
+    menu = _digest_menu(item) if interactive else None
+    return {**block, "accessory": menu} if menu is not None else block
 
 
 def _resolved_line(item: NoticeItem) -> str:
@@ -393,7 +402,11 @@ def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str
                                                        if item.saved_usd_per_day is not None else ""))
     if short_id:
         parts.append(f"`{item.fingerprint[:6]}`")
-    return truncate(" · ".join(parts), MAX_TAIL_LINE)
+    line = " · ".join(parts)
+    # the configured Prometheus/Grafana links (delivery.links), whole or not at all: a cut link would not work
+    if item.links and len(line) + 3 + len(links := _links(item)) <= MAX_TAIL_LINE:
+        line += " · " + links
+    return truncate(line, MAX_TAIL_LINE)
 
 
 def kind_label_short(finding: Finding) -> str:
@@ -442,16 +455,12 @@ def _full_blocks(full: list[NoticeItem], *, interactive: bool, clusters: int) ->
     for group in _by_kind(full):
         first = _line(group[0], clusters=clusters, kind=False, short_id=False)
         if len(group) == 1:
-            blocks.append(_section(f"{_kind_heading(group, count=False)}\n{first}"))
+            blocks.append(_with_menu(_section(f"{_kind_heading(group, count=False)}\n{first}"), group[0], interactive))
         else:
             blocks.append(_section(_kind_heading(group)))
-            blocks.append(_section(first))
-        if interactive and not group[0].resolved:
-            blocks.append(_digest_buttons(group[0]))
+            blocks.append(_with_menu(_section(first), group[0], interactive))
         for item in group[1:]:
-            blocks.append(_section(_line(item, clusters=clusters, kind=False, short_id=False)))
-            if interactive and not item.resolved:
-                blocks.append(_digest_buttons(item))
+            blocks.append(_with_menu(_section(_line(item, clusters=clusters, kind=False, short_id=False)), item, interactive))
     return blocks
 
 
@@ -745,6 +754,10 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
         _section(f"*By namespace*\n{_group_lines(summary.by_namespace, 10)}"),
         _section("*Top offenders*\n" + ("\n".join(top) or "none")),
     ]
+    if summary.justified:  # owners' reasons still running: what they cover
+        lines = [f"{escape(_whose_team(j.team))}: {j.findings} finding(s), {per_day(j.usd_per_day)} covered, "
+                 f"first ends {j.next_end:%Y-%m-%d}" for j in summary.justified[:10]]
+        blocks.append(_section("*Justified (Expected / Snooze)*\n" + "\n".join(lines)))
     if chart_note:
         blocks.append(_context(escape(chart_note)))
     text = f"GPU waste summary: {usd(summary.wasted_usd)} wasted, {usd(summary.open_usd_per_day)}/day open"

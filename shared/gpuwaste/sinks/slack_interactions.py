@@ -1,7 +1,8 @@
 """Adapter: Slack interactivity requests (`block_actions` form posts) → the neutral `ChatRequest`.
 
 Slack posts `application/x-www-form-urlencoded` with a `payload` JSON field; buttons and overflow options carry
-`"<action>|<fingerprint>"` values under `gpuwaste_*` action ids (sinks/slack_blocks.py). The confirmation goes to the
+`"<action>|<fingerprint>"` values under `gpuwaste_*` action ids (sinks/slack_blocks.py); the justification modal's
+`view_submission` (sinks/slack_forms.py) is read into the same action with its reason. The confirmation goes to the
 message's thread (`thread_ts`, else its `ts`). `ssl_check` requests are answered 200 with nothing done.
 """
 
@@ -15,6 +16,7 @@ from urllib.parse import parse_qs
 from gpuwaste.models.notices import ChatAction, ChatRequest, MessageRef
 from gpuwaste.sinks.slack import SINK
 from gpuwaste.sinks.slack_blocks import ACTION_PREFIX
+from gpuwaste.sinks.slack_forms import read_submission
 
 
 def read_request(body: bytes) -> ChatRequest:
@@ -26,6 +28,9 @@ def read_request(body: bytes) -> ChatRequest:
         payload = json.loads(form.get("payload", [""])[0])
     except ValueError:
         return ChatRequest(answer=400, error="payload is not JSON")
+    if isinstance(payload, dict) and payload.get("type") == "view_submission":
+        submitted = read_submission(payload)
+        return ChatRequest(action=submitted) if submitted is not None else ChatRequest()
     if not isinstance(payload, dict) or payload.get("type") != "block_actions":
         return ChatRequest()
     for action in payload.get("actions") or []:
@@ -35,7 +40,8 @@ def read_request(body: bytes) -> ChatRequest:
             user = str((payload.get("user") or {}).get("id") or "")
             return ChatRequest(action=ChatAction(action=name, fingerprint=fingerprint,
                                                  user=f"<@{user}>" if user else "someone",
-                                                 message=_message(payload)))
+                                                 message=_message(payload),
+                                                 trigger_id=str(payload.get("trigger_id") or "") or None))
     return ChatRequest()
 
 

@@ -167,6 +167,14 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
             t.add_row(Text(elide(name, name_w)), usd(g.wasted_usd), usd(g.previous_usd), _trend(g.wasted_usd, g.previous_usd),
                       str(g.findings))
         console.print(t)
+    if s.justified:
+        t = _table("Justified (Expected / Snooze, active at the end)")
+        for col in ("team", "findings", "USD/day", "first ends"):
+            t.add_column(col, justify="left" if col in ("team", "first ends") else "right", no_wrap=True)
+        for j in s.justified:
+            t.add_row(Text(elide(plain(group_label("team", j.team)), max(10, width - 40))), str(j.findings),
+                      usd(j.usd_per_day), f"{j.next_end:%Y-%m-%d}")
+        console.print(t)
     if not s.top:
         console.print(Text("Top offenders: none in this period", style="bold"))
         return
@@ -215,6 +223,11 @@ def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
             f"| {_md_cell(group_label(label, g.name))} | {usd(g.wasted_usd)} | {usd(g.previous_usd)} | {_trend(g.wasted_usd, g.previous_usd)} | {g.findings} |"
             for g in getattr(s, attr)
         ]
+    if s.justified:
+        out += ["", "## Justified (Expected / Snooze, active at the end)", "", "| team | findings | USD/day | first ends |",
+                "|---|---:|---:|---|"]
+        out += [f"| {_md_cell(group_label('team', j.team))} | {j.findings} | {usd(j.usd_per_day)} | {j.next_end:%Y-%m-%d} |"
+                for j in s.justified]
     out += ["", "## Top offenders", "", "| # | workload | namespace | kind | team | wasted | USD/day | open for | state |",
             "|---:|---|---|---|---|---:|---:|---|---|"]
     out += [

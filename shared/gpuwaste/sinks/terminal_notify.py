@@ -34,8 +34,8 @@ def blocks_to_text(blocks: list[dict[str, Any]]) -> str:
                 lines.append(_unescape(block["text"]["text"]))
             for f in block.get("fields") or []:
                 lines.append("  " + _unescape(f["text"]).replace("\n", ": "))
-            if block.get("accessory", {}).get("type") == "overflow":
-                lines.append("  [… snooze 1d | snooze 7d | expected | create ticket]")
+            if block.get("accessory", {}).get("type") == "overflow":  # the options the menu holds, as Slack lists them
+                lines.append("  [… " + " | ".join(o["text"]["text"] for o in block["accessory"].get("options", [])) + "]")
         elif kind == "context":
             lines.append("  " + " | ".join(_unescape(e.get("text", "")) for e in block.get("elements", [])))
         elif kind == "actions":
@@ -51,6 +51,9 @@ class TerminalNotifier:
     name = "terminal"
     threads = True
     edits = True
+
+    def set_time_left(self, time_left: Callable[[], float] | None) -> None:
+        """The terminal never waits: nothing to bound."""
 
     def __init__(self, console: Console | None = None, *, now: datetime | None = None) -> None:
         self.console = console or Console()

@@ -134,6 +134,7 @@ POD_KEYS = (
     "pod-template-hash", "app", "app.kubernetes.io/name", "app.kubernetes.io/instance", "team",
     "gpuwaste.io/team", "gpuwaste.io/slack-channel", "gpuwaste.io/slack-user", "gpuwaste.io/jira-project",
     "gpuwaste.io/snooze-until", "gpuwaste.io/model-weights-mib", "notebooks.kubeflow.org/last-activity",
+    "gpuwaste.io/reclaim",
     "batch.kubernetes.io/job-name", "job-name", "controller-uid",
     # GPU shares (issue 11): KAI/Run:ai fractions, group and reserved device (B28), HAMi's device grant (B27)
     "gpu-fraction", "gpu-memory", "gpu-fraction-num-devices", "runai-gpu-group", "run.ai/reserve_for_gpu_index",
@@ -155,10 +156,12 @@ ALLOWLIST: dict[str, dict[str, tuple[str, ...]]] = {
     "annotations": {
         "pods": ("gpuwaste.io/team", "gpuwaste.io/slack-channel", "gpuwaste.io/slack-user", "gpuwaste.io/jira-project",
                  "gpuwaste.io/snooze-until", "notebooks.kubeflow.org/last-activity", "gpuwaste.io/model-weights-mib",
+                 "gpuwaste.io/reclaim",
                  # GPU shares (issue 11): KAI/Run:ai fractions and reserved device (B28), HAMi's device grant (B27)
                  "gpu-fraction", "gpu-memory", "gpu-fraction-num-devices", "run.ai/reserve_for_gpu_index",
                  "hami.io/vgpu-devices-allocated"),
-        "namespaces": ("gpuwaste.io/team", "gpuwaste.io/slack-channel", "gpuwaste.io/slack-user", "gpuwaste.io/jira-project"),
+        "namespaces": ("gpuwaste.io/team", "gpuwaste.io/slack-channel", "gpuwaste.io/slack-user", "gpuwaste.io/jira-project",
+                       "gpuwaste.io/reclaim"),
     },
 }
 KSM_COLLECTORS = ("pods", "nodes", "namespaces", "replicasets", "deployments", "statefulsets", "daemonsets", "jobs", "cronjobs")

@@ -17,23 +17,14 @@ NUL bytes                  none allowed (a text exposition never holds one)
 from __future__ import annotations
 
 import gzip
-import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwaste.errors import InputFormatError
-from gpuwaste.files import open_regular
+from gpuwaste.files import env_positive_int, open_regular
 
 _CHUNK = 1 << 20
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        value = int(os.environ.get(name, "") or default)
-    except ValueError:
-        return default
-    return value if value > 0 else default
 
 
 @dataclass(frozen=True)
@@ -46,10 +37,14 @@ class RecordingLimits:
 
     @classmethod
     def from_env(cls) -> RecordingLimits:
-        """The defaults, raised (or lowered) by the GPUWASTE_RECORDING_* environment variables."""
-        return cls(max_bytes=_env_int("GPUWASTE_RECORDING_MAX_MB", 1024) << 20,
-                   max_line_bytes=_env_int("GPUWASTE_RECORDING_MAX_LINE_KB", 1024) << 10,
-                   max_series=_env_int("GPUWASTE_RECORDING_MAX_SERIES", 2_000_000))
+        """The defaults, raised (or lowered) by the GPUWASTE_RECORDING_* environment variables.
+
+        Raises:
+            ConfigError: one of them is set to something else than a positive integer (never a silent default).
+        """
+        return cls(max_bytes=env_positive_int("GPUWASTE_RECORDING_MAX_MB", 1024) << 20,
+                   max_line_bytes=env_positive_int("GPUWASTE_RECORDING_MAX_LINE_KB", 1024) << 10,
+                   max_series=env_positive_int("GPUWASTE_RECORDING_MAX_SERIES", 2_000_000))
 
 
 def read_recording(path: Path, limits: RecordingLimits) -> bytes:

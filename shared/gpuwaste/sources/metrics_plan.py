@@ -61,7 +61,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from gpuwaste.models.settings import TelemetryLabels
 from gpuwaste.models.telemetry import (
@@ -402,7 +402,8 @@ def accumulator_for(spec: MetricSpec, grid: BucketGrid) -> BucketAccumulator | W
     return WindowAccumulator(eval_ms, window_ms, spec.unit)
 
 
-def summary_from(spec: MetricSpec, labels: Mapping[str, str], acc: Any, file: str = "") -> SeriesSummary | None:
+def summary_from(spec: MetricSpec, labels: Mapping[str, str], acc: BucketAccumulator | WindowAccumulator | RateAccumulator,
+                 file: str = "") -> SeriesSummary | None:
     """The summary of one accumulated series (None when the window holds none of its samples).
 
     A window statistic (not time-resolved) with an unreadable sample is unreadable as a whole (count 0),
@@ -412,7 +413,7 @@ def summary_from(spec: MetricSpec, labels: Mapping[str, str], acc: Any, file: st
     samples = acc.count if isinstance(acc, RateAccumulator) else acc.samples()
     if not samples:
         return None
-    bad = getattr(acc, "first_bad", None)
+    bad = None if isinstance(acc, RateAccumulator) else acc.first_bad  # a rate keeps no unreadable sample
     problem = (f"{file}:{bad[0]}" if file and bad[0] else "", bad[1]) if bad else None
     stats: WindowStats | None
     if isinstance(acc, BucketAccumulator):

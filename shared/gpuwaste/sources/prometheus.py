@@ -14,6 +14,16 @@ signed per request with the caller's IAM credentials via botocore). Every reques
 timeouts, connection errors, HTTP 429 and 5xx are retried (tenacity, bounded, exponential backoff) and
 then raised as `SourceUnavailableError`; 401/403 as `SourceAuthError`; 400/422 (a refused query) and a
 result larger than `max_series` as `PermanentError`. Credentials never appear in messages or logs.
+
+prometheus-api-client is used through its public API where it can do what the scan needs: the client is built with
+its `session=`, `auth=`, `headers=`, `retry=` and `timeout=` parameters (`make_client`: the session is ours, with the
+bounded-answer adapter mounted), and instant queries go through `PrometheusConnect.custom_query`. Two requests go
+through that same session directly (`_get_result`, `_check_retention`, which read it back as `client._session`)
+because the public API cannot do them: (1) `query_range` and the planned queries decode each result item as it
+arrives (`json.loads(object_hook=…)` into a summarising reader), so a fleet-scale answer is never held decoded —
+`custom_query` / `custom_query_range` return the whole decoded list; (2) `/api/v1/status/flags` (the retention
+check) has no public method. Both use the client's URL, headers, auth and TLS setting, so they are the requests the
+library would send.
 """
 
 from __future__ import annotations

@@ -306,6 +306,10 @@ class DeliveryQueue:
         """`ports.AlertQueue.send_alerts`."""
         self.send(messages)
 
+    def after_sent(self, callback: Callable[[], object]) -> None:
+        """`ports.AlertQueue.after_sent`: `send` stored the messages already, so the callback runs now."""
+        callback()
+
     def pending(self) -> list[PendingDelivery]:
         """Pending messages, oldest first."""
         with self.store._lock:

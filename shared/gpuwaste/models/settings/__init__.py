@@ -29,6 +29,7 @@ from gpuwaste.models.settings.delivery import (
     TeamsSettings,
     WebhookSettings,
 )
+from gpuwaste.models.settings.reclaim import SYSTEM_NAMESPACES, ReclaimSettings
 from gpuwaste.models.settings.sources import (
     ClusterConfig,
     ClusterReadSettings,
@@ -45,6 +46,7 @@ __all__ = [
     "MAX_USD_PER_DAY",
     "METADATA_ADDRESSES",
     "METADATA_HOSTS",
+    "SYSTEM_NAMESPACES",
     "ClusterConfig",
     "ClusterReadSettings",
     "DeliverySettings",
@@ -52,6 +54,7 @@ __all__ = [
     "KubernetesSettings",
     "LifecycleSettings",
     "LinkTemplates",
+    "ReclaimSettings",
     "PrometheusAuth",
     "PrometheusSettings",
     "RouteTarget",

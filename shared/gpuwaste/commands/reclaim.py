@@ -1,0 +1,107 @@
+"""`gpuwaste reclaim` and `gpuwaste undo`: the opt-in reclaim pass over a local state file, and undoing an action.
+
+`reclaim` decides the open findings of one cluster of the state (`gpuwaste run --state`) against its latest scan,
+with the configuration's `reclaim` section (off unless `enabled`; dry-run unless `mode` says otherwise) and a
+kubeconfig for the acting credentials (a separate, opt-in role: deploy/kubernetes/rbac-reclaim.yaml). `undo ID`
+writes back what the action changed (replicas, the suspend flag, the stopped annotation).
+"""
+
+from __future__ import annotations
+
+import getpass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from gpuwaste.cli_support import DEFAULT_STATE, app, check_state_path, config_or_exit, escape_markup, fail, out
+from gpuwaste.errors import GpuWasteError
+
+if TYPE_CHECKING:
+    from gpuwaste.models.settings import ReclaimSettings
+    from gpuwaste.services.reclaim import ReclaimService
+    from gpuwaste.store.sqlite import SqliteFindingStore
+
+
+def _service(store: SqliteFindingStore, settings: ReclaimSettings, kubeconfig: Path | None,
+             context: str | None) -> ReclaimService:
+    from kubernetes import config as k8s_config
+
+    from gpuwaste.services.reclaim import ReclaimService
+    from gpuwaste.sinks.kube_actuator import KubernetesActuator
+
+    try:
+        api_client = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]  # the client is unannotated
+            config_file=str(kubeconfig) if kubeconfig else None,
+            context=context, persist_config=False)
+    except Exception as exc:  # noqa: BLE001 - the client's loader raises many kinds for an unreadable kubeconfig
+        fail(f"--kubeconfig: cannot load it ({escape_markup(type(exc).__name__)}: {escape_markup(str(exc))})")
+    return ReclaimService(store=store, actuator=KubernetesActuator(api_client), notifier=None, settings=settings,
+                          now=lambda: datetime.now(UTC))
+
+
+def _open_state(state: Path) -> SqliteFindingStore:
+    from gpuwaste.store.sqlite import SqliteFindingStore
+
+    check_state_path(state)
+    if not state.exists():
+        fail(f"--state {escape_markup(str(state))}: no such state file (write one with `gpuwaste run --state`)")
+    return SqliteFindingStore(state)
+
+
+@app.command("reclaim")
+def reclaim_cmd(
+    cluster: Annotated[str, typer.Option("--cluster", help="The cluster whose open findings are decided.")],
+    config: Annotated[Path, typer.Option("--config", "-c", help="Configuration file with a `reclaim` section (enabled, mode, namespaces…).")],
+    state: Annotated[Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")] = DEFAULT_STATE,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig of the acting (opt-in) role.", envvar="KUBECONFIG")] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
+) -> None:
+    """Plan, announce and (in approve/auto mode, when due) perform reclaim actions for one cluster; dry-run by default."""
+    cfg = config_or_exit(config)
+    store = _open_state(state)
+    try:
+        open_records = store.open_for_cluster(cluster)
+        if not open_records:
+            out.print(f"{escape_markup(cluster)}: no open findings in the state")
+            return
+        scan_id = max(open_records, key=lambda r: r.last_seen).last_scan_id  # the latest scan the state holds
+        report = _service(store, cfg.reclaim, kubeconfig, context).run(cluster, scan_id=scan_id)
+    except GpuWasteError as exc:
+        fail(escape_markup(str(exc)))
+    finally:
+        store.close()
+    from gpuwaste.services.reclaim import describe
+
+    out.print(f"reclaim ({cfg.reclaim.mode.value}{'' if cfg.reclaim.enabled else ', not enabled'}) at scan "
+              f"{escape_markup(scan_id)}: {len(report.planned)} planned, {len(report.performed)} performed, "
+              f"{len(report.cancelled)} cancelled, {len(report.failed)} refused, {len(report.capped)} over the caps")
+    for label, actions in (("planned", report.planned), ("performed", report.performed), ("refused", report.failed)):
+        for a in actions:
+            out.print(f"  {label} {a.id}: {escape_markup(describe(a))}" + (f" ({escape_markup(a.error)})" if a.error else ""))
+
+
+@app.command("undo")
+def undo_cmd(
+    action_id: Annotated[str, typer.Argument(help="The action's id (as the thread and `gpuwaste reclaim` print it).")],
+    state: Annotated[Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")] = DEFAULT_STATE,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig of the acting (opt-in) role.", envvar="KUBECONFIG")] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
+    by: Annotated[str | None, typer.Option("--by", help="Who undoes it (default: the login name).")] = None,
+) -> None:
+    """Undo a reclaim action: write back the replicas, suspend flag or stopped annotation it changed."""
+    from gpuwaste.models.settings import ReclaimSettings
+    from gpuwaste.services.reclaim import describe
+
+    store = _open_state(state)
+    try:
+        undone = _service(store, ReclaimSettings(), kubeconfig, context).undo(action_id, by=by or getpass.getuser())
+    except ValueError as exc:
+        fail(escape_markup(str(exc)))
+    except GpuWasteError as exc:
+        fail(f"not undone: {escape_markup(str(exc))}", code=1)
+    finally:
+        store.close()
+    out.print(f"undone {undone.id}: {escape_markup(describe(undone))}; back to "
+              f"{escape_markup(', '.join(f'{k}={v}' for k, v in sorted(undone.before.items())))}")

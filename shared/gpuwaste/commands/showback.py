@@ -1,0 +1,395 @@
+"""`gpuwaste showback` and `gpuwaste export`: who held the GPUs of a window and what it cost, charged once.
+
+`showback` groups the window's ledger (`services.showback`) by team, namespace or an allow-listed label: allocated
+GPU-hours and USD, used, wasted (the scan's own priced waste findings: the money ledger's numbers), effective, and
+efficiency — with the share-conservation check. `export` writes FOCUS rows (`sinks.focus`) per workload per day.
+Both scan a recording (`--recording DIR`) or a live cluster (`--prometheus URL`, with `--config`), over `--window`
+ending at `--at`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from gpuwaste.cli_support import (
+    app,
+    config_or_exit,
+    err,
+    escape_markup,
+    fail,
+    live_cluster,
+    out,
+    parse_time,
+    parse_window,
+)
+from gpuwaste.errors import GpuWasteError, InputFormatError
+
+if TYPE_CHECKING:
+    from gpuwaste.config import GpuWasteConfig
+    from gpuwaste.services.scan import ScanReport
+    from gpuwaste.services.showback import ShowbackRow
+
+#: Labels `--by label:KEY` may group by unless the configuration's allow-list (`GPUWASTE_SHOWBACK_LABELS`, comma-
+#: separated) names others: label values are people's words, never arbitrary pod metadata.
+DEFAULT_LABELS = ("team", "cost_center", "cost-center", "costcenter", "project", "app.kubernetes.io/part-of", "owner")
+
+
+class ShowbackOutput(StrEnum):
+    """Output formats of `showback`."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def allowed_labels() -> tuple[str, ...]:
+    """The label allow-list: `GPUWASTE_SHOWBACK_LABELS` (comma-separated) when set, else `DEFAULT_LABELS`."""
+    import os
+
+    raw = os.environ.get("GPUWASTE_SHOWBACK_LABELS", "")
+    names = tuple(x.strip() for x in raw.split(",") if x.strip())
+    return names or DEFAULT_LABELS
+
+
+def check_by(by: str) -> str:
+    """`by` when it is a grouping showback knows and (for `label:KEY`) KEY is allow-listed; else exit 2."""
+    if by.startswith("label:"):
+        key = by[6:]
+        if key not in allowed_labels():
+            fail(
+                f"--by {escape_markup(by)}: label {escape_markup(key)!r} is not allow-listed; allowed: "
+                f"{', '.join(allowed_labels())} (set GPUWASTE_SHOWBACK_LABELS=key1,key2 to change the list)"
+            )
+        return by
+    if by not in ("team", "namespace", "cluster", "gpu_model", "node", "mechanism"):
+        fail(f"--by {escape_markup(by)}: use team, namespace, label:KEY, cluster, gpu_model, node or mechanism")
+    return by
+
+
+def apply_bill(cfg: GpuWasteConfig, bill: Path | None) -> GpuWasteConfig:
+    """`cfg` with the effective instance-hour rates of a CUR 2.0 bill layered over its rate card (`pricing.bill`);
+    the bill's period is said on stderr. Exits 2 on a file that is not a CUR 2.0 CSV.
+    """
+    if bill is None:
+        return cfg
+    from gpuwaste.pricing.bill import read_cur2, with_bill
+
+    if not bill.exists():
+        fail(f"--bill {escape_markup(str(bill))}: no such file")
+    try:
+        rates = read_cur2(bill)
+    except InputFormatError as exc:
+        fail(f"--bill {escape_markup(str(exc))}")
+    if not rates.overrides:
+        err.print(f"--bill {bill}: no EC2 instance-hours in it; list prices stay", markup=False)
+        return cfg
+    err.print(
+        f"priced from your bill: {len(rates.overrides)} instance types from {rates.lines_used} line items "
+        f"({rates.source}); list prices for the rest",
+        markup=False,
+        soft_wrap=True,
+    )
+    return cfg.model_copy(update={"pricing": with_bill(cfg.pricing, rates)})
+
+
+def scan_window(
+    recording: Path | None,
+    prometheus: str | None,
+    config: Path | None,
+    cluster: str | None,
+    at: str | None,
+    window: str | None,
+    kubeconfig: Path | None = None,
+    context: str | None = None,
+    bill: Path | None = None,
+) -> tuple[ScanReport, GpuWasteConfig]:
+    """One priced scan over the window, as `gpuwaste scan` runs it (the same findings, the same ledger); `bill`: a
+    CUR 2.0 CSV whose effective rates replace list prices (`apply_bill`).
+    """
+    from datetime import UTC, datetime
+
+    from gpuwaste.bootstrap import local
+
+    cfg = apply_bill(config_or_exit(config), bill)
+    window_s = parse_window(window) if window else None
+    when = parse_time(at)
+    try:
+        if recording is not None:
+            if not recording.exists():
+                fail(f"{escape_markup(str(recording))}: no such file or directory")
+            sources = local.recording_sources(recording, cfg, cluster_name=cluster)
+            assert sources.recording is not None
+            cfg, _ = local.recording_config(cfg, sources, config_given=config is not None)
+            when = when or sources.recording.end_time()
+            window_s = window_s or sources.recording.meta.window_s
+        else:
+            if prometheus is None and not cfg.clusters:
+                fail("nothing to read: pass --recording DIR, or --prometheus URL, or --config FILE")
+            sources = local.live_sources(live_cluster(cfg, cluster, prometheus, kubeconfig, context), cfg)
+            when = when or datetime.now(tz=UTC).replace(microsecond=0)
+        return local.scan_service(sources, cfg, window_s=window_s).scan(at=when), cfg
+    except InputFormatError as exc:
+        fail(f"{escape_markup(str(exc))}\nThe recording is malformed at the place shown; fix or re-record it.")
+    except GpuWasteError as exc:
+        fail(escape_markup(str(exc)), code=3)
+
+
+def rows_csv(rows: list[dict[str, object]]) -> str:
+    """Rows of dicts as CSV (header from the first row)."""
+    buf = io.StringIO()
+    if rows:
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return buf.getvalue()
+
+
+def _table(rows: list[ShowbackRow], by: str, report: ScanReport) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    sl = report.showback
+    assert sl is not None
+    t = Table(
+        title=f"showback by {by} · {sl.window_start:%Y-%m-%d %H:%M} – {sl.window_end:%Y-%m-%d %H:%M} UTC · {report.cluster}",
+        title_justify="left",
+    )
+    for col in (
+        "group",
+        "holders",
+        "allocated GPU-h",
+        "allocated",
+        "used GPU-h",
+        "wasted GPU-h",
+        "wasted",
+        "efficiency",
+    ):
+        t.add_column(col, justify="left" if col == "group" else "right", overflow="fold")
+    for r in rows:
+        d = r.as_dict()
+        eff = d["efficiency"]
+        t.add_row(
+            Text(str(d["group"])),
+            str(d["holders"] or ""),
+            f"{d['allocated_gpu_hours']:,.2f}",
+            f"${d['allocated_usd']:,.2f}",
+            f"{d['used_gpu_hours']:,.2f}",
+            f"{d['wasted_gpu_hours']:,.2f}",
+            f"${d['wasted_usd']:,.2f}",
+            "" if eff is None else f"{eff:.0%}",
+        )
+    total_cents = sum(r.allocated_cents for r in rows)
+    wasted = sum(r.as_dict()["wasted_usd"] for r in rows)  # type: ignore[misc]
+    t.add_row(
+        "total",
+        "",
+        f"{sum(r.allocated_gpu_hours for r in rows):,.2f}",
+        f"${total_cents / 100:,.2f}",
+        "",
+        "",
+        f"${wasted:,.2f}",
+        "",
+        style="bold",
+    )
+    out.print(t)
+    out.print(f"[dim]{escape_markup(sl.ledger.conservation.text())}[/]", soft_wrap=True)
+
+
+@app.command("showback")
+def showback_cmd(
+    recording: Annotated[
+        Path | None,
+        typer.Option(
+            "--recording", "-r", help="Scan a recording (directory from `gpuwaste record` or `generate-fleet`)."
+        ),
+    ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option("--prometheus", "-p", help="Prometheus base URL (live).", envvar="GPUWASTE_PROMETHEUS_URL"),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="kubeconfig file (live).", envvar="KUBECONFIG")
+    ] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides the teams).")
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", help="Cluster (in --config), or a label for a recording.")
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at", help="End of the period (RFC 3339 or unix seconds; default: the recording's end, or now)."
+        ),
+    ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            "--window",
+            "-w",
+            help="Length of the period, e.g. 1h, 24h, 7d (default: the recording's window, else the scan window).",
+        ),
+    ] = None,
+    by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--by",
+            help="Group by team (default), namespace, label:KEY (allow-listed: team, cost_center, project and more), cluster, gpu_model, node, mechanism; repeatable.",
+        ),
+    ] = None,
+    output: Annotated[
+        ShowbackOutput, typer.Option("--output", "-o", help="table, json (exact numbers) or csv.")
+    ] = ShowbackOutput.table,
+    bill: Annotated[
+        Path | None,
+        typer.Option(
+            "--bill",
+            help="Price from your bill: an AWS CUR 2.0 CSV (effective cost per instance-hour: savings plans, "
+            "reservations, spot); list prices for the rest.",
+        ),
+    ] = None,
+) -> None:
+    """Showback: GPU-hours and USD allocated to each team / namespace / label over a period, used, wasted and efficiency
+    — every physical GPU-hour charged once (holders, unsold slices of shared GPUs, unallocated GPUs), to the cent.
+    """
+    from gpuwaste.services.showback import conservation_figures, showback
+
+    groupings = [check_by(b) for b in (by or ["team"])]
+    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, bill)
+    sl = report.showback
+    if sl is None:
+        fail("the scan produced no ledger")
+    views = {b: showback(sl, report.findings, b, cfg.delivery) for b in groupings}
+    if output is ShowbackOutput.json:
+        doc = {
+            "cluster": report.cluster,
+            "period": {"start": sl.window_start.isoformat(), "end": sl.window_end.isoformat()},
+            "conservation": conservation_figures(sl.ledger.conservation),
+            "groups": {b: [r.as_dict() for r in rows] for b, rows in views.items()},
+        }
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    if output is ShowbackOutput.csv:
+        flat = [
+            {
+                "by": b,
+                "period_start": sl.window_start.isoformat(),
+                "period_end": sl.window_end.isoformat(),
+                "cluster": report.cluster,
+                **r.as_dict(),
+            }
+            for b, rows in views.items()
+            for r in rows
+        ]
+        sys.stdout.write(rows_csv(flat))
+        return
+    for b, rows in views.items():
+        _table(rows, b, report)
+    if not sl.ledger.conservation.holds:
+        err.print(
+            "share conservation failed: " + "; ".join(sl.ledger.conservation.problems[:5]), style="red", markup=False
+        )
+        raise typer.Exit(1)
+
+
+def focus_csv(rows: list[dict[str, object]], columns: tuple[str, ...]) -> str:
+    """FOCUS rows as CSV: every column in order, null as an empty field, numbers in plain decimal notation, Tags as a
+    JSON object.
+    """
+    from decimal import Decimal
+
+    def cell(v: object) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, Decimal):
+            return f"{v:f}"
+        if isinstance(v, dict):
+            return json.dumps(v, sort_keys=True, separators=(",", ":"))
+        return str(v)
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([cell(r.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+@app.command("export")
+def export_cmd(
+    recording: Annotated[
+        Path | None,
+        typer.Option(
+            "--recording", "-r", help="Scan a recording (directory from `gpuwaste record` or `generate-fleet`)."
+        ),
+    ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option("--prometheus", "-p", help="Prometheus base URL (live).", envvar="GPUWASTE_PROMETHEUS_URL"),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="kubeconfig file (live).", envvar="KUBECONFIG")
+    ] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides the teams).")
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", help="Cluster (in --config), or a label for a recording.")
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at", help="End of the period (RFC 3339 or unix seconds; default: the recording's end, or now)."
+        ),
+    ] = None,
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Length of the period, e.g. 24h, 7d.")] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", "-o", help="File to write (default: CSV on stdout).")
+    ] = None,
+    account: Annotated[
+        str, typer.Option("--account", help="BillingAccountId / BillingAccountName of the rows (default: the cluster).")
+    ] = "",
+    bill: Annotated[
+        Path | None,
+        typer.Option(
+            "--bill",
+            help="Price from your bill: an AWS CUR 2.0 CSV (effective cost per instance-hour: savings plans, "
+            "reservations, spot); list prices for the rest.",
+        ),
+    ] = None,
+) -> None:
+    """Export FOCUS rows (FinOps Open Cost and Usage Specification): the GPU cost of each workload per UTC day, with
+    the unsold slices and unallocated GPUs as rows of their own and gpuwaste's x_ columns (waste kind, wasted
+    GPU-hours, wasted cost, efficiency). docs/showback.md lists the columns and their sources.
+    """
+    from gpuwaste.services.focus import COLUMNS, focus_rows, split_unpriced
+
+    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, bill)
+    if report.showback is None:
+        fail("the scan produced no ledger")
+    priced, unpriced = split_unpriced(focus_rows(report.showback, report.findings, cfg.delivery, account=account))
+    rows = [r.values for r in priced]
+    if unpriced:
+        hours = sum(float(str(r.values["x_GpuHours"])) for r in unpriced)
+        nodes = sorted({str(r.values["x_Node"]) for r in unpriced})
+        err.print(
+            f"{len(unpriced)} rows of unpriced GPUs ({hours:.2f} GPU-h on {', '.join(nodes[:5])}) left out: FOCUS costs are "
+            "never null and gpuwaste never writes an unknown price as $0; add the instance type to pricing.rate_card",
+            markup=False,
+        )
+    text = focus_csv(rows, COLUMNS)
+    if out_file is None:
+        sys.stdout.write(text)
+        return
+    out_file.write_text(text, encoding="utf-8")
+    err.print(f"wrote {len(rows)} FOCUS rows to {out_file}", markup=False)

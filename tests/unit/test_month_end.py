@@ -1,0 +1,81 @@
+"""The month-end view (issue 24 §7, waste part): wasted USD month to date per team from the store's money ledger,
+month-end at the open findings' current rate, against the configured waste budget × the days of the month."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpuwaste.bootstrap import summary as summary_root
+from gpuwaste.cli import app, seed_history
+from gpuwaste.config import GpuWasteConfig
+from gpuwaste.models.ledger import LedgerSpan
+from gpuwaste.models.lifecycle import FindingRecord
+from gpuwaste.services.month_end import month_bounds, month_end
+
+END = datetime(2024, 1, 20, 12, tzinfo=UTC)
+
+
+def test_month_to_date_matches_the_summary_and_projects_the_open_rate(tmp_path: Path) -> None:
+    # GIVEN the demo's history up to 20 January noon
+    state = tmp_path / "state.db"
+    seed_history(state, END, cluster="demo")
+    service = summary_root.local_summary_service(GpuWasteConfig(), state)
+    start, stop = month_bounds(END)
+    assert (start, stop) == (datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 2, 1, tzinfo=UTC))
+    open_now = FindingRecord(
+        fingerprint="f" * 16,
+        cluster="demo",
+        namespace="ml",
+        workload="w",
+        kind="idle_allocation",
+        detector="idle_allocation",
+        first_seen=END - timedelta(hours=2),
+        last_seen=END,
+        usd_per_day=Decimal(48),
+        team="crafted",
+        ledger=(LedgerSpan(start=END - timedelta(hours=2), end=END, usd_per_day=Decimal(48)),),
+    )
+    records = [*service.store.history(since=start, until=END), open_now]
+    # WHEN the month-end view is built with a $10/day waste budget for every team
+    rows = month_end(records, until=END, team_of=service.team_of, budgets_per_day={}, default_per_day=Decimal(10))
+    # THEN month to date is the summary's per-team waste since the 1st, and month-end adds the open rate × 11.5 days
+    summary = service.build(since=start, until=END)
+    expected = {g.name: g.wasted_usd for g in summary.by_team} | {"crafted": Decimal(4)}
+    assert {m.team: m.to_date_usd for m in rows if m.to_date_usd} == pytest.approx(expected)
+    for m in rows:
+        assert m.month_end_usd == pytest.approx(m.to_date_usd + m.open_usd_per_day * Decimal("11.5"))
+        assert m.budget_usd == Decimal(310)
+        assert m.over_budget == (m.month_end_usd > 310)
+    crafted = next(m for m in rows if m.team == "crafted")
+    assert (crafted.open_usd_per_day, crafted.month_end_usd) == (
+        Decimal(48),
+        Decimal(4) + Decimal(48) * Decimal("11.5"),
+    )
+    assert crafted.over_budget  # $556 > $310
+
+
+def test_summary_month_prints_the_view_with_the_budget(tmp_path: Path) -> None:
+    state = tmp_path / "state.db"
+    seed_history(state, END, cluster="demo")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"serve": {"team_budgets_usd_per_day": {"research": 1}}}))
+    result = CliRunner().invoke(
+        app, ["summary", "--state", str(state), "--month", "-c", str(cfg)], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "Month to date · 2024-01" in result.output
+    line = next(x for x in result.output.splitlines() if x.strip().startswith("research:"))
+    assert "budget $31.00" in line and "OVER" in line
+
+
+def test_month_bounds_in_december() -> None:
+    assert month_bounds(datetime(2024, 12, 31, 23, tzinfo=UTC) + timedelta(0)) == (
+        datetime(2024, 12, 1, tzinfo=UTC),
+        datetime(2025, 1, 1, tzinfo=UTC),
+    )
