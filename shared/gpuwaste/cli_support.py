@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # imported where used: `gpuwaste --help` starts without pydan
     from gpuwaste.config import GpuWasteConfig
     from gpuwaste.models.findings import Finding
     from gpuwaste.models.settings import ClusterConfig
-    from gpuwaste.services.scan import ScanReport
+    from gpuwaste.services.scan import Inventory, ScanReport
 
 #: Width of stdout when it is not a terminal, COLUMNS is not set and no terminal is attached to stderr or stdin.
 PIPE_WIDTH = 80
@@ -330,7 +330,8 @@ def check_kubeconfig(path: Path | None) -> None:
         fail(f"--kubeconfig {path}: not a kubeconfig (no 'clusters'). {KUBE_HINT}")
 
 
-KUBE_HINT = ("Pass --kubeconfig FILE (and --context NAME), or scan without the API: --recording DIR, "
+KUBE_HINT = ("Pass --kubeconfig FILE (and --context NAME), or scan without the API: leave out --kubeconfig to read the "
+             "cluster state from kube-state-metrics in the same Prometheus, --recording DIR, "
              "or a telemetry file with --cluster-json FILE (kubectl get pods,nodes -A -o json).")
 
 
@@ -453,6 +454,23 @@ def select(findings: Sequence[Finding], view: View, team: Callable[[Finding], st
     return sorted(kept, key=order)
 
 
+def _gpus_where(inv: Inventory) -> str:
+    """Where the header's GPUs are: "on 8 nodes", or "in the telemetry, no node known" (never "3 GPUs on 0 nodes")."""
+    if inv.nodes or not inv.physical_gpus:
+        return f"on {plural(inv.nodes, 'node')}"
+    return "in the telemetry, no node known"
+
+
+def _no_waste_line(report: ScanReport, *, filtered: bool) -> Text:
+    """The line for a scan without waste findings: "no waste found", or — when nothing could be judged for want of
+    cluster state — what was missing and the three ways to give it (never "no waste")."""
+    if any(f.details.get("check") == "no_cluster_state" for f in report.findings):
+        return Text("nothing judged: no cluster state to tie the GPUs to pods and nodes; give the scan --kubeconfig, "
+                    "or kube-state-metrics in this Prometheus (`gpuwaste doctor --prometheus URL` lists what is missing), "
+                    "or --cluster-json FILE", style="yellow")
+    return Text("no waste found" + (" with these filters" if filtered else ""), style="green")
+
+
 def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: bool = False, wide: bool = False,
            dated: str | None = None, view: View | None = None, config: GpuWasteConfig | None = None) -> None:
     """Print a scan report in the chosen format.
@@ -511,8 +529,8 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         span = dated or f"one scrape dated {when_text(report.eval_time)}"
     else:
         span = f"{report.window_s // 60} min to {when_text(report.eval_time)}"
-    header = (f"{plain(report.cluster)} · {plain(span)} · {plural(inv.physical_gpus, 'GPU')} on "
-              f"{plural(inv.nodes, 'node')} · {inv.pods_holding_gpus} "
+    header = (f"{plain(report.cluster)} · {plain(span)} · {plural(inv.physical_gpus, 'GPU')} {_gpus_where(inv)} · "
+              f"{inv.pods_holding_gpus} "
               f"{'pod holds' if inv.pods_holding_gpus == 1 else 'pods hold'} GPUs")
     for n, line in enumerate(terminal.fit_line(header, out.width)):  # broken at " · " only, never mid-phrase
         cluster = plain(report.cluster)
@@ -585,7 +603,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         title = "GPU waste findings" + (f" (top {len(shown)} of {len(waste)})" if len(shown) < len(waste) else "")
         out.print(terminal.findings_table(shown, width=out.width, wide=wide, ids=ids, owner=team, title=title))
     else:
-        out.print(Text("no waste found" + (" with these filters" if len(chosen) < len(report.findings) else ""), style="green"))
+        out.print(_no_waste_line(report, filtered=len(chosen) < len(report.findings)))
     for line in terminal.price_caveat_lines(shown):
         out.print(Text(line, style="yellow"))
     hidden = len(chosen) - len(findings)

@@ -145,6 +145,9 @@ def test_wrong_hardware_needs_the_look_back(tmp_path):
     # THEN no wrong-hardware verdict, with the reason (the under-used finding stands instead)
     assert "wrong_hardware" not in kinds(sc)
     assert any("look-back" in r for r in reasons(sc, "wrong_hardware"))
+    # AND the reason says the durations as people do ("1 h", "7 d"), never as raw seconds ("3600s")
+    assert any("the 1 h window is shorter than the 7 d look-back" in r for r in reasons(sc, "wrong_hardware"))
+    assert not any("3600s" in r or "604800s" in r for r in reasons(sc, "wrong_hardware"))
 
 
 def test_wrong_hardware_b16_vllm_framebuffer_is_not_demand(tmp_path):

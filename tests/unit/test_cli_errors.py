@@ -269,8 +269,8 @@ def test_cli_scan_invalid_kubeconfig_says_what_to_do(tmp_path: Path) -> None:
     kubeconfig.write_text("just text\n")
     # WHEN scanned live
     result = invoke("scan", "--prometheus", "http://127.0.0.1:1", "--kubeconfig", str(kubeconfig))
-    # THEN exit 2 with the ways out
-    assert_user_error(result, "--kubeconfig", "--context", "--recording")
+    # THEN exit 2 with the ways out, the Prometheus-only scan (kube-state-metrics) among them
+    assert_user_error(result, "--kubeconfig", "--context", "--recording", "kube-state-metrics")
 
 
 @pytest.mark.loopback

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from gpuwaste.bootstrap import local
-from gpuwaste.commands.explain import explain_text, share_text
+from gpuwaste.commands.explain import explain_text, found_list, share_text
 from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.findings import WasteKind
 
@@ -58,3 +58,17 @@ def test_explain_pod_finding_says_held_and_never_prints_an_empty_note(demo_findi
     for text in texts:
         assert not re.search(r"note=(,|$)", text, flags=re.MULTILINE), text
         assert not re.search(r"\b\d+\.\d{5,} GPU\(s\)", text), text
+
+
+def test_explain_unknown_id_lists_node_findings_as_the_scan_table_does(demo_findings) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN the demo's findings, node-level (unallocated) ones among them
+    # WHEN listed as `explain` lists them for an ID that matches none
+    lines = found_list(demo_findings).splitlines()
+    # THEN one line per finding; a node finding names "node NAME" (never "/NAME"), a pod finding "namespace/pod"
+    assert len(lines) == len(demo_findings)
+    nodes = [f for f in demo_findings if not f.subject.pod]
+    assert nodes, "the demo has node-level findings"
+    for f in nodes:
+        assert any(line.endswith(f"node {f.subject.node}") for line in lines)
+    assert not any(" /" in line for line in lines)
+    assert any(line.endswith("inference/llama-70b-vllm-6d5-wq2") for line in lines)

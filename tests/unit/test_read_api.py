@@ -209,8 +209,9 @@ def test_mcp_command_without_the_sdk_names_the_extra(demo_state: Path, monkeypat
     monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)
     # WHEN `gpuwaste mcp` starts
     ran = CliRunner().invoke(app, ["mcp", "--state", str(demo_state)])
-    # THEN it exits 2 naming the extra
+    # THEN it exits 2 naming the extra, and how to install it from a clone (gpuwaste is not installed from PyPI)
     assert ran.exit_code == 2 and "gpuwaste[mcp]" in ran.output
+    assert "pip install '.[mcp]'" in ran.output.replace("\n", " ")
 
 
 def test_serve_mcp_port_needs_the_token_and_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:

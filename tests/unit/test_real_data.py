@@ -217,7 +217,7 @@ def test_real_scrape_cli_at_dates_the_bare_scrape():
     # THEN the samples without timestamps are dated to T, and the MIG instance is counted on one GPU (-v)
     assert result.exit_code == 0, result.output
     assert "evaluated at 2025-01-02 03:04 UTC (set by --at)" in text
-    assert "1 GPU on" in text and "1 MIG instance" in text and "unknown (no modelName label)×1" in text
+    assert "1 GPU in the telemetry, no node known" in text and "1 MIG instance" in text and "unknown (no modelName label)×1" in text
 
 
 def test_alibaba_sliding_windows_count_the_idle_episodes_gpu_hours_not_whole_windows(alibaba_source):

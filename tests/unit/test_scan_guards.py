@@ -106,3 +106,34 @@ def test_cli_min_usd_says_how_many_findings_it_hid_and_refuses_negatives() -> No
     assert shown.exit_code == 0
     assert "11 finding(s) under $50/day hidden by --min-usd" in shown.output.replace("\n", " ")
     assert negative.exit_code == 2
+
+
+def test_scan_command_without_cluster_state_says_nothing_was_judged(tmp_path) -> None:
+    # GIVEN the demo telemetry without its cluster.json and without its kube-state-metrics series (what a
+    # Prometheus-only scan of a Prometheus without kube-state-metrics sees)
+    import gzip
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from gpuwaste.cli import app
+
+    text = gzip.decompress((demo_recording() / "telemetry.om.gz").read_bytes()).decode()
+    def ksm(line: str) -> bool:  # a kube_* sample, or its # TYPE / # HELP / # UNIT line
+        words = line.split(" ")
+        return line.startswith("kube_") or (line.startswith("# ") and len(words) > 2 and words[2].startswith("kube_"))
+
+    kept = [line for line in text.splitlines() if not ksm(line)]
+    assert len(kept) < len(text.splitlines()), "the demo telemetry carries kube-state-metrics series"
+    (tmp_path / "telemetry.om.gz").write_bytes(gzip.compress(("\n".join(kept) + "\n").encode()))
+    shutil.copy(demo_recording() / "recording.json", tmp_path / "recording.json")
+    # WHEN `gpuwaste scan` prints its table
+    result = CliRunner().invoke(app, ["scan", "--recording", str(tmp_path)], env={"COLUMNS": "400"})
+    # THEN it never says "no waste found": it says nothing was judged and how to give it the cluster
+    assert result.exit_code == 0, result.output
+    assert "no waste found" not in result.output
+    assert "nothing judged: no cluster state" in result.output
+    assert "--kubeconfig" in result.output and "kube-state-metrics" in result.output
+    # AND the header counts the GPUs without claiming they sit on "0 nodes"
+    assert "on 0 nodes" not in result.output
+    assert "GPUs in the telemetry, no node known" in result.output

@@ -189,16 +189,26 @@ def _matching(findings: list[Finding], fingerprint: str) -> list[Finding]:
     """The scan's findings matching `fingerprint`; exits 2 when none does, listing what the scan found."""
     matches = find(findings, fingerprint)
     if not matches:
-        from gpuwaste.people import kind_label as people_kind
-        from gpuwaste.people import plain
-        from gpuwaste.sinks.terminal import short_ids
-
-        ids = short_ids(findings)
-        known = "\n".join(f"  {ids[f.fingerprint]:8}  {people_kind(f.kind):14} "
-                          f"{plain(f.subject.namespace or '')}/{plain(f.subject.pod or f.subject.node or '')}"
-                          for f in findings)
+        known = found_list(findings)
         fail(escape_markup(f"no finding with ID {fingerprint!r} in this scan; the scan found:\n{known or '  nothing'}"))
     return matches
+
+
+def found_list(findings: list[Finding]) -> str:
+    """The findings of a scan as the lines `explain` lists when an ID matches none: short ID, kind, subject
+    (`namespace/pod`, or `node NAME` for node-level findings, as the scan table says it)."""
+    from gpuwaste.people import kind_label as people_kind
+    from gpuwaste.people import plain
+    from gpuwaste.sinks.terminal import short_ids
+
+    ids = short_ids(findings)
+
+    def subject(f: Finding) -> str:
+        if f.subject.pod:
+            return f"{plain(f.subject.namespace or '')}/{plain(f.subject.pod)}" if f.subject.namespace else plain(f.subject.pod)
+        return f"node {plain(f.subject.node or '-')}"
+
+    return "\n".join(f"  {ids[f.fingerprint]:8}  {people_kind(f.kind):14} {subject(f)}" for f in findings)
 
 
 def stored_findings(state: Path, prefix: str) -> list[Finding]:

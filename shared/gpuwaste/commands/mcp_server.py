@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from gpuwaste.commands.api import FindingsReader, RateLimiter
 
 #: The extra that brings the SDK.
-EXTRA_HINT = "the MCP server needs the official MCP SDK: pip install 'gpuwaste[mcp]' (or: pip install 'mcp>=2.3,<3')"
+EXTRA_HINT = ("the MCP server needs the official MCP SDK, the extra gpuwaste[mcp]: from a clone `pip install '.[mcp]'` "
+              "(or `pipx install '.[mcp]'`), or `pip install 'mcp>=2.3,<3'` into gpuwaste's environment")
 
 
 def build_server(reader: FindingsReader) -> MCPServer:

@@ -358,7 +358,8 @@ def serve_cmd(
     mcp_port: Annotated[int | None, typer.Option("--mcp-port", min=0, max=65535, help="Also serve the MCP server (Streamable HTTP at /mcp, the read API's token) on this port; needs the extra gpuwaste[mcp].")] = None,
     api_token_file: Annotated[Path | None, typer.Option("--api-token-file", help="File holding the read API's bearer token (a mounted Secret); else $GPUWASTE_API_TOKEN; neither: /api/v1 is off.")] = None,
 ) -> None:
-    """Scan on a schedule (the whole `gpuwaste run` chain) and expose the findings on /metrics for Prometheus."""
+    """Scan on a schedule (the whole `gpuwaste run` chain) and expose the findings on /metrics for Prometheus and,
+    with an API token (--api-token-file or GPUWASTE_API_TOKEN), as read-only JSON under /api/v1 (docs/api.md)."""
     from gpuwaste.bootstrap import local
     from gpuwaste.commands.api import ReadError, read_token
 
@@ -395,6 +396,7 @@ def serve_cmd(
                 fail(f"{recording}: no such file or directory")
             sources = local.recording_sources(recording, cfg, cluster_name=cluster)
             assert sources.recording is not None
+            cfg, _ = local.recording_config(cfg, sources, config_given=config is not None)  # as run, scan and demo
             check_recording(sources, None)
             fixed = sources.recording.end_time()
             window_s = window_s or sources.recording.meta.window_s

@@ -103,7 +103,8 @@ def detect_data_quality(ctx: ScanContext, settings: DataQualitySettings) -> Dete
         physical = len({d.device.uuid for d in ctx.unmapped_devices})
         yield _dq(ctx, Subject(cluster=cluster, attribution=Attribution.UNKNOWN), "no_cluster_state",
                   f"No cluster state: {physical} GPU(s) in the telemetry cannot be tied to nodes or pods",
-                  "Give the scan the cluster (a kubeconfig, or `kubectl get pods,nodes -A -o json` as cluster.json / --cluster-json); "
+                  "Give the scan the cluster (a kubeconfig, kube-state-metrics in the same Prometheus, or "
+                  "`kubectl get pods,nodes -A -o json` as cluster.json / --cluster-json); "
                   "without it only the inventory and data quality are reported.", "all", confidence=Confidence.HIGH,
                   details={"devices": len(ctx.unmapped_devices)})
         return

@@ -20,6 +20,7 @@ from gpuwaste.join import Allocation, ScanContext
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.findings import Confidence, Evidence, Finding, WasteKind
 from gpuwaste.models.telemetry import Signal
+from gpuwaste.people import duration
 
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 _ARG = r"--{name}(?:=|\s+)(\S+)"
@@ -119,7 +120,8 @@ def detect_wrong_hardware(ctx: ScanContext, settings: WrongHardwareSettings) -> 
     """Flag pods whose peak memory (with headroom) and peak activity over the look-back fit a much smaller GPU."""
     if ctx.window_s < settings.lookback_s:
         yield NoVerdict("wrong_hardware", ctx.cluster.cluster,
-                        f"window {ctx.window_s}s shorter than the {settings.lookback_s}s look-back (needs {settings.lookback_s // 86400 or 1} day(s) of telemetry: a daily scan of Prometheus over that look-back)")
+                        f"the {duration(ctx.window_s)} window is shorter than the {duration(settings.lookback_s)} look-back "
+                        f"(needs {settings.lookback_s // 86400 or 1} day(s) of telemetry: a daily scan of Prometheus over that look-back)")
         return
     for item in judged_allocations(ctx, "wrong_hardware"):
         if isinstance(item, NoVerdict):
