@@ -327,10 +327,10 @@ def with_fleet_funnel(dashboard: Dashboard) -> Dashboard:
         .with_panel(_series("Allocated GPUs by team", "GPUs held per team over each scan's window (teams as routing "
                             "sees them).", "none",
                             _query(f'sum by (team) (gpuwaste_team_gpus{{{cl}, team=~"$team", stage="allocated"}})', "{{team}}"),
-                            stacked=True, span=8))
+                            stacked=True, span=8, legends={"unassigned": "no owner"}))
         .with_panel(_series("Unmet GPU requests", "Pending pods asking for GPUs that no node took, by GPU resource.", "none",
                             _query(f"sum by (resource) (gpuwaste_unmet_gpu_requests{{{cl}}})", "{{resource}}"), span=8))
-        .with_panel(_series("GPU cost of the window, charged once", "USD of the physical GPUs over each scan's window: "
+        .with_panel(_series("GPU cost of each scan window, charged once (USD per scan window)", "USD of the physical GPUs over each scan's window: "
                             "holders + unsold slices (the unsold part of shared GPUs) + unallocated GPUs = the GPUs' cost.",
                             "currencyUSD", _query(f"sum by (line) (gpuwaste_window_cost_usd{{{cl}}})", "{{line}}"),
                             stacked=True, span=8))

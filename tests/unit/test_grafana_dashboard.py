@@ -128,6 +128,8 @@ def test_money_is_per_day_and_every_panel_has_explicit_thresholds_savings_never_
         # THEN a rate of money says USD/day in its title; a total over the range says USD and the range
         if totals:
             assert "(USD)" in panel["title"] and "range" in panel["title"], panel["title"]
+        elif "window_cost" in "".join(t["expr"] for t in panel["targets"]):  # the showback row: USD of each scan's window
+            assert "(USD per scan window)" in panel["title"], panel["title"]
         else:
             assert "(USD/day)" in panel["title"], panel["title"]
     for panel in panels:

@@ -48,7 +48,7 @@ EXPECTED: dict[str, set[Grant]] = {
     "DedupeFindingsFunction": CONFIG | send("AlertsQueue", "TicketsQueue", "PricedDlq") | BATCH | query(OPEN_BY_CLUSTER),
     "NotifySlackFunction": CONFIG | secret("SlackSecretArn") | secret("TeamsSecretArn") | secret("WebhookSecretArn")
     | send("AlertsDlq") | BATCH | query(BY_ACTIVITY_DAY),
-    "CreateTicketsFunction": CONFIG | secret("JiraSecretArn") | send("TicketsDlq") | ITEM | query(BY_ACTIVITY_DAY)
+    "CreateTicketsFunction": CONFIG | secret("JiraSecretArn") | secret("SlackSecretArn") | send("TicketsDlq") | ITEM | query(BY_ACTIVITY_DAY)
     | {("dynamodb:BatchGetItem", "FindingsTable")},  # history: keys from the index, then by key
     "SendDailySummaryFunction": CONFIG | secret("SlackSecretArn") | secret("TeamsSecretArn") | secret("WebhookSecretArn")
     | query(BY_ACTIVITY_DAY) | {("dynamodb:BatchGetItem", "FindingsTable")}  # history: keys from the index, then by key

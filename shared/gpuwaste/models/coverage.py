@@ -82,7 +82,8 @@ def sum_kinds(kinds: Iterable[KindCoverage]) -> tuple[KindCoverage, ...]:
 
 def coverage_rows(tallies: list[CoverageTally]) -> tuple[CoverageRow, ...]:
     """Pure: per cluster, one row per allocation kind and an "all" row, from the store's hourly tallies (clusters and
-    kinds sorted; "all" first in each cluster)."""
+    kinds sorted; "all" first in each cluster).
+    """
     sums: dict[str, dict[str, list[float]]] = {}
     scans: dict[str, int] = {}
     for t in tallies:

@@ -255,7 +255,8 @@ class TrendDay(Frozen):
 
 class JustifiedTotal(Frozen):
     """One team's active justifications at the summary's end: how many findings, the USD/day they cover (latest
-    priced cost; unpriced count 0) and the soonest `until`."""
+    priced cost; unpriced count 0) and the soonest `until`.
+    """
 
     team: str
     findings: int

@@ -43,7 +43,8 @@ def pace(requests: Sequence[ScanRequest], endpoints: Mapping[str, str], pacing: 
     """`requests` with their `start_after_s`: per endpoint (cluster → Prometheus URL; a cluster without one is its own),
     the requests in (cluster, shard) order start in waves of `per_endpoint`, `wave_s` apart, each request a stable
     0 … `spread_s` seconds (CRC-32 of scan id and shard) into its wave — capped at SQS's 900 s (a warning says how
-    many were capped: those start with the last wave, over the budget)."""
+    many were capped: those start with the last wave, over the budget).
+    """
     if not pacing.spread_s and not pacing.per_endpoint:
         return list(requests)
     index: dict[str, int] = {}

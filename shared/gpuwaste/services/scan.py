@@ -28,6 +28,7 @@ from gpuwaste.ports import ClusterStateSource, FindingQueue, GpuTelemetrySource,
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
 from gpuwaste.pricing.power import power_limits_w
+from gpuwaste.services.shards import hostnames, plan_shards, shard_state, shard_telemetry
 from gpuwaste.services.showback import (
     ScanLedger,
     conservation_figures,
@@ -36,7 +37,6 @@ from gpuwaste.services.showback import (
     unmet_by_resource,
     unmet_requests,
 )
-from gpuwaste.services.shards import hostnames, plan_shards, shard_state, shard_telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,8 @@ def coverage_figures(ctx: ScanContext) -> dict[str, dict[str, float]]:
 
 def coverage_of(ctx: ScanContext) -> tuple[KindCoverage, ...]:
     """The scan's attribution coverage per allocation kind as its completion carries it (`ScanCompleted.coverage`):
-    allocated and attributed GPU-hours in the window, kinds sorted; empty when no pod holds a GPU."""
+    allocated and attributed GPU-hours in the window, kinds sorted; empty when no pod holds a GPU.
+    """
     return tuple(KindCoverage(kind=kind, allocated_gpu_hours=float(allocated), attributed_gpu_hours=float(attributed))
                  for kind, (allocated, attributed) in sorted(ctx.attribution_coverage().items()))
 
@@ -423,7 +424,8 @@ class ScanService:
 
     def _read_shard(self, at: datetime, timings: dict[str, float], shard: int, shard_count: int) -> tuple[ClusterState, TelemetryWindow]:
         """The cluster state, then the telemetry of shard `shard`'s nodes only (the plan needs the state first):
-        a `NodeScopedTelemetrySource` is asked for those nodes' series; whatever comes is narrowed to them."""
+        a `NodeScopedTelemetrySource` is asked for those nodes' series; whatever comes is narrowed to them.
+        """
         c0 = time.perf_counter()
         whole = self.cluster_source.cluster_state(at=at)
         timings["cluster_state"] = time.perf_counter() - c0

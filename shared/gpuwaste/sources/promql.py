@@ -437,7 +437,8 @@ def dcgm_presence_query(uuid_labels: Sequence[str], *, window_s: int, matchers: 
 
 def dcgm_fields_query(*, window_s: int, matchers: Mapping[str, str] | None = None) -> str:
     """One row per DCGM field name present in the window (label `METRIC_LABEL`): the fields a thin scrape does carry,
-    for the `no_activity_fields` finding."""
+    for the `no_activity_fields` finding.
+    """
     inner = f'group by ({METRIC_LABEL}) (label_replace({_any_dcgm(matchers)}, "{METRIC_LABEL}", "$1", "__name__", "(.+)"))'
     return f"group by ({METRIC_LABEL}) (max_over_time(({inner}){_presence_range(window_s)}))"
 
