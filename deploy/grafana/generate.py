@@ -329,7 +329,7 @@ def with_fleet_funnel(dashboard: Dashboard) -> Dashboard:
                             _query(f'sum by (team) (gpuwaste_team_gpus{{{cl}, team=~"$team", stage="allocated"}})', "{{team}}"),
                             stacked=True, span=8, legends={"unassigned": "no owner"}))
         .with_panel(_series("Unmet GPU requests", "Pending pods asking for GPUs that no node took, by GPU resource.", "none",
-                            _query(f"sum by (resource) (gpuwaste_unmet_gpu_requests{{{cl}}})", "{{resource}}"), span=8))
+                            _query(f"sum by (resource) (gpuwaste_unmet_gpu_requests{{{cl}}}) or vector(0)", "{{resource}}"), span=8))
         .with_panel(_series("GPU cost of each scan window, charged once (USD per scan window)", "USD of the physical GPUs over each scan's window: "
                             "holders + unsold slices (the unsold part of shared GPUs) + unallocated GPUs = the GPUs' cost.",
                             "currencyUSD", _query(f"sum by (line) (gpuwaste_window_cost_usd{{{cl}}})", "{{line}}"),

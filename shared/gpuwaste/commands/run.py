@@ -263,7 +263,7 @@ def print_showback(cfg, sl, findings=()) -> None:  # type: ignore[no-untyped-def
     for row in showback(sl, findings, "team", cfg.delivery):
         d = row.as_dict()
         eff = "" if d["efficiency"] is None else f" · efficiency {d['efficiency']:.0%}"
-        out.print(f"  {row.group}: allocated {d['allocated_gpu_hours']:,.2f} GPU-h ${d['allocated_usd']:,.2f} · wasted "
+        out.print(f"  {for_terminal(row.group)}: allocated {d['allocated_gpu_hours']:,.2f} GPU-h ${d['allocated_usd']:,.2f} · wasted "
                   f"{d['wasted_gpu_hours']:,.2f} GPU-h ${d['wasted_usd']:,.2f}{eff}", highlight=False, markup=False)
     if sl.unmet:
         out.print(unmet_text(unmet_by_resource(sl.unmet)), style="yellow", highlight=False, markup=False)

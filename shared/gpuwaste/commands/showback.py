@@ -31,6 +31,7 @@ from gpuwaste.cli_support import (
     parse_window,
 )
 from gpuwaste.errors import GpuWasteError, InputFormatError
+from gpuwaste.models.text import for_terminal
 
 if TYPE_CHECKING:
     from gpuwaste.config import GpuWasteConfig
@@ -182,7 +183,7 @@ def _table(rows: list[ShowbackRow], by: str, report: ScanReport) -> None:
         d = r.as_dict()
         eff = d["efficiency"]
         t.add_row(
-            Text(str(d["group"])),
+            Text(for_terminal(str(d["group"]))),
             str(d["holders"] or ""),
             f"{d['allocated_gpu_hours']:,.2f}",
             f"${d['allocated_usd']:,.2f}",

@@ -576,8 +576,12 @@ class NotifyService:
                 kind = NoticeKind.DIGEST if len(items) > 1 or ref.carries else NoticeKind.ALERT
                 notice = Notice(kind=kind, route=route_for(items[0].finding, self.settings), items=items,
                                 scan_id=_first_scan(record, notifier.name),
-                                interactive=not all(i.resolved for i in items))
-                edited.append(notifier.update(notice, message=ref))
+                                interactive=not all(i.resolved for i in items),
+                                delivery_key=ticket_delivery_key(record, notifier.name))
+                # a run that died between the sink's acceptance and the record: the message already carries this
+                # edit's key (its metadata), so it is recorded, not edited again
+                if not notifier.find_posted(notice, reply_to=ref):
+                    edited.append(notifier.update(notice, message=ref))
                 record_deliveries(self.store, [(r.fingerprint, ticket_delivery_key(r, notifier.name), {})
                                                for r in shown if r.ticket_key])
                 logger.info("message edited to show its tickets", extra={

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from gpuwaste.errors import StateInUseError, StoreError
+from gpuwaste.errors import GpuWasteError, StateInUseError, StoreError
 from gpuwaste.models.coverage import CoverageTally, KindCoverage, coverage_hour, sum_kinds
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import ScanCompleted, completion_is_whole
@@ -313,6 +313,14 @@ class DeliveryQueue:
         self.sent: list[str] = []  # bodies queued by this process (for the run's own report)
         #: the messages this process queued, by body: read back without parsing their JSON again (`message`)
         self._models: dict[str, BaseModel] = {}
+
+    def send_each(self, messages: Sequence[BaseModel]) -> Sequence[BaseException | None]:
+        """`EnvelopeSender.send_each` for the outbox: one transaction, so every message shares its outcome."""
+        try:
+            self.send(messages)
+        except (GpuWasteError, OSError) as exc:
+            return [exc] * len(messages)
+        return [None] * len(messages)
 
     def send(self, messages: Sequence[BaseModel]) -> None:
         """Store the messages as pending (an identity already stored, pending or done, is ignored)."""
