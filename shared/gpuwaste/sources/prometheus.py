@@ -749,7 +749,8 @@ class PrometheusGpuMetricsSource:
             presence answer holds more than `max_series` GPUs.
         """
         uuid_labels = self.labels.uuid_labels
-        result = self.instant_query(dcgm_presence_query(uuid_labels, window_s=window_s, matchers=self.matchers), at=at,
+        matchers = {**(self.matchers or {}), **self.node_matchers}  # a shard asks for its own nodes' GPUs only
+        result = self.instant_query(dcgm_presence_query(uuid_labels, window_s=window_s, matchers=matchers), at=at,
                                     what="DCGM presence")
         if len(result) > self.max_series:
             raise SourceAnswerError(f"Prometheus at {self.url}: DCGM presence has more than max_series={self.max_series} GPUs")
@@ -757,7 +758,7 @@ class PrometheusGpuMetricsSource:
         other = tuple(sorted(uuids - seen))
         if not other:
             return (), frozenset(), 1
-        fields = self.instant_query(dcgm_fields_query(window_s=window_s, matchers=self.matchers), at=at, what="DCGM fields")
+        fields = self.instant_query(dcgm_fields_query(window_s=window_s, matchers=matchers), at=at, what="DCGM fields")
         names = {str(item["metric"].get(METRIC_LABEL, "")) for item in fields}
         return other, frozenset(n.upper() if n.startswith("dcgm_fi_") else n for n in names if n), 2
 

@@ -414,7 +414,8 @@ def _any_dcgm(matchers: Mapping[str, str] | None) -> str:
     for label, value in sorted((matchers or {}).items()):
         if not _LABEL_NAME.match(label):
             raise ValueError(f"invalid label name {label!r}")
-        parts.append(f'{label}="{escape_label_value(value)}"')
+        op = "=~" if isinstance(value, OneOf) else "="
+        parts.append(f'{label}{op}"{escape_label_value(value)}"')
     return "{" + ",".join(parts) + "}"
 
 
