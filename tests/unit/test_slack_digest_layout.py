@@ -305,3 +305,17 @@ def test_slack_digest_lines_carry_the_configured_grafana_and_prometheus_links_on
     assert violations(with_links.blocks) == []
     # AND without configured URLs no link and no empty label appear
     assert "Grafana" not in _texts(without.blocks) and "Prometheus" not in _texts(without.blocks)
+
+
+def test_slack_digest_line_of_a_sizing_note_names_no_zero_gpus() -> None:
+    # GIVEN the demo's $0 sizing note (KV cache: it wastes no GPU) beside a priced finding
+    note = next(f for f in demo_findings() if f.usd_per_day == 0 and f.wasted_gpu_share == 0)
+    priced = next(f for f in demo_findings() if f.usd_per_day and f.wasted_gpu_share >= 1)
+    notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=(_item(note), _item(priced)), scan_id="scan-1")
+    # WHEN rendered
+    (payload,) = render_notice(notice)
+    lines = [line for b in payload.blocks if b["type"] == "section" for line in b["text"]["text"].splitlines()]
+    # THEN the note's line has no "0 GPU", the priced one keeps its GPU count
+    note_line = next(x for x in lines if f"/{note.subject.workload_name}" in x)
+    priced_line = next(x for x in lines if f"/{priced.subject.workload_name}" in x)
+    assert " 0 GPU" not in note_line and " GPU" in priced_line, (note_line, priced_line)
