@@ -319,3 +319,22 @@ def test_slack_digest_line_of_a_sizing_note_names_no_zero_gpus() -> None:
     note_line = next(x for x in lines if f"/{note.subject.workload_name}" in x)
     priced_line = next(x for x in lines if f"/{priced.subject.workload_name}" in x)
     assert " 0 GPU" not in note_line and " GPU" in priced_line, (note_line, priced_line)
+
+
+def test_cost_formulas_show_prices_people_can_multiply() -> None:
+    # GIVEN the demo's priced findings (p4d prices are $21.957642/h over 8 GPUs = $2.74470525/GPU-h)
+    from gpuwaste.sinks.slack_blocks import formula_text
+
+    priced = [f for f in demo_findings() if f.cost and f.cost.priced and f.usd_per_day]
+    assert any(f.cost and f.cost.usd_per_gpu_hour == Decimal("2.74470525") for f in priced)
+    for f in priced:
+        # WHEN the alert's and the details' cost line is written
+        text = formula_text(f)
+        prices = re.findall(r"\$(\d+(?:\.\d+)?)/GPU-h", text)
+        # THEN every price has at most 4 decimals, and the first product is the USD/day to the cent
+        assert prices and all(len(p.partition(".")[2]) <= 4 for p in prices), text
+        share = re.search(r"/GPU-h × ([\d.]+) GPU", text)
+        assert share, text
+        if "(1 −" not in text:  # wrong hardware: the saving is (1 − relative cost) of the GPU
+            product = Decimal(prices[0]) * Decimal(share.group(1)) * 24
+            assert abs(product - f.usd_per_day) <= Decimal("0.02"), (text, product)
