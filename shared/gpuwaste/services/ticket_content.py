@@ -141,8 +141,8 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
     # names both Slack surfaces carry: the alert's buttons and the digest line's overflow menu (sinks/slack_blocks)
     snooze = [SLACK_SNOOZE_HINT]
     if target:
-        what = "node" if res.startswith("node/") else "workload"
-        snooze += [f"Or annotate the {what} (until a date, or +7d):", target]
+        annotated = "node" if res.startswith("node/") else "workload"
+        snooze += [f"Or annotate the {annotated} (until a date, or +7d):", target]
     sections = [
         TicketSection(heading="What", lines=tuple(x for x in what if x)),
         TicketSection(heading="Evidence", lines=tuple(evidence), bullets=True),
