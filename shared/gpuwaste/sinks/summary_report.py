@@ -99,7 +99,7 @@ def _headline(s: DailySummary, notes: SummaryNotes | None = None) -> list[tuple[
     alls = [c for c in s.coverage if c.kind == "all"]
     if alls:
         rows.append(("Attribution coverage", "; ".join(f"{c.cluster}: {_ratio(c.ratio)} of {c.allocated_gpu_hours:,.1f} "
-                                                      f"allocated GPU-h ({c.scans} scans)" for c in alls)))
+                                                      f"allocated GPU-h ({c.scans} scan{'' if c.scans == 1 else 's'})" for c in alls)))
     if notes.data_quality:
         rows.append(("Data quality", f"{notes.data_quality} data-quality problem{'s' if notes.data_quality != 1 else ''} "
                                      "(telemetry that cannot be judged; not waste, not in the counts above)"))
