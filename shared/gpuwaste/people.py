@@ -259,13 +259,17 @@ def kind_names() -> list[str]:
 
 
 def people_formula(finding: Finding) -> str:
-    """The cost formula with rounded numbers: "$2.74/GPU-h × 2 GPUs × 24 h = $131.75/day"."""
+    """The cost formula with rounded numbers that multiply out: "$2.7447/GPU-h × 2 GPUs × 24 h = $131.75/day".
+
+    The price keeps up to 4 decimals (as the pricing formula does): "$2.74" × 2 × 24 would be $131.52, not $131.75.
+    """
     c = finding.cost
     if c is None or not c.priced or c.usd_per_gpu_hour is None:
         return "unpriced (no price for this instance type or GPU)"
     share = c.wasted_gpu_share
     unit = "GPU" if share == 1 else "GPUs"
-    return f"{per_gpu_hour(c.usd_per_gpu_hour)} × {gpus(share)} {unit} × 24 h = {per_day(c.usd_per_day)}"
+    price = c.usd_per_gpu_hour.quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP).normalize()
+    return f"${price:f}/GPU-h × {gpus(share)} {unit} × 24 h = {per_day(c.usd_per_day)}"
 
 
 def wasted_gpu_hours(finding: Finding) -> Decimal:

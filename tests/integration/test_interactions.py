@@ -144,7 +144,7 @@ def test_interaction_digest_menus_act_on_their_finding_and_details_reply_in_the_
     # AND Details replied in the message's thread with the evidence, the formula, the price source and what to do
     details = slack_api.calls_to("chat.postMessage")[0]
     assert details["thread_ts"] == "1700000000.000100"
-    for needle in ("SM activity: p95 0.5 %, flagged below 5 %", "$4.10/GPU-h × 1 GPU × 24 h = $98.30/day", "Price: test price book, 2026-07-20",
+    for needle in ("SM activity: p95 0.5 %, flagged below 5 %", "$4.0958/GPU-h × 1 GPU × 24 h = $98.30/day", "Price: test price book, 2026-07-20",
                    "What to do: The GPUs are held but unused. Scale deployment/trainer to zero", f"gpuwaste explain {a.fingerprint[:6]}"):
         assert needle in details["text"], needle
     assert store.get(a.fingerprint).version == 1  # type: ignore[union-attr]  # Details writes nothing

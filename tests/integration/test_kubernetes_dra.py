@@ -189,7 +189,7 @@ def test_unclaimed_gpus_the_exporter_hides_are_free_capacity_from_the_resource_s
     assert inventory_of(ctx).physical_gpus == 8 and ctx.nodes[NODE].capacity_gpus() == 8
     (free,) = [f for f in findings if f.kind is WasteKind.UNALLOCATED]
     assert free.subject.node == NODE and free.wasted_gpu_share == Decimal(6)
-    assert free.title.startswith("6 of 8 GPU(s)")
+    assert free.title.startswith("6 of 8 GPUs")
     assert free.usd_per_day == (Decimal(6) * rate * 24).quantize(Decimal("0.01"))
     assert "ResourceSlices" in next(e.note for e in free.evidence if e.signal == "physical_gpus")
     # AND the hidden GPUs are not also "unmonitored" (a broken GPU or a crashed exporter): counted once, as free

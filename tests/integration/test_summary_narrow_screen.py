@@ -32,7 +32,10 @@ style="border:0"></iframe><script>document.getElementById('f').addEventListener(
   for (const el of d.querySelectorAll('body *')) {
     if (!el.closest('.scroll') && el.getBoundingClientRect().right > 390.5) over.push(el.tagName);
   }
-  document.body.setAttribute('data-probe', 'W=' + d.documentElement.scrollWidth + ' over=' + over.join(','));
+  const hidden = [...d.querySelectorAll('th')].filter(th => ['wasted', 'USD/day'].includes(th.textContent.trim())
+    && th.getBoundingClientRect().right > 390.5).map(th => th.textContent.trim());
+  document.body.setAttribute('data-probe', 'W=' + d.documentElement.scrollWidth + ' over=' + over.join(',')
+    + ' money=' + hidden.join(','));
 });</script></body></html>"""
 
 
@@ -60,8 +63,10 @@ def test_the_summary_fits_a_390_px_screen(tmp_path: Path) -> None:
                              capture_output=True, text=True, timeout=90).stdout
     finally:
         server.shutdown()
-    probe = re.search(r'data-probe="W=(\d+) over=([^"]*)"', dom)
+    probe = re.search(r'data-probe="W=(\d+) over=([^" ]*) money=([^"]*)"', dom)
     assert probe, "the probe did not run (no layout measured)"
     # THEN the page is no wider than the screen and only tables scroll, inside their own box
     assert int(probe.group(1)) <= 390, f"page {probe.group(1)} px wide at 390 px; too wide: {probe.group(2)}"
     assert probe.group(2) == ""
+    # AND every table's money columns (wasted, USD/day) are on screen without scrolling the table
+    assert probe.group(3) == "", f"money columns off a 390 px screen: {probe.group(3)}"

@@ -184,7 +184,7 @@ def test_short_ids_from_the_table_are_accepted_by_explain() -> None:
     # THEN the finding is explained, in people's units (percent, rounded money), without internal codes
     assert result.exit_code == 0, result.output
     assert "kind: stalled" in result.output and f"ID: {short}" in result.output
-    assert re.search(r"\$\d+\.\d\d/GPU-h × 1 GPU × 24 h = \$[\d,]+\.\d\d/day", result.output)
+    assert re.search(r"\$\d+\.\d{2,4}/GPU-h × 1 GPU × 24 h = \$[\d,]+\.\d\d/day", result.output)
     assert not re.search(r"\bB\d\d\b", result.output) and "../shared" not in result.output
 
 

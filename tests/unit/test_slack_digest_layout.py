@@ -305,3 +305,41 @@ def test_slack_digest_lines_carry_the_configured_grafana_and_prometheus_links_on
     assert violations(with_links.blocks) == []
     # AND without configured URLs no link and no empty label appear
     assert "Grafana" not in _texts(without.blocks) and "Prometheus" not in _texts(without.blocks)
+
+
+def test_slack_digest_line_of_a_sizing_note_names_no_zero_gpus() -> None:
+    # GIVEN the demo's $0 sizing note (KV cache: it wastes no GPU) beside a priced finding
+    note = next(f for f in demo_findings() if f.usd_per_day == 0 and f.wasted_gpu_share == 0)
+    priced = next(f for f in demo_findings() if f.usd_per_day and f.wasted_gpu_share >= 1)
+    notice = Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=(_item(note), _item(priced)), scan_id="scan-1")
+    # WHEN rendered
+    (payload,) = render_notice(notice)
+    lines = [line for b in payload.blocks if b["type"] == "section" for line in b["text"]["text"].splitlines()]
+    # THEN the note's line has no "0 GPU", the priced one keeps its GPU count
+    note_line = next(x for x in lines if f"/{note.subject.workload_name}" in x)
+    priced_line = next(x for x in lines if f"/{priced.subject.workload_name}" in x)
+    assert " 0 GPU" not in note_line and " GPU" in priced_line, (note_line, priced_line)
+
+
+def test_cost_formulas_show_prices_people_can_multiply() -> None:
+    # GIVEN the demo's priced findings (p4d prices are $21.957642/h over 8 GPUs = $2.74470525/GPU-h)
+    from gpuwaste.sinks.slack_blocks import formula_text
+
+    priced = [f for f in demo_findings() if f.cost and f.cost.priced and f.usd_per_day]
+    assert any(f.cost and f.cost.usd_per_gpu_hour == Decimal("2.74470525") for f in priced)
+    from gpuwaste.people import people_formula
+
+    for f, text in ((g, t) for g in priced for t in (formula_text(g), people_formula(g))):
+        # WHEN the alert's cost line and the ticket's / details' / explain's formula are written
+        prices = re.findall(r"\$(\d+(?:\.\d+)?)/GPU-h", text)
+        # THEN every price has at most 4 decimals, and the first product is the USD/day to the cent
+        assert prices and all(len(p.partition(".")[2]) <= 4 for p in prices), text
+        share = re.search(r"/GPU-h × ([\d.]+) GPU", text)
+        assert share, text
+        if "(1 −" not in text:  # wrong hardware: the saving is (1 − relative cost) of the GPU
+            # (to the rounding of the shown share: half a unit of its last decimal)
+            shown = Decimal(share.group(1))
+            places = len(share.group(1).partition(".")[2])
+            slack = Decimal(prices[0]) * 24 * Decimal(5).scaleb(-places - 1) if places else Decimal(0)
+            product = Decimal(prices[0]) * shown * 24
+            assert abs(product - f.usd_per_day) <= slack + Decimal("0.01"), (text, product)

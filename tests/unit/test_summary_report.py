@@ -153,3 +153,19 @@ def test_terminal_top_offenders_show_the_wasted_amount_they_are_ranked_by(tmp_pa
         assert len(wasted) == len(rows) >= 5 and wasted == sorted(wasted, reverse=True), (width, rows)
         # AND every line fits the width
         assert max(len(line) for line in result.stdout.splitlines()) <= width, width
+
+
+def test_attribution_coverage_line_counts_one_scan_in_the_singular() -> None:
+    # GIVEN a summary whose period holds one scan of the cluster, and one with three
+    from gpuwaste.models.coverage import CoverageRow
+
+    summary, _ = _demo_summary(datetime(2024, 1, 1, 1, 20, tzinfo=UTC))
+
+    def page(scans: int) -> str:
+        row = CoverageRow(cluster="demo", kind="all", allocated_gpu_hours=37.6, attributed_gpu_hours=37.1,
+                          ratio=0.987, scans=scans)
+        return render_html(summary.model_copy(update={"coverage": (row,)}))
+
+    # WHEN rendered, THEN the coverage line counts "(1 scan)" and "(3 scans)"
+    assert "allocated GPU-h (1 scan)" in page(1) and "(1 scans)" not in page(1)
+    assert "allocated GPU-h (3 scans)" in page(3)

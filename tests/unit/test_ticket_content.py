@@ -64,6 +64,10 @@ def test_jira_ticket_says_what_to_do_and_when_it_is_done(demo_report) -> None:  
     assert "$ kubectl -n inference scale deployment/llama-70b-vllm --replicas=0" in text and "# stops every replica" in text
     assert "since 2023-12-30 01:20 UTC (2d 0h before the scan); $1,320.96 wasted so far" in text
     assert "https://acme.slack.com/archives/C0123/p1704072000000100" in text
+    # AND the thread is a link in the ADF (Jira shows API-written text as it is: a bare URL is not clickable)
+    hrefs = [m["attrs"]["href"] for n in doc["content"] if n["type"] == "paragraph" for t in n["content"]
+             for m in t.get("marks", []) if m["type"] == "link"]
+    assert "https://acme.slack.com/archives/C0123/p1704072000000100" in hrefs, hrefs
     # AND it stays readable: at most 40 lines and 2,500 characters, no line of prose over 200 characters
     assert len(text.splitlines()) <= 40 and len(text) <= 2500
     assert max(len(line) for line in text.splitlines()) <= 200
@@ -115,3 +119,28 @@ def test_overflow_ticket_is_one_per_team_with_the_money(demo_report) -> None:  #
     draft = sink.created[first]
     assert draft.summary == "$150.00/day GPU waste: 3 more findings of team ml-serving" and draft.priority == "High"
     assert len(sink.comments) == 1 and sink.comments[0][0] == first
+
+
+def test_snooze_names_actions_both_slack_surfaces_carry_and_times_keep_utc(demo_report) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN the Slack alert's buttons and a digest line's overflow menu (the demo delivers digests only)
+    from gpuwaste.services.ticket_content import SLACK_SNOOZE_HINT, ticket_sections, ticket_summary
+    from gpuwaste.sinks.slack_blocks import _ACTIONS, _DIGEST_MENU
+
+    both = {label for _, label in _ACTIONS} & {label for _, label in _DIGEST_MENU}
+    only_one = ({label for _, label in _ACTIONS} | {label for _, label in _DIGEST_MENU}) - both
+    # THEN the ticket's snooze hint names only actions found on both, and at least one
+    named = {label for label in both | only_one if label in SLACK_SNOOZE_HINT}
+    assert named and named <= both, (named, both)
+    # AND a sizing note's ticket (no waste episodes, $0) keeps "UTC" upper case and says it wastes nothing
+    note = next(f for f in demo_report.findings if f.usd_per_day == 0 and not f.episodes)
+    sections = ticket_sections(note, first_seen=note.observed_at, cumulative_usd=None, now=note.observed_at)
+    cost = next(s for s in sections if s.heading == "Cost").lines
+    assert any(line.startswith("First reported at this scan (") and "UTC)" in line for line in cost), cost
+    assert not any("× 0 GPUs" in line for line in cost), cost
+    assert ticket_summary(note).startswith("GPU sizing note: ") and "$0.00/day GPU waste" not in ticket_summary(note)
+    # AND a node's snooze says to annotate the node, a workload's the workload
+    node = next(f for f in demo_report.findings if f.kind is WasteKind.UNALLOCATED)
+    for f, word in ((node, "node"), (note, "workload")):
+        lines = next(s for s in ticket_sections(f, first_seen=f.observed_at, cumulative_usd=None, now=f.observed_at)
+                     if s.heading == "Snooze").lines
+        assert f"Or annotate the {word} (until a date, or +7d):" in lines, lines

@@ -147,7 +147,8 @@ def detect_idle_allocation(ctx: ScanContext, settings: IdleSettings) -> Detector
             kind=WasteKind.IDLE,
             detector="idle_allocation",
             subject=ctx.subject_for(alloc),
-            title=f"{gpus} GPU(s) held by {alloc.pod.namespace}/{alloc.pod.name} idle for {minutes_text(episodes)}",
+            title=(f"{gpus} GPU{'' if gpus == 1 else 's'} held by {alloc.pod.namespace}/{alloc.pod.name} idle for "
+                   f"{minutes_text(episodes)}"),
             recommendation=_idle_advice(mode),
             evidence=(act.evidence(ctx.window_s, threshold=settings.max_activity_ratio, comparison=comparison), *support),
             confidence=activity_confidence(act),

@@ -104,7 +104,7 @@ def detect_unallocated_capacity(ctx: ScanContext, settings: UnallocatedSettings)
             kind=WasteKind.UNALLOCATED,
             detector="unallocated_capacity",
             subject=ctx.node_subject(inv, devices, free),
-            title=(f"{_fmt(free)} of {capacity} GPU(s) on node {inv.name} requested by no pod"
+            title=(f"{_fmt(free)} of {capacity} GPU{'' if capacity == 1 else 's'} on node {inv.name} requested by no pod"
                    + ("" if whole else " at the one sample (for how long is unknown)" if ctx.telemetry.single_instant
                       else f" for {minutes_text(episodes)}")),
             recommendation=(
@@ -150,7 +150,7 @@ def unrequested_use(ctx: ScanContext, inv: NodeInventory, busy: list[GpuTelemetr
         kind=WasteKind.UNREQUESTED_USE,
         detector="unallocated_capacity",
         subject=ctx.node_subject(inv, busy, Decimal(0)),
-        title=f"{len(busy)} GPU(s) on node {inv.name} used without a request{who}",
+        title=f"{len(busy)} GPU{'' if len(busy) == 1 else 's'} on node {inv.name} used without a request{who}",
         recommendation=("Something uses these GPUs outside Kubernetes' accounting (a privileged pod with "
                         "NVIDIA_VISIBLE_DEVICES=all, or a process on the host): make it request nvidia.com/gpu, or stop it, "
                         "so the scheduler does not hand the same GPUs to another pod."),

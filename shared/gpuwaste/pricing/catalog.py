@@ -10,7 +10,7 @@ Data in, data out: no I/O except reading the bundled YAML (or a file the caller 
 from __future__ import annotations
 
 from datetime import date
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -221,6 +221,15 @@ def normalise_capacity_type(raw: str | None) -> CapacityType | None:
     if raw is None:
         return None
     return _CAPACITY_ALIASES.get(_SEPARATORS.sub("-", raw.strip().casefold()))
+
+
+def rate_text(usd_per_gpu_hour: Decimal) -> str:
+    """A $/GPU-h price as a cost formula shows it: at most 4 decimals, trailing zeros dropped.
+
+    "$2.7447" for 2.74470525 (an 8-GPU instance's hourly price / 8), "$6.88", "$1.418"; the exact rate stays in
+    `Cost.usd_per_gpu_hour`.
+    """
+    return f"${usd_per_gpu_hour.quantize(Decimal('0.0001'), rounding=ROUND_HALF_UP).normalize():f}"
 
 
 def _usd(value: Decimal, places: str = "0.0001") -> str:
@@ -591,6 +600,7 @@ def _bundled_price_book() -> PriceBook:
 
 
 __all__ = [
+    "rate_text",
     "DEFAULT_MIG_TOTAL_SLICES",
     "GfdProduct",
     "GpuModelCatalog",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal
 
 from gpuwaste.models.findings import Cost, Finding, WasteKind
-from gpuwaste.pricing.catalog import GpuHourRate, PriceBook, Unpriced
+from gpuwaste.pricing.catalog import GpuHourRate, PriceBook, Unpriced, rate_text
 from gpuwaste.pricing.hardware_fit import price_wrong_hardware
 
 HOURS_PER_DAY = Decimal(24)
@@ -51,7 +51,7 @@ def cost_of(finding: Finding, book: PriceBook) -> Cost:
             warnings=(rate.reason,),
         )
     assert isinstance(rate, GpuHourRate)
-    price = f"${rate.usd_per_gpu_hour.normalize():f}/GPU-h"
+    price = f"{rate_text(rate.usd_per_gpu_hour)}/GPU-h"
     if finding.money_owner:
         owner = finding.details.get("money_owner_kind") or "another finding"
         return Cost(priced=True, usd_per_gpu_hour=rate.usd_per_gpu_hour, wasted_gpu_share=Decimal(0), usd_per_day=Decimal(0),
@@ -98,7 +98,7 @@ def _at_risk(finding: Finding, book: PriceBook) -> tuple[Decimal, str] | None:
         return None
     share = Decimal(str(raw))
     per_day = (rate.usd_per_gpu_hour * share * HOURS_PER_DAY).quantize(CENT, rounding=ROUND_HALF_UP)
-    return per_day, (f"money at risk: ${rate.usd_per_gpu_hour.normalize():f}/GPU-h × {share_text(share)} GPU × 24 h = "
+    return per_day, (f"money at risk: {rate_text(rate.usd_per_gpu_hour)}/GPU-h × {share_text(share)} GPU × 24 h = "
                      f"{usd(per_day)}/day, held and billed but not judged")
 
 
@@ -131,6 +131,6 @@ def _wrong_hardware_window(finding: Finding) -> Finding:
     hours = (finding.wasted_gpu_share * observed_h).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
     in_window = (cost.usd_per_gpu_hour * hours).quantize(CENT, rounding=ROUND_HALF_UP)
     cost = cost.model_copy(update={"usd_in_window": in_window,
-                                   "formula": f"{cost.formula}; ${cost.usd_per_gpu_hour.normalize():f}/GPU-h × "
+                                   "formula": f"{cost.formula}; {rate_text(cost.usd_per_gpu_hour)}/GPU-h × "
                                               f"{hours.normalize():f} GPU-h = {usd(in_window)} in the window"})
     return finding.model_copy(update={"cost": cost, "wasted_gpu_hours": hours})

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from gpuwaste.models.findings import Cost, Finding
-from gpuwaste.pricing.catalog import GpuHourRate, GpuModelSpec, PriceBook
+from gpuwaste.pricing.catalog import GpuHourRate, GpuModelSpec, PriceBook, rate_text
 
 #: Dense (no sparsity) FP16/BF16 tensor TFLOPS per GPU from NVIDIA product datasheets (half the "with sparsity"
 #: figure NVIDIA headlines; e.g. L4 242 sparse → 121, L40S 733 → 362, A100 624 → 312, H100 SXM 1979 → 989 —
@@ -147,7 +147,7 @@ def price_wrong_hardware(finding: Finding, book: PriceBook, rate: GpuHourRate | 
     best = options[0]
     wasted = (held * (Decimal(1) - best.relative_cost)).quantize(_SHARE)
     per_day = (rate.usd_per_gpu_hour * wasted * 24).quantize(_CENT, rounding=ROUND_HALF_UP)
-    formula = (f"${rate.usd_per_gpu_hour.normalize():f}/GPU-h × {held.normalize():f} GPU × (1 − {best.relative_cost} "
+    formula = (f"{rate_text(rate.usd_per_gpu_hour)}/GPU-h × {held.normalize():f} GPU × (1 − {best.relative_cost} "
                f"[{best.name}: {best.basis}]) × 24 h = ${per_day:,}/day")
     details = dict(finding.details)
     details.update({

@@ -77,7 +77,10 @@ def workload_fact(finding: Finding) -> str:
 
 
 def ticket_summary(finding: Finding) -> str:
-    """The summary line: money first ("$660.48/day GPU waste: idle, inference/llama-70b-vllm (demo)")."""
+    """The summary line: money first ("$660.48/day GPU waste: idle, inference/llama-70b-vllm (demo)"); a $0 finding
+    wastes nothing and is a sizing note ("GPU sizing note: KV cache, inference/chat-api-0 (demo)")."""
+    if finding.usd_per_day == 0:
+        return plain(f"GPU sizing note: {kind_label(finding.kind)}, {where_of(finding)}")
     money = per_day(finding.usd_per_day) if finding.usd_per_day is not None else "unpriced"
     return plain(f"{money} GPU waste: {kind_label(finding.kind)}, {where_of(finding)}")
 
@@ -103,6 +106,10 @@ def done_when(finding: Finding) -> str:
     return f"{what[0].upper()}{what[1:]}."
 
 
+#: How to snooze from Slack (said under "Snooze"): the action names that both the alert's buttons and a digest line's
+#: overflow menu carry (`sinks/slack_blocks._ACTIONS` / `_DIGEST_MENU`; a test keeps them in step).
+SLACK_SNOOZE_HINT = "In Slack: Snooze 7 days or Expected, on the alert's buttons or in the ⋯ menu beside its line in a digest."
+
 #: How a ticket gets closed (said under "Done when").
 AUTO_RESOLVE = "gpuwaste checks at every scan; once the waste is gone it comments here with the saving and resolves the ticket."
 
@@ -121,9 +128,9 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
     cost = [
         f"{per_day(finding.usd_per_day)} ({per_month(finding.usd_per_day)})" if finding.usd_per_day is not None
         else "unpriced: no price for this instance type (add one under pricing in the config)",
-        people_formula(finding),
+        people_formula(finding) if finding.usd_per_day != 0 else "no GPU time is wasted: a sizing note",
         (f"since {words}" if not (words := since_words(first_seen, finding, finding.observed_at)).startswith("first")
-         else words.capitalize())
+         else words[:1].upper() + words[1:])  # not str.capitalize(): it lowercases the rest ("UTC" → "utc")
         + (f"; {usd(cumulative_usd)} wasted so far" if cumulative_usd else ""),
     ]
     advice = advise(finding)
@@ -131,9 +138,11 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
     res = snooze_target(finding)
     target = (f"kubectl -n {s.namespace} annotate {res} {snooze_key}=YYYY-MM-DD" if s.namespace else
               f"kubectl annotate {res} {snooze_key}=YYYY-MM-DD") if res else ""
-    snooze = ["In Slack: the Snooze 1 day / Snooze 7 days / Expected buttons on the alert."]
+    # names both Slack surfaces carry: the alert's buttons and the digest line's overflow menu (sinks/slack_blocks)
+    snooze = [SLACK_SNOOZE_HINT]
     if target:
-        snooze += ["Or annotate the workload (until a date, or +7d):", target]
+        annotated = "node" if res.startswith("node/") else "workload"
+        snooze += [f"Or annotate the {annotated} (until a date, or +7d):", target]
     sections = [
         TicketSection(heading="What", lines=tuple(x for x in what if x)),
         TicketSection(heading="Evidence", lines=tuple(evidence), bullets=True),
@@ -147,5 +156,5 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
     return tuple(sections)
 
 
-__all__ = ["MEANING", "PRIORITY_FLOORS", "done_when", "fix_commands", "priority_for",
+__all__ = ["MEANING", "PRIORITY_FLOORS", "SLACK_SNOOZE_HINT", "done_when", "fix_commands", "priority_for",
            "ticket_sections", "ticket_summary", "workload_fact"]

@@ -12,6 +12,7 @@ with Jira's own error text (401/403: credentials; 410: a retired endpoint).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,6 +65,10 @@ def _paragraph(*nodes: dict[str, Any]) -> dict[str, Any]:
 _CONTROL = str.maketrans(dict.fromkeys([*range(0, 9), *range(11, 32), 127], " "))
 
 
+#: A ticket line that is nothing but an http(s) URL.
+_URL_LINE = re.compile(r"https?://[^\s<>\"]+")
+
+
 def _clean(text: str) -> str:
     return text.translate(_CONTROL)
 
@@ -80,7 +85,8 @@ def section_nodes(section: TicketSection) -> list[dict[str, Any]]:
     if section.bullets and lines:
         nodes.append(_bullets(lines))
     else:
-        nodes.extend(_paragraph(_text(_clean(x))) for x in lines)
+        # a line that is one URL (the Slack thread's permalink) is a link: Jira does not linkify API-written text
+        nodes.extend(_paragraph(_text(_clean(x), href=x if _URL_LINE.fullmatch(x) else None)) for x in lines)
     if section.commands:
         nodes.append({"type": "codeBlock", "attrs": {"language": "shell"},
                       "content": [_text(_clean("\n".join(section.commands)).replace("\t", " "))]})

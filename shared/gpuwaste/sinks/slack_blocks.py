@@ -392,7 +392,10 @@ def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str
     if kind:
         parts.append(escape(kind_label_short(f)))
     share = f.wasted_gpu_share
-    parts += [escape(_subject_text(f)), f"{gpus(share)} GPU{'s' if share > 1 else ''}", _since(item)]
+    parts.append(escape(_subject_text(f)))
+    if share:  # a sizing note wastes no GPU: no "0 GPU"
+        parts.append(f"{gpus(share)} GPU{'s' if share > 1 else ''}")
+    parts.append(_since(item))
     if clusters > 1:
         parts.append(escape(f.subject.cluster))
     if item.ticket_key:
