@@ -2,7 +2,8 @@
 
 - deploy/kubernetes/rbac.yaml           = deploy/rbac.yaml (the read-only RBAC, unchanged)
 - deploy/kubernetes/prometheusrule.yaml = deploy/prometheus-alerts.yaml's groups as a PrometheusRule (Prometheus Operator)
-- deploy/helm/gpuwaste/files/           = the ClusterRole's rules, the alert and recording groups, the Grafana dashboard
+- deploy/helm/gpuwaste/files/           = the ClusterRole's rules, the alert and recording groups, the Grafana
+  dashboard, and the opt-in acting role's rules (deploy/rbac-reclaim.yaml) by reclaim action (`reclaim.rbac`)
 - deploy/kubernetes/{deployment,service,pvc,servicemonitor}.yaml = the Helm chart rendered with
   deploy/helm/gpuwaste/ci/kustomize-base.yaml (one source: the chart); needs helm-python-sdk (Helm's Go library,
   loaded in process), else these four are left as they are and `--check` says it skipped them.
@@ -66,6 +67,30 @@ def clusterrole_rules() -> str:
     return _chart_file("deploy/rbac.yaml's ClusterRole rules", role["rules"])
 
 
+#: The reclaim action each rule of deploy/rbac-reclaim.yaml's ClusterRole serves, by its first resource (the
+#: `ReclaimKind` names); a rule not named here stops the sync, so no new grant reaches the chart unnamed.
+RECLAIM_ACTIONS = {"deployments/scale": "scale", "jobs": "suspend", "pods": "delete-orphan",
+                   "notebooks": "stop-notebook"}
+
+
+def reclaim_rules() -> str:
+    """files/reclaim-rules.yaml: `[{action, rule}]`, deploy/rbac-reclaim.yaml's ClusterRole rules in its order.
+
+    Raises:
+        RuntimeError: a rule serves no action of `RECLAIM_ACTIONS`.
+    """
+    role = next(d for d in yaml.safe_load_all((DEPLOY / "rbac-reclaim.yaml").read_text())
+                if d and d["kind"] == "ClusterRole")
+    entries = []
+    for rule in role["rules"]:
+        action = RECLAIM_ACTIONS.get(rule["resources"][0])
+        if action is None:
+            raise RuntimeError(f"deploy/rbac-reclaim.yaml: rule {rule} serves no known reclaim action; add it to "
+                               "RECLAIM_ACTIONS in deploy/kubernetes/sync.py")
+        entries.append({"action": action, "rule": rule})
+    return _chart_file("deploy/rbac-reclaim.yaml's ClusterRole rules, each with the reclaim action it serves", entries)
+
+
 def alert_groups() -> str:
     return _chart_file("deploy/prometheus-alerts.yaml's groups",
                        yaml.safe_load((DEPLOY / "prometheus-alerts.yaml").read_text())["groups"])
@@ -82,6 +107,7 @@ def dashboard() -> str:
 
 COPIES = {HERE / "rbac.yaml": rbac, HERE / "prometheusrule.yaml": prometheus_rule,
           CHART / "files" / "clusterrole-rules.yaml": clusterrole_rules,
+          CHART / "files" / "reclaim-rules.yaml": reclaim_rules,
           CHART / "files" / "alert-groups.yaml": alert_groups,
           CHART / "files" / "recording-groups.yaml": recording_groups,
           CHART / "files" / "gpuwaste.json": dashboard}

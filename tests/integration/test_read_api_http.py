@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
-from gpuwaste.commands.api import RATE_BURST, FindingsReader
+from gpuwaste.commands.api import RATE_BURST, FindingsReader, api_json
 from gpuwaste.commands.serve import Server
 from gpuwaste.config import GpuWasteConfig
 from tests.servers.ports import free_port
@@ -81,7 +81,7 @@ def test_findings_over_http_are_the_read_functions(served: tuple[str, Path, Serv
     direct = FindingsReader(state, server.cfg).list_findings(state="open", limit=500)
     # THEN the answer is the page, as JSON
     assert status == 200 and headers["Content-Type"] == "application/json"
-    assert body == direct.model_dump(mode="json") and body["total"] > 0
+    assert body == api_json(direct) and body["total"] > 0
     # AND a finding's explain document and the summary answer too
     fp = body["items"][0]["fingerprint"]
     status, _, doc = _get(f"{base}/api/v1/findings/{fp[:10]}")
@@ -90,6 +90,72 @@ def test_findings_over_http_are_the_read_functions(served: tuple[str, Path, Serv
     assert status == 200 and summary["open_findings"] == FindingsReader(state, server.cfg).summary("7d").open_findings
     status, _, spec = _get(f"{base}/api/v1/openapi.json")
     assert status == 200 and spec["openapi"] == "3.1.0"
+
+
+def test_kind_short_names_and_money_to_the_cent(served: tuple[str, Path, Server]) -> None:
+    base, state, server = served
+    # WHEN findings are asked for by the CLI's short kind names and by the JSON value
+    status, _, idle = _get(f"{base}/api/v1/findings?kind=idle&limit=500")
+    _, _, value = _get(f"{base}/api/v1/findings?kind=idle_allocation&limit=500")
+    _, _, wrong_hw = _get(f"{base}/api/v1/findings?kind=wrong-hw&limit=500")
+    bad_status, _, bad = _get(f"{base}/api/v1/findings?kind=idel")
+    # THEN the short names select what the values select, and an unknown one names the CLI's names
+    assert status == 200 and idle == value and idle["total"] > 0
+    assert wrong_hw == api_json(FindingsReader(state, server.cfg).list_findings(kind="wrong_hardware", limit=500))
+    assert bad_status == 400 and "under-used" in bad["error"]
+    # AND money is a decimal string to the cent, as `gpuwaste summary -o json` writes it
+    _, _, summary = _get(f"{base}/api/v1/summary?period=7d")
+    cli = CliRunner().invoke(app, ["summary", "--state", str(state), "--since", "7d", "-o", "json"])
+    assert cli.exit_code == 0, cli.output
+    assert summary["wasted_usd"] == json.loads(cli.stdout)["wasted_usd"]
+    money = [i[k] for i in idle["items"] for k in ("cumulative_usd", "usd_per_day") if i[k] is not None]
+    assert money and all(len(m.split(".")[1]) == 2 for m in money)
+
+
+def test_showback_over_http_is_the_showback_command(served: tuple[str, Path, Server]) -> None:
+    base, _, server = served
+    # WHEN the showback is asked for (after serve's first scan handed over its ledger) by repeated and comma-separated
+    # groupings, and printed by `gpuwaste showback -o json` over the same recording
+    for _ in range(600):
+        status, _, repeated = _get(f"{base}/api/v1/showback?by=team&by=namespace")
+        if status != 409:
+            break
+        time.sleep(0.05)
+    _, _, comma = _get(f"{base}/api/v1/showback?by=team,namespace")
+    recording = local.demo_recording()
+    cli = CliRunner().invoke(
+        app, ["showback", "--recording", str(recording), "--by", "team", "--by", "namespace", "-o", "json"]
+    )
+    # THEN all three are the same document, to the number
+    assert status == 200 and cli.exit_code == 0, cli.output
+    assert repeated == comma == json.loads(cli.stdout)
+    assert repeated["groups"]["team"] and repeated["conservation"]["holds"]
+    # AND the default grouping is team; bad groupings and parameters are 400s
+    assert _get(f"{base}/api/v1/showback")[2]["groups"].keys() == {"team"}
+    status, _, bad = _get(f"{base}/api/v1/showback?by=label:secret")
+    assert status == 400 and "not allow-listed" in bad["error"]
+    assert _get(f"{base}/api/v1/showback?period=1d")[0] == 400
+
+
+def test_showback_before_the_first_scan_is_409(tmp_path: Path) -> None:
+    sources = local.recording_sources(local.demo_recording(), GpuWasteConfig())
+    server = Server(
+        sources,
+        GpuWasteConfig(),
+        cluster="demo",
+        window_s=3600,
+        state=tmp_path / "s.db",
+        interval_s=60,
+        api_token=TOKEN,
+    )
+    calls: list[str] = []
+    body = b"".join(
+        server.wsgi_app()(
+            {"PATH_INFO": "/api/v1/showback", "REQUEST_METHOD": "GET", "HTTP_AUTHORIZATION": f"Bearer {TOKEN}"},
+            lambda status, headers: calls.append(status),
+        )
+    )
+    assert calls == ["409 Conflict"] and b"no scan ledger" in body
 
 
 def test_auth_methods_and_limits(served: tuple[str, Path, Server]) -> None:
@@ -109,7 +175,7 @@ def test_auth_methods_and_limits(served: tuple[str, Path, Server]) -> None:
     assert status == 400 and "kind" in body["error"]
     assert _get(f"{base}/api/v1/findings?colour=red")[0] == 400
     assert _get(f"{base}/api/v1/findings/ffffffffffffffffff")[0] == 404
-    assert _get(f"{base}/api/v1/showback")[0] == 404
+    assert _get(f"{base}/api/v1/reclaim")[0] == 404
 
 
 def test_rate_limit_answers_429_with_retry_after(served: tuple[str, Path, Server]) -> None:

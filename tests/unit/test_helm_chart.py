@@ -197,11 +197,68 @@ def test_prometheus_only_keeps_state_in_an_empty_dir() -> None:
         {"prometheus": {"url": "ftp://x"}},
         {"prometheus": {"auth": {"kind": "oauth"}}},
         {"service": {"port": 0}},
+        {"reclaim": {"rbac": {"create": True, "namespaces": ["ml-team"], "actions": ["scale", "evict"]}}},
+        {"reclaim": {"rbac": {"create": True, "namespaces": ["ML_Team"]}}},
+        {"reclaim": {"rbac": {"create": True, "namespaces": ["ml-team"], "actions": []}}},
+        {"reclaim": {"rbac": {"create": "yes"}}},
     ],
 )
 def test_values_schema_refuses_bad_values(bad: dict[str, Any]) -> None:
     with pytest.raises(helm.HelmValuesError):
         _render(bad)
+
+
+def _reclaim_objects(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "reclaim"]
+
+
+def test_reclaim_role_is_opt_in_and_deploy_rbac_reclaim() -> None:
+    from tests.hardening.test_least_privilege import ACTING_ROLE, rbac_violations
+
+    # GIVEN deploy/rbac-reclaim.yaml's ClusterRole, the defaults and the value set with reclaim on
+    canonical = next(
+        d
+        for d in yaml.safe_load_all((ROOT / "deploy" / "rbac-reclaim.yaml").read_text())
+        if d and d["kind"] == "ClusterRole"
+    )
+    values = _values("reclaim")
+    # WHEN each is rendered
+    defaults = _render({})
+    with_rbac_off = _render({"reclaim": {"rbac": {"namespaces": ["ml-team"]}}})
+    docs = _render(values)
+    # THEN nothing that acts is rendered unless asked for: no write verb anywhere in the defaults
+    assert _reclaim_objects(defaults) == [] and _reclaim_objects(with_rbac_off) == []
+    assert all(
+        set(r["verbs"]) <= {"get", "list", "watch"}
+        for d in defaults
+        if d["kind"] in ("Role", "ClusterRole")
+        for r in d["rules"]
+    )
+    # AND with it on, the acting ClusterRole is deploy/rbac-reclaim.yaml's, granted only by RoleBindings, one per
+    # opted-in namespace, to the pod's ServiceAccount (the same namespaces the configuration lets reclaim act in)
+    acting = _reclaim_objects(docs)
+    (role,) = [d for d in acting if d["kind"] == "ClusterRole"]
+    assert role["metadata"]["name"] == ACTING_ROLE and role["rules"] == canonical["rules"]
+    bindings = [d for d in acting if d["kind"] != "ClusterRole"]
+    assert {d["kind"] for d in bindings} == {"RoleBinding"}
+    assert sorted(d["metadata"]["namespace"] for d in bindings) == sorted(values["reclaim"]["rbac"]["namespaces"])
+    sa = _one(docs, "ServiceAccount")["metadata"]["name"]
+    assert all(
+        d["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "gpuwaste"}]
+        and d["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ACTING_ROLE}
+        for d in bindings
+    )
+    cfg, _ = _config(docs)
+    assert cfg.reclaim.enabled and set(cfg.reclaim.namespaces) == set(values["reclaim"]["rbac"]["namespaces"])
+    # AND the least-privilege checker finds nothing beyond the reclaim calls in the rendered chart
+    assert rbac_violations([("chart", d) for d in docs]) == []
+    # AND fewer actions grant fewer rules: only scale → the scale subresource only
+    scale_only = _render({"reclaim": {"rbac": {"create": True, "namespaces": ["a"], "actions": ["scale"]}}})
+    (small,) = [d for d in _reclaim_objects(scale_only) if d["kind"] == "ClusterRole"]
+    assert small["rules"] == [r for r in canonical["rules"] if r["resources"][0] == "deployments/scale"]
+    # AND without namespaces it is a clear render error (never bound cluster-wide instead)
+    with pytest.raises(helm.HelmError, match="reclaim.rbac.namespaces"):
+        _render({"reclaim": {"rbac": {"create": True}}})
 
 
 def test_sigv4_without_a_region_and_mcp_without_the_api_are_clear_render_errors() -> None:

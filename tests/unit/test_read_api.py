@@ -264,3 +264,90 @@ def test_a_write_to_the_store_is_seen_by_the_next_read(tmp_path: Path, demo_stat
     again = reader.list_findings(limit=500)
     assert again.total == first.total + 1 and reader.list_findings(namespace="new-ns").total == 1
     assert reader.summary("7d") is not summary
+
+
+def test_kind_takes_the_names_scan_kind_takes(demo_state: Path) -> None:
+    # GIVEN the demo's state file and the names `gpuwaste scan --kind` accepts (the CLI's own parser)
+    from gpuwaste.commands.api import parse_kind_filter
+    from gpuwaste.people import kind_names, parse_kind
+
+    reader = FindingsReader(demo_state, GpuWasteConfig())
+    # WHEN the findings are listed by the short name and by the JSON value
+    short = reader.list_findings(kind="idle", limit=500)
+    value = reader.list_findings(kind="idle_allocation", limit=500)
+    under = reader.list_findings(kind="under-used", limit=500)
+    # THEN both select the same findings, and every CLI name maps to the kind the CLI maps it to
+    assert short == value and short.total > 0
+    from gpuwaste.models.findings import WasteKind
+
+    assert under == reader.list_findings(kind=WasteKind.UNDERUSED.value, limit=500)
+    assert {f.kind for f in under.items} <= {WasteKind.UNDERUSED.value}
+    for name in kind_names():
+        kind = parse_kind(name)
+        assert kind is not None and parse_kind_filter(name) == kind.value
+    with pytest.raises(ReadError, match="under-used") as bad:
+        reader.list_findings(kind="idel")
+    assert bad.value.status == 400
+
+
+def test_api_money_is_the_cli_json_money(demo_state: Path) -> None:
+    # GIVEN the read functions and the API's JSON of their answers
+    from decimal import Decimal
+
+    from gpuwaste.commands.api import api_json
+
+    reader = FindingsReader(demo_state, GpuWasteConfig())
+    page = reader.list_findings(limit=500)
+    body = api_json(page)
+    summary = api_json(reader.summary("7d"))
+    cli = CliRunner().invoke(app, ["summary", "--state", str(demo_state), "--since", "7d", "-o", "json"])
+    doc = json.loads(cli.stdout)
+    # THEN every money field is a decimal string to the cent, equal to the exact value rounded
+    for item, view in zip(body["items"], page.items, strict=True):
+        assert item["cumulative_usd"] == f"{view.cumulative_usd.quantize(Decimal('0.01'))}"
+        assert len(item["cumulative_usd"].split(".")[-1]) == 2
+    assert any(len(f"{v.cumulative_usd}".split(".")[-1]) > 2 for v in page.items)  # the store keeps more digits
+    # AND the summary's money is what `gpuwaste summary -o json` writes
+    assert cli.exit_code == 0, cli.output
+    for field in ("wasted_usd", "previous_usd", "open_usd_per_day", "saved_usd_per_day", "realised_savings_usd"):
+        assert summary[field] == doc[field], field
+    assert [o["wasted_usd"] for o in summary["top"]] == [o["wasted_usd"] for o in doc["top"]]
+    assert summary["until"].endswith("Z") and body["items"][0]["last_seen"].endswith("Z")  # times stay RFC 3339
+    # AND the explain document keeps the stored finding as `scan -o json` writes it, its record rounded
+    first = page.items[0]
+    explain = api_json(reader.explain(first.fingerprint[:8]), exact=("finding",))
+    stored = reader.explain(first.fingerprint[:8])
+    assert stored.finding is not None
+    assert explain["finding"] == json.loads(stored.finding.model_dump_json())
+    assert explain["record"]["cumulative_usd"] == body["items"][0]["cumulative_usd"]
+
+
+def test_showback_is_the_showback_command_over_the_last_scan(demo_state: Path) -> None:
+    # GIVEN a reader before any scan, and the scan of the demo recording `gpuwaste showback` runs
+    from gpuwaste.bootstrap import local
+    from gpuwaste.commands.showback import scan_window
+
+    reader = FindingsReader(demo_state, GpuWasteConfig())
+    with pytest.raises(ReadError, match="no scan ledger") as before:
+        reader.showback(["team"])
+    assert before.value.status == 409
+    report, cfg = scan_window(local.demo_recording(), None, None, None, None, None)
+    reader = FindingsReader(demo_state, cfg)
+    reader.observe_scan(report.cluster, report.showback, report.findings)
+    # WHEN the showback by team and namespace is read, and printed by `gpuwaste showback -o json`
+    doc = reader.showback(["team", "namespace"]).model_dump(mode="json")
+    cli = CliRunner().invoke(
+        app,
+        ["showback", "--recording", str(local.demo_recording()), "--by", "team", "--by", "namespace", "-o", "json"],
+    )
+    # THEN both are the same document, to the number
+    assert cli.exit_code == 0, cli.output
+    assert doc == json.loads(cli.stdout)
+    assert doc["conservation"]["holds"] and doc["groups"]["team"] and doc["groups"]["namespace"]
+    # AND unknown or not allow-listed groupings are 400s with the CLI's words
+    with pytest.raises(ReadError, match="use team, namespace, label:KEY") as unknown:
+        reader.showback(["colour"])
+    with pytest.raises(ReadError, match="not allow-listed") as label:
+        reader.showback(["label:secret"])
+    assert unknown.value.status == label.value.status == 400
+    assert reader.showback(["label:team"]).groups["label:team"]

@@ -2,8 +2,11 @@
 
 Everything here only reads the SQLite lifecycle store that `serve` / `run` write (`FindingStore.history`, read again
 when the file changes; the store is in WAL mode, so reads never block the scan that writes). Responses are the existing models dumped
-as JSON (`FindingRecord` fields, `Finding`, `DailySummary`); money stays a decimal string with its exact value, times
-are RFC 3339. `openapi_document()` builds the OpenAPI 3.1 document from the same models (committed as
+as JSON (`FindingRecord` fields, `Finding`, `DailySummary`); money is a decimal string rounded to the cent, as in the
+CLI's JSON (`api_json`: `gpuwaste.people.money`, what `summary --output json` writes), times are RFC 3339.
+`/api/v1/showback` answers `gpuwaste showback --output json`'s document over the ledger of the last scan this `serve`
+process ran (the state file keeps findings, not the share ledger: 409 until the first scan, and always from the
+stdio MCP server, which has no scan). `openapi_document()` builds the OpenAPI 3.1 document from the same models (committed as
 docs/openapi.json; tests/unit/test_read_api.py compares it).
 
 HTTP rules (`ReadApi`): GET/HEAD only (405 otherwise), a request body is refused (413), the query string is capped
@@ -27,15 +30,18 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from pydantic import BaseModel, Field
+from pydantic_core import to_jsonable_python
 
 from gpuwaste import __version__
 from gpuwaste.models.base import Frozen
 from gpuwaste.models.findings import Finding, WasteKind
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.notices import DailySummary, Offender
+from gpuwaste.people import kind_names, money, parse_kind
 
 if TYPE_CHECKING:
     from gpuwaste.config import GpuWasteConfig
+    from gpuwaste.services.showback import ScanLedger
     from gpuwaste.services.summary import SummaryService
     from gpuwaste.store.sqlite import SqliteFindingStore
 
@@ -57,7 +63,8 @@ _ALL_TIME = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC))
 
 
 class ReadError(ValueError):
-    """A request the read functions cannot answer: `status` is the HTTP status (400 bad input, 404 unknown ID)."""
+    """A request the read functions cannot answer: `status` is the HTTP status (400 bad input, 404 unknown ID, 409 no
+    scan ledger yet)."""
 
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
@@ -122,6 +129,60 @@ class TopOffenders(Frozen):
     items: tuple[Offender, ...]
 
 
+class ShowbackPeriod(Frozen):
+    """The scan window the showback covers (RFC 3339, as `showback --output json` writes it)."""
+
+    start: str
+    end: str
+
+
+class ShowbackConservation(Frozen):
+    """The share-conservation check of the window's ledger (`services.showback.conservation_figures`): every physical
+    GPU-hour charged once; GPU-hours to 4 decimals, USD numbers to the cent (`usd_exact`: to 6 decimals)."""
+
+    holds: bool
+    physical_gpus: int
+    unpriced_gpus: int
+    gpu_hours: float
+    holder_gpu_hours: float
+    unsold_slices_gpu_hours: float
+    unallocated_gpu_hours: float
+    usd: float
+    usd_exact: float
+    holders_usd: float
+    unsold_slices_usd: float
+    unallocated_usd: float
+    problems: tuple[str, ...]
+    text: str
+
+
+class ShowbackGroup(Frozen):
+    """One group of a showback (`services.showback.ShowbackRow.as_dict`): GPU-hours allocated (charged by the ledger),
+    used, wasted (the scan's priced waste findings), effective (allocated × mean activity), USD to the cent,
+    efficiency used ÷ allocated (0–1, None when nothing is allocated)."""
+
+    group: str
+    holders: int
+    allocated_gpu_hours: float
+    allocated_usd: float
+    used_gpu_hours: float
+    wasted_gpu_hours: float
+    wasted_usd: float
+    effective_gpu_hours: float
+    efficiency: float | None
+    unpriced_gpu_hours: float
+
+
+class ShowbackDocument(Frozen):
+    """`/api/v1/showback`: `gpuwaste showback --output json`'s document over the last scan's window; `groups` maps each
+    grouping asked for (team, namespace, label:KEY, …) to its rows, costliest first, unheld capacity last."""
+
+    cluster: str
+    period: ShowbackPeriod
+    conservation: ShowbackConservation
+    groups: dict[str, tuple[ShowbackGroup, ...]]
+
+
 class ApiError(BaseModel):
     """Every error body: `{"error": "...", "status": 400}`."""
 
@@ -168,6 +229,42 @@ def parse_period(text: str | None) -> timedelta:
     return span
 
 
+def _cents(value: Any) -> Any:
+    """Every Decimal of a dumped document as `gpuwaste.people.money` writes it (a decimal string to the cent)."""
+    if isinstance(value, Decimal):
+        return money(value)
+    if isinstance(value, dict):
+        return {k: _cents(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_cents(v) for v in value]
+    return value
+
+
+def api_json(model: BaseModel, *, exact: tuple[str, ...] = ()) -> Any:
+    """`model` as the API's JSON: its fields dumped, money (every Decimal) a decimal string rounded to the cent — the
+    same as the CLI's JSON (`summary --output json`) — times RFC 3339. `exact`: top-level fields kept as pydantic
+    dumps them (the stored `Finding` of the explain document, as `scan --output json` writes it)."""
+    data = model.model_dump(mode="python")
+    keep = {name: model.model_dump(mode="json", include={name})[name] for name in exact if name in data}
+    doc = to_jsonable_python(_cents({k: v for k, v in data.items() if k not in keep}))
+    return {**doc, **keep}
+
+
+def parse_kind_filter(text: str | None) -> str | None:
+    """`kind`: the names `gpuwaste scan --kind` accepts (`idle`, `under-used`, `wrong-hw`, … or the JSON values such
+    as `idle_allocation`; `people.parse_kind`) → the stored kind value; None passes.
+
+    Raises:
+        ReadError: an unknown kind.
+    """
+    if text is None:
+        return None
+    kind = parse_kind(text)
+    if kind is None:
+        raise ReadError(f"kind={text!r}: not a kind; use one of {', '.join(kind_names())} (or the JSON names)")
+    return kind.value
+
+
 class FindingsReader:
     """The read functions of the API and the MCP server, over one SQLite state file (opened per read, closed after;
     its records and summaries are kept until the file or its WAL changes, so the requests between two scans do not
@@ -189,6 +286,41 @@ class FindingsReader:
         self._lock = threading.Lock()
         self._cached: tuple[object, list[FindingRecord]] = (None, [])
         self._summaries: dict[tuple[object, timedelta], DailySummary] = {}
+        self._scan: tuple[str, ScanLedger, tuple[Finding, ...]] | None = None
+
+    def observe_scan(self, cluster: str, ledger: ScanLedger | None, findings: Iterable[Finding]) -> None:
+        """Keep the ledger and findings of the scan `serve` just ran (what `showback` groups); None: no ledger."""
+        with self._lock:
+            self._scan = None if ledger is None else (cluster, ledger, tuple(findings))
+
+    def showback(self, by: Iterable[str] = ("team",)) -> ShowbackDocument:
+        """The showback of the last scan's window grouped by each of `by` (team, namespace, label:KEY with KEY
+        allow-listed, cluster, gpu_model, node, mechanism): the same document as `gpuwaste showback --output json`.
+
+        Raises:
+            ReadError: 400 for an unknown or not allow-listed grouping; 409 before this process ran a scan (the state
+                file keeps findings, not the share ledger).
+        """
+        from gpuwaste.commands.showback import grouping_problem, showback_document
+
+        groupings = list(dict.fromkeys(by)) or ["team"]
+        if len(groupings) > 8:
+            raise ReadError(f"by: at most 8 groupings, got {len(groupings)}")
+        for b in groupings:
+            problem = grouping_problem(b)
+            if problem is not None:
+                raise ReadError(f"by={b!r}: {problem}")
+        with self._lock:
+            scan = self._scan
+        if scan is None:
+            raise ReadError(
+                "no scan ledger yet: showback groups the share ledger of a scan, which the state file does not keep; "
+                "`gpuwaste serve` answers after its first scan (or run `gpuwaste showback`)",
+                status=409,
+            )
+        cluster, ledger, findings = scan
+        doc = showback_document(cluster, ledger, findings, groupings, self.cfg.delivery)
+        return ShowbackDocument.model_validate(doc)
 
     def _signature(self) -> tuple[tuple[int, int, int] | None, ...]:
         """What identifies the state file's content: (inode, mtime ns, size) of the file and of its WAL."""
@@ -277,8 +409,7 @@ class FindingsReader:
             raise ReadError(f"limit={limit}: must be 1 to {MAX_LIMIT}")
         if offset < 0:
             raise ReadError(f"offset={offset}: must be 0 or more")
-        if kind is not None and kind not in {k.value for k in WasteKind}:
-            raise ReadError(f"kind={kind!r}: one of {', '.join(sorted(k.value for k in WasteKind))}")
+        kind = parse_kind_filter(kind)
         if state is not None and state not in {s.value for s in FindingState}:
             raise ReadError(f"state={state!r}: one of open, resolved")
         start = parse_since(since, now=self.now())
@@ -377,7 +508,7 @@ def openapi_document() -> dict[str, Any]:
     from pydantic.json_schema import models_json_schema
 
     _, defs = models_json_schema(
-        [(m, "serialization") for m in (FindingsPage, ExplainDocument, DailySummary, ApiError)],
+        [(m, "serialization") for m in (FindingsPage, ExplainDocument, DailySummary, ShowbackDocument, ApiError)],
         ref_template="#/components/schemas/{model}",
     )
 
@@ -407,8 +538,9 @@ def openapi_document() -> dict[str, Any]:
         "info": {
             "title": "gpuwaste read API",
             "version": __version__,
-            "description": "Read-only findings, explanations and summaries of `gpuwaste serve`. Money in USD as "
-            "decimal strings, times RFC 3339 UTC.",
+            "description": "Read-only findings, explanations, summaries and showback of `gpuwaste serve`. Money in "
+            "USD as decimal strings rounded to the cent (as the CLI's JSON; showback: numbers to the cent, as "
+            "`gpuwaste showback --output json`), times RFC 3339 UTC.",
         },
         "security": [{"bearer": []}],
         "paths": {
@@ -420,7 +552,11 @@ def openapi_document() -> dict[str, Any]:
                         q("cluster", "cluster name", text),
                         q("namespace", "namespace", text),
                         q("team", "owning team (routing)", text),
-                        q("kind", "waste kind", {"type": "string", "enum": sorted(k.value for k in WasteKind)}),
+                        q(
+                            "kind",
+                            "waste kind: a name `gpuwaste scan --kind` accepts (idle, under-used, …) or the JSON value",
+                            {"type": "string", "enum": sorted({*kind_names(), *(k.value for k in WasteKind)})},
+                        ),
                         q("state", "lifecycle state", {"type": "string", "enum": ["open", "resolved"]}),
                         q("since", "activity at or after: RFC 3339, unix seconds or a duration (7d)", text),
                         q(
@@ -461,6 +597,29 @@ def openapi_document() -> dict[str, Any]:
                         q("period", f"a duration up to {MAX_PERIOD_DAYS}d", {"type": "string", "default": "1d"})
                     ],
                     "responses": {"200": answer("DailySummary", "the summary"), **errors},
+                }
+            },
+            "/api/v1/showback": {
+                "get": {
+                    "operationId": "showback",
+                    "summary": "Showback of the last scan's window (as `gpuwaste showback --output json`)",
+                    "parameters": [
+                        {
+                            "name": "by",
+                            "in": "query",
+                            "required": False,
+                            "description": "grouping, repeatable or comma-separated (at most 8): team, namespace, "
+                            "label:KEY (KEY allow-listed: GPUWASTE_SHOWBACK_LABELS), cluster, gpu_model, node, mechanism",
+                            "schema": {"type": "array", "items": {"type": "string"}, "default": ["team"]},
+                            "style": "form",
+                            "explode": True,
+                        }
+                    ],
+                    "responses": {
+                        "200": answer("ShowbackDocument", "the showback"),
+                        "409": answer("ApiError", "no scan has run in this process yet"),
+                        **errors,
+                    },
                 }
             },
             "/api/v1/openapi.json": {
@@ -571,6 +730,7 @@ class ReadApi:
             400: "Bad Request",
             401: "Unauthorized",
             404: "Not Found",
+            409: "Conflict",
             405: "Method Not Allowed",
             413: "Content Too Large",
             414: "URI Too Long",
@@ -603,14 +763,15 @@ class ReadApi:
             )
         path = str(environ.get("PATH_INFO", ""))
         try:
-            params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True, strict_parsing=False).items()}
-            return "200 OK", self._route(path, params), []
+            multi = parse_qs(query, keep_blank_values=True, strict_parsing=False)
+            params = {k: v[-1] for k, v in multi.items()}
+            return "200 OK", self._route(path, params, multi), []
         except ReadError as exc:
-            return self._error(exc.status if exc.status in (400, 404) else 400, str(exc))
+            return self._error(exc.status if exc.status in (400, 404, 409) else 400, str(exc))
         except StoreError as exc:
             return self._error(500, f"the state file cannot be read: {exc}")
 
-    def _route(self, path: str, params: dict[str, str]) -> Any:
+    def _route(self, path: str, params: dict[str, str], multi: dict[str, list[str]]) -> Any:
         def integer(name: str, default: int) -> int:
             raw = params.get(name)
             if raw is None or raw == "":
@@ -636,11 +797,17 @@ class ReadApi:
                 limit=integer("limit", DEFAULT_LIMIT),
                 offset=integer("offset", 0),
             )
-            return page.model_dump(mode="json")
+            return api_json(page)
         if path.startswith("/api/v1/findings/"):
-            return self.reader.explain(path.removeprefix("/api/v1/findings/")).model_dump(mode="json")
+            return api_json(self.reader.explain(path.removeprefix("/api/v1/findings/")), exact=("finding",))
         if path == "/api/v1/summary":
-            return self.reader.summary(params.get("period")).model_dump(mode="json")
+            return api_json(self.reader.summary(params.get("period")))
+        if path == "/api/v1/showback":
+            unknown = sorted(set(params) - {"by"})
+            if unknown:
+                raise ReadError(f"unknown parameter(s) {', '.join(unknown)}: use by")
+            by = [b.strip() for raw in multi.get("by", []) for b in raw.split(",") if b.strip()]
+            return api_json(self.reader.showback(by))
         raise ReadError(f"{path}: no such endpoint (see /api/v1/openapi.json)", status=404)
 
 
@@ -656,8 +823,11 @@ __all__ = [
     "RateLimiter",
     "ReadApi",
     "ReadError",
+    "ShowbackDocument",
     "TopOffenders",
+    "api_json",
     "openapi_document",
+    "parse_kind_filter",
     "parse_period",
     "parse_since",
     "read_token",

@@ -1,15 +1,18 @@
 """`gpuwaste mcp`: a read-only MCP server (official `mcp` Python SDK, the optional extra `gpuwaste[mcp]`) over stdio.
 
-Its four tools call the same read functions as `serve`'s `/api/v1` (commands/api.py `FindingsReader`) over a state
+Its five tools call the same read functions as `serve`'s `/api/v1` (commands/api.py `FindingsReader`) over a state
 file, and answer the same JSON documents (structured content):
 
 - `list_findings` (filters cluster, namespace, team, kind, state, since; limit/offset) → `FindingsPage`
 - `explain_finding` (id: the start of a fingerprint) → `ExplainDocument`
 - `waste_summary` (period, e.g. 1d, 7d) → `DailySummary`
 - `top_offenders` (period, limit) → `TopOffenders`
+- `showback` (by: team, namespace, label:KEY, …) → `ShowbackDocument`, the last scan's window (only where the server
+  runs inside `gpuwaste serve`: over stdio there is no scan ledger, and the tool answers the API's 409 message)
 
 Every tool is annotated read-only, idempotent and closed-world; bad input is a tool error (`is_error`) carrying the
-same message as the API's 400/404 body. Nothing here writes the store or a cluster.
+same message as the API's 400/404/409 body. Money is written as the API writes it (`api_json`: to the cent).
+Nothing here writes the store or a cluster.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ EXTRA_HINT = ("the MCP server needs the official MCP SDK, the extra gpuwaste[mcp
 
 
 def build_server(reader: FindingsReader) -> MCPServer:
-    """The MCP server with the four read-only tools over `reader`.
+    """The MCP server with the five read-only tools over `reader`.
 
     Raises:
         ModuleNotFoundError: the `mcp` SDK is not installed (the extra `gpuwaste[mcp]`).
@@ -44,7 +47,7 @@ def build_server(reader: FindingsReader) -> MCPServer:
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations
 
-    from gpuwaste.commands.api import DEFAULT_LIMIT, ReadError
+    from gpuwaste.commands.api import DEFAULT_LIMIT, ReadError, api_json
     from gpuwaste.errors import StoreError
 
     server = MCPServer(
@@ -60,9 +63,9 @@ def build_server(reader: FindingsReader) -> MCPServer:
             title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
         )
 
-    def answer(call: Any) -> dict[str, Any]:
+    def answer(call: Any, exact: tuple[str, ...] = ()) -> dict[str, Any]:
         try:
-            result: dict[str, Any] = call().model_dump(mode="json")
+            result: dict[str, Any] = api_json(call(), exact=exact)
         except ReadError as exc:
             raise ToolError(str(exc)) from exc
         except StoreError as exc:
@@ -79,9 +82,10 @@ def build_server(reader: FindingsReader) -> MCPServer:
         limit: int = DEFAULT_LIMIT,
         offset: int = 0,
     ) -> dict[str, Any]:
-        """Findings (newest activity first) matching every filter given: cluster, namespace, team, kind (e.g.
-        idle_allocation), state (open or resolved), since (RFC 3339, unix seconds or a duration such as 7d); a page
-        of `limit` (1-500) from `offset`, with `total` and `next_offset`."""
+        """Findings (newest activity first) matching every filter given: cluster, namespace, team, kind (the names
+        `gpuwaste scan --kind` takes: idle, under-used, unallocated, wrong-hw, ..., or idle_allocation and the other
+        JSON values), state (open or resolved), since (RFC 3339, unix seconds or a duration such as 7d); a page of
+        `limit` (1-500) from `offset`, with `total` and `next_offset`."""
         return answer(
             lambda: reader.list_findings(
                 cluster=cluster,
@@ -98,7 +102,7 @@ def build_server(reader: FindingsReader) -> MCPServer:
     def explain_finding(id: str) -> dict[str, Any]:  # noqa: A002 - the tool's argument name clients see
         """One finding's explanation (its ID: 4+ hex characters of the fingerprint): evidence, thresholds, waste
         formula, cost and how to fix it; `text` is what `gpuwaste explain` prints."""
-        return answer(lambda: reader.explain(id))
+        return answer(lambda: reader.explain(id), exact=("finding",))
 
     def waste_summary(period: str = "1d") -> dict[str, Any]:
         """The waste summary of the period (a duration up to 90d, default 1d) ending at the last scan: USD wasted,
@@ -109,10 +113,18 @@ def build_server(reader: FindingsReader) -> MCPServer:
         """The costliest findings of the period (USD wasted in it), at most `limit` (1-50)."""
         return answer(lambda: reader.top_offenders(period, limit))
 
+    def showback(by: list[str] | None = None) -> dict[str, Any]:
+        """Showback of the last scan's window: GPU-hours and USD allocated, used, wasted and efficiency per group, for
+        each grouping in `by` (default team; also namespace, label:KEY with an allow-listed KEY such as cost_center,
+        cluster, gpu_model, node, mechanism), with the share-conservation check; the same document as `gpuwaste
+        showback --output json`."""
+        return answer(lambda: reader.showback(by or ["team"]))
+
     server.add_tool(list_findings, annotations=read_only("List GPU waste findings"))
     server.add_tool(explain_finding, annotations=read_only("Explain one finding"))
     server.add_tool(waste_summary, annotations=read_only("GPU waste summary"))
     server.add_tool(top_offenders, annotations=read_only("Top GPU waste offenders"))
+    server.add_tool(showback, annotations=read_only("GPU showback by team, namespace or label"))
     return server
 
 
@@ -226,7 +238,7 @@ def mcp_cmd(
     ] = None,
 ) -> None:
     """Serve the findings to AI assistants over MCP (stdio, read-only): list findings, explain a finding, waste
-    summary, top offenders."""
+    summary, top offenders (showback needs a scan: it answers inside `gpuwaste serve --mcp-port`)."""
     from gpuwaste.commands.api import FindingsReader
 
     cfg = config_or_exit(config)

@@ -184,6 +184,10 @@ class Server:
                                     savings_credit=timedelta(days=cfg.serve.savings_credit_days),
                                     team_budgets=dict(cfg.serve.team_budgets_usd_per_day),
                                     default_budget=cfg.serve.default_team_budget_usd_per_day, version=__version__)
+        from gpuwaste.commands.api import FindingsReader
+
+        #: the read functions of /api/v1 and the MCP endpoint; each scan hands it its ledger (`/api/v1/showback`)
+        self.reader = FindingsReader(state, cfg)
         self._lock = threading.Lock()
         self._snapshot = self.metrics.snapshot()
         self._tick = time.monotonic()
@@ -208,6 +212,7 @@ class Server:
         try:
             result = chain_once(tracked, self.cfg, cluster=self.cluster, at=at, window_s=self.window_s, state=self.state)
             report = result.reports[-1]
+            self.reader.observe_scan(report.cluster, report.showback, report.findings)
             open_records, resolved = self._store_state(wall)
             from gpuwaste.services.showback import health_figures as showback_health
             self.metrics.observe_success(self.cluster, at=wall, duration_s=time.monotonic() - t0,
@@ -266,11 +271,11 @@ class Server:
         (commands/api.py: bearer token, read-only, rate-limited), else 404."""
         from prometheus_client import make_wsgi_app
 
-        from gpuwaste.commands.api import FindingsReader, ReadApi
+        from gpuwaste.commands.api import ReadApi
         from gpuwaste.sinks.prometheus_metrics import registry_for
 
         metrics = make_wsgi_app(registry_for(self.snapshot))
-        api = ReadApi(FindingsReader(self.state, self.cfg), self.api_token)
+        api = ReadApi(self.reader, self.api_token)
 
         def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ.get("PATH_INFO", "")
@@ -298,10 +303,9 @@ class Server:
         thread = threading.Thread(target=httpd.serve_forever, name="gpuwaste-http", daemon=True)
         mcp = None
         if self.mcp_port is not None and self.api_token:
-            from gpuwaste.commands.api import FindingsReader
             from gpuwaste.commands.mcp_server import McpHttpServer, http_app
 
-            mcp = McpHttpServer(http_app(FindingsReader(self.state, self.cfg), self.api_token), host=host,
+            mcp = McpHttpServer(http_app(self.reader, self.api_token), host=host,
                                 port=self.mcp_port)
             try:
                 self.mcp_bound = mcp.start()

@@ -13,9 +13,10 @@ import csv
 import io
 import json
 import sys
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -35,8 +36,10 @@ from gpuwaste.models.text import for_terminal
 
 if TYPE_CHECKING:
     from gpuwaste.config import GpuWasteConfig
+    from gpuwaste.models.findings import Finding
+    from gpuwaste.models.settings.delivery import DeliverySettings
     from gpuwaste.services.scan import ScanReport
-    from gpuwaste.services.showback import ShowbackRow
+    from gpuwaste.services.showback import ScanLedger, ShowbackRow
 
 #: Labels `--by label:KEY` may group by unless the configuration's allow-list (`GPUWASTE_SHOWBACK_LABELS`, comma-
 #: separated) names others: label values are people's words, never arbitrary pod metadata.
@@ -60,19 +63,49 @@ def allowed_labels() -> tuple[str, ...]:
     return names or DEFAULT_LABELS
 
 
-def check_by(by: str) -> str:
-    """`by` when it is a grouping showback knows and (for `label:KEY`) KEY is allow-listed; else exit 2."""
+#: The groupings `--by` (and the read API's `by`) accept besides `label:KEY`.
+GROUPINGS = ("team", "namespace", "cluster", "gpu_model", "node", "mechanism")
+
+
+def grouping_problem(by: str) -> str | None:
+    """What is wrong with the grouping `by` (None: showback knows it and, for `label:KEY`, KEY is allow-listed)."""
     if by.startswith("label:"):
         key = by[6:]
         if key not in allowed_labels():
-            fail(
-                f"--by {escape_markup(by)}: label {escape_markup(key)!r} is not allow-listed; allowed: "
-                f"{', '.join(allowed_labels())} (set GPUWASTE_SHOWBACK_LABELS=key1,key2 to change the list)"
+            return (
+                f"label {key!r} is not allow-listed; allowed: {', '.join(allowed_labels())} "
+                "(set GPUWASTE_SHOWBACK_LABELS=key1,key2 to change the list)"
             )
-        return by
-    if by not in ("team", "namespace", "cluster", "gpu_model", "node", "mechanism"):
-        fail(f"--by {escape_markup(by)}: use team, namespace, label:KEY, cluster, gpu_model, node or mechanism")
+        return None
+    if by not in GROUPINGS:
+        return "use team, namespace, label:KEY, cluster, gpu_model, node or mechanism"
+    return None
+
+
+def check_by(by: str) -> str:
+    """`by` when it is a grouping showback knows and (for `label:KEY`) KEY is allow-listed; else exit 2."""
+    problem = grouping_problem(by)
+    if problem is not None:
+        fail(f"--by {escape_markup(by)}: {escape_markup(problem)}")
     return by
+
+
+def showback_document(
+    cluster: str, sl: ScanLedger, findings: Sequence[Finding], groupings: Sequence[str], delivery: DeliverySettings
+) -> dict[str, Any]:
+    """`showback --output json`'s document (the read API's `/api/v1/showback` answers the same).
+
+    Shape: `{"cluster", "period": {"start", "end"} (RFC 3339), "conservation": services.showback.conservation_figures,
+    "groups": {by: [ShowbackRow.as_dict(), ...]}}`: GPU-hours to 4 decimals, USD numbers to the cent.
+    """
+    from gpuwaste.services.showback import conservation_figures, showback
+
+    return {
+        "cluster": cluster,
+        "period": {"start": sl.window_start.isoformat(), "end": sl.window_end.isoformat()},
+        "conservation": conservation_figures(sl.ledger.conservation),
+        "groups": {b: [r.as_dict() for r in showback(sl, findings, b, delivery)] for b in groupings},
+    }
 
 
 def apply_bill(cfg: GpuWasteConfig, bill: Path | None) -> GpuWasteConfig:
@@ -270,23 +303,18 @@ def showback_cmd(
     Allocated, used, wasted and efficiency — every physical GPU-hour charged once (holders, unsold slices of shared
     GPUs, unallocated GPUs), to the cent.
     """
-    from gpuwaste.services.showback import conservation_figures, showback
+    from gpuwaste.services.showback import showback
 
     groupings = [check_by(b) for b in (by or ["team"])]
     report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, bill)
     sl = report.showback
     if sl is None:
         fail("the scan produced no ledger")
-    views = {b: showback(sl, report.findings, b, cfg.delivery) for b in groupings}
     if output is ShowbackOutput.json:
-        doc = {
-            "cluster": report.cluster,
-            "period": {"start": sl.window_start.isoformat(), "end": sl.window_end.isoformat()},
-            "conservation": conservation_figures(sl.ledger.conservation),
-            "groups": {b: [r.as_dict() for r in rows] for b, rows in views.items()},
-        }
+        doc = showback_document(report.cluster, sl, report.findings, groupings, cfg.delivery)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
+    views = {b: showback(sl, report.findings, b, cfg.delivery) for b in groupings}
     if output is ShowbackOutput.csv:
         flat = [
             {
