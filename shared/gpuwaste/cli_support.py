@@ -471,59 +471,37 @@ def _no_waste_line(report: ScanReport, *, filtered: bool) -> Text:
     return Text("no waste found" + (" with these filters" if filtered else ""), style="green")
 
 
-def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: bool = False, wide: bool = False,
-           dated: str | None = None, view: View | None = None, config: GpuWasteConfig | None = None) -> None:
-    """Print a scan report in the chosen format.
+def _print_json(report: ScanReport, findings: list[Finding], team: Callable[[Finding], str],
+                config: GpuWasteConfig | None) -> None:
+    """The JSON output of `render`: the findings, the inventory (with the per-team funnel when showback ran)."""
+    from gpuwaste.sinks import terminal
 
-    The table format ends with what matters: one header line (`view.verbose`: the inventory too), data-quality
-    problems, the findings (one line each), price caveats, the rollup by team (or `view.group_by`) and, last,
-    the total per day and per month.
+    inv = report.inventory
+    inventory = dict(inv.__dict__)
+    if report.showback is not None:  # the per-team funnel: teams as routing sees them (the same teams as the findings)
+        from gpuwaste.services.showback import funnel_figures
 
-    Args:
-        wide: the node, evidence and confidence columns whatever the width.
-        dated: replaces "one scrape dated …" in the header (an undated scrape says where its time came from).
-        view: filters, order, grouping and detail (default: everything, costliest first, by team).
-    """
-    from decimal import Decimal
+        inventory["funnel"] = {**inv.funnel, "team": funnel_figures(report.showback, "team", (config.delivery if config else None))}
+    sys.stdout.write(terminal.to_json(
+        findings,
+        team=team,
+        cluster=report.cluster,
+        scan_id=report.scan_id,
+        eval_time=report.eval_time.isoformat(),
+        window_s=report.window_s,
+        inventory=inventory,
+        query_count=report.query_count,
+        telemetry=report.telemetry_quality,
+        no_verdict=[nv.__dict__ for nv in report.no_verdict],
+    ) + "\n")
 
-    from gpuwaste.people import kind_label, no_codes, plain
+
+def _print_header(report: ScanReport, view: View, dated: str | None) -> None:
+    """The table output's header line (cluster, span, GPUs, pods) and, with `view.verbose`, the inventory."""
+    from gpuwaste.people import plain
     from gpuwaste.people import when as when_text
     from gpuwaste.sinks import terminal
 
-    view = view or View()
-    team = team_function(config)
-    chosen = select(report.findings, view, team)
-    findings = [f for f in chosen if f.usd_per_day is None or f.usd_per_day >= Decimal(str(min_usd))]
-    if output in (Output.openmetrics, Output.prometheus):
-        from gpuwaste.config import GpuWasteConfig
-
-        sys.stdout.buffer.write(_exposition(report, findings, config or GpuWasteConfig(),
-                                            openmetrics=output is Output.openmetrics))
-        sys.stdout.flush()
-        return
-    if output is Output.json:
-        inv = report.inventory
-        inventory = dict(inv.__dict__)
-        if report.showback is not None:  # the per-team funnel: teams as routing sees them (the same teams as the findings)
-            from gpuwaste.services.showback import funnel_figures
-
-            inventory["funnel"] = {**inv.funnel, "team": funnel_figures(report.showback, "team", (config.delivery if config else None))}
-        sys.stdout.write(terminal.to_json(
-            findings,
-            team=team,
-            cluster=report.cluster,
-            scan_id=report.scan_id,
-            eval_time=report.eval_time.isoformat(),
-            window_s=report.window_s,
-            inventory=inventory,
-            query_count=report.query_count,
-            telemetry=report.telemetry_quality,
-            no_verdict=[nv.__dict__ for nv in report.no_verdict],
-        ) + "\n")
-        return
-    if output is Output.csv:
-        sys.stdout.write(terminal.to_csv(findings, team=team))
-        return
     inv = report.inventory
     if inv.single_instant:
         span = dated or f"one scrape dated {when_text(report.eval_time)}"
@@ -550,6 +528,18 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
             terminal.print_fitted(out, f"signals present ({len(inv.metrics_present)}): " + ", ".join(dcgm + other), style="dim")
         if report.query_count:
             out.print(Text(f"{report.query_count} Prometheus queries", style="dim"))
+
+
+def _print_inventory_notes(report: ScanReport, view: View) -> None:
+    """Print the table output's lines under the header.
+
+    Coverage, funnel, unmet requests, conservation, allocation notes, the cluster state's source and its data-quality
+    notes.
+    """
+    from gpuwaste.people import plain
+    from gpuwaste.sinks import terminal
+
+    inv = report.inventory
     if inv.attribution_coverage:  # the share of allocated GPU-hours with attributable telemetry (issue 21 §12)
         terminal.print_fitted(out, coverage_text(inv.attribution_coverage), style="dim")
     if inv.funnel.get("cluster"):  # total → allocated → active → effective (issue 24 §1)
@@ -571,26 +561,75 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         out.print(Text(f"cluster state: {plain(report.cluster_source)}", style="dim"))
     for note in report.cluster_notes:
         out.print(Text(f"data quality: {plain(note)}", style="yellow"))
+
+
+def _print_no_verdict(report: ScanReport, view: View) -> None:
+    """Print the "no verdict" lines: a count of pods/nodes, or (`view.verbose`) the causes, most common first."""
+    from gpuwaste.people import no_codes
+    from gpuwaste.sinks import terminal
+
+    inv = report.inventory
+    subjects: dict[str, set[str]] = {}
+    for nv in report.no_verdict:
+        reason = no_codes(nv.reason)
+        if inv.single_instant:  # one sample: a longer window cannot help, so no look-back hint
+            reason = re.sub(r"\s*\((scan with --window|needs \d+ day)[^)]*\)", "", reason)
+        subjects.setdefault(reason, set()).add(nv.subject)  # count subjects (pods, nodes), not detectors
+    every = set().union(*subjects.values())
+    if view.verbose:  # the reasons grouped by cause, the most common first, one per line
+        what = "1 pod/node" if len(every) == 1 else f"{len(every)} pods/nodes"
+        out.print(Text(f"no verdict on {what}, by cause:", style="dim"))
+        for r, v in sorted(subjects.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            terminal.print_fitted(out, f"{len(v):3d}× {r}", first="  ", indent="        ", style="dim")
+    else:
+        out.print(Text(f"no verdict on {len(every)} pods/nodes (-v says why)" if len(every) != 1
+                       else "no verdict on 1 pod/node (-v says why)", style="dim"))
+
+
+def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: bool = False, wide: bool = False,
+           dated: str | None = None, view: View | None = None, config: GpuWasteConfig | None = None) -> None:
+    """Print a scan report in the chosen format.
+
+    The table format ends with what matters: one header line (`view.verbose`: the inventory too), data-quality
+    problems, the findings (one line each), price caveats, the rollup by team (or `view.group_by`) and, last,
+    the total per day and per month.
+
+    Args:
+        wide: the node, evidence and confidence columns whatever the width.
+        dated: replaces "one scrape dated …" in the header (an undated scrape says where its time came from).
+        view: filters, order, grouping and detail (default: everything, costliest first, by team).
+    """
+    from decimal import Decimal
+
+    from gpuwaste.people import kind_label
+    from gpuwaste.sinks import terminal
+
+    view = view or View()
+    team = team_function(config)
+    chosen = select(report.findings, view, team)
+    findings = [f for f in chosen if f.usd_per_day is None or f.usd_per_day >= Decimal(str(min_usd))]
+    if output in (Output.openmetrics, Output.prometheus):
+        from gpuwaste.config import GpuWasteConfig
+
+        sys.stdout.buffer.write(_exposition(report, findings, config or GpuWasteConfig(),
+                                            openmetrics=output is Output.openmetrics))
+        sys.stdout.flush()
+        return
+    if output is Output.json:
+        _print_json(report, findings, team, config)
+        return
+    if output is Output.csv:
+        sys.stdout.write(terminal.to_csv(findings, team=team))
+        return
+    inv = report.inventory
+    _print_header(report, view, dated)
+    _print_inventory_notes(report, view)
     telemetry_lines(report)
     if inv.single_instant:
         out.print("[yellow]The telemetry holds ONE sample per series: it shows what is there, not sustained use; "
                   "no idle or under-used verdict is possible from one sample.[/]")
     if report.no_verdict and not quiet:
-        subjects: dict[str, set[str]] = {}
-        for nv in report.no_verdict:
-            reason = no_codes(nv.reason)
-            if inv.single_instant:  # one sample: a longer window cannot help, so no look-back hint
-                reason = re.sub(r"\s*\((scan with --window|needs \d+ day)[^)]*\)", "", reason)
-            subjects.setdefault(reason, set()).add(nv.subject)  # count subjects (pods, nodes), not detectors
-        every = set().union(*subjects.values())
-        if view.verbose:  # the reasons grouped by cause, the most common first, one per line
-            what = "1 pod/node" if len(every) == 1 else f"{len(every)} pods/nodes"
-            out.print(Text(f"no verdict on {what}, by cause:", style="dim"))
-            for r, v in sorted(subjects.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-                terminal.print_fitted(out, f"{len(v):3d}× {r}", first="  ", indent="        ", style="dim")
-        else:
-            out.print(Text(f"no verdict on {len(every)} pods/nodes (-v says why)" if len(every) != 1
-                           else "no verdict on 1 pod/node (-v says why)", style="dim"))
+        _print_no_verdict(report, view)
     dq = terminal.data_quality_table(findings, width=out.width, verbose=view.verbose)
     if dq is not None:
         out.print(dq)

@@ -20,7 +20,8 @@ def dispatch_service() -> DispatchService:
     return DispatchService(clusters=[c.name for c in cfg.clusters], queue=pipeline.queue(
         "scan_requests_queue_url", pipeline.environment(pipeline.DispatchEnvironment).scan_requests_queue_url),
                            shards={c.name: c.scan_shards for c in cfg.clusters},
-                           endpoints={c.name: c.prometheus.url.rstrip("/") for c in cfg.clusters if c.prometheus is not None},
+                           endpoints={c.name: c.prometheus.url.rstrip("/") for c in cfg.clusters
+                                      if c.prometheus is not None},
                            pacing=Pacing(spread_s=cfg.scan.dispatch_spread_s, per_endpoint=cfg.scan.scans_per_endpoint,
                                          wave_s=cfg.scan.wave_s))
 

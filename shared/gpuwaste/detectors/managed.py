@@ -47,7 +47,7 @@ class ManagedGpuIdleSettings(SettingsModel):
 
 @detector("managed_gpu_idle", settings=ManagedGpuIdleSettings, needs_any=(GKE_DUTY_CYCLE,), superseded_by=("orphaned",))
 def detect_managed_gpu_idle(ctx: ScanContext, settings: ManagedGpuIdleSettings) -> DetectorOutput:
-    """Flag running pods without DCGM series whose GKE accelerator duty cycle stayed under the idle threshold (LOW confidence)."""
+    """Flag DCGM-less running pods whose GKE accelerator duty cycle stayed under the idle threshold (LOW confidence)."""
     for alloc in ctx.allocations:
         if alloc.devices or alloc.lost_devices or not alloc.holds_now or alloc.pod.phase is not PodPhase.RUNNING:
             continue  # DCGM judges the pods it reports; the managed metric is read only where it is all there is
@@ -57,7 +57,8 @@ def detect_managed_gpu_idle(ctx: ScanContext, settings: ManagedGpuIdleSettings) 
         name, st = found
         subject = f"{alloc.pod.namespace}/{alloc.pod.name}"
         if st.recent_count <= 0:
-            yield NoVerdict("managed_gpu_idle", subject, "GKE duty cycle stale: no sample in the recent part of the window")
+            yield NoVerdict("managed_gpu_idle", subject,
+                            "GKE duty cycle stale: no sample in the recent part of the window")
             continue
         coverage = min(1.0, ctx.telemetry.coverage(st))
         if coverage < settings.min_coverage:
@@ -68,16 +69,17 @@ def detect_managed_gpu_idle(ctx: ScanContext, settings: ManagedGpuIdleSettings) 
             continue
         lo, hi = ctx.held_span(alloc)
         episodes = (episode(ctx, lo, hi, alloc.share),)
-        comparison = f"max < {settings.max_duty_cycle_percent:g} % and every 10-min avg < {settings.max_duty_cycle_percent:g} %"
+        comparison = (f"max < {settings.max_duty_cycle_percent:g} % "
+                      f"and every 10-min avg < {settings.max_duty_cycle_percent:g} %")
         finding = Finding(
             kind=WasteKind.IDLE,
             detector="managed_gpu_idle",
             subject=ctx.subject_for(alloc),
             title=(f"{alloc.share.normalize():f} GPU(s) held by {subject} idle for {minutes_text(episodes)} "
                    "by GKE's accelerator duty cycle (no DCGM series; lower confidence)"),
-            recommendation=("The GPU's duty cycle stayed at zero: scale the workload down or release the GPU. GKE's duty "
-                            "cycle cannot tell a stalled kernel from a working one; enable GKE's managed DCGM metrics "
-                            "(or dcgm-exporter) for a high-confidence verdict."),
+            recommendation=("The GPU's duty cycle stayed at zero: scale the workload down or release the GPU. "
+                            "GKE's duty cycle cannot tell a stalled kernel from a working one; enable GKE's managed "
+                            "DCGM metrics (or dcgm-exporter) for a high-confidence verdict."),
             evidence=(pod_evidence(ctx, name, st, unit="percent", threshold=settings.max_duty_cycle_percent,
                                    comparison=comparison, note=SOURCE),),
             confidence=Confidence.LOW,

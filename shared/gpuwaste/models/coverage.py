@@ -1,4 +1,4 @@
-"""Models: attribution coverage as it travels from a scan to the lifecycle store and into the daily summary (issue 21 §12).
+"""Models: attribution coverage as it travels from a scan to the lifecycle store and the daily summary (issue 21 §12).
 
 A scan measures, per allocation kind (the allocation's mechanism: "device plugin", "MIG", "time-slicing", "DRA", "HAMi",
 …; `join.view.ScanContext.attribution_coverage`), the GPU-hours allocated in its window and the part of them with
@@ -81,8 +81,9 @@ def sum_kinds(kinds: Iterable[KindCoverage]) -> tuple[KindCoverage, ...]:
 
 
 def coverage_rows(tallies: list[CoverageTally]) -> tuple[CoverageRow, ...]:
-    """Pure: per cluster, one row per allocation kind and an "all" row, from the store's hourly tallies (clusters and
-    kinds sorted; "all" first in each cluster).
+    """Pure: per cluster, one row per allocation kind and an "all" row, from the store's hourly tallies.
+
+    Clusters and kinds sorted; "all" first in each cluster.
     """
     sums: dict[str, dict[str, list[float]]] = {}
     scans: dict[str, int] = {}
@@ -104,4 +105,12 @@ def coverage_rows(tallies: list[CoverageTally]) -> tuple[CoverageRow, ...]:
     return tuple(rows)
 
 
-__all__ = ["MAX_COVERAGE_KINDS", "CoverageRow", "CoverageTally", "KindCoverage", "coverage_hour", "coverage_rows", "sum_kinds"]
+__all__ = [
+    "MAX_COVERAGE_KINDS",
+    "CoverageRow",
+    "CoverageTally",
+    "KindCoverage",
+    "coverage_hour",
+    "coverage_rows",
+    "sum_kinds",
+]

@@ -254,8 +254,9 @@ class TrendDay(Frozen):
 
 
 class JustifiedTotal(Frozen):
-    """One team's active justifications at the summary's end: how many findings, the USD/day they cover (latest
-    priced cost; unpriced count 0) and the soonest `until`.
+    """One team's active justifications at the summary's end.
+
+    How many findings, the USD/day they cover (latest priced cost; unpriced count 0) and the soonest `until`.
     """
 
     team: str

@@ -40,10 +40,12 @@ class Pacing:
 
 
 def pace(requests: Sequence[ScanRequest], endpoints: Mapping[str, str], pacing: Pacing) -> list[ScanRequest]:
-    """`requests` with their `start_after_s`: per endpoint (cluster → Prometheus URL; a cluster without one is its own),
-    the requests in (cluster, shard) order start in waves of `per_endpoint`, `wave_s` apart, each request a stable
-    0 … `spread_s` seconds (CRC-32 of scan id and shard) into its wave — capped at SQS's 900 s (a warning says how
-    many were capped: those start with the last wave, over the budget).
+    """`requests` with their `start_after_s`, paced per endpoint.
+
+    Per endpoint (cluster → Prometheus URL; a cluster without one is its own), the requests in (cluster, shard) order
+    start in waves of `per_endpoint`, `wave_s` apart, each request a stable 0 … `spread_s` seconds (CRC-32 of scan id
+    and shard) into its wave — capped at SQS's 900 s (a warning says how many were capped: those start with the last
+    wave, over the budget).
     """
     if not pacing.spread_s and not pacing.per_endpoint:
         return list(requests)
@@ -62,8 +64,8 @@ def pace(requests: Sequence[ScanRequest], endpoints: Mapping[str, str], pacing: 
             delay = MAX_DELAY_S
         out.append(r.model_copy(update={"start_after_s": delay}))
     if capped:
-        logger.warning("scan waves past SQS's 900 s delay", extra={"capped": capped, "per_endpoint": pacing.per_endpoint,
-                                                                   "wave_s": pacing.wave_s})
+        logger.warning("scan waves past SQS's 900 s delay",
+                       extra={"capped": capped, "per_endpoint": pacing.per_endpoint, "wave_s": pacing.wave_s})
     order = {(r.cluster, r.shard): k for k, r in enumerate(requests)}
     return sorted(out, key=lambda r: order[(r.cluster, r.shard)])
 
@@ -94,7 +96,8 @@ class DispatchService:
             RetryableError: the queue could not take them.
         """
         at = ensure_utc(scheduled_time)
-        requests = [ScanRequest(cluster=c, scheduled_time=at, scan_id=scan_id_for(c, at), shard=k, shard_count=self.shards.get(c, 1))
+        requests = [ScanRequest(cluster=c, scheduled_time=at, scan_id=scan_id_for(c, at), shard=k,
+                                shard_count=self.shards.get(c, 1))
                     for c in self.clusters for k in range(self.shards.get(c, 1))]
         requests = pace(requests, self.endpoints, self.pacing)
         if requests:

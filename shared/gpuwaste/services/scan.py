@@ -107,8 +107,9 @@ def coverage_figures(ctx: ScanContext) -> dict[str, dict[str, float]]:
 
 
 def coverage_of(ctx: ScanContext) -> tuple[KindCoverage, ...]:
-    """The scan's attribution coverage per allocation kind as its completion carries it (`ScanCompleted.coverage`):
-    allocated and attributed GPU-hours in the window, kinds sorted; empty when no pod holds a GPU.
+    """The scan's attribution coverage per allocation kind as its completion carries it (`ScanCompleted.coverage`).
+
+    Allocated and attributed GPU-hours in the window, kinds sorted; empty when no pod holds a GPU.
     """
     return tuple(KindCoverage(kind=kind, allocated_gpu_hours=float(allocated), attributed_gpu_hours=float(attributed))
                  for kind, (allocated, attributed) in sorted(ctx.attribution_coverage().items()))
@@ -326,8 +327,9 @@ class ScanService:
         self._progress = progress or (lambda _msg: None)
 
     def scan(self, *, at: datetime, scan_id: str | None = None, shard: int = 0, shard_count: int = 1) -> ScanReport:
-        """Run one scan (or shard `shard` of `shard_count` of it: `services.shards`) evaluated at `at` (the scheduled
-        time), the cyclic garbage collector paused meanwhile.
+        """Run one scan (or shard `shard` of `shard_count` of it: `services.shards`) evaluated at `at`.
+
+        `at` is the scheduled time; the cyclic garbage collector is paused meanwhile.
 
         Raises:
             ValueError: `shard` not in 0 … `shard_count` − 1.
@@ -423,8 +425,9 @@ class ScanService:
         return cluster, telemetry
 
     def _read_shard(self, at: datetime, timings: dict[str, float], shard: int, shard_count: int) -> tuple[ClusterState, TelemetryWindow]:
-        """The cluster state, then the telemetry of shard `shard`'s nodes only (the plan needs the state first):
-        a `NodeScopedTelemetrySource` is asked for those nodes' series; whatever comes is narrowed to them.
+        """The cluster state, then the telemetry of shard `shard`'s nodes only (the plan needs the state first).
+
+        A `NodeScopedTelemetrySource` is asked for those nodes' series; whatever comes is narrowed to them.
         """
         c0 = time.perf_counter()
         whole = self.cluster_source.cluster_state(at=at)

@@ -114,8 +114,10 @@ def plan_shards(state: ClusterState, shard_count: int) -> ShardPlan:
 
 
 def shard_state(state: ClusterState, plan: ShardPlan, shard: int) -> ClusterState:
-    """`state` narrowed to the nodes of `shard`: those nodes, the pods on them, the pods on no node (every shard),
-    the exporter pods on them; namespaces, owners and DRA objects are kept whole (they are looked up, not judged).
+    """`state` narrowed to the nodes of `shard`.
+
+    Those nodes, the pods on them, the pods on no node (every shard), the exporter pods on them; namespaces, owners
+    and DRA objects are kept whole (they are looked up, not judged).
     """
     if plan.shard_count == 1:
         return state
@@ -129,8 +131,10 @@ def shard_state(state: ClusterState, plan: ShardPlan, shard: int) -> ClusterStat
 
 
 def hostnames(state: ClusterState, nodes: Iterable[str]) -> tuple[str, ...]:
-    """Every `Hostname` label value that `NodeIndex` resolves to one of `nodes`: node names, `kubernetes.io/hostname`
-    labels, EC2 instance ids, InternalIPs and the names of the exporter pods on them; sorted, distinct.
+    """Every `Hostname` label value that `NodeIndex` resolves to one of `nodes`, sorted, distinct.
+
+    Node names, `kubernetes.io/hostname` labels, EC2 instance ids, InternalIPs and the names of the exporter pods on
+    them.
     """
     wanted = set(nodes)
     index = NodeIndex.of(state)
@@ -141,8 +145,10 @@ def hostnames(state: ClusterState, nodes: Iterable[str]) -> tuple[str, ...]:
 
 
 def shard_telemetry(telemetry: TelemetryWindow, state: ClusterState, plan: ShardPlan, shard: int) -> TelemetryWindow:
-    """`telemetry` narrowed to the devices on the nodes of `shard` (resolved over the whole `state` as the join does;
-    a device tied to no node goes to shard 0) and the pods those nodes hold (a pod series of an unknown pod: shard 0).
+    """`telemetry` narrowed to the devices on the nodes of `shard` and the pods those nodes hold.
+
+    Devices are resolved to nodes over the whole `state` as the join does; a device tied to no node goes to shard 0,
+    and a pod series of an unknown pod goes to shard 0 too.
     """
     if plan.shard_count == 1:
         return telemetry

@@ -93,9 +93,10 @@ MAX_ONE_OF_BYTES = 48 * 1024
 
 
 class OneOf(str):
-    """A matcher value meaning "any of these literal values": rendered as an anchored regex `label=~"a|b|c"`; with
-    `or_absent`, `label=~"a|b|c|"`, which a series without the label matches too (Prometheus reads a missing label as
-    the empty string). The exporter's host label is `Hostname` or `hostname` (B03), so a shard's node list goes on both,
+    """A matcher value meaning "any of these literal values".
+
+    Rendered as an anchored regex `label=~"a|b|c"`; with `or_absent`, `label=~"a|b|c|"`, which a series without the
+    label matches too (Prometheus reads a missing label as the empty string). The exporter's host label is `Hostname` or `hostname` (B03), so a shard's node list goes on both,
     each allowing absence: a series is kept when whichever of them it carries names one of the shard's hosts.
 
     A `str` (the joined, escaped regex) so it travels in the `Mapping[str, str]` matchers every query builder takes.
@@ -425,9 +426,10 @@ def _presence_range(window_s: int) -> str:
 
 
 def dcgm_presence_query(uuid_labels: Sequence[str], *, window_s: int, matchers: Mapping[str, str] | None = None) -> str:
-    """One row per GPU UUID (labels `uuid_labels`) seen on any DCGM series in the window, whatever the field: the live
-    path's count of GPUs that carry none of the plan's fields (clocks, temperatures only). Grouped before the subquery
-    (so fields never collide as one label set) and sampled at `PRESENCE_STEPS` steps of the window at most.
+    """One row per GPU UUID (labels `uuid_labels`) seen on any DCGM series in the window, whatever the field.
+
+    The live path's count of GPUs that carry none of the plan's fields (clocks, temperatures only). Grouped before the
+    subquery (so fields never collide as one label set) and sampled at `PRESENCE_STEPS` steps of the window at most.
 
     Raises:
         ValueError: an invalid label name.
@@ -437,8 +439,9 @@ def dcgm_presence_query(uuid_labels: Sequence[str], *, window_s: int, matchers: 
 
 
 def dcgm_fields_query(*, window_s: int, matchers: Mapping[str, str] | None = None) -> str:
-    """One row per DCGM field name present in the window (label `METRIC_LABEL`): the fields a thin scrape does carry,
-    for the `no_activity_fields` finding.
+    """One row per DCGM field name present in the window (label `METRIC_LABEL`).
+
+    The fields a thin scrape does carry, for the `no_activity_fields` finding.
     """
     inner = f'group by ({METRIC_LABEL}) (label_replace({_any_dcgm(matchers)}, "{METRIC_LABEL}", "$1", "__name__", "(.+)"))'
     return f"group by ({METRIC_LABEL}) (max_over_time(({inner}){_presence_range(window_s)}))"
