@@ -35,6 +35,7 @@ from gpuwaste.cli_support import (
     err,
     escape_markup,
     fail,
+    fail_source,
     held_before,
     input_hint,
     live_cluster,
@@ -165,7 +166,7 @@ def scan(
         try:
             sources = local.live_sources(cc, cfg, cluster_file=cluster_file)
         except SOURCE_ERRORS as exc:
-            fail(f"{escape_markup(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
+            fail_source(exc)
         except GpuWasteError as exc:
             hint = f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""
             fail(escape_markup(str(exc)) + hint)

@@ -150,6 +150,17 @@ def escape_markup(text: str) -> str:
 #: Exit 3: a source (Prometheus, the Kubernetes API) unreachable, rejecting the credentials, or answering nothing usable
 #: (malformed, refused, redirected, over its size cap, past its deadline) — the source is at fault, not the input.
 SOURCE_ERRORS = (SourceUnavailableError, SourceAuthError, SourceAnswerError)
+#: The generic hint under a source error whose message carries none of its own.
+SOURCE_HINT = "Check the URL, network access and credentials, then retry."
+#: A source error's own hint: "…; check the URL, DNS…", "… — raise prometheus.max_answer_mb", "…; retry later".
+_OWN_HINT = re.compile(r"[;—]\s*(check|raise|retry|set|give|pass|use|install|enable)\b", re.IGNORECASE)
+
+
+def fail_source(exc: BaseException) -> NoReturn:
+    """Exit 3 on a source error (one of `SOURCE_ERRORS`) with one hint: the error's own where its message carries one
+    ("cannot connect to Prometheus at …; check the URL, DNS, network path …"), else `SOURCE_HINT` under it."""
+    message = str(exc)
+    fail(escape_markup(message) + ("" if _OWN_HINT.search(message) else "\n" + SOURCE_HINT), code=3)
 
 
 class GuardedGroup(TyperGroup):
@@ -169,7 +180,7 @@ class GuardedGroup(TyperGroup):
         except InputFormatError as exc:
             fail(escape_markup(f"{exc}") + "\nThe input is malformed at the place shown; fix or re-create it.")
         except SOURCE_ERRORS as exc:
-            fail(escape_markup(str(exc)) + "\nCheck the URL, network access and credentials, then retry.", code=3)
+            fail_source(exc)
         except PermanentError as exc:  # ConfigError and the other errors retrying cannot fix
             fail(escape_markup(str(exc)))
         except OSError as exc:
@@ -667,7 +678,7 @@ def run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool,
     except InputFormatError as exc:
         fail(f"{escape_markup(str(exc))}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
     except SOURCE_ERRORS as exc:
-        fail(f"{escape_markup(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
+        fail_source(exc)
     except PermanentError as exc:
         fail(escape_markup(str(exc)))
     render(report, output, min_usd=min_usd, quiet=quiet, wide=wide, dated=dated, view=view, config=config)

@@ -22,6 +22,7 @@ from gpuwaste.cli_support import (
     config_or_exit,
     escape_markup,
     fail,
+    fail_source,
     out,
     parse_time,
     parse_window,
@@ -179,7 +180,7 @@ def _live(fingerprint: str, cfg: GpuWasteConfig, *, prometheus: str | None, clus
         window_s = parse_window(window) if window else cfg.scan.window_s
         report = local.scan_service(sources, cfg, window_s=window_s).scan(at=when)
     except SOURCE_ERRORS as exc:
-        fail(escape_markup(f"{exc}\nCheck the URL, network access and credentials, then retry."), code=3)
+        fail_source(exc)
     except GpuWasteError as exc:
         fail(escape_markup(str(exc)) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
     return _matching(report.findings, fingerprint)
