@@ -710,7 +710,8 @@ def held_before(sources: local.Sources, when: datetime) -> int | None:
 
 
 def check_window(sources: local.Sources, when: datetime, window_s: int, *, given: bool = True) -> None:
-    """Refuse a window longer than the recording holds before `when`: one clear error, not a row per pod.
+    """Refuse a window longer than the recording holds before `when`: one clear error, not a row per pod (a
+    `--window` given on the command line; the recording's own window is scanned as recorded: `note_short_recording`).
 
     Raises:
         typer.Exit: (exit 2) saying the longest window that fits.
@@ -723,6 +724,21 @@ def check_window(sources: local.Sources, when: datetime, window_s: int, *, given
     fail(f"{origin} {_duration(window_s)} is longer than the recording holds before {when:%Y-%m-%d %H:%M} UTC "
          f"({_duration(held)} of telemetry): pass --window {fits}m or less" + (
              f", or an --at at least {_duration(window_s)} after the recording starts." if given else "."))
+
+
+def note_short_recording(sources: local.Sources, when: datetime, window_s: int, *, quiet: bool = False) -> bool:
+    """Say (stderr) when a recording holds less telemetry than its own window before `when` — `gpuwaste record` at a
+    time past the newest sample (the exporter or the scrape stopped): the scan keeps the recorded window and
+    evaluation time, as the live scan at that time did, and the time without samples is reported as missing/stale
+    telemetry (data-quality findings), never idle. Returns whether it said so."""
+    held = held_before(sources, when)
+    if held is None or window_s <= held * 1.05:
+        return False
+    if not quiet:
+        err.print(f"[yellow]note:[/] the recording holds {_duration(held)} of telemetry in its {_duration(window_s)} window "
+                  f"before {when:%Y-%m-%d %H:%M} UTC; the time without samples is reported as missing telemetry, "
+                  "never as idle GPUs", highlight=False, soft_wrap=True)
+    return True
 
 
 def warn_recording(sources: local.Sources, when: datetime, window_s: int, *, quiet: bool = False) -> None:
