@@ -34,6 +34,7 @@ from gpuwaste.people import (  # one money/date/age format on every surface
     kind_action,
     kind_heading,
     no_codes,
+    offender_name,
     period_date,
     price_source,
     since_words,
@@ -738,7 +739,7 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
     if summary.unpriced:
         head += f"\n_{summary.unpriced} findings are unpriced and not in the totals._"
     top = [
-        f"{n}. {escape(o.workload or '-')} ({escape(o.namespace or o.cluster)}, {escape(people_kind_label(o.kind))},"
+        f"{n}. {escape(offender_name(o.workload, o.namespace))} ({escape(o.namespace or o.cluster)}, {escape(people_kind_label(o.kind))},"
         f" {escape(_whose_team(o.team))}): *{usd(o.wasted_usd)}* · {per_day(o.usd_per_day)}"
         + ("" if o.open else " · resolved")
         for n, o in enumerate(summary.top, start=1)
