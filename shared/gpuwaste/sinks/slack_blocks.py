@@ -194,6 +194,19 @@ def per_day(value: Decimal | None) -> str:
     return "unpriced" if value is None else f"{usd(value)}/day"
 
 
+#: The money cell of a sizing note: a waste kind that holds no GPU share and so no money (KV-cache pressure on a
+#: serving pod costs latency and recomputation, not idle GPUs: priced at 0), instead of "$0.00/day".
+SIZING_NOTE = "sizing note, no GPU cost"
+
+
+def finding_per_day(f: Finding) -> str:
+    """A digest line's money: `per_day` of the finding, or `SIZING_NOTE` for a finding that wastes no GPU share
+    and costs nothing (never "$0.00/day · 0 GPU")."""
+    if f.kind.is_waste and not f.wasted_gpu_share and f.usd_per_day is not None and not f.usd_per_day:
+        return SIZING_NOTE
+    return per_day(f.usd_per_day)
+
+
 # -- blocks ----------------------------------------------------------------------------------------------
 def _header(text: str) -> dict[str, Any]:
     return {"type": "header", "text": {"type": "plain_text", "text": truncate(text, MAX_HEADER_TEXT), "emoji": True}}
@@ -389,11 +402,14 @@ def _since(item: NoticeItem) -> str:
 def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str:
     """One finding in one line (mrkdwn): USD/day, workload, GPUs, how long open; the kind when not under a heading."""
     f = item.finding
-    parts = [f"*{per_day(f.usd_per_day)}*"]
+    parts = [f"*{finding_per_day(f)}*"]
     if kind:
         parts.append(escape(kind_label_short(f)))
     share = f.wasted_gpu_share
-    parts += [escape(_subject_text(f)), f"{gpus(share)} GPU{'s' if share > 1 else ''}", _since(item)]
+    parts.append(escape(_subject_text(f)))
+    if share:  # a sizing note wastes no GPU: no "0 GPU"
+        parts.append(f"{gpus(share)} GPU{'s' if share > 1 else ''}")
+    parts.append(_since(item))
     if clusters > 1:
         parts.append(escape(f.subject.cluster))
     if item.ticket_key:
@@ -423,7 +439,9 @@ def _kind_heading(kind_items: list[NoticeItem], *, count: bool = True) -> str:
     if not count:
         return f"*{escape(kind_heading(f.kind))}* · _{escape(rec)}_"
     total = sum((i.finding.usd_per_day or Decimal(0) for i in kind_items if not i.resolved), Decimal(0))
-    return f"*{escape(kind_heading(f.kind))}* · {len(kind_items)} findings · {usd(total)}/day\n_{escape(rec)}_"
+    sizing = all(finding_per_day(i.finding) == SIZING_NOTE for i in kind_items)
+    money = "no GPU cost" if sizing and not total else f"{usd(total)}/day"
+    return f"*{escape(kind_heading(f.kind))}* · {len(kind_items)} findings · {money}\n_{escape(rec)}_"
 
 
 def _short_recommendation(text: str, limit: int = MAX_RECOMMENDATION) -> str:
