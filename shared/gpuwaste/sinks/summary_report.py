@@ -297,6 +297,9 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
     (a PNG, when given as bytes, as a data URI); every name escaped."""
     e = for_html  # controls stripped, HTML escaped
     notes = notes or SummaryNotes()
+    # offenders named as on every surface ("node ip-10-0-1-17" for a node finding: `offender_name`), for this page
+    s = s.model_copy(update={"top": tuple(o.model_copy(update={"workload": offender_name(o.workload, o.namespace)})
+                                          if o.workload else o for o in s.top)})
     n_open, rate = _open_now(s, notes)
     cards = [
         (usd(s.wasted_usd), f"wasted {when(s.since)} → {when(s.until)}"),
@@ -344,7 +347,7 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
     parts.append("<h2>Top offenders</h2><div class='scroll'><table><tr><th class=n>#</th><th>workload</th><th>namespace</th><th>kind</th>"
                  "<th>team</th><th class=n>wasted</th><th class=n>USD/day</th><th>open for</th><th>state</th></tr>")
     parts += [
-        f"<tr><td class=n>{n}</td><td>{e(plain(offender_name(o.workload, o.namespace)))}</td><td>{e(plain(o.namespace or '-'))}</td>"
+        f"<tr><td class=n>{n}</td><td>{e(plain(o.workload or '-'))}</td><td>{e(plain(o.namespace or '-'))}</td>"
         f"<td>{e(kind_label(o.kind))}</td><td>{e(plain(group_label('team', o.team)))}</td><td class=n>{usd(o.wasted_usd)}</td>"
         f"<td class=n>{usd(o.usd_per_day)}</td><td>{e(_open_for(o, s.until))}</td>"
         f"<td class='state-{_state(o)}'>{_state(o)}</td></tr>"
