@@ -799,7 +799,8 @@ def doctor(
 ) -> None:
     """Check that Prometheus has the signals the detectors need: fresh, stale or never exported, and how to fix it.
 
-    Exit codes: 0 ok; 1 a needed signal was never exported; 2 usage error; 3 Prometheus unreachable;
+    Exit codes: 0 ok; 1 a needed signal was never exported, or no cluster state can be read (DCGM series but no
+    kube-state-metrics: a scan of this Prometheus alone judges nothing); 2 usage error; 3 Prometheus unreachable;
     4 needed signals exist but are stale (the exporter or the scrape stopped).
     """
     from gpuwaste.models.settings import PrometheusSettings
