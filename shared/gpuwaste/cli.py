@@ -35,9 +35,11 @@ from gpuwaste.cli_support import (
     err,
     escape_markup,
     fail,
+    fail_source,
     held_before,
     input_hint,
     live_cluster,
+    note_short_recording,
     out,
     parse_time,
     parse_window,
@@ -152,8 +154,10 @@ def scan(
         if window_s is None:  # neither --window nor recording.json: the default, or what the data holds if less
             held = held_before(sources, when)
             window_s = cfg.scan.window_s if held is None else max(MIN_WINDOW_S, min(cfg.scan.window_s, held))
-        else:
-            check_window(sources, when, window_s, given=window_given)
+        elif window_given:
+            check_window(sources, when, window_s)
+        else:  # the recording's own window: scanned as recorded, the time without samples is missing telemetry
+            note_short_recording(sources, when, window_s, quiet=quiet or output is not Output.table)
         warn_recording(sources, when, window_s, quiet=quiet)
         source_hint = f"-r {shlex.quote(str(recording))}"  # printed as plain text: a command to copy
     else:
@@ -165,7 +169,7 @@ def scan(
         try:
             sources = local.live_sources(cc, cfg, cluster_file=cluster_file)
         except SOURCE_ERRORS as exc:
-            fail(f"{escape_markup(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
+            fail_source(exc)
         except GpuWasteError as exc:
             hint = f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""
             fail(escape_markup(str(exc)) + hint)

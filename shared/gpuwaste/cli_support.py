@@ -150,6 +150,17 @@ def escape_markup(text: str) -> str:
 #: Exit 3: a source (Prometheus, the Kubernetes API) unreachable, rejecting the credentials, or answering nothing usable
 #: (malformed, refused, redirected, over its size cap, past its deadline) — the source is at fault, not the input.
 SOURCE_ERRORS = (SourceUnavailableError, SourceAuthError, SourceAnswerError)
+#: The generic hint under a source error whose message carries none of its own.
+SOURCE_HINT = "Check the URL, network access and credentials, then retry."
+#: A source error's own hint: "…; check the URL, DNS…", "… — raise prometheus.max_answer_mb", "…; retry later".
+_OWN_HINT = re.compile(r"[;—]\s*(check|raise|retry|set|give|pass|use|install|enable)\b", re.IGNORECASE)
+
+
+def fail_source(exc: BaseException) -> NoReturn:
+    """Exit 3 on a source error (one of `SOURCE_ERRORS`) with one hint: the error's own where its message carries one
+    ("cannot connect to Prometheus at …; check the URL, DNS, network path …"), else `SOURCE_HINT` under it."""
+    message = str(exc)
+    fail(escape_markup(message) + ("" if _OWN_HINT.search(message) else "\n" + SOURCE_HINT), code=3)
 
 
 class GuardedGroup(TyperGroup):
@@ -169,7 +180,7 @@ class GuardedGroup(TyperGroup):
         except InputFormatError as exc:
             fail(escape_markup(f"{exc}") + "\nThe input is malformed at the place shown; fix or re-create it.")
         except SOURCE_ERRORS as exc:
-            fail(escape_markup(str(exc)) + "\nCheck the URL, network access and credentials, then retry.", code=3)
+            fail_source(exc)
         except PermanentError as exc:  # ConfigError and the other errors retrying cannot fix
             fail(escape_markup(str(exc)))
         except OSError as exc:
@@ -706,7 +717,7 @@ def run_scan(service, at: datetime, output: Output, min_usd: float, quiet: bool,
     except InputFormatError as exc:
         fail(f"{escape_markup(str(exc))}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
     except SOURCE_ERRORS as exc:
-        fail(f"{escape_markup(str(exc))}\nCheck the URL, network access and credentials, then retry.", code=3)
+        fail_source(exc)
     except PermanentError as exc:
         fail(escape_markup(str(exc)))
     render(report, output, min_usd=min_usd, quiet=quiet, wide=wide, dated=dated, view=view, config=config)
@@ -738,7 +749,8 @@ def held_before(sources: local.Sources, when: datetime) -> int | None:
 
 
 def check_window(sources: local.Sources, when: datetime, window_s: int, *, given: bool = True) -> None:
-    """Refuse a window longer than the recording holds before `when`: one clear error, not a row per pod.
+    """Refuse a window longer than the recording holds before `when`: one clear error, not a row per pod (a
+    `--window` given on the command line; the recording's own window is scanned as recorded: `note_short_recording`).
 
     Raises:
         typer.Exit: (exit 2) saying the longest window that fits.
@@ -751,6 +763,21 @@ def check_window(sources: local.Sources, when: datetime, window_s: int, *, given
     fail(f"{origin} {_duration(window_s)} is longer than the recording holds before {when:%Y-%m-%d %H:%M} UTC "
          f"({_duration(held)} of telemetry): pass --window {fits}m or less" + (
              f", or an --at at least {_duration(window_s)} after the recording starts." if given else "."))
+
+
+def note_short_recording(sources: local.Sources, when: datetime, window_s: int, *, quiet: bool = False) -> bool:
+    """Say (stderr) when a recording holds less telemetry than its own window before `when` — `gpuwaste record` at a
+    time past the newest sample (the exporter or the scrape stopped): the scan keeps the recorded window and
+    evaluation time, as the live scan at that time did, and the time without samples is reported as missing/stale
+    telemetry (data-quality findings), never idle. Returns whether it said so."""
+    held = held_before(sources, when)
+    if held is None or window_s <= held * 1.05:
+        return False
+    if not quiet:
+        err.print(f"[yellow]note:[/] the recording holds {_duration(held)} of telemetry in its {_duration(window_s)} window "
+                  f"before {when:%Y-%m-%d %H:%M} UTC; the time without samples is reported as missing telemetry, "
+                  "never as idle GPUs", highlight=False, soft_wrap=True)
+    return True
 
 
 def warn_recording(sources: local.Sources, when: datetime, window_s: int, *, quiet: bool = False) -> None:

@@ -21,6 +21,8 @@ from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.ledger import LedgerSpan
 from gpuwaste.models.text import strip_controls
 
+#: Cloud DNS suffixes left out of node names in tables (the caption says which).
+NODE_SUFFIXES = (".ec2.internal", ".compute.internal")
 CENT = Decimal("0.01")
 DOLLAR = Decimal("1")
 #: Days in the "USD/month" figures people read (30; the JSON keeps USD/day exact).
@@ -562,3 +564,20 @@ def details_lines(finding: Finding) -> list[str]:
     lines.append(f"What to do: {advice.action}" + (f" {advice.caution}" if advice.caution else ""))
     lines.extend(f"$ {c.shell()}" for c in advice.commands)
     return lines
+
+
+def short_node(name: str) -> tuple[str, str]:
+    """(name without a cloud DNS suffix, the suffix removed or "")."""
+    for suffix in NODE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name.removesuffix(suffix), suffix
+    return name, ""
+
+
+def offender_name(workload: str | None, namespace: str | None) -> str:
+    """A daily-summary offender as the scan table names its subject: a node-level finding (no namespace; the
+    stored workload is the node) reads `node ip-10-0-1-17` (cloud DNS suffix left out), a workload its name, and
+    a finding with neither `-`."""
+    if not workload:
+        return "-"
+    return f"node {short_node(workload)[0]}" if namespace is None else workload

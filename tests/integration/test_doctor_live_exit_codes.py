@@ -162,3 +162,35 @@ def test_doctor_says_dcgm_is_read_when_gke_gpu_metrics_are_beside_it(prometheus_
     doc = json.loads(invoke("doctor", "-p", server.url, "--at", END, "-o", "json").stdout)
     (row,) = [c for c in doc["checks"] if c["check"] == "cloud GPU metrics"]
     assert row["status"] == "ok" and "the DCGM fields are read" in row["detail"]
+
+
+def test_doctor_fails_where_no_cluster_state_can_be_read(prometheus_factory: PrometheusFactory, demo_om: Path,
+                                                          tmp_path: Path) -> None:
+    # GIVEN a DCGM-only Prometheus: the demo's DCGM series without their pod/namespace labels, no kube-state-metrics
+    import re
+
+    path = tmp_path / "dcgm-only.om"
+    keep = [line for line in demo_om.read_text().splitlines()
+            if line.startswith("DCGM_") or (line.startswith("# ") and line.split()[2:3] and line.split()[2].startswith("DCGM_"))]
+    keep = [re.sub(r',?(?<![A-Za-z_])(exported_)?(pod|namespace|container)="[^"]*"', "", line).replace("{,", "{") for line in keep]
+    path.write_text("\n".join([*keep, "# EOF", ""]))
+    server = prometheus_factory(path)
+    # WHEN doctor runs at the last sample, and a scan of the same Prometheus
+    text = invoke("doctor", "-p", server.url, "--at", END, env={"COLUMNS": "100"})
+    doc = json.loads(invoke("doctor", "-p", server.url, "--at", END, "-o", "json").stdout)
+    scan = invoke("scan", "-p", server.url, "--at", END, env={"COLUMNS": "200"})
+    # THEN the scan judges nothing, and doctor does not say "every signal is there": it exits 1 and its verdict line
+    # says that no cluster state can be read (no kube-state-metrics, no pod labels) and the three ways to give it
+    assert "nothing judged: no cluster state" in " ".join(scan.stdout.split()), scan.output
+    assert text.exit_code == 1 and doc["exit_code"] == 1, text.output
+    verdict = " ".join(text.stdout.split("signals (series")[0].split())
+    assert verdict.startswith("verdict: exit 1: no cluster state can be read from this Prometheus"), verdict
+    for words in ("no kube-state-metrics series", "no pod labels", "--kubeconfig", "kube-state-metrics in this Prometheus",
+                  "--cluster-json"):
+        assert words in verdict
+    assert EXIT_CODES_0 not in " ".join(text.stdout.split())
+    (row,) = [c for c in doc["checks"] if c["check"] == "cluster state"]
+    assert row["status"] == "fail" and row["exit_code"] == 1
+
+
+EXIT_CODES_0 = "every signal the main detectors need is exported and fresh"

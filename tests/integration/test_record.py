@@ -84,3 +84,37 @@ def test_record_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     # THEN it refuses before any query and keeps the files
     assert result.exit_code == 2 and "not empty" in result.output
     assert (tmp_path / "keep.txt").exists()
+
+
+def test_record_past_the_newest_sample_then_scan_with_defaults_reports_the_gap_as_stale(
+    tmp_path: Path, prometheus_factory: PrometheusFactory
+) -> None:
+    # GIVEN the demo telemetry (samples up to 01:20) in a real Prometheus, recorded with the defaults at 01:34: the
+    # exporter stopped 14 minutes before the recording
+    import gzip
+
+    from gpuwaste.bootstrap import local
+    from gpuwaste.models.findings import WasteKind
+
+    om = tmp_path / "demo.om"
+    om.write_bytes(gzip.decompress((local.demo_recording() / "telemetry.om.gz").read_bytes()))
+    server = prometheus_factory(om)
+    out_dir = tmp_path / "recorded"
+    recorded = CliRunner().invoke(app, ["record", str(out_dir), "--prometheus", server.url, "--at", "2024-01-01T01:34:00Z", "-q"])
+    assert recorded.exit_code == 0, recorded.output
+    meta = json.loads((out_dir / "recording.json").read_text())
+    # WHEN the fresh recording is scanned with the defaults
+    result = CliRunner().invoke(app, ["scan", "-r", str(out_dir), "-o", "json"])
+    # THEN it is scanned over the window and time it was recorded for (not refused with "pass --window 56m"), and the
+    # pods whose samples stopped get stale-series data-quality findings, never an idle verdict
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["window_s"] == meta["window_s"] and doc["eval_time"].startswith("2024-01-01T01:34")
+    stale = {f["subject"]["pod"] for f in doc["findings"] if f["details"].get("check") == "stale_series"}
+    assert stale, [f["kind"] for f in doc["findings"]]
+    idle = {f["subject"]["pod"] for f in doc["findings"] if f["kind"] in (WasteKind.IDLE, WasteKind.INFERENCE_IDLE)}
+    assert not stale & idle
+    # AND people are told why (the table on stderr's note), while an explicit --window too long is still refused
+    table = CliRunner().invoke(app, ["scan", "-r", str(out_dir)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and "reported as missing telemetry, never as idle GPUs" in " ".join(table.output.split())
+    assert CliRunner().invoke(app, ["scan", "-r", str(out_dir), "-w", "3h"]).exit_code == 2

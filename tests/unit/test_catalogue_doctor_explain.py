@@ -81,7 +81,7 @@ def test_explain_text_for_a_finding_without_cost():
     # WHEN explained
     text = explain_text(f)
     # THEN the evidence rule, the formula and the advice are there, and no cost line is invented
-    assert "pod_age_s (s) · avg 300000" in text and "rule: 3.5 d, flagged above 3.0 d" in text
+    assert "pod_age_s · avg 3.5 d" in text and "rule: 3.5 d, flagged above 3.0 d" in text
     assert "waste formula: wasted GPUs = all GPUs the pod holds" in text and "cost:" not in text
     assert "how to fix: The pod p holds GPUs that nobody uses: delete it" in text
     assert text.endswith("$ kubectl -n ml delete pod/p   # ends the pod for good: nothing recreates it (save its work first)")
@@ -147,3 +147,24 @@ def test_doctor_kube_state_metrics_allowlist_names_every_annotation_a_detector_r
     assert "gpuwaste.io/model-weights-mib" in wanted and "notebooks.kubeflow.org/last-activity" in wanted
     assert wanted - printed == set()
     assert wanted - set(POD_KEYS) == set()
+
+
+def test_explain_rounds_readings_as_the_other_surfaces_do():
+    # GIVEN a power finding whose evidence holds exact readings (W, MiB, ratio)
+    from datetime import UTC, datetime
+
+    from gpuwaste.models.findings import Evidence, Finding, Subject, WasteKind
+    from gpuwaste.people import evidence_text
+
+    power = Evidence(signal="DCGM_FI_DEV_POWER_USAGE", unit="W", window_s=3600, avg=64.2478, p95=70.51234, max=71.0,
+                     max_avg_10m=66.98765, samples=120, coverage=1.0, threshold=60.0, comparison=">= 60 W")
+    fb = Evidence(signal="DCGM_FI_DEV_FB_USED", unit="MiB", window_s=3600, avg=12595.4321, samples=120, coverage=1.0)
+    f = Finding(kind=WasteKind.POWER_ANOMALY, detector="power_anomaly", subject=Subject(cluster="c", namespace="ml", pod="p"),
+                title="t", recommendation="r", observed_at=datetime(2024, 1, 1, tzinfo=UTC), window_s=3600,
+                evidence=(power, fb))
+    # WHEN explained
+    text = explain_text(f)
+    # THEN each reading is rounded in its unit, as the evidence line of the scan/Slack/Jira surfaces shows it
+    assert "DCGM_FI_DEV_POWER_USAGE · avg 64 W · p95 71 W · max 71 W · highest 10-min avg 67 W" in text, text
+    assert "avg 12,595 MiB" in text and "64.2478" not in text and "12595.4" not in text
+    assert "64 W" in evidence_text(power)

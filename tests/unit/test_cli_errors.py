@@ -547,3 +547,41 @@ def test_cli_replay_accepts_a_gpu_model_its_instance_type_carries(tmp_path: Path
                     "--instance-type", "p5.48xlarge")
     # THEN the mapping passes and the missing trace is what is reported
     assert_user_error(result, "GenTD26")
+
+
+@pytest.mark.loopback
+@pytest.mark.parametrize("command", [["scan"], ["record", "{tmp}/rec"], ["explain", "abc"], ["run", "--state", "{tmp}/s.db"]])
+def test_cli_unreachable_prometheus_gives_one_hint(tmp_path: Path, command: list[str]) -> None:
+    # GIVEN a Prometheus URL on a port nothing listens on
+    from tests.servers.ports import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    # WHEN a command that reads Prometheus runs against it
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    result = invoke(*args, "--prometheus", url)
+    # THEN exit 3 with the error's own hint and no second, generic one
+    assert_user_error(result, "cannot connect to Prometheus", "check the URL", code=3)
+    said = " ".join(result.output.lower().split())
+    assert said.count("check the url") == 1, result.output
+    assert "network access and credentials" not in said
+
+
+def test_cli_source_error_without_its_own_hint_gets_the_generic_one() -> None:
+    # GIVEN source errors with and without a hint of their own
+    import typer
+
+    from gpuwaste.cli_support import SOURCE_HINT, fail_source
+    from gpuwaste.errors import SourceAnswerError, SourceUnavailableError
+
+    cases = {SourceAnswerError("Prometheus at http://p: unusable answer to the DCGM query (not JSON)"): True,
+             SourceUnavailableError("Prometheus at http://p answered HTTP 503 after 3 attempt(s); check that Prometheus "
+                                    "is healthy and not overloaded"): False}
+    for exc, generic in cases.items():
+        # WHEN the CLI fails on it
+        from gpuwaste import cli_support
+
+        with cli_support.err.capture() as captured, pytest.raises(typer.Exit) as exited:
+            fail_source(exc)
+        # THEN exit 3, the generic hint only where the error has none
+        assert exited.value.exit_code == 3
+        assert (SOURCE_HINT in captured.get()) is generic, captured.get()

@@ -198,6 +198,30 @@ def test_slack_ages_count_to_the_scan_time_not_the_wall_clock() -> None:
     assert f"Scan {findings[0].observed_at:%Y-%m-%d %H:%M} UTC" in _texts(digest.blocks)
 
 
+def test_slack_digest_shows_a_kv_cache_sizing_note_without_zero_money_or_zero_gpus() -> None:
+    # GIVEN the demo's inference team: idle GPUs, and KV-cache pressure on chat-api-0 (a sizing finding: it costs
+    # latency and recomputation, not idle GPUs, so it holds no GPU share and is priced at 0)
+    from gpuwaste.sinks.slack_blocks import SIZING_NOTE
+    from gpuwaste.sinks.teams_cards import _compact
+
+    findings = [f for f in demo_findings() if f.kind.is_waste and f.subject.namespace == "inference"]
+    kv = [f for f in findings if f.kind is WasteKind.KV_CACHE_PRESSURE]
+    assert kv and all(not f.wasted_gpu_share and f.usd_per_day == 0 for f in kv)
+    # WHEN the team's digest is rendered (Slack), and the finding as a Teams digest line
+    (payload,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=tuple(_item(f) for f in findings),
+                                      scan_id="s"))
+    lines = [line for b in payload.blocks if b["type"] == "section" for line in b["text"]["text"].splitlines()]
+    (kv_line,) = [line for line in lines if "chat-api-0" in line]
+    teams = _compact(_item(kv[0]))["inlines"][0]["text"]
+    # THEN the owner still sees it (it is actionable: resize the server), under its heading, and it reads as a
+    # sizing note: no "$0.00/day", no "0 GPU"
+    assert any("KV cache pressure" in line for line in lines)
+    assert kv_line.startswith(f"*{SIZING_NOTE}*") and "$0.00" not in kv_line and " 0 GPU" not in kv_line, kv_line
+    assert teams.startswith(SIZING_NOTE) and "$0.00" not in teams, teams
+    # AND the money of the other findings is unchanged
+    assert any(line.startswith("*$660.48/day*") for line in lines)
+
+
 def test_slack_node_capacity_goes_to_the_clusters_platform_owner() -> None:
     # GIVEN a cluster with a platform owner, and the demo's node-level findings (capacity nobody requested)
     cfg = GpuWasteConfig.model_validate({"clusters": [{"name": "demo", "platform_owner": {

@@ -130,3 +130,34 @@ def test_summary_shows_the_runs_attribution_coverage_per_kind(tmp_path: Path) ->
     assert {(c["cluster"], c["scans"]) for c in doc["coverage"]} == {("demo", 1)}
     assert "<h2>Attribution coverage</h2>" in html
     assert f"{scanned['all']['ratio']:.1%}" in html
+
+
+def test_summary_names_a_node_offender_as_the_scan_table_does(demo_state: Path) -> None:
+    # GIVEN the demo history: its top offenders include node ip-10-0-1-17.ec2.internal's unallocated GPUs
+    from datetime import UTC, datetime, timedelta
+
+    from gpuwaste.services.summary import summarize
+    from gpuwaste.sinks.slack_blocks import render_summary as slack_summary
+    from gpuwaste.sinks.teams_cards import render_summary as teams_summary
+    from gpuwaste.store.sqlite import SqliteFindingStore
+
+    scan = " ".join(CliRunner().invoke(app, ["scan", "-r", str(DEMO)], env={"COLUMNS": "200"}).output.split())
+    assert "node ip-10-0-1-17 " in scan  # what the scan table calls it
+    # WHEN the summary is printed (80 columns), written as Markdown and HTML, and posted to Slack and Teams
+    text = CliRunner().invoke(app, ["summary", "--state", str(demo_state)], env={"COLUMNS": "80"}).output
+    markdown = invoke("summary", "--state", str(demo_state), "-o", "markdown").stdout
+    html = invoke("summary", "--state", str(demo_state), "-o", "html").stdout
+    store = SqliteFindingStore(demo_state)
+    try:
+        records = store.history(since=datetime(2000, 1, 1, tzinfo=UTC), until=datetime.now(tz=UTC) + timedelta(days=1))
+    finally:
+        store.close()
+    until = max(r.last_seen for r in records) + timedelta(minutes=1)
+    s = summarize(records, since=until - timedelta(days=1), until=until, team_of=lambda r: r.team or "no owner")
+    chats = [json.dumps(slack_summary(s).blocks), json.dumps(teams_summary(s).body)]
+    # THEN every surface names it "node ip-10-0-1-17", never the elided DNS name
+    top = text.split("Top offenders")[1]
+    assert re.search(r"\bnode ip-10-0-1-17\b", top) and "internal" not in top, top
+    assert "| node ip-10-0-1-17 |" in markdown and "<td>node ip-10-0-1-17</td>" in html
+    for chat in chats:
+        assert "node ip-10-0-1-17 (" in chat and "ip-10-0-1-17.ec2.internal" not in chat, chat

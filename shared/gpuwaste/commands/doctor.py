@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 #: Exit codes of `gpuwaste doctor` (documented in docs/cli.md), so it can gate CI.
 EXIT_CODES = {
     0: "every signal the main detectors need is exported and fresh (some detectors may run degraded)",
-    1: "a needed signal has never been exported: enable it (the CSV lines and Helm values are printed)",
+    1: "a needed signal has never been exported: enable it (the CSV lines and Helm values are printed); or no cluster "
+       "state can be read from this Prometheus (no kube-state-metrics series)",
     2: "a usage error (bad option or URL)",
     3: "Prometheus cannot be reached",
     4: "needed signals exist but are stale: the exporter or the scrape stopped (newest sample printed)",
@@ -525,8 +526,10 @@ def render(report: DoctorReport, checks: list[CheckRow] | None = None) -> None:
     rows = checks if checks is not None else report.checks
     code = verdict_code(rows)
     problems = [c for c in rows if c.status != "ok"]
-    not_scraped = next((c for c in rows if c.check == NOT_SCRAPED), None)
-    verdict = f"verdict: exit {code}: {EXIT_CODES[code] if not_scraped is None else not_scraped.detail}"
+    headline = next((c for c in rows if c.check == NOT_SCRAPED), None) or next(
+        (c for c in rows if c.check == NO_CLUSTER_STATE), None)
+    not_scraped = headline if headline is not None and headline.check == NOT_SCRAPED else None
+    verdict = f"verdict: exit {code}: {EXIT_CODES[code] if headline is None else headline.detail}"
     first = verdict
     if problems:
         first += f" ({len(problems)} thing{'s' if len(problems) != 1 else ''} to do, listed at the end)"
@@ -699,12 +702,35 @@ def render_ksm(status: KsmStatus) -> None:
         out.print(status.helm_values, highlight=False, soft_wrap=True, markup=False)
 
 
+#: The check row that says no cluster state can be read from this Prometheus (`check_ksm`).
+NO_CLUSTER_STATE = "cluster state"
+#: The KSM series a scan's pods and nodes come from: none of them in `HISTORY_S` = no cluster state (`check_ksm`).
+KSM_CLUSTER_SERIES = ("kube_pod_info", "kube_pod_status_phase", "kube_node_info", "kube_node_labels")
+
+
 def check_ksm(probe: Probe) -> list[CheckRow]:
     """The kube-state-metrics check: can a Prometheus-only scan (no Kubernetes access) tie GPUs to pods?
 
-    A warning, not a failure: with Kubernetes API access the scan does not need these series.
+    A warning where some series are missing (with Kubernetes API access the scan does not need them); a failure
+    (exit 1, `NO_CLUSTER_STATE`, named in the verdict line) where DCGM series exist but no kube-state-metrics series
+    at all: a scan of this Prometheus alone then judges nothing ("nothing judged: no cluster state"), whether or not
+    the DCGM series carry pod labels (pods and nodes come from kube-state-metrics or the Kubernetes API).
     """
     probe.ksm = status = probe_ksm(probe.source, probe.at)
+    if (not any(status.series.values()) and not dcgm_never_seen(probe.report())
+            and not probe.newest(["|".join(KSM_CLUSTER_SERIES)])):  # stale KSM (series in HISTORY_S) is the warning below
+        labels = probe.labels()
+        pods = labels.get("DCGM series with pod label", 0) + labels.get(
+            "DCGM series with exported_pod label (scraped with honorLabels: false)", 0)
+        detail = ("no cluster state can be read from this Prometheus: no kube-state-metrics series and "
+                  + ("no pod labels on the DCGM series" if not pods else "only pod labels on the DCGM series (no nodes, "
+                     "phases or GPU requests)")
+                  + ", so a scan of this Prometheus alone judges nothing: give the scan --kubeconfig, or "
+                  "kube-state-metrics in this Prometheus, or --cluster-json FILE")
+        return [CheckRow(NO_CLUSTER_STATE, "fail", detail,
+                         "give the scan --kubeconfig (Kubernetes API access), or install kube-state-metrics scraped by "
+                         "this Prometheus (Helm values below), or pass --cluster-json FILE (`kubectl get pods,nodes -A "
+                         "-o json`)", DOCS["kube-state-metrics"], 1)]
     renamed = probe.source.instant_query('count(kube_pod_info{exported_pod!=""})', at=probe.at, what="doctor KSM labels")
     family = []
     if renamed and float(renamed[0]["value"][1]) > 0:
@@ -773,7 +799,8 @@ def doctor(
 ) -> None:
     """Check that Prometheus has the signals the detectors need: fresh, stale or never exported, and how to fix it.
 
-    Exit codes: 0 ok; 1 a needed signal was never exported; 2 usage error; 3 Prometheus unreachable;
+    Exit codes: 0 ok; 1 a needed signal was never exported, or no cluster state can be read (DCGM series but no
+    kube-state-metrics: a scan of this Prometheus alone judges nothing); 2 usage error; 3 Prometheus unreachable;
     4 needed signals exist but are stale (the exporter or the scrape stopped).
     """
     from gpuwaste.models.settings import PrometheusSettings

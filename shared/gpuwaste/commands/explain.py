@@ -22,6 +22,7 @@ from gpuwaste.cli_support import (
     config_or_exit,
     escape_markup,
     fail,
+    fail_source,
     out,
     parse_time,
     parse_window,
@@ -35,10 +36,6 @@ if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` stays fast
     from gpuwaste.models.findings import Evidence, Finding
 
 
-def _num(v: float | None) -> str:
-    return "-" if v is None else f"{v:.6g}"
-
-
 def share_text(v: Decimal | float) -> str:
     """A GPU share or count with at most 4 decimals, trailing zeros dropped (0.142857… → "0.1429", 1.0 → "1")."""
     d = Decimal(str(v)).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP).normalize()
@@ -46,7 +43,7 @@ def share_text(v: Decimal | float) -> str:
 
 
 def _evidence_line(e: Evidence) -> str:
-    from gpuwaste.people import no_codes, percent, rule_text
+    from gpuwaste.people import no_codes, percent, rule_text, value_text
 
     if e.unit == "count":
         # a count (e.g. physical or requested GPUs) is one number, not a sampled series: no samples or coverage
@@ -54,14 +51,12 @@ def _evidence_line(e: Evidence) -> str:
         if e.note:
             parts.append(f"note: {no_codes(e.note)}")
         return " · ".join(parts)
-    if e.unit == "ratio":  # ratios (0–1) are shown as percent: one unit for people
-        def show(v: float | None) -> str:
-            return percent(v)
-        unit = ""
-    else:
-        def show(v: float | None) -> str:
-            return _num(v)
-        unit = f" ({e.unit})" if e.unit not in ("", "count") else ""
+    # every reading in its unit and rounded as the other surfaces show it (`people.value_text`: ratios as percent,
+    # "352 W", "3.5 d"); `scan -o json` / `explain -o json` keep the exact values
+    def show(v: float | None) -> str:
+        return value_text(v, e.unit)
+
+    unit = f" ({e.unit})" if e.unit == "owners" else ""
     stats = (("avg", e.avg), ("p95", e.p95), ("max", e.max), ("min", e.min), ("highest 10-min avg", e.max_avg_10m))
     parts = [f"{e.signal}{unit}", *(f"{name} {show(v)}" for name, v in stats if v is not None),
              f"{e.samples} samples", f"coverage {percent(e.coverage)}"]
@@ -179,7 +174,7 @@ def _live(fingerprint: str, cfg: GpuWasteConfig, *, prometheus: str | None, clus
         window_s = parse_window(window) if window else cfg.scan.window_s
         report = local.scan_service(sources, cfg, window_s=window_s).scan(at=when)
     except SOURCE_ERRORS as exc:
-        fail(escape_markup(f"{exc}\nCheck the URL, network access and credentials, then retry."), code=3)
+        fail_source(exc)
     except GpuWasteError as exc:
         fail(escape_markup(str(exc)) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
     return _matching(report.findings, fingerprint)

@@ -27,6 +27,7 @@ from gpuwaste.cli_support import (
     app,
     err,
     fail,
+    fail_source,
     parse_positive,
     parse_time,
     parse_window,
@@ -122,7 +123,7 @@ def record(
             progress("reading cluster state")
             kube = _cluster_objects(cluster_json, cc, progress)
     except SOURCE_ERRORS as exc:
-        fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
+        fail_source(exc)
     except (SourceAuthError, PermanentError) as exc:
         fail(str(exc))
     if not any(s.values for s in series if s.name.startswith(("DCGM_", "dcgm_"))):

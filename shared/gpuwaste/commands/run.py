@@ -26,6 +26,7 @@ from gpuwaste.cli_support import (
     err,
     escape_markup,
     fail,
+    fail_source,
     live_cluster,
     out,
     parse_positive,
@@ -333,7 +334,7 @@ def run_local_chain(sources: local.Sources, cfg, *, cluster: str, times: list[da
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it (gpuwaste record).")
     except SOURCE_ERRORS as exc:
-        fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
+        fail_source(exc)
     except PermanentError as exc:
         fail(str(exc))
     pending = _pending_line(result, why, kept=state_kept)
@@ -434,7 +435,7 @@ def run_cmd(
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
     except SOURCE_ERRORS as exc:
-        fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
+        fail_source(exc)
     except GpuWasteError as exc:
         fail(str(exc) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
     times = local.replay_times(when, scans=scans, interval=step)

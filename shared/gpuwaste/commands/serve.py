@@ -34,6 +34,7 @@ from gpuwaste.cli_support import (
     config_or_exit,
     err,
     fail,
+    fail_source,
     live_cluster,
     parse_window,
 )
@@ -414,7 +415,7 @@ def serve_cmd(
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
     except SOURCE_ERRORS as exc:
-        fail(f"{exc}\nCheck the URL, network access and credentials, then retry.", code=3)
+        fail_source(exc)
     except GpuWasteError as exc:
         fail(str(exc) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
     server = Server(sources, cfg, cluster=name, window_s=window_s, state=check_state_path(state or Path(serve.state)),

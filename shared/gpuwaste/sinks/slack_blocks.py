@@ -34,6 +34,7 @@ from gpuwaste.people import (  # one money/date/age format on every surface
     kind_action,
     kind_heading,
     no_codes,
+    offender_name,
     period_date,
     price_source,
     since_words,
@@ -191,6 +192,19 @@ def formula_text(finding: Finding, *, with_source: bool = True) -> str:
 def per_day(value: Decimal | None) -> str:
     """"$12.50/day", or "unpriced"."""
     return "unpriced" if value is None else f"{usd(value)}/day"
+
+
+#: The money cell of a sizing note: a waste kind that holds no GPU share and so no money (KV-cache pressure on a
+#: serving pod costs latency and recomputation, not idle GPUs: priced at 0), instead of "$0.00/day".
+SIZING_NOTE = "sizing note, no GPU cost"
+
+
+def finding_per_day(f: Finding) -> str:
+    """A digest line's money: `per_day` of the finding, or `SIZING_NOTE` for a finding that wastes no GPU share
+    and costs nothing (never "$0.00/day · 0 GPU")."""
+    if f.kind.is_waste and not f.wasted_gpu_share and f.usd_per_day is not None and not f.usd_per_day:
+        return SIZING_NOTE
+    return per_day(f.usd_per_day)
 
 
 # -- blocks ----------------------------------------------------------------------------------------------
@@ -388,7 +402,7 @@ def _since(item: NoticeItem) -> str:
 def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str:
     """One finding in one line (mrkdwn): USD/day, workload, GPUs, how long open; the kind when not under a heading."""
     f = item.finding
-    parts = [f"*{per_day(f.usd_per_day)}*"]
+    parts = [f"*{finding_per_day(f)}*"]
     if kind:
         parts.append(escape(kind_label_short(f)))
     share = f.wasted_gpu_share
@@ -425,7 +439,9 @@ def _kind_heading(kind_items: list[NoticeItem], *, count: bool = True) -> str:
     if not count:
         return f"*{escape(kind_heading(f.kind))}* · _{escape(rec)}_"
     total = sum((i.finding.usd_per_day or Decimal(0) for i in kind_items if not i.resolved), Decimal(0))
-    return f"*{escape(kind_heading(f.kind))}* · {len(kind_items)} findings · {usd(total)}/day\n_{escape(rec)}_"
+    sizing = all(finding_per_day(i.finding) == SIZING_NOTE for i in kind_items)
+    money = "no GPU cost" if sizing and not total else f"{usd(total)}/day"
+    return f"*{escape(kind_heading(f.kind))}* · {len(kind_items)} findings · {money}\n_{escape(rec)}_"
 
 
 def _short_recommendation(text: str, limit: int = MAX_RECOMMENDATION) -> str:
@@ -741,7 +757,7 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
     if summary.unpriced:
         head += f"\n_{summary.unpriced} findings are unpriced and not in the totals._"
     top = [
-        f"{n}. {escape(o.workload or '-')} ({escape(o.namespace or o.cluster)}, {escape(people_kind_label(o.kind))},"
+        f"{n}. {escape(offender_name(o.workload, o.namespace))} ({escape(o.namespace or o.cluster)}, {escape(people_kind_label(o.kind))},"
         f" {escape(_whose_team(o.team))}): *{usd(o.wasted_usd)}* · {per_day(o.usd_per_day)}"
         + ("" if o.open else " · resolved")
         for n, o in enumerate(summary.top, start=1)

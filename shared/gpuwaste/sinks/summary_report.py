@@ -29,6 +29,7 @@ from gpuwaste.people import (
     group_label,
     kind_label,
     money,
+    offender_name,
     per_month,
     plain,
     usd,
@@ -207,7 +208,7 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
         return
     t = _table("Top offenders (by wasted in the period)")
     wide = width >= 110  # the team only when it fits; the period's wasted amount (the order) always
-    cells = [(o.workload or o.namespace or "-", kind_label(o.kind), group_label("team", o.team)) for o in s.top]
+    cells = [(offender_name(o.workload, o.namespace) if o.workload else o.namespace or "-", kind_label(o.kind), group_label("team", o.team)) for o in s.top]
     money = {"wasted": [usd(o.wasted_usd) for o in s.top], "USD/day": [usd(o.usd_per_day) for o in s.top]}
     tail = {**money, "open for": [_open_for(o, s.until) for o in s.top], "state": [_state(o) for o in s.top]}
     columns = {"workload": [c[0] for c in cells], "kind": [c[1] for c in cells]}
@@ -261,7 +262,7 @@ def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
     out += ["", "## Top offenders", "", "| # | workload | namespace | kind | team | wasted | USD/day | open for | state |",
             "|---:|---|---|---|---|---:|---:|---|---|"]
     out += [
-        f"| {n} | {_md_cell(o.workload or '-')} | {_md_cell(o.namespace or '-')} | {kind_label(o.kind)} | {_md_cell(group_label('team', o.team))} |"
+        f"| {n} | {_md_cell(offender_name(o.workload, o.namespace))} | {_md_cell(o.namespace or '-')} | {kind_label(o.kind)} | {_md_cell(group_label('team', o.team))} |"
         f" {usd(o.wasted_usd)} | {usd(o.usd_per_day)} | {_open_for(o, s.until)} | {_state(o)} |"
         for n, o in enumerate(s.top, start=1)
     ]
@@ -296,6 +297,9 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
     (a PNG, when given as bytes, as a data URI); every name escaped."""
     e = for_html  # controls stripped, HTML escaped
     notes = notes or SummaryNotes()
+    # offenders named as on every surface ("node ip-10-0-1-17" for a node finding: `offender_name`), for this page
+    s = s.model_copy(update={"top": tuple(o.model_copy(update={"workload": offender_name(o.workload, o.namespace)})
+                                          if o.workload else o for o in s.top)})
     n_open, rate = _open_now(s, notes)
     cards = [
         (usd(s.wasted_usd), f"wasted {when(s.since)} → {when(s.until)}"),

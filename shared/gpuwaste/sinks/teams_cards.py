@@ -26,10 +26,11 @@ from typing import Any
 
 from gpuwaste.advice import advise
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
-from gpuwaste.people import NO_OWNER, group_label, no_codes, period_date, usd, when
+from gpuwaste.people import NO_OWNER, group_label, no_codes, offender_name, period_date, usd, when
 from gpuwaste.people import kind_label as people_kind_label
 from gpuwaste.sinks.slack_blocks import (  # plain-text helpers shared by the chat renderers (no Block Kit)
     evidence_line,
+    finding_per_day,
     formula_text,
     kind_label,
     per_day,
@@ -159,7 +160,7 @@ def _item(item: NoticeItem, now: datetime, *, evidence: bool) -> dict[str, Any]:
 def _compact(item: NoticeItem) -> dict[str, Any]:
     """One finding of a digest's tail as a single plain line (money, workload, kind, short id)."""
     f = item.finding
-    state = f"resolved, saves {usd(item.saved_usd_per_day)}/day" if item.resolved else per_day(f.usd_per_day)
+    state = f"resolved, saves {usd(item.saved_usd_per_day)}/day" if item.resolved else finding_per_day(f)
     line = f"{state} · {workload_text(f)} · {kind_label(f)} · finding {item.fingerprint[:6]}"
     return {"type": "RichTextBlock", "separator": True, "inlines": [{"type": "TextRun", "text": truncate(line, 400)}]}
 
@@ -284,7 +285,7 @@ def render_summary(summary: DailySummary, *, note: str | None = None, max_bytes:
     ]
     if summary.unpriced:
         facts.append(("Unpriced", f"{summary.unpriced} findings (not in the totals)"))
-    top = [_plain(f"{n}. {o.workload or '-'} ({o.namespace or o.cluster}, {people_kind_label(o.kind)}, {_whose(o.team)}): "
+    top = [_plain(f"{n}. {offender_name(o.workload, o.namespace)} ({o.namespace or o.cluster}, {people_kind_label(o.kind)}, {_whose(o.team)}): "
                   f"{usd(o.wasted_usd)} · {per_day(o.usd_per_day)}" + ("" if o.open else " · resolved"))
            for n, o in enumerate(summary.top, start=1)]
     for limit in (10, 5, 2):

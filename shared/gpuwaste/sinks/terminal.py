@@ -32,6 +32,7 @@ from gpuwaste.people import (
     kind_label,
     percent,
     plain,
+    short_node,
     signal_name,
     usd_whole,
     wasted_gpu_hours,
@@ -90,8 +91,6 @@ def evidence_text(f: Finding) -> str:
     return f"{short} avg {_num(e.avg)}{unit}"
 
 
-#: Cloud DNS suffixes left out of node names in tables (the caption says which).
-NODE_SUFFIXES = (".ec2.internal", ".compute.internal")
 #: Characters of a finding's fingerprint shown as its ID (more when two findings of the scan share them).
 SHORT_ID = 6
 #: USD/day from which a finding's amount is shown in red (high) or yellow (medium).
@@ -101,14 +100,6 @@ SEVERITY_USD = ((Decimal(100), "bold red"), (Decimal(20), "yellow"))
 NODE_OWNER = NO_OWNER
 #: Least width of the elided text columns (owner, workload).
 MIN_TEXT = {"owner": 6, "workload": 10, "node": 8, "evidence": 20}
-
-
-def short_node(name: str) -> tuple[str, str]:
-    """(name without a cloud DNS suffix, the suffix removed or "")."""
-    for suffix in NODE_SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name.removesuffix(suffix), suffix
-    return name, ""
 
 
 def short_ids(findings: Sequence[Finding], least: int = SHORT_ID) -> dict[str, str]:
