@@ -37,6 +37,7 @@ from gpuwaste.sinks.slack_interactions import read_request
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.aws_resources import create_stack
+from tests.servers import HttpRequest, HttpResponse
 from tests.servers.kube_api import write_kubeconfig
 from tests.servers.kube_writes import FakeKubeWrites
 from tests.servers.slack_api import FakeSlack
@@ -426,6 +427,111 @@ def test_cli_reclaim_then_undo_against_the_state_and_a_kubeconfig(kube: FakeKube
     assert kube.object("deployments", "ml", "trainer")["spec"]["replicas"] == 3  # type: ignore[index]
     again = CliRunner().invoke(app, ["undo", done.id, *args])
     assert again.exit_code == 2 and "undone" in again.output and len(kube.writes()) == 2
+
+
+class _TlsKubeWrites(FakeKubeWrites):
+    """The fake apiserver over TLS (a self-signed certificate for 127.0.0.1), as in a pod, keeping each bearer token."""
+
+    def __init__(self, cert: Path, key: Path) -> None:
+        super().__init__()
+        self.cert, self.key, self.tokens = cert, key, []  # type: list[str]
+
+    def start(self) -> _TlsKubeWrites:
+        import ssl
+
+        super().start()
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.cert, self.key)
+        assert self._httpd is not None
+        self._httpd.socket = ctx.wrap_socket(self._httpd.socket, server_side=True)
+        return self
+
+    def handle(self, request: HttpRequest) -> HttpResponse:
+        self.tokens.append(request.headers.get("authorization", ""))
+        return super().handle(request)
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(T0 - timedelta(days=3650))
+            .not_valid_after(datetime.now(UTC) + timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "ca.crt", tmp_path / "tls.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_cli_reclaim_in_a_pod_acts_with_the_service_account(slack_api: FakeSlack, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubernetes.config import incluster_config
+    from typer.testing import CliRunner
+
+    from gpuwaste.cli import app
+
+    # GIVEN a pod's environment: KUBERNETES_SERVICE_HOST/PORT pointing at a TLS apiserver, the service account's
+    # token and CA where the client's in-cluster loader reads them, no kubeconfig
+    cert, key = _self_signed(tmp_path)
+    token = tmp_path / "token"
+    token.write_text("reclaimer-sa-token")
+    with _TlsKubeWrites(cert, key) as kube:
+        kube.set_objects([deployment()])
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(kube.port))
+        monkeypatch.delenv("KUBECONFIG", raising=False)
+        monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+        monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(cert))
+        state = tmp_path / "state.db"
+        w = World(SqliteFindingStore(state), kube, slack_api)
+        f = finding(T0, ns_annotations={})
+        w.scan(f)
+        w.clock.at = datetime.now(UTC)
+        w.scan(f)
+        config = tmp_path / "config.yaml"
+        config.write_text("reclaim:\n  enabled: true\n  mode: auto\n  notice: 0\n  idle_for: 0\n  namespaces:\n    ml: [scale]\n")
+        # WHEN `gpuwaste reclaim` runs without --kubeconfig
+        result = CliRunner().invoke(app, ["reclaim", "--cluster", "c1", "--config", str(config), "--state", str(state)])
+        # THEN the one PATCH went over TLS with the service account's token
+        assert result.exit_code == 0, result.output
+        assert "1 performed" in result.output
+        assert [(r.method, r.path) for r in kube.writes()] == [("PATCH", SCALE_PATH)]
+        assert kube.tokens and {t.lower() for t in kube.tokens} == {"bearer reclaimer-sa-token"}
+
+
+def test_cli_reclaim_in_a_pod_without_a_token_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubernetes.config import incluster_config
+    from typer.testing import CliRunner
+
+    from gpuwaste.cli import app
+
+    # GIVEN KUBERNETES_SERVICE_HOST set but no service-account token mounted, and a state with one open finding
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(tmp_path / "absent-token"))
+    state = tmp_path / "state.db"
+    store = SqliteFindingStore(state)
+    LifecycleService(store=store, alerts=MemoryQueue("a"), tickets=None, settings=LifecycleSettings(),
+                     clock=Clock(T0)).handle_finding(FindingMessage(scan_id="scan-1", finding=finding(T0)))
+    store.close()
+    config = tmp_path / "config.yaml"
+    config.write_text("reclaim:\n  enabled: true\n")
+    # WHEN / THEN: exit 2 naming the in-cluster service account
+    result = CliRunner().invoke(app, ["reclaim", "--cluster", "c1", "--config", str(config), "--state", str(state)])
+    assert result.exit_code == 2, result.output
+    assert "in-cluster service account" in result.output
 
 
 # -- property: never an action on a finding that is not idle with high confidence at the current scan -------------

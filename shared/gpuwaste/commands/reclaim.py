@@ -1,14 +1,17 @@
 """`gpuwaste reclaim` and `gpuwaste undo`: the opt-in reclaim pass over a local state file, and undoing an action.
 
 `reclaim` decides the open findings of one cluster of the state (`gpuwaste run --state`) against its latest scan,
-with the configuration's `reclaim` section (off unless `enabled`; dry-run unless `mode` says otherwise) and a
-kubeconfig for the acting credentials (a separate, opt-in role: deploy/kubernetes/rbac-reclaim.yaml). `undo ID`
+with the configuration's `reclaim` section (off unless `enabled`; dry-run unless `mode` says otherwise) and the
+acting credentials (a separate, opt-in role: deploy/kubernetes/rbac-reclaim.yaml, the chart's `reclaim` role): a
+kubeconfig (`--kubeconfig`/`--context`), or, inside a pod (KUBERNETES_SERVICE_HOST set) and given neither, the pod's
+service account (the client's in-cluster loader: its token and CA under /var/run/secrets/kubernetes.io). `undo ID`
 writes back what the action changed (replicas, the suspend flag, the stopped annotation).
 """
 
 from __future__ import annotations
 
 import getpass
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -19,26 +22,53 @@ from gpuwaste.cli_support import DEFAULT_STATE, app, check_state_path, config_or
 from gpuwaste.errors import GpuWasteError
 
 if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
     from gpuwaste.models.settings import ReclaimSettings
     from gpuwaste.services.reclaim import ReclaimService
     from gpuwaste.store.sqlite import SqliteFindingStore
 
 
-def _service(store: SqliteFindingStore, settings: ReclaimSettings, kubeconfig: Path | None,
-             context: str | None) -> ReclaimService:
+def _api_client(kubeconfig: Path | None, context: str | None) -> ApiClient:
+    """The acting credentials as a client: the kubeconfig given, else inside a pod the in-cluster service account.
+
+    Without either (outside a pod), the default kubeconfig ($KUBECONFIG, ~/.kube/config). Exits 2 with the loader's
+    reason when the credentials cannot be loaded.
+    """
+    from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
 
+    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        configuration = k8s_client.Configuration()
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except Exception as exc:  # noqa: BLE001 - ConfigException or OSError for a missing/unreadable token or CA
+            fail(
+                f"in-cluster service account: cannot load it ({escape_markup(type(exc).__name__)}: "
+                f"{escape_markup(str(exc))}); pass --kubeconfig FILE outside a pod"
+            )
+        return k8s_client.ApiClient(configuration)
+    try:
+        return k8s_config.new_client_from_config(  # type: ignore[no-untyped-call,no-any-return]  # unannotated client
+            config_file=str(kubeconfig) if kubeconfig else None, context=context, persist_config=False
+        )
+    except Exception as exc:  # noqa: BLE001 - the client's loader raises many kinds for an unreadable kubeconfig
+        fail(f"--kubeconfig: cannot load it ({escape_markup(type(exc).__name__)}: {escape_markup(str(exc))})")
+
+
+def _service(
+    store: SqliteFindingStore, settings: ReclaimSettings, kubeconfig: Path | None, context: str | None
+) -> ReclaimService:
     from gpuwaste.services.reclaim import ReclaimService
     from gpuwaste.sinks.kube_actuator import KubernetesActuator
 
-    try:
-        api_client = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]  # the client is unannotated
-            config_file=str(kubeconfig) if kubeconfig else None,
-            context=context, persist_config=False)
-    except Exception as exc:  # noqa: BLE001 - the client's loader raises many kinds for an unreadable kubeconfig
-        fail(f"--kubeconfig: cannot load it ({escape_markup(type(exc).__name__)}: {escape_markup(str(exc))})")
-    return ReclaimService(store=store, actuator=KubernetesActuator(api_client), notifier=None, settings=settings,
-                          now=lambda: datetime.now(UTC))
+    return ReclaimService(
+        store=store,
+        actuator=KubernetesActuator(_api_client(kubeconfig, context)),
+        notifier=None,
+        settings=settings,
+        now=lambda: datetime.now(UTC),
+    )
 
 
 def _open_state(state: Path) -> SqliteFindingStore:
@@ -63,7 +93,12 @@ def reclaim_cmd(
         Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")
     ] = DEFAULT_STATE,
     kubeconfig: Annotated[
-        Path | None, typer.Option("--kubeconfig", help="kubeconfig of the acting (opt-in) role.", envvar="KUBECONFIG")
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            help="kubeconfig of the acting (opt-in) role (inside a pod, default: its service account).",
+            envvar="KUBECONFIG",
+        ),
     ] = None,
     context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
 ) -> None:
@@ -86,9 +121,11 @@ def reclaim_cmd(
         store.close()
     from gpuwaste.services.reclaim import describe
 
-    out.print(f"reclaim ({cfg.reclaim.mode.value}{'' if cfg.reclaim.enabled else ', not enabled'}) at scan "
-              f"{escape_markup(scan_id)}: {len(report.planned)} planned, {len(report.performed)} performed, "
-              f"{len(report.cancelled)} cancelled, {len(report.failed)} refused, {len(report.capped)} over the caps")
+    out.print(
+        f"reclaim ({cfg.reclaim.mode.value}{'' if cfg.reclaim.enabled else ', not enabled'}) at scan "
+        f"{escape_markup(scan_id)}: {len(report.planned)} planned, {len(report.performed)} performed, "
+        f"{len(report.cancelled)} cancelled, {len(report.failed)} refused, {len(report.capped)} over the caps"
+    )
     for label, actions in (("planned", report.planned), ("performed", report.performed), ("refused", report.failed)):
         for a in actions:
             out.print(
@@ -103,7 +140,12 @@ def undo_cmd(
         Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")
     ] = DEFAULT_STATE,
     kubeconfig: Annotated[
-        Path | None, typer.Option("--kubeconfig", help="kubeconfig of the acting (opt-in) role.", envvar="KUBECONFIG")
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            help="kubeconfig of the acting (opt-in) role (inside a pod, default: its service account).",
+            envvar="KUBECONFIG",
+        ),
     ] = None,
     context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
     by: Annotated[str | None, typer.Option("--by", help="Who undoes it (default: the login name).")] = None,
@@ -121,5 +163,7 @@ def undo_cmd(
         fail(f"not undone: {escape_markup(str(exc))}", code=1)
     finally:
         store.close()
-    out.print(f"undone {undone.id}: {escape_markup(describe(undone))}; back to "
-              f"{escape_markup(', '.join(f'{k}={v}' for k, v in sorted(undone.before.items())))}")
+    out.print(
+        f"undone {undone.id}: {escape_markup(describe(undone))}; back to "
+        f"{escape_markup(', '.join(f'{k}={v}' for k, v in sorted(undone.before.items())))}"
+    )
