@@ -534,6 +534,77 @@ def test_cli_reclaim_in_a_pod_without_a_token_is_a_clear_error(tmp_path: Path, m
     assert "in-cluster service account" in result.output
 
 
+def _serve(state: Path, kube: FakeKubeWrites, slack: FakeSlack, clock: Clock, reclaim: dict[str, Any]) -> Any:
+    from gpuwaste.commands.serve import Server
+    from gpuwaste.config import GpuWasteConfig
+
+    cfg = GpuWasteConfig.model_validate({"reclaim": reclaim, "delivery": {
+        "default_channel": "#gpu-waste", "slack": {"base_url": slack.url, "bot_token": slack.token}}})
+    config = k8s_client.Configuration()
+    config.host = kube.base_url
+    return Server(None, cfg, cluster="c1", window_s=3600, state=state, interval_s=300,  # type: ignore[arg-type]
+                  clock=clock.now, actuator=KubernetesActuator(k8s_client.ApiClient(config), now=clock.now))
+
+
+def test_serve_reclaim_step_notices_then_acts_after_the_notice_once(kube: FakeKubeWrites, slack_api: FakeSlack,
+                                                                      tmp_path: Path) -> None:
+    # GIVEN serve's state with the opted-in idle Deployment, and `reclaim` enabled in auto mode with a 2 h notice
+    state = tmp_path / "state.db"
+    w = World(SqliteFindingStore(state), kube, slack_api)
+    f = finding(T0)
+    w.scan(f)
+    server = _serve(state, kube, slack_api, w.clock, {"enabled": True, "mode": "auto", "idle_for": 0, "notice": 7200})
+    # WHEN serve's reclaim step runs after the scan
+    first = server.reclaim_once()
+    # THEN it planned and announced the action in the owner's thread, and made no write yet
+    assert first is not None and len(first.planned) == 1 and first.performed == []
+    assert kube.writes() == []
+    assert any("will scale" in t for t in w.thread_texts())
+    # WHEN the next scan, after the notice, sees it idle again, and the step runs twice (a redelivery)
+    w.clock.at = T0 + timedelta(hours=3)
+    w.scan(f)
+    second, again = server.reclaim_once(), server.reclaim_once()
+    # THEN exactly one PATCH scaled it to zero
+    assert second is not None and len(second.performed) == 1 and again is not None and again.performed == []
+    assert [(r.method, r.path, r.body) for r in kube.writes()] == [("PATCH", SCALE_PATH, {"spec": {"replicas": 0}})]
+
+
+def test_serve_reclaim_step_is_off_unless_enabled_and_dry_run_by_default(kube: FakeKubeWrites, slack_api: FakeSlack,
+                                                                         tmp_path: Path) -> None:
+    state = tmp_path / "state.db"
+    w = World(SqliteFindingStore(state), kube, slack_api)
+    w.scan(finding(T0))
+    w.clock.at = T0 + timedelta(hours=3)
+    w.scan(finding(T0))
+    # GIVEN no `reclaim` section: the step does nothing
+    assert _serve(state, kube, slack_api, w.clock, {}).reclaim_once() is None
+    # GIVEN `reclaim.enabled` only: dry-run, said in the thread, never a write
+    report = _serve(state, kube, slack_api, w.clock, {"enabled": True, "idle_for": 0}).reclaim_once()
+    assert report is not None and len(report.planned) == 1 and report.performed == []
+    assert kube.writes() == [] and any("dry-run" in t for t in w.thread_texts())
+
+
+def test_approve_without_cluster_credentials_is_recorded_for_the_next_run(kube: FakeKubeWrites,
+                                                                          slack_api: FakeSlack) -> None:
+    # GIVEN approve mode, a noticed action past its deadline, and the Lambda's service: no actuator
+    w = World(SqliteFindingStore(":memory:"), kube, slack_api, mode=ReclaimMode.APPROVE, approvers=["UPLAT"])
+    f = finding(T0)
+    w.scan(f)
+    w.clock.at = T0 + timedelta(hours=1)
+    scan_id = w.scan(f)
+    w.reclaim.run("c1", scan_id=scan_id)
+    w.clock.at = T0 + timedelta(hours=4)
+    scan_id = w.scan(f)
+    lambda_side = ReclaimService(store=w.store, actuator=None, notifier=w.notifier, settings=w.settings, now=w.clock.now)
+    # WHEN the approver presses Approve there
+    reply = lambda_side.approve(f.fingerprint, by="UPLAT")
+    # THEN nothing is written to the cluster, the reply says who performs it, and the next run (with credentials) does
+    assert kube.writes() == [] and "gpuwaste serve" in reply and "gpuwaste reclaim" in reply
+    report = w.reclaim.run("c1", scan_id=scan_id)
+    assert len(report.performed) == 1 and report.performed[0].by == "UPLAT"
+    assert [(r.method, r.path) for r in kube.writes()] == [("PATCH", SCALE_PATH)]
+
+
 # -- property: never an action on a finding that is not idle with high confidence at the current scan -------------
 #: Each random finding starts eligible and gets none, one or two of these faults; only one without any may be acted on.
 FAULTS = ("underused", "data_quality", "stalled", "medium", "low", "old_scan", "missed", "superseded", "kube-system",

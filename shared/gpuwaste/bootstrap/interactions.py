@@ -24,6 +24,7 @@ from gpuwaste.errors import RequestSignatureError
 from gpuwaste.models.notices import ChatAction
 from gpuwaste.ports import OnceLedger
 from gpuwaste.services.interactions import HttpReply, InteractionService, refused
+from gpuwaste.services.reclaim import ReclaimService
 from gpuwaste.services.tickets import TicketService
 from gpuwaste.sinks.slack_blocks import details_text
 from gpuwaste.sinks.slack_forms import reason_view
@@ -91,7 +92,9 @@ def first_use(headers: Mapping[str, str]) -> bool:
 
 @cache
 def interaction_service() -> InteractionService:
-    """InteractionService (requests already verified) over the DynamoDB store, Slack for replies, Jira when configured.
+    """InteractionService (requests already verified) over the DynamoDB store, Slack for replies, Jira when configured,
+    and, with `reclaim.enabled`, the reclaim service without an actuator (Keep/Approve are recorded in the store; the
+    acting itself is done by `gpuwaste serve` or `gpuwaste reclaim`, which hold the cluster's acting role).
 
     Raises:
         ConfigError: no configuration, no token, or FINDINGS_TABLE_NAME not set.
@@ -109,9 +112,14 @@ def interaction_service() -> InteractionService:
     def ask_reason(action: ChatAction) -> bool:
         return bool(action.trigger_id) and notifier.open_form(trigger_id=str(action.trigger_id), view=reason_view(action))
 
+    # reclaim (opt-in): the function holds no cluster credentials, so it performs nothing; "Keep" is a justification
+    # in the store and "Approve" records the approval, which the next `gpuwaste serve`/`gpuwaste reclaim` run performs
+    config = pipeline.config()
+    reclaim = ReclaimService(store=store, actuator=None, notifier=notifier, settings=config.reclaim,
+                             now=now) if config.reclaim.enabled else None
     return InteractionService(verifier=verifier, reader=read_request, store=store, now=now,
                               notifier=notifier, tickets=tickets, details_text=details_text, ask_reason=ask_reason,
-                              source="slack")
+                              source="slack", reclaim=reclaim)
 
 
 def handle(headers: Mapping[str, str], body: bytes) -> HttpReply:

@@ -54,6 +54,9 @@ if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` starts without pr
     from gpuwaste.bootstrap import local
     from gpuwaste.config import GpuWasteConfig
     from gpuwaste.models.metrics import MetricsSnapshot
+    from gpuwaste.models.settings import ClusterConfig
+    from gpuwaste.ports import ClusterActuator
+    from gpuwaste.services.reclaim import ReclaimReport
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +173,9 @@ class Server:
     def __init__(self, sources: local.Sources, cfg: GpuWasteConfig, *, cluster: str, window_s: int | None,
                  state: Path, interval_s: int, clock: Callable[[], datetime] | None = None,
                  fixed_time: datetime | None = None, api_token: str | None = None,
-                 mcp_port: int | None = None) -> None:
+                 mcp_port: int | None = None, actuator: ClusterActuator | None = None) -> None:
+        #: the reclaim step's apiserver (`reclaim.enabled`: after each scan; None: announced and recorded, not performed)
+        self.actuator = actuator
         self.api_token = api_token  # the read API's bearer token (commands/api.py); None: /api/v1 is off
         self.mcp_port = mcp_port  # the MCP server over HTTP (commands/mcp_server.py) on this port; None: off
         self.mcp_bound: int | None = None
@@ -225,6 +230,7 @@ class Server:
                                          showback=None if report.showback is None
                                          else showback_health(report.showback, self.metrics.settings))
             ok = True
+            self.reclaim_once()
         except (typer.Exit, SystemExit) as exc:  # the chain printed the error (stderr) and exited: count it
             self.metrics.observe_failure(self.cluster, at=wall, duration_s=time.monotonic() - t0,
                                          source=error_source(exc, blame))
@@ -236,6 +242,37 @@ class Server:
             self._snapshot = self.metrics.snapshot()
         self._tick = time.monotonic()
         return ok
+
+    def reclaim_once(self) -> ReclaimReport | None:
+        """The reclaim step after a scan (`reclaim.enabled` only): what `gpuwaste reclaim` does, at the cluster's latest
+        scan in the state, with the same service, dry-run default and caps; announced in the owner's Slack thread when
+        a bot token is configured. None when reclaim is off or nothing is open. A failure is logged, never raised (the
+        scan itself succeeded; the next step retries, nothing is done twice)."""
+        if not self.cfg.reclaim.enabled:
+            return None
+        from gpuwaste.bootstrap import delivery
+        from gpuwaste.services.reclaim import ReclaimService
+        from gpuwaste.store.sqlite import SqliteFindingStore
+
+        store = SqliteFindingStore(self.state)
+        try:
+            open_records = store.open_for_cluster(self.cluster)
+            if not open_records:
+                return None
+            scan_id = max(open_records, key=lambda r: r.last_seen).last_scan_id
+            notifier = delivery.slack_notifier(self.cfg.delivery) if self.cfg.delivery.slack.bot_token else None
+            service = ReclaimService(store=store, actuator=self.actuator, notifier=notifier, settings=self.cfg.reclaim,
+                                     now=self.clock)
+            report = service.run(self.cluster, scan_id=scan_id)
+        except Exception as exc:  # noqa: BLE001 - logged; the schedule goes on
+            err.print(f"[bold red]reclaim failed[/]: {escape(str(exc))}", highlight=False, soft_wrap=True, markup=True)
+            return None
+        finally:
+            store.close()
+        err.print(f"reclaim ({self.cfg.reclaim.mode.value}) at scan {scan_id}: {len(report.planned)} planned, "
+                  f"{len(report.performed)} performed, {len(report.cancelled)} cancelled, {len(report.failed)} refused, "
+                  f"{len(report.capped)} over the caps", highlight=False, soft_wrap=True)
+        return report
 
     def _store_state(self, at: datetime) -> tuple[list[Any], list[Any]]:
         from gpuwaste.models.lifecycle import FindingState
@@ -345,6 +382,24 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
+def acting_actuator(cluster: ClusterConfig) -> ClusterActuator | None:
+    """The reclaim step's apiserver: the cluster's `kubernetes` credentials (kubeconfig, in-cluster service account
+    with the chart's opt-in reclaim role, or "eks"); None (announce and record only) when no Kubernetes access is set up.
+
+    Raises:
+        ConfigError: the configured credentials cannot be loaded.
+    """
+    from gpuwaste.bootstrap import local
+    from gpuwaste.sinks.kube_actuator import KubernetesActuator
+    from gpuwaste.sources.kubernetes import KubernetesPodSource
+
+    if not local.kubernetes_configured(cluster):
+        err.print(f"reclaim: no Kubernetes access for {cluster.name}; actions are announced and recorded, not performed",
+                  highlight=False, soft_wrap=True)
+        return None
+    return KubernetesActuator(KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name).api_client)
+
+
 @app.command("serve")
 def serve_cmd(
     recording: Annotated[Path | None, typer.Option("--recording", "-r", help="Serve over a recording directory (every scan at its end) instead of live sources.")] = None,
@@ -370,6 +425,7 @@ def serve_cmd(
 
     cfg = with_env_secrets(config_or_exit(config), os.environ)
     serve = cfg.serve
+    actuator: ClusterActuator | None = None
     try:
         api_token = read_token(api_token_file, dict(os.environ))
     except ReadError as exc:
@@ -412,6 +468,7 @@ def serve_cmd(
             cc = live_cluster(cfg, cluster, prometheus, kubeconfig, context)
             sources = local.live_sources(cc, cfg)
             name = cc.name
+            actuator = acting_actuator(cc) if cfg.reclaim.enabled else None
     except InputFormatError as exc:
         fail(f"{exc}\nThe recording is malformed at the place shown; fix or re-record it.")
     except SOURCE_ERRORS as exc:
@@ -419,7 +476,7 @@ def serve_cmd(
     except GpuWasteError as exc:
         fail(str(exc) + (f" {KUBE_HINT}" if "kube" in str(exc).lower() else ""))
     server = Server(sources, cfg, cluster=name, window_s=window_s, state=check_state_path(state or Path(serve.state)),
-                    interval_s=interval_s, fixed_time=fixed, api_token=api_token, mcp_port=mcp_port)
+                    interval_s=interval_s, fixed_time=fixed, api_token=api_token, mcp_port=mcp_port, actuator=actuator)
     try:
         failed = server.run(host=host or serve.host, port=serve.port if port is None else port, max_scans=max_scans)
     except OSError as exc:
@@ -428,4 +485,4 @@ def serve_cmd(
         raise typer.Exit(1)
 
 
-__all__ = ["SECRET_ENV", "Server", "chain_once", "error_source", "with_env_secrets"]
+__all__ = ["SECRET_ENV", "Server", "acting_actuator", "chain_once", "error_source", "with_env_secrets"]

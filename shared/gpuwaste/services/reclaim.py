@@ -422,7 +422,8 @@ class ReclaimService:
         """An approver's "Approve"; returns the reply.
 
         Performs the pending action now when its deadline has passed, else records the approval for the first run after
-        it.
+        it. Without an actuator (no cluster credentials: the Lambda), the approval is recorded and the next reclaim run
+        (`gpuwaste serve` or `gpuwaste reclaim`) performs it.
         """
         if by.strip("<@>") not in self.settings.approvers:
             return f"{by} is not a reclaim approver (reclaim.approvers); nothing was done."
@@ -435,8 +436,14 @@ class ReclaimService:
         if reason is not None:
             self._cancel(record, pending, reason)
             return f"not done: {reason}."
-        if at < pending.deadline:
+        if at < pending.deadline or self.actuator is None:
             self._write(record, pending.model_copy(update={"by": by}), force=True)
+            if self.actuator is None:  # no cluster credentials here (the Lambda): the next reclaim run performs it
+                return (
+                    f"{by} approved: the next reclaim run (`gpuwaste serve` with reclaim enabled, or `gpuwaste "
+                    f"reclaim`), which holds the acting role, will {describe(pending)}, not before "
+                    f"{pending.deadline:%Y-%m-%d %H:%M} UTC, unless the owner keeps it."
+                )
             return (
                 f"{by} approved: gpuwaste will {describe(pending)} after {pending.deadline:%Y-%m-%d %H:%M} UTC "
                 "unless the owner keeps it."
