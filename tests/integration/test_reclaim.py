@@ -687,3 +687,76 @@ def check_fleet(kube_server: FakeKubeWrites, fleet: list[dict[str, Any]], policy
         assert writes == []
     elif policy["per_run"] >= len(fleet) and policy["per_team"] >= len(fleet):
         assert set(paths) == eligible_paths  # and nothing eligible was left out
+
+
+def test_serve_runs_the_reclaim_step_after_each_scan(tmp_path: Path) -> None:
+    from gpuwaste.bootstrap import local
+    from gpuwaste.commands.serve import Server
+    from gpuwaste.config import GpuWasteConfig
+
+    def server(cfg: GpuWasteConfig) -> Server:
+        sources = local.recording_sources(local.demo_recording(), cfg)
+        assert sources.recording is not None
+        return Server(sources, cfg, cluster=sources.recording.cluster, window_s=sources.recording.meta.window_s,
+                      state=tmp_path / "state.db", interval_s=60, fixed_time=sources.recording.end_time())
+
+    # GIVEN a scan of the demo recording without reclaim: no action on any record
+    assert server(GpuWasteConfig()).scan_once()
+    store = SqliteFindingStore(tmp_path / "state.db")
+    (cluster,) = {r.cluster for r in store.history(since=T0 - timedelta(days=3650), until=datetime.now(UTC))}
+    records = store.open_for_cluster(cluster)
+    assert records and all(not r.reclaims for r in records)
+    namespaces = sorted({r.namespace for r in records if r.namespace})
+    store.close()
+    # WHEN serve scans again with reclaim enabled for those namespaces (mode left at its default)
+    cfg = GpuWasteConfig.model_validate({"reclaim": {"enabled": True, "idle_for": 0,
+                                                     "namespaces": {ns: ["scale", "suspend", "delete-orphan", "stop-notebook"] for ns in namespaces}}})
+    assert server(cfg).scan_once()
+    # THEN the scan was followed by the reclaim step: dry-run actions recorded at that scan, none performed
+    store = SqliteFindingStore(tmp_path / "state.db")
+    actions = [a for r in store.open_for_cluster(cluster) for a in r.reclaims]
+    store.close()
+    assert actions and {a.status for a in actions} == {ReclaimStatus.DRY_RUN}
+
+
+def test_the_lambda_interaction_service_keeps_and_approves_without_touching_the_cluster(
+        kube: FakeKubeWrites, slack_api: FakeSlack, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuwaste.bootstrap import delivery, interactions, pipeline
+    from gpuwaste.config import GpuWasteConfig
+
+    # GIVEN two noticed approve-mode actions in the store, and the function's configuration enabling reclaim
+    kube.set_objects([deployment(), deployment("eval")])
+    w = World(SqliteFindingStore(":memory:"), kube, slack_api, mode=ReclaimMode.APPROVE, approvers=["UPLAT"])
+    kept, approved = finding(T0), finding(T0, name="eval")
+    w.scan(kept, approved)
+    w.clock.at = T0 + timedelta(hours=1)
+    w.reclaim.run("c1", scan_id=w.scan(kept, approved))
+    cfg = GpuWasteConfig.model_validate({
+        "reclaim": {"enabled": True, "mode": "approve", "approvers": ["UPLAT"]},
+        "delivery": {"default_channel": "#gpu-waste",
+                     "slack": {"base_url": slack_api.url, "bot_token": slack_api.token, "signing_secret": "s" * 32}}})
+    monkeypatch.setattr(pipeline, "config", lambda: cfg)
+    monkeypatch.setattr(delivery, "lambda_store", lambda: w.store)
+    interactions.interaction_service.cache_clear()
+    try:
+        service = interactions.interaction_service()
+        assert service.reclaim is not None and service.reclaim.actuator is None
+        w.chat = service
+        service.verifier = None  # the request verification has its own tests; here the buttons' effect
+        # WHEN the owner presses Keep on one and the approver Approve on the other
+        w.click("reclaim_keep", kept.fingerprint, user="U0ANA")
+        w.click("reclaim_approve", approved.fingerprint, user="UPLAT")
+    finally:
+        interactions.interaction_service.cache_clear()
+    # THEN no call reached the cluster; Keep is a justification and the action KEPT; Approve is recorded
+    assert kube.requests == []
+    record = w.store.get(kept.fingerprint)
+    assert record is not None and record.justification is not None and record.reclaims[-1].status is ReclaimStatus.KEPT
+    assert (w.actions(approved.fingerprint)[-1].by or "").strip("<@>") == "UPLAT"
+    assert any("gpuwaste serve" in t for t in w.thread_texts())
+    # AND without reclaim in the configuration the buttons say it is not configured
+    monkeypatch.setattr(pipeline, "config", lambda: cfg.model_copy(update={"reclaim": type(cfg.reclaim)()}))
+    try:
+        assert interactions.interaction_service().reclaim is None
+    finally:
+        interactions.interaction_service.cache_clear()
