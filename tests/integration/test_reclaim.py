@@ -760,3 +760,19 @@ def test_the_lambda_interaction_service_keeps_and_approves_without_touching_the_
         assert interactions.interaction_service().reclaim is None
     finally:
         interactions.interaction_service.cache_clear()
+
+
+def test_serve_acts_with_the_clusters_kubernetes_credentials_or_only_announces(kube: FakeKubeWrites,
+                                                                               tmp_path: Path) -> None:
+    from gpuwaste.commands.serve import acting_actuator
+    from gpuwaste.models.settings import ClusterConfig, KubernetesSettings
+
+    # GIVEN a cluster whose kubernetes section names a kubeconfig for the fake apiserver
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.base_url)
+    actuator = acting_actuator(ClusterConfig(name="c1", kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig))))
+    # THEN serve's actuator speaks to that apiserver
+    assert isinstance(actuator, KubernetesActuator)
+    assert actuator.api_client.configuration.host == kube.base_url
+    # GIVEN a kubeconfig that does not exist: no actuator (announced and recorded only)
+    missing = ClusterConfig(name="c1", kubernetes=KubernetesSettings(kubeconfig=str(tmp_path / "absent")))
+    assert acting_actuator(missing) is None
