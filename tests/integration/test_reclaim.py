@@ -776,3 +776,56 @@ def test_serve_acts_with_the_clusters_kubernetes_credentials_or_only_announces(k
     # GIVEN a kubeconfig that does not exist: no actuator (announced and recorded only)
     missing = ClusterConfig(name="c1", kubernetes=KubernetesSettings(kubeconfig=str(tmp_path / "absent")))
     assert acting_actuator(missing) is None
+
+
+def test_serve_slack_endpoint_approves_with_the_reclaim_service_once(kube: FakeKubeWrites, slack_api: FakeSlack,
+                                                                     tmp_path: Path) -> None:
+    import io
+    import time
+
+    from gpuwaste.commands.serve import SLACK_PATH, Server
+    from gpuwaste.config import GpuWasteConfig
+    from gpuwaste.sinks.slack_signature import sign
+
+    # GIVEN serve's state with an approve-mode action past its deadline, and serve with a Slack signing secret
+    state = tmp_path / "state.db"
+    w = World(SqliteFindingStore(state), kube, slack_api, mode=ReclaimMode.APPROVE, approvers=["UPLAT"])
+    f = finding(T0)
+    w.scan(f)
+    w.clock.at = T0 + timedelta(hours=1)
+    w.reclaim.run("c1", scan_id=w.scan(f))
+    w.clock.at = T0 + timedelta(hours=4)
+    w.scan(f)
+    secret = "s" * 32
+    cfg = GpuWasteConfig.model_validate({
+        "reclaim": {"enabled": True, "mode": "approve", "approvers": ["UPLAT"], "idle_for": 3600},
+        "delivery": {"default_channel": "#gpu-waste",
+                     "slack": {"base_url": slack_api.url, "bot_token": slack_api.token, "signing_secret": secret}}})
+    config = k8s_client.Configuration()
+    config.host = kube.base_url
+    server = Server(None, cfg, cluster="c1", window_s=3600, state=state, interval_s=300,  # type: ignore[arg-type]
+                    clock=w.clock.now, actuator=KubernetesActuator(k8s_client.ApiClient(config), now=w.clock.now))
+    app_ = server.wsgi_app()
+    payload = {"type": "block_actions", "user": {"id": "UPLAT"}, "channel": {"id": "C0000000001"},
+               "message": {"ts": "1700000000.000100"},
+               "actions": [{"action_id": "gpuwaste_reclaim_approve", "type": "button",
+                            "value": f"reclaim_approve|{f.fingerprint}"}]}
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+
+    def post(signature: str, ts: str) -> str:
+        seen: dict[str, str] = {}
+        environ = {"PATH_INFO": SLACK_PATH, "REQUEST_METHOD": "POST", "CONTENT_LENGTH": str(len(body)),
+                   "wsgi.input": io.BytesIO(body), "HTTP_X_SLACK_REQUEST_TIMESTAMP": ts,
+                   "HTTP_X_SLACK_SIGNATURE": signature, "CONTENT_TYPE": "application/x-www-form-urlencoded"}
+        b"".join(app_(environ, lambda status, headers: seen.update(status=status)))
+        return seen["status"]
+
+    ts = str(int(time.time()))
+    # WHEN a forged request, then the approver's signed press, then the same signed request again (a replay)
+    forged = post("v0=" + "0" * 64, ts)
+    signed = post(sign(secret, ts, body), ts)
+    replay = post(sign(secret, ts, body), ts)
+    # THEN only the signed press acted: one PATCH scaled it to zero; forged and replay are 401
+    assert (forged, signed, replay) == ("401 Unauthorized", "200 OK", "401 Unauthorized")
+    assert [(r.method, r.path, r.body) for r in kube.writes()] == [("PATCH", SCALE_PATH, {"spec": {"replicas": 0}})]
+    assert w.actions(f.fingerprint)[-1].status is ReclaimStatus.DONE

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -56,6 +57,7 @@ if TYPE_CHECKING:  # imported where used, so `gpuwaste --help` starts without pr
     from gpuwaste.models.metrics import MetricsSnapshot
     from gpuwaste.models.settings import ClusterConfig
     from gpuwaste.ports import ClusterActuator
+    from gpuwaste.services.interactions import HttpReply
     from gpuwaste.services.reclaim import ReclaimReport
 
 logger = logging.getLogger(__name__)
@@ -167,6 +169,12 @@ def chain_once(sources: local.Sources, cfg: GpuWasteConfig, *, cluster: str, at:
                            output=Output.table, quiet=False, slack=True, tickets=True, summary=False, state_given=True)
 
 
+#: Slack's interactivity Request URL on `serve` (on when `delivery.slack.signing_secret` and `bot_token` are set)
+SLACK_PATH = "/slack/interactions"
+#: The largest interaction body read, bytes (a button press with its message's blocks is a few KiB)
+SLACK_MAX_BODY = 1 << 20
+
+
 class Server:
     """The schedule, the metrics state and the HTTP endpoints of one `serve` process."""
 
@@ -195,6 +203,8 @@ class Server:
         #: the read functions of /api/v1 and the MCP endpoint; each scan hands it its ledger (`/api/v1/showback`)
         self.reader = FindingsReader(state, cfg)
         self._lock = threading.Lock()
+        #: verified Slack requests already received (timestamp#signature → forget after), so a replay is refused
+        self._slack_seen: dict[str, float] = {}
         self._snapshot = self.metrics.snapshot()
         self._tick = time.monotonic()
         self.stopped = threading.Event()
@@ -274,6 +284,50 @@ class Server:
                   f"{len(report.capped)} over the caps", highlight=False, soft_wrap=True)
         return report
 
+    def slack_interaction(self, headers: Mapping[str, str], body: bytes) -> HttpReply:
+        """POST /slack/interactions: Slack's button presses (Snooze, Expected, Details, reclaim Keep / Approve) on
+        this process's store, verified with `delivery.slack.signing_secret` (refused past
+        `delivery.slack.request_max_age_s`), each signed request accepted once (a replay is 401). Keep / Approve use
+        the reclaim service (`reclaim.enabled`) with this process's actuator; tickets are not opened from here.
+
+        Raises:
+            ConfigError: no signing secret or bot token (the endpoint is off; the WSGI app answers 404).
+        """
+        from gpuwaste.bootstrap import delivery
+        from gpuwaste.errors import RequestSignatureError
+        from gpuwaste.services.interactions import InteractionService, refused
+        from gpuwaste.services.reclaim import ReclaimService
+        from gpuwaste.sinks.slack_blocks import details_text
+        from gpuwaste.sinks.slack_interactions import read_request
+        from gpuwaste.sinks.slack_signature import SlackSignatureVerifier
+        from gpuwaste.store.sqlite import SqliteFindingStore
+
+        settings = self.cfg.delivery
+        verifier = SlackSignatureVerifier(delivery.slack_signing_secret(settings),
+                                          max_age_s=settings.slack.request_max_age_s)
+        try:
+            verifier.verify(headers, body)
+        except RequestSignatureError as exc:
+            return refused(exc)
+        lower = {k.lower(): v for k, v in headers.items()}
+        key = f"{lower.get('x-slack-request-timestamp', '')}#{lower.get('x-slack-signature', '')}"
+        now = time.monotonic()
+        with self._lock:
+            self._slack_seen = {k: t for k, t in self._slack_seen.items() if t > now}
+            if key in self._slack_seen:
+                return refused(RequestSignatureError("request received before (replay refused)"))
+            self._slack_seen[key] = now + 2 * settings.slack.request_max_age_s
+        store = SqliteFindingStore(self.state)
+        try:
+            notifier = delivery.slack_notifier(settings)
+            reclaim = ReclaimService(store=store, actuator=self.actuator, notifier=notifier, settings=self.cfg.reclaim,
+                                     now=self.clock) if self.cfg.reclaim.enabled else None
+            service = InteractionService(verifier=None, reader=read_request, store=store, now=self.clock,
+                                         notifier=notifier, details_text=details_text, source="slack", reclaim=reclaim)
+            return service.handle(headers=headers, body=body)
+        finally:
+            store.close()
+
     def _store_state(self, at: datetime) -> tuple[list[Any], list[Any]]:
         from gpuwaste.models.lifecycle import FindingState
         from gpuwaste.store.sqlite import SqliteFindingStore
@@ -306,7 +360,8 @@ class Server:
 
     def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
         """`/metrics` (prometheus-client, OpenMetrics when asked), `/healthz` (JSON), the read API under `/api/v1/`
-        (commands/api.py: bearer token, read-only, rate-limited), else 404."""
+        (commands/api.py: bearer token, read-only, rate-limited), `POST /slack/interactions` with a Slack signing
+        secret and bot token (`slack_interaction`), else 404."""
         from prometheus_client import make_wsgi_app
 
         from gpuwaste.commands.api import ReadApi
@@ -314,6 +369,13 @@ class Server:
 
         metrics = make_wsgi_app(registry_for(self.snapshot))
         api = ReadApi(self.reader, self.api_token)
+        slack = self.cfg.delivery.slack
+        slack_on = slack.signing_secret is not None and slack.bot_token is not None
+
+        def reply(start_response: Callable[..., Any], status: str, payload: Mapping[str, Any]) -> Iterable[bytes]:
+            body = json.dumps(payload).encode()
+            start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
 
         def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ.get("PATH_INFO", "")
@@ -321,6 +383,18 @@ class Server:
                 return metrics(environ, start_response)  # type: ignore[no-any-return]
             if path.startswith(ReadApi.PREFIX):
                 return api(environ, start_response)
+            if path == SLACK_PATH and slack_on:
+                if environ.get("REQUEST_METHOD") != "POST":
+                    return reply(start_response, "405 Method Not Allowed", {"error": "POST only"})
+                try:
+                    length = int(environ.get("CONTENT_LENGTH") or 0)
+                except ValueError:
+                    length = -1
+                if not 0 <= length <= SLACK_MAX_BODY:
+                    return reply(start_response, "413 Content Too Large", {"error": f"body over {SLACK_MAX_BODY} bytes"})
+                headers = {k[5:].replace("_", "-").lower(): str(v) for k, v in environ.items() if k.startswith("HTTP_")}
+                answer = self.slack_interaction(headers, environ["wsgi.input"].read(length))
+                return reply(start_response, f"{answer.status} {HTTPStatus(answer.status).phrase}", answer.body)
             if path == "/healthz":
                 body = json.dumps(self.health_body()).encode()
                 status = "200 OK" if self.healthy() else "503 Service Unavailable"
