@@ -6,6 +6,7 @@ older name); `--out-file PATH` writes the report to a file (`--out` is its old n
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import sys
@@ -72,6 +73,23 @@ def print_waste_hours(service, *, since, until) -> None:  # type: ignore[no-unty
         out.print(f"{unpriced} unpriced findings left out (no USD per GPU-hour)", style="dim", highlight=False, markup=False)
 
 
+def with_hour_grids(notes, service, result, *, by_hour: bool):  # type: ignore[no-untyped-def]
+    """The HTML report's notes, with when the waste happens when `by_hour` is set.
+
+    One `sinks.summary_report.HourGrid` per team, over the summary's period; else the notes as they are.
+    """
+    if not by_hour:
+        return notes
+    from gpuwaste.services.waste_hours import NIGHTS, WEEKENDS, waste_by_hour_of_week
+    from gpuwaste.sinks.summary_report import HourGrid
+
+    since, until = result.since, result.until
+    grids, _ = waste_by_hour_of_week(service.store.history(since=since, until=until), since=since, until=until,
+                                     team_of=service.team_of)
+    return dataclasses.replace(notes, by_hour=tuple(
+        HourGrid(team, tuple(g.cells), tuple(g.usd), g.share(NIGHTS), g.share(WEEKENDS)) for team, g in grids.items()))
+
+
 @app.command("summary")
 def summary_cmd(
     state: Annotated[Path, typer.Option("--state", help=f"SQLite state file written by `gpuwaste run` (the same default: {DEFAULT_STATE}).")] = DEFAULT_STATE,
@@ -85,7 +103,7 @@ def summary_cmd(
     open_it: Annotated[bool, typer.Option("--open", help="Write the HTML report (to --out-file, else a temporary file) and open it in the browser.")] = False,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides teams).")] = None,
     month: Annotated[bool, typer.Option("--month", help="Also show per team: wasted USD month to date, the month-end at the current rate and the month's waste budget (table output).")] = False,
-    by_hour: Annotated[bool, typer.Option("--by-hour", help="Also show when the waste happens: wasted GPU-hours per team by hour of day × day of week (UTC), with the night and weekend shares (table output).")] = False,
+    by_hour: Annotated[bool, typer.Option("--by-hour", help="Also show when the waste happens: wasted GPU-hours per team by hour of day × day of week (UTC), with the night and weekend shares (table output; in -o html as a heat table).")] = False,
 ) -> None:
     """Summarise the waste in a state file: totals by team, namespace, kind and cluster, trend, top offenders, savings."""
     from gpuwaste.bootstrap import summary as bootstrap
@@ -155,6 +173,7 @@ def summary_cmd(
     elif chosen is SummaryFormat.json:
         text = render_json(result, notes)
     else:
+        notes = with_hour_grids(notes, service, result, by_hour=by_hour)
         text = render_html(result, chart_png=png, notes=notes)
     if open_it:
         import tempfile
