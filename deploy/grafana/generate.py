@@ -218,13 +218,15 @@ def wasted_gpu_hours_by(label: str, clock: str) -> str:
     """Wasted GPU-hours over the dashboard's range summed by a UTC clock value, as PromQL.
 
     All kinds; cluster, team and namespace filtered. `clock` is a PromQL expression (`hour()`, `day_of_week()`),
-    its value becomes label `label`: the counter's GPU-hours of each minute (rate per second × 60, from
-    gpuwaste_wasted_gpu_hours_total) tagged with the minute's clock value (`count_values`), summed over the range in
-    1-minute steps (a subquery). The 5-minute rate moves up to 5 % of an hour's GPU-hours into the next hour.
+    its value becomes label `label`: the counter's increase over each `$__rate_interval` (GPU-hours, from
+    gpuwaste_wasted_gpu_hours_total) tagged with the clock value at the interval's end (`count_values`), summed over
+    the range in steps of that interval (a subquery: the windows tile the range, so the bars add up to the range's
+    increase). Grafana's `$__rate_interval` grows with the range (at least 4 scrape intervals), so a long range stays
+    cheap; up to one interval's GPU-hours land in the next hour.
     """
-    per_minute = f"sum(rate(gpuwaste_wasted_gpu_hours_total{{{TOTAL_SEL}}}[5m])) * 60"
-    return (f'sum by ({label}) (sum_over_time(({per_minute}\n'
-            f'  * on () group_left ({label}) count_values("{label}", {clock}))[$__range:1m]))')
+    step = f"sum(increase(gpuwaste_wasted_gpu_hours_total{{{TOTAL_SEL}}}[$__rate_interval]))"
+    return (f'sum by ({label}) (sum_over_time(({step}\n'
+            f'  * on () group_left ({label}) count_values("{label}", {clock}))[$__range:$__rate_interval]))')
 
 
 def _by_clock(title: str, description: str, label: str, clock: str, legend: str,
