@@ -210,6 +210,55 @@ def _budget_use() -> bargauge.Panel:
     return _with_overrides(panel, _renames({"unassigned": "no owner"}))
 
 
+#: Weekday names of PromQL's day_of_week() (0 = Sunday), for the by-weekday bars.
+WEEKDAY_NAMES = {str(i): d for i, d in enumerate(("Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"))}
+
+
+def wasted_gpu_hours_by(label: str, clock: str) -> str:
+    """Wasted GPU-hours over the dashboard's range summed by a UTC clock value, as PromQL.
+
+    All kinds; cluster, team and namespace filtered. `clock` is a PromQL expression (`hour()`, `day_of_week()`),
+    its value becomes label `label`: the counter's increase over each `$__rate_interval` (GPU-hours, from
+    gpuwaste_wasted_gpu_hours_total) tagged with the clock value at the interval's end (`count_values`), summed over
+    the range in steps of that interval (a subquery: the windows tile the range, so the bars add up to the range's
+    increase). Grafana's `$__rate_interval` grows with the range (at least 4 scrape intervals), so a long range stays
+    cheap; up to one interval's GPU-hours land in the next hour.
+    """
+    step = f"sum(increase(gpuwaste_wasted_gpu_hours_total{{{TOTAL_SEL}}}[$__rate_interval]))"
+    return (f'sum by ({label}) (sum_over_time(({step}\n'
+            f'  * on () group_left ({label}) count_values("{label}", {clock}))[$__range:$__rate_interval]))')
+
+
+def _by_clock(title: str, description: str, label: str, clock: str, legend: str,
+              names: dict[str, str] | None = None) -> bargauge.Panel:
+    panel = (bargauge.Panel().title(title).description(description).datasource(DS).unit("none").min(0).height(8)
+             .span(12).display_mode(BarGaugeDisplayMode.GRADIENT).orientation(VizOrientation.VERTICAL)
+             .thresholds(_thresholds(GOOD))
+             .with_target(Dataquery().expr(wasted_gpu_hours_by(label, clock)).ref_id("A").legend_format(legend)
+                          .instant()))
+    return _with_overrides(panel, _renames(names or {}))
+
+
+def with_waste_hours(dashboard: Dashboard) -> Dashboard:
+    """The "When the waste happens" row (issue 24 §6).
+
+    Wasted GPU-hours over the range by hour of day and by weekday (UTC), from gpuwaste_wasted_gpu_hours_total with
+    PromQL's hour() and day_of_week().
+    """
+    return (
+        dashboard.with_row(Row("When the waste happens"))
+        .with_panel(_by_clock("Wasted GPU-hours in range by hour of day (UTC)",
+                              "GPU-hours wasted (all kinds) in each hour of the day, summed over the dashboard's time "
+                              "range; high bars at night (20–08 UTC) are GPUs held while nobody works. The counter has "
+                              "no workload label: the Workload variable does not filter it. `gpuwaste summary "
+                              "--by-hour` shows the same per team as hour × weekday.", "hour", "hour()", "{{hour}}:00"))
+        .with_panel(_by_clock("Wasted GPU-hours in range by weekday (UTC)",
+                              "GPU-hours wasted (all kinds) on each day of the week, summed over the dashboard's time "
+                              "range; high Saturday and Sunday bars are weekend waste. No workload label.",
+                              "day", "day_of_week()", "{{day}}", WEEKDAY_NAMES))
+    )
+
+
 def build() -> Dashboard:
     """The dashboard."""
     dashboard = (
@@ -305,7 +354,7 @@ def build() -> Dashboard:
         .with_panel(_series("GPUs seen", "Physical GPUs (DCGM UUIDs) the last scan saw.", "none",
                             _query(f"sum by (cluster) (gpuwaste_gpus{{{CLUSTER_SEL}}})", "{{cluster}}"), span=8))
     )
-    return with_fleet_funnel(dashboard)
+    return with_waste_hours(with_fleet_funnel(dashboard))
 
 
 def with_fleet_funnel(dashboard: Dashboard) -> Dashboard:

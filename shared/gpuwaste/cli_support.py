@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -349,6 +350,18 @@ KUBE_HINT = ("Pass --kubeconfig FILE (and --context NAME), or scan without the A
 def quiet_http_logs(verbose: bool) -> None:
     """Keep urllib3's retry WARNING lines out of the CLI output unless --verbose (the final error says it all)."""
     logging.getLogger("urllib3").setLevel(logging.DEBUG if verbose else logging.ERROR)
+
+
+def alert_budgets(config: GpuWasteConfig) -> tuple[dict[str, Decimal], Decimal | None]:
+    """The waste budgets (USD/day per team, default) that /metrics exposes as gpuwaste_team_budget_usd_per_day: the
+    per-day budgets, with the monthly ones as budget ÷ days of the current UTC month (`services.month_end`)."""
+    from gpuwaste.services.month_end import alert_budgets_per_day
+
+    s = config.serve
+    return alert_budgets_per_day(datetime.now(UTC), budgets_per_day=dict(s.team_budgets_usd_per_day),
+                                 default_per_day=s.default_team_budget_usd_per_day,
+                                 budgets_per_month=dict(s.team_budgets_usd_per_month),
+                                 default_per_month=s.default_team_budget_usd_per_month)
 
 
 def config_or_exit(path: Path | None) -> GpuWasteConfig:
@@ -705,8 +718,8 @@ def _exposition(report: ScanReport, findings: list[Finding], config: GpuWasteCon
                             coverage=report.inventory.attribution_coverage,
                             showback=None if report.showback is None else health_figures(report.showback, config.delivery))
     snapshot = snapshot_of_scan(findings, health, config.delivery, top=config.serve.top_workloads,
-                                team_budgets=dict(config.serve.team_budgets_usd_per_day),
-                                default_budget=config.serve.default_team_budget_usd_per_day, version=__version__)
+                                team_budgets=alert_budgets(config)[0],
+                                default_budget=alert_budgets(config)[1], version=__version__)
     return render_openmetrics(snapshot) if openmetrics else render_text(snapshot)
 
 

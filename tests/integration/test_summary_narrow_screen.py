@@ -46,11 +46,13 @@ def _gpuwaste(*args: str) -> None:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (apt-get install chromium)")
 def test_the_summary_fits_a_390_px_screen(tmp_path: Path) -> None:
-    # GIVEN the HTML summary of the demo's state
+    # GIVEN the HTML summary of the demo's state, with the when-the-waste-happens heat tables (--by-hour)
     state = tmp_path / "state.db"
     _gpuwaste("demo", "--state", str(state), "-q")
-    _gpuwaste("summary", "--state", str(state), "-o", "html", "--out", str(tmp_path / "summary.html"))
+    _gpuwaste("summary", "--state", str(state), "--since", "30d", "--by-hour", "-o", "html",
+              "--out", str(tmp_path / "summary.html"))
     assert "<table" in (tmp_path / "summary.html").read_text()
+    assert "<table class='heat'>" in (tmp_path / "summary.html").read_text()
     (tmp_path / "host.html").write_text(HOST)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)

@@ -64,3 +64,47 @@ def test_summary_by_hour_prints_the_view_with_gpu_hours_of_priced_findings(tmp_p
     assert "When the waste happens" in result.output and "weekends" in result.output and "Sat  " in result.output
     hours = [float(m) for m in re.findall(r"(\d+\.\d) wasted GPU-h", result.output)]
     assert hours and max(hours) > 0  # the priced findings' USD is turned into GPU-hours
+
+
+def test_html_summary_by_hour_has_a_heat_table_per_team_shaded_where_the_waste_is(tmp_path: Path) -> None:
+    # GIVEN the demo's state file
+    state = tmp_path / "state.db"
+    assert CliRunner().invoke(app, ["demo", "-q", "--state", str(state)]).exit_code == 0
+    out = tmp_path / "summary.html"
+    # WHEN the HTML summary is written with --by-hour (and without)
+    args = ["summary", "--state", str(state), "--since", "30d", "-o", "html", "--out-file"]
+    assert CliRunner().invoke(app, [*args, str(out), "--by-hour"]).exit_code == 0
+    page = out.read_text()
+    assert CliRunner().invoke(app, [*args, str(tmp_path / "plain.html")]).exit_code == 0
+    # THEN one heat table per team of the terminal view: 7 weekday rows of 24 hour cells, each titled with its numbers
+    teams = re.findall(r"<p class='heat-head'><b>([^<]+)</b>: (\d+\.\d) wasted GPU-h", page)
+    tables = page.split("<table class='heat'>")[1:]
+    assert teams and len(tables) == len(teams)
+    for table in tables:
+        table = table.split("</table>")[0]
+        assert len(re.findall(r"<tr><th>[A-Z][a-z]{2}</th>", table)) == 7 and table.count("<td ") == 7 * 24
+        alphas = [float(a) for a in re.findall(r"rgba\(192,40,24,([\d.]+)\)", table)]
+        assert max(alphas) == 1.0 and min(alphas) >= 0  # the busiest hour is the darkest
+    assert re.search(r"title='Sat \d\d:00 UTC: \d+\.\d GPU-h, \$[\d,]+\.\d\d'", page)
+    assert any(float(h) > 0 for _, h in teams)
+    assert "heat" not in (tmp_path / "plain.html").read_text().split("<style>")[1].split("</style>")[1]
+
+
+def test_heat_table_cells_follow_the_grid() -> None:
+    from gpuwaste.models.notices import DailySummary
+    from gpuwaste.sinks.summary_report import HourGrid, SummaryNotes, render_html
+
+    usd = [Decimal(0)] * 168
+    usd[5 * 24 + 3], usd[1 * 24 + 22] = Decimal(4), Decimal(1)
+    hours = [u / 2 for u in usd]
+    grid = HourGrid("ml", tuple(hours), tuple(usd), 0.2, 0.8)
+    s = DailySummary(since=END - timedelta(days=1), until=END, wasted_usd=Decimal(5), previous_usd=Decimal(0),
+                     open_usd_per_day=Decimal(0), open_findings=0, opened=0, resolved=0,
+                     saved_usd_per_day=Decimal(0), realised_savings_usd=Decimal(0))
+    page = render_html(s, notes=SummaryNotes(by_hour=(grid,)))
+    table = page.split("<table class='heat'>")[1].split("</table>")[0]
+    cells = re.findall(r"<td style='background:rgba\(192,40,24,([\d.]+)\)' title='(\w+) (\d\d):00", table)
+    shaded = {(d, h): float(a) for a, d, h in cells if float(a)}
+    assert shaded == {("Sat", "03"): 1.0, ("Tue", "22"): 0.25}
+    assert "Sat 03:00 UTC: 2.0 GPU-h, $4.00" in table
+    assert "nights (20–08 UTC, Mon–Fri) 20% · weekends 80%" in page

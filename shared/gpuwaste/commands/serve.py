@@ -29,6 +29,7 @@ from gpuwaste import __version__
 from gpuwaste.cli_support import (
     KUBE_HINT,
     Output,
+    alert_budgets,
     app,
     check_recording,
     check_state_path,
@@ -196,8 +197,8 @@ class Server:
         self.metrics = MetricsState(settings=cfg.delivery, top=cfg.serve.top_workloads,
                                     first_span=timedelta(seconds=interval_s),
                                     savings_credit=timedelta(days=cfg.serve.savings_credit_days),
-                                    team_budgets=dict(cfg.serve.team_budgets_usd_per_day),
-                                    default_budget=cfg.serve.default_team_budget_usd_per_day, version=__version__)
+                                    team_budgets=alert_budgets(cfg)[0],
+                                    default_budget=alert_budgets(cfg)[1], version=__version__)
         from gpuwaste.commands.api import FindingsReader
 
         #: the read functions of /api/v1 and the MCP endpoint; each scan hands it its ledger (`/api/v1/showback`)

@@ -6,6 +6,7 @@ older name); `--out-file PATH` writes the report to a file (`--out` is its old n
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import sys
@@ -48,7 +49,9 @@ def print_month_end(service, cfg, *, until) -> None:  # type: ignore[no-untyped-
     start, _ = month_bounds(until)
     rows = month_end(service.store.history(since=start, until=until), until=until, team_of=service.team_of,
                      budgets_per_day=dict(cfg.serve.team_budgets_usd_per_day),
-                     default_per_day=cfg.serve.default_team_budget_usd_per_day)
+                     default_per_day=cfg.serve.default_team_budget_usd_per_day,
+                     budgets_per_month=dict(cfg.serve.team_budgets_usd_per_month),
+                     default_per_month=cfg.serve.default_team_budget_usd_per_month)
     out.print(f"Month to date · {start:%Y-%m} up to {until:%Y-%m-%d %H:%M} UTC · wasted USD, month-end at the current rate",
               style="bold", highlight=False, markup=False)
     for m in rows:
@@ -72,6 +75,23 @@ def print_waste_hours(service, *, since, until) -> None:  # type: ignore[no-unty
         out.print(f"{unpriced} unpriced findings left out (no USD per GPU-hour)", style="dim", highlight=False, markup=False)
 
 
+def with_hour_grids(notes, service, result, *, by_hour: bool):  # type: ignore[no-untyped-def]
+    """The HTML report's notes, with when the waste happens when `by_hour` is set.
+
+    One `sinks.summary_report.HourGrid` per team, over the summary's period; else the notes as they are.
+    """
+    if not by_hour:
+        return notes
+    from gpuwaste.services.waste_hours import NIGHTS, WEEKENDS, waste_by_hour_of_week
+    from gpuwaste.sinks.summary_report import HourGrid
+
+    since, until = result.since, result.until
+    grids, _ = waste_by_hour_of_week(service.store.history(since=since, until=until), since=since, until=until,
+                                     team_of=service.team_of)
+    return dataclasses.replace(notes, by_hour=tuple(
+        HourGrid(team, tuple(g.cells), tuple(g.usd), g.share(NIGHTS), g.share(WEEKENDS)) for team, g in grids.items()))
+
+
 @app.command("summary")
 def summary_cmd(
     state: Annotated[Path, typer.Option("--state", help=f"SQLite state file written by `gpuwaste run` (the same default: {DEFAULT_STATE}).")] = DEFAULT_STATE,
@@ -84,8 +104,8 @@ def summary_cmd(
     chart: Annotated[Path | None, typer.Option("--chart", help="Also draw the stacked-bar chart to this PNG (needs the 'charts' extra); the HTML report embeds it.")] = None,
     open_it: Annotated[bool, typer.Option("--open", help="Write the HTML report (to --out-file, else a temporary file) and open it in the browser.")] = False,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides teams).")] = None,
-    month: Annotated[bool, typer.Option("--month", help="Also show per team: wasted USD month to date, the month-end at the current rate and the month's waste budget (table output).")] = False,
-    by_hour: Annotated[bool, typer.Option("--by-hour", help="Also show when the waste happens: wasted GPU-hours per team by hour of day × day of week (UTC), with the night and weekend shares (table output).")] = False,
+    month: Annotated[bool, typer.Option("--month", help="Also show per team: wasted USD month to date, the month-end at the current rate and the month's waste budget (serve.team_budgets_usd_per_month, else the per-day budget × days; table output).")] = False,
+    by_hour: Annotated[bool, typer.Option("--by-hour", help="Also show when the waste happens: wasted GPU-hours per team by hour of day × day of week (UTC), with the night and weekend shares (table output; in -o html as a heat table).")] = False,
 ) -> None:
     """Summarise the waste in a state file: totals by team, namespace, kind and cluster, trend, top offenders, savings."""
     from gpuwaste.bootstrap import summary as bootstrap
@@ -155,6 +175,7 @@ def summary_cmd(
     elif chosen is SummaryFormat.json:
         text = render_json(result, notes)
     else:
+        notes = with_hour_grids(notes, service, result, by_hour=by_hour)
         text = render_html(result, chart_png=png, notes=notes)
     if open_it:
         import tempfile

@@ -5,9 +5,12 @@ Per team: wasted USD month to date, the month-end at the current rate, and the t
 
 Month to date comes from the store's money ledger (`services.summary.waste_in`, the number the daily summary adds
 up). The current rate is the USD/day of the team's findings still open at `until`; month-end = month to date + that
-rate × the days left in the UTC month. The budget is the configured waste budget (`serve.team_budgets_usd_per_day`,
-else `serve.default_team_budget_usd_per_day`) × the days of the month — the same budget the
-`GpuWasteTeamOverBudget` alert compares with. Spend (allocated cost, not only waste) needs the allocation ledger in
+rate × the days left in the UTC month. The budget is the team's monthly waste budget
+(`serve.team_budgets_usd_per_month`, else `serve.default_team_budget_usd_per_month`), else its per-day waste budget
+(`serve.team_budgets_usd_per_day`, else `serve.default_team_budget_usd_per_day`) × the days of the month.
+`alert_budgets_per_day` turns the monthly budgets into the USD/day the `GpuWasteTeamOverBudget` alert compares the
+open waste with (budget ÷ days of the month; the stricter of that and a per-day budget).
+Spend (allocated cost, not only waste) needs the allocation ledger in
 the store, which it does not hold yet.
 """
 
@@ -54,8 +57,15 @@ def month_end(
     team_of: Callable[[FindingRecord], str],
     budgets_per_day: dict[str, Decimal],
     default_per_day: Decimal | None = None,
+    budgets_per_month: dict[str, Decimal] | None = None,
+    default_per_month: Decimal | None = None,
 ) -> list[MonthEnd]:
-    """Per team with waste this month (or a budget): the month-end view at `until`, costliest month-end first."""
+    """Per team with waste this month (or a budget): the month-end view at `until`, costliest month-end first.
+
+    A team's monthly budget (`budgets_per_month`, else `default_per_month`) wins over its per-day budget
+    (`budgets_per_day`, else `default_per_day`) × the days of the month; USD throughout.
+    """
+    budgets_per_month = budgets_per_month or {}
     start, end = month_bounds(until)
     days_in_month = Decimal((end - start).days)
     left_days = Decimal(str(max(0.0, (end - until).total_seconds()) / 86400))
@@ -75,15 +85,46 @@ def month_end(
         ):
             team = team or team_of(r)
             rate[team] = rate.get(team, ZERO) + r.usd_per_day
-    teams = set(to_date) | set(rate) | set(budgets_per_day)
+    teams = set(to_date) | set(rate) | set(budgets_per_day) | set(budgets_per_month)
     out = []
     for team in teams:
         per_day = budgets_per_day.get(team, default_per_day)
+        budget = budgets_per_month.get(team, default_per_month)
+        if budget is None and per_day is not None:
+            budget = per_day * days_in_month
         so_far, now = to_date.get(team, ZERO), rate.get(team, ZERO)
-        out.append(
-            MonthEnd(team, so_far, now, so_far + now * left_days, None if per_day is None else per_day * days_in_month)
-        )
+        out.append(MonthEnd(team, so_far, now, so_far + now * left_days, budget))
     return sorted(out, key=lambda m: (-m.month_end_usd, m.team))
 
 
-__all__ = ["MonthEnd", "month_bounds", "month_end"]
+def alert_budgets_per_day(
+    at: datetime,
+    *,
+    budgets_per_day: dict[str, Decimal],
+    default_per_day: Decimal | None,
+    budgets_per_month: dict[str, Decimal],
+    default_per_month: Decimal | None,
+) -> tuple[dict[str, Decimal], Decimal | None]:
+    """The waste budgets in USD/day for `gpuwaste_team_budget_usd_per_day` (the `GpuWasteTeamOverBudget` alert).
+
+    A monthly budget (USD) counts as budget ÷ the days of the UTC month holding `at`: the alert fires when the open
+    waste, kept up all month, would exceed it. Where a team (or the default) has both, the stricter (smaller) wins.
+    Returns (budget per team, default for every other team with waste or None).
+    """
+    start, end = month_bounds(at)
+    days = Decimal((end - start).days)
+
+    def stricter(a: Decimal | None, b: Decimal | None) -> Decimal | None:
+        return a if b is None else b if a is None else min(a, b)
+
+    monthly = {team: usd / days for team, usd in budgets_per_month.items()}
+    default_monthly = None if default_per_month is None else default_per_month / days
+    per_team = {}
+    for team in sorted(set(budgets_per_day) | set(monthly)):
+        value = stricter(budgets_per_day.get(team, default_per_day), monthly.get(team, default_monthly))
+        if value is not None:
+            per_team[team] = value
+    return per_team, stricter(default_per_day, default_monthly)
+
+
+__all__ = ["MonthEnd", "alert_budgets_per_day", "month_bounds", "month_end"]

@@ -62,6 +62,26 @@ class SummaryNotes:
     last_scan: datetime | None = None
     open_findings: int = 0
     open_usd_per_day: Decimal = Decimal(0)
+    by_hour: tuple[HourGrid, ...] = ()
+
+
+@dataclass(frozen=True)
+class HourGrid:
+    """One team's wasted GPU-hours by hour of day × day of week (UTC), for the HTML heat table (issue 24 §6).
+
+    Attributes:
+        team: the team (routing's name).
+        gpu_hours: 168 cells, `gpu_hours[weekday * 24 + hour]`, Monday 00:00 UTC first (wasted GPU-hours).
+        usd: the same 168 cells in wasted USD (the shading follows these: unpriced findings count too).
+        night_share: share 0–1 of the wasted USD at night (20–08 UTC, Mon–Fri).
+        weekend_share: share 0–1 of the wasted USD at weekends (Saturday and Sunday, UTC).
+    """
+
+    team: str
+    gpu_hours: tuple[Decimal, ...]
+    usd: tuple[Decimal, ...]
+    night_share: float
+    weekend_share: float
 
 
 def period_date(s: DailySummary) -> str:
@@ -288,7 +308,36 @@ ul.head{padding-left:18px;font-size:14px}.chart{margin:8px 0}
 .card b{font-size:17px}th,td{padding:4px 6px}}
 .state-open{color:#b00020}.state-resolved{color:#1b7f3b}
 footer{color:#777;font-size:12px;margin-top:28px}
+table.heat{width:auto;border-collapse:separate;border-spacing:1px;font-size:10px;margin:0 0 12px}
+table.heat th{background:none;border:0;padding:0 2px;font-weight:normal;color:#666;text-align:left}
+table.heat td{border:1px solid #eee;padding:0;width:9px;min-width:9px;height:12px}
+.heat-head{font-size:13px;margin:10px 0 4px}
 """
+
+
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+def _heat_table(g: HourGrid) -> str:
+    """A team's week as a compact heat table: 7 rows × 24 one-hour cells (about 300 px wide, for a 390 px screen),
+    shaded by the share of the team's busiest hour; each cell's title gives its GPU-hours and USD."""
+    e = for_html
+    peak = max(g.usd, default=Decimal(0)) or Decimal(1)
+    rows = ["<table class='heat'><tr><th></th>"
+            + "".join(f"<th colspan=3>{h}</th>" for h in range(0, 24, 3)) + "</tr>"]
+    for d, name in enumerate(_WEEKDAYS):
+        cells = []
+        for h in range(24):
+            v, gh = g.usd[d * 24 + h], g.gpu_hours[d * 24 + h]
+            alpha = f"{float(v / peak):.2f}" if v else "0"
+            cells.append(f"<td style='background:rgba(192,40,24,{alpha})' "
+                         f"title='{name} {h:02d}:00 UTC: {gh:.1f} GPU-h, {e(usd(v))}'></td>")
+        rows.append(f"<tr><th>{name}</th>{''.join(cells)}</tr>")
+    total_h = sum(g.gpu_hours, Decimal(0))
+    head = (f"<p class='heat-head'><b>{e(plain(group_label('team', g.team)))}</b>: {total_h:.1f} wasted GPU-h, "
+            f"{e(usd(sum(g.usd, Decimal(0))))} · nights (20–08 UTC, Mon–Fri) {g.night_share:.0%} · "
+            f"weekends {g.weekend_share:.0%}</p>")
+    return head + "".join(rows) + "</table>"
 
 
 def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: SummaryNotes | None = None,
@@ -344,6 +393,10 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
         parts += ["<tr>" + "".join(f"<td{'' if i < 2 else ' class=n'}>{e(plain(x))}</td>" for i, x in enumerate(_coverage_cells(c)))
                   + "</tr>" for c in s.coverage]
         parts.append("</table></div>")
+    if notes.by_hour:
+        parts.append("<h2>When the waste happens</h2><p class='sub'>Wasted GPU-hours per team by hour of day (UTC) "
+                     "and weekday; darker = more (relative to the team's busiest hour).</p>")
+        parts += [_heat_table(g) for g in notes.by_hour]
     # the money right after the name: on a 390 px phone the table scrolls and only its first columns are on screen
     parts.append("<h2>Top offenders</h2><div class='scroll'><table><tr><th class=n>#</th><th>workload</th>"
                  "<th class=n>wasted</th><th class=n>USD/day</th><th>kind</th><th>team</th><th>namespace</th>"

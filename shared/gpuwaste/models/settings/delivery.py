@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -317,6 +318,10 @@ class ServeSettings(BaseModel):
         team_budgets_usd_per_day: waste budget per team (USD/day), exposed as gpuwaste_team_budget_usd_per_day for
             the GpuWasteTeamOverBudget alert; default_team_budget_usd_per_day applies to every other team with waste
             (None: no budget for them).
+        team_budgets_usd_per_month: waste budget per team for a calendar month (USD/month, UTC months);
+            default_team_budget_usd_per_month applies to every other team. `gpuwaste summary --month` compares the
+            month-end at the current rate with it; for the alert it counts as budget ÷ the days of the month in
+            USD/day (the stricter of that and a team's per-day budget is exposed).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -330,3 +335,5 @@ class ServeSettings(BaseModel):
     savings_credit_days: int = Field(30, ge=1, le=365)
     team_budgets_usd_per_day: dict[str, Decimal] = Field(default_factory=dict)
     default_team_budget_usd_per_day: Decimal | None = Field(None, ge=0)
+    team_budgets_usd_per_month: dict[str, Annotated[Decimal, Field(ge=0)]] = Field(default_factory=dict)
+    default_team_budget_usd_per_month: Decimal | None = Field(None, ge=0)
