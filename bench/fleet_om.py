@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from gpuwaste.sources.exposition import RecordedSeries, _format_labels, _format_value
+from gpuwaste.sources.exposition import RecordedSeries
+from gpuwaste.sources.exposition.writer import _format_labels, _format_value
 
 COUNTERS = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter", "vllm:generation_tokens_total": "counter"}
 

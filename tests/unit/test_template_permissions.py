@@ -2,7 +2,7 @@
 
 The table below is the audit in docs/deploy.md ("Permissions per function"), derived from the modules each
 handler's composition root uses (bootstrap/* → store/dynamodb.py, queue/sqs.py, bootstrap/batch.py,
-bootstrap/delivery.py, bootstrap/pipeline.py, sources/prometheus.py). A function that lacks a needed grant,
+bootstrap/delivery.py, bootstrap/pipeline.py, sources/prometheus/). A function that lacks a needed grant,
 or gains one (a wildcard action, another table index, another queue), fails here.
 """
 
