@@ -191,6 +191,13 @@ def test_summary_lists_active_justifications_by_team_with_their_usd_per_day(stor
     assert summary.justified[0].next_end == T0 + timedelta(days=5)
     text = json.dumps(render_summary(summary).blocks)
     assert "Justified" in text and "$30.00/day" in text
+    # AND the HTML page and the JSON document list it too
+    from gpuwaste.sinks.summary_report import render_html
+
+    page = render_html(summary)
+    assert "<h2>Justified" in page and "$30.00" in page.split("<h2>Justified", 1)[1].split("</table>", 1)[0]
+    assert "vision" not in page.split("<h2>Justified", 1)[1].split("</table>", 1)[0]
+    assert json.loads(summary.model_dump_json())["justified"][0]["team"] == "ml"
 
 
 def test_active_by_team_adds_up_per_team() -> None:

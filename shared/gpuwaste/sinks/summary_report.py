@@ -386,6 +386,12 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
             for g in getattr(s, attr)
         ]
         parts.append("</table></div>")
+    if s.justified:
+        parts.append("<h2>Justified (Expected / Snooze, active at the end)</h2><div class='scroll'><table><tr><th>team</th>"
+                     "<th class=n>findings</th><th class=n>USD/day</th><th>first ends</th></tr>")
+        parts += [f"<tr><td>{e(plain(group_label('team', j.team)))}</td><td class=n>{j.findings}</td>"
+                  f"<td class=n>{e(usd(j.usd_per_day))}</td><td>{j.next_end:%Y-%m-%d}</td></tr>" for j in s.justified]
+        parts.append("</table></div>")
     if s.coverage:
         parts.append("<h2>Attribution coverage</h2><div class='scroll'><table><tr>"
                      + "".join(f"<th{'' if col in ('cluster', 'kind') else ' class=n'}>{e(col)}</th>" for col in COVERAGE_COLUMNS)
