@@ -242,34 +242,37 @@ def _table(rows: list[ShowbackRow], by: str, report: ScanReport) -> None:
     out.print(f"[dim]{escape_markup(sl.ledger.conservation.text())}[/]", soft_wrap=True)
 
 
+#: The scan options `showback` and `export` share (one declaration each).
+RecordingOpt = Annotated[
+    Path | None,
+    typer.Option("--recording", "-r", help="Scan a recording (directory from `gpuwaste record` or `generate-fleet`)."),
+]
+PrometheusOpt = Annotated[
+    str | None, typer.Option("--prometheus", "-p", help="Prometheus base URL (live).", envvar="GPUWASTE_PROMETHEUS_URL")
+]
+KubeconfigOpt = Annotated[
+    Path | None, typer.Option("--kubeconfig", help="kubeconfig file (live).", envvar="KUBECONFIG")
+]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="kubeconfig context.")]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides the teams).")
+]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="Cluster (in --config), or a label for a recording.")]
+AtOpt = Annotated[
+    str | None,
+    typer.Option("--at", help="End of the period (RFC 3339 or unix seconds; default: the recording's end, or now)."),
+]
+
+
 @app.command("showback")
 def showback_cmd(
-    recording: Annotated[
-        Path | None,
-        typer.Option(
-            "--recording", "-r", help="Scan a recording (directory from `gpuwaste record` or `generate-fleet`)."
-        ),
-    ] = None,
-    prometheus: Annotated[
-        str | None,
-        typer.Option("--prometheus", "-p", help="Prometheus base URL (live).", envvar="GPUWASTE_PROMETHEUS_URL"),
-    ] = None,
-    kubeconfig: Annotated[
-        Path | None, typer.Option("--kubeconfig", help="kubeconfig file (live).", envvar="KUBECONFIG")
-    ] = None,
-    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides the teams).")
-    ] = None,
-    cluster: Annotated[
-        str | None, typer.Option("--cluster", help="Cluster (in --config), or a label for a recording.")
-    ] = None,
-    at: Annotated[
-        str | None,
-        typer.Option(
-            "--at", help="End of the period (RFC 3339 or unix seconds; default: the recording's end, or now)."
-        ),
-    ] = None,
+    recording: RecordingOpt = None,
+    prometheus: PrometheusOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    config: ConfigOpt = None,
+    cluster: ClusterOpt = None,
+    at: AtOpt = None,
     window: Annotated[
         str | None,
         typer.Option(
@@ -364,32 +367,13 @@ def focus_csv(rows: list[dict[str, object]], columns: tuple[str, ...]) -> str:
 
 @app.command("export")
 def export_cmd(
-    recording: Annotated[
-        Path | None,
-        typer.Option(
-            "--recording", "-r", help="Scan a recording (directory from `gpuwaste record` or `generate-fleet`)."
-        ),
-    ] = None,
-    prometheus: Annotated[
-        str | None,
-        typer.Option("--prometheus", "-p", help="Prometheus base URL (live).", envvar="GPUWASTE_PROMETHEUS_URL"),
-    ] = None,
-    kubeconfig: Annotated[
-        Path | None, typer.Option("--kubeconfig", help="kubeconfig file (live).", envvar="KUBECONFIG")
-    ] = None,
-    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides the teams).")
-    ] = None,
-    cluster: Annotated[
-        str | None, typer.Option("--cluster", help="Cluster (in --config), or a label for a recording.")
-    ] = None,
-    at: Annotated[
-        str | None,
-        typer.Option(
-            "--at", help="End of the period (RFC 3339 or unix seconds; default: the recording's end, or now)."
-        ),
-    ] = None,
+    recording: RecordingOpt = None,
+    prometheus: PrometheusOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    config: ConfigOpt = None,
+    cluster: ClusterOpt = None,
+    at: AtOpt = None,
     window: Annotated[str | None, typer.Option("--window", "-w", help="Length of the period, e.g. 24h, 7d.")] = None,
     out_file: Annotated[
         Path | None, typer.Option("--out", "-o", help="File to write (default: CSV on stdout).")
