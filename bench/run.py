@@ -238,7 +238,7 @@ def cluster_state_cost(source: str, with_read: list[dict[str, Any]], given: list
 # -- generated data, cached ---------------------------------------------------------------------------
 
 #: What the generated telemetry depends on: a change to any of these files makes a new cache entry.
-GENERATOR_SOURCES = (ROOT / "shared" / "gpuwaste" / "fleet", ROOT / "bench" / "fleet_om.py", ROOT / "shared" / "gpuwaste" / "sources" / "exposition.py")
+GENERATOR_SOURCES = (ROOT / "shared" / "gpuwaste" / "fleet", ROOT / "bench" / "fleet_om.py", ROOT / "shared" / "gpuwaste" / "sources" / "exposition")
 CACHE_ROOT = ROOT / "bench" / ".cache"
 
 
