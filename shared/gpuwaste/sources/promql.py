@@ -118,6 +118,21 @@ class OneOf(str):
         return made
 
 
+def _matcher_parts(matchers: Mapping[str, str] | None) -> list[str]:
+    """`label="value"` per matcher, sorted (values escaped; a `OneOf` value is a regex matcher `label=~"…"`).
+
+    Raises:
+        ValueError: a label name that is not a valid Prometheus name.
+    """
+    parts: list[str] = []
+    for label, value in sorted((matchers or {}).items()):
+        if not _LABEL_NAME.match(label):
+            raise ValueError(f"invalid label name {label!r}")
+        op = "=~" if isinstance(value, OneOf) else "="
+        parts.append(f'{label}{op}"{escape_label_value(value)}"')
+    return parts
+
+
 def selector(names: Sequence[str], matchers: Mapping[str, str] | None = None) -> str:
     """An instant-vector selector for the metric names (aliases via an anchored `__name__` regex).
 
@@ -135,11 +150,7 @@ def selector(names: Sequence[str], matchers: Mapping[str, str] | None = None) ->
     if len(names) > 1:
         regex = "|".join(_regex_escape(n) for n in names)
         parts.append(f'__name__=~"{escape_label_value(regex)}"')
-    for label, value in sorted((matchers or {}).items()):
-        if not _LABEL_NAME.match(label):
-            raise ValueError(f"invalid label name {label!r}")
-        op = "=~" if isinstance(value, OneOf) else "="
-        parts.append(f'{label}{op}"{escape_label_value(value)}"')
+    parts += _matcher_parts(matchers)
     head = names[0] if len(names) == 1 else ""
     return f"{head}{{{','.join(parts)}}}" if parts else head
 
@@ -411,13 +422,7 @@ PRESENCE_STEPS = 24
 
 
 def _any_dcgm(matchers: Mapping[str, str] | None) -> str:
-    parts = [f'__name__=~"{escape_label_value(DCGM_ANY_NAME)}"']
-    for label, value in sorted((matchers or {}).items()):
-        if not _LABEL_NAME.match(label):
-            raise ValueError(f"invalid label name {label!r}")
-        op = "=~" if isinstance(value, OneOf) else "="
-        parts.append(f'{label}{op}"{escape_label_value(value)}"')
-    return "{" + ",".join(parts) + "}"
+    return "{" + ",".join([f'__name__=~"{escape_label_value(DCGM_ANY_NAME)}"', *_matcher_parts(matchers)]) + "}"
 
 
 def _presence_range(window_s: int) -> str:
