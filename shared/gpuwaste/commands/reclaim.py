@@ -80,6 +80,19 @@ def _open_state(state: Path) -> SqliteFindingStore:
     return SqliteFindingStore(state)
 
 
+#: The options `reclaim` and `undo` share (one declaration each).
+StateOpt = Annotated[Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")]
+KubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        help="kubeconfig of the acting (opt-in) role (inside a pod, default: its service account).",
+        envvar="KUBECONFIG",
+    ),
+]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="kubeconfig context.")]
+
+
 @app.command("reclaim")
 def reclaim_cmd(
     cluster: Annotated[str, typer.Option("--cluster", help="The cluster whose open findings are decided.")],
@@ -89,18 +102,9 @@ def reclaim_cmd(
             "--config", "-c", help="Configuration file with a `reclaim` section (enabled, mode, namespaces…)."
         ),
     ],
-    state: Annotated[
-        Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")
-    ] = DEFAULT_STATE,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            help="kubeconfig of the acting (opt-in) role (inside a pod, default: its service account).",
-            envvar="KUBECONFIG",
-        ),
-    ] = None,
-    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
+    state: StateOpt = DEFAULT_STATE,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
 ) -> None:
     """Plan, announce and (in approve/auto mode, when due) perform reclaim actions for one cluster.
 
@@ -136,18 +140,9 @@ def reclaim_cmd(
 @app.command("undo")
 def undo_cmd(
     action_id: Annotated[str, typer.Argument(help="The action's id (as the thread and `gpuwaste reclaim` print it).")],
-    state: Annotated[
-        Path, typer.Option("--state", help=f"SQLite state file (default {DEFAULT_STATE}).")
-    ] = DEFAULT_STATE,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            help="kubeconfig of the acting (opt-in) role (inside a pod, default: its service account).",
-            envvar="KUBECONFIG",
-        ),
-    ] = None,
-    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
+    state: StateOpt = DEFAULT_STATE,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
     by: Annotated[str | None, typer.Option("--by", help="Who undoes it (default: the login name).")] = None,
 ) -> None:
     """Undo a reclaim action: write back the replicas, suspend flag or stopped annotation it changed."""
