@@ -13,6 +13,7 @@ import pytest
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
 from gpuwaste.models.settings import DeliverySettings, JiraSettings, SlackSettings
 from gpuwaste.services.interactions import InteractionService, SignatureError
+from gpuwaste.services.notify import NotifyService
 from gpuwaste.services.tickets import TicketService
 from gpuwaste.sinks.jira import JiraTicketSink
 from gpuwaste.sinks.slack import SlackNotifier
@@ -20,7 +21,7 @@ from gpuwaste.sinks.slack_blocks import details_text, render_notice
 from gpuwaste.sinks.slack_interactions import read_request
 from gpuwaste.sinks.slack_signature import SlackSignatureVerifier, sign
 from gpuwaste.store.sqlite import SqliteFindingStore
-from tests.delivery_helpers import NOW, LambdaContext, finding, load_app, record_for
+from tests.delivery_helpers import NOW, LambdaContext, alert, finding, load_app, record_for
 from tests.servers.jira_api import FakeJira
 from tests.servers.slack_api import FakeSlack
 
@@ -162,6 +163,38 @@ def test_interaction_create_ticket_opens_one(service: InteractionService, store:
     # THEN one ticket exists and its key is stored
     assert list(jira_api.issues) == ["OPS-1"]
     assert store.get(f.fingerprint).ticket_key == "OPS-1"  # type: ignore[union-attr]
+
+
+def test_interaction_ticket_from_the_button_edits_the_alert_to_link_it(store: SqliteFindingStore, slack_api: FakeSlack,
+                                                                       jira_api: FakeJira) -> None:
+    # GIVEN an alert delivered to Slack by the notify service (its message recorded on the finding), and the
+    # interaction service wired to edit a clicked ticket's message, as the Function URL's root wires it
+    settings = DeliverySettings(jira=JiraSettings(base_url=jira_api.url, email=jira_api.email, default_project="OPS"),
+                                slack=SlackSettings(base_url=slack_api.url))
+    notifier = SlackNotifier.from_settings(settings.slack, token=slack_api.token, default_channel="#gpu-waste")
+    f = finding("trainer")
+    store.put_new(record_for(f))
+    edits = NotifyService(notifier=notifier, store=store, settings=settings, now=lambda: NOW)
+    edits.deliver([alert(f)])
+    (posted,) = slack_api.calls_to("chat.postMessage")
+    tickets = TicketService(sink=JiraTicketSink.from_settings(settings.jira, api_token=str(jira_api.api_token)),
+                            store=store, settings=settings, now=lambda: NOW)
+    service = InteractionService(verifier=None, reader=read_request, store=store, now=lambda: NOW, notifier=notifier,
+                                 tickets=tickets, ticket_edits=edits)
+    ((channel, ts),) = slack_api.messages  # the alert, the first message the fake stored (ts 1700000000.000100)
+    body = _body("gpuwaste_ticket", f"ticket|{f.fingerprint}")
+    # WHEN the owner clicks "Create ticket" on the alert, twice
+    service.handle(headers={}, body=body)
+    service.handle(headers={}, body=body)
+    # THEN one ticket exists, and the alert was edited in place once: its Ticket field links the ticket's page and
+    # its "Create ticket" button is gone (counted at the fake Slack)
+    assert list(jira_api.issues) == ["OPS-1"]
+    (update,) = slack_api.calls_to("chat.update")
+    blocks = update["blocks"] if isinstance(update["blocks"], list) else json.loads(update["blocks"])
+    text = json.dumps(blocks)
+    assert (update["channel"], update["ts"]) == (channel, ts) == (channel, "1700000000.000100") and posted["blocks"]
+    assert f"<{jira_api.url.rstrip('/')}/browse/OPS-1|OPS-1>" in text
+    assert "gpuwaste_ticket" not in text and "gpuwaste_snooze_7d" in text
 
 
 def test_interaction_invalid_signature_is_refused(service: InteractionService, store: SqliteFindingStore) -> None:

@@ -24,6 +24,7 @@ from gpuwaste.errors import RequestSignatureError
 from gpuwaste.models.notices import ChatAction
 from gpuwaste.ports import OnceLedger
 from gpuwaste.services.interactions import HttpReply, InteractionService, refused
+from gpuwaste.services.notify import NotifyService
 from gpuwaste.services.reclaim import ReclaimService
 from gpuwaste.services.tickets import TicketService
 from gpuwaste.sinks.slack_blocks import details_text
@@ -117,9 +118,11 @@ def interaction_service() -> InteractionService:
     config = pipeline.config()
     reclaim = ReclaimService(store=store, actuator=None, notifier=notifier, settings=config.reclaim,
                              now=now) if config.reclaim.enabled else None
+    # a ticket a click opens is shown in the finding's message, as one the pipeline opens (edited in place)
+    edits = NotifyService(notifier=notifier, store=store, settings=settings, now=now) if tickets is not None else None
     return InteractionService(verifier=verifier, reader=read_request, store=store, now=now,
                               notifier=notifier, tickets=tickets, details_text=details_text, ask_reason=ask_reason,
-                              source="slack", reclaim=reclaim)
+                              source="slack", reclaim=reclaim, ticket_edits=edits)
 
 
 def handle(headers: Mapping[str, str], body: bytes) -> HttpReply:

@@ -51,6 +51,8 @@ class NoticeItem(Frozen):
     Attributes:
         cumulative_usd: USD wasted since first seen. saved_usd_per_day: USD/day no longer wasted (resolved).
         links: (label, URL) pairs from the configured templates.
+        ticket_key / ticket_url: the finding's ticket and where people open it (Jira's `/browse/KEY`; None when
+            the tracker has no web address, e.g. the local ticket file).
     """
 
     fingerprint: str
@@ -62,6 +64,7 @@ class NoticeItem(Frozen):
     resolved_at: datetime | None = None
     saved_usd_per_day: Decimal | None = None
     ticket_key: str | None = None
+    ticket_url: str | None = None
 
 
 class Notice(Frozen):

@@ -23,7 +23,7 @@ from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.notices import ChatAction, ChatRequest
 from gpuwaste.ports import FindingStore, Notifier, RequestVerifier
 from gpuwaste.services.justifications import DEFAULT_EXPECTED_FOR, NO_REASON, justify
-from gpuwaste.services.notify import finding_from_record
+from gpuwaste.services.notify import NotifyService, finding_from_record
 from gpuwaste.services.reclaim import APPROVE as RECLAIM_APPROVE
 from gpuwaste.services.reclaim import KEEP as RECLAIM_KEEP
 from gpuwaste.services.reclaim import ReclaimService
@@ -71,6 +71,9 @@ class InteractionService:
         source: the `Justification.source` written (the chat's name).
         reclaim: the reclaim service for the "Keep" (a justification; the pending action kept) and "Approve"
             (an approver performs it) buttons of reclaim notices; None: those buttons say reclaim is not configured.
+        ticket_edits: edits the chat message of a finding whose ticket a click opened so it shows the ticket (its key
+            linked to the ticket, no "Create ticket" left), as a ticket the pipeline opens does
+            (`NotifyService.show_tickets`); None: the message is left as it is.
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class InteractionService:
         ask_reason: Callable[[ChatAction], bool] | None = None,
         source: str = "chat",
         reclaim: ReclaimService | None = None,
+        ticket_edits: NotifyService | None = None,
     ) -> None:
         self.verifier = verifier
         self.reader = reader
@@ -97,6 +101,7 @@ class InteractionService:
         self.ask_reason = ask_reason
         self.source = source
         self.reclaim = reclaim
+        self.ticket_edits = ticket_edits
 
     def handle(self, *, headers: Mapping[str, str], body: bytes) -> HttpReply:
         """Verify and act on one request; never raises for bad input (answers 4xx instead).
@@ -151,6 +156,7 @@ class InteractionService:
                 try:
                     key = self.tickets.open_ticket_for(fingerprint)
                     text = f"{user} asked for a ticket: {key}."
+                    self._show_ticket(fingerprint)
                 except (DeliveryError, PermanentError) as exc:
                     text = f"Could not create the ticket: {exc}"
         elif action == DETAILS:
@@ -162,6 +168,17 @@ class InteractionService:
             return HttpReply(200)
         self._confirm(request, text)
         return HttpReply(200) if request.submitted else HttpReply(200, {"text": text})
+
+    def _show_ticket(self, fingerprint: str) -> None:
+        """Edit the finding's chat message to show its new ticket; a failure is logged, never fails the click (the
+        ticket exists and is named in the thread's confirmation)."""
+        if self.ticket_edits is None:
+            return
+        try:
+            self.ticket_edits.show_tickets([fingerprint])
+        except GpuWasteError as exc:
+            logger.warning("chat message not edited to show its ticket",
+                           extra={"fingerprint": fingerprint[:16], "error": type(exc).__name__})
 
     def _details(self, fingerprint: str) -> str | None:
         """The stored finding's details (`details_text` of the chat adapter), or None when it is not in the store."""

@@ -45,7 +45,7 @@ from gpuwaste.models.notices import (
 )
 from gpuwaste.models.settings import DeliverySettings
 from gpuwaste.ports import FindingStore, Notifier
-from gpuwaste.services.routing import links_for, route_for, snoozed_until
+from gpuwaste.services.routing import links_for, route_for, snoozed_until, ticket_url_for
 
 logger = logging.getLogger(__name__)
 
@@ -341,7 +341,8 @@ class NotifyService:
             resolved=resolved,
             resolved_at=(record.resolved_at if record and record.resolved_at else self.now()) if resolved else None,
             saved_usd_per_day=decimal_or_zero(alert.saved_usd_per_day) if alert.saved_usd_per_day else None,
-            ticket_key=alert.ticket_key or (record.ticket_key if record else None),
+            ticket_key=(key := alert.ticket_key or (record.ticket_key if record else None)),
+            ticket_url=ticket_url_for(key, self.settings),
         )
 
     def deliver_group(self, alerts: Sequence[AlertMessage], report: DeliveryReport, *, redelivered: bool = False) -> None:
@@ -539,6 +540,7 @@ class NotifyService:
             cumulative_usd=record.cumulative_usd, links=links_for(finding, self.settings),
             resolved=record.state is FindingState.RESOLVED, resolved_at=record.resolved_at,
             saved_usd_per_day=record.saved_usd_per_day, ticket_key=record.ticket_key,
+            ticket_url=ticket_url_for(record.ticket_key, self.settings),
         )
 
     def show_tickets(self, fingerprints: Iterable[str]) -> list[PostedMessage]:

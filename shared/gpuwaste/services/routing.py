@@ -128,6 +128,14 @@ def links_for(finding: Finding, settings: DeliverySettings) -> tuple[tuple[str, 
     return tuple(out)
 
 
+def ticket_url_for(key: str | None, settings: DeliverySettings) -> str | None:
+    """Where people open ticket `key`: the Jira site's `/browse/KEY` page (None without a key or a Jira site)."""
+    base = settings.jira.base_url
+    if not key or not base:
+        return None
+    return f"{base.rstrip('/')}/browse/{quote(key, safe='')}"
+
+
 def parse_snooze_until(value: str | None, *, now: datetime) -> datetime | None:
     """Parse a `gpuwaste.io/snooze-until` value into a UTC time; None when absent or unreadable.
 

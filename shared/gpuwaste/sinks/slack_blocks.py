@@ -227,6 +227,14 @@ def _context(*texts: str) -> dict[str, Any]:
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": truncate(t, MAX_CONTEXT_TEXT)} for t in texts]}
 
 
+def ticket_text(item: NoticeItem) -> str:
+    """The item's ticket key (mrkdwn, escaped), a link to the ticket's page when it has one ("" without a ticket)."""
+    if not item.ticket_key:
+        return ""
+    key = escape(item.ticket_key)
+    return f"<{escape(item.ticket_url)}|{key}>" if item.ticket_url else key
+
+
 def _links(item: NoticeItem) -> str:
     return " · ".join(f"<{escape(url)}|{escape(label)}>" for label, url in item.links)
 
@@ -251,8 +259,10 @@ def _button(action: str, label: str, fingerprint: str) -> dict[str, Any]:
     return button  # "Expected" and "Snooze" open the justification form (sinks/slack_forms.py): no confirm dialog
 
 
-def _buttons(fingerprint: str) -> dict[str, Any]:
-    elements = [_button(action, label, fingerprint) for action, label in _ACTIONS]
+def _buttons(fingerprint: str, *, ticketed: bool = False) -> dict[str, Any]:
+    """The alert's buttons (no "Create ticket" once the finding has a ticket: its key links it instead)."""
+    elements = [_button(action, label, fingerprint) for action, label in _ACTIONS
+                if not (ticketed and action == ACTION_TICKET)]
     return {"type": "actions", "block_id": f"gpuwaste_actions_{fingerprint[:16]}", "elements": elements}
 
 
@@ -314,7 +324,7 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
                 ("Cumulative so far", usd(item.cumulative_usd)),
                 ("GPUs wasted", escape(gpu_text)),
                 # no "Ticket: none": a ticket this run requests exists only after the message was posted
-                *((("Ticket", escape(item.ticket_key)),) if item.ticket_key else ()),
+                *((("Ticket", ticket_text(item)),) if item.ticket_key else ()),
             ]
         )
     )
@@ -332,7 +342,7 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
         context.insert(0, _links(item))
     blocks.append(_context(*context))
     if notice.interactive and not item.resolved:
-        blocks.append(_buttons(item.fingerprint))
+        blocks.append(_buttons(item.fingerprint, ticketed=bool(item.ticket_key)))
     return blocks
 
 
@@ -413,7 +423,7 @@ def _line(item: NoticeItem, *, clusters: int, kind: bool, short_id: bool) -> str
     if clusters > 1:
         parts.append(escape(f.subject.cluster))
     if item.ticket_key:
-        parts.append(escape(item.ticket_key))
+        parts.append(ticket_text(item))
     if item.resolved:
         parts.append(":white_check_mark: resolved" + (f", saves {per_day(item.saved_usd_per_day)}"
                                                        if item.saved_usd_per_day is not None else ""))

@@ -111,10 +111,13 @@ def _facts(pairs: list[tuple[str, str]]) -> dict[str, Any]:
 
 
 def _links(item: NoticeItem) -> dict[str, Any] | None:
-    if not item.links:
+    """The configured links and the ticket's page (when it has one) as buttons that open them."""
+    links = [*item.links, *(((f"Ticket {item.ticket_key}", item.ticket_url),) if item.ticket_key and item.ticket_url
+                            else ())]
+    if not links:
         return None
     return {"type": "ActionSet", "actions": [{"type": "Action.OpenUrl", "title": label, "url": url}
-                                             for label, url in item.links]}
+                                             for label, url in links]}
 
 
 def _resolved_facts(item: NoticeItem) -> list[tuple[str, str]]:
