@@ -454,6 +454,16 @@ def evidence_text(e: Evidence, *, coverage: bool = True) -> str:
     return text
 
 
+def evidence_headline(finding: Finding) -> str:
+    """A finding's evidence in one line (a digest line's "Why"): the first signal whose rule it broke, the reading
+    against the rule (`rule_text`, as the alert's Evidence states it: "SM activity: p95 0.8 %, flagged below 5 %");
+    without a rule, its first two readings ("GPUs on the node: 8; GPUs requested by pods: 7"); "" without evidence."""
+    for e in finding.evidence:
+        if rule := rule_text(e):
+            return rule
+    return "; ".join(evidence_text(e, coverage=False) for e in finding.evidence[:2])
+
+
 #: Kinds as a heading people read in a chat digest ("Idle GPUs"), one per waste kind; each holds the kind's
 #: label word (`KIND_LABELS`), so the table, the ticket and the digest name a kind alike.
 KIND_HEADINGS: dict[WasteKind, str] = {

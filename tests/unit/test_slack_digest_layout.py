@@ -1,5 +1,5 @@
-"""The Slack digest an owner reads: one line per finding, the recommendation once per kind, visible buttons, about
-2,000 characters for 15 findings, every Block Kit limit, ages from the scan time, the platform owner for node-level
+"""The Slack digest an owner reads: per finding its line, its evidence and its exact fix, its actions folded into an
+overflow menu, at most ~350 characters per finding, every Block Kit limit (at its boundary), ages from the scan time, the platform owner for node-level
 capacity, and no internal codes or repository paths in any chat text. Findings are the demo fleet's (real-shaped)."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from gpuwaste.bootstrap import local
 from gpuwaste.config import GpuWasteConfig
 from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
-from gpuwaste.people import kind_heading
+from gpuwaste.advice import advise
+from gpuwaste.people import evidence_headline, kind_heading
 from gpuwaste.services.routing import route_for
 from gpuwaste.sinks.slack_blocks import (
     MESSAGE_TEXT_BUDGET,
@@ -37,7 +38,7 @@ CODE = re.compile(r"\bB\d\d\b")
 #: Slack's Block Kit limits (docs.slack.dev/reference/block-kit): blocks per message, section text, fields, header,
 #: actions elements, button label / value, action_id and block_id.
 LIMITS = {"blocks": 50, "section": 3000, "fields": 10, "field": 2000, "header": 150, "actions": 25, "label": 75,
-          "value": 2000, "id": 255, "context": 10}
+          "value": 2000, "id": 255, "context": 10, "overflow": 5, "option_value": 150}
 
 
 @cache
@@ -90,6 +91,14 @@ def violations(blocks: list[dict[str, Any]]) -> list[str]:
                     out.append(f"{n}: label {e['text']['text']!r}")
                 if len(e.get("value", "")) > LIMITS["value"] or len(e["action_id"]) > LIMITS["id"]:
                     out.append(f"{n}: value or action_id")
+        accessory = b.get("accessory") or {}
+        if accessory.get("type") == "overflow":
+            options = accessory["options"]
+            if not 2 <= len(options) <= LIMITS["overflow"]:
+                out.append(f"{n}: {len(options)} overflow options")
+            for o in options:
+                if len(o["text"]["text"]) > LIMITS["label"] or len(o["value"]) > LIMITS["option_value"]:
+                    out.append(f"{n}: overflow option {o['text']['text']!r}")
         Block.parse(b).validate_json()  # slack_sdk's own model checks (raises SlackObjectFormationError)
     return out
 
@@ -109,7 +118,7 @@ def _fifteen() -> list[Finding]:
     return picked[:15]
 
 
-def test_slack_digest_of_15_findings_fits_2000_characters_with_folded_menus() -> None:
+def test_slack_digest_of_15_findings_gives_each_its_evidence_and_fix_with_folded_menus() -> None:
     # GIVEN 15 real-shaped findings of five kinds (node capacity among them), several namespaces
     findings = _fifteen()
     items = tuple(_item(f, hours=2 + k) for k, f in enumerate(findings))
@@ -117,30 +126,64 @@ def test_slack_digest_of_15_findings_fits_2000_characters_with_folded_menus() ->
     # WHEN rendered
     (payload,) = render_notice(notice)
     blocks = payload.blocks
-    # THEN a reader sees at most ~2,000 characters, within every Block Kit limit
-    assert visible_chars(blocks) <= 2000, visible_chars(blocks)
+    # THEN a reader sees about 350 characters per finding at most, within every Block Kit limit
+    assert visible_chars(blocks) <= 350 * len(findings), visible_chars(blocks)
     assert violations(blocks) == []
-    # AND one line per finding (its money and name), the kind's recommendation once per kind
+    # AND each kind is headed once, and each finding has its line, its evidence (the reading against the rule, as the
+    # alert states it) and its exact fix (the advice table's action for its situation) in its own section
     sections = [b["text"]["text"] for b in blocks if b["type"] == "section"]
-    kinds = {f.kind for f in findings}
-    for kind in kinds:
+    for kind in {f.kind for f in findings}:
         assert sum(f"*{kind_heading(kind)}*" in t for t in sections) == 1, kind
     for f in findings:
-        assert sum(f"/{f.subject.workload_name}" in t or f"node {f.subject.node}" in t for t in sections) >= 1
-    recommendations = [line for t in sections for line in t.splitlines() if "_" in line[:60] and line.endswith("_")]
-    assert len(recommendations) == len(kinds)
-    # AND the evidence, formula and price source are not inline (they are behind Details)
+        name = f"node {f.subject.node} ·" if f.subject.namespace is None else f"/{f.subject.workload_name} ·"
+        (own,) = [t for t in sections if name in t]
+        why = evidence_headline(f)
+        assert why and f"*Why:* {why}" in own.replace("&gt;", ">"), (why, own)
+        assert f"*Fix:* {advise(f).action}"[:200] in own.replace("&gt;", ">"), own
+    # AND the formula, price source and commands are not inline (they are behind Details)
     text = _texts(blocks)
-    assert "GPU-h" not in text and "karpenter" not in text.lower() and "DCGM" not in text
-    # AND every finding's actions are folded into one overflow menu beside its line (snooze, expected, ticket,
-    # details): one block per finding, so the text outweighs the controls
+    assert "GPU-h" not in text and "price table" not in text and "DCGM" not in text and "kubectl" not in text
+    # AND every finding's actions are folded into one overflow menu beside its section (snooze, expected, ticket,
+    # details): no row of buttons, so the text outweighs the controls
     assert not any(b["type"] == "actions" for b in blocks)
     menus = [b["accessory"] for b in blocks if b.get("accessory", {}).get("type") == "overflow"]
     assert len(menus) == 15
     for menu in menus:
         assert [o["text"]["text"] for o in menu["options"]] == ["Snooze 7 days", "Expected", "Create ticket", "Details"]
     assert {o["value"].split("|")[1] for m in menus for o in m["options"]} == {i.fingerprint for i in items}
-    assert sum(len(b["text"]["text"]) for b in blocks if b["type"] == "section") > 10 * len(menus)
+    labels = sum(len(o["text"]["text"]) for m in menus for o in m["options"])
+    assert sum(len(b["text"]["text"]) for b in blocks if b["type"] == "section") > 3 * labels
+
+
+def test_slack_digest_respects_block_kit_limits_at_their_boundaries() -> None:
+    # GIVEN digests of 1 to 60 findings (the 50-block limit is crossed on the way: 13 kinds, a heading each), and one
+    # finding whose names are as long as Kubernetes allows (253 characters), so its section would pass 3,000
+    base = _fifteen()
+    for n in (1, 2, 24, 25, 26, 40, 47, 48, 49, 50, 51, 60):
+        findings = [*base, *(_renamed(base[k % 15], 100 + k) for k in range(max(0, n - 15)))][:n]
+        items = tuple(_item(f) for f in findings)
+        # WHEN rendered
+        payloads = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=items, scan_id="s"))
+        # THEN every message is within every limit (50 blocks, 3,000 characters a section, 2-5 overflow options of
+        # at most 75 / 150 characters), and every finding is carried once
+        for p in payloads:
+            assert violations(p.blocks) == [], (n, violations(p.blocks))
+            assert len(p.blocks) <= 50
+        carried = [fp for p in payloads for fp in p.fingerprints]
+        assert sorted(carried) == sorted(i.fingerprint for i in items), n
+    long_name = "w" * 253
+    f = base[0]
+    huge = f.model_copy(update={"subject": f.subject.model_copy(update={"workload_name": long_name,
+                                                                        "pod": long_name, "namespace": "n" * 63})})
+    (alone,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=(_item(huge), _item(base[1])), scan_id="s"))
+    assert violations(alone.blocks) == []
+    assert max(len(b["text"]["text"]) for b in alone.blocks if b["type"] == "section") <= 3000
+    # AND a finding with a ticket has no "Create ticket" left in its menu, but still two options or more
+    ticketed = _item(base[0]).model_copy(update={"ticket_key": "OPS-1", "ticket_url": "https://jira.example/browse/OPS-1"})
+    (one,) = render_notice(Notice(kind=NoticeKind.DIGEST, route=ROUTE, items=(ticketed, _item(base[1])), scan_id="s"))
+    menus = [b["accessory"] for b in one.blocks if b.get("accessory", {}).get("type") == "overflow"]
+    assert [len(m["options"]) for m in menus] == [3, 4] or sorted(len(m["options"]) for m in menus) == [3, 4]
+    assert "<https://jira.example/browse/OPS-1|OPS-1>" in _texts(one.blocks)
 
 
 def test_slack_digest_menus_are_read_back_by_the_interactions_endpoint() -> None:
@@ -322,7 +365,8 @@ def test_slack_digest_lines_carry_the_configured_grafana_and_prometheus_links_on
     # THEN every finding's line links its own workload in Grafana and Prometheus, as whole mrkdwn links
     lines = [line for b in with_links.blocks if b["type"] == "section" for line in b["text"]["text"].splitlines()]
     for f in findings:
-        (line,) = [ln for ln in lines if f"/{f.subject.workload_name}" in ln or f"node {f.subject.node}" in ln]
+        (line,) = [ln for ln in lines if (f"/{f.subject.workload_name}" in ln or f"node {f.subject.node}" in ln)
+                   and not ln.startswith(("*Why:*", "*Fix:*"))]
         assert "|Grafana>" in line and "|Prometheus>" in line, line
         if f.subject.workload_name:
             assert f"var-workload={f.subject.workload_name}|Grafana>" in line.replace("&amp;", "&")

@@ -28,10 +28,10 @@ from gpuwaste.people import (  # one money/date/age format on every surface
     age,
     details_lines,
     elide,
+    evidence_headline,
     evidence_text,
     gpus,
     idle_mode_label,
-    kind_action,
     kind_heading,
     no_codes,
     offender_name,
@@ -90,8 +90,8 @@ _DIGEST_MENU = (
 MAX_OVERFLOW_OPTIONS = 5
 #: Characters of a workload or node name in a digest line (elided in the middle beyond).
 MAX_NAME = 40
-#: Characters of a kind's recommendation in a digest (the rest is behind Details).
-MAX_RECOMMENDATION = 72
+#: Characters of a digest finding's Why and Fix lines each (the whole advice, with its commands, is behind Details).
+MAX_FIX = 320
 CENT = Decimal("0.01")
 
 
@@ -442,26 +442,15 @@ def kind_label_short(finding: Finding) -> str:
 
 
 def _kind_heading(kind_items: list[NoticeItem], *, count: bool = True) -> str:
-    """A kind's heading: its name (with the count and USD/day of several findings) and what to do about the kind,
-    once (`people.KIND_ACTIONS`; each finding's own recommendation is behind Details)."""
+    """A kind's heading: its name, with the count and USD/day of several findings (each finding says its own
+    evidence and fix below it, so the kind's generic advice is not repeated)."""
     f = kind_items[0].finding
-    rec = kind_action(f.kind) or _short_recommendation(no_codes(f.recommendation))
     if not count:
-        return f"*{escape(kind_heading(f.kind))}* · _{escape(rec)}_"
+        return f"*{escape(kind_heading(f.kind))}*"
     total = sum((i.finding.usd_per_day or Decimal(0) for i in kind_items if not i.resolved), Decimal(0))
     sizing = all(finding_per_day(i.finding) == SIZING_NOTE for i in kind_items)
     money = "no GPU cost" if sizing and not total else f"{usd(total)}/day"
-    return f"*{escape(kind_heading(f.kind))}* · {len(kind_items)} findings · {money}\n_{escape(rec)}_"
-
-
-def _short_recommendation(text: str, limit: int = MAX_RECOMMENDATION) -> str:
-    """The recommendation's action (after "…: ") cut at a clause within `limit` characters."""
-    head, sep, action = text.partition(": ")
-    text = action[:1].upper() + action[1:] if sep and len(action) >= 8 else text
-    if len(text) <= limit:
-        return text
-    cut = max(text.rfind(", ", 0, limit), text.rfind("; ", 0, limit), text.rfind(". ", 0, limit))
-    return text[:cut] + "…" if cut > limit // 2 else truncate(text, limit)
+    return f"*{escape(kind_heading(f.kind))}* · {len(kind_items)} findings · {money}"
 
 
 def _by_kind(items: list[NoticeItem]) -> list[list[NoticeItem]]:
@@ -477,19 +466,40 @@ def _cost_order(item: NoticeItem) -> tuple[Decimal, str]:
     return (-(item.finding.usd_per_day or Decimal(-1)), item.fingerprint)
 
 
+def _why_and_fix(item: NoticeItem) -> str:
+    """A digest finding's evidence in one line (`people.evidence_headline`: the reading against the rule, as the
+    alert's Evidence says it) and its exact fix (`advice.advise`'s action, the alert's How to fix: a low-confidence
+    finding's says "Check first", a busy node's "Do not drain"; its commands and caution are behind Details); no fix
+    for a resolved finding. mrkdwn, escaped, each line within `MAX_FIX` characters."""
+    f = item.finding
+    lines = []
+    if why := evidence_headline(f):
+        lines.append(f"*Why:* {escape(truncate(why, MAX_FIX))}")
+    if not item.resolved:
+        lines.append(f"*Fix:* {escape(truncate(advise(f).action, MAX_FIX))}")
+    return "\n".join(lines)
+
+
+def _finding_text(item: NoticeItem, *, clusters: int) -> str:
+    """A digest finding with its buttons: its line, then its Why and Fix lines."""
+    line = _line(item, clusters=clusters, kind=False, short_id=False)
+    extra = _why_and_fix(item)
+    return f"{line}\n{extra}" if extra else line
+
+
 def _full_blocks(full: list[NoticeItem], *, interactive: bool, clusters: int) -> list[dict[str, Any]]:
-    """The findings shown with buttons: per kind a heading (with the recommendation once), then per finding its
-    line and its buttons; a kind with one finding has its heading and line in one section."""
+    """The findings shown with their menus: per kind a heading, then per finding its line, its evidence and its fix
+    (`_finding_text`) with its overflow menu; a kind with one finding has its heading and finding in one section."""
     blocks: list[dict[str, Any]] = []
     for group in _by_kind(full):
-        first = _line(group[0], clusters=clusters, kind=False, short_id=False)
+        first = _finding_text(group[0], clusters=clusters)
         if len(group) == 1:
             blocks.append(_with_menu(_section(f"{_kind_heading(group, count=False)}\n{first}"), group[0], interactive))
         else:
             blocks.append(_section(_kind_heading(group)))
             blocks.append(_with_menu(_section(first), group[0], interactive))
         for item in group[1:]:
-            blocks.append(_with_menu(_section(_line(item, clusters=clusters, kind=False, short_id=False)), item, interactive))
+            blocks.append(_with_menu(_section(_finding_text(item, clusters=clusters)), item, interactive))
     return blocks
 
 
