@@ -19,6 +19,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.ledger import LedgerSpan
+from gpuwaste.models.signals import Signal
 from gpuwaste.models.text import strip_controls
 
 #: Cloud DNS suffixes left out of node names in tables (the caption says which).
@@ -292,9 +293,15 @@ def counted_usd_per_day(finding: Finding) -> Decimal | None:
 _CODE = re.compile(r"\s*\((?:field guide )?B\d{2}\)|,?\s*\bB\d{2}\b(?=[;,)])|\s*\(see \.\./shared/[^)]*\)")
 
 
+#: A percent sign glued to its number ("10%"; not a URL's "%7B"): people's text writes "10 %" (style.md's examples,
+#: `percent`), one style on every surface.
+_GLUED_PERCENT = re.compile(r"(?<=\d)%(?![\w%])")
+
+
 def no_codes(text: str) -> str:
-    """`text` without the field guide's internal codes ("(B16)", ", B15") that users do not have."""
-    return _CODE.sub("", text)
+    """`text` for people: without the field guide's internal codes ("(B16)", ", B15") that users do not have, and
+    with percentages in the one style ("10 %", as `percent` writes them)."""
+    return _GLUED_PERCENT.sub(" %", _CODE.sub("", text))
 
 
 def setting_text(name: str, value: object) -> str:
@@ -325,10 +332,8 @@ def duration(seconds: int) -> str:
 
 #: Signals as people say them (others: `signal_name` derives a name; never PromQL).
 SIGNAL_NAMES: dict[str, str] = {
-    "DCGM_FI_PROF_SM_ACTIVE": "SM activity", "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "graphics engine activity",
-    "DCGM_FI_DEV_GPU_UTIL": "GPU utilisation", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor core activity",
-    "DCGM_FI_PROF_DRAM_ACTIVE": "memory bandwidth use", "DCGM_FI_DEV_FB_USED": "GPU memory used",
-    "DCGM_FI_DEV_POWER_USAGE": "power draw", "physical_gpus": "GPUs on the node", "requested_gpus": "GPUs requested by pods",
+    **{signal.value: signal.words for signal in Signal},  # the DCGM fields: one name, as the detectors' titles say
+    "physical_gpus": "GPUs on the node", "requested_gpus": "GPUs requested by pods",
     "busy_unrequested_gpus": "busy GPUs no pod requested", "ownerReferences": "owner objects found",
     "memory_demand": "GPU memory needed", "pod_age_s": "pod age", "pod_pending_s": "time Pending",
     "container_finished_s": "time since a container finished", "notebook_last_activity_s": "time since the notebook's last activity",
@@ -355,6 +360,13 @@ def signal_name(signal: str) -> str:
     return name.replace("_", " ").lower()
 
 
+def gib(mib: float) -> str:
+    """MiB as GiB for people: "8 GiB", "9.6 GiB", "65.3 GiB", "0.05 GiB" (one memory unit on every surface)."""
+    g = mib / 1024
+    text = f"{g:,.2f}" if 0 < abs(g) < 1 else f"{g:,.1f}"
+    return f"{text.rstrip('0').rstrip('.') if '.' in text else text} GiB"
+
+
 def _seconds_text(v: float) -> str:
     if v >= 86400:
         return f"{v / 86400:.1f} d"
@@ -367,7 +379,7 @@ def _seconds_text(v: float) -> str:
 
 def value_text(v: float | None, unit: str) -> str:
     """A reading in its unit for people: ratios as percent ("0.2 %"), seconds as a duration ("3.5 d"), "/s" rates,
-    MiB and W with thousands separators; "-" for None."""
+    GPU memory (MiB) in GiB ("65.3 GiB"), W with thousands separators; "-" for None."""
     if v is None:
         return "-"
     if unit == "ratio":
@@ -380,7 +392,9 @@ def value_text(v: float | None, unit: str) -> str:
         return f"{v:g}/s"
     if unit == "requests":
         return f"{v:g} request{'' if v == 1 else 's'}"
-    if unit in ("MiB", "W"):
+    if unit == "MiB":  # GPU memory in GiB for people, as the titles and the GPU models' sizes say it
+        return gib(v)
+    if unit == "W":
         return f"{v:,.0f} {unit}"
     if unit in ("count", "", "owners"):
         return gpus(Decimal(str(v)))
@@ -452,6 +466,29 @@ def evidence_text(e: Evidence, *, coverage: bool = True) -> str:
     if coverage and e.samples and e.unit in ("ratio", "percent", "MiB", "W") and shown != "coverage":
         text += f"; telemetry covers {percent(e.coverage)} of the window"
     return text
+
+
+#: Characters of a finding's people title (`title_line`): a chat header (Slack allows 150) or a card's heading.
+TITLE_WIDTH = 80
+
+
+def subject_words(finding: Finding) -> str:
+    """What a finding is about, as its titles name it: "namespace/workload" (the pod without a workload), or "node
+    NAME" for a node-level finding (no namespace)."""
+    s = finding.subject
+    if s.namespace and (s.workload_name or s.pod):
+        return f"{s.namespace}/{s.workload_name or s.pod}"
+    return f"node {s.node or s.workload_name or '-'}"
+
+
+def title_line(finding: Finding, width: int = TITLE_WIDTH) -> str:
+    """A finding's short title for people, every kind alike and within `width` characters: "GPU waste: idle,
+    inference/llama-70b-vllm"; a $0 finding is a sizing note ("GPU sizing note: KV cache, inference/chat-api-0").
+    The detector's whole sentence (`Finding.title`) stays in the body; only a name too long for `width` is
+    shortened, in its middle (`elide`), never the sentence cut."""
+    head = "GPU sizing note" if finding.usd_per_day == 0 else "GPU waste"
+    kind = f"{head}: {kind_label(finding.kind)}, "
+    return kind + elide(subject_words(finding), max(width - len(kind), 12))
 
 
 def evidence_headline(finding: Finding) -> str:

@@ -14,6 +14,7 @@ from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import AlertAction
 from gpuwaste.models.notices import message_for
 from gpuwaste.models.settings import DeliverySettings, RouteTarget, SlackSettings, TeamsSettings
+from gpuwaste.people import title_line
 from gpuwaste.services.notify import NotifyService
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.sinks.teams import TeamsNotifier
@@ -141,9 +142,10 @@ def test_teams_digest_splits_under_the_28_kb_limit_and_every_finding_arrives_onc
     assert all(p.size <= LIMIT_BYTES for p in teams.posts)
     assert teams.posts[0].texts()[0] == f"GPU waste: 120 findings for team ml — $7,260.00/day (part 1 of {len(teams.posts)})"
     assert sorted(shown_ids(teams)) == sorted(f.fingerprint[:6] for f in fs)
-    # AND the costliest are in full (title, facts) at the top of the first card, the rest one line each
+    # AND the costliest are in full (short title, the detector's sentence, facts) at the top of the first card, the
+    # rest one line each
     first = teams.posts[0].texts()
-    assert first[2] == fs[-1].title and "$120.00/day" in first
+    assert first[2] == title_line(fs[-1]) and fs[-1].title in first and "$120.00/day" in first
     # AND every finding is recorded as delivered to Teams exactly once
     keys = [k for f in fs for k in store.get(f.fingerprint).delivery_keys]  # type: ignore[union-attr]
     assert sorted(keys) == sorted(f"{f.fingerprint}:new:scan-1:teams" for f in fs)

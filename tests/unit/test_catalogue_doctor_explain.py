@@ -150,7 +150,7 @@ def test_doctor_kube_state_metrics_allowlist_names_every_annotation_a_detector_r
 
 
 def test_explain_rounds_readings_as_the_other_surfaces_do():
-    # GIVEN a power finding whose evidence holds exact readings (W, MiB, ratio)
+    # GIVEN a power finding whose evidence holds exact readings (W, MiB — shown in GiB —, ratio)
     from datetime import UTC, datetime
 
     from gpuwaste.models.findings import Evidence, Finding, Subject, WasteKind
@@ -166,5 +166,5 @@ def test_explain_rounds_readings_as_the_other_surfaces_do():
     text = explain_text(f)
     # THEN each reading is rounded in its unit, as the evidence line of the scan/Slack/Jira surfaces shows it
     assert "DCGM_FI_DEV_POWER_USAGE · avg 64 W · p95 71 W · max 71 W · highest 10-min avg 67 W" in text, text
-    assert "avg 12,595 MiB" in text and "64.2478" not in text and "12595.4" not in text
+    assert "avg 12.3 GiB" in text and "64.2478" not in text and "12595.4" not in text  # GPU memory in GiB, as everywhere
     assert "64 W" in evidence_text(power)

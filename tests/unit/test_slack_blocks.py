@@ -154,14 +154,23 @@ def test_render_notice_resolved_says_so_and_what_it_saved() -> None:
     assert all(b["type"] != "actions" for b in payload.blocks)
 
 
-def test_render_notice_header_is_cut_to_150() -> None:
-    # GIVEN a very long title
+def test_render_notice_header_is_a_short_title_and_the_long_sentence_stays_whole_in_the_body() -> None:
+    # GIVEN a very long detector sentence, and a workload name as long as Kubernetes allows
     f = finding(title="T" * 400)
-    notice = Notice(kind=NoticeKind.ALERT, route=ROUTE, items=(NoticeItem(fingerprint=f.fingerprint, finding=f, first_seen=NOW),))
-    # WHEN rendered
-    header = render_notice(notice, now=NOW)[0].blocks[0]["text"]["text"]
-    # THEN it fits and ends with an ellipsis
-    assert len(header) == MAX_HEADER_TEXT and header.endswith("…")
+    long = finding("w" * 253, title="T" * 400)
+    headers, bodies = [], []
+    for x in (f, long):
+        notice = Notice(kind=NoticeKind.ALERT, route=ROUTE, items=(NoticeItem(fingerprint=x.fingerprint, finding=x,
+                                                                              first_seen=NOW),))
+        # WHEN rendered
+        blocks = render_notice(notice, now=NOW)[0].blocks
+        headers.append(blocks[0]["text"]["text"])
+        bodies.append(blocks[1]["text"]["text"])
+    # THEN the header is the kind and the workload within 80 characters, never the sentence cut with an ellipsis
+    assert headers[0] == "GPU waste: idle, ml/trainer"
+    assert len(headers[1]) <= 80 and headers[1].startswith("GPU waste: idle, ml/www") and headers[1].endswith("www")
+    # AND the sentence is whole in the What line
+    assert all("*What:* " + "T" * 400 in b for b in bodies)
 
 
 def test_render_summary_within_limits_with_trend() -> None:

@@ -298,7 +298,8 @@ def test_slack_node_capacity_without_a_platform_owner_says_what_to_configure() -
     text = _texts(payload.blocks)
     # THEN it is addressed to no owner (not to a channel as if it were one) and names the setting to add
     assert ", no owner" in payload.blocks[0]["text"]["text"] and "for #gpu-waste" not in text
-    assert "set `platform_owner` (team and channel) on cluster demo" in text
+    assert "no team is named for the nodes of cluster demo" in text and "platform team and its channel" in text
+    assert "platform_owner" not in text and "docs/delivery.md" in text  # in words, with where to read how
 
 
 def _coded(f: Finding) -> Finding:

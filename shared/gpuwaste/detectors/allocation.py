@@ -226,7 +226,7 @@ def detect_underused_allocation(ctx: ScanContext, settings: UnderusedSettings) -
             kind=WasteKind.UNDERUSED,
             detector="underused_allocation",
             subject=ctx.subject_for(alloc),
-            title=f"{len(alloc.devices)} GPU(s) of {alloc.pod.namespace}/{alloc.pod.name} at {avg:.0%} activity"
+            title=f"{len(alloc.devices)} GPU(s) of {alloc.pod.namespace}/{alloc.pod.name} at {avg:.0%} {act.signal.words}"
                   + ("" if whole else f" for {minutes_text(episodes)}"),
             recommendation="Pack more work onto fewer GPUs, batch requests, or move to a smaller GPU or MIG slice.",
             evidence=(act.evidence(ctx.window_s, threshold=settings.max_avg_10m_ratio, comparison=comparison), *_supporting(ctx, alloc)),

@@ -132,7 +132,7 @@ def detect_power_anomaly(ctx: ScanContext, settings: PowerAnomalySettings) -> De
             detector="power_anomaly",
             subject=ctx.subject_for(alloc),
             title=(f"{len(alloc.devices)} GPU(s) of {subject} draw {power.avg_ratio:.0%} of their power limit "
-                   f"at {act.avg:.0%} SM activity ({cause})" + ("" if whole else f" in stretches totalling {minutes_text(episodes)}")),
+                   f"at {act.avg:.0%} {act.signal.words} ({cause})" + ("" if whole else f" in stretches totalling {minutes_text(episodes)}")),
             recommendation=("The GPU burns power without computing: profile the job (Nsight Systems) for busy-wait loops, "
                             "host↔device copies or memory-bound kernels; fix the code or batch more work per kernel."),
             evidence=(act.evidence(ctx.window_s, threshold=settings.max_activity_ratio,
@@ -219,7 +219,7 @@ def detect_low_memory_bandwidth(ctx: ScanContext, settings: LowBandwidthSettings
             kind=WasteKind.LOW_MEMORY_BANDWIDTH,
             detector="low_memory_bandwidth",
             subject=ctx.subject_for(alloc),
-            title=f"{len(alloc.devices)} GPU(s) of {subject}: memory bandwidth {dram.avg or 0:.0%}, SM {act.avg:.0%}",
+            title=f"{len(alloc.devices)} GPU(s) of {subject}: memory bandwidth {dram.avg or 0:.0%}, {act.signal.words} {act.avg:.0%}",
             recommendation=("Neither the GPU's compute nor its memory bandwidth is used much: a GPU with less HBM bandwidth "
                             "(e.g. L40S/L4 instead of H100/A100) or a MIG slice would do the same work for less."),
             evidence=(dram.model_copy(update={"threshold": settings.max_dram_avg_10m_ratio,

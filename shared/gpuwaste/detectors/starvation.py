@@ -85,7 +85,7 @@ def detect_cpu_bound(ctx: ScanContext, settings: CpuBoundSettings) -> DetectorOu
             kind=WasteKind.CPU_BOUND,
             detector="cpu_bound",
             subject=ctx.subject_for(alloc),
-            title=(f"{len(alloc.devices)} GPU(s) of {ns}/{name} starve at {act.avg:.0%} activity: "
+            title=(f"{len(alloc.devices)} GPU(s) of {ns}/{name} starve at {act.avg:.0%} {act.signal.words}: "
                    + (f"CPU throttled {ratio:.0%} of the time" if throttled_hard and ratio is not None
                       else f"CPU at {limit_use:.0%} of its {limit:g}-core limit")),
             recommendation=("The GPU waits for its CPU: raise the pod's CPU limit (or remove it), add data-loader workers, "

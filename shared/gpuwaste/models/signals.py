@@ -26,6 +26,14 @@ class Signal(StrEnum):
     TOTAL_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 
     @property
+    def words(self) -> str:
+        """The field as people say it ("SM activity", "graphics engine activity", "GPU utilisation").
+
+        What was measured, named the same in a finding's title and in its evidence (`people.signal_name`).
+        """
+        return _WORDS[self]
+
+    @property
     def unit(self) -> str:
         """Unit of the exported value: "ratio", "percent", "MiB", "W" or "mJ"."""
         return _UNITS[self]
@@ -53,6 +61,21 @@ _UNITS: dict[Signal, str] = {
     Signal.POWER_LIMIT: "W",
     Signal.POWER_MGMT_LIMIT: "W",
     Signal.TOTAL_ENERGY: "mJ",
+}
+
+_WORDS: dict[Signal, str] = {
+    Signal.SM_ACTIVE: "SM activity",
+    Signal.GR_ENGINE_ACTIVE: "graphics engine activity",
+    Signal.GPU_UTIL: "GPU utilisation",
+    Signal.TENSOR_ACTIVE: "tensor core activity",
+    Signal.DRAM_ACTIVE: "memory bandwidth use",
+    Signal.MEM_COPY_UTIL: "memory copy utilisation",
+    Signal.FB_USED: "GPU memory used",
+    Signal.FB_FREE: "GPU memory free",
+    Signal.POWER_USAGE: "power draw",
+    Signal.POWER_LIMIT: "power limit",
+    Signal.POWER_MGMT_LIMIT: "power management limit",
+    Signal.TOTAL_ENERGY: "energy used",
 }
 
 _PER_INSTANCE = frozenset({Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.TENSOR_ACTIVE, Signal.DRAM_ACTIVE,

@@ -170,8 +170,10 @@ class InteractionService:
         return HttpReply(200) if request.submitted else HttpReply(200, {"text": text})
 
     def _show_ticket(self, fingerprint: str) -> None:
-        """Edit the finding's chat message to show its new ticket; a failure is logged, never fails the click (the
-        ticket exists and is named in the thread's confirmation)."""
+        """Edit the finding's chat message to show its new ticket.
+
+        A failure is logged, never fails the click (the ticket exists and is named in the thread's confirmation).
+        """
         if self.ticket_edits is None:
             return
         try:

@@ -16,13 +16,13 @@ from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.notices import TicketSection
 from gpuwaste.people import (
     evidence_text,
-    kind_label,
     no_codes,
     people_formula,
     per_day,
     per_month,
     plain,
     since_words,
+    title_line,
     usd,
     when,
 )
@@ -79,10 +79,11 @@ def workload_fact(finding: Finding) -> str:
 def ticket_summary(finding: Finding) -> str:
     """The summary line: money first ("$660.48/day GPU waste: idle, inference/llama-70b-vllm (demo)"); a $0 finding
     wastes nothing and is a sizing note ("GPU sizing note: KV cache, inference/chat-api-0 (demo)")."""
+    title = f"{title_line(finding, 200)} ({finding.subject.cluster})"  # Jira allows 255
     if finding.usd_per_day == 0:
-        return plain(f"GPU sizing note: {kind_label(finding.kind)}, {where_of(finding)}")
+        return plain(title)
     money = per_day(finding.usd_per_day) if finding.usd_per_day is not None else "unpriced"
-    return plain(f"{money} GPU waste: {kind_label(finding.kind)}, {where_of(finding)}")
+    return plain(f"{money} {title}")
 
 
 def fix_commands(finding: Finding) -> list[str]:
@@ -125,14 +126,16 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
     what = [no_codes(finding.title), MEANING.get(finding.kind, "")]  # the sink drops unsafe control characters
     evidence = [plain(_evidence_line(e)) for e in finding.evidence[:5]] or ["no signal evidence (decided from cluster state)"]
     evidence.append(f"window: {finding.window_s // 60} min ending {when(finding.observed_at)}; confidence {finding.confidence.value}")
-    cost = [
-        f"{per_day(finding.usd_per_day)} ({per_month(finding.usd_per_day)})" if finding.usd_per_day is not None
-        else "unpriced: no price for this instance type (add one under pricing in the config)",
-        people_formula(finding) if finding.usd_per_day != 0 else "no GPU time is wasted: a sizing note",
+    if finding.usd_per_day == 0:  # a sizing note: no money line ("$0.00/day"), no formula
+        cost = ["No GPU cost: a sizing note (no GPU time is wasted)"]
+    elif finding.usd_per_day is None:
+        cost = ["unpriced: no price for this instance type (add one under pricing in the config)", people_formula(finding)]
+    else:
+        cost = [f"{per_day(finding.usd_per_day)} ({per_month(finding.usd_per_day)})", people_formula(finding)]
+    cost.append(
         (f"since {words}" if not (words := since_words(first_seen, finding, finding.observed_at)).startswith("first")
          else words[:1].upper() + words[1:])  # not str.capitalize(): it lowercases the rest ("UTC" → "utc")
-        + (f"; {usd(cumulative_usd)} wasted so far" if cumulative_usd else ""),
-    ]
+        + (f"; {usd(cumulative_usd)} wasted so far" if cumulative_usd else ""))
     advice = advise(finding)
     fix = [plain(advice.action)] + ([plain(advice.caution)] if advice.caution else [])
     res = snooze_target(finding)

@@ -92,14 +92,16 @@ class TicketService:
             )
         s = finding.subject
         jira = self.settings.jira
+        # a node finding names its node and has no namespace line; a workload its workload and namespace
+        where = ([("Workload", workload_fact(finding)), ("Namespace", str(s.namespace))] if s.namespace
+                 else [("Node", s.node or s.workload_name or "-")])
         facts = [
             ("Team", route.team or NO_OWNER),
-            ("Workload", workload_fact(finding)),
-            ("Namespace", s.namespace or "-"),
+            *where,
             ("Cluster", s.cluster),
             ("Finding", f"{fingerprint[:6]} (gpuwaste explain {fingerprint[:6]}{self.explain_args})"),
         ]
-        if cumulative_usd not in (None, ""):
+        if cumulative_usd not in (None, "") and finding.usd_per_day != 0:  # a $0 sizing note has no money line
             facts.append(("Cumulative so far", usd(decimal_or_zero(str(cumulative_usd)))))  # the money ledger's figure
         thread_link = next((link for ref in messages if self.message_link and (link := self.message_link(ref))), None)
         sections = ticket_sections(finding, first_seen=first_seen, cumulative_usd=decimal_or_zero(str(cumulative_usd)),

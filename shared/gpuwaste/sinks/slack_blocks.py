@@ -38,6 +38,7 @@ from gpuwaste.people import (  # one money/date/age format on every surface
     period_date,
     price_source,
     since_words,
+    title_line,
     usd,
     waste_since,
     when,
@@ -93,6 +94,8 @@ MAX_NAME = 40
 #: Characters of a digest finding's Why and Fix lines each (the whole advice, with its commands, is behind Details).
 MAX_FIX = 320
 CENT = Decimal("0.01")
+#: Where people read how owners are configured (said in words by the no-owner hint, never as a config key).
+OWNER_DOCS = "docs/delivery.md, “Who gets told: owner routing”"
 
 
 @dataclass
@@ -176,17 +179,32 @@ def evidence_line(e: Evidence) -> str:
 
 
 def formula_text(finding: Finding, *, with_source: bool = True) -> str:
-    """USD/day with its formula (and the price's source and date), or why it is unpriced (plain text)."""
+    """USD/day with its formula (and the price source's name and date, briefly: its address is behind a link or in
+    Details), or why it is unpriced (plain text)."""
+    return _cost_words(finding, with_source=with_source, link=False)
+
+
+def cost_mrkdwn(finding: Finding) -> str:
+    """The alert's Cost line as mrkdwn, escaped: the formula, then the price source by name linked to its address
+    ("price: <https://github.com/aws/karpenter-provider-aws|Karpenter's AWS on-demand price table>, 2026-07-20"),
+    never a raw URL at the end of the line."""
+    return _cost_words(finding, with_source=True, link=True)
+
+
+def _cost_words(finding: Finding, *, with_source: bool, link: bool) -> str:
     cost = finding.cost
+    out = escape if link else str
     if cost is None:
-        return "unpriced (no price yet)"
+        return out("unpriced (no price yet)")
     if not cost.priced:
         formula = no_codes(cost.formula)
-        return formula if formula.startswith("unpriced") else f"unpriced: {formula}"
-    name, url = price_source(cost.source, cost.effective_date) if cost.source else ("", None)
-    src = f"{name}, {url}" if url else name
+        return out(formula if formula.startswith("unpriced") else f"unpriced: {formula}")
+    name, url = price_source(cost.source) if cost.source else ("", None)
+    dated = ", ".join(x for x in (out(name), out(cost.effective_date)) if x) if name else ""
+    if link and url and name:
+        dated = ", ".join(x for x in (f"<{escape(url)}|{escape(name)}>", escape(cost.effective_date)) if x)
     caveat = f" ⚠ {'; '.join(no_codes(w) for w in cost.warnings)}" if cost.warnings and with_source else ""
-    return f"{no_codes(cost.formula)}" + (f" (price: {src})" if src and with_source else "") + caveat
+    return (out(no_codes(cost.formula)) + (f" (price: {dated})" if dated and with_source else "") + out(caveat))
 
 
 def per_day(value: Decimal | None) -> str:
@@ -297,14 +315,21 @@ def scan_time(item: NoticeItem) -> datetime:
     return item.finding.observed_at
 
 
+def alert_title(item: NoticeItem) -> str:
+    """An alert's header: the finding's short title (`people.title_line`, every kind within 80 characters), "Resolved:
+    …" once resolved; the detector's whole sentence is the alert's What line, never cut into the header."""
+    title = title_line(item.finding)
+    return f"Resolved: {title.partition(': ')[2]}" if item.resolved else title
+
+
 def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) -> list[dict[str, Any]]:
     f = item.finding
-    prefix = "Resolved: " if item.resolved else "GPU waste: "
-    blocks: list[dict[str, Any]] = [_header(prefix + no_codes(f.title))]
+    blocks: list[dict[str, Any]] = [_header(alert_title(item))]
     if item.resolved:
         blocks.append(_section(_resolved_line(item)))
     mention = f"<@{notice.mention}> " if notice.mention else ""
-    what = f"{mention}*What:* {escape(kind_heading(f.kind))} — confidence {f.confidence.value}"
+    what = (f"{mention}*What:* {escape(no_codes(f.title))}\n*Kind:* {escape(kind_heading(f.kind))} — confidence "
+            f"{f.confidence.value}")
     if f.idle_mode:
         what += f" ({escape(idle_mode_label(f.idle_mode.value))})"
     lines = [
@@ -328,7 +353,7 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
             ]
         )
     )
-    blocks.append(_section(f"*Cost:* {escape(formula_text(f))}"))
+    blocks.append(_section(f"*Cost:* {cost_mrkdwn(f)}"))
     if f.evidence:
         ev = "\n".join(f"• {escape(evidence_line(e))}" for e in f.evidence[:5])
         blocks.append(_section(f"*Evidence*\n{ev}"))
@@ -372,11 +397,14 @@ def _owner_hint(notice: Notice) -> str | None:
     if notice.route.team:
         return None
     clusters = sorted({i.finding.subject.cluster for i in notice.items})
+    where = escape(", ".join(clusters))
     if all(_is_node_level(i.finding) for i in notice.items):
-        return (f":warning: No owner: set `platform_owner` (team and channel) on cluster {escape(', '.join(clusters))}"
-                " for node capacity nobody requested.")
-    return (":warning: No owner: set the `gpuwaste.io/team` label or annotation on the namespace (or"
-            f" `delivery.namespaces`), or `platform_owner` on cluster {escape(', '.join(clusters))}.")
+        return (f":warning: *No owner:* no team is named for the nodes of cluster {where}, so their unrequested capacity"
+                f" comes to this channel. Name the cluster's platform team and its channel in the gpuwaste configuration"
+                f" ({OWNER_DOCS}).")
+    return (f":warning: *No owner:* nothing names a team for these workloads. Label their namespace with its team"
+            f" (`gpuwaste.io/team`), map the namespace to a team in the gpuwaste configuration, or name the platform"
+            f" team of cluster {where} there ({OWNER_DOCS}).")
 
 
 def _subject_text(finding: Finding, width: int = MAX_NAME) -> str:
@@ -624,9 +652,7 @@ def _fallback_text(notice: Notice) -> str:
     items = notice.items
     total = sum((i.finding.usd_per_day or Decimal(0) for i in items), Decimal(0))
     if len(items) == 1:
-        f = items[0].finding
-        state = "Resolved" if items[0].resolved else "GPU waste"
-        return escape(truncate(f"{state}: {no_codes(f.title)} — {per_day(f.usd_per_day)}", 3000))
+        return escape(f"{alert_title(items[0])} — {finding_per_day(items[0].finding)}")
     return escape(f"GPU waste: {len(items)} findings{_for(notice)} — {usd(total)}/day")
 
 
@@ -741,7 +767,7 @@ def _update_payload(notice: Notice, fell_back_from: str | None) -> SlackPayload:
     blocks = [_section("\n".join(lines)), _context(_route_line(notice, fell_back_from))]
     if notice.interactive:
         blocks.append(_buttons(item.fingerprint))
-    text = escape(truncate(f"{notice.reason or 'Update'}: {no_codes(f.title)} — {per_day(f.usd_per_day)}", 3000))
+    text = escape(f"{notice.reason or 'Update'}: {title_line(f).partition(': ')[2]} — {finding_per_day(f)}")
     return SlackPayload(text=text, blocks=blocks, fingerprints=(item.fingerprint,))
 
 

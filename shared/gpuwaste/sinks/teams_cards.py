@@ -26,7 +26,7 @@ from typing import Any
 
 from gpuwaste.advice import advise
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
-from gpuwaste.people import NO_OWNER, group_label, no_codes, offender_name, period_date, usd, when
+from gpuwaste.people import NO_OWNER, group_label, no_codes, offender_name, period_date, title_line, usd, when
 from gpuwaste.people import kind_label as people_kind_label
 from gpuwaste.sinks.slack_blocks import (  # plain-text helpers shared by the chat renderers (no Block Kit)
     evidence_line,
@@ -132,8 +132,9 @@ def _item(item: NoticeItem, now: datetime, *, evidence: bool) -> dict[str, Any]:
     """One finding as a Container: its title and workload (plain runs), money facts, recommendation, evidence, links."""
     f = item.finding
     items: list[dict[str, Any]] = [
-        _plain((no_codes(f.title), {"weight": "Bolder"})),
+        _plain((title_line(f), {"weight": "Bolder"})),  # the short title every surface shows for the finding
         _plain(workload_text(f), f" · cluster {f.subject.cluster}", subtle=True),
+        _plain(no_codes(f.title)),  # the detector's whole sentence
     ]
     if item.resolved:
         facts = _resolved_facts(item)
