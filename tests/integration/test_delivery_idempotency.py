@@ -256,7 +256,7 @@ def test_lambda_notify_a_reply_accepted_whose_record_failed_is_found_on_the_sqs_
                                            sleep=lambda s: None)
     service = NotifyService(notifier=notifier, store=store, settings=settings, now=lambda: NOW)
     monkeypatch.setattr(app.bootstrap, "notify_service", lambda: service)
-    monkeypatch.setattr("gpuwaste.services.notify.time.sleep", lambda s: None)
+    monkeypatch.setattr("gpuwaste.services.delivery_records.time.sleep", lambda s: None)
     monkeypatch.delenv("DEAD_LETTER_QUEUE_URL", raising=False)
     f = _ml("trainer")
     store.put_new(record_for(f))
