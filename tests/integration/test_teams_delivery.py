@@ -10,11 +10,11 @@ from decimal import Decimal
 import pytest
 
 from gpuwaste.errors import DeliveryError, PermanentDeliveryError
+from gpuwaste.headlines import title_line
 from gpuwaste.models.lifecycle import FindingState
 from gpuwaste.models.messages import AlertAction
 from gpuwaste.models.notices import message_for
 from gpuwaste.models.settings import DeliverySettings, RouteTarget, SlackSettings, TeamsSettings
-from gpuwaste.people import title_line
 from gpuwaste.services.notify import NotifyService
 from gpuwaste.sinks.slack import SlackNotifier
 from gpuwaste.sinks.teams import TeamsNotifier

@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
+from gpuwaste.headlines import TITLE_WIDTH, title_line
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
 from gpuwaste.models.settings import DeliverySettings, JiraSettings
 from gpuwaste.models.signals import Signal
-from gpuwaste.people import TITLE_WIDTH, no_codes, title_line
+from gpuwaste.people import no_codes
 from gpuwaste.services.tickets import TicketService
 from gpuwaste.sinks.slack_blocks import escape, render_notice
 from gpuwaste.sinks.teams_cards import render_notice as render_card

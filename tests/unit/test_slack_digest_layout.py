@@ -17,9 +17,10 @@ from slack_sdk.models.blocks import Block
 from gpuwaste.advice import advise
 from gpuwaste.bootstrap import local
 from gpuwaste.config import GpuWasteConfig
+from gpuwaste.headlines import evidence_headline
 from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind, Route
-from gpuwaste.people import evidence_headline, kind_heading
+from gpuwaste.people import kind_heading
 from gpuwaste.services.routing import route_for
 from gpuwaste.sinks.slack_blocks import (
     MESSAGE_TEXT_BUDGET,

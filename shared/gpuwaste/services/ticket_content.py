@@ -12,20 +12,10 @@ from datetime import datetime
 from decimal import Decimal
 
 from gpuwaste.advice import Owner, advise, situation, snooze_target
+from gpuwaste.headlines import title_line
 from gpuwaste.models.findings import Evidence, Finding, WasteKind
 from gpuwaste.models.notices import TicketSection
-from gpuwaste.people import (
-    evidence_text,
-    no_codes,
-    people_formula,
-    per_day,
-    per_month,
-    plain,
-    since_words,
-    title_line,
-    usd,
-    when,
-)
+from gpuwaste.people import evidence_text, no_codes, people_formula, per_day, per_month, plain, since_words, usd, when
 
 #: Jira priority by USD/day wasted (first floor reached wins); below the last: "Low".
 PRIORITY_FLOORS: tuple[tuple[Decimal, str], ...] = ((Decimal(500), "Highest"), (Decimal(100), "High"), (Decimal(20), "Medium"))

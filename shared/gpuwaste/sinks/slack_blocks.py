@@ -14,18 +14,10 @@ from decimal import Decimal
 from typing import Any
 
 from gpuwaste.advice import advise
+from gpuwaste.headlines import title_line
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.notices import Notice, NoticeItem, NoticeKind
-from gpuwaste.people import (  # one money/date/age format on every surface
-    details_lines,
-    gpus,
-    idle_mode_label,
-    kind_heading,
-    no_codes,
-    title_line,
-    usd,
-    when,
-)
+from gpuwaste.people import details_lines, gpus, idle_mode_label, kind_heading, no_codes, usd, when
 from gpuwaste.sinks.slack_digest import (
     _cost_order,
     _digest_messages,

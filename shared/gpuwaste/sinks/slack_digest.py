@@ -14,13 +14,9 @@ from decimal import Decimal
 from typing import Any
 
 from gpuwaste.advice import advise
+from gpuwaste.headlines import evidence_headline
 from gpuwaste.models.notices import NoticeItem
-from gpuwaste.people import (  # one money/date/age format on every surface
-    evidence_headline,
-    gpus,
-    kind_heading,
-    usd,
-)
+from gpuwaste.people import gpus, kind_heading, usd
 from gpuwaste.sinks.slack_limits import (
     DIGEST_FULL_BLOCKS,
     DIGEST_ITEMS_PER_MESSAGE,

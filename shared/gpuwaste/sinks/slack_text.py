@@ -10,20 +10,10 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
+from gpuwaste.headlines import title_line
 from gpuwaste.models.findings import Evidence, Finding
 from gpuwaste.models.notices import Notice, NoticeItem
-from gpuwaste.people import (  # one money/date/age format on every surface
-    age,
-    elide,
-    evidence_text,
-    no_codes,
-    price_source,
-    since_words,
-    title_line,
-    usd,
-    waste_since,
-    when,
-)
+from gpuwaste.people import age, elide, evidence_text, no_codes, price_source, since_words, usd, waste_since, when
 from gpuwaste.people import kind_label as people_kind_label
 from gpuwaste.sinks.slack_limits import (
     MAX_NAME,

@@ -25,8 +25,9 @@ from decimal import Decimal
 from typing import Any
 
 from gpuwaste.advice import advise
+from gpuwaste.headlines import title_line
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
-from gpuwaste.people import NO_OWNER, group_label, no_codes, offender_name, period_date, title_line, usd, when
+from gpuwaste.people import NO_OWNER, group_label, no_codes, offender_name, period_date, usd, when
 from gpuwaste.people import kind_label as people_kind_label
 from gpuwaste.sinks.slack_blocks import (  # plain-text helpers shared by the chat renderers (no Block Kit)
     evidence_line,
