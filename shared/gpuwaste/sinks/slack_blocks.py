@@ -107,19 +107,16 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
     blocks.append(_section("\n".join(lines)))
     if hint := _owner_hint(notice):
         blocks.append(_section(hint))
-    gpu_text = f"{gpus(f.wasted_gpu_share)} × {f.subject.gpu_model or 'GPU'}"
-    blocks.append(
-        _fields(
-            [
-                ("USD/day", usd(f.usd_per_day)),
-                ("Cumulative so far", usd(item.cumulative_usd)),
-                ("GPUs wasted", escape(gpu_text)),
-                # no "Ticket: none": a ticket this run requests exists only after the message was posted
-                *((("Ticket", ticket_text(item)),) if item.ticket_key else ()),
-            ]
-        )
-    )
-    blocks.append(_section(f"*Cost:* {cost_mrkdwn(f)}"))
+    # no "Ticket: none": a ticket this run requests exists only after the message was posted
+    ticket = (("Ticket", ticket_text(item)),) if item.ticket_key else ()
+    sizing = finding_per_day(f) == SIZING_NOTE  # a $0 sizing note: no money, no "0 GPUs wasted", no buttons
+    if sizing:
+        blocks.append(_fields([("Cost", SIZING_NOTE), *ticket]))
+    else:
+        gpu_text = f"{gpus(f.wasted_gpu_share)} × {f.subject.gpu_model or 'GPU'}"
+        blocks.append(_fields([("USD/day", usd(f.usd_per_day)), ("Cumulative so far", usd(item.cumulative_usd)),
+                               ("GPUs wasted", escape(gpu_text)), *ticket]))
+        blocks.append(_section(f"*Cost:* {cost_mrkdwn(f)}"))
     if f.evidence:
         ev = "\n".join(f"• {escape(evidence_line(e))}" for e in f.evidence[:5])
         blocks.append(_section(f"*Evidence*\n{ev}"))
@@ -133,7 +130,7 @@ def _alert_blocks(notice: Notice, item: NoticeItem, fell_back_from: str | None) 
     if item.links:
         context.insert(0, _links(item))
     blocks.append(_context(*context))
-    if notice.interactive and not item.resolved:
+    if notice.interactive and not item.resolved and not sizing:
         blocks.append(_buttons(item.fingerprint, ticketed=bool(item.ticket_key)))
     return blocks
 
@@ -222,7 +219,7 @@ def render_text_only(notice: Notice, *, now: datetime, fell_back_from: str | Non
         f = item.finding
         state = " (resolved)" if item.resolved else ""
         lines.append(truncate(
-            f"{n}. {escape(workload_text(f))} — {escape(kind_label(f))} · {per_day(f.usd_per_day)}{state}"
+            f"{n}. {escape(workload_text(f))} — {escape(kind_label(f))} · {finding_per_day(f)}{state}"
             f" · since {when(began(item))} · cumulative {usd(item.cumulative_usd)} · {escape(f.subject.cluster)}"
             f" · finding {item.fingerprint[:6]}", MAX_TAIL_LINE))
     footer = _route_line(notice, fell_back_from) + (f" · scan {escape(notice.scan_id)}" if notice.scan_id else "")
@@ -253,16 +250,18 @@ def _update_payload(notice: Notice, fell_back_from: str | None) -> SlackPayload:
     mention = f"<@{notice.mention}> " if notice.mention else ""
     reason = escape(notice.reason or "update")
     lines = [
-        f"{mention}*{reason}* — {escape(workload_text(f))}: *{per_day(f.usd_per_day)}*, cumulative"
+        f"{mention}*{reason}* — {escape(workload_text(f))}: *{finding_per_day(f)}*, cumulative"
         f" {usd(item.cumulative_usd)}"
         f", wasting since {since_text(item)}",
-        escape(formula_text(f)),
     ]
+    sizing = finding_per_day(f) == SIZING_NOTE
+    if not sizing:  # a sizing note has no formula to show ("$0.00/day")
+        lines.append(escape(formula_text(f)))
     if f.evidence:
         lines.append(escape(evidence_line(f.evidence[0])))
     blocks = [_section("\n".join(lines)), _context(_route_line(notice, fell_back_from))]
-    if notice.interactive:
-        blocks.append(_buttons(item.fingerprint))
+    if notice.interactive and not sizing:
+        blocks.append(_buttons(item.fingerprint, ticketed=bool(item.ticket_key)))
     text = escape(f"{notice.reason or 'Update'}: {title_line(f).partition(': ')[2]} — {finding_per_day(f)}")
     return SlackPayload(text=text, blocks=blocks, fingerprints=(item.fingerprint,))
 

@@ -140,7 +140,7 @@ def _item(item: NoticeItem, now: datetime, *, evidence: bool) -> dict[str, Any]:
     if item.resolved:
         facts = _resolved_facts(item)
     else:
-        facts = [("Cost", per_day(f.usd_per_day)), ("Wasted so far", usd(item.cumulative_usd)),
+        facts = [("Cost", finding_per_day(f)), ("Wasted so far", usd(item.cumulative_usd)),
                  ("Wasting since", since_text(item)),
                  ("Kind", f"{kind_label(f)}, confidence {f.confidence.value}")]
     if item.ticket_key:
