@@ -36,7 +36,7 @@ from gpuwaste.people import (
     when,
 )
 from gpuwaste.people import period_date as _period_date
-from gpuwaste.sinks.chart import team_order, trend_svg
+from gpuwaste.sinks.chart import NARROW, team_order, trend_svg
 from gpuwaste.sinks.terminal import fit_widths, table_overhead
 
 
@@ -325,7 +325,13 @@ th,td{border-bottom:1px solid #eee;padding:5px 8px;text-align:left;vertical-alig
 th{background:#f3f3f3}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 ul.head{padding-left:18px;font-size:14px}.chart{margin:8px 0}
 .chart svg,.chart img{max-width:100%;height:auto;display:block}
+.chart .narrow{display:none}.chart .narrow svg{width:100%;max-width:480px}
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}.scroll table{min-width:520px}
+.scroll{background:linear-gradient(to right,#fff 40%,rgba(255,255,255,0)) left/28px 100% no-repeat local,
+linear-gradient(to left,#fff 40%,rgba(255,255,255,0)) right/28px 100% no-repeat local,
+linear-gradient(to right,rgba(0,0,0,.2),rgba(0,0,0,0)) left/12px 100% no-repeat scroll,
+linear-gradient(to left,rgba(0,0,0,.2),rgba(0,0,0,0)) right/12px 100% no-repeat scroll #fff}
+@media (max-width:800px){.chart .wide{display:none}.chart .narrow{display:block}}
 @media (max-width:600px){body{margin:12px auto;padding:0 10px}h1{font-size:20px}.card{flex:1 1 130px}
 .card b{font-size:17px}th,td{padding:4px 6px}}
 .state-open{color:#b00020}.state-resolved{color:#1b7f3b}
@@ -362,6 +368,15 @@ def _heat_table(g: HourGrid) -> str:
     return head + "".join(rows) + "</table>"
 
 
+def _chart(days: tuple[TrendDay, ...], *, title: str, order: list[str]) -> str:
+    """A trend chart in two layouts, the page's CSS showing one: wide (760 units, for a desktop) and narrow
+    (`chart.NARROW`, for a phone: its text stays 12 px where the wide one's would shrink to 5)."""
+    wide = trend_svg(days, title=title, order=order)
+    narrow = trend_svg(days, title=title, order=order, tooltips=False, width=NARROW["width"],
+                       height=NARROW["height"], font=NARROW["font"])
+    return f"<div class='chart'><div class='wide'>{wide}</div><div class='narrow'>{narrow}</div></div>"
+
+
 def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: SummaryNotes | None = None,
                 chart_png: bytes | None = None) -> str:
     """The summary as one self-contained HTML page: inline styles, the 7- and 30-day trend charts as inline SVG
@@ -394,8 +409,8 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
     if s.trend:
         order = team_order(s.trend)  # the same colour for a team in both charts
         parts.append("<h2>Trend</h2>")
-        parts.append(f"<div class='chart'>{trend_svg(_last(s.trend, 7), title='USD wasted per day and team, last 7 days', order=order)}</div>")
-        parts.append(f"<div class='chart'>{trend_svg(s.trend, title=f'USD wasted per day and team, last {len(s.trend)} days', order=order)}</div>")
+        for days in (_last(s.trend, 7), s.trend):
+            parts.append(_chart(days, title=f"USD wasted per day and team, last {len(days)} days", order=order))
     if chart_png is not None:
         data = base64.b64encode(chart_png).decode()
         parts.append(f"<div class='chart'><img alt='GPU waste per team by kind' src='data:image/png;base64,{data}'></div>")
