@@ -72,11 +72,13 @@ def _esc(text: str) -> str:
 
 
 def _nice_max(value: float) -> float:
-    """The smallest 1/2/2.5/5 × 10^n at or above `value` (axis top)."""
+    """The smallest 1/1.2/1.6/2/2.4/3/4/5/6/8 × 10^n at or above `value` (axis top; a quarter of each is a round
+    tick, and the top stays within 25 % of the value).
+    """
     if value <= 0:
         return 1.0
     exp = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
+    for step in (1, 1.2, 1.6, 2, 2.4, 3, 4, 5, 6, 8, 10):
         if step * exp >= value:
             return float(step * exp)
     return float(10 * exp)
@@ -194,6 +196,7 @@ def trend_svg(days: Sequence[TrendDay], *, title: str, width: int = 760, height:
         yy = y(v)
         out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{yy:.1f}" y2="{yy:.1f}" stroke="#ddd"/>')
         out.append(f'<text x="{left - 6}" y="{yy + font * 0.35:.1f}" text-anchor="end" fill="#555">{_esc(_dollars(v))}</text>')
+    values: list[str] = []  # the values over the bars, drawn after the savings line (their halo masks it)
     for i, d in enumerate(days):
         x = left + i * slot + (slot - bar_w) / 2
         base = 0.0
@@ -209,9 +212,9 @@ def trend_svg(days: Sequence[TrendDay], *, title: str, width: int = 760, height:
             base += v
         if base > 0 and ((n - 1 - i) % value_every == 0):
             value = _dollars(base)
-            out.append(f'<text {_placed(x + bar_w / 2, value, font, width)} y="{y(base) - 4:.1f}" fill="#222" '
-                       'stroke="#fff" stroke-width="3" paint-order="stroke">'
-                       f'{_esc(value)}</text>')
+            values.append(f'<text {_placed(x + bar_w / 2, value, font, width)} y="{y(base) - 4:.1f}" fill="#222" '
+                        'stroke="#fff" stroke-width="3" paint-order="stroke">'
+                        f'{_esc(value)}</text>')
         if (n - 1 - i) % label_every == 0:
             date = f"{d.day:%m-%d}"
             out.append(f'<text {_placed(x + bar_w / 2, date, font, width)} y="{top + plot_h + font + 5}" fill="#555">'
@@ -219,6 +222,7 @@ def trend_svg(days: Sequence[TrendDay], *, title: str, width: int = 760, height:
     if any(saved):
         pts = " ".join(f"{left + i * slot + slot / 2:.1f},{y(v):.1f}" for i, v in enumerate(saved))
         out.append(f'<polyline points="{pts}" fill="none" stroke="{SAVED_COLOUR}" stroke-width="2" stroke-dasharray="5,3"/>')
+    out += values
     out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}" stroke="#333"/>')
     out.append(f'<text x="{left + plot_w / 2:.1f}" y="{top + plot_h + 2 * font + 10}" text-anchor="middle" fill="#333">'
                'day (UTC)</text>')

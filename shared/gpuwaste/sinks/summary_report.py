@@ -322,7 +322,7 @@ h1{font-size:24px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bott
 .card b{display:block;font-size:20px}.card span{color:#666;font-size:13px}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{border-bottom:1px solid #eee;padding:5px 8px;text-align:left;vertical-align:top}
-th{background:#f3f3f3}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:rgba(0,0,0,.047)}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 ul.head{padding-left:18px;font-size:14px}.chart{margin:8px 0}
 .chart svg,.chart img{max-width:100%;height:auto;display:block}
 .chart .narrow{display:none}.chart .narrow svg{width:100%;max-width:480px}
