@@ -83,8 +83,7 @@ SOURCE_NAMES: dict[str, str] = {"prometheus": "Prometheus", "kubernetes": "Kuber
 
 
 def gw(name: str, matchers: str, around: Callable[[str], str] = str) -> str:
-    """A gpuwaste family filtered by its matchers and the Namespace variable, with gpuwaste's namespace in label
-    `namespace` however Prometheus scraped it.
+    """A gpuwaste family by its matchers and the Namespace variable, its namespace in `namespace` however scraped.
 
     A Prometheus that scrapes gpuwaste with `honor_labels: false` (a plain scrape config; a ServiceMonitor without
     `honorLabels: true`) renames gpuwaste's `namespace` to `exported_namespace` and sets `namespace` to the target's
@@ -171,9 +170,11 @@ def _in_range(selector: str) -> str:
 
 
 def query_result_of(label: str, expr: str) -> str:
-    """A variable query listing the values of `label` over `expr`, read by the variable's regex `/label="(…)"/`
-    (Grafana's `query_result`: `label_values` takes a selector only, and gpuwaste's namespace may be under either
-    name, see `gw`)."""
+    """A variable query listing the values of `label` over `expr` (read by the variable's regex `/label="(…)"/`).
+
+    Grafana's `query_result`: `label_values` takes a selector only, and gpuwaste's namespace may be under either
+    name (see `gw`).
+    """
     return f"query_result(count by ({label}) ({expr}))"
 
 
