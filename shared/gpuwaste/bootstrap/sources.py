@@ -110,14 +110,14 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: in
                               history_only=mode == "both")  # next to the API, KSM only supplies the window's history
     if mode == "kube-state-metrics":
         return Sources(cluster=ksm, telemetry=tel)
-    from gpuwaste.sources.kubernetes import KubernetesPodSource
+    from gpuwaste.sources.kubernetes import KubernetesClusterSource
 
     # "auto" with a kubeconfig found by default: the API is optional (unreadable → KSM alone, with a note); an
     # explicitly configured one (--kubeconfig/--context, kubernetes.kubeconfig, eks/in-cluster) must work
     k = cluster.kubernetes
     auto = cluster.cluster_state == "auto" and k.mode == "kubeconfig" and not (k.kubeconfig or k.context)
     try:
-        api = KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
+        api = KubernetesClusterSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
     except ConfigError as exc:
         if not auto:
             raise
