@@ -73,8 +73,9 @@ def doctor(
 
     check_prometheus_url(prometheus)
     when = parse_time(at)
+    settings = PrometheusSettings(url=prometheus)  # a bad GPUWASTE_PROMETHEUS_* default: ConfigError, exit 2
     try:
-        source = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=prometheus), cluster="doctor")
+        source = PrometheusGpuMetricsSource.from_settings(settings, cluster="doctor")
         probe = Probe(source, when, strict=strict)
         rows = [row for check in CHECKS for row in check.run(probe)]
         report = probe.report()
