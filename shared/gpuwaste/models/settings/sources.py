@@ -2,7 +2,10 @@
 window.
 
 Pure pydantic models (no SDK, no detector), imported by the source adapters; the composed document is
-`gpuwaste.config.GpuWasteConfig`.
+`gpuwaste.config.GpuWasteConfig`. The one environment read here is `_env_number`, the defaults of two Prometheus
+limits for the commands that read no configuration file (`doctor`, `scan --prometheus`): it is made where the field
+default is made, so a configuration document still overrides it, and a bad value is a `ConfigError` naming the
+variable. The Lambda roots' environment is read by their pydantic-settings models (`bootstrap.pipeline`).
 """
 
 from __future__ import annotations
