@@ -78,8 +78,8 @@ class ActivityReading:
 class ScanContext(JoinedView):
     """The joined view of one scan (`JoinedView`: its data) with the readings detectors take of it.
 
-    Every reading is cached in the instance for the scan (keyed by the identity of the devices, summaries and pods
-    it reads, whose entries keep them alive), so detectors share one value for the same question.
+    Every reading is computed once per scan and cached in the instance (`__dict__`, beside the joined data), so
+    detectors share one value for the same question.
     """
 
     # --- signal access -------------------------------------------------------------------------
