@@ -310,10 +310,13 @@ class Check:
     run: Callable[[Probe], list[CheckRow]]
 
 
+_DAYS = HISTORY_S // 86400
 #: The doctor's checks, in the order their rows are listed.
 CHECKS: tuple[Check, ...] = (
-    Check("dcgm-exporter scraped", "DCGM series in the last 7 days, dcgm-exporter scrape targets", check_dcgm_scraped),
-    Check("signals", "every signal a detector declares: series now, newest sample in the last 7 days", check_signals),
+    Check("dcgm-exporter scraped", f"DCGM series in the last {_DAYS} days, dcgm-exporter scrape targets",
+          check_dcgm_scraped),
+    Check("signals", f"every signal a detector declares: series now, newest sample in the last {_DAYS} days",
+          check_signals),
     Check("workload labels", "pod / exported_pod labels on DCGM series", check_labels),
     Check("DCGM field names", "every name each DCGM field is read under", check_dcgm_names),
     Check("cloud GPU metrics", "a cloud's own GPU metric families (GKE system metrics)", check_cloud_gpu_metrics),
