@@ -125,6 +125,8 @@ def test_every_alert_and_ticket_says_things_one_way(fleet: str) -> None:
             problems.append(f"{name}: $0.00 in a sizing note's ticket or alert")
         if f.usd_per_day == 0 and any(b["type"] == "actions" for b in alert.blocks):
             problems.append(f"{name}: buttons on a sizing note")
+        if f.usd_per_day == 0 and "In Slack:" in ticket:  # nor does its ticket point to buttons it does not have
+            problems.append(f"{name}: a sizing note's ticket names Slack buttons")
     assert problems == [], "\n".join(problems[:40])
 
 

@@ -138,9 +138,11 @@ def test_snooze_names_actions_both_slack_surfaces_carry_and_times_keep_utc(demo_
     assert any(line.startswith("First reported at this scan (") and "UTC)" in line for line in cost), cost
     assert not any("× 0 GPUs" in line for line in cost), cost
     assert ticket_summary(note).startswith("GPU sizing note: ") and "$0.00/day GPU waste" not in ticket_summary(note)
-    # AND a node's snooze says to annotate the node, a workload's the workload
+    # AND a node's snooze says to annotate the node, a workload's the workload; a sizing note (no Slack buttons or
+    # menu) only the annotation
     node = next(f for f in demo_report.findings if f.kind is WasteKind.UNALLOCATED)
-    for f, word in ((node, "node"), (note, "workload")):
+    for f, words in ((node, "Or annotate the node"), (note, "Annotate the workload")):
         lines = next(s for s in ticket_sections(f, first_seen=f.observed_at, cumulative_usd=None, now=f.observed_at)
                      if s.heading == "Snooze").lines
-        assert f"Or annotate the {word} (until a date, or +7d):" in lines, lines
+        assert f"{words} (until a date, or +7d):" in lines, lines
+        assert (SLACK_SNOOZE_HINT in lines) is (f is node), lines

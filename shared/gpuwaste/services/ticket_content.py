@@ -132,18 +132,21 @@ def ticket_sections(finding: Finding, *, first_seen: datetime, cumulative_usd: D
     target = (f"kubectl -n {s.namespace} annotate {res} {snooze_key}=YYYY-MM-DD" if s.namespace else
               f"kubectl annotate {res} {snooze_key}=YYYY-MM-DD") if res else ""
     # names both Slack surfaces carry: the alert's buttons and the digest line's overflow menu (sinks/slack_blocks)
-    snooze = [SLACK_SNOOZE_HINT]
+    # a $0 sizing note has no Slack buttons or menu (nothing to act on by the money): only the annotation
+    snooze = [SLACK_SNOOZE_HINT] if finding.usd_per_day != 0 else []
     if target:
         annotated = "node" if res.startswith("node/") else "workload"
-        snooze += [f"Or annotate the {annotated} (until a date, or +7d):", target]
+        snooze += [f"{'Or annotate' if snooze else 'Annotate'} the {annotated} (until a date, or +7d):", target]
     sections = [
         TicketSection(heading="What", lines=tuple(x for x in what if x)),
         TicketSection(heading="Evidence", lines=tuple(evidence), bullets=True),
         TicketSection(heading="Cost", lines=tuple(cost), bullets=True),
         TicketSection(heading="How to fix", lines=tuple(fix), commands=tuple(plain(c) for c in fix_commands(finding))),
         TicketSection(heading="Done when", lines=(done_when(finding), AUTO_RESOLVE)),
-        TicketSection(heading="Snooze", lines=tuple(snooze[:2]), commands=tuple(snooze[2:])),
     ]
+    if snooze:  # a sizing note without an object to annotate has no way to snooze
+        sections.append(TicketSection(heading="Snooze", lines=tuple(x for x in snooze if x != target),
+                                      commands=(target,) if target else ()))
     if thread_link:  # (heading, URL) of the chat conversation about the finding, from its sink
         sections.append(TicketSection(heading=thread_link[0], lines=(thread_link[1],)))
     return tuple(sections)
