@@ -121,7 +121,7 @@ def test_every_alert_and_ticket_says_things_one_way(fleet: str) -> None:
         elif "Namespace" not in facts or "Workload" not in facts:
             problems.append(f"{name}: workload facts {sorted(facts)}")
         # AND a sizing note's ticket and alert print no zero money and the alert has no buttons
-        if f.usd_per_day == 0 and "$0.00" in ticket + slack:
+        if f.usd_per_day == 0 and "$0.00" in ticket + slack + teams:
             problems.append(f"{name}: $0.00 in a sizing note's ticket or alert")
         if f.usd_per_day == 0 and any(b["type"] == "actions" for b in alert.blocks):
             problems.append(f"{name}: buttons on a sizing note")

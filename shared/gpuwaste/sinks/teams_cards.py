@@ -30,6 +30,7 @@ from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem
 from gpuwaste.people import NO_OWNER, group_label, no_codes, offender_name, period_date, usd, when
 from gpuwaste.people import kind_label as people_kind_label
 from gpuwaste.sinks.slack_blocks import (  # plain-text helpers shared by the chat renderers (no Block Kit)
+    SIZING_NOTE,
     evidence_line,
     finding_per_day,
     formula_text,
@@ -140,8 +141,9 @@ def _item(item: NoticeItem, now: datetime, *, evidence: bool) -> dict[str, Any]:
     if item.resolved:
         facts = _resolved_facts(item)
     else:
-        facts = [("Cost", finding_per_day(f)), ("Wasted so far", usd(item.cumulative_usd)),
-                 ("Wasting since", since_text(item)),
+        money = finding_per_day(f)
+        wasted = [] if money == SIZING_NOTE else [("Wasted so far", usd(item.cumulative_usd))]  # a sizing note: no $0
+        facts = [("Cost", money), *wasted, ("Wasting since", since_text(item)),
                  ("Kind", f"{kind_label(f)}, confidence {f.confidence.value}")]
     if item.ticket_key:
         facts.append(("Ticket", item.ticket_key))
@@ -154,7 +156,8 @@ def _item(item: NoticeItem, now: datetime, *, evidence: bool) -> dict[str, Any]:
             items.append(_plain((advice.caution, {"weight": "Bolder"})))
         items.extend(_plain(f"$ {c.shell()}", subtle=True) for c in advice.commands)
         if evidence:
-            items.append(_plain(formula_text(f), subtle=True))
+            if finding_per_day(f) != SIZING_NOTE:  # a sizing note has no formula ("$0.00/day")
+                items.append(_plain(formula_text(f), subtle=True))
             items.extend(_plain(evidence_line(e), subtle=True) for e in f.evidence[:5])
     links = _links(item)
     if links is not None:
@@ -197,6 +200,8 @@ def _title(notice: Notice, items: list[NoticeItem], part: int, parts: int) -> tu
     if len(notice.items) > 1:
         whose = f"for team {escape_markdown(notice.route.team)}" if notice.route.team else "no owner"
         return f"GPU waste: {len(notice.items)} findings {whose} — {usd(total)}/day{suffix}", "Attention"
+    if all(finding_per_day(i.finding) == SIZING_NOTE for i in items):  # a $0 sizing note: no "$0.00/day"
+        return f"GPU sizing note: no GPU cost{suffix}", "Attention"
     return f"GPU waste: {usd(total)}/day{suffix}", "Attention"
 
 
