@@ -109,21 +109,26 @@ def showback_document(
 
 
 def apply_bill(cfg: GpuWasteConfig, bill: Path | None) -> GpuWasteConfig:
-    """`cfg` with the effective instance-hour rates of a CUR 2.0 bill over its rate card.
+    """`cfg` with the effective instance-hour rates of a bill (CUR 2.0 or FOCUS) over its rate card.
 
-    The bill (`pricing.bill`) is layered over the rate card; the bill's period is said on stderr. Exits 2 on a file
-    that is not a CUR 2.0 CSV.
+    The bill (`pricing.bill`) is layered over the rate card; the bill's period is said on stderr (and, with CUR 2.0
+    split cost allocation data, how many EKS pods AWS split instances to). Exits 2 on a file that is neither.
     """
     if bill is None:
         return cfg
-    from gpuwaste.pricing.bill import read_cur2, with_bill
+    from gpuwaste.pricing.bill import read_bill, with_bill
 
     if not bill.exists():
         fail(f"--bill {escape_markup(str(bill))}: no such file")
     try:
-        rates = read_cur2(bill)
+        rates = read_bill(bill)
     except InputFormatError as exc:
         fail(f"--bill {escape_markup(str(exc))}")
+    if rates.pods:
+        pods = list(rates.pods.values())
+        total = sum(p.usd for p in pods)
+        err.print(f"split cost allocation: AWS split ${total:,.2f} of instances to {len(pods)} EKS pods "
+                  f"({pods[0].source}); gpuwaste charges GPU-hours by GPU share", markup=False, soft_wrap=True)
     if not rates.overrides:
         err.print(f"--bill {bill}: no EC2 instance-hours in it; list prices stay", markup=False)
         return cfg
@@ -296,7 +301,8 @@ def showback_cmd(
         Path | None,
         typer.Option(
             "--bill",
-            help="Price from your bill: an AWS CUR 2.0 CSV (effective cost per instance-hour: savings plans, "
+            help="Price from your bill: an AWS CUR 2.0 or FOCUS export, CSV or .csv.gz (effective cost per "
+            "instance-hour: savings plans, "
             "reservations, spot); list prices for the rest.",
         ),
     ] = None,
@@ -385,7 +391,8 @@ def export_cmd(
         Path | None,
         typer.Option(
             "--bill",
-            help="Price from your bill: an AWS CUR 2.0 CSV (effective cost per instance-hour: savings plans, "
+            help="Price from your bill: an AWS CUR 2.0 or FOCUS export, CSV or .csv.gz (effective cost per "
+            "instance-hour: savings plans, "
             "reservations, spot); list prices for the rest.",
         ),
     ] = None,
