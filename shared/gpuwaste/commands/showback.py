@@ -348,27 +348,10 @@ def showback_cmd(
 
 
 def focus_csv(rows: list[dict[str, object]], columns: tuple[str, ...]) -> str:
-    """FOCUS rows as CSV.
+    """FOCUS rows as CSV (`services.focus.focus_csv`)."""
+    from gpuwaste.services import focus
 
-    Every column in order, null as an empty field, numbers in plain decimal notation, Tags as a JSON object.
-    """
-    from decimal import Decimal
-
-    def cell(v: object) -> str:
-        if v is None:
-            return ""
-        if isinstance(v, Decimal):
-            return f"{v:f}"
-        if isinstance(v, dict):
-            return json.dumps(v, sort_keys=True, separators=(",", ":"))
-        return str(v)
-
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(columns)
-    for r in rows:
-        w.writerow([cell(r.get(c)) for c in columns])
-    return buf.getvalue()
+    return focus.focus_csv(rows, columns)
 
 
 @app.command("export")
