@@ -122,4 +122,4 @@ def test_each_lambda_handler_imports_one_lambda_root_and_no_terminal_stack() -> 
         if any(m.split(".")[0] in {"rich", "typer"} for m in modules):
             problems.append(f"{app.parent.name}: terminal stack")
     # THEN each goes through exactly one Lambda root (plus the message models), never the terminal stack
-    assert len(handlers) == 8 and problems == []
+    assert len(handlers) == 9 and problems == []
