@@ -46,6 +46,13 @@ if TYPE_CHECKING:
 DEFAULT_LABELS = ("team", "cost_center", "cost-center", "costcenter", "project", "app.kubernetes.io/part-of", "owner")
 
 
+class ExportFormat(StrEnum):
+    """File formats of `export`."""
+
+    csv = "csv"
+    parquet = "parquet"
+
+
 class ShowbackOutput(StrEnum):
     """Output formats of `showback`."""
 
@@ -367,6 +374,10 @@ def export_cmd(
     out_file: Annotated[
         Path | None, typer.Option("--out", "-o", help="File to write (default: CSV on stdout).")
     ] = None,
+    fmt: Annotated[
+        ExportFormat,
+        typer.Option("--format", help="csv, or parquet (needs --out and the extra: pip install 'gpuwaste[parquet]')."),
+    ] = ExportFormat.csv,
     account: Annotated[
         str, typer.Option("--account", help="BillingAccountId / BillingAccountName of the rows (default: the cluster).")
     ] = "",
@@ -386,8 +397,17 @@ def export_cmd(
     gpuwaste's x_ columns (waste kind, wasted GPU-hours, wasted cost, efficiency). docs/showback.md lists the columns
     and their sources.
     """
-    from gpuwaste.services.focus import COLUMNS, focus_rows, split_unpriced
+    from gpuwaste.services.focus import COLUMNS, DECIMAL_COLUMNS, TIME_COLUMNS, focus_rows, split_unpriced
 
+    if fmt is ExportFormat.parquet:
+        from gpuwaste.sinks import focus_parquet
+
+        if out_file is None:
+            fail("--format parquet writes a file: pass --out FILE.parquet")
+        try:
+            focus_parquet.focus_parquet([], COLUMNS, decimals=DECIMAL_COLUMNS, timestamps=TIME_COLUMNS)
+        except GpuWasteError as exc:  # the extra is missing: say so before scanning
+            fail(escape_markup(str(exc)))
     report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, bill)
     if report.showback is None:
         fail("the scan produced no ledger")
@@ -402,6 +422,12 @@ def export_cmd(
             "add the instance type to pricing.rate_card",
             markup=False,
         )
+    if fmt is ExportFormat.parquet:
+        assert out_file is not None
+        data = focus_parquet.focus_parquet(rows, COLUMNS, decimals=DECIMAL_COLUMNS, timestamps=TIME_COLUMNS)
+        out_file.write_bytes(data)
+        err.print(f"wrote {len(rows)} FOCUS rows to {out_file} (Parquet)", markup=False)
+        return
     text = focus_csv(rows, COLUMNS)
     if out_file is None:
         sys.stdout.write(text)

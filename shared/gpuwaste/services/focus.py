@@ -92,6 +92,15 @@ COLUMNS = (
 )
 
 
+#: the columns holding amounts and quantities (Decimal or null): Parquet writes them as decimals
+DECIMAL_COLUMNS = frozenset({
+    "BilledCost", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice", "EffectiveCost", "ListCost",
+    "ListUnitPrice", "PricingQuantity", "x_GpuHours", "x_WastedGpuHours", "x_WastedCost", "x_Efficiency",
+})
+#: the date-time columns (ISO 8601 UTC text): Parquet writes them as UTC timestamps
+TIME_COLUMNS = frozenset({"BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart"})
+
+
 @dataclass(frozen=True)
 class FocusRow:
     """One row's values by column (strings, numbers or None for null)."""
@@ -360,4 +369,4 @@ def focus_csv(rows: Sequence[dict[str, object]], columns: Sequence[str] = COLUMN
     return buf.getvalue()
 
 
-__all__ = ["COLUMNS", "FocusRow", "focus_csv", "focus_rows", "split_unpriced"]
+__all__ = ["COLUMNS", "DECIMAL_COLUMNS", "TIME_COLUMNS", "FocusRow", "focus_csv", "focus_rows", "split_unpriced"]
