@@ -1,9 +1,10 @@
 """Adapter: FOCUS rows as a Parquet file (the optional extra `gpuwaste[parquet]`, pyarrow).
 
 The columns come in order from the caller (`services.focus.COLUMNS`) with their kinds: money and quantities as
-`decimal128(38, 10)` (the rows are exact to 1e-10, never floats), the period columns as UTC timestamps (milliseconds, as Parquet stores them),
-`Tags` as a JSON object in a string (FOCUS's key-value format), everything else as strings; null stays null. pyarrow is
-imported when a file is written, so the command line and the Lambda layer never need it.
+`decimal128(38, 10)` (the rows are exact to 1e-10, never floats), the period columns as UTC timestamps
+(milliseconds, as Parquet stores them), `Tags` as a JSON object in a string (FOCUS's key-value format), everything
+else as strings; null stays null. pyarrow is imported when a file is written, so the command line and the Lambda
+layer never need it.
 """
 
 from __future__ import annotations
