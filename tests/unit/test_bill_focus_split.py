@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 from decimal import Decimal
 from pathlib import Path
 
@@ -147,10 +148,15 @@ def test_split_cost_allocation_pod_lines_are_kept_per_pod_and_never_priced_as_in
     assert trainer.usd == Decimal(650) and trainer.parents == ("i-0parent",)
     assert api.usd == Decimal(260)
     assert trainer.source == "your bill (CUR 2.0 split cost allocation, 2024-01-01 – 2024-01-31)"
-    # AND the command line says what AWS split, beside the prices
+    # AND the command line says what AWS split, and the showback document sets it beside its own groups, per cluster
+    # and namespace over the bill's period
     out = CliRunner().invoke(app, ["showback", "-r", str(DEMO), "--bill", str(path), "-o", "json"])
     assert out.exit_code == 0, out.output
     assert "AWS split $910.00 of instances to 2 EKS pods" in out.stderr
+    split = json.loads(out.stdout)["bill_split_cost"]
+    assert split["source"] == trainer.source and Decimal(split["usd"]) == Decimal(910)
+    assert [(n["cluster"], n["namespace"], Decimal(n["usd"]), n["pods"]) for n in split["namespaces"]] == [
+        ("prod", "ml", Decimal(650), 1), ("prod", "web", Decimal(260), 1)]
 
 
 def test_a_file_that_is_neither_bill_names_both_formats(tmp_path: Path) -> None:

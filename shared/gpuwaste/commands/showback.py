@@ -14,6 +14,7 @@ import io
 import json
 import sys
 from collections.abc import Sequence
+from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from gpuwaste.config import GpuWasteConfig
     from gpuwaste.models.findings import Finding
     from gpuwaste.models.settings.delivery import DeliverySettings
+    from gpuwaste.pricing.bill import BillRates
     from gpuwaste.services.scan import ScanReport
     from gpuwaste.services.showback import ScanLedger, ShowbackRow
 
@@ -115,15 +117,15 @@ def showback_document(
     }
 
 
-def apply_bill(cfg: GpuWasteConfig, bill: Path | None) -> GpuWasteConfig:
-    """`cfg` with the effective instance-hour rates of a bill (CUR 2.0 or FOCUS) over its rate card.
+def read_bill_or_exit(bill: Path | None) -> BillRates | None:
+    """The bill's rates (`pricing.bill.read_bill`: CUR 2.0 or FOCUS), or None without `--bill`.
 
-    The bill (`pricing.bill`) is layered over the rate card; the bill's period is said on stderr (and, with CUR 2.0
-    split cost allocation data, how many EKS pods AWS split instances to). Exits 2 on a file that is neither.
+    Says on stderr what the bill prices (and, with CUR 2.0 split cost allocation data, what AWS split to EKS pods).
+    Exits 2 on a missing file or one that is neither bill.
     """
     if bill is None:
-        return cfg
-    from gpuwaste.pricing.bill import read_bill, with_bill
+        return None
+    from gpuwaste.pricing.bill import read_bill
 
     if not bill.exists():
         fail(f"--bill {escape_markup(str(bill))}: no such file")
@@ -138,14 +140,53 @@ def apply_bill(cfg: GpuWasteConfig, bill: Path | None) -> GpuWasteConfig:
                   f"({pods[0].source}); gpuwaste charges GPU-hours by GPU share", markup=False, soft_wrap=True)
     if not rates.overrides:
         err.print(f"--bill {bill}: no EC2 instance-hours in it; list prices stay", markup=False)
+    else:
+        err.print(
+            f"priced from your bill: {len(rates.overrides)} instance types from {rates.lines_used} line items "
+            f"({rates.source}); list prices for the rest",
+            markup=False,
+            soft_wrap=True,
+        )
+    return rates
+
+
+def with_rates(cfg: GpuWasteConfig, rates: BillRates | None) -> GpuWasteConfig:
+    """`cfg` with the bill's instance rates over its rate card (unchanged without rates)."""
+    if rates is None or not rates.overrides:
         return cfg
-    err.print(
-        f"priced from your bill: {len(rates.overrides)} instance types from {rates.lines_used} line items "
-        f"({rates.source}); list prices for the rest",
-        markup=False,
-        soft_wrap=True,
-    )
+    from gpuwaste.pricing.bill import with_bill
+
     return cfg.model_copy(update={"pricing": with_bill(cfg.pricing, rates)})
+
+
+def apply_bill(cfg: GpuWasteConfig, bill: Path | None) -> GpuWasteConfig:
+    """`cfg` with the effective instance-hour rates of a bill (CUR 2.0 or FOCUS) over its rate card.
+
+    The bill (`pricing.bill`) is layered over the rate card; the bill's period is said on stderr (`read_bill_or_exit`).
+    Exits 2 on a file that is neither bill.
+    """
+    return with_rates(cfg, read_bill_or_exit(bill))
+
+
+def bill_split_document(rates: BillRates | None) -> dict[str, object] | None:
+    """AWS's split of instances to EKS pods per cluster and namespace (CUR 2.0 split cost allocation), or None.
+
+    Over the bill's own period (its provenance says which), never the scan window: set beside the showback, not in it.
+    """
+    if rates is None or not rates.pods:
+        return None
+    by_ns: dict[str, dict[str, object]] = {}
+    for p in rates.pods.values():
+        slot = by_ns.setdefault(f"{p.cluster}/{p.namespace}", {"cluster": p.cluster, "namespace": p.namespace,
+                                                               "usd": Decimal(0), "pods": 0})
+        slot["usd"] = slot["usd"] + p.usd  # type: ignore[operator]
+        slot["pods"] = int(str(slot["pods"])) + 1
+    return {
+        "source": next(iter(rates.pods.values())).source,
+        "rule": "AWS split cost allocation: each pod's split_line_item_split_cost + split_line_item_unused_cost",
+        "usd": str(sum(p.usd for p in rates.pods.values())),
+        "namespaces": [{**v, "usd": str(v["usd"])} for _, v in sorted(by_ns.items())],
+    }
 
 
 def scan_window(
@@ -157,18 +198,17 @@ def scan_window(
     window: str | None,
     kubeconfig: Path | None = None,
     context: str | None = None,
-    bill: Path | None = None,
+    bill: BillRates | None = None,
 ) -> tuple[ScanReport, GpuWasteConfig]:
     """One priced scan over the window, as `gpuwaste scan` runs it.
 
-    The same findings, the same ledger. `bill`: a CUR 2.0 CSV whose effective rates replace list prices
-    (`apply_bill`).
+    The same findings, the same ledger. `bill`: a bill's effective rates, over list prices (`read_bill_or_exit`).
     """
     from datetime import UTC, datetime
 
     from gpuwaste.bootstrap import local
 
-    cfg = apply_bill(config_or_exit(config), bill)
+    cfg = with_rates(config_or_exit(config), bill)
     window_s = parse_window(window) if window else None
     when = parse_time(at)
     try:
@@ -322,12 +362,16 @@ def showback_cmd(
     from gpuwaste.services.showback import showback
 
     groupings = [check_by(b) for b in (by or ["team"])]
-    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, bill)
+    rates = read_bill_or_exit(bill)
+    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, rates)
     sl = report.showback
     if sl is None:
         fail("the scan produced no ledger")
     if output is ShowbackOutput.json:
         doc = showback_document(report.cluster, sl, report.findings, groupings, cfg.delivery)
+        split = bill_split_document(rates)
+        if split is not None:
+            doc["bill_split_cost"] = split
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     views = {b: showback(sl, report.findings, b, cfg.delivery) for b in groupings}
@@ -408,7 +452,8 @@ def export_cmd(
             focus_parquet.focus_parquet([], COLUMNS, decimals=DECIMAL_COLUMNS, timestamps=TIME_COLUMNS)
         except GpuWasteError as exc:  # the extra is missing: say so before scanning
             fail(escape_markup(str(exc)))
-    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, bill)
+    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context,
+                              read_bill_or_exit(bill))
     if report.showback is None:
         fail("the scan produced no ledger")
     priced, unpriced = split_unpriced(focus_rows(report.showback, report.findings, cfg.delivery, account=account))
