@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from datetime import datetime
 
+import re
+import shutil
+
 import pytest
 
 from gpuwaste.fleet import FleetSpec, generate_fleet, write_recording
@@ -45,7 +48,37 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name, spec in SPECS.items():
         write_recording(generate_fleet(spec), root / name, compress=False)
         out[name] = root / name
+    shutil.copytree(root / "random", root / "thin")
+    _add_thin_gpus(root / "thin" / "telemetry.om")
+    out["thin"] = root / "thin"
     return out
+
+
+THIN_FIELD = "DCGM_FI_DEV_SM_CLOCK"  # a clock: no field the scan reads (issue 21 §9: counted, never judged)
+
+
+def _add_thin_gpus(path: Path) -> None:
+    """Add two GPUs per node that report only `THIN_FIELD` (labels as that node's exporter writes them, a UUID of
+    their own), sampled like the rest of the recording."""
+    lines = path.read_text().splitlines()
+    assert lines[-1] == "# EOF" and not any(line.startswith(THIN_FIELD) for line in lines)
+    first: dict[str, str] = {}  # node → the label set of its first GPU_UTIL series
+    stamps: set[int] = set()
+    for line in lines:
+        if line.startswith("DCGM_FI_DEV_GPU_UTIL{"):
+            labels, _, rest = line[len("DCGM_FI_DEV_GPU_UTIL{"):].partition("} ")
+            host = re.search(r'[Hh]ostname="([^"]+)"', labels)
+            assert host is not None
+            first.setdefault(host.group(1), labels)
+            stamps.add(int(rest.split()[1]))
+    extra = [f"# TYPE {THIN_FIELD} unknown"]
+    for node, labels in sorted(first.items()):
+        for i in (0, 1):
+            thin = re.sub(r'UUID="[^"]+"', f'UUID="GPU-thin-{node}-{i}"', labels)
+            thin = re.sub(r'gpu="\d+"', f'gpu="{90 + i}"', thin)
+            thin = re.sub(r',exported_(?:namespace|pod|container)="[^"]*"', "", thin)  # held by no pod
+            extra += [f"{THIN_FIELD}{{{thin}}} 1410 {t}" for t in sorted(stamps)]
+    path.write_text("\n".join(lines[:-1] + extra + ["# EOF"]) + "\n")
 
 
 class Replicated:
@@ -181,4 +214,46 @@ def test_a_shard_whose_host_list_is_too_long_reads_whole_and_keeps_its_own(recor
     # THEN each shard asked, read every series instead, and the findings are still the whole scan's
     assert _TooManyHosts.asked == sum(1 for k in range(4) if plan_shards(Replicated(path).cluster_state(
         at=RecordingTelemetrySource(path).end_time()), 4).nodes(k))
+    _compare(whole, shards)
+
+
+def _other_gpus(path: Path, telemetry: Any, shard: int, shard_count: int) -> tuple[str, ...]:
+    """The GPUs with thin telemetry shard `shard` counts (the telemetry its detectors see)."""
+    rec = RecordingTelemetrySource(path)
+    service = ScanService(cluster_source=Replicated(path), telemetry_source=telemetry,
+                          window=timedelta(seconds=rec.meta.window_s or 3600), price_book=PriceBook.bundled())
+    at = rec.end_time()
+    if shard_count == 1:
+        return service.telemetry_source.telemetry(at=at, window=service.window).other_gpus
+    _, window = service._read_shard(at, {}, shard, shard_count)
+    return window.other_gpus
+
+
+@pytest.mark.parametrize("path_kind", ["recording", "prometheus"])
+def test_thin_gpus_are_counted_by_the_shard_of_their_node(path_kind: str, recordings: dict[str, Path],
+                                                         prometheus_factory: PrometheusFactory) -> None:
+    # GIVEN the random fleet with two GPUs per node that report only a clock (thin telemetry), as a recording and
+    # backfilled into a real Prometheus
+    path = recordings["thin"]
+    rec = RecordingTelemetrySource(path)
+    if path_kind == "prometheus":
+        server = prometheus_factory(path / "telemetry.om")
+
+        def source() -> Any:
+            return PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=server.url), cluster=rec.cluster,
+                                                            scrape_interval_s=rec.scrape_interval_s)
+    else:
+        def source() -> Any:
+            return RecordingTelemetrySource(path)
+    plan = plan_shards(Replicated(path).cluster_state(at=rec.end_time()), 4)
+    # WHEN scanned whole and as 4 shards
+    whole = _scan(path, source(), 0, 1)
+    shards = [_scan(path, source(), k, 4) for k in range(4)]
+    # THEN the whole scan counts every thin GPU, and each shard exactly those on its own nodes
+    thin_whole = _other_gpus(path, source(), 0, 1)
+    assert len(thin_whole) == 2 * len({n.name for n in Replicated(path).cluster_state(at=rec.end_time()).nodes})
+    for k in range(4):
+        mine = _other_gpus(path, source(), k, 4)
+        assert sorted(mine) == sorted(f"GPU-thin-{n}-{i}" for n in plan.nodes(k) for i in (0, 1)), f"shard {k}"
+    # AND the inventories and findings of the shards add up to the whole scan's
     _compare(whole, shards)
