@@ -432,10 +432,9 @@ def _presence_range(window_s: int) -> str:
 
 def dcgm_presence_query(uuid_labels: Sequence[str], *, window_s: int, matchers: Mapping[str, str] | None = None,
                         host_labels: Sequence[str] = ()) -> str:
-    """One row per GPU UUID (labels `uuid_labels`, with the exporter's `host_labels`) seen on any DCGM series in the
-    window, whatever the field.
+    """One row per GPU UUID (labels `uuid_labels`, and the exporter's `host_labels`) on any DCGM series in the window.
 
-    The live path's count of GPUs that carry none of the plan's fields (clocks, temperatures only). Grouped before the
+    Whatever the field. The live path's count of GPUs that carry none of the plan's fields (clocks, temperatures only). Grouped before the
     subquery (so fields never collide as one label set) and sampled at `PRESENCE_STEPS` steps of the window at most.
 
     Raises:
