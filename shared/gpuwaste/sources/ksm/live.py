@@ -5,10 +5,11 @@ The cluster state from the KSM series of a live Prometheus (Prometheus, Thanos, 
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,7 +26,9 @@ from gpuwaste.sources.ksm.queries import (
     _pod_sets,
     _regex_literal,
     ksm_history_query,
+    ksm_planning_queries,
     ksm_queries,
+    node_regex,
     object_labels,
 )
 from gpuwaste.sources.ksm.state import cluster_state_from_ksm, family_note
@@ -67,6 +70,9 @@ class PrometheusKsmSource:
         self._progress = progress
         self.history_only = history_only
         self.query_count = 0
+        #: a scan shard's read (`for_nodes`): the regex of its nodes, and whether it is the first shard
+        self.nodes: str | None = None
+        self.first_shard = True
 
     @property
     def url(self) -> str:
@@ -80,7 +86,43 @@ class PrometheusKsmSource:
     def queries(self) -> dict[str, str]:
         """The PromQL of one read (what → query)."""
         return ksm_queries(window_s=int(self.window.total_seconds()), settings=self.settings, matchers=self.prometheus.matchers,
-                           history_only=self.history_only, family=self.family)
+                           history_only=self.history_only, family=self.family, nodes=self.nodes,
+                           first_shard=self.first_shard)
+
+    def for_nodes(self, nodes: Sequence[str], *, first: bool) -> PrometheusKsmSource:
+        """A copy of this source that reads only what a scan shard of `nodes` needs (`ksm_queries(nodes=…)`): the
+        node series of those nodes, the pods `kube_pod_info` places on them in the window, the pods on no node now and,
+        when `first` (shard 0), the pods on no node in the window.
+
+        Raises:
+            ValueError: no node, or too many for one matcher (`queries.MAX_NODE_REGEX_BYTES`): the caller reads whole.
+        """
+        narrowed = copy.copy(self)
+        narrowed.nodes = node_regex(nodes)
+        narrowed.first_shard = first
+        return narrowed
+
+    def planning_state(self, *, at: datetime) -> ClusterState:
+        """The cluster state a sharded scan plans its shards from (`ksm_planning_queries`: nodes, owners, and the GPU
+        and exporter pods' node, owner, labels and annotations), read whole; every shard of a scan reads the same.
+
+        Raises:
+            SourceUnavailableError, SourceAuthError, PermanentError: from the Prometheus client.
+        """
+        window_s = int(self.window.total_seconds())
+
+        def read() -> dict[str, list[dict[str, Any]]]:
+            plan = ksm_planning_queries(window_s=window_s, settings=self.settings, matchers=self.prometheus.matchers,
+                                        family=self.family)
+            return dict(zip(plan, self._run(list(plan.items()), at), strict=True))
+
+        named = read()
+        if self.family == "pod" and any(i.get("metric", {}).get("exported_pod") for i in named["resources"]):
+            self.family = "exported_pod"  # as `cluster_state`: KSM scraped with honor_labels: false
+            named = read()
+        samples = self.samples(named.values(), at=at)
+        return cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
+                                      source=f"kube-state-metrics at {self.url} (shard plan)", notes=False)
 
     @staticmethod
     def _key(item: Mapping[str, Any]) -> tuple[str, str]:
