@@ -334,10 +334,16 @@ def test_kube_state_metrics_read_per_shard_holds_only_its_nodes_pods_and_gives_t
     assert unscheduled == ({("research", PENDING_POD)} if name == "pending" else set())
     plan = plan_shards(ksm.planning_state(at=at), 4)
     assert plan == plan_shards(full, 4), "the plan from the planning read is the plan from the full read"
-    # WHEN each shard reads kube-state-metrics narrowed to its nodes
-    for k in range(4):
+    # WHEN each shard reads kube-state-metrics narrowed to its nodes (after the planning read, whose nodes and owners
+    # it uses as they are: `reuse`; or alone)
+    for k, reuse in [(k, reuse) for k in range(4) for reuse in (True, False)]:
         ksm, _, answers = sources()
+        if reuse:
+            ksm.planning_state(at=at)
+            answers.answers.clear()
         mine = ksm.for_nodes(sorted(plan.nodes(k)), first=k == 0).cluster_state(at=at)
+        assert {w for w, _ in answers.answers} >= {"kube-state-metrics pods", "kube-state-metrics resources"}
+        assert ("kube-state-metrics nodes" in {w for w, _ in answers.answers}) is not reuse
         # THEN every pod and node series Prometheus answered belongs to the shard's nodes or to no node
         pods_here = {p.key for p in full.pods if p.node_name in plan.nodes(k) or not p.node_name}
         pods_here |= {(p.namespace, p.name) for p in full.pods if p.name in full.exporter_pods}
@@ -354,7 +360,7 @@ def test_kube_state_metrics_read_per_shard_holds_only_its_nodes_pods_and_gives_t
         # AND the shard's state is the whole state narrowed to the shard
         expected = shard_state(full, plan, k)
         assert sorted(p.key for p in mine.pods) == sorted(p.key for p in expected.pods)
-        assert sorted(n.name for n in mine.nodes) == sorted(n.name for n in expected.nodes)
+        assert sorted(n.name for n in shard_state(mine, plan, k).nodes) == sorted(n.name for n in expected.nodes)
         assert mine.exporter_pods == expected.exporter_pods
         assert unscheduled <= {p.key for p in mine.pods}, "every shard knows the pods waiting for a node"
     # AND scanned whole and as 4 shards (each reading its own nodes) the findings, GPU-hours and dollars are the same

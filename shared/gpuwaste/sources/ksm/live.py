@@ -43,6 +43,8 @@ from gpuwaste.sources.ksm.vocabulary import (
 
 # the package's logger (one name for the whole KSM adapter, as before the split)
 logger = logging.getLogger("gpuwaste.sources.ksm")
+#: The planning read's answers a shard's read uses as they are (the whole cluster's, as in a whole read).
+REUSED = ("nodes", "namespaces and owners")
 
 
 class PrometheusKsmSource:
@@ -73,6 +75,9 @@ class PrometheusKsmSource:
         #: a scan shard's read (`for_nodes`): the regex of its nodes, and whether it is the first shard
         self.nodes: str | None = None
         self.first_shard = True
+        #: answers of the planning read that hold for a shard's read too (nodes, owners: the same series at the same
+        #: time), handed to the copies `for_nodes` makes so that a shard does not ask for them twice
+        self._planned: dict[str, list[dict[str, Any]]] = {}
 
     @property
     def url(self) -> str:
@@ -100,6 +105,7 @@ class PrometheusKsmSource:
         narrowed = copy.copy(self)
         narrowed.nodes = node_regex(nodes)
         narrowed.first_shard = first
+        narrowed._planned = self._planned
         return narrowed
 
     def planning_state(self, *, at: datetime) -> ClusterState:
@@ -120,6 +126,8 @@ class PrometheusKsmSource:
         if self.family == "pod" and any(i.get("metric", {}).get("exported_pod") for i in named["resources"]):
             self.family = "exported_pod"  # as `cluster_state`: KSM scraped with honor_labels: false
             named = read()
+        # kept undecoded for the shard's own read (`samples` consumes the label dicts it decodes)
+        self._planned = {k: copy.deepcopy(named[k]) for k in REUSED}
         samples = self.samples(named.values(), at=at)
         return cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
                                       source=f"kube-state-metrics at {self.url} (shard plan)", notes=False)
@@ -137,9 +145,10 @@ class PrometheusKsmSource:
         """
         t0 = time.perf_counter()
         plan = self.queries()
-        answers = self._run(list(plan.items()), at)
-        asked = len(plan)
-        named = dict(zip(plan, answers, strict=True))
+        reused = {k: copy.deepcopy(self._planned[k]) for k in REUSED if self.nodes is not None and k in self._planned and k in plan}
+        asking = [(k, q) for k, q in plan.items() if k not in reused]
+        named = {**dict(zip((k for k, _ in asking), self._run(asking, at), strict=True)), **reused}
+        asked = len(asking)
         if self.family == "pod" and any(i.get("metric", {}).get("exported_pod") for i in named["resources"]):
             # KSM scraped with honor_labels: false: its pods are named by exported_namespace/exported_pod (the plain labels
             # name the KSM pod, so the joins by them grouped every pod into one): read again joined by the exported ones

@@ -257,9 +257,10 @@ def ksm_planning_queries(*, window_s: int, settings: ClusterReadSettings, matche
     """What a sharded scan reads whole to plan its shards (`services.shards.plan_shards`): every input the plan and
     the node index use, and nothing else — the GPU requests over the window (which pods hold GPUs), nodes, owners,
     and of the GPU, share, claim and exporter pods of the window their last `kube_pod_info` (node, owner, IP),
-    `kube_pod_owner`, labels and annotations (a workload is resolved from them exactly as in the full read). The
-    pods' containers, CPU limits, phases and times, and the history of gone pods, are left to each shard's own read
-    (`ksm_queries(nodes=…)`)."""
+    `kube_pod_owner` and labels (a workload is resolved from them exactly as in the full read), and the share
+    annotations (`SHARE_KEYS`) of the pods that carry one. The pods' containers, CPU limits, other annotations, phases
+    and times, and the history of gone pods, are left to each shard's own read (`ksm_queries(nodes=…)`), which uses
+    the nodes and owners answers as they are (`live.REUSED`)."""
     full = ksm_queries(window_s=window_s, settings=settings, matchers=matchers, family=family)
     m = dict(matchers or {})
     w = f"[{int(window_s)}s]"
@@ -267,8 +268,12 @@ def ksm_planning_queries(*, window_s: int, settings: ClusterReadSettings, matche
     by = f"({ns_l}, {pod_l})"
     _, gpu_or_exporter = _pod_sets(w, settings, m, by)
     keep = f"({gpu_or_exporter} or {_share_pods(m, by)} or group by {by} ({_sel(POD_RESOURCECLAIM, m)}))"
-    parts = " or ".join(_tag(f"last_over_time({_sel(n, m)}{w})", n)
-                        for n in (POD_INFO, POD_OWNER, POD_LABELS, POD_ANNOTATIONS, POD_RESOURCECLAIM))
+    parts = " or ".join(_tag(f"last_over_time({_sel(n, m)}{w})", n) for n in (POD_INFO, POD_OWNER, POD_LABELS, POD_RESOURCECLAIM))
+    # annotations only of the pods that ask for a GPU share by one (the plan keeps them; no other annotation counts)
+    for kind, key in SHARE_KEYS:
+        if kind == "annotations":
+            share = _sel(POD_ANNOTATIONS, m, f'annotation_{sanitize(key)}!=""')
+            parts += " or " + _tag(f"last_over_time({share}{w})", POD_ANNOTATIONS)
     return {"resources": full["resources"], "planning pods": f"({parts}) and on {by} {keep}", "nodes": full["nodes"],
             "namespaces and owners": full["namespaces and owners"]}
 
