@@ -123,7 +123,7 @@ def test_each_lambda_handler_imports_one_lambda_root_and_no_terminal_stack() -> 
         if any(m.split(".")[0] in {"rich", "typer"} for m in modules):
             problems.append(f"{app.parent.name}: terminal stack")
     # THEN each goes through exactly one Lambda root (plus the message models), never the terminal stack
-    assert len(handlers) == 8 and problems == []
+    assert len(handlers) == 9 and problems == []
 
 
 def _layer_prune() -> list[str]:
@@ -173,7 +173,7 @@ def test_every_lambda_handler_imports_without_the_pruned_distributions(layer: Pa
                           cwd=layer, env=env, capture_output=True, text=True, timeout=300)
     # THEN all import, and none of the pruned modules was loaded
     assert done.returncode == 0, done.stderr[-3000:]
-    assert len(handlers) == 8 and done.stdout.split("\n")[-2] == "[]"
+    assert len(handlers) == 9 and done.stdout.split("\n")[-2] == "[]"
 
 
 def test_layer_prune_removes_a_distribution_by_its_record_and_refuses_one_not_there(tmp_path: Path) -> None:
