@@ -181,22 +181,22 @@ def run_chain(messages: list[FindingMessage], at: datetime, ports: Ports, notifi
     lifecycle = LifecycleService(store=ports.store, alerts=DeferredQueue(ports.alerts, sends), tickets=None, settings=LifecycleSettings(),
                                  clock=FixedClock(at), outbox=outbox)
     actions: Counter[str] = Counter()
-    lifecycle.defer_clears = True  # as dedupe_findings' bootstrap: outboxes cleared per batch, in one write
     unit = getattr(ports.store, "transaction", None)  # SQLite: one commit per record batch
     for group in batches(ports.receive(ports.priced), dedupe_batch):
         records = [_read(body) for body in group]
         with unit() if unit is not None else contextlib.nullcontext():
-            lifecycle.prefetch([m.finding.fingerprint for ms in records for m in ms
-                                if isinstance(m, FindingMessage)])  # one batch read
+            # as dedupe_findings' bootstrap: one LifecycleBatch per record batch (one batch read, outboxes cleared
+            # in one write once the batch's sends are out)
+            batch = lifecycle.begin([m.finding.fingerprint for ms in records for m in ms if isinstance(m, FindingMessage)])
             sends.begin()
             for i, ms in enumerate(records):
                 sends.set_record(str(i))
                 for m in ms:
-                    out = lifecycle.handle_finding(m) if isinstance(m, FindingMessage) else lifecycle.handle_scan_completed(m)
+                    out = lifecycle.handle(m, batch)
                     for a in out.alerts:
                         actions[a.action.value] += 1
             failed_records += len(sends.flush())
-            lifecycle.clear_outboxes()
+            batch.close()
     timings["dedupe"] = time.perf_counter() - t
     cpu["dedupe"] = time.process_time() - c
 

@@ -20,20 +20,18 @@ class PricedRecord(SqsRecordModel):
 
 
 
-def handle(message: FindingMessage | ScanCompleted) -> bootstrap.Outcome:
-    if isinstance(message, ScanCompleted):
-        outcome = bootstrap.lifecycle_service().handle_scan_completed(message)
-        if outcome.applied:  # once per scan, not per completion part
-            bootstrap.record_open_waste(message.cluster)
-        return outcome
-    return bootstrap.lifecycle_service().handle_finding(message)
+def handle(message: FindingMessage | ScanCompleted, batch: bootstrap.LifecycleBatch) -> bootstrap.Outcome:
+    outcome = bootstrap.lifecycle_service().handle(message, batch)
+    if isinstance(message, ScanCompleted) and outcome.applied:  # once per scan, not per completion part
+        bootstrap.record_open_waste(message.cluster)
+    return outcome
 
 
-def record_handler(record: PricedRecord) -> None:
+def record_handler(record: PricedRecord, batch: bootstrap.LifecycleBatch) -> None:
     # a bad finding is dead-lettered alone; the outcomes of the others are counted even when one fails
     outcomes: list[bootstrap.Outcome] = []
     try:
-        bootstrap.each_message(items_of(record.body), lambda m: outcomes.append(handle(m)))
+        bootstrap.each_message(items_of(record.body), lambda m: outcomes.append(handle(m, batch)))
     finally:
         bootstrap.record_lifecycle(metrics, outcomes)
 
@@ -41,5 +39,6 @@ def record_handler(record: PricedRecord) -> None:
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
-    # Powertools BatchProcessor; records read ahead in one batch; poison messages → DLQ with the reason
+    # the invocation is one LifecycleBatch (records read ahead, outputs sent together, outboxes cleared in one write,
+    # the invocation's deadline); poison messages → DLQ with the reason
     return bootstrap.process(event, context, model=PricedRecord, record_handler=record_handler)

@@ -60,6 +60,10 @@ class StateInUseError(StoreError):
     """Another process holds the local state file (`gpuwaste run` on the same `--state`) past the wait."""
 
 
+class DeadlineError(RetryableError):
+    """A message not started because its invocation was about to end (the queue redelivers it)."""
+
+
 class DeliveryError(RetryableError):
     """A Slack or Jira delivery failed and must be retried through the queue."""
 

@@ -48,6 +48,24 @@ class GpuTelemetrySource(Protocol):
 
 
 @runtime_checkable
+class NodeScopedClusterSource(Protocol):
+    """A cluster-state source that can read only what a scan shard's nodes need (`services.shards`)."""
+
+    def planning_state(self, *, at: datetime) -> ClusterState:
+        """What the shard plan needs, of the whole cluster (nodes, GPU pods' nodes and workloads, exporter pods)."""
+        ...
+
+    def for_nodes(self, nodes: Sequence[str], *, first: bool) -> ClusterStateSource:
+        """The same source reading only `nodes`, their pods and the pods on no node (`first`: the shard that reads
+        the pods that were on no node in the window).
+
+        Raises:
+            ValueError: the nodes cannot be sent as one matcher (too many); the caller reads whole.
+        """
+        ...
+
+
+@runtime_checkable
 class NodeScopedTelemetrySource(Protocol):
     """A telemetry source that can read only the series of some nodes (a scan shard's: `services.shards`)."""
 

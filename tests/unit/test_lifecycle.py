@@ -399,14 +399,16 @@ def test_lifecycle_resolved_record_whose_clear_lost_a_race_keeps_no_outbox(batch
     store = SqliteFindingStore(":memory:")
     alerts = RacingAlerts(store)
     service = LifecycleService(store=store, alerts=alerts, tickets=None, settings=LifecycleSettings(), clock=FixedClock())
-    service.defer_clears = batched  # the Lambda clears a batch's outboxes together (`clear_outboxes`)
     f = finding("60.00")
-    service.handle_finding(seen(f, 0))
-    service.clear_outboxes()
+    # (batched: the Lambda clears a batch's outboxes together, `LifecycleBatch.close`; else each as it is sent)
+    batch = service.begin(deferred=batched)
+    service.handle_finding(seen(f, 0), batch)
+    batch.close()
     # WHEN three scans miss it (the third resolves it and alerts RESOLVED), each clear losing the race to that write
     for n in (1, 2, 3):
-        service.handle_scan_completed(completed(n))
-        service.clear_outboxes()
+        batch = service.begin(deferred=batched)
+        service.handle_scan_completed(completed(n), batch)
+        batch.close()
     # THEN the resolved record's outbox is empty (a resolved record is never revisited), the delivery key kept
     record = store.get(f.fingerprint)
     assert record is not None and record.state is FindingState.RESOLVED

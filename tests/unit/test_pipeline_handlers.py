@@ -147,3 +147,27 @@ def test_dedupe_handler_alerts_once_for_a_redelivered_batch(monkeypatch: pytest.
     assert [a.action for a in sent_first] == [AlertAction.NEW] * 3
     assert alerts.drain() == []
     assert len(tickets.drain()) == 1
+
+
+class _EndingContext(FakeLambdaContext):
+    """A Lambda context with 4 s left (less than the lifecycle batch keeps in hand)."""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 4_000
+
+
+def test_dedupe_handler_starts_no_record_at_its_deadline_and_the_redelivery_decides_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the lifecycle over an empty store, and an invocation with 4 s left
+    store, alerts, tickets = SqliteFindingStore(":memory:"), MemoryQueue(), MemoryQueue()
+    monkeypatch.setattr(dedupe_root, "lifecycle_service", lambda: _lifecycle(store, alerts, tickets))
+    handler = load_handler("dedupe_findings")
+    event = load_event("sqs_priced")
+    # WHEN the priced batch is delivered to it
+    late = handler.lambda_handler(event, _EndingContext())
+    # THEN no record was started: every one is handed back to SQS, nothing written or told
+    assert {f["itemIdentifier"] for f in late["batchItemFailures"]} == {r["messageId"] for r in event["Records"]}
+    fingerprints = dedupe_root.fingerprints_of(event)
+    assert len(fingerprints) == 3 and store.get_many(fingerprints) == {} and alerts.drain() == []
+    # AND the redelivery, with time in hand, decides each finding once
+    assert handler.lambda_handler(event, FakeLambdaContext()) == {"batchItemFailures": []}
+    assert [AlertMessage.model_validate_json(b).action for b in alerts.drain()] == [AlertAction.NEW] * 3

@@ -146,12 +146,15 @@ def each_message(items: Sequence[T], handle: Callable[[T], Any]) -> list[Any]:
     return results
 
 
-def process_batch(event: dict[str, Any], context: Any, *, model: Any, record_handler: Callable[[Any], Any]
-                  ) -> dict[str, Any]:
+def process_batch(event: dict[str, Any], context: Any, *, model: Any, record_handler: Callable[[Any], Any],
+                  outbox: SendBatch | None = None) -> dict[str, Any]:
     """Process an SQS event with Powertools' `BatchProcessor`: parse each record as `model`, run `record_handler`,
     dead-letter permanent failures, send the records' outputs per batch, and return the partial batch response.
+
+    `outbox`: the invocation's `SendBatch` when the caller's queues hold it explicitly (dedupe_findings'
+    `LifecycleBatch`); a new one otherwise. Either way it is also the current outbox (`OUTBOX`) meanwhile.
     """
-    outbox = SendBatch()
+    outbox = outbox or SendBatch()
     outbox.begin()
     token = OUTBOX.set(outbox)
     raws: dict[str, dict[str, Any]] = {}

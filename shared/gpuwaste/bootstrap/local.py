@@ -293,15 +293,12 @@ def _run_chain(
             # one transaction per scan: the decisions, their outboxes and the delivery queue entries commit together
             with (the_store.transaction() if isinstance(the_store, SqliteFindingStore) else contextlib.nullcontext()):
                 messages = priced_q.drain_messages()
-                lifecycle.prefetch([m.finding.fingerprint for m in messages if isinstance(m, FindingMessage)])
-                lifecycle.defer_clears = True
+                # the scan is one LifecycleBatch, as a dedupe_findings invocation is (`bootstrap.dedupe.process`)
+                batch = lifecycle.begin([m.finding.fingerprint for m in messages if isinstance(m, FindingMessage)])
                 for message in messages:
-                    if isinstance(message, ScanCompleted):
-                        lifecycle.handle_scan_completed(message)
-                    elif isinstance(message, FindingMessage):
-                        lifecycle.handle_finding(message)
-                lifecycle.clear_outboxes()
-                lifecycle.defer_clears = False
+                    if isinstance(message, FindingMessage | ScanCompleted):
+                        lifecycle.handle(message, batch)
+                batch.close()
             told = [alerts_q.message(body, AlertMessage) for body in alerts_q.sent]
             alerts_q.sent.clear()
             result.alerts += told

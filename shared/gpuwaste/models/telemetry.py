@@ -574,6 +574,8 @@ class TelemetryWindow(Frozen):
             "raw" (PromQL over the raw DCGM series) or "recording" (a file, in Python).
         other_gpus: UUIDs of GPUs seen only on DCGM fields the scan does not read (clocks, temperatures: no
             activity, memory or power field), sorted; counted in the inventory and reported, never judged.
+        other_gpu_hosts: UUID of `other_gpus` → the exporter's hostname label on its series, where it carries one (a
+            sharded scan counts each such GPU in the shard of its node: `services.shards.shard_telemetry`).
         xid_errors: GPU UUID → the XID error code `DCGM_FI_DEV_XID_ERRORS` last reported in the window (non-zero
             only; 79: the GPU fell off the bus), where the source reads it (recordings).
     """
@@ -594,6 +596,7 @@ class TelemetryWindow(Frozen):
     problems: tuple[TelemetryProblem, ...] = ()
     plan: str = ""
     other_gpus: tuple[str, ...] = ()
+    other_gpu_hosts: dict[str, str] = Field(default_factory=dict)
     xid_errors: dict[str, int] = Field(default_factory=dict)
 
     @property

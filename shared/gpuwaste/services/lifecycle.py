@@ -49,12 +49,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from gpuwaste.errors import StoreError
+from gpuwaste.errors import DeadlineError, StoreError
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.ledger import add_sighting, waste_usd
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
@@ -69,6 +69,8 @@ DAY = Decimal(86400)
 MAX_ATTEMPTS = 5
 #: records read together when resolving by absence (one BatchGetItem of 100 keys in DynamoDB)
 MISSED_CHUNK = 100
+#: seconds a batch keeps in hand: a message is not started with less left (`LifecycleBatch.check_deadline`)
+DEADLINE_RESERVE_S = 10.0
 
 
 @dataclass
@@ -109,83 +111,87 @@ class LifecycleService:
         #: keep decided messages in the record's outbox until sent; False only when the queues commit in the same
         #: transaction as the store (the local chain's SQLite state), where a record and its messages cannot part
         self.outbox = outbox
-        #: records read ahead for the batch being handled (`prefetch`); each is used once, for a first attempt
-        self._prefetched: dict[str, FindingRecord | None] = {}
-        #: with `defer_clears`, sent outboxes are cleared together by `clear_outboxes` (one batch write)
-        self.defer_clears = False
-        self._to_clear: list[FindingRecord] = []
-        #: record versions whose outbox was handed to the queues in this batch (a copy of the same message later in
-        #: the batch finds it applied and does not hand it over again)
-        self._handed: dict[str, int] = {}
+        #: compatibility only (`prefetch` / `defer_clears` / `clear_outboxes`, see there): new code passes a batch
+        self._legacy: LifecycleBatch | None = None
 
     # -- batches ---------------------------------------------------------------------------------------------
+    def begin(self, fingerprints: Sequence[str] = (), *, alerts: AlertQueue | None = None,
+              tickets: AlertQueue | None = None, deferred: bool = True,
+              time_left: Callable[[], float] | None = None) -> LifecycleBatch:
+        """Open a unit of work (`LifecycleBatch`): the records of `fingerprints` read in one batch read, its messages
+        sent through `alerts` / `tickets` (the service's queues unless given: the Lambda passes queues that send the
+        whole batch's outputs together), its outboxes cleared in one write by `LifecycleBatch.close` (`deferred`) or
+        as each send completes, and no message started with less than `DEADLINE_RESERVE_S` of `time_left()` left.
+        """
+        found = self.store.get_many(list(fingerprints)) if fingerprints else {}
+        return LifecycleBatch(store=self.store, alerts=self.alerts if alerts is None else alerts,
+                              tickets=self.tickets if tickets is None else tickets, deferred=deferred,
+                              time_left=time_left, read={fp: found.get(fp) for fp in fingerprints})
+
+    def _once(self) -> LifecycleBatch:
+        """The batch of a message handled alone: nothing read ahead, its outbox cleared as soon as it is sent."""
+        return self._legacy or LifecycleBatch(store=self.store, alerts=self.alerts, tickets=self.tickets, deferred=False)
+
+    def handle(self, message: FindingMessage | ScanCompleted, batch: LifecycleBatch | None = None) -> Outcome:
+        """Apply one priced finding or scan completion (`handle_finding`, `handle_scan_completed`) in `batch`."""
+        if isinstance(message, ScanCompleted):
+            return self.handle_scan_completed(message, batch)
+        return self.handle_finding(message, batch)
+
+    # compatibility: the mutable batch of earlier versions (bench/pipeline_scale.py drives it); use `begin`
+    @property
+    def defer_clears(self) -> bool:
+        """Compatibility: True while a deferred batch opened by `prefetch` / this flag is open."""
+        return self._legacy is not None and self._legacy.deferred
+
+    @defer_clears.setter
+    def defer_clears(self, value: bool) -> None:
+        self._legacy = self.begin(deferred=True) if value else None
+
     def prefetch(self, fingerprints: list[str]) -> None:
-        """Read the records of a batch's findings in one batch read (instead of one read per finding)."""
-        found = self.store.get_many(fingerprints)
-        self._prefetched = {fp: found.get(fp) for fp in fingerprints}
-        self._handed = {}
+        """Compatibility: open the service's own batch over `fingerprints` (prefer `begin`)."""
+        old = self._legacy
+        self._legacy = self.begin(fingerprints, deferred=old is not None and old.deferred)
+        if old is not None:
+            self._legacy.to_clear = old.to_clear
 
     def clear_outboxes(self) -> int:
-        """Clear, in one batch write, the outboxes whose messages were sent since the last call (`defer_clears`).
-        A record changed meanwhile is re-read and cleared if it still holds the messages sent; one whose outbox a newer
-        decision replaced keeps it (that decision sends and clears it). Returns how many were cleared."""
-        pending, self._to_clear = self._to_clear, []
-        self._prefetched = {}
-        self._handed = {}
-        latest: dict[str, FindingRecord] = {}
-        for r in pending:  # one write per record (a message redelivered within the batch re-sends the same outbox)
-            if r.fingerprint not in latest or r.version > latest[r.fingerprint].version:
-                latest[r.fingerprint] = r
-        records = list(latest.values())
-        outcomes = self.store.update_many([(_cleared(r), r.version) for r in records])
-        return sum(ok or self._clear_again(r) for ok, r in zip(outcomes, records, strict=True))
-
-    def _clear_again(self, sent: FindingRecord) -> bool:
-        """After a clear lost a race (a delivery key recorded, a button pressed meanwhile): clear the outbox on the
-        record as it is now if it still holds the messages that were sent; leave it when a newer decision replaced
-        them (that decision's own send clears it). Without this a resolved record, never revisited, kept its outbox
-        for good."""
-        for _ in range(MAX_ATTEMPTS):
-            now = self.store.get(sent.fingerprint)
-            if now is None or now.outbox_json != sent.outbox_json:
-                return False
-            if self.store.update(_cleared(now), expected_version=now.version):
-                return True
-        logger.warning("outbox not cleared: the record kept changing", extra={"fingerprint": sent.fingerprint})
-        return False
+        """Compatibility: close the service's own batch (`LifecycleBatch.close`) and open the next one."""
+        batch = self._legacy
+        if batch is None:
+            return 0
+        self._legacy = self.begin(deferred=batch.deferred)
+        return batch.close()
 
     def _outboxed(self, record: FindingRecord, out: Outcome) -> FindingRecord:
         return _with_outbox(record, out) if self.outbox else record
 
-    def _read(self, fingerprint: str, attempt: int) -> FindingRecord | None:
-        if attempt == 0 and fingerprint in self._prefetched:
-            return self._prefetched.pop(fingerprint)
-        return self.store.get(fingerprint)
-
     # -- findings ------------------------------------------------------------------------------------
-    def handle_finding(self, message: FindingMessage) -> Outcome:
-        """Apply one priced finding seen by scan `message.scan_id`.
+    def handle_finding(self, message: FindingMessage, batch: LifecycleBatch | None = None) -> Outcome:
+        """Apply one priced finding seen by scan `message.scan_id`, in `batch` (alone when None).
 
         Raises:
             StoreError: the store failed, or kept conflicting (retryable: the record fails and SQS redelivers).
             RetryableError: a queue could not take the messages (the outbox keeps them for the redelivery).
         """
+        batch = batch or self._once()
+        batch.check_deadline()
         finding = message.finding
         for attempt in range(MAX_ATTEMPTS):
-            current = self._read(finding.fingerprint, attempt)
+            current = batch.read_record(finding.fingerprint, attempt)
             if current is None:
                 record, out = self._first_sight(finding, message.scan_id)
                 if self.store.put_new(record):
-                    return self._flush(record, out)
+                    return self._flush(batch, record, out)
                 continue
             if current.last_scan_id == message.scan_id or _older_than_known(current, finding):
                 # already applied (redelivery) or older than what we know (out of order): only finish sending
-                return self._resend(current, stale=current.last_scan_id != message.scan_id)
+                return self._resend(batch, current, stale=current.last_scan_id != message.scan_id)
             record, out = self._seen_again(current, finding, message.scan_id)
             if self._unchanged(current, record, out, finding):
                 return out  # nothing to write: the last written sighting stands for this one (heartbeat)
             if self.store.update(record, expected_version=current.version):
-                return self._flush(record, out)
+                return self._flush(batch, record, out)
         raise StoreError(f"finding {finding.fingerprint}: conflicting writes, gave up after {MAX_ATTEMPTS} attempts")
 
     def _unchanged(self, current: FindingRecord, record: FindingRecord, out: Outcome, finding: Finding) -> bool:
@@ -326,12 +332,15 @@ class LifecycleService:
         return record, self._alert(record, finding, AlertAction.ESCALATE, scan_id, reason)
 
     # -- scan completions ----------------------------------------------------------------------------
-    def handle_scan_completed(self, message: ScanCompleted) -> Outcome:
-        """Count a missed scan for each open finding of the cluster the scan did not see; resolve after N.
+    def handle_scan_completed(self, message: ScanCompleted, batch: LifecycleBatch | None = None) -> Outcome:
+        """Count a missed scan for each open finding of the cluster the scan did not see; resolve after N (in
+        `batch`; alone when None).
 
         Raises:
             StoreError, RetryableError: as `handle_finding`.
         """
+        batch = batch or self._once()
+        batch.check_deadline()
         total = Outcome()
         if message.part == 0:  # each shard's attribution coverage, once per shard (issue 21 §12: the daily summary)
             self.store.record_coverage(message, expires_at=self._expiry())
@@ -350,7 +359,7 @@ class LifecycleService:
         for candidate in self._missed_candidates(message.cluster, seen):
             if _subject_key(candidate) in unjudged:
                 continue
-            outcome = self._miss(candidate, message)
+            outcome = self._miss(batch, candidate, message)
             total.alerts += outcome.alerts
             total.tickets += outcome.tickets
             total.duplicate = total.duplicate or outcome.duplicate
@@ -366,7 +375,7 @@ class LifecycleService:
             found = self.store.get_many(chunk)
             yield from (found[fp] for fp in chunk if fp in found)
 
-    def _miss(self, candidate: FindingRecord, message: ScanCompleted) -> Outcome:
+    def _miss(self, batch: LifecycleBatch, candidate: FindingRecord, message: ScanCompleted) -> Outcome:
         at = message.scheduled_time
         fingerprint = candidate.fingerprint
         for attempt in range(MAX_ATTEMPTS):
@@ -375,7 +384,7 @@ class LifecycleService:
             if current is None or current.state is not FindingState.OPEN:
                 return Outcome()
             if current.last_checked_scan_id == message.scan_id or current.last_scan_id == message.scan_id:
-                return self._resend(current, stale=False)
+                return self._resend(batch, current, stale=False)
             if current.last_seen >= at:
                 return Outcome(stale=True)  # seen by this scan or a later one
             missed = current.missed_scans + 1
@@ -399,19 +408,20 @@ class LifecycleService:
                 record = current.model_copy(update=update)
             record, out = _carry_unsent(current, self._outboxed(record, out), out, keep=self.outbox)
             if self.store.update(record, expected_version=current.version):
-                return self._flush(record, out)
+                return self._flush(batch, record, out)
         raise StoreError(f"finding {fingerprint}: conflicting writes, gave up after {MAX_ATTEMPTS} attempts")
 
-    def recover(self, records: list[FindingRecord]) -> Outcome:
+    def recover(self, records: list[FindingRecord], batch: LifecycleBatch | None = None) -> Outcome:
         """Send what the outboxes of `records` still hold (left by a crash between a decision and its send) and
         clear them; the delivery queues drop messages they already hold.
 
         Raises:
             StoreError, RetryableError: as `handle_finding`.
         """
+        batch = batch or self._once()
         total = Outcome()
         for record in records:
-            out = self._resend(record, stale=False)
+            out = self._resend(batch, record, stale=False)
             total.alerts += out.alerts
             total.tickets += out.tickets
         return total
@@ -439,39 +449,128 @@ class LifecycleService:
     def _expiry(self) -> int:
         return int((self.clock.now() + timedelta(days=self.settings.retention_days)).timestamp())
 
-    def _flush(self, record: FindingRecord, out: Outcome) -> Outcome:
+    def _flush(self, batch: LifecycleBatch, record: FindingRecord, out: Outcome) -> Outcome:
+        """Send a decision's messages through the batch's queues; its outbox is cleared once they are out."""
         if out.alerts:
-            self.alerts.send_alerts(out.alerts)
-        if out.tickets and self.tickets is not None:
-            self.tickets.send_alerts(out.tickets)
+            batch.alerts.send_alerts(out.alerts)
+        if out.tickets and batch.tickets is not None:
+            batch.tickets.send_alerts(out.tickets)
         if record.outbox_json:
-            if self.defer_clears:
-                self._handed[record.fingerprint] = record.version
-
-            def clear_outbox() -> None:
-                if self.defer_clears:
-                    self._to_clear.append(record)
-                    return
-                # the messages are sent; a lost race is retried on the record as it is now (`_clear_again`)
-                if not self.store.update(_cleared(record), expected_version=record.version):
-                    self._clear_again(record)
-
+            batch.handed_over(record)
             # a queue that sends a whole batch of records' outputs together (`queue.batching.DeferredQueue`)
-            # clears the outbox only once the messages are out; any other queue has sent them already
-            self.alerts.after_sent(clear_outbox)
+            # runs this only once the messages are out; any other queue has sent them already
+            batch.alerts.after_sent(lambda: batch.sent(record))
         if out.alerts or out.tickets:
             logger.info("lifecycle decided", extra={"fingerprint": record.fingerprint,
                                                     "actions": [a.action.value for a in out.alerts + out.tickets]})
         return out
 
-    def _resend(self, current: FindingRecord, *, stale: bool) -> Outcome:
-        if not current.outbox_json or self._handed.get(current.fingerprint) == current.version:
+    def _resend(self, batch: LifecycleBatch, current: FindingRecord, *, stale: bool) -> Outcome:
+        if not current.outbox_json or batch.already_handed(current):
             return Outcome(duplicate=not stale, stale=stale)
         alerts, tickets = _read_outbox(current.outbox_json)
         out = Outcome(alerts=alerts, tickets=tickets, duplicate=True)
         pending = alerts + tickets
         logger.warning("lifecycle resending unsent messages", extra={"fingerprint": current.fingerprint, "count": len(pending)})
-        return self._flush(current, out)
+        return self._flush(batch, current, out)
+
+
+@dataclass
+class LifecycleBatch:
+    """The lifecycle's unit of work: one SQS batch of dedupe_findings, one scan of the local chain, or one message.
+
+    Every rule that makes telling exactly-once under at-least-once delivery batch-shaped lives here (the rules on a
+    single record are in the module docstring):
+
+    * **what it read** (`read`): the records of the batch's findings, read in one batch read by
+      `LifecycleService.begin`; each is used once, for a message's first attempt (a lost race reads the record again).
+    * **its outbox** (`alerts`, `tickets`): the queues its decisions go to. The Lambda passes queues that hold the
+      whole batch's messages until the batch is flushed (`queue.batching.DeferredQueue` over the invocation's
+      `SendBatch`) and run `sent` for a record only once its messages are out: an unsent message stays in its
+      record's outbox, and the redelivery sends it.
+    * **what it will write** (`to_clear`): the records whose outboxes were sent; `close` clears them in one batch
+      write (`deferred`; else each is cleared when sent). A clear that lost a race is retried on the record as it is
+      now if it still holds the messages sent (`_clear_again`).
+    * `handed`: the record versions whose outbox went to the queues in this batch; a copy of the same message later in
+      the batch finds its scan applied and hands nothing over again.
+    * **its deadline** (`time_left`, seconds; None: none): a message is not started with less than
+      `DEADLINE_RESERVE_S` left; it fails retryable, and the records already handled are flushed and cleared before
+      the invocation ends (SQS redelivers the rest).
+    """
+
+    store: FindingStore
+    alerts: AlertQueue
+    tickets: AlertQueue | None
+    deferred: bool = True
+    time_left: Callable[[], float] | None = None
+    read: dict[str, FindingRecord | None] = field(default_factory=dict)
+    to_clear: list[FindingRecord] = field(default_factory=list)
+    handed: dict[str, int] = field(default_factory=dict)
+
+    def check_deadline(self) -> None:
+        """Refuse to start a message too close to the deadline.
+
+        Raises:
+            DeadlineError: less than `DEADLINE_RESERVE_S` left (retryable: the queue redelivers the message).
+        """
+        if self.time_left is not None and (left := self.time_left()) < DEADLINE_RESERVE_S:
+            raise DeadlineError(f"deferred: {left:.0f} s left in this invocation; the queue redelivers the message")
+
+    def read_record(self, fingerprint: str, attempt: int) -> FindingRecord | None:
+        """The record read ahead (first attempt, once), else the store's."""
+        if attempt == 0 and fingerprint in self.read:
+            return self.read.pop(fingerprint)
+        return self.store.get(fingerprint)
+
+    def handed_over(self, record: FindingRecord) -> None:
+        """`record`'s outbox went to the queues in this batch."""
+        if self.deferred:
+            self.handed[record.fingerprint] = record.version
+
+    def already_handed(self, record: FindingRecord) -> bool:
+        """True when this very version's outbox went to the queues in this batch already."""
+        return self.handed.get(record.fingerprint) == record.version
+
+    def sent(self, record: FindingRecord) -> None:
+        """`record`'s messages are out: clear its outbox (at `close` when deferred)."""
+        if self.deferred:
+            self.to_clear.append(record)
+            return
+        if not self.store.update(_cleared(record), expected_version=record.version):
+            self._clear_again(record)
+
+    def close(self) -> int:
+        """Clear, in one batch write, the outboxes whose messages were sent. A record changed meanwhile is re-read and
+        cleared if it still holds the messages sent; one whose outbox a newer decision replaced keeps it (that
+        decision sends and clears it). Returns how many were cleared.
+
+        Raises:
+            StoreError: the store failed (the outboxes stay set: the next decision carries them, keys dedupe).
+        """
+        pending, self.to_clear = self.to_clear, []
+        self.read = {}
+        self.handed = {}
+        latest: dict[str, FindingRecord] = {}
+        for r in pending:  # one write per record (a message redelivered within the batch re-sends the same outbox)
+            if r.fingerprint not in latest or r.version > latest[r.fingerprint].version:
+                latest[r.fingerprint] = r
+        records = list(latest.values())
+        outcomes = self.store.update_many([(_cleared(r), r.version) for r in records])
+        return sum(ok or self._clear_again(r) for ok, r in zip(outcomes, records, strict=True))
+
+    def _clear_again(self, sent: FindingRecord) -> bool:
+        """After a clear lost a race (a delivery key recorded, a button pressed meanwhile): clear the outbox on the
+        record as it is now if it still holds the messages that were sent; leave it when a newer decision replaced
+        them (that decision's own send clears it). Without this a resolved record, never revisited, kept its outbox
+        for good."""
+        for _ in range(MAX_ATTEMPTS):
+            now = self.store.get(sent.fingerprint)
+            if now is None or now.outbox_json != sent.outbox_json:
+                return False
+            if self.store.update(_cleared(now), expected_version=now.version):
+                return True
+        logger.warning("outbox not cleared: the record kept changing", extra={"fingerprint": sent.fingerprint})
+        return False
 
 
 #: what every sighting of an unchanged finding moves (`LifecycleService._unchanged`); the ledger is compared apart

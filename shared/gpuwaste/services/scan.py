@@ -24,7 +24,13 @@ from gpuwaste.models.coverage import KindCoverage
 from gpuwaste.models.findings import Episode, Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, TelemetryWindow
-from gpuwaste.ports import ClusterStateSource, FindingQueue, GpuTelemetrySource, NodeScopedTelemetrySource
+from gpuwaste.ports import (
+    ClusterStateSource,
+    FindingQueue,
+    GpuTelemetrySource,
+    NodeScopedClusterSource,
+    NodeScopedTelemetrySource,
+)
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
 from gpuwaste.pricing.power import power_limits_w
@@ -427,10 +433,11 @@ class ScanService:
     def _read_shard(self, at: datetime, timings: dict[str, float], shard: int, shard_count: int) -> tuple[ClusterState, TelemetryWindow]:
         """The cluster state, then the telemetry of shard `shard`'s nodes only (the plan needs the state first).
 
-        A `NodeScopedTelemetrySource` is asked for those nodes' series; whatever comes is narrowed to them.
+        A `NodeScopedTelemetrySource` is asked for those nodes' series; whatever comes is narrowed to them. A
+        `NodeScopedClusterSource` (KSM) is read twice: what the plan needs, whole, then the shard's nodes only.
         """
         c0 = time.perf_counter()
-        whole = self.cluster_source.cluster_state(at=at)
+        whole, mine = self._shard_states(at, shard, shard_count)
         timings["cluster_state"] = time.perf_counter() - c0
         plan = plan_shards(whole, shard_count)
         source: GpuTelemetrySource = self.telemetry_source
@@ -443,7 +450,21 @@ class ScanService:
         t0 = time.perf_counter()
         telemetry = source.telemetry(at=at, window=self.window)
         timings["telemetry"] = time.perf_counter() - t0
-        return shard_state(whole, plan, shard), shard_telemetry(telemetry, whole, plan, shard)
+        return shard_state(mine or whole, plan, shard), shard_telemetry(telemetry, whole, plan, shard)
+
+    def _shard_states(self, at: datetime, shard: int, shard_count: int) -> tuple[ClusterState, ClusterState | None]:
+        """(the state the plan is made from, the shard's own read or None when that is the same one)."""
+        source = self.cluster_source
+        if not isinstance(source, NodeScopedClusterSource):
+            return source.cluster_state(at=at), None
+        planning = source.planning_state(at=at)
+        nodes = plan_shards(planning, shard_count).nodes(shard)
+        try:
+            narrowed = source.for_nodes(sorted(nodes), first=shard == 0)
+        except ValueError as exc:  # no node of its own, or too many for one matcher: read whole, keep its own
+            logger.warning("shard cluster state read whole", extra={"shard": shard, "reason": str(exc)})
+            return planning, source.cluster_state(at=at)
+        return planning, narrowed.cluster_state(at=at)
 
     def send(self, scan_id: str, cluster: str, at: datetime, findings: Sequence[Finding], *, judged: bool = True,
              unjudged: tuple[str, ...] = (), coverage: tuple[KindCoverage, ...] = (), shard: int = 0,

@@ -148,7 +148,8 @@ def shard_telemetry(telemetry: TelemetryWindow, state: ClusterState, plan: Shard
     """`telemetry` narrowed to the devices on the nodes of `shard` and the pods those nodes hold.
 
     Devices are resolved to nodes over the whole `state` as the join does; a device tied to no node goes to shard 0,
-    and a pod series of an unknown pod goes to shard 0 too.
+    and a pod series of an unknown pod goes to shard 0 too. A GPU with thin telemetry (`other_gpus`) goes to the shard
+    of the node its hostname label names (shard 0 without one).
     """
     if plan.shard_count == 1:
         return telemetry
@@ -161,8 +162,18 @@ def shard_telemetry(telemetry: TelemetryWindow, state: ClusterState, plan: Shard
     uuids = {g.device.uuid for g in gpus}
     pods = tuple(p for p in telemetry.pods if keep_device(_pod_node(index, p.namespace, p.pod)))
     kept_xid = {u: c for u, c in telemetry.xid_errors.items() if u in uuids}
-    other = tuple(u for u in telemetry.other_gpus if shard == 0) if telemetry.other_gpus else ()
-    return telemetry.model_copy(update={"gpus": gpus, "pods": pods, "xid_errors": kept_xid, "other_gpus": other})
+    # GPUs with thin telemetry (no field the scan reads): in the shard of the node their hostname label names
+    other = tuple(u for u in telemetry.other_gpus if keep_device(_host_node(index, telemetry.other_gpu_hosts.get(u))))
+    hosts = {u: h for u, h in telemetry.other_gpu_hosts.items() if u in other}
+    return telemetry.model_copy(update={"gpus": gpus, "pods": pods, "xid_errors": kept_xid, "other_gpus": other,
+                                        "other_gpu_hosts": hosts})
+
+
+def _host_node(index: NodeIndex, host: str | None) -> str | None:
+    """The node an exporter hostname label value names (as `NodeIndex.node_of` resolves a device's), or None."""
+    if not host:
+        return None
+    return index.by_hostname.get(host) or index.cluster.exporter_pods.get(host)
 
 
 def _pod_node(index: NodeIndex, namespace: str, name: str) -> str | None:

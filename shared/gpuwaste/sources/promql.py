@@ -430,16 +430,17 @@ def _presence_range(window_s: int) -> str:
     return f"[{int(window_s)}s:{step}s]"
 
 
-def dcgm_presence_query(uuid_labels: Sequence[str], *, window_s: int, matchers: Mapping[str, str] | None = None) -> str:
-    """One row per GPU UUID (labels `uuid_labels`) seen on any DCGM series in the window, whatever the field.
+def dcgm_presence_query(uuid_labels: Sequence[str], *, window_s: int, matchers: Mapping[str, str] | None = None,
+                        host_labels: Sequence[str] = ()) -> str:
+    """One row per GPU UUID (labels `uuid_labels`, and the exporter's `host_labels`) on any DCGM series in the window.
 
-    The live path's count of GPUs that carry none of the plan's fields (clocks, temperatures only). Grouped before the
+    Whatever the field. The live path's count of GPUs that carry none of the plan's fields (clocks, temperatures only). Grouped before the
     subquery (so fields never collide as one label set) and sampled at `PRESENCE_STEPS` steps of the window at most.
 
     Raises:
         ValueError: an invalid label name.
     """
-    labels = _label_list(uuid_labels)
+    labels = _label_list(tuple(dict.fromkeys((*uuid_labels, *host_labels))))
     return f"group by ({labels}) (max_over_time((group by ({labels}) ({_any_dcgm(matchers)})){_presence_range(window_s)}))"
 
 

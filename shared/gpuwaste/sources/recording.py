@@ -366,6 +366,7 @@ class RecordingTelemetrySource:
             check_series(len(parsed.series), limits, source=str(f))
         summaries: list[SeriesSummary] = []
         other_uuids: set[str] = set()  # GPUs on DCGM fields outside the plan (presence only)
+        other_hosts: dict[str, str] = {}  # ... and the exporter's hostname label on their series
         xids: dict[str, int] = {}  # GPU UUID → last non-zero XID error code
         other_single = True
         for series in seen:
@@ -379,6 +380,8 @@ class RecordingTelemetrySource:
                     uuid = next((u for k in self.labels.uuid_labels if (u := series.labels.get(k))), None)
                     if uuid:
                         other_uuids.add(uuid)
+                        if host := next((h for k in self.labels.hostname_labels if (h := series.labels.get(k))), ""):
+                            other_hosts.setdefault(uuid, host)
                         code = acc.last if acc.last else acc.max
                         if _canonical(series.name) == XID_FIELD and code and math.isfinite(code) and code > 0:
                             xids[uuid] = int(code)
@@ -407,6 +410,7 @@ class RecordingTelemetrySource:
             problems=parts.problems,
             plan="recording",
             other_gpus=other_gpus,
+            other_gpu_hosts={u: other_hosts[u] for u in other_gpus if u in other_hosts},
             xid_errors=xids,
         )
 

@@ -5,10 +5,11 @@ The cluster state from the KSM series of a live Prometheus (Prometheus, Thanos, 
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,7 +26,9 @@ from gpuwaste.sources.ksm.queries import (
     _pod_sets,
     _regex_literal,
     ksm_history_query,
+    ksm_planning_queries,
     ksm_queries,
+    node_regex,
     object_labels,
 )
 from gpuwaste.sources.ksm.state import cluster_state_from_ksm, family_note
@@ -40,6 +43,8 @@ from gpuwaste.sources.ksm.vocabulary import (
 
 # the package's logger (one name for the whole KSM adapter, as before the split)
 logger = logging.getLogger("gpuwaste.sources.ksm")
+#: The planning read's answers a shard's read uses as they are (the whole cluster's, as in a whole read).
+REUSED = ("nodes", "namespaces and owners")
 
 
 class PrometheusKsmSource:
@@ -67,6 +72,12 @@ class PrometheusKsmSource:
         self._progress = progress
         self.history_only = history_only
         self.query_count = 0
+        #: a scan shard's read (`for_nodes`): the regex of its nodes, and whether it is the first shard
+        self.nodes: str | None = None
+        self.first_shard = True
+        #: answers of the planning read that hold for a shard's read too (nodes, owners: the same series at the same
+        #: time), handed to the copies `for_nodes` makes so that a shard does not ask for them twice
+        self._planned: dict[str, list[dict[str, Any]]] = {}
 
     @property
     def url(self) -> str:
@@ -80,7 +91,46 @@ class PrometheusKsmSource:
     def queries(self) -> dict[str, str]:
         """The PromQL of one read (what → query)."""
         return ksm_queries(window_s=int(self.window.total_seconds()), settings=self.settings, matchers=self.prometheus.matchers,
-                           history_only=self.history_only, family=self.family)
+                           history_only=self.history_only, family=self.family, nodes=self.nodes,
+                           first_shard=self.first_shard)
+
+    def for_nodes(self, nodes: Sequence[str], *, first: bool) -> PrometheusKsmSource:
+        """A copy of this source that reads only what a scan shard of `nodes` needs (`ksm_queries(nodes=…)`): the
+        node series of those nodes, the pods `kube_pod_info` places on them in the window, the pods on no node now and,
+        when `first` (shard 0), the pods on no node in the window.
+
+        Raises:
+            ValueError: no node, or too many for one matcher (`queries.MAX_NODE_REGEX_BYTES`): the caller reads whole.
+        """
+        narrowed = copy.copy(self)
+        narrowed.nodes = node_regex(nodes)
+        narrowed.first_shard = first
+        narrowed._planned = self._planned
+        return narrowed
+
+    def planning_state(self, *, at: datetime) -> ClusterState:
+        """The cluster state a sharded scan plans its shards from (`ksm_planning_queries`: nodes, owners, and the GPU
+        and exporter pods' node, owner, labels and annotations), read whole; every shard of a scan reads the same.
+
+        Raises:
+            SourceUnavailableError, SourceAuthError, PermanentError: from the Prometheus client.
+        """
+        window_s = int(self.window.total_seconds())
+
+        def read() -> dict[str, list[dict[str, Any]]]:
+            plan = ksm_planning_queries(window_s=window_s, settings=self.settings, matchers=self.prometheus.matchers,
+                                        family=self.family)
+            return dict(zip(plan, self._run(list(plan.items()), at), strict=True))
+
+        named = read()
+        if self.family == "pod" and any(i.get("metric", {}).get("exported_pod") for i in named["resources"]):
+            self.family = "exported_pod"  # as `cluster_state`: KSM scraped with honor_labels: false
+            named = read()
+        # kept undecoded for the shard's own read (`samples` consumes the label dicts it decodes)
+        self._planned = {k: copy.deepcopy(named[k]) for k in REUSED}
+        samples = self.samples(named.values(), at=at)
+        return cluster_state_from_ksm(samples, cluster=self.cluster, observed_at=at, settings=self.settings,
+                                      source=f"kube-state-metrics at {self.url} (shard plan)", notes=False)
 
     @staticmethod
     def _key(item: Mapping[str, Any]) -> tuple[str, str]:
@@ -95,9 +145,10 @@ class PrometheusKsmSource:
         """
         t0 = time.perf_counter()
         plan = self.queries()
-        answers = self._run(list(plan.items()), at)
-        asked = len(plan)
-        named = dict(zip(plan, answers, strict=True))
+        reused = {k: copy.deepcopy(self._planned[k]) for k in REUSED if self.nodes is not None and k in self._planned and k in plan}
+        asking = [(k, q) for k, q in plan.items() if k not in reused]
+        named = {**dict(zip((k for k, _ in asking), self._run(asking, at), strict=True)), **reused}
+        asked = len(asking)
         if self.family == "pod" and any(i.get("metric", {}).get("exported_pod") for i in named["resources"]):
             # KSM scraped with honor_labels: false: its pods are named by exported_namespace/exported_pod (the plain labels
             # name the KSM pod, so the joins by them grouped every pod into one): read again joined by the exported ones

@@ -136,10 +136,41 @@ def _regex_literal(text: str) -> str:
     return re.sub(r"([.\\+*?()|\[\]{}^$])", r"\\\1", text)
 
 
-def _names(metrics: Iterable[str], m: Mapping[str, str]) -> str:
+def _names(metrics: Iterable[str], m: Mapping[str, str], extra: str = "") -> str:
     """An instant selector of several metric names (instant selectors keep `__name__`: no tags needed)."""
     inner = [f'__name__=~"{"|".join(metrics)}"', *(f'{k}="{_esc(v)}"' for k, v in sorted(m.items()))]
+    if extra:
+        inner.append(extra)
     return "{" + ",".join(inner) + "}"
+
+
+#: The longest node regex a shard's KSM read sends (bytes); past it the shard reads the cluster state whole.
+MAX_NODE_REGEX_BYTES = 64 * 1024
+
+
+def node_regex(nodes: Iterable[str]) -> str:
+    """The RE2 alternation of a shard's node names (each a literal), for `ksm_queries(nodes=…)`.
+
+    Raises:
+        ValueError: no node, an empty name, or a regex longer than `MAX_NODE_REGEX_BYTES`.
+    """
+    names = sorted(set(nodes))
+    if not names or any(not n for n in names):
+        raise ValueError("a shard's node matcher needs at least one node, none empty")
+    regex = "|".join(_regex_literal(n) for n in names)
+    if len(regex.encode()) > MAX_NODE_REGEX_BYTES:
+        raise ValueError(f"{len(names)} nodes make a {len(regex.encode())}-byte regex, over {MAX_NODE_REGEX_BYTES}")
+    return regex
+
+
+def _scope(w: str, m: Mapping[str, str], by: str, nodes: str, *, first: bool) -> str:
+    """The pods a shard reads, as a `group by <by>` expression: those `kube_pod_info` puts on its `nodes` in the window,
+    and those on no node now (Pending: every shard needs them, they tell free capacity apart); the `first` shard also
+    reads the pods that were on no node at any time of the window (gone before they were scheduled), once."""
+    on_nodes = f"group by {by} (last_over_time({_sel(POD_INFO, m, f'node=~{chr(34)}{_esc(nodes)}{chr(34)}')}{w}))"
+    unscheduled = _sel(POD_INFO, m, 'node=""')
+    pending = f"group by {by} (last_over_time({unscheduled}{w}))" if first else f"group by {by} ({unscheduled})"
+    return f"({on_nodes} or {pending})"
 
 
 #: Pod metrics read at the evaluation time for pods that still exist (phase separately: only its current value).
@@ -156,7 +187,8 @@ HISTORY_PODS_PER_QUERY = 500
 
 
 def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mapping[str, str] | None = None,
-                history_only: bool = False, family: str = "pod") -> dict[str, str]:
+                history_only: bool = False, family: str = "pod", nodes: str | None = None,
+                first_shard: bool = True) -> dict[str, str]:
     """The live plan: six instant queries, whatever the pod count (plus `ksm_history_query` when pods ended);
     `history_only` (next to the Kubernetes API): three — GPU requests over the window, current phases, pods gone.
 
@@ -167,6 +199,10 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     are gone now, with their sample counts (`pods gone`); their last state is read by `ksm_history_query`.
     `family`: the labels that name the object (`KSM_FAMILIES`): "exported_pod" where KSM was scraped with
     `honor_labels: false` (the pods are then joined and grouped by `exported_namespace`, `exported_pod`).
+
+    `nodes` (`node_regex`): a scan shard's read — node series (`kube_node_*`) with `node=~"…"`, and every pod series
+    joined on the pods `kube_pod_info` places on those nodes in the window, plus the pods on no node now (every
+    shard) and, for the `first_shard`, those on no node in the window (`_scope`); namespaces and owners whole.
     """
     m = dict(matchers or {})
     w = f"[{int(window_s)}s]"
@@ -194,16 +230,52 @@ def ksm_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mappi
     # one selector per label shape: set operators match series ignoring the metric name, so capacity and
     # allocatable (same labels) must come from one selector, not from `a or b`
     capacity = _names((NODE_CAPACITY, NODE_ALLOCATABLE), m).replace("}", f",{node_res}}}")
-    nodes = f"{_names(node_names, m)} or {capacity}"
+    nodes_q = f"{_names(node_names, m)} or {capacity}"
     # ReplicaSets and Jobs are known from their owner series (KSM exports one per object, `<none>` when unowned):
     # their `_created` series would say the same again
     owners = _names((NS_LABELS, NS_ANNOTATIONS, RS_OWNER, JOB_OWNER,
                      *(metric for kind, (metric, _) in CONTROLLER_CREATED.items() if kind not in ("ReplicaSet", "Job"))), m)
+    if nodes is not None:  # a shard's read
+        scope = _scope(w, m, by, nodes, first=first_shard)
+        resources = f"({resources}) and on {by} {scope}"
+        exporter = _sel(POD_INFO, m, f'{pod_l}=~".*(?:{_esc(settings.exporter_pod_pattern)}).*",node=~"{_esc(nodes)}"')
+        pods = f"(((({_names(_POD_IDENTITY, m)} or {_sel(POD_PHASE, m)} == 1) and on {by} {keep_now}) and on {by} {scope}) or {exporter})"
+        pod_details = f"(({pod_details}) and on {by} {scope})"
+        gone = f"({gone}) and on {by} {scope}"
+        on_nodes = f'node=~"{_esc(nodes)}"'
+        capacity = _names((NODE_CAPACITY, NODE_ALLOCATABLE), m, on_nodes).replace("}", f",{node_res}}}")
+        nodes_q = f"{_names(node_names, m, on_nodes)} or {capacity}"
     if history_only:
         phases = f"{_sel(POD_PHASE, m)} == 1 and on {by} {gpu_now}"
         return {"resources": resources, "phases": phases, "pods gone": gone}
     return {"pods": pods, "pod labels and containers": pod_details, "resources": resources, "namespaces and owners": owners,
-            "nodes": nodes, "pods gone": gone}
+            "nodes": nodes_q, "pods gone": gone}
+
+
+def ksm_planning_queries(*, window_s: int, settings: ClusterReadSettings, matchers: Mapping[str, str] | None = None,
+                         family: str = "pod") -> dict[str, str]:
+    """What a sharded scan reads whole to plan its shards (`services.shards.plan_shards`): every input the plan and
+    the node index use, and nothing else — the GPU requests over the window (which pods hold GPUs), nodes, owners,
+    and of the GPU, share, claim and exporter pods of the window their last `kube_pod_info` (node, owner, IP),
+    `kube_pod_owner` and labels (a workload is resolved from them exactly as in the full read), and the share
+    annotations (`SHARE_KEYS`) of the pods that carry one. The pods' containers, CPU limits, other annotations, phases
+    and times, and the history of gone pods, are left to each shard's own read (`ksm_queries(nodes=…)`), which uses
+    the nodes and owners answers as they are (`live.REUSED`)."""
+    full = ksm_queries(window_s=window_s, settings=settings, matchers=matchers, family=family)
+    m = dict(matchers or {})
+    w = f"[{int(window_s)}s]"
+    ns_l, pod_l = KSM_FAMILIES[family]
+    by = f"({ns_l}, {pod_l})"
+    _, gpu_or_exporter = _pod_sets(w, settings, m, by)
+    keep = f"({gpu_or_exporter} or {_share_pods(m, by)} or group by {by} ({_sel(POD_RESOURCECLAIM, m)}))"
+    parts = " or ".join(_tag(f"last_over_time({_sel(n, m)}{w})", n) for n in (POD_INFO, POD_OWNER, POD_LABELS, POD_RESOURCECLAIM))
+    # annotations only of the pods that ask for a GPU share by one (the plan keeps them; no other annotation counts)
+    for kind, key in SHARE_KEYS:
+        if kind == "annotations":
+            share = _sel(POD_ANNOTATIONS, m, f'annotation_{sanitize(key)}!=""')
+            parts += " or " + _tag(f"last_over_time({share}{w})", POD_ANNOTATIONS)
+    return {"resources": full["resources"], "planning pods": f"({parts}) and on {by} {keep}", "nodes": full["nodes"],
+            "namespaces and owners": full["namespaces and owners"]}
 
 
 def ksm_history_query(pods: Sequence[str], *, window_s: int, matchers: Mapping[str, str] | None = None, family: str = "pod") -> str:

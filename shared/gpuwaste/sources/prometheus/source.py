@@ -193,7 +193,7 @@ class PrometheusGpuMetricsSource(PrometheusQueries):
         # the instant and recorded answers come with the dropped labels aggregated away; the raw time-resolved reads are merged
         # over them while they are read (`_ItemReader`)
         parts = assemble(summaries, self.labels, drop=False, grid=grid)
-        other_gpus, other_fields, asked = self._other_gpus(at, window_s, {g.device.uuid for g in parts.gpus})
+        other_gpus, other_hosts, other_fields, asked = self._other_gpus(at, window_s, {g.device.uuid for g in parts.gpus})
         count = len(queries) + (1 if self._probed else 0) + asked
         logger.info(
             "prometheus telemetry read",
@@ -217,17 +217,20 @@ class PrometheusGpuMetricsSource(PrometheusQueries):
             problems=parts.problems,
             plan="recording rules" if rules else "raw",
             other_gpus=other_gpus,
+            other_gpu_hosts=other_hosts,
         )
 
     _probed = False
 
-    def _other_gpus(self, at: datetime, window_s: int, seen: set[str]) -> tuple[tuple[str, ...], frozenset[str], int]:
+    def _other_gpus(self, at: datetime, window_s: int, seen: set[str]
+                    ) -> tuple[tuple[str, ...], dict[str, str], frozenset[str], int]:
         """GPUs on DCGM series in the window that the plan's answers did not show (only unread fields: clocks,
         temperatures), as the recording path counts them (`TelemetryWindow.other_gpus`, issue 21 §9): one presence
         query (one row per GPU), and only when such GPUs exist a second for the DCGM field names present.
 
         Returns:
-            (their UUIDs sorted, the DCGM field names present — canonical upper-case — when they exist, queries asked).
+            (their UUIDs sorted, UUID → the exporter's hostname label where the series carry one, the DCGM field names
+            present — canonical upper-case — when they exist, queries asked).
 
         Raises:
             SourceUnavailableError, SourceAuthError, PermanentError: see `instant_query`; PermanentError also when the
@@ -235,17 +238,26 @@ class PrometheusGpuMetricsSource(PrometheusQueries):
         """
         uuid_labels = self.labels.uuid_labels
         matchers = {**(self.matchers or {}), **self.node_matchers}  # a shard asks for its own nodes' GPUs only
-        result = self.instant_query(dcgm_presence_query(uuid_labels, window_s=window_s, matchers=matchers), at=at,
-                                    what="DCGM presence")
+        host_labels = self.labels.hostname_labels
+        result = self.instant_query(dcgm_presence_query(uuid_labels, window_s=window_s, matchers=matchers,
+                                                        host_labels=host_labels), at=at, what="DCGM presence")
         if len(result) > self.max_series:
             raise SourceAnswerError(f"Prometheus at {self.url}: DCGM presence has more than max_series={self.max_series} GPUs")
-        uuids = {u for item in result if (u := next((v for k in uuid_labels if (v := item["metric"].get(k))), None))}
-        other = tuple(sorted(uuids - seen))
+        hosts: dict[str, str] = {}
+        for item in result:
+            labels = item["metric"]
+            uuid = next((v for k in uuid_labels if (v := labels.get(k))), None)
+            if uuid:
+                host = next((v for k in host_labels if (v := labels.get(k))), "")
+                if host or uuid not in hosts:
+                    hosts[uuid] = host
+        other = tuple(sorted(set(hosts) - seen))
         if not other:
-            return (), frozenset(), 1
+            return (), {}, frozenset(), 1
         fields = self.instant_query(dcgm_fields_query(window_s=window_s, matchers=matchers), at=at, what="DCGM fields")
         names = {str(item["metric"].get(METRIC_LABEL, "")) for item in fields}
-        return other, frozenset(n.upper() if n.startswith("dcgm_fi_") else n for n in names if n), 2
+        where = {u: hosts[u] for u in other if hosts[u]}
+        return other, where, frozenset(n.upper() if n.startswith("dcgm_fi_") else n for n in names if n), 2
 
     def rules_cover(self, *, at: datetime, window_s: int, drop: Sequence[str] | None = None, bucket_s: int | None = None) -> bool:
         """True when the shipped recording rules ran over the whole window and can serve its buckets.
