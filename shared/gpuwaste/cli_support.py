@@ -625,7 +625,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     """
     from decimal import Decimal
 
-    from gpuwaste.people import kind_label
+    from gpuwaste.people import kind_label, namespace_label
     from gpuwaste.sinks import terminal
 
     view = view or View()
@@ -674,7 +674,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         out.print(Text(f"{hidden} finding(s) under ${min_usd:g}/day hidden by --min-usd", style="dim"))
     if shown and not quiet and view.source:  # one line, never folded: a command to copy
         out.print(Text(f"why: gpuwaste explain ID {view.source}", style="dim"), soft_wrap=True)
-    key = {GroupBy.team: team, GroupBy.namespace: lambda f: f.subject.namespace or "(node)",
+    key = {GroupBy.team: team, GroupBy.namespace: lambda f: namespace_label(f.subject.namespace),
            GroupBy.kind: lambda f: kind_label(f.kind)}[view.group_by]
     terminal.print_rollup(out, waste, key=key, by=view.group_by.value, window_s=report.window_s)
 
