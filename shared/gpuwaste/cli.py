@@ -134,6 +134,9 @@ def scan(
     source_hint: str | None = None
     if cluster_file is not None and not cluster_file.exists():
         fail(f"--cluster-json {escape_markup(str(cluster_file))}: no such file")
+    if cluster_file is not None and cluster_file.is_dir():
+        fail(f"--cluster-json {escape_markup(str(cluster_file))}: is a directory; give the file of "
+             "`kubectl get pods,nodes -A -o json`")
     if recording is not None:
         if not recording.exists():
             fail(f"{escape_markup(str(recording))}: no such file or directory")
