@@ -576,7 +576,11 @@ def _print_inventory_notes(report: ScanReport, view: View) -> None:
                 terminal.print_fitted(out, f"  {plain(model)}: " + funnel_text({model: row}).removeprefix("funnel: "), style="dim")
     if inv.unmet_gpu_requests:
         terminal.print_fitted(out, unmet_text(inv.unmet_gpu_requests), style="yellow")
-    if inv.conservation:  # every physical GPU-hour charged once (issue 24 §3)
+    if inv.conservation and not inv.conservation.get("physical_gpus") and inv.physical_gpus:
+        # no GPU node in the cluster state: nothing to charge; "holds: 0 physical GPUs" beside "1 GPU" contradicted the header
+        terminal.print_fitted(out, f"share conservation: not checked — no GPU node in the cluster state, so the {inv.physical_gpus} "
+                                   f"GPU(s) in the telemetry are neither charged nor priced", style="dim")
+    elif inv.conservation:  # every physical GPU-hour charged once (issue 24 §3)
         text = str(inv.conservation.get("text", ""))
         terminal.print_fitted(out, text, style="dim" if inv.conservation.get("holds") else "red")
     for note in inv.allocation_notes:  # capacity that is not GPUs, claims nobody uses, RBAC to grant (issue 11)

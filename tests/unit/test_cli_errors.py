@@ -610,3 +610,24 @@ def test_cli_scan_cluster_json_is_read_under_any_name_and_a_directory_is_refused
     # AND a directory is refused in one line
     assert_user_error(invoke("scan", "--recording", str(DEMO), "--cluster-json", str(tmp_path)), "--cluster-json",
                       "is a directory")
+
+
+def _real_scrape(name: str) -> Path:
+    here = Path(__file__).resolve().parents[2]
+    for root in (here.parent / "shared", here.parent.parent / "shared"):  # beside the repository (or a worktree of it)
+        if (root / "data" / "real" / "scrapes" / name).exists():
+            return root / "data" / "real" / "scrapes" / name
+    pytest.skip(f"real data not available ({name}; ../shared/data/real is provided beside the repository in CI)")
+
+
+def test_cli_scan_of_a_scrape_without_cluster_state_does_not_claim_conservation_over_zero_gpus() -> None:
+    # GIVEN the real A100 MIG scrape (one GPU in the telemetry, no cluster state)
+    src = _real_scrape("a09-nvidia-docs-a100-mig-1g5gb-scrape.prom")
+    # WHEN scanned
+    result = invoke("scan", "--recording", str(src), "-q")
+    text = " ".join(result.output.split())
+    # THEN the header's "1 GPU" is not contradicted by "share conservation holds: 0 physical GPUs" (issue 22)
+    assert result.exit_code == 0, result.output
+    assert "1 GPU in the telemetry" in text, text
+    assert "0 physical GPUs" not in text, text
+    assert "share conservation: not checked — no GPU node in the cluster state" in text, text
