@@ -593,13 +593,13 @@ def _print_inventory_notes(report: ScanReport, view: View) -> None:
 
 def _print_no_verdict(report: ScanReport, view: View) -> None:
     """Print the "no verdict" lines: a count of pods/nodes, or (`view.verbose`) the causes, most common first."""
-    from gpuwaste.people import no_codes
+    from gpuwaste.people import reason_words
     from gpuwaste.sinks import terminal
 
     inv = report.inventory
     subjects: dict[str, set[str]] = {}
     for nv in report.no_verdict:
-        reason = no_codes(nv.reason)
+        reason = reason_words(nv.reason)
         if inv.single_instant:  # one sample: a longer window cannot help, so no look-back hint
             reason = re.sub(r"\s*\((scan with --window|needs \d+ day)[^)]*\)", "", reason)
         subjects.setdefault(reason, set()).add(nv.subject)  # count subjects (pods, nodes), not detectors

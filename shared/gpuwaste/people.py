@@ -325,6 +325,12 @@ def no_codes(text: str) -> str:
     return _CODE.sub("", text)
 
 
+def reason_words(text: str) -> str:
+    """A no-verdict reason as people read it: no internal codes (`no_codes`), and each data-quality problem id it
+    names in words ("untrusted telemetry: frozen_exporter" → "untrusted telemetry: frozen exporter")."""
+    return re.sub(r"\b[a-z]+(?:_[a-z]+)+\b", lambda m: PROBLEM_LABELS.get(m.group(0), m.group(0)), no_codes(text))
+
+
 def setting_text(name: str, value: object) -> str:
     """A detector setting as people read it: ratios as percent, seconds as durations, MiB and W with units."""
     label = name.replace("_", " ")

@@ -631,3 +631,13 @@ def test_cli_scan_of_a_scrape_without_cluster_state_does_not_claim_conservation_
     assert "1 GPU in the telemetry" in text, text
     assert "0 physical GPUs" not in text, text
     assert "share conservation: not checked — no GPU node in the cluster state" in text, text
+
+
+def test_cli_scan_verbose_no_verdict_causes_name_problems_in_words() -> None:
+    # GIVEN the demo (one frozen exporter) WHEN scanned with -v
+    result = invoke("scan", "--recording", str(DEMO), "-v")
+    # THEN the causes grouped under "no verdict" name the problem in words, never its id (issue 22)
+    assert result.exit_code == 0, result.output
+    causes = result.output.split("no verdict on", 1)[1].split("Data quality", 1)[0]
+    assert "untrusted telemetry: frozen exporter" in causes, causes
+    assert "frozen_exporter" not in causes, causes
