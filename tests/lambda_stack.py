@@ -191,8 +191,8 @@ def iam_requests(call: ApiCall, *, secret_arns: dict[str, str], partition_key: s
     if svc == "secretsmanager" and op in ("GetSecretValue", "DescribeSecret"):
         secret = p["SecretId"]
         return [IamRequest(f"secretsmanager:{op}", secret if secret.startswith("arn:") else secret_arns[secret])]
-    if svc == "s3" and op == "GetObject":
-        return [IamRequest("s3:GetObject", f"arn:{PARTITION}:s3:::{p['Bucket']}/{p['Key']}")]
+    if svc == "s3" and op in ("GetObject", "PutObject"):
+        return [IamRequest(f"s3:{op}", f"arn:{PARTITION}:s3:::{p['Bucket']}/{p['Key']}")]
     if svc == "cloudwatch" and op == "PutMetricData":
         return [IamRequest("cloudwatch:PutMetricData", "*")]
     raise AssertionError(f"{call.function}: {svc}:{op} — no IAM mapping in tests/lambda_stack.py; add it from the AWS "
@@ -444,7 +444,10 @@ class DeployedStack:
             self.recorder.function = None
 
     def functions(self) -> list[str]:
-        return [k for k, v in self.template["Resources"].items() if v["Type"] == "AWS::Serverless::Function"]
+        """The functions the stack creates (a function whose `Condition` is false with these parameters is absent)."""
+        resolver = self.resolver
+        return [k for k, v in self.template["Resources"].items() if v["Type"] == "AWS::Serverless::Function"
+                and (not v.get("Condition") or resolver.condition(v["Condition"]))]
 
     def statements(self, logical_id: str) -> list[dict[str, Any]]:
         return function_statements(self.resolver, logical_id)

@@ -112,7 +112,7 @@ def scan(
     wide: Annotated[bool, typer.Option("--wide", help="Show the node, evidence and confidence columns whatever the terminal width.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print what the scan saw (models, signals, attribution) and why some pods got no verdict.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
-    bill: Annotated[Path | None, typer.Option("--bill", help="Price from your bill: an AWS CUR 2.0 CSV (effective cost per instance-hour: savings plans, reservations, spot); list prices for the rest.")] = None,
+    bill: Annotated[Path | None, typer.Option("--bill", help="Price from your bill: an AWS CUR 2.0 or FOCUS export, CSV or .csv.gz (effective cost per instance-hour: savings plans, reservations, spot); list prices for the rest.")] = None,
 ) -> None:
     """Scan a cluster (live, or from a recording) and print priced findings, the waste per team and the total."""
     from gpuwaste.bootstrap import local

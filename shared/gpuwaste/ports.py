@@ -397,7 +397,20 @@ class Clock(Protocol):
         ...
 
 
+class ObjectWriter(Protocol):
+    """Writes whole objects under keys (S3): a put of the same key replaces the object (idempotent re-runs)."""
+
+    def put(self, key: str, body: bytes, *, content_type: str) -> str:
+        """Write `body` at `key` (relative to the writer's prefix); return where it went (e.g. s3://bucket/key).
+
+        Raises:
+            RetryableError: throttling, 5xx, connection errors.
+            PermanentError: access denied, no such bucket, or `body` over the store's single-put limit.
+        """
+        ...
+
+
 __all__ = [
     "AlertQueue", "Claim", "Clock", "ClusterActuator", "ClusterStateSource", "Finding", "FindingQueue", "FindingStore", "GpuTelemetrySource",
-    "OnceLedger", "ReclaimNotifier", "ScanRequestQueue",
+    "ObjectWriter", "OnceLedger", "ReclaimNotifier", "ScanRequestQueue",
 ]

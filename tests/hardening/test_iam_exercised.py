@@ -5,7 +5,9 @@ function's policy in template.yaml — action and resource — and every grant t
 an audited table; moto enforces no IAM, so neither can see a grant that is missing in AWS. Here the real handlers run
 over moto's server (`tests.lambda_stack`: the template's environment per function, botocore's `before-parameter-build`
 event recording each call) through a day: a scan tick and each queue delivered (with one poison message per SQS queue,
-so the dead-letter sends happen), the daily summary and its retry, a Slack button click and its replay. Each recorded
+so the dead-letter sends happen), the daily summary and its retry, a Slack button click and its replay, the daily FOCUS
+export and its retry — with the export and the bill switched on (`FocusExportBucket`, `BillObject`), so the bill's
+GetObject (price and export functions) and the export's PutObject are exercised too. Each recorded
 call is evaluated against the function's statements as IAM does (SAM policy templates expanded, intrinsics and `!If`
 resolved, `dynamodb:LeadingKeys` conditions applied).
 """
@@ -18,6 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
 
 from tests.hardening.conftest import Figures
@@ -50,9 +53,18 @@ UNUSED_ALLOWED: dict[tuple[str, str, str], str] = {
 
 
 @pytest.fixture
-def day(aws: Any, slack_api: FakeSlack, jira_api: FakeJira, monkeypatch: pytest.MonkeyPatch) -> Iterator[DeployedStack]:
+def day(aws: Any, slack_api: FakeSlack, jira_api: FakeJira, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Any) -> Iterator[DeployedStack]:
     """A day of the deployed pipeline, every function's calls recorded."""
-    stack = deploy(monkeypatch, config=config_document(slack_api, jira_api), secrets=stack_secrets(slack_api, jira_api))
+    from tests.integration.test_focus_export_s3 import BILL_BUCKET, BILL_KEY, EXPORT_BUCKET, PREFIX, bill_bytes
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    for bucket in (EXPORT_BUCKET, BILL_BUCKET):
+        s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=BILL_BUCKET, Key=BILL_KEY, Body=bill_bytes(tmp_path, "40"))
+    stack = deploy(monkeypatch, config=config_document(slack_api, jira_api), secrets=stack_secrets(slack_api, jira_api),
+                   params={"FocusExportBucket": EXPORT_BUCKET, "FocusExportPrefix": PREFIX,
+                           "BillObject": f"{BILL_BUCKET}/{BILL_KEY}"})
     stack.invoke("DispatchScansFunction", {**load_event("scheduled_scan"), "time": SCAN_TIME})
     for queue in ("ScanRequestsQueue", "FindingsQueue", "PricedQueue", "AlertsQueue", "TicketsQueue"):
         stack.send(queue, POISON)  # dead-lettered by its consumer: the DLQ grant is exercised
@@ -65,6 +77,9 @@ def day(aws: Any, slack_api: FakeSlack, jira_api: FakeJira, monkeypatch: pytest.
     click = interaction_event(fingerprint, "snooze_1d", at=int(time.time()))
     stack.invoke("SlackInteractionsFunction", click)
     stack.invoke("SlackInteractionsFunction", click)  # a replay
+    export = load_event("scheduled_export")
+    stack.invoke("ExportFocusFunction", export)
+    stack.invoke("ExportFocusFunction", export)  # the scheduler's retry
     yield stack
     _reset_composition_roots()
 
@@ -84,7 +99,8 @@ def test_every_call_of_a_day_is_allowed_and_every_grant_is_used(day: DeployedSta
                             (function, action) == k[:2] and resource.endswith(k[2]) for k in UNUSED_ALLOWED):
                         unused.append(f"{function}: statement {n}: {action} on {resource}")
     calls = len(day.recorder.calls)
-    figures.notes["IAM exercised"] = (f"{calls} AWS calls over a day of the 8 functions; {len(denied)} not allowed by "
+    figures.notes["IAM exercised"] = (f"{calls} AWS calls over a day of the {len(day.functions())} functions; "
+                                      f"{len(denied)} not allowed by "
                                       f"the function's policy; {len(unused)} grants unused")
     # THEN nothing is denied (a function would fail in AWS), and no grant goes unused (too wide, or untested)
     assert calls > 50 and all(day.recorder.of(f) for f in day.functions())
@@ -104,6 +120,10 @@ REMOVALS = [
     ("SendDailySummaryFunction", "dynamodb:PutItem"),
     ("SendDailySummaryFunction", "ByActivityDayShard"),
     ("SlackInteractionsFunction", "dynamodb:GetItem"),
+    ("PriceFindingsFunction", "s3:GetObject"),
+    ("ExportFocusFunction", "s3:GetObject"),
+    ("ExportFocusFunction", "s3:PutObject"),
+    ("ExportFocusFunction", "ssm:GetParameter"),
 ]
 
 

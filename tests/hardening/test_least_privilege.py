@@ -59,6 +59,8 @@ WILDCARD_ALLOW: dict[tuple[str, str], str] = {
 # Resource patterns with a wildcard that stay inside the stack's own resources.
 RESOURCE_PATTERN_ALLOW: dict[str, str] = {
     "${FindingsTable.Arn}/index/*": "the GSIs of the stack's own lifecycle table (Query on OpenByClusterShard/ByActivityDayShard)",
+    "arn:${AWS::Partition}:s3:::${FocusExportBucket}/${FocusExportPrefix}*":
+        "the daily FOCUS export's objects: keys cluster=<c>/day=<d>/focus.csv under the export prefix only (PutObject)",
 }
 
 

@@ -20,6 +20,7 @@ FUNCTIONS = {
     "PriceFindingsFunction": "price_findings", "DedupeFindingsFunction": "dedupe_findings",
     "NotifySlackFunction": "notify_slack", "CreateTicketsFunction": "create_tickets",
     "SendDailySummaryFunction": "send_daily_summary", "SlackInteractionsFunction": "slack_interactions",
+    "ExportFocusFunction": "export_focus",
 }
 
 
@@ -242,8 +243,9 @@ def test_template_secrets_are_arns_and_schedules_are_parameters(template: dict[s
     for name in ("SlackSecretArn", "JiraSecretArn", "PrometheusSecretArn"):
         assert "secretsmanager" in params[name]["AllowedPattern"]
     assert not [p for p in params if re.search(r"token|password", p, re.I)]
-    # ... and both schedules come from parameters, switchable by SchedulesEnabled, with the tick's time as input
-    assert {s["ScheduleExpression"]["Ref"] for s in schedules} == {"ScanSchedule", "SummarySchedule"}
+    # ... and the schedules come from parameters, switchable by SchedulesEnabled, with the tick's time as input
+    assert {s["ScheduleExpression"]["Ref"] for s in schedules} == {"ScanSchedule", "SummarySchedule",
+                                                                  "FocusExportSchedule"}
     assert params["ScanSchedule"]["Default"] == "rate(10 minutes)"
     assert all(s["State"]["Fn::If"][0] == "SchedulesOn" and "<aws.scheduler.scheduled-time>" in s["Input"] for s in schedules)
 

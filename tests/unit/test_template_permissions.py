@@ -26,6 +26,14 @@ VPC: set[Grant] = {(a, "*") for a in ("ec2:CreateNetworkInterface", "ec2:DeleteN
                                       "ec2:DescribeNetworkInterfaces", "ec2:DetachNetworkInterface")}
 
 
+#: the bill the price book reads (HasBill): GetObject of that one object (bootstrap/price.py)
+BILL: set[Grant] = {("s3:GetObject", "Sub:arn:${AWS::Partition}:s3:::${BillObject}")}
+
+
+#: the daily FOCUS export's objects: PutObject under the export prefix (sinks/s3_objects.py)
+EXPORT: set[Grant] = {("s3:PutObject", "Sub:arn:${AWS::Partition}:s3:::${FocusExportBucket}/${FocusExportPrefix}*")}
+
+
 def send(*queues: str) -> set[Grant]:
     """queue/sqs.py send_message_batch and bootstrap/batch.py send_message: both authorised by sqs:SendMessage."""
     return {("sqs:SendMessage", q) for q in queues}
@@ -44,7 +52,7 @@ EXPECTED: dict[str, set[Grant]] = {
     "DispatchScansFunction": CONFIG | send("ScanRequestsQueue"),
     "ScanGpuWasteFunction": CONFIG | send("FindingsQueue", "ScanRequestsDlq") | secret("PrometheusSecretArn")
     | {("aps:QueryMetrics", "PrometheusWorkspaceArn")} | VPC,
-    "PriceFindingsFunction": CONFIG | send("PricedQueue", "FindingsDlq"),
+    "PriceFindingsFunction": CONFIG | send("PricedQueue", "FindingsDlq") | BILL,
     "DedupeFindingsFunction": CONFIG | send("AlertsQueue", "TicketsQueue", "PricedDlq") | BATCH | query(OPEN_BY_CLUSTER),
     "NotifySlackFunction": CONFIG | secret("SlackSecretArn") | secret("TeamsSecretArn") | secret("WebhookSecretArn")
     | send("AlertsDlq") | BATCH | query(BY_ACTIVITY_DAY),
@@ -54,6 +62,9 @@ EXPECTED: dict[str, set[Grant]] = {
     | query(BY_ACTIVITY_DAY) | {("dynamodb:BatchGetItem", "FindingsTable")}  # history: keys from the index, then by key
     | {("dynamodb:PutItem", "FindingsTable")},  # PutItem: its once-records (once# keys only)
     "SlackInteractionsFunction": CONFIG | secret("SlackSecretArn") | secret("JiraSecretArn") | ITEM,
+    # the daily FOCUS export (FocusExportOn): PutObject under the prefix only, the bill, and the scan's reads
+    "ExportFocusFunction": CONFIG | BILL | EXPORT
+    | secret("PrometheusSecretArn") | {("aps:QueryMetrics", "PrometheusWorkspaceArn")} | VPC,
 }
 
 # SAM policy templates the template uses, as SAM expands them (actions; the parameter naming the resource).
@@ -143,8 +154,9 @@ def test_template_permissions_have_no_wildcard_action_and_only_vpc_wildcard_reso
     found = grants(template)
     # WHEN wildcards are looked for
     wild_actions = [(fn, a) for fn, gs in found.items() for a, _ in gs if "*" in a]
-    wild_resources = [(fn, a, r) for fn, gs in found.items() for a, r in gs if "*" in r and (a, r) not in VPC]
-    # THEN there are none (ENI management in a VPC cannot be scoped, as in AWSLambdaVPCAccessExecutionRole)
+    wild_resources = [(fn, a, r) for fn, gs in found.items() for a, r in gs if "*" in r and (a, r) not in VPC | EXPORT]
+    # THEN there are none (ENI management in a VPC cannot be scoped, as in AWSLambdaVPCAccessExecutionRole; the FOCUS
+    # export writes keys of each cluster and day under its prefix, and nothing else)
     assert wild_actions == [] and wild_resources == []
 
 

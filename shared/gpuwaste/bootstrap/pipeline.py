@@ -150,11 +150,30 @@ class ScanEnvironment(RootEnvironment):
     dead_letter_queue_url: str = ""
 
 
-class PriceEnvironment(RootEnvironment):
-    """price_findings: PRICED_QUEUE_URL (priced findings), DEAD_LETTER_QUEUE_URL (optional)."""
+class BillEnvironment(RootEnvironment):
+    """BILL_S3_URI: s3://bucket/key of a CUR 2.0 or FOCUS bill (CSV or .csv.gz) whose effective instance-hour rates
+    price the pipeline ("" = list prices and the config's rate card); BILL_MAX_AGE_S: how long a warm container keeps
+    the bill before reading it again (the export refreshes daily)."""
+
+    bill_s3_uri: str = ""
+    bill_max_age_s: int = Field(3600, ge=60, le=86400)
+
+
+class PriceEnvironment(BillEnvironment):
+    """price_findings: PRICED_QUEUE_URL (priced findings), DEAD_LETTER_QUEUE_URL (optional), and the bill
+    (`BillEnvironment`)."""
 
     priced_queue_url: str = Field(min_length=1)
     dead_letter_queue_url: str = ""
+
+
+class ExportEnvironment(BillEnvironment):
+    """export_focus: FOCUS_EXPORT_BUCKET and FOCUS_EXPORT_PREFIX (where the day's objects go), FOCUS_EXPORT_ACCOUNT
+    (BillingAccountId of the rows; "" = the cluster), and the bill (`BillEnvironment`)."""
+
+    focus_export_bucket: str = Field(min_length=1)
+    focus_export_prefix: str = ""
+    focus_export_account: str = ""
 
 
 class DedupeEnvironment(RootEnvironment):
@@ -300,6 +319,6 @@ def reset() -> None:
     client.cache_clear()
 
 
-__all__ = ["ConfigSourceSettings", "DeadLetterEnvironment", "DedupeEnvironment", "DeliveryEnvironment", "DispatchEnvironment",
-           "PriceEnvironment", "RootEnvironment", "ScanEnvironment", "SecretArnEnvironment", "SystemClock", "client",
+__all__ = ["BillEnvironment", "ConfigSourceSettings", "DeadLetterEnvironment", "DedupeEnvironment", "DeliveryEnvironment",
+           "DispatchEnvironment", "ExportEnvironment", "PriceEnvironment", "RootEnvironment", "ScanEnvironment", "SecretArnEnvironment", "SystemClock", "client",
            "config", "environment", "queue", "read_config_text", "reset"]

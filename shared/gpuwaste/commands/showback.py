@@ -14,6 +14,7 @@ import io
 import json
 import sys
 from collections.abc import Sequence
+from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -38,12 +39,20 @@ if TYPE_CHECKING:
     from gpuwaste.config import GpuWasteConfig
     from gpuwaste.models.findings import Finding
     from gpuwaste.models.settings.delivery import DeliverySettings
+    from gpuwaste.pricing.bill import BillRates
     from gpuwaste.services.scan import ScanReport
     from gpuwaste.services.showback import ScanLedger, ShowbackRow
 
 #: Labels `--by label:KEY` may group by unless the configuration's allow-list (`GPUWASTE_SHOWBACK_LABELS`, comma-
 #: separated) names others: label values are people's words, never arbitrary pod metadata.
 DEFAULT_LABELS = ("team", "cost_center", "cost-center", "costcenter", "project", "app.kubernetes.io/part-of", "owner")
+
+
+class ExportFormat(StrEnum):
+    """File formats of `export`."""
+
+    csv = "csv"
+    parquet = "parquet"
 
 
 class ShowbackOutput(StrEnum):
@@ -108,32 +117,76 @@ def showback_document(
     }
 
 
-def apply_bill(cfg: GpuWasteConfig, bill: Path | None) -> GpuWasteConfig:
-    """`cfg` with the effective instance-hour rates of a CUR 2.0 bill over its rate card.
+def read_bill_or_exit(bill: Path | None) -> BillRates | None:
+    """The bill's rates (`pricing.bill.read_bill`: CUR 2.0 or FOCUS), or None without `--bill`.
 
-    The bill (`pricing.bill`) is layered over the rate card; the bill's period is said on stderr. Exits 2 on a file
-    that is not a CUR 2.0 CSV.
+    Says on stderr what the bill prices (and, with CUR 2.0 split cost allocation data, what AWS split to EKS pods).
+    Exits 2 on a missing file or one that is neither bill.
     """
     if bill is None:
-        return cfg
-    from gpuwaste.pricing.bill import read_cur2, with_bill
+        return None
+    from gpuwaste.pricing.bill import read_bill
 
     if not bill.exists():
         fail(f"--bill {escape_markup(str(bill))}: no such file")
     try:
-        rates = read_cur2(bill)
+        rates = read_bill(bill)
     except InputFormatError as exc:
         fail(f"--bill {escape_markup(str(exc))}")
+    if rates.pods:
+        pods = list(rates.pods.values())
+        total = sum(p.usd for p in pods)
+        err.print(f"split cost allocation: AWS split ${total:,.2f} of instances to {len(pods)} EKS pods "
+                  f"({pods[0].source}); gpuwaste charges GPU-hours by GPU share", markup=False, soft_wrap=True)
     if not rates.overrides:
         err.print(f"--bill {bill}: no EC2 instance-hours in it; list prices stay", markup=False)
+    else:
+        err.print(
+            f"priced from your bill: {len(rates.overrides)} instance types from {rates.lines_used} line items "
+            f"({rates.source}); list prices for the rest",
+            markup=False,
+            soft_wrap=True,
+        )
+    return rates
+
+
+def with_rates(cfg: GpuWasteConfig, rates: BillRates | None) -> GpuWasteConfig:
+    """`cfg` with the bill's instance rates over its rate card (unchanged without rates)."""
+    if rates is None or not rates.overrides:
         return cfg
-    err.print(
-        f"priced from your bill: {len(rates.overrides)} instance types from {rates.lines_used} line items "
-        f"({rates.source}); list prices for the rest",
-        markup=False,
-        soft_wrap=True,
-    )
+    from gpuwaste.pricing.bill import with_bill
+
     return cfg.model_copy(update={"pricing": with_bill(cfg.pricing, rates)})
+
+
+def apply_bill(cfg: GpuWasteConfig, bill: Path | None) -> GpuWasteConfig:
+    """`cfg` with the effective instance-hour rates of a bill (CUR 2.0 or FOCUS) over its rate card.
+
+    The bill (`pricing.bill`) is layered over the rate card; the bill's period is said on stderr (`read_bill_or_exit`).
+    Exits 2 on a file that is neither bill.
+    """
+    return with_rates(cfg, read_bill_or_exit(bill))
+
+
+def bill_split_document(rates: BillRates | None) -> dict[str, object] | None:
+    """AWS's split of instances to EKS pods per cluster and namespace (CUR 2.0 split cost allocation), or None.
+
+    Over the bill's own period (its provenance says which), never the scan window: set beside the showback, not in it.
+    """
+    if rates is None or not rates.pods:
+        return None
+    by_ns: dict[str, dict[str, object]] = {}
+    for p in rates.pods.values():
+        slot = by_ns.setdefault(f"{p.cluster}/{p.namespace}", {"cluster": p.cluster, "namespace": p.namespace,
+                                                               "usd": Decimal(0), "pods": 0})
+        slot["usd"] = slot["usd"] + p.usd  # type: ignore[operator]
+        slot["pods"] = int(str(slot["pods"])) + 1
+    return {
+        "source": next(iter(rates.pods.values())).source,
+        "rule": "AWS split cost allocation: each pod's split_line_item_split_cost + split_line_item_unused_cost",
+        "usd": str(sum(p.usd for p in rates.pods.values())),
+        "namespaces": [{**v, "usd": str(v["usd"])} for _, v in sorted(by_ns.items())],
+    }
 
 
 def scan_window(
@@ -145,18 +198,17 @@ def scan_window(
     window: str | None,
     kubeconfig: Path | None = None,
     context: str | None = None,
-    bill: Path | None = None,
+    bill: BillRates | None = None,
 ) -> tuple[ScanReport, GpuWasteConfig]:
     """One priced scan over the window, as `gpuwaste scan` runs it.
 
-    The same findings, the same ledger. `bill`: a CUR 2.0 CSV whose effective rates replace list prices
-    (`apply_bill`).
+    The same findings, the same ledger. `bill`: a bill's effective rates, over list prices (`read_bill_or_exit`).
     """
     from datetime import UTC, datetime
 
     from gpuwaste.bootstrap import local
 
-    cfg = apply_bill(config_or_exit(config), bill)
+    cfg = with_rates(config_or_exit(config), bill)
     window_s = parse_window(window) if window else None
     when = parse_time(at)
     try:
@@ -296,7 +348,8 @@ def showback_cmd(
         Path | None,
         typer.Option(
             "--bill",
-            help="Price from your bill: an AWS CUR 2.0 CSV (effective cost per instance-hour: savings plans, "
+            help="Price from your bill: an AWS CUR 2.0 or FOCUS export, CSV or .csv.gz (effective cost per "
+            "instance-hour: savings plans, "
             "reservations, spot); list prices for the rest.",
         ),
     ] = None,
@@ -309,12 +362,16 @@ def showback_cmd(
     from gpuwaste.services.showback import showback
 
     groupings = [check_by(b) for b in (by or ["team"])]
-    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, bill)
+    rates = read_bill_or_exit(bill)
+    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, rates)
     sl = report.showback
     if sl is None:
         fail("the scan produced no ledger")
     if output is ShowbackOutput.json:
         doc = showback_document(report.cluster, sl, report.findings, groupings, cfg.delivery)
+        split = bill_split_document(rates)
+        if split is not None:
+            doc["bill_split_cost"] = split
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     views = {b: showback(sl, report.findings, b, cfg.delivery) for b in groupings}
@@ -342,27 +399,10 @@ def showback_cmd(
 
 
 def focus_csv(rows: list[dict[str, object]], columns: tuple[str, ...]) -> str:
-    """FOCUS rows as CSV.
+    """FOCUS rows as CSV (`services.focus.focus_csv`)."""
+    from gpuwaste.services import focus
 
-    Every column in order, null as an empty field, numbers in plain decimal notation, Tags as a JSON object.
-    """
-    from decimal import Decimal
-
-    def cell(v: object) -> str:
-        if v is None:
-            return ""
-        if isinstance(v, Decimal):
-            return f"{v:f}"
-        if isinstance(v, dict):
-            return json.dumps(v, sort_keys=True, separators=(",", ":"))
-        return str(v)
-
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(columns)
-    for r in rows:
-        w.writerow([cell(r.get(c)) for c in columns])
-    return buf.getvalue()
+    return focus.focus_csv(rows, columns)
 
 
 @app.command("export")
@@ -378,6 +418,10 @@ def export_cmd(
     out_file: Annotated[
         Path | None, typer.Option("--out", "-o", help="File to write (default: CSV on stdout).")
     ] = None,
+    fmt: Annotated[
+        ExportFormat,
+        typer.Option("--format", help="csv, or parquet (needs --out and the extra: pip install 'gpuwaste[parquet]')."),
+    ] = ExportFormat.csv,
     account: Annotated[
         str, typer.Option("--account", help="BillingAccountId / BillingAccountName of the rows (default: the cluster).")
     ] = "",
@@ -385,7 +429,8 @@ def export_cmd(
         Path | None,
         typer.Option(
             "--bill",
-            help="Price from your bill: an AWS CUR 2.0 CSV (effective cost per instance-hour: savings plans, "
+            help="Price from your bill: an AWS CUR 2.0 or FOCUS export, CSV or .csv.gz (effective cost per "
+            "instance-hour: savings plans, "
             "reservations, spot); list prices for the rest.",
         ),
     ] = None,
@@ -396,9 +441,19 @@ def export_cmd(
     gpuwaste's x_ columns (waste kind, wasted GPU-hours, wasted cost, efficiency). docs/showback.md lists the columns
     and their sources.
     """
-    from gpuwaste.services.focus import COLUMNS, focus_rows, split_unpriced
+    from gpuwaste.services.focus import COLUMNS, DECIMAL_COLUMNS, TIME_COLUMNS, focus_rows, split_unpriced
 
-    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, bill)
+    if fmt is ExportFormat.parquet:
+        from gpuwaste.sinks import focus_parquet
+
+        if out_file is None:
+            fail("--format parquet writes a file: pass --out FILE.parquet")
+        try:
+            focus_parquet.focus_parquet([], COLUMNS, decimals=DECIMAL_COLUMNS, timestamps=TIME_COLUMNS)
+        except GpuWasteError as exc:  # the extra is missing: say so before scanning
+            fail(escape_markup(str(exc)))
+    report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context,
+                              read_bill_or_exit(bill))
     if report.showback is None:
         fail("the scan produced no ledger")
     priced, unpriced = split_unpriced(focus_rows(report.showback, report.findings, cfg.delivery, account=account))
@@ -412,6 +467,12 @@ def export_cmd(
             "add the instance type to pricing.rate_card",
             markup=False,
         )
+    if fmt is ExportFormat.parquet:
+        assert out_file is not None
+        data = focus_parquet.focus_parquet(rows, COLUMNS, decimals=DECIMAL_COLUMNS, timestamps=TIME_COLUMNS)
+        out_file.write_bytes(data)
+        err.print(f"wrote {len(rows)} FOCUS rows to {out_file} (Parquet)", markup=False)
+        return
     text = focus_csv(rows, COLUMNS)
     if out_file is None:
         sys.stdout.write(text)

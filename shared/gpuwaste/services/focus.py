@@ -13,6 +13,9 @@ evenly over the window; waste (the scan's priced findings) follows the row's GPU
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
@@ -87,6 +90,15 @@ COLUMNS = (
     "x_Efficiency",
     "x_PriceSource",
 )
+
+
+#: the columns holding amounts and quantities (Decimal or null): Parquet writes them as decimals
+DECIMAL_COLUMNS = frozenset({
+    "BilledCost", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice", "EffectiveCost", "ListCost",
+    "ListUnitPrice", "PricingQuantity", "x_GpuHours", "x_WastedGpuHours", "x_WastedCost", "x_Efficiency",
+})
+#: the date-time columns (ISO 8601 UTC text): Parquet writes them as UTC timestamps
+TIME_COLUMNS = frozenset({"BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart"})
 
 
 @dataclass(frozen=True)
@@ -334,4 +346,27 @@ def _merge_same_day(rows: Iterable[FocusRow]) -> list[FocusRow]:
     return [FocusRow(m) for m in out.values()]
 
 
-__all__ = ["COLUMNS", "FocusRow", "focus_rows", "split_unpriced"]
+def _cell(v: object) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, Decimal):
+        return f"{v:f}"
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True, separators=(",", ":"))
+    return str(v)
+
+
+def focus_csv(rows: Sequence[dict[str, object]], columns: Sequence[str] = COLUMNS) -> str:
+    """FOCUS rows as CSV.
+
+    Every column in order, null as an empty field, numbers in plain decimal notation, Tags as a JSON object.
+    """
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([_cell(r.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+__all__ = ["COLUMNS", "DECIMAL_COLUMNS", "TIME_COLUMNS", "FocusRow", "focus_csv", "focus_rows", "split_unpriced"]
