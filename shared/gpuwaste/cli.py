@@ -77,6 +77,15 @@ def _newest_dcgm_sample(telemetry, when: datetime) -> tuple[bool, datetime | Non
     return True, (datetime.fromtimestamp(float(result[0]["value"][1]), tz=UTC) if result else None)
 
 
+def _check_cluster_file(cluster_file: Path | None) -> None:
+    """Refuse a --cluster-json that is missing or a directory, in one line (exit 2)."""
+    if cluster_file is not None and not cluster_file.exists():
+        fail(f"--cluster-json {escape_markup(str(cluster_file))}: no such file")
+    if cluster_file is not None and cluster_file.is_dir():
+        fail(f"--cluster-json {escape_markup(str(cluster_file))}: is a directory; give the file of "
+             "`kubectl get pods,nodes -A -o json`")
+
+
 @app.command()
 def scan(
     recording: Annotated[Path | None, typer.Option("--recording", "-r", help="Scan a recording (directory from `gpuwaste record`, an exposition file, or a Prometheus /api/v1/query(_range) JSON answer).")] = None,
@@ -132,8 +141,7 @@ def scan(
     progress = progress_printer(quiet or output is not Output.table)
     dated: str | None = None
     source_hint: str | None = None
-    if cluster_file is not None and not cluster_file.exists():
-        fail(f"--cluster-json {escape_markup(str(cluster_file))}: no such file")
+    _check_cluster_file(cluster_file)
     if recording is not None:
         if not recording.exists():
             fail(f"{escape_markup(str(recording))}: no such file or directory")

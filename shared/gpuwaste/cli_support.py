@@ -576,7 +576,11 @@ def _print_inventory_notes(report: ScanReport, view: View) -> None:
                 terminal.print_fitted(out, f"  {plain(model)}: " + funnel_text({model: row}).removeprefix("funnel: "), style="dim")
     if inv.unmet_gpu_requests:
         terminal.print_fitted(out, unmet_text(inv.unmet_gpu_requests), style="yellow")
-    if inv.conservation:  # every physical GPU-hour charged once (issue 24 §3)
+    if inv.conservation and not inv.conservation.get("physical_gpus") and inv.physical_gpus:
+        # no GPU node in the cluster state: nothing to charge; "holds: 0 physical GPUs" beside "1 GPU" contradicted the header
+        terminal.print_fitted(out, f"share conservation: not checked — no GPU node in the cluster state, so the {inv.physical_gpus} "
+                                   f"GPU(s) in the telemetry are neither charged nor priced", style="dim")
+    elif inv.conservation:  # every physical GPU-hour charged once (issue 24 §3)
         text = str(inv.conservation.get("text", ""))
         terminal.print_fitted(out, text, style="dim" if inv.conservation.get("holds") else "red")
     for note in inv.allocation_notes:  # capacity that is not GPUs, claims nobody uses, RBAC to grant (issue 11)
@@ -589,13 +593,13 @@ def _print_inventory_notes(report: ScanReport, view: View) -> None:
 
 def _print_no_verdict(report: ScanReport, view: View) -> None:
     """Print the "no verdict" lines: a count of pods/nodes, or (`view.verbose`) the causes, most common first."""
-    from gpuwaste.people import no_codes
+    from gpuwaste.people import reason_words
     from gpuwaste.sinks import terminal
 
     inv = report.inventory
     subjects: dict[str, set[str]] = {}
     for nv in report.no_verdict:
-        reason = no_codes(nv.reason)
+        reason = reason_words(nv.reason)
         if inv.single_instant:  # one sample: a longer window cannot help, so no look-back hint
             reason = re.sub(r"\s*\((scan with --window|needs \d+ day)[^)]*\)", "", reason)
         subjects.setdefault(reason, set()).add(nv.subject)  # count subjects (pods, nodes), not detectors
@@ -625,7 +629,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
     """
     from decimal import Decimal
 
-    from gpuwaste.people import kind_label
+    from gpuwaste.people import kind_label, namespace_label
     from gpuwaste.sinks import terminal
 
     view = view or View()
@@ -674,7 +678,7 @@ def render(report: ScanReport, output: Output, *, min_usd: float = 0.0, quiet: b
         out.print(Text(f"{hidden} finding(s) under ${min_usd:g}/day hidden by --min-usd", style="dim"))
     if shown and not quiet and view.source:  # one line, never folded: a command to copy
         out.print(Text(f"why: gpuwaste explain ID {view.source}", style="dim"), soft_wrap=True)
-    key = {GroupBy.team: team, GroupBy.namespace: lambda f: f.subject.namespace or "(node)",
+    key = {GroupBy.team: team, GroupBy.namespace: lambda f: namespace_label(f.subject.namespace),
            GroupBy.kind: lambda f: kind_label(f.kind)}[view.group_by]
     terminal.print_rollup(out, waste, key=key, by=view.group_by.value, window_s=report.window_s)
 

@@ -175,6 +175,34 @@ NO_OWNER = "no owner"
 UNASSIGNED = "unassigned"
 
 
+#: The namespace of a node-level finding (free capacity: no namespace), in every table that has a namespace column.
+NO_NAMESPACE = "(node)"
+
+
+def namespace_label(namespace: str | None) -> str:
+    """A finding's namespace as people read it: NO_NAMESPACE for a node-level finding, on every surface."""
+    return namespace or NO_NAMESPACE
+
+
+def trend_words(current: Decimal, previous: Decimal, *, new: bool | None = None) -> str:
+    """The change against the period before, for every surface: "+$12.00 (+25%)", "-$3.00 (-50%)"; "new" when
+    nothing of it was seen then (`new`; default: it cost nothing then), "+$1.00" / "±0" when it was seen at $0."""
+    if previous == 0:
+        if new if new is not None else bool(current):
+            return "new"
+        return f"+{usd(current)}" if current else "±0"
+    delta = current - previous
+    return f"{'+' if delta >= 0 else '-'}{usd(abs(delta))} ({delta / previous:+.0%})"
+
+
+def versus_words(current: Decimal, previous: Decimal) -> str:
+    """A period's waste against the period before, in words: "nothing wasted the period before", or
+    "-$3.00 (-50%) vs $6.00 the period before" (never "new vs $0.00")."""
+    if previous == 0:
+        return "nothing wasted the period before"
+    return f"{trend_words(current, previous)} vs {usd(previous)} the period before"
+
+
 def group_label(dimension: str, name: str) -> str:
     """A rollup group's name as people read it: kinds by their label, a team-less group as NO_OWNER."""
     if dimension == "kind":
@@ -302,6 +330,12 @@ def no_codes(text: str) -> str:
     """`text` for people: without the field guide's internal codes ("(B16)", ", B15") that users do not have, and
     with percentages in the one style ("10 %", as `percent` writes them)."""
     return _GLUED_PERCENT.sub(" %", _CODE.sub("", text))
+
+
+def reason_words(text: str) -> str:
+    """A no-verdict reason as people read it: no internal codes (`no_codes`), and each data-quality problem id it
+    names in words ("untrusted telemetry: frozen_exporter" → "untrusted telemetry: frozen exporter")."""
+    return re.sub(r"\b[a-z]+(?:_[a-z]+)+\b", lambda m: PROBLEM_LABELS.get(m.group(0), m.group(0)), no_codes(text))
 
 
 def setting_text(name: str, value: object) -> str:

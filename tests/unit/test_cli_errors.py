@@ -585,3 +585,59 @@ def test_cli_source_error_without_its_own_hint_gets_the_generic_one() -> None:
         # THEN exit 3, the generic hint only where the error has none
         assert exited.value.exit_code == 3
         assert (SOURCE_HINT in captured.get()) is generic, captured.get()
+
+
+@pytest.mark.parametrize("name", ["pods.txt", "cluster"])
+def test_cli_scan_cluster_json_is_read_whatever_its_name_and_refused_when_it_is_not_a_list(tmp_path: Path, name: str) -> None:
+    # GIVEN --cluster-json naming a file that is not a kubectl List, under a name without ".json" (issue 22: it was
+    # silently dropped and the recording's own cluster state, or none, was scanned with exit 0)
+    bad = tmp_path / name
+    bad.write_text("not json\n", encoding="utf-8")
+    # WHEN the demo recording is scanned with it
+    result = invoke("scan", "--recording", str(DEMO), "--cluster-json", str(bad))
+    # THEN exit 2 naming the file and what is wrong
+    assert_user_error(result, name, "invalid JSON")
+
+
+def test_cli_scan_cluster_json_is_read_under_any_name_and_a_directory_is_refused(tmp_path: Path) -> None:
+    # GIVEN the demo's cluster objects saved as pods.txt (kubectl get pods,nodes -A -o json > pods.txt)
+    pods = tmp_path / "pods.txt"
+    shutil.copy(DEMO / "cluster.json", pods)
+    # WHEN the demo telemetry is scanned with it: THEN the file is the cluster state the header names
+    result = invoke("scan", "--recording", str(DEMO), "--cluster-json", str(pods))
+    assert result.exit_code == 0, result.output
+    assert "pods.txt" in result.output, result.output
+    # AND a directory is refused in one line
+    assert_user_error(invoke("scan", "--recording", str(DEMO), "--cluster-json", str(tmp_path)), "--cluster-json",
+                      "is a directory")
+
+
+def _real_scrape(name: str) -> Path:
+    here = Path(__file__).resolve().parents[2]
+    for root in (here.parent / "shared", here.parent.parent / "shared"):  # beside the repository (or a worktree of it)
+        if (root / "data" / "real" / "scrapes" / name).exists():
+            return root / "data" / "real" / "scrapes" / name
+    pytest.skip(f"real data not available ({name}; ../shared/data/real is provided beside the repository in CI)")
+
+
+def test_cli_scan_of_a_scrape_without_cluster_state_does_not_claim_conservation_over_zero_gpus() -> None:
+    # GIVEN the real A100 MIG scrape (one GPU in the telemetry, no cluster state)
+    src = _real_scrape("a09-nvidia-docs-a100-mig-1g5gb-scrape.prom")
+    # WHEN scanned
+    result = invoke("scan", "--recording", str(src), "-q")
+    text = " ".join(result.output.split())
+    # THEN the header's "1 GPU" is not contradicted by "share conservation holds: 0 physical GPUs" (issue 22)
+    assert result.exit_code == 0, result.output
+    assert "1 GPU in the telemetry" in text, text
+    assert "0 physical GPUs" not in text, text
+    assert "share conservation: not checked — no GPU node in the cluster state" in text, text
+
+
+def test_cli_scan_verbose_no_verdict_causes_name_problems_in_words() -> None:
+    # GIVEN the demo (one frozen exporter) WHEN scanned with -v
+    result = invoke("scan", "--recording", str(DEMO), "-v")
+    # THEN the causes grouped under "no verdict" name the problem in words, never its id (issue 22)
+    assert result.exit_code == 0, result.output
+    causes = result.output.split("no verdict on", 1)[1].split("Data quality", 1)[0]
+    assert "untrusted telemetry: frozen exporter" in causes, causes
+    assert "frozen_exporter" not in causes, causes

@@ -54,7 +54,8 @@ def recording_sources(
         cc = ClusterConfig(name=cluster_name or "recording")
     tel = RecordingTelemetrySource(path, cluster=cluster_name, fmt=fmt, labels=cc.labels, progress=progress,
                                    scrape_interval_s=None if not config.clusters else config.scan.scrape_interval_s)
-    cl: ClusterStateSource = RecordingClusterSource(cluster_file or path, cluster=cluster_name or tel.cluster, settings=cc.read)
+    cl: ClusterStateSource = RecordingClusterSource(cluster_file or path, cluster=cluster_name or tel.cluster, settings=cc.read,
+                                                    explicit=cluster_file is not None)
     if cl.cluster_file is None:  # type: ignore[attr-defined]  # no cluster.json: the KSM series in the recording, if any
         from gpuwaste.sources.ksm import KsmRecordingSource
 
@@ -135,7 +136,8 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: in
                                                    scrape_interval_s=config.scan.scrape_interval_s,
                                                    matchers=cluster.prometheus.matchers or None)
     if cluster_file is not None:
-        return Sources(cluster=RecordingClusterSource(cluster_file, cluster=cluster.name, settings=cluster.read), telemetry=tel)
+        return Sources(cluster=RecordingClusterSource(cluster_file, cluster=cluster.name, settings=cluster.read, explicit=True),
+                       telemetry=tel)
     mode = cluster_state_mode(cluster)
     ksm = PrometheusKsmSource(tel, cluster=cluster.name, settings=cluster.read, window=timedelta(seconds=window_s or config.scan.window_s),
                               scrape_interval_s=config.scan.scrape_interval_s, concurrency=cluster.prometheus.concurrency,

@@ -38,6 +38,8 @@ HOURS_PER_DAY = Decimal(24)
 DEFAULT_MODEL = "NVIDIA A10G"
 DEFAULT_INSTANCE = "g5.xlarge"
 VERDICTS = ("idle", "underused", "busy", "no_verdict")
+#: Each verdict as people read it (the JSON keeps VERDICTS): the scan's kind words, "no verdict" as the scan says it.
+VERDICT_LABELS = {"idle": "idle", "underused": "under-used", "busy": "busy", "no_verdict": "no verdict"}
 #: The main job's detectors: the replay judges idle / under-used / busy with these only.
 CORE_DETECTORS = ("idle_allocation", "underused_allocation", "unallocated_capacity", "data_quality")
 
@@ -243,7 +245,7 @@ def _print_summary(s: ReplaySummary, source: AlibabaReplaySource) -> None:
     for v in VERDICTS:
         g = s.groups[v].describe()
         n = s.counts[v]
-        line = f"  {v:<10} {n:>4} pods  {s.gpu_hours[v]:>8.1f} GPU-h observed"
+        line = f"  {VERDICT_LABELS[v]:<10} {n:>4} pods  {s.gpu_hours[v]:>8.1f} GPU-h observed"
         if v in ("idle", "underused"):
             line += f", {s.wasted_gpu_hours.get(v, 0.0):>8.1f} wasted"
             line += f"  ${s.usd_per_day[v]:,.2f}/day" if s.usd_per_gpu_hour is not None else "  unpriced"

@@ -71,10 +71,13 @@ def alert_line(alert: AlertMessage, *, width: int | None = None, prefix: str = "
     f = alert.finding
     s = f.subject
     who = for_terminal(f"{s.namespace}/{s.workload_name}" if s.namespace else f"node {s.node or s.workload_name or '-'}")
-    usd = f.usd_per_day
-    cost = "unpriced" if usd is None else f"${usd:,.2f}/day"
+    from gpuwaste.sinks.slack_blocks import SIZING_NOTE, finding_per_day
+
+    cost = finding_per_day(f)  # the digest's words: "$1,234.56/day", "unpriced", or a sizing note (no GPU cost)
     extra = f" · saved ${alert.saved_usd_per_day}/day" if alert.saved_usd_per_day else ""
     reason = for_terminal(alert.reason)  # names come from the cluster: no escape sequences, no markup reach the terminal
+    if cost == SIZING_NOTE and reason == "new waste":  # a $0 sizing note is new, not "new waste" (issue 22)
+        reason = "new"
 
     def head(name: str) -> str:
         return f"{prefix}[{alert.action.value.upper()}] {name} · {kind_label(f.kind)} · {cost}{extra}"

@@ -31,7 +31,7 @@ from gpuwaste.models.ledger import waste_usd
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
 from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, PostedMessage, TrendDay
 from gpuwaste.models.settings import DeliverySettings
-from gpuwaste.people import waste_since
+from gpuwaste.people import namespace_label, waste_since
 from gpuwaste.ports import ChartRenderer, FindingStore, Notifier, OnceLedger
 from gpuwaste.services.justifications import active_by_team
 from gpuwaste.services.notify import finding_from_record
@@ -291,7 +291,7 @@ def summarize(
     prev_start = since - (until - since)
     dims: dict[str, Callable[[FindingRecord], str]] = {
         "team": team_of,
-        "namespace": lambda r: r.namespace or "(node)",
+        "namespace": lambda r: namespace_label(r.namespace),
         "kind": lambda r: r.kind,
         "cluster": lambda r: r.cluster,
     }

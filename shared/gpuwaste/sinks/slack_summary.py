@@ -8,9 +8,12 @@ from typing import Any
 from gpuwaste.models.notices import DailySummary, GroupTotal
 from gpuwaste.people import kind_label as people_kind_label
 from gpuwaste.people import (  # one money/date/age format on every surface
+    namespace_label,
     offender_name,
     period_date,
+    trend_words,
     usd,
+    versus_words,
     when,
 )
 from gpuwaste.sinks.slack_limits import (
@@ -26,18 +29,19 @@ from gpuwaste.sinks.slack_text import (
 )
 
 
-def _trend(current: Decimal, previous: Decimal) -> str:
-    delta = current - previous
+def _trend(current: Decimal, previous: Decimal, *, new: bool | None = None) -> str:
+    """`people.trend_words` (the summary report's words), with an arrow when there is a change to point."""
+    words = trend_words(current, previous, new=new)
     if previous == 0:
-        return "new" if current else "±0"
-    share = delta / previous
+        return words
+    delta = current - previous
     arrow = ":arrow_up:" if delta > 0 else (":arrow_down:" if delta < 0 else ":left_right_arrow:")
-    return f"{arrow} {'+' if delta >= 0 else '-'}{usd(abs(delta))} ({share:+.0%})"
+    return f"{arrow} {words}"
 
 
 def _group_lines(groups: tuple[GroupTotal, ...], limit: int) -> str:
     lines = [
-        f"• {escape(g.name)}: *{usd(g.wasted_usd)}* ({_trend(g.wasted_usd, g.previous_usd)}, {g.findings} open)"
+        f"• {escape(g.name)}: *{usd(g.wasted_usd)}* ({_trend(g.wasted_usd, g.previous_usd, new=g.new)}, {g.findings} open)"
         for g in groups[:limit]
     ]
     if len(groups) > limit:
@@ -49,8 +53,7 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
     """The daily summary as one message (at most 12 blocks; every text within limits)."""
     period = f"{when(summary.since)} → {when(summary.until)}"
     head = (
-        f"*Wasted:* *{usd(summary.wasted_usd)}* ({_trend(summary.wasted_usd, summary.previous_usd)} vs the period"
-        " before)\n"
+        f"*Wasted:* *{usd(summary.wasted_usd)}* ({versus_words(summary.wasted_usd, summary.previous_usd)})\n"
         f"*Open now:* {summary.open_findings} findings at {usd(summary.open_usd_per_day)}/day\n"
         f"*Opened:* {summary.opened} · *Resolved:* {summary.resolved} · *Savings:* {usd(summary.saved_usd_per_day)}/day"
         f" from resolutions, {usd(summary.realised_savings_usd)} realised in the period"
@@ -58,7 +61,7 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
     if summary.unpriced:
         head += f"\n_{summary.unpriced} findings are unpriced and not in the totals._"
     top = [
-        f"{n}. {escape(offender_name(o.workload, o.namespace))} ({escape(o.namespace or o.cluster)},"
+        f"{n}. {escape(offender_name(o.workload, o.namespace))} ({escape(namespace_label(o.namespace))},"
         f" {escape(people_kind_label(o.kind))}, {escape(_whose_team(o.team))}): *{usd(o.wasted_usd)}* ·"
         f" {per_day(o.usd_per_day)}"
         + ("" if o.open else " · resolved")

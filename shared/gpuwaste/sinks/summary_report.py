@@ -29,10 +29,13 @@ from gpuwaste.people import (
     group_label,
     kind_label,
     money,
+    namespace_label,
     offender_name,
     per_month,
     plain,
+    trend_words,
     usd,
+    versus_words,
     when,
 )
 from gpuwaste.people import period_date as _period_date
@@ -40,25 +43,13 @@ from gpuwaste.sinks.chart import NARROW, team_order, trend_svg
 from gpuwaste.sinks.terminal import fit_widths, table_overhead
 
 
-def _trend(current: Decimal, previous: Decimal, *, new: bool | None = None) -> str:
-    """The change against the period before; `new`: nothing of it was seen then (default: it cost nothing then)."""
-    if previous == 0:
-        if new if new is not None else bool(current):
-            return "new"
-        return f"+{usd(current)}" if current else "±0"
-    delta = current - previous
-    return f"{'+' if delta >= 0 else '-'}{usd(abs(delta))} ({delta / previous:+.0%})"
-
-
 def _group_trend(g: GroupTotal) -> str:
-    return _trend(g.wasted_usd, g.previous_usd, new=g.new)
+    return trend_words(g.wasted_usd, g.previous_usd, new=g.new)
 
 
 def _versus(s: DailySummary) -> str:
     """The period's waste against the period before, in words ("nothing wasted" rather than "new vs $0.00")."""
-    if s.previous_usd == 0:
-        return "nothing wasted the period before"
-    return f"{_trend(s.wasted_usd, s.previous_usd)} vs {usd(s.previous_usd)} the period before"
+    return versus_words(s.wasted_usd, s.previous_usd)
 
 
 def _savings(s: DailySummary) -> str:
@@ -250,7 +241,7 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
         return
     t = _table("Top offenders (by wasted in the period)")
     wide = width >= 110  # the team only when it fits; the period's wasted amount (the order) always
-    cells = [(offender_name(o.workload, o.namespace) if o.workload else o.namespace or "-", kind_label(o.kind), group_label("team", o.team)) for o in s.top]
+    cells = [(offender_name(o.workload, o.namespace) if o.workload else namespace_label(o.namespace), kind_label(o.kind), group_label("team", o.team)) for o in s.top]
     money = {"wasted": [usd(o.wasted_usd) for o in s.top], "USD/day": [usd(o.usd_per_day) for o in s.top]}
     tail = {**money, "open for": [_open_for(o, s.until) for o in s.top], "state": [_state(o) for o in s.top]}
     columns = {"workload": [c[0] for c in cells], "kind": [c[1] for c in cells]}
@@ -304,7 +295,7 @@ def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
     out += ["", "## Top offenders", "", "| # | workload | namespace | kind | team | wasted | USD/day | open for | state |",
             "|---:|---|---|---|---|---:|---:|---|---|"]
     out += [
-        f"| {n} | {_md_cell(offender_name(o.workload, o.namespace))} | {_md_cell(o.namespace or '-')} | {kind_label(o.kind)} | {_md_cell(group_label('team', o.team))} |"
+        f"| {n} | {_md_cell(offender_name(o.workload, o.namespace))} | {_md_cell(namespace_label(o.namespace))} | {kind_label(o.kind)} | {_md_cell(group_label('team', o.team))} |"
         f" {usd(o.wasted_usd)} | {usd(o.usd_per_day)} | {_open_for(o, s.until)} | {_state(o)} |"
         for n, o in enumerate(s.top, start=1)
     ]
@@ -449,7 +440,7 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
     parts += [
         f"<tr><td class=n>{n}</td><td>{e(plain(o.workload or '-'))}</td><td class=n>{usd(o.wasted_usd)}</td>"
         f"<td class=n>{usd(o.usd_per_day)}</td><td>{e(kind_label(o.kind))}</td>"
-        f"<td>{e(plain(group_label('team', o.team)))}</td><td>{e(plain(o.namespace or '-'))}</td>"
+        f"<td>{e(plain(group_label('team', o.team)))}</td><td>{e(plain(namespace_label(o.namespace)))}</td>"
         f"<td>{e(_open_for(o, s.until))}</td><td class='state-{_state(o)}'>{_state(o)}</td></tr>"
         for n, o in enumerate(s.top, start=1)
     ]

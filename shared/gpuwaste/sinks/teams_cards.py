@@ -27,7 +27,18 @@ from typing import Any
 from gpuwaste.advice import advise
 from gpuwaste.headlines import title_line
 from gpuwaste.models.notices import DailySummary, GroupTotal, Notice, NoticeItem, NoticeKind
-from gpuwaste.people import NO_OWNER, group_label, no_codes, offender_name, period_date, usd, when
+from gpuwaste.people import (
+    NO_OWNER,
+    group_label,
+    namespace_label,
+    no_codes,
+    offender_name,
+    period_date,
+    trend_words,
+    usd,
+    versus_words,
+    when,
+)
 from gpuwaste.people import kind_label as people_kind_label
 from gpuwaste.sinks.slack_blocks import (  # plain-text helpers shared by the chat renderers (no Block Kit)
     SIZING_NOTE,
@@ -276,7 +287,7 @@ def render_text(text: str) -> TeamsMessage:
 def _groups(title: str, groups: tuple[GroupTotal, ...], limit: int = 10) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"type": "TextBlock", "text": title, "weight": "Bolder", "wrap": True}]
     for g in groups[:limit]:
-        out.append(_plain(f"{g.name}: {usd(g.wasted_usd)} (before {usd(g.previous_usd)}, {g.findings} open)"))
+        out.append(_plain(f"{g.name}: {usd(g.wasted_usd)} ({trend_words(g.wasted_usd, g.previous_usd, new=g.new)}, {g.findings} open)"))
     if len(groups) > limit:
         out.append(_plain(f"… and {len(groups) - limit} more", subtle=True))
     if not groups:
@@ -286,16 +297,15 @@ def _groups(title: str, groups: tuple[GroupTotal, ...], limit: int = 10) -> list
 
 def render_summary(summary: DailySummary, *, note: str | None = None, max_bytes: int = MAX_PAYLOAD_BYTES) -> TeamsMessage:
     """The daily summary as one card (groups cut to fit `max_bytes`)."""
-    trend = summary.trend_usd
     facts = [
-        ("Wasted", f"{usd(summary.wasted_usd)} ({'+' if trend >= 0 else '-'}{usd(abs(trend))} vs the period before)"),
+        ("Wasted", f"{usd(summary.wasted_usd)} ({versus_words(summary.wasted_usd, summary.previous_usd)})"),
         ("Open now", f"{summary.open_findings} findings at {usd(summary.open_usd_per_day)}/day"),
         ("Opened / resolved", f"{summary.opened} / {summary.resolved}"),
         ("Savings", f"{usd(summary.saved_usd_per_day)}/day from resolutions, {usd(summary.realised_savings_usd)} realised"),
     ]
     if summary.unpriced:
         facts.append(("Unpriced", f"{summary.unpriced} findings (not in the totals)"))
-    top = [_plain(f"{n}. {offender_name(o.workload, o.namespace)} ({o.namespace or o.cluster}, {people_kind_label(o.kind)}, {_whose(o.team)}): "
+    top = [_plain(f"{n}. {offender_name(o.workload, o.namespace)} ({namespace_label(o.namespace)}, {people_kind_label(o.kind)}, {_whose(o.team)}): "
                   f"{usd(o.wasted_usd)} · {per_day(o.usd_per_day)}" + ("" if o.open else " · resolved"))
            for n, o in enumerate(summary.top, start=1)]
     for limit in (10, 5, 2):

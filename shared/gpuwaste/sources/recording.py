@@ -470,14 +470,20 @@ def _ignore(_series: RecordedSeries, _ts: int, _value: float, _line: int) -> Non
 class RecordingClusterSource:
     """Cluster-state port over a recorded `kubectl get pods,nodes -A -o json` List."""
 
-    def __init__(self, path: Path, *, cluster: str | None = None, settings: ClusterReadSettings | None = None) -> None:
+    def __init__(self, path: Path, *, cluster: str | None = None, settings: ClusterReadSettings | None = None,
+                 explicit: bool = False) -> None:
+        """`explicit`: `path` was named as the cluster file (--cluster-json): it is read whatever its name, and a file
+        that is not a kubectl List is refused with its reason instead of silently scanning without cluster state."""
         self.path = Path(path)
         self.cluster = cluster or load_meta(self.path).cluster
         self.settings = settings or ClusterReadSettings()
+        self.explicit = explicit
 
     @property
     def cluster_file(self) -> Path | None:
         """The cluster JSON read, or None when the recording has none (telemetry-only scrape)."""
+        if self.explicit:
+            return self.path
         if self.path.is_dir():
             return find_in(self.path, CLUSTER_NAMES)
         if self.path.suffix != ".json":
