@@ -31,7 +31,6 @@ from gpuwaste.cli_support import (
     Output,
     alert_budgets,
     app,
-    check_recording,
     check_state_path,
     config_or_exit,
     err,
@@ -40,6 +39,7 @@ from gpuwaste.cli_support import (
     live_cluster,
     parse_window,
 )
+from gpuwaste.cli_support.recording import check_recording
 from gpuwaste.errors import (
     ConfigError,
     DeliveryError,
