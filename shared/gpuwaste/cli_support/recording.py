@@ -1,5 +1,7 @@
-"""The recording checks of `scan`, `run` and `serve`: a recording that cannot be scanned, an --at outside it, a
-window longer than it holds, and no cluster state in it — each one clear line, never a row per pod.
+"""The recording checks of `scan`, `run` and `serve`.
+
+A recording that cannot be scanned, an --at outside it, a window longer than it holds, and no cluster state in
+it: each is one clear line, never a row per pod.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""The scan report on the terminal: the table (header, inventory notes, no-verdict lines, findings, rollup), JSON,
-CSV and the metric families, with the view (filters, order, grouping) that selects what is shown.
+"""The scan report on the terminal, with the view that selects what is shown.
+
+The table (header, inventory notes, no-verdict lines, findings, rollup), JSON, CSV and the metric families; the
+view holds the filters, the order and the grouping.
 
 `gpuwaste scan`, `demo` and `run` print their reports with `render` (`run_scan` scans and renders).
 """
