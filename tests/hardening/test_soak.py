@@ -24,7 +24,9 @@ import pytest
 from gpuwaste.bootstrap import local
 from gpuwaste.config import GpuWasteConfig
 from gpuwaste.errors import SourceUnavailableError, StoreError
-from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
+from gpuwaste.fleet.generator import generate_fleet
+from gpuwaste.fleet.recording import write_recording
+from gpuwaste.fleet.spec import FleetSpec
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import AlertAction, AlertMessage
 from gpuwaste.models.settings import LifecycleSettings
