@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, localcontext
 from typing import Any, Literal
 
-from gpuwaste.join.view import Allocation, NodeInventory, ScanContext
+from gpuwaste.join import Allocation, NodeInventory, ScanContext
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Finding, Subject, WasteKind
 from gpuwaste.models.settings import DeliverySettings
