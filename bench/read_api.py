@@ -1,4 +1,4 @@
-"""Benchmark: the read API of `gpuwaste serve` (/api/v1, commands/api.py) over plain HTTP at store sizes.
+"""Benchmark: the read API of `gpuwaste serve` (/api/v1, commands/api/) over plain HTTP at store sizes.
 
 The demo's state file (`gpuwaste demo --state`) is grown to N records by cloning its records under new fingerprints
 and namespaces (the store's own `put_new`), then a real `Server.run` serves it on 127.0.0.1 and the script times
@@ -25,12 +25,13 @@ from typer.testing import CliRunner
 from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
 from gpuwaste.commands import api
+from gpuwaste.commands.api import documents, http
 from gpuwaste.commands.serve import Server
 from gpuwaste.config import GpuWasteConfig
 from gpuwaste.store.sqlite import SqliteFindingStore
 from tests.servers.ports import free_port
 
-ALL = api._ALL_TIME
+ALL = documents._ALL_TIME
 
 
 def grow(state: Path, size: int) -> int:
@@ -68,7 +69,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="36,1000,5000")
     parser.add_argument("--requests", type=int, default=50)
     args = parser.parse_args()
-    api.RATE_PER_S, api.RATE_BURST = 1e9, 10**9
+    http.RATE_PER_S, http.RATE_BURST = 1e9, 10**9
     print(f"{'records':>8} {'endpoint':<44} {'median ms':>10} {'p95 ms':>8}")
     for size in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:

@@ -49,7 +49,9 @@ from bench.fleet_om import write_openmetrics_streaming  # noqa: E402
 from bench.latency_proxy import LatencyProxy  # noqa: E402
 from bench.report import cell as fmt  # noqa: E402
 from bench.strategies import NAIVE_SIGNALS, issue, naive_plan  # noqa: E402
-from gpuwaste.fleet.generator import BASE_TS, INSTANCES, Fleet, FleetSpec, generate_fleet  # noqa: E402
+from gpuwaste.fleet.generator import generate_fleet  # noqa: E402
+from gpuwaste.fleet.recording import Fleet  # noqa: E402
+from gpuwaste.fleet.spec import BASE_TS, INSTANCES, FleetSpec  # noqa: E402
 
 RULES_FILE = ROOT / "deploy" / "prometheus" / "gpuwaste-recording-rules.yml"
 from tests.servers.kube_api import FakeKubeApi, write_kubeconfig  # noqa: E402

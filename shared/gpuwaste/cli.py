@@ -22,35 +22,33 @@ from gpuwaste.cli_support import (
     SOURCE_ERRORS,
     VERBOSE,
     Fmt,
-    GroupBy,
     Output,
     PodLabel,
-    SortKey,
-    View,
     app,
-    check_recording,
     check_state_path,
-    check_window,
     config_or_exit,
     err,
     escape_markup,
     fail,
     fail_source,
-    held_before,
-    input_hint,
     live_cluster,
-    note_short_recording,
     out,
     parse_time,
     parse_window,
     plural,
     progress_printer,
     quiet_http_logs,
-    run_scan,
     stdout_width,
-    team_function,
+)
+from gpuwaste.cli_support.recording import (
+    check_recording,
+    check_window,
+    held_before,
+    input_hint,
+    note_short_recording,
     warn_recording,
 )
+from gpuwaste.cli_support.scan_report import GroupBy, SortKey, View, run_scan, team_function
 from gpuwaste.errors import ConfigError, GpuWasteError, InputFormatError
 from gpuwaste.models import redaction
 

@@ -30,7 +30,7 @@ from gpuwaste.models.settings import (
     ScanSettings,
     ServeSettings,
 )
-from gpuwaste.pricing.catalog import PriceOverrides
+from gpuwaste.pricing.prices import PriceOverrides
 
 
 class GpuWasteConfig(BaseModel):

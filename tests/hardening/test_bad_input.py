@@ -31,7 +31,9 @@ from gpuwaste.bootstrap import tickets as tickets_root
 from gpuwaste.cli import app
 from gpuwaste.config import GpuWasteConfig, parse_config
 from gpuwaste.errors import ConfigError, InputFormatError
-from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
+from gpuwaste.fleet.generator import generate_fleet
+from gpuwaste.fleet.recording import write_recording
+from gpuwaste.fleet.spec import FleetSpec
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.settings import DeliverySettings, JiraSettings, LifecycleSettings, SlackSettings
 from gpuwaste.queue.memory import MemoryQueue

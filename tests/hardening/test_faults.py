@@ -21,7 +21,9 @@ from botocore.exceptions import ClientError
 
 from gpuwaste.bootstrap import local
 from gpuwaste.config import GpuWasteConfig
-from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
+from gpuwaste.fleet.generator import generate_fleet
+from gpuwaste.fleet.recording import write_recording
+from gpuwaste.fleet.spec import FleetSpec
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.messages import FindingMessage
 from gpuwaste.models.settings import KubernetesSettings, PrometheusSettings

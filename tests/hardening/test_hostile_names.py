@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from gpuwaste.fleet.generator import FleetSpec, generate_fleet
+from gpuwaste.fleet.generator import generate_fleet
+from gpuwaste.fleet.spec import FleetSpec
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.messages import AlertAction
 from gpuwaste.models.settings import DeliverySettings, JiraSettings, LinkTemplates, PrometheusSettings, SlackSettings

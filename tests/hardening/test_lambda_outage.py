@@ -22,7 +22,9 @@ import pytest
 
 from gpuwaste.bootstrap import local, pipeline
 from gpuwaste.config import GpuWasteConfig
-from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
+from gpuwaste.fleet.generator import generate_fleet
+from gpuwaste.fleet.recording import write_recording
+from gpuwaste.fleet.spec import FleetSpec
 from gpuwaste.models.messages import AlertMessage
 from tests.aws_resources import create_stack
 from tests.hardening.conftest import Figures

@@ -24,7 +24,9 @@ import boto3
 import pytest
 
 from gpuwaste.bootstrap import pipeline
-from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
+from gpuwaste.fleet.generator import generate_fleet
+from gpuwaste.fleet.recording import write_recording
+from gpuwaste.fleet.spec import FleetSpec
 from gpuwaste.models.messages import ScanRequest
 from gpuwaste.models.settings import PrometheusAuth, PrometheusSettings
 from gpuwaste.services.interactions import SignatureError

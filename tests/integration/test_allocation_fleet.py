@@ -21,7 +21,9 @@ from gpuwaste.allocation.hami import HamiResolver
 from gpuwaste.allocation.kai import KaiResolver
 from gpuwaste.allocation.physical import physical_gpu_count
 from gpuwaste.allocation.vgpu import VgpuResolver
-from gpuwaste.fleet.generator import Fleet, FleetSpec, generate_fleet, write_recording
+from gpuwaste.fleet.generator import generate_fleet
+from gpuwaste.fleet.recording import Fleet, write_recording
+from gpuwaste.fleet.spec import FleetSpec
 from gpuwaste.models.cluster import ClusterState, gpu_share_for_request
 from gpuwaste.models.settings import KubernetesSettings
 from gpuwaste.sources.ksm import KsmRecordingSource

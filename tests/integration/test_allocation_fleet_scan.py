@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from gpuwaste.detectors import DetectorSettings, run_detectors
-from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
+from gpuwaste.fleet.generator import generate_fleet
+from gpuwaste.fleet.recording import write_recording
+from gpuwaste.fleet.spec import FleetSpec
 from gpuwaste.fleet.truth import compare
 from gpuwaste.join import join
 from gpuwaste.models.findings import WasteKind

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from gpuwaste.errors import ConfigError, PermanentError, SourceAuthError, SourceUnavailableError
-from gpuwaste.fleet.generator import FleetSpec, generate_fleet
+from gpuwaste.fleet.generator import generate_fleet
+from gpuwaste.fleet.spec import FleetSpec
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.settings import ClusterReadSettings, KubernetesSettings
 from gpuwaste.sources.kubernetes import DRA_VERSIONS, LISTS, KubernetesClusterSource, _dra_lists

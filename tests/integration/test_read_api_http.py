@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
-from gpuwaste.commands.api import RATE_BURST, FindingsReader, api_json
+from gpuwaste.commands.api import FindingsReader, api_json
+from gpuwaste.commands.api.http import RATE_BURST
 from gpuwaste.commands.serve import Server
 from gpuwaste.config import GpuWasteConfig
 from tests.servers.ports import free_port

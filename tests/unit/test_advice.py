@@ -236,7 +236,9 @@ def _scan_recording(path: Path, *, generated_window_s: int | None = None) -> lis
 
 
 def _generated(layout: str, nodes: int, seed: int, tmp: Path) -> tuple[Path, list[Finding]]:
-    from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
+    from gpuwaste.fleet.generator import generate_fleet
+    from gpuwaste.fleet.recording import write_recording
+    from gpuwaste.fleet.spec import FleetSpec
 
     spec = FleetSpec(layout=layout, nodes=nodes, seed=seed, cluster=layout)
     path = write_recording(generate_fleet(spec), tmp / f"{layout}-{seed}", compress=False)

@@ -17,7 +17,8 @@ from gpuwaste.bootstrap import local
 from gpuwaste.cli import app
 from gpuwaste.errors import InputFormatError
 from gpuwaste.pricing.bill import read_cur2
-from gpuwaste.pricing.catalog import PriceBook, PriceOverrides
+from gpuwaste.pricing.catalog import PriceBook
+from gpuwaste.pricing.prices import PriceOverrides
 
 DEMO = local.demo_recording()
 COLUMNS = [

@@ -420,7 +420,8 @@ def test_the_scan_window_reaches_a_wrapped_ksm_source():
 def test_ksm_models_equal_the_api_parsers_models_field_by_field(spec: dict[str, Any]):
     # GIVEN the bench's random fleet layout, and the demo fleet (every waste kind: Deployments, StatefulSets, Jobs,
     # CronJobs, bare pods, orphans, exporters, several GPU models)
-    from gpuwaste.fleet.generator import FleetSpec, generate_fleet  # noqa: PLC0415
+    from gpuwaste.fleet.generator import generate_fleet  # noqa: PLC0415
+    from gpuwaste.fleet.spec import FleetSpec  # noqa: PLC0415
     from gpuwaste.sources.ksm import cluster_state_from_ksm, samples_from_series  # noqa: PLC0415
 
     fleet = generate_fleet(FleetSpec(**spec))

@@ -60,6 +60,7 @@ def test_layer_ships_no_command_line_terminal_stack_or_fleet_generator(layer: Pa
     # WHEN its modules are listed
     # THEN the local command's modules are absent and the Lambda roots are present
     assert not {"cli.py", "cli_support.py"} & shipped
+    assert not [p for p in shipped if p.startswith("cli_support/")]
     assert not [p for p in shipped if p.startswith(("commands/", "fleet/"))]
     assert not {f"bootstrap/{m}.py" for m in LOCAL_ROOTS} & shipped
     assert not [p for p in shipped if p.startswith("sinks/terminal")]

@@ -126,7 +126,8 @@ def test_new_hardware_with_a_cited_price_is_priced_per_gpu():
 @pytest.mark.parametrize(("itype", "model"), [("g7e.12xlarge", RTX), ("a4-highgpu-8g", "NVIDIA B200"),
                                              ("Standard_ND96isr_H200_v5", "NVIDIA H200"), ("p6e-gb200.36xlarge", "NVIDIA GB200")])
 def test_new_hardware_without_a_cited_price_is_unpriced_naming_the_setting(itype, model):
-    from gpuwaste.pricing.catalog import PriceBook, Unpriced  # noqa: PLC0415
+    from gpuwaste.pricing.catalog import PriceBook  # noqa: PLC0415
+    from gpuwaste.pricing.prices import Unpriced  # noqa: PLC0415
 
     result = PriceBook.bundled().gpu_hour_rate(instance_type=itype, capacity_type="on-demand", gpu_model=model, physical_gpus=8)
     assert isinstance(result, Unpriced)

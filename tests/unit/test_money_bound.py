@@ -25,8 +25,9 @@ from gpuwaste.join import ScanContext, join
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.telemetry import Signal
-from gpuwaste.pricing.catalog import GpuHourRate, PriceBook
+from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
+from gpuwaste.pricing.prices import GpuHourRate
 from tests.unit.timeline_builders import T, cluster, const, gpu, node, pod, until, window
 
 BOOK = PriceBook.bundled()

@@ -1,4 +1,4 @@
-"""The read functions of `serve`'s /api/v1 and `gpuwaste mcp` (commands/api.py) over the demo's state file: filters
+"""The read functions of `serve`'s /api/v1 and `gpuwaste mcp` (commands/api/) over the demo's state file: filters
 and pages checked against the store's own records, the explain document against `gpuwaste explain`, the summary
 against `gpuwaste summary -o json`, the OpenAPI document against its committed copy, and the rate limiter's bucket."""
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwaste.fleet.generator import CATALOGUE_SCENARIOS, TruthItem
+from gpuwaste.fleet.parts import TruthItem
 from gpuwaste.fleet.scorecard import format_table, run_scorecard, score
+from gpuwaste.fleet.spec import CATALOGUE_SCENARIOS
 from gpuwaste.models.findings import WasteKind
 
 THRESHOLD = 0.95

@@ -1,6 +1,6 @@
 """`gpuwaste mcp`: a read-only MCP server (official `mcp` Python SDK, the optional extra `gpuwaste[mcp]`) over stdio.
 
-Its five tools call the same read functions as `serve`'s `/api/v1` (commands/api.py `FindingsReader`) over a state
+Its five tools call the same read functions as `serve`'s `/api/v1` (`api.FindingsReader`) over a state
 file, and answer the same JSON documents (structured content):
 
 - `list_findings` (filters cluster, namespace, team, kind, state, since; limit/offset) → `FindingsPage`

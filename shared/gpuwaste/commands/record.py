@@ -1,6 +1,6 @@
 """`gpuwaste record`: write a recording (telemetry + cluster state + metadata) from a live Prometheus and cluster.
 
-The recording has the layout `fleet.generator.write_recording` produces and `gpuwaste scan --recording`
+The recording has the layout `fleet.recording.write_recording` produces and `gpuwaste scan --recording`
 reads: `telemetry.om.gz` (OpenMetrics, second timestamps), `cluster.json` (a `kubectl get … -o json`
 List) and `recording.json` (cluster, evaluation time, window, scrape interval). The telemetry holds the
 raw samples of every metric of the scan plan over `[at − window − 10 min, at]` (the extra 10 minutes

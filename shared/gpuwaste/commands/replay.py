@@ -181,7 +181,7 @@ def replay_summary(report: ScanReport, source: AlibabaReplaySource) -> ReplaySum
 def _rate(source: AlibabaReplaySource) -> tuple[Decimal | None, str]:
     from gpuwaste.bootstrap import local
     from gpuwaste.config import GpuWasteConfig
-    from gpuwaste.pricing.catalog import GpuHourRate
+    from gpuwaste.pricing.prices import GpuHourRate
 
     rate = local.price_book(GpuWasteConfig()).gpu_hour_rate(
         instance_type=source.instance_type, capacity_type="on-demand", gpu_model=source.gpu_model, physical_gpus=1

@@ -18,9 +18,7 @@ from gpuwaste.cli_support import (
     SOURCE_ERRORS,
     VERBOSE,
     Output,
-    View,
     app,
-    check_recording,
     check_state_path,
     config_or_exit,
     err,
@@ -33,9 +31,9 @@ from gpuwaste.cli_support import (
     parse_time,
     parse_window,
     progress_printer,
-    render,
-    team_function,
 )
+from gpuwaste.cli_support.recording import check_recording
+from gpuwaste.cli_support.scan_report import View, render, team_function
 from gpuwaste.errors import (
     ConfigError,
     GpuWasteError,
@@ -259,7 +257,7 @@ def print_summary(cfg, state: Path, at: datetime, showback=None, findings=()) ->
 
 def print_showback(cfg, sl, findings=()) -> None:  # type: ignore[no-untyped-def]
     """The last scan window's funnel, per-team showback (allocated / wasted / efficiency) and conservation check."""
-    from gpuwaste.cli_support import funnel_text, unmet_text
+    from gpuwaste.cli_support.scan_report import funnel_text, unmet_text
     from gpuwaste.services.showback import funnel_figures, showback, unmet_by_resource
 
     _section(f"fleet funnel and showback · the last scan's window ({sl.window_start:%H:%M}–{sl.window_end:%H:%M} UTC)")

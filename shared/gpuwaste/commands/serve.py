@@ -31,7 +31,6 @@ from gpuwaste.cli_support import (
     Output,
     alert_budgets,
     app,
-    check_recording,
     check_state_path,
     config_or_exit,
     err,
@@ -40,6 +39,7 @@ from gpuwaste.cli_support import (
     live_cluster,
     parse_window,
 )
+from gpuwaste.cli_support.recording import check_recording
 from gpuwaste.errors import (
     ConfigError,
     DeliveryError,
@@ -185,7 +185,7 @@ class Server:
                  mcp_port: int | None = None, actuator: ClusterActuator | None = None) -> None:
         #: the reclaim step's apiserver (`reclaim.enabled`: after each scan; None: announced and recorded, not performed)
         self.actuator = actuator
-        self.api_token = api_token  # the read API's bearer token (commands/api.py); None: /api/v1 is off
+        self.api_token = api_token  # the read API's bearer token (commands/api/); None: /api/v1 is off
         self.mcp_port = mcp_port  # the MCP server over HTTP (commands/mcp_server.py) on this port; None: off
         self.mcp_bound: int | None = None
         self.sources, self.cfg, self.cluster, self.window_s, self.state = sources, cfg, cluster, window_s, state
@@ -361,7 +361,7 @@ class Server:
 
     def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
         """`/metrics` (prometheus-client, OpenMetrics when asked), `/healthz` (JSON), the read API under `/api/v1/`
-        (commands/api.py: bearer token, read-only, rate-limited), `POST /slack/interactions` with a Slack signing
+        (commands/api/: bearer token, read-only, rate-limited), `POST /slack/interactions` with a Slack signing
         secret and bot token (`slack_interaction`), else 404."""
         from prometheus_client import make_wsgi_app
 

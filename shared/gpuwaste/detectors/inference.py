@@ -1,6 +1,6 @@
 """Detectors: inference servers — KV-cache pressure (mis-sized) and inference idle (model loaded, no traffic).
 
-Reads the pod-level serving metrics of `sources/metrics_plan.py` (vLLM, TGI, Triton). Both vLLM KV-cache
+Reads the pod-level serving metrics of `sources/metrics_plan/plan.py` (vLLM, TGI, Triton). Both vLLM KV-cache
 gauge names are accepted: `vllm:kv_cache_usage_perc` and the deprecated `vllm:gpu_cache_usage_perc` (B16);
 both are ratios 0–1 despite the name. Counters are read as window rates (`<name>:rate`, `.max`).
 """

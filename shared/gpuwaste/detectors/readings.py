@@ -1,6 +1,6 @@
 """Detectors: shared readings for the waste catalogue — trusted activity, power vs limit, pod-level signals.
 
-Pure helpers over a `ScanContext`. Pod-level metrics follow `sources/metrics_plan.py`: a gauge is keyed by
+Pure helpers over a `ScanContext`. Pod-level metrics follow `sources/metrics_plan/`: a gauge is keyed by
 its name (full `WindowStats`), a counter by `<name>:rate`, whose `.max` is the per-second rate over the
 window summed over the pod's series (never read `.avg` of a rate).
 """

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from gpuwaste.fleet.parts import TruthItem, _Gpu, _iso, _uid
 
 if TYPE_CHECKING:
-    from gpuwaste.fleet.generator import _Builder
+    from gpuwaste.fleet.builder import _Builder
 
 DRA_DRIVER = "gpu.nvidia.com"
 RTX = ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", 97887, 600.0)

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuwaste.detectors.settings import DetectorSettings
-from gpuwaste.fleet.generator import FleetSpec, TruthItem, generate_fleet, write_recording
+from gpuwaste.fleet.generator import generate_fleet
+from gpuwaste.fleet.parts import TruthItem
+from gpuwaste.fleet.recording import write_recording
+from gpuwaste.fleet.spec import FleetSpec
 from gpuwaste.models.findings import Finding, WasteKind
 
 IGNORED_CHECKS = ("stale_pod_label",)

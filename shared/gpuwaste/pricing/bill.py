@@ -44,7 +44,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from gpuwaste.errors import InputFormatError
-from gpuwaste.pricing.catalog import InstanceOverride, PriceOverrides
+from gpuwaste.pricing.prices import InstanceOverride, PriceOverrides
 
 REQUIRED = ("line_item_line_item_type", "line_item_usage_type", "line_item_usage_amount", "line_item_unblended_cost")
 #: the FOCUS columns a FOCUS bill must have (FOCUS 1.0 column ids)

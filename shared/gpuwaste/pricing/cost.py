@@ -5,8 +5,9 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal
 
 from gpuwaste.models.findings import Cost, Finding, WasteKind
-from gpuwaste.pricing.catalog import GpuHourRate, PriceBook, Unpriced, rate_text
+from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.hardware_fit import price_wrong_hardware
+from gpuwaste.pricing.prices import GpuHourRate, Unpriced, rate_text
 
 HOURS_PER_DAY = Decimal(24)
 CENT = Decimal("0.01")

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from gpuwaste.models.findings import Cost, Finding
-from gpuwaste.pricing.catalog import GpuHourRate, GpuModelSpec, PriceBook, rate_text
+from gpuwaste.pricing.catalog import GpuModelSpec, PriceBook
+from gpuwaste.pricing.prices import GpuHourRate, rate_text
 
 #: Dense (no sparsity) FP16/BF16 tensor TFLOPS per GPU from NVIDIA product datasheets (half the "with sparsity"
 #: figure NVIDIA headlines; e.g. L4 242 sparse → 121, L40S 733 → 362, A100 624 → 312, H100 SXM 1979 → 989 —

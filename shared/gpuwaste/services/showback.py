@@ -35,7 +35,8 @@ from gpuwaste.join import Allocation, NodeInventory, ScanContext
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Finding, Subject, WasteKind
 from gpuwaste.models.settings import DeliverySettings
-from gpuwaste.pricing.catalog import GpuHourRate, PriceBook
+from gpuwaste.pricing.catalog import PriceBook
+from gpuwaste.pricing.prices import GpuHourRate
 from gpuwaste.services.routing import route_for
 
 CENT = Decimal("0.01")
