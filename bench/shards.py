@@ -64,7 +64,7 @@ def run(gpus: int, shard_count: int, cache: Path) -> dict[str, Any]:
                         f"{shards[-1]['wall_s']:.1f} s, {shards[-1]['peak_rss_mb']:.0f} MB")
         finally:
             kube.stop()
-    return {"gpus": whole["physical_gpus"], "target_gpus": gpus, "shard_count": shard_count,
+    return {"target_gpus": gpus, "shard_count": shard_count,
             "load_average": os.getloadavg(), **compare(whole, shards)}
 
 
@@ -72,9 +72,9 @@ def summary_line(r: dict[str, Any]) -> str:
     """What `make bench` prints for item 7(a)."""
     walls = ", ".join(f"{s['wall_s']:.2f}" for s in r["shards"])
     gpus = ", ".join(f"{s['physical_gpus']:,}" for s in r["shards"])
-    return (f"{r['gpus']:,} GPUs scanned whole and as {r['shard_count']} shards (same Prometheus data): "
+    return (f"{r['gpus'][0]:,} GPUs scanned whole and as {r['shard_count']} shards (same Prometheus data): "
             f"same findings, fingerprints, GPU-hours and dollars: {'yes' if r['same_findings'] else 'NO'}; "
-            f"duplicate fingerprints {r['duplicate_fingerprints']}; findings {r['findings'][0]:,} / {r['findings'][1]:,}; "
+            f"duplicate fingerprints {r['duplicate_fingerprints']}; GPUs {r['gpus'][0]:,} / {r['gpus'][1]:,}; findings {r['findings'][0]:,} / {r['findings'][1]:,}; "
             f"USD/day {r['usd_per_day'][0]:,.2f} / {r['usd_per_day'][1]:,.2f}; whole scan {r['whole']['wall_s']:.2f} s, "
             f"{r['whole']['peak_rss_mb']:.0f} MB; shards' GPUs {gpus}; shard walls {walls} s: slowest "
             f"{r['slowest_shard_wall_s']:.2f} s, largest peak {r['largest_shard_peak_mb']:.0f} MB "
