@@ -92,8 +92,8 @@ test-aws: install ## tests against a deployed stack (needs AWS_SAM_STACK_NAME)
 demo: $(RUNTIME_STAMP) ## run the whole local pipeline on the bundled demo fleet (runtime dependencies only)
 	$(BIN)/gpuwaste demo
 
-bench: install prometheus ## benchmarks: fleet scale, floor and naive comparisons; exposition parser vs prometheus_client (prints numbers)
-	$(BIN)/python bench/run.py
+bench: install prometheus ## benchmarks: fleet scale, floor and naive, shards, pipeline on moto (issue 23 item 7); exposition parser (prints numbers; BENCH_ARGS passes options to bench/run.py)
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 	$(BIN)/python bench/parser_speed.py
 
 scorecard: install ## detector scorecard: precision/recall per waste kind on the generated scenarios

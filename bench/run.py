@@ -632,10 +632,68 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version(), "prometheus": prom}
 
 
+def pipeline_scale(sizes: str, clusters: str, workroot: Path) -> dict[str, Any]:
+    """`bench/pipeline_scale.py` in a child process (its own moto server in another): its lines, its numbers, its wall.
+
+    Raises:
+        RuntimeError: the run failed.
+    """
+    out = workroot / "pipeline.json"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+    rc, stdout, err, wall, cpu, rss = run_child([sys.executable, "-m", "bench.pipeline_scale", "--sizes", sizes, "--clusters", clusters,
+                                                 "--json", str(out)], env=env, timeout=6 * 3600)
+    if rc != 0:
+        raise RuntimeError(f"pipeline_scale failed rc={rc}:\n{err[-4000:]}")
+    return {"sizes": sizes, "clusters": clusters, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, "lines": stdout.strip(),
+            "results": json.loads(out.read_text()), "load_average": os.getloadavg()}
+
+
+def scan_targets_text(report: dict[str, Any]) -> str:
+    """Issue 23 7(d): the remaining scan targets at every size of this run, side by side."""
+    t = report["targets"]
+    lines = ["scan targets side by side (issue 23 7(d), this run):"]
+    for r in report.get("sizes", []):
+        ru = r.get("rules", {})
+        ratio, naive_r, naive_raw = ru.get("scan_over_minimal"), r.get("rules_naive_over_ours_2ms"), r.get("naive_over_ours_2ms")
+        if ratio is None:
+            continue
+        best_naive = max(naive_r or 0, naive_raw or 0)
+        lines.append(f"  {r['gpus']:>6,} GPUs: shipped rules scan ÷ minimal floor {ratio:.2f}× ({ru['scan_s']:.2f} s ÷ {ru['minimal_floor_s']:.2f} s; "
+                     f"target ≤ {t['rules_scan_over_minimal']}: {'met' if ratio <= t['rules_scan_over_minimal'] else 'MISSED'}); "
+                     f"per-pod querying ÷ ours at +2 ms {naive_r or 0:.2f}× with rules ({r['naive_2ms_s']:.2f} s ÷ {ru.get('ours_2ms_s') or 0:.2f} s), "
+                     f"{naive_raw or 0:.2f}× without (target ≥ {t['naive_over_ours_2ms']}: "
+                     f"{'met' if best_naive >= t['naive_over_ours_2ms'] else 'MISSED'}); load {' / '.join(f'{x:.1f}' for x in ru.get('load_average', ()))}")
+    return "\n".join(lines)
+
+
+def scale_text(report: dict[str, Any], *, markdown: bool = False) -> str:
+    """Issue 23 item 7, as `make bench` prints it: (a) whole vs shards, (b) the pipeline on moto, (c) the sizing table
+    and scale-out projection, (d) the scan targets side by side. `markdown`: for RESULTS.md (code fences; (c) is
+    the section of its own there)."""
+    from bench import shards
+    from bench.sizing import markdown_table, projection_text
+
+    fence = "```\n" if markdown else ""
+    parts = []
+    if report.get("shards"):
+        parts.append("(a) " + shards.summary_line(report["shards"]))
+    if report.get("pipeline"):
+        p = report["pipeline"]
+        parts.append(f"(b) pipeline on moto, `python -m bench.pipeline_scale --sizes {p['sizes']} --clusters {p['clusters']}` "
+                     f"({p['wall_s']:.0f} s wall, load after {p['load_average'][0]:.1f}):\n\n{fence}{p['lines']}\n{fence}".rstrip())
+    if markdown:
+        parts.append("(c) the sizing table and the scale-out projection: section *Sizing per shard and scale-out* above.")
+    else:
+        parts.append("(c) sizing per shard and scale-out (bench/sizing.py, modelled from the measured sizes):\n" + markdown_table()
+                     + "\n\n" + projection_text())
+    parts.append("(d) " + scan_targets_text(report).replace("\n  ", "\n- " if markdown else "\n  "))
+    return "\n\n".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `make bench`."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000", help="comma-separated GPU counts")
+    parser.add_argument("--sizes", default="1000,10004", help="comma-separated GPU counts (10,004: the fleet bench.shards uses, one cache entry)")
     parser.add_argument("--metrics", choices=("full", "lean"), default="full", help="fleet generator metric set")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of ours and of the floor per size (best kept)")
     parser.add_argument("--naive-max-pods", type=int, default=1000, help="naive strategy: pods measured (time extrapolated beyond)")
@@ -649,10 +707,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cache", action="store_true", help="generate everything again and keep nothing")
     parser.add_argument("--no-chain", action="store_true", help="skip the local chain, moto and Slack part (scan rows only)")
     parser.add_argument("--no-startup", action="store_true", help="skip the CLI start-up measure")
+    parser.add_argument("--shards", type=int, default=4,
+                        help="issue 23 7(a): the largest size scanned whole and as this many shards (0: skip)")
+    parser.add_argument("--pipeline-sizes", default="1000,4000,10000,40000",
+                        help="issue 23 7(b): findings in one cluster through price and dedupe on moto ('' to skip)")
+    parser.add_argument("--pipeline-clusters", default="50x2500",
+                        help="issue 23 7(b): CLUSTERSxFINDINGS scanned in one tick through the same pipeline ('' to skip)")
+    parser.add_argument("--render-from", type=Path, default=None,
+                        help="measure nothing: print and write the report of an earlier run's --json file")
     args = parser.parse_args(argv)
+    if args.render_from:
+        return write_report(json.loads(args.render_from.read_text()), args)
     if args.quick:
         args.repeats = 1
         args.chain_findings = min(args.chain_findings, 100)
+        args.shards = min(args.shards, 2)
+        args.pipeline_sizes = "10,30" if args.pipeline_sizes.strip() else ""
+        args.pipeline_clusters = "2x10" if args.pipeline_clusters.strip() else ""
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     started = datetime.now(tz=UTC)
     t_all = time.perf_counter()
@@ -677,11 +748,26 @@ def main(argv: list[str] | None = None) -> int:
             log("local chain, moto, Slack")
             report["chain"] = chain.run_all(findings=args.chain_findings, quick=args.quick, workdir=workroot)
             report["projection"] = projection.project(report)
+        if args.shards > 1 and sizes:
+            from bench import shards
+
+            log(f"{max(sizes)} GPUs whole and as {args.shards} shards (bench/shards.py)")
+            report["shards"] = shards.run(max(sizes), args.shards, workroot / "shards" if args.no_cache else args.cache_dir)
+        if args.pipeline_sizes.strip() or args.pipeline_clusters.strip():
+            log(f"pipeline on moto: {args.pipeline_sizes} findings, {args.pipeline_clusters} (bench/pipeline_scale.py)")
+            report["pipeline"] = pipeline_scale(args.pipeline_sizes, args.pipeline_clusters, workroot)
         report["load_average_end"] = os.getloadavg()
     finally:
         if args.workdir is None:
             shutil.rmtree(workroot, ignore_errors=True)
     report["total_s"] = time.perf_counter() - t_all
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return write_report(report, args)
+
+
+def write_report(report: dict[str, Any], args: argparse.Namespace) -> int:
+    """Print the table and the issue 23 item 7 lines; write RESULTS.md."""
     text = table(report["sizes"])
     sys.stdout.write(text + "\n")
     from bench import chain as chain_mod
@@ -691,9 +777,8 @@ def main(argv: list[str] | None = None) -> int:
     if "chain" in report:
         sys.stdout.write(chain_mod.summary_lines(report["chain"]) + "\n")
         sys.stdout.write(projection_mod.summary_lines(report["projection"]) + "\n")
-    args.results.write_text(render(report, text))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    sys.stdout.write(scale_text(report) + "\n")
+    args.results.write_text(render(report, text) + "\n## Scale-out proof (issue 23 item 7)\n\n" + scale_text(report, markdown=True) + "\n")
     log(f"done in {report['total_s']:.0f} s; wrote {args.results}")
     return 0
 

@@ -66,9 +66,18 @@ def main(argv: list[str]) -> int:
         p0 = time.perf_counter()
         service.cluster_source = _Given(sources.cluster.cluster_state(at=at))
         preread_s = time.perf_counter() - p0
+    profiler = None
+    if args.get("profile"):  # a cProfile of the timed scan, written to that path (for finding hot spots)
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     c0, t0 = time.process_time(), time.perf_counter()
     report = service.scan(at=at, scan_id="bench", shard=args.get("shard", 0), shard_count=args.get("shard_count", 1))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(args["profile"])
     vm_hwm_mb = _vm("VmHWM")
     kinds: dict[str, int] = {}
     for f in report.findings:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -39,14 +40,10 @@ def compare(whole: dict[str, Any], shards: list[dict[str, Any]]) -> dict[str, An
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpus", type=int, default=10_004)
-    ap.add_argument("--shards", type=int, default=4)
-    ap.add_argument("--cache", type=Path, default=ROOT / "bench" / ".cache")
-    args = ap.parse_args(argv)
-    fleet = make_fleet(args.gpus, "full")
-    entry = prepared_data(fleet, args.gpus, "full", args.cache)
+def run(gpus: int, shard_count: int, cache: Path) -> dict[str, Any]:
+    """Scan the bench fleet of `gpus` GPUs whole, then as `shard_count` shards, against one Prometheus; the comparison."""
+    fleet = make_fleet(gpus, "full")
+    entry = prepared_data(fleet, gpus, "full", cache)
     with tempfile.TemporaryDirectory(prefix="gpuwaste-shards-") as tmp:
         work = Path(tmp)
         shutil.copytree(entry.data, work / "data")  # Prometheus writes into its data dir: the cached copy stays pristine
@@ -60,15 +57,40 @@ def main(argv: list[str] | None = None) -> int:
                 whole = scan_child(url, kubeconfig, fleet.spec.cluster, extra={"dump_keys": True})
                 log(f"whole: {whole['findings']} findings, {whole['wall_s']:.1f} s, {whole['peak_rss_mb']:.0f} MB")
                 shards = []
-                for k in range(args.shards):
+                for k in range(shard_count):
                     shards.append(scan_child(url, kubeconfig, fleet.spec.cluster,
-                                             extra={"dump_keys": True, "shard": k, "shard_count": args.shards}))
+                                             extra={"dump_keys": True, "shard": k, "shard_count": shard_count}))
                     log(f"shard {k}: {shards[-1]['findings']} findings, {shards[-1]['physical_gpus']} GPUs, "
                         f"{shards[-1]['wall_s']:.1f} s, {shards[-1]['peak_rss_mb']:.0f} MB")
         finally:
             kube.stop()
-    result = {"gpus": args.gpus, "shard_count": args.shards, **compare(whole, shards)}
+    return {"target_gpus": gpus, "shard_count": shard_count,
+            "load_average": os.getloadavg(), **compare(whole, shards)}
+
+
+def summary_line(r: dict[str, Any]) -> str:
+    """What `make bench` prints for item 7(a)."""
+    walls = ", ".join(f"{s['wall_s']:.2f}" for s in r["shards"])
+    gpus = ", ".join(f"{s['physical_gpus']:,}" for s in r["shards"])
+    return (f"{r['gpus'][0]:,} GPUs scanned whole and as {r['shard_count']} shards (same Prometheus data): "
+            f"same findings, fingerprints, GPU-hours and dollars: {'yes' if r['same_findings'] else 'NO'}; "
+            f"duplicate fingerprints {r['duplicate_fingerprints']}; GPUs {r['gpus'][0]:,} / {r['gpus'][1]:,}; findings {r['findings'][0]:,} / {r['findings'][1]:,}; "
+            f"USD/day {r['usd_per_day'][0]:,.2f} / {r['usd_per_day'][1]:,.2f}; whole scan {r['whole']['wall_s']:.2f} s, "
+            f"{r['whole']['peak_rss_mb']:.0f} MB; shards' GPUs {gpus}; shard walls {walls} s: slowest "
+            f"{r['slowest_shard_wall_s']:.2f} s, largest peak {r['largest_shard_peak_mb']:.0f} MB "
+            f"(load {r['load_average'][0]:.1f})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.shards`: the comparison as JSON; exit 1 when the shards' findings differ from the whole's."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=10_004)
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--cache", type=Path, default=ROOT / "bench" / ".cache")
+    args = ap.parse_args(argv)
+    result = run(args.gpus, args.shards, args.cache)
     sys.stdout.write(json.dumps(result, indent=1) + "\n")
+    sys.stderr.write(summary_line(result) + "\n")
     return 0 if result["same_findings"] and not result["duplicate_fingerprints"] else 1
 
 

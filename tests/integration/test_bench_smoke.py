@@ -38,7 +38,7 @@ def smoke_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, s
     proc = subprocess.run(
         [sys.executable, "bench/run.py", "--sizes", "8", "--quick", "--results", str(out / "RESULTS.md"), "--json", str(out / "r.json"),
          "--workdir", str(out / "work"), "--cache-dir", str(out / "cache")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads((out / "r.json").read_text())
@@ -118,3 +118,28 @@ def test_bench_smoke_writes_table_results_and_projection(smoke_report: tuple[dic
     assert "## Targets" in results_md and "cores" in results_md and "Lambda memory and timeout" in results_md
     assert projection["total_usd_per_month"] > 0
     assert projection["scan"]["memory_mb"] >= 512
+
+
+def test_bench_smoke_prints_the_scale_out_proof_of_issue_23(smoke_report: tuple[dict, str, str]) -> None:
+    # GIVEN the smoke run's report and what it printed
+    report, results_md, stdout = smoke_report
+    shards, pipeline = report["shards"], report["pipeline"]
+    # THEN (a): the fleet scanned as 2 shards gives exactly the whole scan's findings, none twice
+    assert shards["shard_count"] == 2 and len(shards["shards"]) == 2
+    assert shards["same_findings"] and shards["duplicate_fingerprints"] == 0
+    assert shards["findings"][0] == shards["findings"][1] > 0 and shards["gpus"][0] == shards["gpus"][1]
+    # AND (b): every case went through price and dedupe on moto, SQS's limit enforced and never hit, store units
+    # counted at the client, the missed findings resolved by the completion that missed them
+    cases = pipeline["results"]
+    assert [(r["clusters"], r["findings_per_cluster"]) for r in cases] == [(1, 10), (1, 30), (2, 10)]
+    for r in cases:
+        assert 0 < r["largest_sqs_message_bytes"] <= 262_144 and r["sqs_refused"] == 0
+        assert r["first"]["alerts"].get("new", 0) > 0 and r["first"]["units"]["table_write"] > 0
+        assert r["tenth_gone"]["missed"] == r["clusters"] * (r["findings_per_cluster"] // 10)
+        assert r["resolved"] == r["tenth_gone"]["missed"]
+        assert r["tenth_gone"]["completion_units"].get("items_read", 0) > 0
+        assert r["first"]["dedupe_peak_mb"] > 0
+    # AND (a)-(d) are printed, and written to RESULTS.md
+    for part in ("(a) ", "(b) pipeline on moto", "(c) sizing per shard", "(d) scan targets side by side", "per finding from 10 to 30"):
+        assert part in stdout, part
+    assert "## Scale-out proof (issue 23 item 7)" in results_md and "GPUs per shard" in results_md
