@@ -165,6 +165,15 @@ class SpendOfPeriod(Frozen):
         """The period's allocated cost in cents (holders, unsold slices and unallocated GPUs)."""
         return sum(g.cents for g in self.by_team)
 
+    def per_day(self, cents: int) -> Decimal:
+        """USD/day at the rate of `cents` over this period's observed hours (a cluster's mean).
+
+        cents ÷ 100 × 24 ÷ (observed cluster-hours ÷ clusters); 0 when nothing was observed.
+        """
+        if not self.funnel or not self.observed_hours:
+            return ZERO
+        return Decimal(cents) / 100 * 24 * len(self.funnel) / self.observed_hours
+
     @property
     def empty(self) -> bool:
         """True when the store holds no allocation ledger for the period."""

@@ -43,6 +43,7 @@ from gpuwaste.people import (  # one money/date/age format on every surface
     when,
 )
 from gpuwaste.people import kind_label as people_kind_label
+from gpuwaste.sinks.summary_spend import slack_lines
 
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
@@ -773,6 +774,9 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
         _section(f"*By namespace*\n{_group_lines(summary.by_namespace, 10)}"),
         _section("*Top offenders*\n" + ("\n".join(top) or "none")),
     ]
+    if summary.spend is not None:  # the fleet funnel and the allocated cost per team (issue 24)
+        blocks.append(_section("*Spend (allocated cost) · month to date and month-end at the current rate*\n"
+                               + truncate(escape(slack_lines(summary)), 2900)))
     if summary.justified:  # owners' reasons still running: what they cover
         lines = [f"{escape(_whose_team(j.team))}: {j.findings} finding(s), {per_day(j.usd_per_day)} covered, "
                  f"first ends {j.next_end:%Y-%m-%d}" for j in summary.justified[:10]]
