@@ -5,6 +5,8 @@ period read back from the store equals the scan-time share ledgers of its hours 
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -12,10 +14,11 @@ from decimal import Decimal
 
 import boto3
 import pytest
+from rich.console import Console
 
 from gpuwaste.join import join
 from gpuwaste.models.messages import ScanCompleted, split_completion
-from gpuwaste.models.settings import DeliverySettings, LifecycleSettings
+from gpuwaste.models.settings import DeliverySettings, LifecycleSettings, ServeSettings
 from gpuwaste.models.spend import FunnelFigures, ScanAllocation, SpendGroup, spend_of
 from gpuwaste.models.telemetry import Signal
 from gpuwaste.ports import FindingStore
@@ -24,6 +27,9 @@ from gpuwaste.queue.memory import MemoryQueue
 from gpuwaste.services.lifecycle import LifecycleService
 from gpuwaste.services.showback import ScanLedger, funnel, scan_ledger, showback
 from gpuwaste.services.showback.spend import scan_allocation
+from gpuwaste.services.summary import SummaryService
+from gpuwaste.sinks.slack_blocks import render_summary
+from gpuwaste.sinks.summary_report import render_html, render_json, render_markdown, render_terminal
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 from gpuwaste.store.ledger_items import item_bytes
 from gpuwaste.store.sqlite import SqliteFindingStore
@@ -61,8 +67,9 @@ def group(name: str, hours: str, cents: int) -> SpendGroup:
 
 
 def alloc(window_s: int = 3600, *, teams: tuple[SpendGroup, ...] = (), total: str = "0", pods: int = 0) -> ScanAllocation:
-    return ScanAllocation(window_s=window_s, funnel=FunnelFigures(total_gpu_hours=Decimal(total), unmet_pods=pods),
-                          by_team=teams, by_namespace=teams)
+    held = sum((t.gpu_hours for t in teams if not t.name.startswith("(")), Decimal(0))
+    return ScanAllocation(window_s=window_s, funnel=FunnelFigures(total_gpu_hours=Decimal(total), allocated_gpu_hours=held,
+                                                                  unmet_pods=pods), by_team=teams, by_namespace=teams)
 
 
 def completion(scan_id: str, at: datetime, allocation: ScanAllocation | None, *, cluster: str = "prod", shard: int = 0,
@@ -183,3 +190,50 @@ def test_dynamodb_hour_item_is_written_up_to_the_item_limit_and_refused_one_byte
     assert item_bytes(item) == needed
     (tally,) = s.allocation(since=t, until=t + timedelta(hours=1))
     assert (tally.scans, tally.allocation.cents) == (3, 350)
+
+
+def test_summary_shows_the_funnel_and_each_teams_spend_with_its_month_next_to_waste_and_budget(store: FindingStore) -> None:
+    # GIVEN cluster prod scanned hourly at 08:00 and 09:00 (team ml $12.34 + $10.00, GPUs nobody holds $1.00 each
+    # hour) and cluster dev once at 09:00 (team vision $5.55), their completions handled by the lifecycle
+    until = DAY + timedelta(hours=10)
+    lifecycle = LifecycleService(store=store, alerts=MemoryQueue(), tickets=MemoryQueue(), settings=LifecycleSettings(),
+                                 clock=FixedClock(until))
+    prod = [alloc(teams=(group("ml", "4", 1234), group("(unallocated)", "1", 100)), total="5", pods=1),
+            alloc(teams=(group("ml", "3.5", 1000), group("(unallocated)", "1", 100)), total="5")]
+    for n, a in enumerate(prod):
+        lifecycle.handle_scan_completed(completion(f"p-{n}", DAY + timedelta(hours=8 + n, minutes=5), a))
+    lifecycle.handle_scan_completed(completion("d-0", DAY + timedelta(hours=9, minutes=5),
+                                               alloc(teams=(group("vision", "2", 555),), total="2"), cluster="dev"))
+    # WHEN the day's summary is built with a monthly budget for ml
+    service = SummaryService(store=store, settings=DeliverySettings(), now=lambda: until,
+                             serve=ServeSettings(team_budgets_usd_per_month={"ml": Decimal(2000)}))
+    summary = service.build(since=until - timedelta(days=1), until=until)
+    # THEN it holds the period's funnel per cluster and the spend per team from the store
+    assert summary.spend is not None
+    assert [(c, f.total_gpu_hours) for c, f in summary.spend.funnel] == [("dev", Decimal(2)), ("prod", Decimal(10))]
+    assert {g.name: g.cents for g in summary.spend.by_team} == {"ml": 2234, "vision": 555, "(unallocated)": 200}
+    # AND each team's month: spend so far, and month-end at the last day's rate (3 cluster-hours observed over 2
+    # clusters: $22.34 per 1.5 h → $357.44/day) × the 22 days 14 hours left in March, next to waste and budget
+    ml = next(m for m in summary.month if m.team == "ml")
+    left = Decimal(22 * 86400 + 14 * 3600) / 86400
+    assert ml.spend_to_date_usd == Decimal("22.34")
+    expected = Decimal("22.34") + Decimal("22.34") * 24 / Decimal("1.5") * left
+    assert ml.spend_month_end_usd.quantize(Decimal("0.01")) == expected.quantize(Decimal("0.01")) == Decimal("8094.53")
+    assert (ml.wasted_to_date_usd, ml.budget_usd) == (Decimal(0), Decimal(2000))
+    # AND the JSON, HTML, Markdown, terminal and Slack outputs show them
+    doc = json.loads(render_json(summary))
+    assert doc["spend"]["by_team"][0]["name"] == "ml" and doc["month"][0]["team"] == "ml"
+    html = render_html(summary)
+    assert "<h2>Spend per team</h2>" in html
+    assert "<tr><td>ml</td><td class=n>$22.34</td><td class=n>$22.34</td><td class=n>$8,095</td>" in html
+    assert "| vision | $5.55 | $5.55 |" in render_markdown(summary)
+    console = Console(file=io.StringIO(), width=120, color_system=None)
+    render_terminal(summary, console)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "Fleet funnel" in text and "12.0 GPU-h total → 9.5 allocated (79%)" in text
+    assert "$27.89 in the period, $27.89 of it charged to teams" not in text  # the unheld $2.00 is not a team's
+    assert "$29.89 in the period, $27.89 of it charged to teams" in text
+    slack = render_summary(summary)
+    spend_block = next(b for b in slack.blocks if b.get("text", {}).get("text", "").startswith("*Spend"))
+    assert "• ml: $22.34 · month $22.34 so far, $8,095 at month-end · wasted $0.00" in spend_block["text"]["text"]
+    assert "budget $2,000" in spend_block["text"]["text"]
