@@ -15,7 +15,9 @@ from decimal import Decimal
 import boto3
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
+from gpuwaste.cli import app
 from gpuwaste.join import join
 from gpuwaste.models.messages import ScanCompleted, split_completion
 from gpuwaste.models.settings import DeliverySettings, LifecycleSettings, ServeSettings
@@ -237,3 +239,33 @@ def test_summary_shows_the_funnel_and_each_teams_spend_with_its_month_next_to_wa
     spend_block = next(b for b in slack.blocks if b.get("text", {}).get("text", "").startswith("*Spend"))
     assert "• ml: $22.34 · month $22.34 so far, $8,095 at month-end · wasted $0.00" in spend_block["text"]["text"]
     assert "budget $2,000" in spend_block["text"]["text"]
+
+
+def test_showback_command_over_the_stored_day_equals_the_scan_time_showback_of_its_hours(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN a state file holding a day of hourly scans (the lifecycle recorded each completion)
+    state = tmp_path / "state.db"
+    store = SqliteFindingStore(state)
+    lifecycle = LifecycleService(store=store, alerts=MemoryQueue(), tickets=MemoryQueue(), settings=LifecycleSettings(),
+                                 clock=FixedClock(DAY + timedelta(days=1)))
+    expected: Counter[str] = Counter()
+    for hour in range(1, 25):
+        sl = _fleet(hour)
+        lifecycle.handle_scan_completed(completion(f"s-{hour}", sl.window_end - timedelta(minutes=1),
+                                                   scan_allocation(sl, DeliverySettings())))
+        for r in showback(sl, (), "namespace", DeliverySettings()):
+            expected[r.group] += r.allocated_cents
+    store.close()
+    # WHEN `gpuwaste showback --period <the day> --by namespace -o json` reads it
+    result = CliRunner().invoke(app, ["showback", "--state", str(state), "--period", f"{DAY:%Y-%m-%d}", "--by",
+                                      "namespace", "-o", "json"])
+    # THEN each namespace's allocated USD is the sum of the 24 scan-time showbacks, to the cent
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["source"] == "store" and doc["hours"] == 24 and doc["scans"] == 24
+    assert {r["group"]: round(r["allocated_usd"] * 100) for r in doc["groups"]["namespace"]} == dict(expected)
+    assert round(doc["allocated_usd"] * 100) == sum(expected.values())
+    # AND a grouping the store does not keep, or a malformed period, is refused with the reason (exit 2)
+    node = CliRunner().invoke(app, ["showback", "--state", str(state), "--since", "1d", "--by", "node"])
+    assert node.exit_code == 2 and "keeps team and namespace" in node.output
+    bad = CliRunner().invoke(app, ["showback", "--state", str(state), "--period", "March"])
+    assert bad.exit_code == 2 and "use a UTC day" in bad.output
