@@ -116,7 +116,7 @@ def summary_cmd(
     chart: Annotated[Path | None, typer.Option("--chart", help="Also draw the stacked-bar chart to this PNG (needs the 'charts' extra); the HTML report embeds it.")] = None,
     open_it: Annotated[bool, typer.Option("--open", help="Write the HTML report (to --out-file, else a temporary file) and open it in the browser.")] = False,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides teams).")] = None,
-    month: Annotated[bool, typer.Option("--month", help="Also show per team: wasted USD month to date, the month-end at the current rate and the month's waste budget (the monthly team budget in the config, else the per-day budget × days; table output).")] = False,
+    month: Annotated[bool, typer.Option("--month", help="Also show per team: spend (allocated cost) and wasted USD month to date, the month-end at the current rate and the month's waste budget (the monthly team budget in the config, else the per-day budget × days; table output).")] = False,
     by_hour: Annotated[bool, typer.Option("--by-hour", help="Also show when the waste happens: wasted GPU-hours per team by hour of day × day of week (UTC), with the night and weekend shares (table output; in -o html as a heat table).")] = False,
 ) -> None:
     """Summarise the waste in a state file: totals by team, namespace, kind and cluster, trend, top offenders, savings."""
