@@ -29,6 +29,7 @@ from gpuwaste.models.coverage import CoverageTally, KindCoverage, coverage_hour,
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import ScanCompleted, completion_is_whole
 from gpuwaste.models.spend import AllocationTally, ScanAllocation, add_allocation
+from gpuwaste.store.ledger_items import packed, unpacked
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -78,11 +79,12 @@ CREATE TABLE IF NOT EXISTS scan_allocation (
     hour TEXT NOT NULL,
     token TEXT NOT NULL,
     counts INTEGER NOT NULL,
-    body TEXT NOT NULL,
+    body BLOB NOT NULL,
     expires_at INTEGER NOT NULL,
     PRIMARY KEY (cluster, hour, token)
 );
 CREATE INDEX IF NOT EXISTS scan_allocation_by_hour ON scan_allocation (hour);
+CREATE INDEX IF NOT EXISTS scan_allocation_by_expiry ON scan_allocation (expires_at);
 CREATE TABLE IF NOT EXISTS scan_progress (
     scan_id TEXT PRIMARY KEY,
     shard_count INTEGER NOT NULL,
@@ -261,7 +263,8 @@ class SqliteFindingStore:
 
     def record_allocation(self, completion: ScanCompleted, *, expires_at: int) -> bool:
         """`ports.FindingStore.record_allocation`: one row per scan shard (table scan_allocation, keyed by cluster,
-        UTC hour and "<scan_id>#<shard>"; a redelivery is ignored by the key), as `record_coverage`."""
+        UTC hour and "<scan_id>#<shard>"; a redelivery is ignored by the key; the ledger compressed, as the DynamoDB
+        item holds it), as `record_coverage`; rows past their expiry are dropped on the way (by an index)."""
         if completion.allocation is None:
             return False
         hour = coverage_hour(completion.scheduled_time)
@@ -270,7 +273,7 @@ class SqliteFindingStore:
             cur = self._execute("INSERT OR IGNORE INTO scan_allocation (cluster, hour, token, counts, body, expires_at) "
                                 "VALUES (?, ?, ?, ?, ?, ?)",
                                 (completion.cluster, hour.isoformat(), f"{completion.scan_id}#{completion.shard}",
-                                 1 if completion.shard == 0 else 0, completion.allocation.model_dump_json(), expires_at))
+                                 1 if completion.shard == 0 else 0, packed(completion.allocation), expires_at))
             return cur.rowcount == 1
 
     def allocation(self, *, since: datetime, until: datetime) -> list[AllocationTally]:
@@ -283,8 +286,7 @@ class SqliteFindingStore:
         sums: dict[tuple[str, str], tuple[int, ScanAllocation | None]] = {}
         for cluster, hour, counts, body in rows:
             scans, total = sums.get((cluster, hour), (0, None))
-            sums[(cluster, hour)] = (scans + int(counts), add_allocation(total, ScanAllocation.model_validate_json(body),
-                                                                          counts_window=bool(counts)))
+            sums[(cluster, hour)] = (scans + int(counts), add_allocation(total, unpacked(body), counts_window=bool(counts)))
         return [AllocationTally(cluster=c, hour=datetime.fromisoformat(h), scans=n, window_s=a.window_s, allocation=a)
                 for (c, h), (n, a) in sorted(sums.items()) if a is not None]
 
