@@ -9,7 +9,10 @@ period with the one of equal length just before it. Savings: a finding resolved 
 Data-quality findings carry no money and are left out of the waste counts (open, opened, and the per-group
 `findings`); `data_quality_open` counts them apart. Attribution coverage: per cluster and allocation kind, the
 GPU-hour-weighted share of allocated GPU-hours with attributable telemetry over the scans of the hours the period
-overlaps (`models.coverage.coverage_rows` over `FindingStore.coverage`). Unpriced findings are counted, not summed. A group's
+overlaps (`models.coverage.coverage_rows` over `FindingStore.coverage`). Spend and the fleet funnel: the allocation
+ledger the store keeps per cluster and hour (`FindingStore.allocation`, `models.spend.spend_of`; issue 24), with each
+team's month (`SummaryService.month_view`: spend and waste to date and at month-end, the budget). Unpriced findings
+are counted, not summed. A group's
 `findings` counts the same set as `open_findings` (open waste findings seen in the period), so the counts of
 every section (team, namespace, kind, cluster) add up to `open_findings`.
 """
