@@ -129,15 +129,16 @@ WITH_MCP ?= 0
 # the first container engine that answers (a docker CLI without a daemon does not count)
 ENGINE ?= $(shell for e in podman docker; do command -v $$e >/dev/null 2>&1 && $$e info >/dev/null 2>&1 && { echo $$e; break; }; done)
 PKG_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
+PKG_HOME = $(shell sed -n 's/^Homepage = "\(.*\)"/\1/p' pyproject.toml | head -1)
 
 image: ## build the container image (Containerfile) with podman or docker, tagged with the package's version; says so when neither exists
 	@if [ -z "$(ENGINE)" ]; then \
 	  echo "make image: no working container engine (podman, or docker with its daemon): no image built."; \
-	  echo "  install one, or build elsewhere: podman build --build-arg VERSION=$(PKG_VERSION) -t $(IMAGE):$(PKG_VERSION) -f Containerfile ."; \
+	  echo "  install one, or build elsewhere: podman build --build-arg VERSION=$(PKG_VERSION) --build-arg HOMEPAGE=$(PKG_HOME) -t $(IMAGE):$(PKG_VERSION) -f Containerfile ."; \
 	  exit 1; \
 	fi
 	$(ENGINE) build -f Containerfile -t $(IMAGE):$(PKG_VERSION) \
-	  --build-arg VERSION=$(PKG_VERSION) --build-arg WITH_MCP=$(WITH_MCP) \
+	  --build-arg VERSION=$(PKG_VERSION) --build-arg WITH_MCP=$(WITH_MCP) --build-arg HOMEPAGE=$(PKG_HOME) \
 	  --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
 	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) .
 	@echo "built $(IMAGE):$(PKG_VERSION) with $(ENGINE)"

@@ -4,7 +4,7 @@ For each size (default 1,000 and 10,000 GPUs) it generates the bench's random fl
 serves its objects from the fake kube-apiserver, writes the same cluster as kube-state-metrics v2 series
 (`Fleet.ksm_series`, one sample a minute over 1 h 10 min) and backfills a real Prometheus with them (promtool). Then
 a child process (its own interpreter, so the fake apiserver does not share its GIL) reads the cluster state
-`--repeats` times from each source: `KubernetesPodSource.cluster_state` (pages of 500, `_preload_content=False`,
+`--repeats` times from each source: `KubernetesClusterSource.cluster_state` (pages of 500, `_preload_content=False`,
 `json.loads`, no client model objects) and `PrometheusKsmSource.cluster_state` (window 1 h; six instant queries,
 4 in flight), with the cyclic garbage collector paused as a scan pauses it (`--gc-on` leaves it on). The median
 wall time of each is compared with the scan's wall time at 10,000 GPUs: `--scan-s`, else the 10,004-GPU scan with
@@ -96,12 +96,12 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
 
     from gpuwaste.models.settings import KubernetesSettings, PrometheusSettings
     from gpuwaste.sources.ksm import PrometheusKsmSource
-    from gpuwaste.sources.kubernetes import KubernetesPodSource
+    from gpuwaste.sources.kubernetes import KubernetesClusterSource
     from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 
     at = datetime.fromisoformat(args["at"])
     out: dict[str, Any] = {}
-    api = KubernetesPodSource.from_settings(KubernetesSettings(mode="kubeconfig", kubeconfig=args["kubeconfig"], timeout_s=120),
+    api = KubernetesClusterSource.from_settings(KubernetesSettings(mode="kubeconfig", kubeconfig=args["kubeconfig"], timeout_s=120),
                                             cluster="bench")
     prom = PrometheusGpuMetricsSource.from_settings(PrometheusSettings(url=args["prometheus"], timeout_s=120), cluster="bench")
     timed = _TimedQueries(prom)

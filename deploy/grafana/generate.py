@@ -6,13 +6,16 @@ the dashboard's conventions on the JSON (money panels say USD/day, explicit thre
 panel filtered by the variables its series carry, kinds and problems in people's words, budgets and unpriced findings
 shown); tests/integration/test_metrics_stack.py runs every panel's PromQL against a real Prometheus (demo fleet +
 scraped `gpuwaste serve`) and fails when one returns nothing; tests/integration/test_grafana_dcgm_query.py runs the
-DCGM panel's query on series labelled `Hostname`, `hostname` and `exported_*`. Dev tooling: not part of the Lambda
+DCGM panel's query on series labelled `Hostname`, `hostname` and `exported_*`;
+tests/integration/test_grafana_exported_labels.py runs every panel and variable on gpuwaste's series scraped with and
+without `honor_labels` (`exported_namespace`, see `gw`) and compares the groups. Dev tooling: not part of the Lambda
 layer or the package.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from grafana_foundation_sdk.builders import bargauge, common, stat, table, timeseries
@@ -58,10 +61,13 @@ DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 #: the waste kinds in which GPUs are held and not used at all (idle GPU-hours)
 IDLE_KINDS = "idle_allocation|inference_idle|orphaned|unallocated_capacity"
 #: Selectors by the labels a family carries: every variable whose label the series has filters the panel.
-#: gpuwaste_waste_usd_per_day, _wasted_gpus, _unpriced_findings: cluster, namespace, workload, kind, team
-WASTE_SEL = 'cluster=~"$cluster", team=~"$team", namespace=~"$namespace", workload=~"$workload"'
+#: gpuwaste_waste_usd_per_day, _wasted_gpus, _unpriced_findings: cluster, namespace, workload, kind, team (the
+#: namespace filter is added by `gw`, which reads it under either name)
+WASTE_SEL = 'cluster=~"$cluster", team=~"$team", workload=~"$workload"'
 #: the counters (gpuwaste_wasted_gpu_hours_total, gpuwaste_realised_savings_usd_total): no workload label
-TOTAL_SEL = 'cluster=~"$cluster", team=~"$team", namespace=~"$namespace"'
+TOTAL_SEL = 'cluster=~"$cluster", team=~"$team"'
+#: the idle kinds of the GPU-hours counter
+IDLE_SEL = f'{TOTAL_SEL}, kind=~"{IDLE_KINDS}"'
 #: gpuwaste_team_budget_usd_per_day: team only
 BUDGET_SEL = 'team=~"$team"'
 #: the scan-health families: cluster only
@@ -74,6 +80,29 @@ PROBLEM_NAMES: dict[str, str] = dict(PROBLEM_LABELS)
 #: gpuwaste_scan_errors_total's `source` label as people read it
 SOURCE_NAMES: dict[str, str] = {"prometheus": "Prometheus", "kubernetes": "Kubernetes API", "store": "state store",
                                 "delivery": "delivery (Slack, Jira, Teams)", "config": "configuration", "other": "other"}
+
+
+def gw(name: str, matchers: str, around: Callable[[str], str] = str) -> str:
+    """A gpuwaste family by its matchers and the Namespace variable, its namespace in `namespace` however scraped.
+
+    A Prometheus that scrapes gpuwaste with `honor_labels: false` (a plain scrape config; a ServiceMonitor without
+    `honorLabels: true`) renames gpuwaste's `namespace` to `exported_namespace` and sets `namespace` to the target's
+    (gpuwaste's own namespace). So each family is read twice — series without `exported_namespace` by `namespace`,
+    series with it by `exported_namespace` — and `exported_namespace` is copied into `namespace`: grouping by
+    namespace and the Namespace variable mean gpuwaste's namespace in both set-ups. `around` wraps each selector
+    (`increase(…[$__range])`: a range function needs the selector itself).
+    """
+    plain = around(f'{name}{{{matchers}, namespace=~"$namespace", exported_namespace=""}}')
+    exported = around(f'{name}{{{matchers}, exported_namespace=~"$namespace", exported_namespace!=""}}')
+    return f'label_replace({plain} or {exported}, "namespace", "$1", "exported_namespace", "(.+)")'
+
+
+def _over(window: str) -> Callable[[str], str]:
+    return lambda selector: f"increase({selector}[{window}])"
+
+
+def _rate(selector: str) -> str:
+    return f"rate({selector}[$__rate_interval])"
 
 
 def _query(expr: str, legend: str = "", *, ref: str = "A", instant: bool = False) -> Dataquery:
@@ -129,8 +158,24 @@ def _series(title: str, description: str, unit: str, *targets: Dataquery, stacke
 
 
 def _variable(name: str, label: str, query: str) -> QueryVariable:
-    return (QueryVariable(name).label(label).datasource(DS).query(query).refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(VariableSort.ALPHABETICAL_ASC).multi(True).include_all(True).all_value(".*"))
+    variable = (QueryVariable(name).label(label).datasource(DS).query(query)
+                .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC).multi(True)
+                .include_all(True).all_value(".*"))
+    return variable.regex(f'/{name}="([^"]+)"/') if query.startswith("query_result(") else variable
+
+
+def _in_range(selector: str) -> str:
+    """Every series seen in the dashboard's range (as `label_values` lists them), not only those at its end."""
+    return f"last_over_time({selector}[$__range])"
+
+
+def query_result_of(label: str, expr: str) -> str:
+    """A variable query listing the values of `label` over `expr` (read by the variable's regex `/label="(…)"/`).
+
+    Grafana's `query_result`: `label_values` takes a selector only, and gpuwaste's namespace may be under either
+    name (see `gw`).
+    """
+    return f"query_result(count by ({label}) ({expr}))"
 
 
 #: savings are good news: one fixed green, never a threshold colour
@@ -181,7 +226,7 @@ def _top_workloads() -> table.Panel:
                  "indexByName": {name: i for i, name in enumerate(TABLE_COLUMNS)}}))
              .sort_by([common.TableSortByFieldState().display_name(TABLE_COLUMNS["Value"]).desc(True)])
              .with_target(_query(f"topk(20, sum by (cluster, namespace, workload, kind, team) "
-                                 f"(gpuwaste_waste_usd_per_day{{{WASTE_SEL}}}))", instant=True)))
+                                 f"({gw('gpuwaste_waste_usd_per_day', WASTE_SEL)}))", instant=True)))
     kinds = ValueMap(options={k.value: ValueMappingResult(text=kind_label(k), index=i) for i, k in enumerate(WasteKind)})
     for raw, shown in TABLE_COLUMNS.items():
         properties = [DynamicConfigValue(id_val="displayName", value=shown)]
@@ -204,7 +249,7 @@ def _budget_use() -> bargauge.Panel:
                          "GpuWasteTeamOverBudget). Teams without a budget are not shown.")
             .unit("percentunit").min(0).max(1.2).height(8).span(12).display_mode(BarGaugeDisplayMode.GRADIENT)
             .orientation(VizOrientation.HORIZONTAL).thresholds(_thresholds(GOOD, (0.8, WATCH), (1, BAD)))
-            .with_target(_query(f"sum by (team) (gpuwaste_waste_usd_per_day{{{WASTE_SEL}}})\n"
+            .with_target(_query(f"sum by (team) ({gw('gpuwaste_waste_usd_per_day', WASTE_SEL)})\n"
                                 f"  / on (team) max by (team) (gpuwaste_team_budget_usd_per_day{{{BUDGET_SEL}}})",
                                 "{{team}}")))
     return _with_overrides(panel, _renames({"unassigned": "no owner"}))
@@ -224,7 +269,7 @@ def wasted_gpu_hours_by(label: str, clock: str) -> str:
     increase). Grafana's `$__rate_interval` grows with the range (at least 4 scrape intervals), so a long range stays
     cheap; up to one interval's GPU-hours land in the next hour.
     """
-    step = f"sum(increase(gpuwaste_wasted_gpu_hours_total{{{TOTAL_SEL}}}[$__rate_interval]))"
+    step = f"sum({gw('gpuwaste_wasted_gpu_hours_total', TOTAL_SEL, _over('$__rate_interval'))})"
     return (f'sum by ({label}) (sum_over_time(({step}\n'
             f'  * on () group_left ({label}) count_values("{label}", {clock}))[$__range:$__rate_interval]))')
 
@@ -269,52 +314,52 @@ def build() -> Dashboard:
         .with_variable(DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
         .with_variable(_variable("cluster", "Cluster", "label_values(gpuwaste_last_success_timestamp_seconds, cluster)"))
         .with_variable(_variable("team", "Team", 'label_values(gpuwaste_waste_usd_per_day{cluster=~"$cluster"}, team)'))
-        .with_variable(_variable("namespace", "Namespace",
-                                 'label_values(gpuwaste_waste_usd_per_day{cluster=~"$cluster", team=~"$team"}, namespace)'))
-        .with_variable(_variable("workload", "Workload",
-                                 'label_values(gpuwaste_waste_usd_per_day{cluster=~"$cluster", team=~"$team", '
-                                 'namespace=~"$namespace"}, workload)'))
+        .with_variable(_variable("namespace", "Namespace", query_result_of("namespace", gw(
+            "gpuwaste_waste_usd_per_day", 'cluster=~"$cluster", team=~"$team"', _in_range).replace(
+                '=~"$namespace"', '=~".*"'))))
+        .with_variable(_variable("workload", "Workload", query_result_of(
+            "workload", gw("gpuwaste_waste_usd_per_day", 'cluster=~"$cluster", team=~"$team"', _in_range))))
         .with_row(Row("Now"))
-        .with_panel(_stat("Open waste (USD/day)", f"sum(gpuwaste_waste_usd_per_day{{{WASTE_SEL}}})", "currencyUSD",
+        .with_panel(_stat("Open waste (USD/day)", f"sum({gw('gpuwaste_waste_usd_per_day', WASTE_SEL)})", "currencyUSD",
                           "USD/day of the open waste findings (priced ones; unpriced ones are counted apart, on the "
                           "right). Orange from $1/day.", _thresholds(GOOD, (1, WATCH))))
-        .with_panel(_stat("Wasted GPUs", f"sum(gpuwaste_wasted_gpus{{{WASTE_SEL}}})", "none",
+        .with_panel(_stat("Wasted GPUs", f"sum({gw('gpuwaste_wasted_gpus', WASTE_SEL)})", "none",
                           "Physical-GPU equivalents wasted by open findings (MIG slice = N/7). Orange from 1 GPU.",
                           _thresholds(GOOD, (1, WATCH))))
-        .with_panel(_stat("Unpriced findings", f"sum(gpuwaste_unpriced_findings{{{WASTE_SEL}}}) or vector(0)", "none",
+        .with_panel(_stat("Unpriced findings", f"sum({gw('gpuwaste_unpriced_findings', WASTE_SEL)}) or vector(0)", "none",
                           "Open waste findings without a price: their USD/day is not in the totals. `gpuwaste explain "
                           "ID` says why (no price for the GPU model or the node's instance type).",
                           _thresholds(GOOD, (1, WATCH))))
-        .with_panel(_stat("Idle GPU-hours in range", f'sum(increase(gpuwaste_wasted_gpu_hours_total{{{TOTAL_SEL}, kind=~"{IDLE_KINDS}"}}[$__range]))',
+        .with_panel(_stat("Idle GPU-hours in range", f"sum({gw('gpuwaste_wasted_gpu_hours_total', IDLE_SEL, _over('$__range'))})",
                           "none", "GPU-hours held and not used at all (idle, serving idle, orphaned, unallocated) "
                                   "over the dashboard's time range (the counter has no workload label: the Workload "
                                   "variable does not filter it). Orange from 1 GPU-hour.", _thresholds(GOOD, (1, WATCH))))
         .with_panel(_stat("Realised savings in range (USD)",
-                          f"sum(increase(gpuwaste_realised_savings_usd_total{{{TOTAL_SEL}}}[$__range]))", "currencyUSD",
+                          f"sum({gw('gpuwaste_realised_savings_usd_total', TOTAL_SEL, _over('$__range'))})", "currencyUSD",
                           "USD no longer wasted after findings were resolved, summed over the time range (not per "
                           "day; no workload label). Savings are always green.", _thresholds(GOOD), color=SAVINGS_COLOR))
         .with_panel(_stat("Budget headroom (USD/day)",
                           f"sum(max by (team) (gpuwaste_team_budget_usd_per_day{{{BUDGET_SEL}}}))\n"
-                          f"  - (sum(sum by (team) (gpuwaste_waste_usd_per_day{{{WASTE_SEL}}})\n"
+                          f"  - (sum(sum by (team) ({gw('gpuwaste_waste_usd_per_day', WASTE_SEL)})\n"
                           f"      and on (team) max by (team) (gpuwaste_team_budget_usd_per_day{{{BUDGET_SEL}}})) or vector(0))",
                           "currencyUSD", "The selected teams' waste budgets minus their open waste, in USD/day (teams "
                                          "with a budget only). Red below $0: over budget.",
                           _thresholds(BAD, (0, GOOD))))
         .with_row(Row("Waste over time"))
         .with_panel(_series("Waste by team (USD/day)", "Open waste in USD/day per team.", "currencyUSD",
-                            _query(f"sum by (team) (gpuwaste_waste_usd_per_day{{{WASTE_SEL}}})", "{{team}}"),
+                            _query(f"sum by (team) ({gw('gpuwaste_waste_usd_per_day', WASTE_SEL)})", "{{team}}"),
                             stacked=True, legends={"unassigned": "no owner"}))
         .with_panel(_series("Waste by kind (USD/day)", "Open waste in USD/day per waste kind.", "currencyUSD",
-                            _query(f"sum by (kind) (gpuwaste_waste_usd_per_day{{{WASTE_SEL}}})", "{{kind}}"),
+                            _query(f"sum by (kind) ({gw('gpuwaste_waste_usd_per_day', WASTE_SEL)})", "{{kind}}"),
                             stacked=True, legends=KIND_LEGENDS))
         .with_panel(_budget_use())
         .with_panel(_series("Idle GPU-hours per hour, by team", "GPU-hours held and unused, accumulated per hour "
                             "(= GPUs idle on average; no workload label).", "none",
-                            _query(f'sum by (team) (rate(gpuwaste_wasted_gpu_hours_total{{{TOTAL_SEL}, kind=~"{IDLE_KINDS}"}}[$__rate_interval])) * 3600',
+                            _query(f"sum by (team) ({gw('gpuwaste_wasted_gpu_hours_total', IDLE_SEL, _rate)}) * 3600",
                                    "{{team}}"), stacked=True, legends={"unassigned": "no owner"}))
         .with_panel(_series("Realised savings (USD/day)", "USD/day saved by resolved findings, per team (no workload "
                             "label). Savings are always green.", "currencyUSD",
-                            _query(f"sum by (team) (rate(gpuwaste_realised_savings_usd_total{{{TOTAL_SEL}}}[$__rate_interval])) * 86400",
+                            _query(f"sum by (team) ({gw('gpuwaste_realised_savings_usd_total', TOTAL_SEL, _rate)}) * 86400",
                                    "{{team}}"), stacked=True, legends={"unassigned": "no owner"},
                             color=FieldColor().mode(FieldColorModeId.SHADES).fixed_color(GOOD)))
         .with_row(Row("Top workloads"))
@@ -329,7 +374,7 @@ def build() -> Dashboard:
                             show_thresholds=True))
         .with_panel(_series("Waste of the workload (USD/day)", "The workload's open waste in USD/day by kind, as "
                             "gpuwaste judged the activity on the left.", "currencyUSD",
-                            _query(f"sum by (kind) (gpuwaste_waste_usd_per_day{{{WASTE_SEL}}})", "{{kind}}"),
+                            _query(f"sum by (kind) ({gw('gpuwaste_waste_usd_per_day', WASTE_SEL)})", "{{kind}}"),
                             legends=KIND_LEGENDS))
         .with_row(Row("Scan health"))
         .with_panel(_series("Time since the last successful scan", "Seconds since each cluster's last successful "

@@ -1,8 +1,9 @@
 """Write the values table of deploy/helm/gpuwaste/README.md from the chart's values.yaml (one row per key documented
 by a `# -- text` comment on the line before it: key, type, default, description), between the README's
-`<!-- values:start -->` and `<!-- values:end -->` markers.
+`<!-- values:start -->` and `<!-- values:end -->` markers; and Chart.yaml's `home` and `sources` from the project's
+one home, pyproject.toml [project.urls] Homepage (a placeholder for now).
 
-    python deploy/helm/readme.py          # rewrite the table
+    python deploy/helm/readme.py          # rewrite the table and Chart.yaml's home
     python deploy/helm/readme.py --check  # exit 1 when it is out of date (tests/unit/test_helm_chart.py)
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -74,17 +76,38 @@ def readme() -> str:
     return f"{head}{START}\n{table()}\n{END}{tail}"
 
 
+HOME_NOTE = "# home, sources: pyproject.toml [project.urls] Homepage (deploy/helm/readme.py); a placeholder (README.md)"
+
+
+def chart_yaml() -> str:
+    """Chart.yaml with `home` and `sources` set to the project's home (and the line saying where it comes from)."""
+    home = tomllib.loads((CHART.parents[2] / "pyproject.toml").read_text())["project"]["urls"]["Homepage"]
+    lines = [line for line in (CHART / "Chart.yaml").read_text().splitlines() if line != HOME_NOTE]
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("home:"):
+            out += [HOME_NOTE, f"home: {home}"]
+        elif line.startswith("sources:"):
+            out.append(f"sources: [{home}]")
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str]) -> int:
-    wanted = readme()
+    wanted = {"README.md": readme(), "Chart.yaml": chart_yaml()}
+    stale = [name for name, text in wanted.items() if (CHART / name).read_text() != text]
     if "--check" in argv:
-        if (CHART / "README.md").read_text() != wanted:
+        if stale:
             print(
-                "deploy/helm/gpuwaste/README.md's values table is out of date: run python deploy/helm/readme.py",
+                f"deploy/helm/gpuwaste/{' and '.join(stale)} out of date (the values table; the project's home from "
+                "pyproject.toml): run python deploy/helm/readme.py",
                 file=sys.stderr,
             )
             return 1
         return 0
-    (CHART / "README.md").write_text(wanted)
+    for name in stale:
+        (CHART / name).write_text(wanted[name])
     return 0
 
 

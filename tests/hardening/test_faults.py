@@ -25,7 +25,7 @@ from gpuwaste.fleet.generator import FleetSpec, generate_fleet, write_recording
 from gpuwaste.models.findings import WasteKind
 from gpuwaste.models.messages import FindingMessage
 from gpuwaste.models.settings import KubernetesSettings, PrometheusSettings
-from gpuwaste.sources.kubernetes import KubernetesPodSource
+from gpuwaste.sources.kubernetes import KubernetesClusterSource
 from gpuwaste.sources.prometheus import PrometheusGpuMetricsSource
 from gpuwaste.store.dynamodb import DynamoDbFindingStore
 from gpuwaste.store.sqlite import SqliteFindingStore
@@ -231,7 +231,7 @@ def kube_chain(store: Any, slack: AuditedSlack, demo_dir: Path, kube_api: KubeAp
         by.setdefault(PLURALS[obj["kind"]], []).append(obj)
     server = kube_api(by.pop("pods", []), by.pop("nodes", []), by, token=token)
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url, client_token)
-    source = KubernetesPodSource.from_settings(
+    source = KubernetesClusterSource.from_settings(
         KubernetesSettings(mode="kubeconfig", kubeconfig=str(kubeconfig), page_size=3, timeout_s=5),
         cluster="demo", progress=progress)
     chain = chain_for(store, slack)

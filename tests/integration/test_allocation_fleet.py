@@ -25,7 +25,7 @@ from gpuwaste.fleet.generator import Fleet, FleetSpec, generate_fleet, write_rec
 from gpuwaste.models.cluster import ClusterState, gpu_share_for_request
 from gpuwaste.models.settings import KubernetesSettings
 from gpuwaste.sources.ksm import KsmRecordingSource
-from gpuwaste.sources.kubernetes import KubernetesPodSource
+from gpuwaste.sources.kubernetes import KubernetesClusterSource
 from gpuwaste.sources.recording import RecordingClusterSource, RecordingTelemetrySource
 from tests.servers.kube_api import KubeApiFactory, write_kubeconfig
 
@@ -56,7 +56,7 @@ def _live(fleet: Fleet, kube_api: KubeApiFactory, tmp_path) -> ClusterState:
     server = kube_api(by.pop("pods"), by.pop("nodes"), dict(by))
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
     settings = KubernetesSettings(mode="kubeconfig", kubeconfig=str(kubeconfig), page_size=7, timeout_s=5)
-    with KubernetesPodSource.from_settings(settings, cluster="mixed") as src:
+    with KubernetesClusterSource.from_settings(settings, cluster="mixed") as src:
         return src.cluster_state(at=fleet.spec.eval_time)
 
 

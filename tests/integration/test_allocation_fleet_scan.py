@@ -20,7 +20,7 @@ from gpuwaste.models.settings import KubernetesSettings
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.pricing.cost import price_finding
 from gpuwaste.services.scan import allocation_notes
-from gpuwaste.sources.kubernetes import KubernetesPodSource
+from gpuwaste.sources.kubernetes import KubernetesClusterSource
 from gpuwaste.sources.recording import RecordingTelemetrySource
 from tests.servers.kube_api import KubeApiFactory, write_kubeconfig
 
@@ -42,7 +42,7 @@ def test_mixed_cluster_every_gpu_once_every_share_to_its_holder_no_infrastructur
     server = kube_api(by.pop("pods"), by.pop("nodes"), dict(by))
     settings = KubernetesSettings(mode="kubeconfig", kubeconfig=str(write_kubeconfig(tmp_path / "kc", server.url)), page_size=7, timeout_s=5)
     at = fleet.spec.eval_time
-    with KubernetesPodSource.from_settings(settings, cluster="mixed") as src:
+    with KubernetesClusterSource.from_settings(settings, cluster="mixed") as src:
         cluster = src.cluster_state(at=at)
     telemetry = RecordingTelemetrySource(write_recording(fleet, tmp_path / "rec")).telemetry(at=at, window=timedelta(seconds=fleet.spec.history_s - 600))
     # WHEN scanned

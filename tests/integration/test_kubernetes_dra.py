@@ -1,4 +1,4 @@
-"""Integration: DRA objects (ResourceClaim, ResourceSlice, DeviceClass) through `KubernetesPodSource` and the fake
+"""Integration: DRA objects (ResourceClaim, ResourceSlice, DeviceClass) through `KubernetesClusterSource` and the fake
 kube-apiserver, in the real wire format (typed lists, `limit`/`continue`, version fallback, RBAC denial).
 
 The live path must give the same claims as the recording path, and the DRA resolver must find the B25 holder
@@ -20,7 +20,7 @@ from gpuwaste.allocation.dra import DraResolver
 from gpuwaste.models.settings import KubernetesSettings
 from gpuwaste.models.telemetry import DeviceId
 from gpuwaste.sources.k8s_objects import cluster_state_from_objects
-from gpuwaste.sources.kubernetes import KubernetesPodSource
+from gpuwaste.sources.kubernetes import KubernetesClusterSource
 from gpuwaste.sources.recording import RecordingClusterSource
 from tests.fixtures.allocation.objects import claim_pod, device_classes, dra_node, resource_claim, resource_slice, uuid
 from tests.servers.kube_api import FakeKubeApi, KubeApiFactory, write_kubeconfig
@@ -41,9 +41,9 @@ def _objects(claims: int = 3) -> tuple[list[dict], list[dict], dict[str, list[di
     return pods, [dra_node(NODE)], {"resourceclaims": rcs, "resourceslices": [resource_slice(NODE, H100)], "deviceclasses": device_classes()}
 
 
-def _source(server: FakeKubeApi, tmp_path, *, page_size: int = 500) -> KubernetesPodSource:
+def _source(server: FakeKubeApi, tmp_path, *, page_size: int = 500) -> KubernetesClusterSource:
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
-    return KubernetesPodSource.from_settings(KubernetesSettings(mode="kubeconfig", kubeconfig=str(kubeconfig), page_size=page_size, timeout_s=5),
+    return KubernetesClusterSource.from_settings(KubernetesSettings(mode="kubeconfig", kubeconfig=str(kubeconfig), page_size=page_size, timeout_s=5),
                                              cluster="demo")
 
 

@@ -1,4 +1,4 @@
-"""Integration: `KubernetesPodSource` against the fake kube-apiserver (real HTTP, the API's JSON).
+"""Integration: `KubernetesClusterSource` against the fake kube-apiserver (real HTTP, the API's JSON).
 
 The live path must give the same `ClusterState` as the recording path on the same objects, page with
 `limit`/`continue`, restart a list once on `410 Expired`, and translate every failure into the
@@ -22,7 +22,7 @@ from gpuwaste.errors import ConfigError, PermanentError, SourceAuthError, Source
 from gpuwaste.fleet.generator import FleetSpec, generate_fleet
 from gpuwaste.models.cluster import ClusterState
 from gpuwaste.models.settings import ClusterReadSettings, KubernetesSettings
-from gpuwaste.sources.kubernetes import DRA_VERSIONS, LISTS, KubernetesPodSource, _dra_lists
+from gpuwaste.sources.kubernetes import DRA_VERSIONS, LISTS, KubernetesClusterSource, _dra_lists
 from gpuwaste.sources.recording import RecordingClusterSource
 from tests.servers.kube_api import FakeKubeApi, KubeApiFactory, kube_status, write_kubeconfig
 
@@ -50,10 +50,10 @@ def _split(objects: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[di
     return pods, nodes, by
 
 
-def _source(server: FakeKubeApi, tmp_path: Path, *, page_size: int = 500, token: str | None = None, **kw: Any) -> KubernetesPodSource:
+def _source(server: FakeKubeApi, tmp_path: Path, *, page_size: int = 500, token: str | None = None, **kw: Any) -> KubernetesClusterSource:
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url, token)
     settings = KubernetesSettings(mode="kubeconfig", kubeconfig=str(kubeconfig), page_size=page_size, timeout_s=5)
-    return KubernetesPodSource.from_settings(settings, cluster="demo", **kw)
+    return KubernetesClusterSource.from_settings(settings, cluster="demo", **kw)
 
 
 def _normalised(state: ClusterState) -> dict[str, Any]:
@@ -271,7 +271,7 @@ def test_kubernetes_source_unreachable_is_retryable_without_credentials(kube_api
     kubeconfig = write_kubeconfig(tmp_path / "kc", url.replace("http://", "http://user:secret@"), "tok")
     settings = KubernetesSettings(kubeconfig=str(kubeconfig), timeout_s=2)
     # WHEN / THEN
-    with KubernetesPodSource.from_settings(settings, cluster="x") as source, pytest.raises(SourceUnavailableError) as err:
+    with KubernetesClusterSource.from_settings(settings, cluster="x") as source, pytest.raises(SourceUnavailableError) as err:
         source.cluster_state(at=AT)
     assert url.removeprefix("http://") in str(err.value)
     assert "secret" not in str(err.value)
@@ -299,7 +299,7 @@ def test_kubernetes_source_eks_mode_sends_a_fresh_token_per_request(kube_api: Ku
 
     settings = KubernetesSettings(mode="eks", eks_cluster_name="prod", eks_region="us-east-1", server=server.url)
     # WHEN
-    with KubernetesPodSource.from_settings(settings, cluster="prod", token_provider=provider) as source:
+    with KubernetesClusterSource.from_settings(settings, cluster="prod", token_provider=provider) as source:
         source.cluster_state(at=AT)
     # THEN each request asked the provider and sent what it returned
     sent = [r.headers.get("authorization") for r in server.requests]
@@ -316,7 +316,7 @@ def test_kubernetes_source_eks_mode_writes_the_ca_bundle(kube_api: KubeApiFactor
         mode="eks", eks_cluster_name="prod", eks_region="us-east-1", server=server.url, ca_data=base64.b64encode(pem).decode()
     )
     # WHEN
-    source = KubernetesPodSource.from_settings(settings, cluster="prod", token_provider=lambda: "k8s-aws-v1.x")
+    source = KubernetesClusterSource.from_settings(settings, cluster="prod", token_provider=lambda: "k8s-aws-v1.x")
     # THEN the client verifies against a file holding exactly that CA
     ca_path = source.api_client.configuration.ssl_ca_cert
     source.close()
@@ -425,7 +425,7 @@ def test_kubernetes_source_times_out_on_a_silent_server(tmp_path: Path) -> None:
         kubeconfig = write_kubeconfig(tmp_path / "kc", url, "tok")
         settings = KubernetesSettings(kubeconfig=str(kubeconfig), timeout_s=0.3)
         # WHEN / THEN the request gives up after its timeout with a retryable error
-        with KubernetesPodSource.from_settings(settings, cluster="x") as source, pytest.raises(SourceUnavailableError) as err:
+        with KubernetesClusterSource.from_settings(settings, cluster="x") as source, pytest.raises(SourceUnavailableError) as err:
             source.cluster_state(at=AT)
     assert "Timeout" in str(err.value)
 
@@ -454,9 +454,9 @@ def test_kubernetes_source_missing_kubeconfig_or_context_is_config_error(kube_ap
     wrong_context = KubernetesSettings(kubeconfig=str(kubeconfig), context="elsewhere")
     # WHEN / THEN both fail before any request, naming the mode
     with pytest.raises(ConfigError, match=r"kubernetes \(kubeconfig\)"):
-        KubernetesPodSource.from_settings(missing, cluster="x")
+        KubernetesClusterSource.from_settings(missing, cluster="x")
     with pytest.raises(ConfigError, match="elsewhere"):
-        KubernetesPodSource.from_settings(wrong_context, cluster="x")
+        KubernetesClusterSource.from_settings(wrong_context, cluster="x")
     assert server.requests == []
 
 
@@ -466,7 +466,7 @@ def test_kubernetes_source_in_cluster_mode_outside_a_pod_is_config_error(monkeyp
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
     # WHEN / THEN
     with pytest.raises(ConfigError, match=r"kubernetes \(in-cluster\)"):
-        KubernetesPodSource.from_settings(KubernetesSettings(mode="in-cluster"), cluster="x")
+        KubernetesClusterSource.from_settings(KubernetesSettings(mode="in-cluster"), cluster="x")
 
 
 def test_kubernetes_source_kube_list_replays_to_the_same_state(kube_api: KubeApiFactory, tmp_path: Path) -> None:
@@ -495,7 +495,7 @@ def test_kubernetes_source_eks_mode_signs_tokens_from_the_session(kube_api: Kube
     session = boto3.session.Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret", region_name="us-east-1")
     settings = KubernetesSettings(mode="eks", eks_cluster_name="prod", server=f"{server.url}/", eks_region="eu-central-1")
     # WHEN
-    with KubernetesPodSource.from_settings(settings, cluster="prod", session=session) as source:
+    with KubernetesClusterSource.from_settings(settings, cluster="prod", session=session) as source:
         source.cluster_state(at=AT)
     # THEN every request carried one cached EKS token for the configured region and cluster
     headers = {r.headers.get("authorization") for r in server.requests}

@@ -78,11 +78,11 @@ def _mine(report: ScanReport) -> list[tuple[str, str, Decimal, Decimal | None]]:
 
 
 def _api_source(path: Path, kube_api: Any, tmp_path: Path) -> Any:
-    """The recording's cluster served by the fake kube-apiserver, read with `KubernetesPodSource` (real HTTP, API JSON)."""
+    """The recording's cluster served by the fake kube-apiserver, read with `KubernetesClusterSource` (real HTTP, API JSON)."""
     import json
 
     from gpuwaste.models.settings import KubernetesSettings
-    from gpuwaste.sources.kubernetes import KubernetesPodSource
+    from gpuwaste.sources.kubernetes import KubernetesClusterSource
     from tests.integration.test_kubernetes_source import PLURALS
     from tests.servers.kube_api import write_kubeconfig
 
@@ -91,7 +91,7 @@ def _api_source(path: Path, kube_api: Any, tmp_path: Path) -> Any:
         by.setdefault(PLURALS[obj["kind"]], []).append(obj)
     server = kube_api(by.pop("pods", []), by.pop("nodes", []), by)
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
-    return KubernetesPodSource.from_settings(KubernetesSettings(mode="kubeconfig", kubeconfig=str(kubeconfig), timeout_s=5), cluster="demo")
+    return KubernetesClusterSource.from_settings(KubernetesSettings(mode="kubeconfig", kubeconfig=str(kubeconfig), timeout_s=5), cluster="demo")
 
 
 def test_a_data_parallel_server_with_one_idle_engine_serves_and_its_idle_engine_is_under_use(

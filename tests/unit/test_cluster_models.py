@@ -42,12 +42,12 @@ def test_kubernetes_source_file_that_is_not_a_kubeconfig_is_a_config_error(tmp_p
 
     from gpuwaste.errors import ConfigError
     from gpuwaste.models.settings import KubernetesSettings
-    from gpuwaste.sources.kubernetes import KubernetesPodSource
+    from gpuwaste.sources.kubernetes import KubernetesClusterSource
 
     bad = tmp_path / "kubeconfig"
     bad.write_text("- just\n- a list\n")
     # WHEN the source is built from it
     with pytest.raises(ConfigError) as err:
-        KubernetesPodSource.from_settings(KubernetesSettings(kubeconfig=str(bad)), cluster="c")
+        KubernetesClusterSource.from_settings(KubernetesSettings(kubeconfig=str(bad)), cluster="c")
     # THEN the error names the file and what a kubeconfig needs
     assert str(bad) in str(err.value)

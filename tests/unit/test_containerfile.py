@@ -153,7 +153,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 else:
                     shutil.copy2(ROOT / name, src / name)
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "--wheel-dir", str(out), str(src)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "--wheel-dir", str(out), str(src)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -162,7 +162,32 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"the wheel's build backend (setuptools>=77) could not be fetched: {done.stderr[-300:]}")
     assert done.returncode == 0, done.stderr[-2000:]
     (built,) = out.glob("gpuwaste-*.whl")
+    (out / "build.log").write_text(done.stdout + done.stderr)  # the backend's output (-v): its warnings
     return built
+
+
+#: What setuptools says about metadata it deprecates or ignores (e.g. `project.license` as a TOML table, license
+#: classifiers beside a license expression, an unknown key).
+BUILD_WARNINGS = re.compile(r"SetuptoolsDeprecationWarning|SetuptoolsWarning|_DeprecatedConfig|is deprecated|"
+                            r"ignoring|Unknown distribution option")
+
+
+def test_the_wheel_builds_without_a_warning_and_carries_license_authors_and_home(wheel: Path) -> None:
+    # GIVEN the wheel built as the image builds it, and what the build backend printed
+    log = (wheel.parent / "build.log").read_text()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta = Parser().parsestr(z.read(f"gpuwaste-{project['version']}.dist-info/METADATA").decode())
+    # THEN setuptools warned about nothing in the metadata
+    assert not BUILD_WARNINGS.search(log), BUILD_WARNINGS.findall(log)
+    # AND the wheel says its licence as an SPDX expression (PEP 639) and carries the LICENSE file
+    assert meta["Metadata-Version"] >= "2.4" and meta["License-Expression"] == "Apache-2.0"
+    assert meta["License-File"] == "LICENSE" and f"gpuwaste-{project['version']}.dist-info/licenses/LICENSE" in names
+    assert not [c for c in meta.get_all("Classifier") or [] if c.startswith("License ::")]
+    # AND its authors and its one home (pyproject.toml [project.urls])
+    assert meta["Author"] == project["authors"][0]["name"]
+    assert meta.get_all("Project-URL") == [f"Homepage, {project['urls']['Homepage']}"]
 
 
 def test_wheel_metadata_entry_points_and_data(wheel: Path) -> None:

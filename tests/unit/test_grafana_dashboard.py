@@ -117,6 +117,13 @@ def test_the_variables_filter_every_panel_by_each_label_its_series_carry(panels:
                 for var in (v for v in VARIABLES if v in labels):
                     assert f'{var}=~"${var}"' in matchers, (panel["title"], name, var)
                     checked += 1
+                # AND gpuwaste's namespace is read under either name: `namespace` where Prometheus honoured it,
+                # `exported_namespace` where it did not (honor_labels: false), and grouped as `namespace`
+                if "namespace" in labels:
+                    assert matchers.endswith(('namespace=~"$namespace", exported_namespace=""',
+                                              'exported_namespace=~"$namespace", exported_namespace!=""')), matchers
+                    assert ('exported_namespace=~"$namespace", exported_namespace!=""' in expr
+                            and '"namespace", "$1", "exported_namespace", "(.+)"' in expr), (panel["title"], expr)
     assert checked >= 30  # not vacuous: the waste panels carry four variables each
 
 

@@ -8,6 +8,7 @@ is imported from it, in a fresh interpreter where rich, typer and prometheus_cli
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -123,3 +124,86 @@ def test_each_lambda_handler_imports_one_lambda_root_and_no_terminal_stack() -> 
             problems.append(f"{app.parent.name}: terminal stack")
     # THEN each goes through exactly one Lambda root (plus the message models), never the terminal stack
     assert len(handlers) == 8 and problems == []
+
+
+def _layer_prune() -> list[str]:
+    """The distributions shared/Makefile removes from the layer after the install (`LAYER_PRUNE`)."""
+    found = re.search(r"^LAYER_PRUNE := (.+)$", (ROOT / "shared" / "Makefile").read_text(), re.M)
+    assert found, "shared/Makefile has no LAYER_PRUNE"
+    return found.group(1).split()
+
+
+_IMPORT_HANDLERS = r"""
+import importlib.abc, importlib.util, json, sys
+BLOCKED = set(json.loads(sys.argv[2]))
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is not in the Lambda layer")
+        return None
+
+sys.meta_path.insert(0, Block())
+for i, app in enumerate(sys.argv[3:]):
+    sys.path.insert(0, app.rsplit("/", 1)[0])
+    spec = importlib.util.spec_from_file_location(f"app_{i}", app)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert callable(module.lambda_handler), app
+    sys.path.pop(0)
+import gpuwaste
+assert gpuwaste.__file__.startswith(sys.argv[1]), gpuwaste.__file__
+print(sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED))
+"""
+
+
+def test_every_lambda_handler_imports_without_the_pruned_distributions(layer: Path) -> None:
+    # GIVEN the distributions the layer build prunes (dateparser and what only it needs), as the import names they
+    # provide, blocked with the terminal stack in a fresh interpreter that finds gpuwaste only in the assembled layer
+    from importlib.metadata import distribution
+
+    pruned = _layer_prune()
+    assert "dateparser" in pruned
+    names = {n for d in pruned for n in (distribution(d).read_text("top_level.txt") or d).split()}
+    blocked = sorted(names | {"rich", "typer", "prometheus_client"})
+    handlers = [str(p) for p in sorted((ROOT / "functions").glob("*/app.py"))]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(layer)}
+    # WHEN every function's handler module is imported (as Lambda does: its own directory on the path)
+    done = subprocess.run([sys.executable, "-c", _IMPORT_HANDLERS, str(layer), json.dumps(blocked), *handlers],
+                          cwd=layer, env=env, capture_output=True, text=True, timeout=300)
+    # THEN all import, and none of the pruned modules was loaded
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(handlers) == 8 and done.stdout.split("\n")[-2] == "[]"
+
+
+def test_layer_prune_removes_a_distribution_by_its_record_and_refuses_one_not_there(tmp_path: Path) -> None:
+    # GIVEN a layer directory holding one distribution (package, data, console script) beside another
+    sys.path.insert(0, str(ROOT / "shared"))
+    try:
+        from layer_prune import prune
+    finally:
+        sys.path.pop(0)
+    for name, files in {"gone": ["gone/__init__.py", "gone/data/x.json", "gone_extra/__init__.py"],
+                        "kept": ["kept/__init__.py"]}.items():
+        info = tmp_path / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[console_scripts]\n{name}-cli = {name}:main\n")
+        for f in files:
+            (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / f).write_text("")
+        (tmp_path / "bin").mkdir(exist_ok=True)
+        (tmp_path / "bin" / f"{name}-cli").write_text("#!python\n")
+        listed = [*files, f"{info.name}/METADATA", f"{info.name}/entry_points.txt", f"{info.name}/RECORD",
+                  f"../../bin/{name}-cli"]
+        (info / "RECORD").write_text("".join(f"{f},,\n" for f in listed))
+    # WHEN one is pruned
+    removed = prune(tmp_path, ["gone"])
+    # THEN its files, its dist-info and its console script are gone, the other's are all there
+    assert removed == ["gone 1.0"]
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["bin/kept-cli", "kept-1.0.dist-info/METADATA", "kept-1.0.dist-info/RECORD",
+                    "kept-1.0.dist-info/entry_points.txt", "kept/__init__.py"]
+    # AND a distribution the layer does not hold is an error (a pin changed what it pulls in)
+    with pytest.raises(SystemExit, match="not in the layer: gone"):
+        prune(tmp_path, ["gone"])

@@ -231,3 +231,57 @@ def test_summary_command_writes_markdown(tmp_path: object) -> None:
     assert result.exit_code == 0, result.output
     assert "**Wasted:** $139.00" in out.read_text()
 
+
+
+def test_a_group_first_seen_in_the_period_reads_new_even_at_zero_dollars(store: SqliteFindingStore) -> None:
+    # GIVEN the known history and two unpriced KV-cache findings ($0): one opened 3 h ago (a kind new in the period),
+    # and one wrong-hardware finding seen in both periods (the kind was there before, still at $0)
+    store.put_new(_rec("G", team="ml", ns="ml", kind="kv_cache_pressure", cluster="prod", usd=None,
+                       first=timedelta(hours=3), last=timedelta(0)))
+    store.put_new(_rec("H", team="ml", ns="ml", kind="wrong_hardware", cluster="prod", usd=None,
+                       first=timedelta(hours=40), last=timedelta(0)))
+    # WHEN summarised and rendered
+    s = _service(store).build(since=NOW - DAY, until=NOW)
+    kinds = {g.name: g for g in s.by_kind}
+    page, markdown = render_html(s), render_markdown(s)
+    # THEN a group nobody saw the period before is new, one seen before is not (whatever either cost)
+    assert kinds["kv_cache_pressure"].new and not kinds["wrong_hardware"].new and not kinds["idle_allocation"].new
+    assert {g.name: g.new for g in s.by_team} == {"ml": False, "search": True, "unassigned": True}
+    # AND the new $0 kind's trend says "new", the old $0 kind's "±0", a new priced one "new", in HTML and Markdown
+    assert "<td>KV cache</td><td class=n>$0.00</td><td class=n>$0.00</td><td class=n>new</td>" in page
+    assert "<td>wrong hw</td><td class=n>$0.00</td><td class=n>$0.00</td><td class=n>±0</td>" in page
+    assert "| KV cache | $0.00 | $0.00 | new |" in markdown and "| wrong hw | $0.00 | $0.00 | ±0 |" in markdown
+    assert "| under-used | $24.00 | $0.00 | new |" in markdown
+
+
+def test_resolved_findings_rank_by_what_they_cost_in_the_period_not_by_their_usd_per_day(store: SqliteFindingStore) -> None:
+    # GIVEN the known history: C ($60/day, resolved 12 h ago) cost $15 in the period, B ($48/day, open) $24
+    # WHEN summarised and rendered
+    s = _service(store).build(since=NOW - DAY, until=NOW)
+    page = render_html(s)
+    rows = page[page.index("<h2>Top offenders</h2>"):]
+    # THEN B ranks above C although C's USD/day is higher, on every format
+    assert rows.index("wl-B") < rows.index("wl-C")
+    assert [o.fingerprint for o in s.top if o.fingerprint in "BC"] == ["B", "C"]
+    markdown = render_markdown(s)
+    assert markdown.index("| wl-B |") < markdown.index("| wl-C |")
+
+
+def test_a_period_without_savings_says_so_in_one_line_and_no_card_repeats_a_figure() -> None:
+    # GIVEN a store whose only finding is open (nothing resolved, no savings anywhere)
+    store = SqliteFindingStore(":memory:")
+    store.put_new(_rec("A", team="ml", ns="ml", kind="idle_allocation", cluster="prod", usd="100", first=2 * DAY,
+                       last=timedelta(0)))
+    s = _service(store).build(since=NOW - DAY, until=NOW)
+    # WHEN rendered as Markdown and HTML
+    markdown, page = render_markdown(s), render_html(s)
+    # THEN the savings line is one short sentence, not a row of $0.00
+    assert "- **Savings:** no savings realised in this period\n" in markdown
+    assert "<li><b>Savings:</b> no savings realised in this period</li>" in page
+    # AND each KPI card has one meaning: no card's figure is repeated in another card's line
+    import re
+    cards = re.findall(r"<div class='card'><b>([^<]*)</b><span>([^<]*)</span></div>", page)
+    assert len(cards) == 4
+    for value, _ in cards:
+        assert not [line for v, line in cards if v != value and value in line], (value, cards)
+    assert cards[2] == ("$3,000/month", "the open rate for a month (30 days)")

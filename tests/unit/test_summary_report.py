@@ -52,8 +52,10 @@ def test_html_summary_is_self_contained_with_two_dated_charts_and_budgets() -> N
     summary, _ = _demo_summary(datetime(2024, 1, 1, 1, 20, tzinfo=UTC))
     # WHEN rendered as HTML
     page = render_html(summary)
-    # THEN one file: inline styles, two inline SVG charts (7 and 30 days), no external resource or script
-    assert page.count("<svg") == 2 and "<style>" in page
+    # THEN one file: inline styles, two inline SVG charts (7 and 30 days; each in a wide and a narrow layout, the CSS
+    # shows one), no external resource or script
+    assert page.count("<div class='wide'><svg") == 2 and page.count("<div class='narrow'><svg") == 2
+    assert page.count("<svg") == 4 and "<style>" in page
     assert not re.search(r"""(src|href)=['"]?https?:""", page) and "<script" not in page and "<link" not in page
     assert "last 7 days" in page and "last 30 days" in page
     # AND the charts have a time axis (dates) and values over the bars; top offenders say how long they are open
@@ -87,7 +89,7 @@ def test_demo_summary_shows_a_multi_day_trend(tmp_path: Path) -> None:
     # THEN the report shows resolutions and savings from the generated history, and the demo's findings
     assert result.exit_code == 0, result.output
     page = out.read_text()
-    assert page.count("<svg") == 2 and "realised savings" in page
+    assert page.count("<div class='wide'><svg") == 2 and "realised savings" in page
     assert "llama-70b-vllm" in page and "resolved" in page
 
 

@@ -14,6 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
 from gpuwaste.config import GpuWasteConfig
 from gpuwaste.errors import ConfigError
 from gpuwaste.models.settings import ClusterConfig
@@ -63,19 +65,49 @@ def recording_sources(
     return Sources(cluster=cl, telemetry=tel, recording=tel)
 
 
+class KubernetesEnvironment(BaseSettings):
+    """The Kubernetes conventions in the environment that say where cluster access comes from (read per call).
+
+    gpuwaste never sets them, and the Kubernetes client reads them itself when it loads its configuration; these
+    fields only decide which way it is loaded (`kubernetes_configured`, `gpuwaste reclaim`'s credentials).
+
+    Attributes:
+        kubernetes_service_host: KUBERNETES_SERVICE_HOST, set in every pod by the kubelet: the pod's service
+            account can be used (in-cluster).
+        kubeconfig: KUBECONFIG, kubectl's list of kubeconfig files (`os.pathsep`-separated); unset:
+            ~/.kube/config.
+    """
+
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    kubernetes_service_host: str = ""
+    kubeconfig: str = ""
+
+    @property
+    def in_cluster(self) -> bool:
+        """Whether this runs in a pod (the in-cluster service account can be loaded)."""
+        return bool(self.kubernetes_service_host)
+
+    def kubeconfig_files(self) -> list[Path]:
+        """The kubeconfig files kubectl would read: those KUBECONFIG lists, else ~/.kube/config."""
+        listed = [p for p in self.kubeconfig.split(os.pathsep) if p]
+        return [Path(p).expanduser() for p in listed] if listed else [Path.home() / ".kube" / "config"]
+
+
 def kubernetes_configured(cluster: ClusterConfig) -> bool:
-    """Whether Kubernetes API access is set up for `cluster`: "eks" mode, an in-cluster service account, or a
-    kubeconfig file that exists (the configured one, else $KUBECONFIG, else ~/.kube/config)."""
+    """Whether Kubernetes API access is set up for `cluster`.
+
+    "eks" mode, an in-cluster service account, or a kubeconfig file that exists (the configured one, else
+    $KUBECONFIG, else ~/.kube/config).
+    """
     k = cluster.kubernetes
     if k.mode == "eks":
         return True
     if k.mode == "in-cluster":
-        return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        return KubernetesEnvironment().in_cluster
     if k.kubeconfig:
         return Path(k.kubeconfig).expanduser().exists()
-    env = os.environ.get("KUBECONFIG", "")
-    candidates = [p for p in env.split(os.pathsep) if p] or [str(Path.home() / ".kube" / "config")]
-    return any(Path(p).expanduser().exists() for p in candidates)
+    return any(p.exists() for p in KubernetesEnvironment().kubeconfig_files())
 
 
 def cluster_state_mode(cluster: ClusterConfig) -> str:
@@ -110,14 +142,14 @@ def live_sources(cluster: ClusterConfig, config: GpuWasteConfig, *, window_s: in
                               history_only=mode == "both")  # next to the API, KSM only supplies the window's history
     if mode == "kube-state-metrics":
         return Sources(cluster=ksm, telemetry=tel)
-    from gpuwaste.sources.kubernetes import KubernetesPodSource
+    from gpuwaste.sources.kubernetes import KubernetesClusterSource
 
     # "auto" with a kubeconfig found by default: the API is optional (unreadable → KSM alone, with a note); an
     # explicitly configured one (--kubeconfig/--context, kubernetes.kubeconfig, eks/in-cluster) must work
     k = cluster.kubernetes
     auto = cluster.cluster_state == "auto" and k.mode == "kubeconfig" and not (k.kubeconfig or k.context)
     try:
-        api = KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
+        api = KubernetesClusterSource.from_settings(cluster.kubernetes, cluster=cluster.name, read=cluster.read)
     except ConfigError as exc:
         if not auto:
             raise

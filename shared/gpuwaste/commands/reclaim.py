@@ -11,7 +11,6 @@ writes back what the action changed (replicas, the suspend flag, the stopped ann
 from __future__ import annotations
 
 import getpass
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -38,7 +37,9 @@ def _api_client(kubeconfig: Path | None, context: str | None) -> ApiClient:
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
 
-    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    from gpuwaste.bootstrap.sources import KubernetesEnvironment
+
+    if kubeconfig is None and context is None and KubernetesEnvironment().in_cluster:
         configuration = k8s_client.Configuration()
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

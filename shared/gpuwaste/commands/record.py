@@ -56,10 +56,10 @@ def _cluster_objects(cluster_json: Path | None, cc: ClusterConfig, progress: Any
             fail(f"{cluster_json}: expected a Kubernetes List (kubectl get pods,nodes -A -o json)")
         return doc
     try:
-        from gpuwaste.sources.kubernetes import KubernetesPodSource
+        from gpuwaste.sources.kubernetes import KubernetesClusterSource
     except ModuleNotFoundError:
         fail("the Kubernetes adapter is not installed; pass --cluster-json FILE (kubectl get pods,nodes -A -o json)")
-    source = KubernetesPodSource.from_settings(cc.kubernetes, cluster=cc.name, read=cc.read, progress=progress)
+    source = KubernetesClusterSource.from_settings(cc.kubernetes, cluster=cc.name, read=cc.read, progress=progress)
     return source.kube_list()
 
 

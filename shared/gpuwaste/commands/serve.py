@@ -466,13 +466,13 @@ def acting_actuator(cluster: ClusterConfig) -> ClusterActuator | None:
     """
     from gpuwaste.bootstrap import local
     from gpuwaste.sinks.kube_actuator import KubernetesActuator
-    from gpuwaste.sources.kubernetes import KubernetesPodSource
+    from gpuwaste.sources.kubernetes import KubernetesClusterSource
 
     if not local.kubernetes_configured(cluster):
         err.print(f"reclaim: no Kubernetes access for {cluster.name}; actions are announced and recorded, not performed",
                   highlight=False, soft_wrap=True)
         return None
-    return KubernetesActuator(KubernetesPodSource.from_settings(cluster.kubernetes, cluster=cluster.name).api_client)
+    return KubernetesActuator(KubernetesClusterSource.from_settings(cluster.kubernetes, cluster=cluster.name).api_client)
 
 
 @app.command("serve")

@@ -9,8 +9,7 @@ from pydantic import Field
 
 from gpuwaste.detectors.episodes import runs
 from gpuwaste.detectors.registry import DetectorOutput, detector
-from gpuwaste.join import Allocation, NodeInventory, ScanContext
-from gpuwaste.join.view import gpu_ref
+from gpuwaste.join import Allocation, NodeInventory, ScanContext, gpu_ref
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Attribution, Confidence, Evidence, Finding, Subject, WasteKind

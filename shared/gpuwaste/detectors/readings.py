@@ -190,7 +190,7 @@ def power_ratio_series(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | lis
 
 def power_ratio_bounds(ctx: ScanContext, devices: tuple[GpuTelemetry, ...] | list[GpuTelemetry]) -> tuple[float, float] | None:
     """Lower and upper bounds of every value `power_ratio_series(ctx, devices)` shows: the means over the physical GPUs of
-    each GPU's lowest and highest bucket power ÷ limit (widen by `join.view.BOUND_EPS` for rounding); None when the
+    each GPU's lowest and highest bucket power ÷ limit (widen by `join.readings.BOUND_EPS` for rounding); None when the
     series shows no value in any slot."""
     lows: list[float] = []
     highs: list[float] = []

@@ -19,7 +19,8 @@ from decimal import Decimal
 from gpuwaste.allocation import AllocationResolver, Holding, Resolved, resolve
 from gpuwaste.allocation.nodes import devices_by_node
 from gpuwaste.allocation.sharing import read_replicas
-from gpuwaste.join.view import Allocation, CommonSettings, NodeInventory, ScanContext
+from gpuwaste.join.readings import ScanContext
+from gpuwaste.join.view import Allocation, CommonSettings, NodeInventory
 from gpuwaste.models.cluster import ClusterState, Node, Pod
 from gpuwaste.models.findings import Attribution
 from gpuwaste.models.telemetry import GpuTelemetry, TelemetryWindow

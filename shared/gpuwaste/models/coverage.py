@@ -1,7 +1,7 @@
 """Models: attribution coverage as it travels from a scan to the lifecycle store and the daily summary (issue 21 §12).
 
 A scan measures, per allocation kind (the allocation's mechanism: "device plugin", "MIG", "time-slicing", "DRA", "HAMi",
-…; `join.view.ScanContext.attribution_coverage`), the GPU-hours allocated in its window and the part of them with
+…; `join.readings.ScanContext.attribution_coverage`), the GPU-hours allocated in its window and the part of them with
 attributable telemetry. The scan's completion carries those figures (`ScanCompleted.coverage`), the lifecycle adds them
 to the store per cluster and UTC hour (`FindingStore.record_coverage`), and the summary sums the hours of its period
 (`CoverageRow`): a GPU-hour-weighted coverage of every scan in the period.

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuwaste.models.notices import MessageRef
+
 #: The sink those fields belonged to (the chat sink's registered name).
 LEGACY_SINK = "sl" + "ack"
 _CHANNEL, _TS = f"{LEGACY_SINK}_channel", f"{LEGACY_SINK}_ts"
@@ -25,8 +27,18 @@ def upgrade_message_fields(data: Any) -> Any:
     out = dict(data)
     channel, ts = out.pop(_CHANNEL, None), out.pop(_TS, None)
     refs = list(out.get("messages") or ())
-    has_sink = any((r.get("sink") if isinstance(r, dict) else getattr(r, "sink", None)) == LEGACY_SINK for r in refs)
+    has_sink = any(_sink_of(r) == LEGACY_SINK for r in refs)
     if channel and ts and not has_sink:
         refs.append({"sink": LEGACY_SINK, "destination": str(channel), "message_id": str(ts)})
     out["messages"] = tuple(refs)
     return out
+
+
+def _sink_of(ref: object) -> object:
+    """The sink of one entry of `messages`: a `MessageRef` already built, or its mapping.
+
+    None for anything else (which the validation of `messages` then refuses).
+    """
+    if isinstance(ref, MessageRef):
+        return ref.sink
+    return ref.get("sink") if isinstance(ref, dict) else None

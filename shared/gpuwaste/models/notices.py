@@ -205,12 +205,14 @@ class GroupTotal(Frozen):
 
     Attributes:
         wasted_usd: USD wasted in the period. previous_usd: USD wasted in the period before.
+        new: no finding of the group was seen in the period before (its trend reads "new", whatever it cost).
     """
 
     name: str
     wasted_usd: Decimal
     previous_usd: Decimal = Decimal(0)
     findings: int = 0
+    new: bool = False
 
 
 class Offender(Frozen):

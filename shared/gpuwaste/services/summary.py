@@ -295,11 +295,12 @@ def data_quality_open(records: Iterable[FindingRecord], *, since: datetime, unti
                and r.last_seen >= since and r.first_seen < until)
 
 
-def _groups(current: dict[str, Decimal], previous: dict[str, Decimal], counts: dict[str, int]) -> tuple[GroupTotal, ...]:
+def _groups(current: dict[str, Decimal], previous: dict[str, Decimal], counts: dict[str, int],
+            before: set[str]) -> tuple[GroupTotal, ...]:
     names = set(current) | set(previous) | {n for n, c in counts.items() if c}
     totals = [
         GroupTotal(name=n, wasted_usd=current.get(n, Decimal(0)), previous_usd=previous.get(n, Decimal(0)),
-                   findings=counts.get(n, 0))
+                   findings=counts.get(n, 0), new=n not in before)
         for n in names
     ]
     return tuple(sorted(totals, key=lambda g: (-g.wasted_usd, -g.previous_usd, g.name)))
@@ -325,6 +326,7 @@ def summarize(
     cur: dict[str, dict[str, Decimal]] = {d: defaultdict(Decimal) for d in dims}
     prev: dict[str, dict[str, Decimal]] = {d: defaultdict(Decimal) for d in dims}
     counts: dict[str, dict[str, int]] = {d: defaultdict(int) for d in dims}
+    before: dict[str, set[str]] = {d: set() for d in dims}  # groups with a finding seen in the period before
     stacked: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     wasted = previous = open_rate = saved = realised = Decimal(0)
     open_n = opened = resolved = unpriced = 0
@@ -340,7 +342,10 @@ def summarize(
         wasted += now_usd
         previous += before_usd
         keys = {d: fn(r) for d, fn in dims.items()}
+        seen_before = before_usd or _touches(r, prev_start, since) or (r.first_seen < since and r.last_seen >= prev_start)
         for d, key in keys.items():
+            if seen_before:
+                before[d].add(key)
             if now_usd:
                 cur[d][key] += now_usd
             if before_usd:
@@ -378,10 +383,10 @@ def summarize(
         since=since, until=until, wasted_usd=wasted, previous_usd=previous, open_usd_per_day=open_rate,
         open_findings=open_n, opened=opened, resolved=resolved, saved_usd_per_day=saved,
         realised_savings_usd=realised,
-        by_team=_groups(cur["team"], prev["team"], counts["team"]),
-        by_namespace=_groups(cur["namespace"], prev["namespace"], counts["namespace"]),
-        by_kind=_groups(cur["kind"], prev["kind"], counts["kind"]),
-        by_cluster=_groups(cur["cluster"], prev["cluster"], counts["cluster"]),
+        by_team=_groups(cur["team"], prev["team"], counts["team"], before["team"]),
+        by_namespace=_groups(cur["namespace"], prev["namespace"], counts["namespace"], before["namespace"]),
+        by_kind=_groups(cur["kind"], prev["kind"], counts["kind"], before["kind"]),
+        by_cluster=_groups(cur["cluster"], prev["cluster"], counts["cluster"], before["cluster"]),
         top=tuple(offenders[:top]),
         by_kind_and_team=tuple(sorted((t, k, v) for (t, k), v in stacked.items())),
         unpriced=unpriced,

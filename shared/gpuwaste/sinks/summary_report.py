@@ -33,20 +33,45 @@ from gpuwaste.people import (
     per_month,
     plain,
     usd,
-    usd_whole,
     when,
 )
 from gpuwaste.people import period_date as _period_date
-from gpuwaste.sinks.chart import team_order, trend_svg
+from gpuwaste.sinks.chart import NARROW, team_order, trend_svg
 from gpuwaste.sinks.summary_spend import SPEND_COLUMNS, spend_cells, spend_headline
 from gpuwaste.sinks.terminal import fit_widths, table_overhead
 
 
-def _trend(current: Decimal, previous: Decimal) -> str:
+def _trend(current: Decimal, previous: Decimal, *, new: bool | None = None) -> str:
+    """The change against the period before; `new`: nothing of it was seen then (default: it cost nothing then)."""
     if previous == 0:
-        return "new" if current else "±0"
+        if new if new is not None else bool(current):
+            return "new"
+        return f"+{usd(current)}" if current else "±0"
     delta = current - previous
     return f"{'+' if delta >= 0 else '-'}{usd(abs(delta))} ({delta / previous:+.0%})"
+
+
+def _group_trend(g: GroupTotal) -> str:
+    return _trend(g.wasted_usd, g.previous_usd, new=g.new)
+
+
+def _versus(s: DailySummary) -> str:
+    """The period's waste against the period before, in words ("nothing wasted" rather than "new vs $0.00")."""
+    if s.previous_usd == 0:
+        return "nothing wasted the period before"
+    return f"{_trend(s.wasted_usd, s.previous_usd)} vs {usd(s.previous_usd)} the period before"
+
+
+def _savings(s: DailySummary) -> str:
+    """One line on savings: only the figures that are not zero, and one short line when all are."""
+    parts = []
+    if s.saved_usd_per_day or s.realised_savings_usd:
+        parts.append(f"{usd(s.saved_usd_per_day)}/day from resolutions in the period, {usd(s.realised_savings_usd)} "
+                     "realised in the period")
+    realised_all = sum((d.saved_usd for d in s.trend), Decimal(0))
+    if realised_all and realised_all != s.realised_savings_usd:  # the same figure twice when the period is the trend's
+        parts.append(f"resolutions of the last {len(s.trend)} days saved {usd(realised_all)} in all")
+    return "; ".join(parts) or "no savings realised in this period"
 
 
 @dataclass(frozen=True)
@@ -104,15 +129,12 @@ def _headline(s: DailySummary, notes: SummaryNotes | None = None) -> list[tuple[
                                               f"{when(notes.last_scan)}; nothing was scanned after it)")
     else:
         open_line = ("Open now", f"{_findings(n)}, {usd(rate)}/day ({per_month(rate)})")
-    realised_30 = sum((d.saved_usd for d in s.trend), Decimal(0))
     rows = [
         ("Period", f"{when(s.since)} → {when(s.until)}"),
-        ("Wasted", f"{usd(s.wasted_usd)} ({_trend(s.wasted_usd, s.previous_usd)} vs {usd(s.previous_usd)} the period before)"),
+        ("Wasted", f"{usd(s.wasted_usd)} ({_versus(s)})"),
         open_line,
         ("Opened / resolved", f"{s.opened} / {s.resolved}"),
-        ("Savings", f"{usd(s.saved_usd_per_day)}/day from resolutions in the period, {usd(s.realised_savings_usd)} "
-                    "realised in the period"
-                    + (f" (resolutions of the last {len(s.trend)} days saved {usd(realised_30)} in all)" if s.trend else "")),
+        ("Savings", _savings(s)),
         ("Unpriced findings", str(s.unpriced)),
     ]
     if notes.last_scan is not None and notes.last_scan < s.since:
@@ -206,7 +228,7 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
         for col in ("wasted", "before", "trend", "open"):
             t.add_column(col, justify="right", no_wrap=True)
         for g, name in zip(groups, names, strict=True):
-            t.add_row(Text(elide(name, name_w)), usd(g.wasted_usd), usd(g.previous_usd), _trend(g.wasted_usd, g.previous_usd),
+            t.add_row(Text(elide(name, name_w)), usd(g.wasted_usd), usd(g.previous_usd), _group_trend(g),
                       str(g.findings))
         console.print(t)
     if s.justified:
@@ -227,7 +249,7 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
         console.print(t)
     if s.spend is not None:
         t = _table("Spend per team (allocated cost) and the month (UTC) at the current rate")
-        for col in SPEND_COLUMNS:  # headers wrap: eight columns fit 80 characters
+        for col in SPEND_COLUMNS:  # headers wrap: seven columns fit 80 characters
             t.add_column(col, justify="left" if col == "team" else "right", overflow="fold",
                          min_width=12 if col == "team" else None)
         for spend_row in spend_cells(s):
@@ -278,7 +300,7 @@ def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
     for label, attr in _SECTIONS:
         out += ["", f"## By {label}", "", f"| {label} | wasted | before | trend | open |", "|---|---:|---:|---:|---:|"]
         out += [
-            f"| {_md_cell(group_label(label, g.name))} | {usd(g.wasted_usd)} | {usd(g.previous_usd)} | {_trend(g.wasted_usd, g.previous_usd)} | {g.findings} |"
+            f"| {_md_cell(group_label(label, g.name))} | {usd(g.wasted_usd)} | {usd(g.previous_usd)} | {_group_trend(g)} | {g.findings} |"
             for g in getattr(s, attr)
         ]
     if s.justified:
@@ -313,10 +335,16 @@ h1{font-size:24px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bott
 .card b{display:block;font-size:20px}.card span{color:#666;font-size:13px}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{border-bottom:1px solid #eee;padding:5px 8px;text-align:left;vertical-align:top}
-th{background:#f3f3f3}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:rgba(0,0,0,.047)}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 ul.head{padding-left:18px;font-size:14px}.chart{margin:8px 0}
 .chart svg,.chart img{max-width:100%;height:auto;display:block}
+.chart .narrow{display:none}.chart .narrow svg{width:100%;max-width:480px}
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}.scroll table{min-width:520px}
+.scroll{background:linear-gradient(to right,#fff 40%,rgba(255,255,255,0)) left/28px 100% no-repeat local,
+linear-gradient(to left,#fff 40%,rgba(255,255,255,0)) right/28px 100% no-repeat local,
+linear-gradient(to right,rgba(0,0,0,.2),rgba(0,0,0,0)) left/12px 100% no-repeat scroll,
+linear-gradient(to left,rgba(0,0,0,.2),rgba(0,0,0,0)) right/12px 100% no-repeat scroll #fff}
+@media (max-width:800px){.chart .wide{display:none}.chart .narrow{display:block}}
 @media (max-width:600px){body{margin:12px auto;padding:0 10px}h1{font-size:20px}.card{flex:1 1 130px}
 .card b{font-size:17px}th,td{padding:4px 6px}}
 .state-open{color:#b00020}.state-resolved{color:#1b7f3b}
@@ -353,6 +381,15 @@ def _heat_table(g: HourGrid) -> str:
     return head + "".join(rows) + "</table>"
 
 
+def _chart(days: tuple[TrendDay, ...], *, title: str, order: list[str]) -> str:
+    """A trend chart in two layouts, the page's CSS showing one: wide (760 units, for a desktop) and narrow
+    (`chart.NARROW`, for a phone: its text stays 12 px where the wide one's would shrink to 5)."""
+    wide = trend_svg(days, title=title, order=order)
+    narrow = trend_svg(days, title=title, order=order, tooltips=False, width=NARROW["width"],
+                       height=NARROW["height"], font=NARROW["font"])
+    return f"<div class='chart'><div class='wide'>{wide}</div><div class='narrow'>{narrow}</div></div>"
+
+
 def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: SummaryNotes | None = None,
                 chart_png: bytes | None = None) -> str:
     """The summary as one self-contained HTML page: inline styles, the 7- and 30-day trend charts as inline SVG
@@ -363,19 +400,21 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
     s = s.model_copy(update={"top": tuple(o.model_copy(update={"workload": offender_name(o.workload, o.namespace)})
                                           if o.workload else o for o in s.top)})
     n_open, rate = _open_now(s, notes)
+    # one meaning per card: the period's waste, the open rate per day, the same rate per month, the period's savings
+    open_words = "open at the last scan" if notes.last_scan is not None else "open now"
     cards = [
         (usd(s.wasted_usd), f"wasted {when(s.since)} → {when(s.until)}"),
-        (f"{usd(rate)}/day", f"{_findings(n_open)} open · {per_month(rate)}"),
-        (usd_whole(rate * DAYS_PER_MONTH), "per month at today's rate"),
-        (usd(s.realised_savings_usd), "realised savings in this period"),
+        (f"{usd(rate)}/day", f"{_findings(n_open)} {open_words}"),
+        (per_month(rate), "the open rate for a month (30 days)"),
+        (usd(s.realised_savings_usd), "realised savings in this period" if s.realised_savings_usd
+         else "no savings realised in this period"),
     ]
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>GPU waste summary {period_date(s)}</title><style>{CSS}</style></head><body>",
         f"<h1>GPU waste summary {period_date(s)}</h1>",
-        f"<p class='sub'>{e(when(s.since))} → {e(when(s.until))} · trend against the period before: "
-        f"{e(_trend(s.wasted_usd, s.previous_usd))}</p>",
+        f"<p class='sub'>{e(when(s.since))} → {e(when(s.until))} · {e(_versus(s))}</p>",
         "<div class='cards'>" + "".join(f"<div class='card'><b>{e(v)}</b><span>{e(k)}</span></div>" for v, k in cards)
         + "</div>",
         "<ul class='head'>" + "".join(f"<li><b>{e(k)}:</b> {e(v)}</li>" for k, v in _headline(s, notes)) + "</ul>",
@@ -383,8 +422,8 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
     if s.trend:
         order = team_order(s.trend)  # the same colour for a team in both charts
         parts.append("<h2>Trend</h2>")
-        parts.append(f"<div class='chart'>{trend_svg(_last(s.trend, 7), title='USD wasted per day and team, last 7 days', order=order)}</div>")
-        parts.append(f"<div class='chart'>{trend_svg(s.trend, title=f'USD wasted per day and team, last {len(s.trend)} days', order=order)}</div>")
+        for days in (_last(s.trend, 7), s.trend):
+            parts.append(_chart(days, title=f"USD wasted per day and team, last {len(days)} days", order=order))
     if chart_png is not None:
         data = base64.b64encode(chart_png).decode()
         parts.append(f"<div class='chart'><img alt='GPU waste per team by kind' src='data:image/png;base64,{data}'></div>")
@@ -395,7 +434,7 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
                      "<th class=n>trend</th><th class=n>open</th></tr>")
         parts += [
             f"<tr><td>{e(plain(group_label(label, g.name)))}</td><td class=n>{usd(g.wasted_usd)}</td><td class=n>{usd(g.previous_usd)}</td>"
-            f"<td class=n>{e(_trend(g.wasted_usd, g.previous_usd))}</td><td class=n>{g.findings}</td></tr>"
+            f"<td class=n>{e(_group_trend(g))}</td><td class=n>{g.findings}</td></tr>"
             for g in getattr(s, attr)
         ]
         parts.append("</table></div>")

@@ -202,7 +202,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(inner).__name__}: {text}" if text else type(inner).__name__
 
 
-class KubernetesPodSource:
+class KubernetesClusterSource:
     """`ClusterStateSource` over the Kubernetes API (read-only).
 
     Args:
@@ -253,7 +253,7 @@ class KubernetesPodSource:
         progress: Callable[[str], None] | None = None,
         session: boto3.session.Session | None = None,
         token_provider: Callable[[], str] | None = None,
-    ) -> KubernetesPodSource:
+    ) -> KubernetesClusterSource:
         """Build the source for a configured cluster without touching the client's global config.
 
         Args:
@@ -316,7 +316,7 @@ class KubernetesPodSource:
         """Release the HTTP connections."""
         self.api_client.close()  # type: ignore[no-untyped-call]
 
-    def __enter__(self) -> KubernetesPodSource:
+    def __enter__(self) -> KubernetesClusterSource:
         return self
 
     def __exit__(self, *exc: object) -> None:

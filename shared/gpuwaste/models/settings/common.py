@@ -9,10 +9,10 @@ import ipaddress
 import re
 import socket
 from decimal import Decimal
-from typing import Annotated
+from typing import Annotated, Protocol
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, Field, SecretStr
+from pydantic import AfterValidator, Field, SecretStr
 
 from gpuwaste.models.redaction import register_secret
 
@@ -77,9 +77,18 @@ def outbound_url_problem(url: str, *, allow_link_local: bool = False, secret: bo
     return None
 
 
-def _check_urls(section: BaseModel, urls: dict[str, str | None], *, secret: bool = False) -> None:
+class UrlSection(Protocol):
+    """A settings section with outbound URLs: it declares its opt-in to link-local destinations (`ALLOW_LINK_LOCAL`)."""
+
+    @property
+    def allow_link_local_urls(self) -> bool:
+        """Whether this section's URLs may point at link-local addresses or cloud metadata services."""
+        ...
+
+
+def _check_urls(section: UrlSection, urls: dict[str, str | None], *, secret: bool = False) -> None:
     """Raise ValueError naming the first field of `urls` (field path → URL) that `outbound_url_problem` refuses."""
-    allow = bool(getattr(section, "allow_link_local_urls", False))
+    allow = section.allow_link_local_urls
     for where, url in urls.items():
         if url is None:
             continue

@@ -2,16 +2,21 @@
 window.
 
 Pure pydantic models (no SDK, no detector), imported by the source adapters; the composed document is
-`gpuwaste.config.GpuWasteConfig`.
+`gpuwaste.config.GpuWasteConfig`. The one environment read here is `_env_number`, the defaults of two Prometheus
+limits for the commands that read no configuration file (`doctor`, `scan --prometheus`): it is made where the field
+default is made, so a configuration document still overrides it, and a bad value is a `ConfigError` naming the
+variable. The Lambda roots' environment is read by their pydantic-settings models (`bootstrap.pipeline`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpuwaste.errors import ConfigError
 from gpuwaste.models.base import SettingsModel
 from gpuwaste.models.settings.common import (
     ALLOW_LINK_LOCAL,
@@ -97,14 +102,26 @@ class PrometheusAuth(BaseModel):
 
 
 def _env_number(name: str, default: float, low: float, high: float) -> float:
-    """A default read from the environment (`gpuwaste doctor` and `scan --prometheus` have no configuration file);
-    `default` when unset, not a number, or outside [low, high]."""
+    """A default read from environment variable `name`: `default` when it is unset or empty.
+
+    `gpuwaste doctor` and `scan --prometheus` read no configuration file, so these two defaults come from the
+    environment; a value set there is read here, where the field's default is made, and nowhere else.
+
+    Raises:
+        ConfigError: it is set to anything but a number in [low, high] (a typo is an error, never a silent
+            default): names the variable, the value and what is allowed.
+    """
     text = os.environ.get(name, "").strip()
-    try:
-        value = float(text) if text and len(text) <= 20 else default
-    except ValueError:
+    if not text:
         return default
-    return value if low <= value <= high else default
+    try:
+        value = float(text) if len(text) <= 20 else math.nan
+    except ValueError:
+        value = math.nan
+    if not low <= value <= high:  # NaN (not a number, or too long to be one) fails too
+        raise ConfigError(f"environment: {name}={text[:20]!r} is not a number from {low:g} to {high:g}; unset it for "
+                          f"the default ({default:g})")
+    return value
 
 
 class PrometheusSettings(BaseModel):
@@ -125,7 +142,8 @@ class PrometheusSettings(BaseModel):
             the slowest query of the 10,004-GPU bench plan (1.25 s, bench/RESULTS.md), below the 300 s scan Lambda
             timeout.
         The environment variables GPUWASTE_PROMETHEUS_MAX_ANSWER_MB and GPUWASTE_PROMETHEUS_ANSWER_DEADLINE_S set
-        the defaults of these two (for `gpuwaste doctor` and `scan --prometheus`, which read no configuration file).
+        the defaults of these two (for `gpuwaste doctor` and `scan --prometheus`, which read no configuration file);
+        a value that is not a number in the field's range is a `ConfigError` naming the variable.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, localcontext
 
-from gpuwaste.join.view import Allocation, NodeInventory, ScanContext
+from gpuwaste.join import Allocation, NodeInventory, ScanContext
 from gpuwaste.models.cluster import PodPhase
 from gpuwaste.models.findings import Subject
 from gpuwaste.pricing.catalog import GpuHourRate, PriceBook
