@@ -237,7 +237,8 @@ def test_summary_shows_the_funnel_and_each_teams_spend_with_its_month_next_to_wa
     assert "$29.89 in the period, $27.89 of it charged to teams" in text
     slack = render_summary(summary)
     spend_block = next(b for b in slack.blocks if b.get("text", {}).get("text", "").startswith("*Spend"))
-    assert "• ml: $22.34 · month $22.34 so far, $8,095 at month-end · wasted $0.00" in spend_block["text"]["text"]
+    assert "• ml: $22.34 in the period · month $22.34 so far, $8,095 at month-end · wasted $0.00" in spend_block["text"]["text"]
+    assert "• (unallocated): $2.00 in the period\n" in spend_block["text"]["text"] + "\n"
     assert "budget $2,000" in spend_block["text"]["text"]
 
 

@@ -96,8 +96,10 @@ def slack_lines(s: DailySummary, limit: int = 8) -> str:
     lines = [funnel_text(s.spend.fleet)]
     for cells in spend_cells(s)[:limit]:
         team, spend, to_date, end, wasted, waste_end, budget = cells
-        lines.append(f"• {team}: {spend} · month {to_date} so far, {end} at month-end · wasted {wasted} "
-                     f"(month-end {waste_end}) · budget {budget}")
+        line = f"• {team}: {spend} in the period"
+        if to_date != "-":  # a team (the unheld lines have no month of their own)
+            line += f" · month {to_date} so far, {end} at month-end · wasted {wasted} (month-end {waste_end})"
+        lines.append(line + (f" · budget {budget}" if budget != "-" else ""))
     if len(spend_cells(s)) > limit:
         lines.append(f"… and {len(spend_cells(s)) - limit} more")
     return "\n".join(lines)

@@ -286,7 +286,9 @@ class SqliteFindingStore:
         sums: dict[tuple[str, str], tuple[int, ScanAllocation | None]] = {}
         for cluster, hour, counts, body in rows:
             scans, total = sums.get((cluster, hour), (0, None))
-            sums[(cluster, hour)] = (scans + int(counts), add_allocation(total, unpacked(body), counts_window=bool(counts)))
+            # a row is compressed JSON; a text row (JSON as written by this branch's first build) is read as such
+            one = ScanAllocation.model_validate_json(body) if isinstance(body, str) else unpacked(body)
+            sums[(cluster, hour)] = (scans + int(counts), add_allocation(total, one, counts_window=bool(counts)))
         return [AllocationTally(cluster=c, hour=datetime.fromisoformat(h), scans=n, window_s=a.window_s, allocation=a)
                 for (c, h), (n, a) in sorted(sums.items()) if a is not None]
 
