@@ -297,13 +297,17 @@ def health_figures(sl: ScanLedger, delivery: DeliverySettings | None = None) -> 
     """What `/metrics` exposes of a scan's ledger, as `ScanHealth` fields.
 
     `funnel_gpus` (GPU model → stage → GPUs), `team_gpus` (team → stage → GPUs; holders only), `unmet_gpu_requests` /
-    `unmet_wait_s` (resource → pods / longest wait s) and `window_cost_usd` (holders / unsold_slices / unallocated →
-    USD, from the apportioned cents).
+    `unmet_wait_s` (resource → pods / longest wait s), `window_cost_usd` (holders / unsold_slices / unallocated →
+    USD, from the apportioned cents) and `team_spend_usd_per_day` (team → its allocated USD over the window at a
+    day's rate: cents ÷ 100 × 24 ÷ window hours; what a spend budget is compared with).
     """
     models = funnel_figures(sl, "gpu_model", delivery)
     teams = funnel_figures(sl, "team", delivery)
     by_resource = unmet_by_resource(sl.unmet)
     c = sl.ledger.conservation
+    hours = Decimal((sl.window_end - sl.window_start) // MICROSECOND) / Decimal(3_600_000_000)
+    spend = {r.group: float((Decimal(r.allocated_cents) / 100 * 24 / hours).quantize(CENT, rounding=ROUND_HALF_UP))
+             for r in showback(sl, (), "team", delivery) if r.group not in NOT_HELD.values() and hours}
     return {
         "funnel_gpus": {m: {s: row[f"{s}_gpus"] for s in HEALTH_STAGES} for m, row in models.items()},
         "team_gpus": {
@@ -318,4 +322,5 @@ def health_figures(sl: ScanLedger, delivery: DeliverySettings | None = None) -> 
             "unsold_slices": c.unsold_cents / 100,
             "unallocated": c.unallocated_cents / 100,
         },
+        "team_spend_usd_per_day": spend,
     }
