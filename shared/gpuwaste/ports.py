@@ -13,6 +13,7 @@ from gpuwaste.models.lifecycle import FindingRecord
 from gpuwaste.models.messages import AlertMessage, FindingMessage, ScanCompleted, ScanRequest
 from gpuwaste.models.notices import DailySummary, MessageRef, Notice, PostedMessage, TicketDraft
 from gpuwaste.models.reclaim import ReclaimKind, ReclaimTarget
+from gpuwaste.models.spend import AllocationTally
 from gpuwaste.models.telemetry import TelemetryWindow
 
 #: What `OnceLedger.claim` found: the caller holds the key now, the action is done already, or another holds it.
@@ -184,6 +185,30 @@ class FindingStore(Protocol):
     def coverage(self, *, since: datetime, until: datetime) -> list[CoverageTally]:
         """The hourly coverage tallies of every cluster for the UTC hours that overlap [since, until), sorted by
         cluster and hour.
+
+        Raises:
+            StoreError: throttling or a transient failure (retryable).
+        """
+        ...
+
+    def record_allocation(self, completion: ScanCompleted, *, expires_at: int) -> bool:
+        """Add one shard's allocation ledger (`completion.allocation`, sent on part 0: funnel, allocated cost per team
+        and namespace; `models.spend`) to its cluster's tally of the UTC hour of `completion.scheduled_time`,
+        idempotently as `record_coverage` (a redelivered shard counted once; the scan and its window count once,
+        on shard 0). `expires_at` (epoch seconds) bounds how long the tally is kept.
+
+        Returns:
+            True when added; False when the completion carries none, this scan's shard was counted already, or the
+            hour's tally is full (the adapter's item limit: logged, the shard left out of the figures).
+
+        Raises:
+            StoreError: throttling, a transient failure, or the tally kept changing (retryable).
+        """
+        ...
+
+    def allocation(self, *, since: datetime, until: datetime) -> list[AllocationTally]:
+        """The hourly allocation ledger tallies of every cluster for the UTC hours that overlap [since, until),
+        sorted by cluster and hour.
 
         Raises:
             StoreError: throttling or a transient failure (retryable).

@@ -102,6 +102,12 @@ class FlakyStore:
     def coverage(self, **kw: Any) -> Any:
         return self.inner.coverage(**kw)
 
+    def record_allocation(self, completion: Any, *, expires_at: int) -> bool:
+        return bool(self.inner.record_allocation(completion, expires_at=expires_at))
+
+    def allocation(self, **kw: Any) -> Any:
+        return self.inner.allocation(**kw)
+
     def history(self, **kw: Any) -> list[FindingRecord]:
         return self.inner.history(**kw)
 

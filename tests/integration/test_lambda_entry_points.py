@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -379,3 +380,32 @@ def test_create_tickets_edits_the_slack_message_to_show_each_new_ticket_once(sta
     # AND no new message was posted for it, and the function's policy allowed what it did (the Slack secret read)
     assert len(posts(slack_api)) == len(posted)
     assert stack.denied("CreateTicketsFunction") == []
+
+
+@pytest.mark.slow
+def test_allocation_ledger_goes_from_the_scan_through_dedupe_to_the_summary_within_the_policies(
+        stack: DeployedStack, slack_api: FakeSlack, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the demo cluster scanned and its completion handled by the dedupe function
+    scan_and_deliver_until(stack, "PricedQueue")
+    items = stack.client("dynamodb").scan(TableName=stack.stack.table_name)["Items"]
+    ledger = sorted(i["fingerprint"]["S"] for i in items if i["fingerprint"]["S"].startswith("ledger#"))
+    assert ledger == ["ledger#2024-01-01", "ledger#2024-01-01T01#demo"]  # the day's index and the scan's hour
+    # WHEN the daily summary runs an hour after the scan
+    from gpuwaste.bootstrap import pipeline
+
+    monkeypatch.setattr(pipeline.SystemClock, "now", lambda _self: datetime(2024, 1, 1, 2, tzinfo=UTC))
+    sent = stack.invoke("SendDailySummaryFunction", {**load_event("scheduled_summary"), "time": "2024-01-01T02:00:00Z"})
+    # THEN the Slack summary carries the fleet funnel and the spend per team from the stored ledger
+    assert len(sent["posted"]) == 1
+    body = posts(slack_api)[-1]
+    blocks = json.loads(body["blocks"]) if isinstance(body["blocks"], str) else body["blocks"]
+    texts = [b.get("text", {}).get("text", "") for b in blocks]
+    spend = next(t for t in texts if t.startswith("*Spend"))
+    assert "GPU-h total →" in spend and "• ml-serving: $" in spend
+    # AND every call was allowed, and each DynamoDB grant of both functions was used (none is granted for nothing)
+    assert stack.denied() == []
+    used = {f: {a for a, _ in stack.exercised(f) if a.startswith("dynamodb:")}
+            for f in ("DedupeFindingsFunction", "SendDailySummaryFunction")}
+    assert used == {"DedupeFindingsFunction": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:BatchGetItem",
+                                               "dynamodb:Query"},
+                    "SendDailySummaryFunction": {"dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:PutItem"}}

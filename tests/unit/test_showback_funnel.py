@@ -17,7 +17,7 @@ from gpuwaste.models.telemetry import Signal
 from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.metrics import health_of_scan, snapshot_of_scan
 from gpuwaste.services.scan import inventory_of
-from gpuwaste.services.showback import FUNNEL_RULE, funnel_figures, health_figures, scan_ledger
+from gpuwaste.services.showback import FUNNEL_RULE, funnel_figures, health_figures, scan_ledger, showback
 from gpuwaste.sinks.prometheus_metrics import render_text
 from tests.unit.timeline_builders import T, cluster, const, gpu, node, pod, window
 
@@ -109,3 +109,7 @@ def test_unmet_gpu_requests_by_resource_with_their_wait_in_the_inventory_and_met
         == Decimal(c.cents) / 100
     )
     assert cost["holders"] > 0 and cost["unallocated"] > 0
+    # AND each team's allocated cost at a day's rate (the 1-hour window's ledger cents × 24), holders only
+    spend = {dict(k[1])["team"]: v for k, v in samples.items() if k[0] == "gpuwaste_team_spend_usd_per_day"}
+    rows = {r.group: r.allocated_cents for r in showback(sl, (), "team", DeliverySettings())}
+    assert set(spend) == {"ml", "research"} and spend["ml"] == rows["ml"] * 24 / 100 > 0

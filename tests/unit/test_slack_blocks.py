@@ -221,3 +221,30 @@ def test_the_fake_slack_refuses_an_overflow_menu_outside_block_kits_limits() -> 
     for bad in (menu(6), menu(1), menu(3, text="x" * 76), menu(3, value="v" * 151)):
         error = _message_error(bad)
         assert error is not None and error["error"] == "invalid_blocks"
+
+
+def test_render_summary_with_the_spend_part_stays_within_limits() -> None:
+    # GIVEN a summary whose every section is full: 30 long-named teams wasting, 60 teams of spend with their month
+    from gpuwaste.models.notices import TeamMonth
+    from gpuwaste.models.spend import FunnelFigures, SpendGroup, SpendOfPeriod
+
+    long = "t" * 120
+    groups = tuple(GroupTotal(name=f"{long}-{n}", wasted_usd=Decimal(100 + n), previous_usd=Decimal(100), findings=1)
+                   for n in range(30))
+    spend = SpendOfPeriod(funnel=(("prod", FunnelFigures(total_gpu_hours=Decimal(96), allocated_gpu_hours=Decimal(72))),),
+                          by_team=tuple(SpendGroup(name=f"{long[:100]}-{n}", gpu_hours=Decimal(2), cents=10_000 + n)
+                                        for n in range(60)), hours=24, observed_hours=Decimal(24), scans=24)
+    month = tuple(TeamMonth(team=f"{long[:100]}-{n}", spend_to_date_usd=Decimal(1000), spend_month_end_usd=Decimal(3000),
+                            wasted_to_date_usd=Decimal(100), wasted_month_end_usd=Decimal(300), budget_usd=Decimal(200))
+                  for n in range(60))
+    s = DailySummary(since=NOW - timedelta(days=1), until=NOW, wasted_usd=Decimal(200), previous_usd=Decimal(160),
+                     open_usd_per_day=Decimal(150), open_findings=3, opened=2, resolved=1, saved_usd_per_day=Decimal(40),
+                     realised_savings_usd=Decimal(20), by_team=groups, by_namespace=groups, by_kind=groups,
+                     by_cluster=groups, spend=spend, month=month)
+    # WHEN rendered
+    payload = render_summary(s, chart_note="Chart left out")
+    # THEN every block and the whole message stay within Slack's limits, and the spend part says what it left out
+    _assert_within_limits(payload.blocks)
+    assert blocks_text_chars(payload.blocks) <= MESSAGE_TEXT_BUDGET
+    text = "\n".join(_texts(payload.blocks))
+    assert "GPU-h total → 72.0 allocated (75%)" in text and "… and 52 more" in text and "budget $200 OVER" in text

@@ -258,6 +258,7 @@ def _run_chain(
         queue=findings_q,
         progress=progress,
         ledger_price_book=price_book(config),
+        delivery=config.delivery,
     )
     pricer = PriceService(price_book=price_book(config), queue=priced_q)
     # the delivery queues live in the state file and commit with the decisions (one transaction per scan): no record

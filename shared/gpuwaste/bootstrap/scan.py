@@ -21,6 +21,7 @@ from gpuwaste.bootstrap.cloudwatch import record_scan
 from gpuwaste.bootstrap.pipeline import LOG_HANDLER as LOG_HANDLER  # the function's log handler
 from gpuwaste.models.messages import ScanRequest
 from gpuwaste.models.settings import ClusterConfig
+from gpuwaste.pricing.catalog import PriceBook
 from gpuwaste.services.dispatch import scan_id_for
 from gpuwaste.services.scan import ScanReport, ScanService
 
@@ -54,6 +55,8 @@ def _with_secrets(cluster: ClusterConfig) -> ClusterConfig:
 def scan_service(cluster_name: str) -> ScanService:
     """The scan service of one configured cluster, sending to FINDINGS_QUEUE_URL (unpriced: pricing is its own stage).
 
+    The allocation ledger its completion carries is priced with the price book the pricing stage uses.
+
     Raises:
         ConfigError: unknown cluster, missing Prometheus URL, or FINDINGS_QUEUE_URL not set.
     """
@@ -74,6 +77,9 @@ def scan_service(cluster_name: str) -> ScanService:
         settings=cfg.detectors,
         window=timedelta(seconds=window_s),
         queue=pipeline.queue("findings_queue_url", pipeline.environment(pipeline.ScanEnvironment).findings_queue_url),
+        # the share ledger the completion carries to the store (issue 24) is priced as the pricing stage prices
+        ledger_price_book=PriceBook.bundled().with_overrides(cfg.pricing),
+        delivery=cfg.delivery,
     )
 
 

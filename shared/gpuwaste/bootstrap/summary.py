@@ -26,7 +26,7 @@ def summary_service() -> SummaryService:
     """
     settings = pipeline.config().delivery
     store = delivery.lambda_store()
-    return SummaryService(store=store, settings=settings, now=pipeline.SystemClock().now,
+    return SummaryService(store=store, settings=settings, now=pipeline.SystemClock().now, serve=pipeline.config().serve,
                           notifiers=delivery.chat_notifiers(settings), chart=MatplotlibChartRenderer(),
                           ledger=DynamoDbOnceLedger(client=store.client, table_name=store.table_name))
 
@@ -40,4 +40,4 @@ def local_summary_service(config: GpuWasteConfig, state: Path) -> SummaryService
     if not state.exists():
         raise ConfigError(f"{state}: no such state file (create it with `gpuwaste run --state {state}`)")
     return SummaryService(store=SqliteFindingStore(state), settings=config.delivery, now=pipeline.SystemClock().now,
-                          chart=MatplotlibChartRenderer())
+                          chart=MatplotlibChartRenderer(), serve=config.serve)

@@ -4,7 +4,8 @@
 GPU-hours and USD, used, wasted (the scan's own priced waste findings: the money ledger's numbers), effective, and
 efficiency — with the share-conservation check. `export` writes FOCUS rows (`sinks.focus`) per workload per day.
 Both scan a recording (`--recording DIR`) or a live cluster (`--prometheus URL`, with `--config`), over `--window`
-ending at `--at`.
+ending at `--at`. `showback --since 7d` / `--period 2026-03` reads any period from the lifecycle store instead
+(`--state`: the allocation ledger `gpuwaste run` records per cluster and hour; `services.showback.stored`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import io
 import json
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
@@ -22,13 +24,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpuwaste.cli_support import (
+    DEFAULT_STATE,
     app,
+    check_state_path,
     config_or_exit,
     err,
     escape_markup,
     fail,
     live_cluster,
     out,
+    parse_positive,
     parse_time,
     parse_window,
 )
@@ -353,6 +358,10 @@ def showback_cmd(
             "reservations, spot); list prices for the rest.",
         ),
     ] = None,
+    since: StoredSinceOpt = None,
+    period: StoredPeriodOpt = None,
+    until: StoredUntilOpt = "latest",
+    state: StoredStateOpt = DEFAULT_STATE,
 ) -> None:
     """Showback: GPU-hours and USD per team / namespace / label over a period.
 
@@ -362,6 +371,12 @@ def showback_cmd(
     from gpuwaste.services.showback import showback
 
     groupings = [check_by(b) for b in (by or ["team"])]
+    if since is not None or period is not None:
+        if recording is not None or prometheus is not None or window is not None or bill is not None:
+            fail("--since/--period read the stored history (--state): leave out --recording, --prometheus, --window "
+                 "and --bill (they scan one window)")
+        stored_cmd(state, config, groupings, output, since=since, period=period, until=until)
+        return
     rates = read_bill_or_exit(bill)
     report, cfg = scan_window(recording, prometheus, config, cluster, at, window, kubeconfig, context, rates)
     sl = report.showback
@@ -396,6 +411,111 @@ def showback_cmd(
             "share conservation failed: " + "; ".join(sl.ledger.conservation.problems[:5]), style="red", markup=False
         )
         raise typer.Exit(1)
+
+
+StoredSinceOpt = Annotated[
+    str | None,
+    typer.Option("--since", help="Read the stored history (--state) instead of scanning: the period before --until, "
+                 "e.g. 1d, 7d, 30d."),
+]
+StoredPeriodOpt = Annotated[
+    str | None, typer.Option("--period", help="Read the stored history (--state) for a UTC day or month: 2026-03-09 "
+                             "or 2026-03."),
+]
+StoredUntilOpt = Annotated[
+    str, typer.Option("--until", help="End of the --since period: 'latest' (the newest activity in the state), 'now', "
+                      "or a time.")
+]
+StoredStateOpt = Annotated[
+    Path, typer.Option("--state", help="SQLite state file written by `gpuwaste run` (for --since / --period).")
+]
+
+
+def stored_period(since: str | None, period: str | None, until: str,
+                  latest: datetime | None) -> tuple[datetime, datetime]:
+    """[start, end) of `--since DURATION --until …` or `--period YYYY-MM[-DD]` (UTC); exits 2 on a bad value."""
+    from datetime import UTC
+
+    if since is not None and period is not None:
+        fail("--since and --period both choose the period: give one of them")
+    if period is not None:
+        try:
+            if len(period) == 7:
+                first = datetime.strptime(period, "%Y-%m").replace(tzinfo=UTC)
+                return first, datetime(first.year + (first.month == 12), first.month % 12 + 1, 1, tzinfo=UTC)
+            day = datetime.strptime(period, "%Y-%m-%d").replace(tzinfo=UTC)
+            return day, day + timedelta(days=1)
+        except ValueError:
+            fail(f"--period {escape_markup(period)}: use a UTC day (2026-03-09) or month (2026-03)")
+    assert since is not None
+    span = timedelta(seconds=parse_positive(since, "--since"))
+    if until == "latest":
+        end = (latest or datetime.now(UTC)) + timedelta(seconds=1)
+    elif until == "now":
+        end = datetime.now(UTC)
+    else:
+        end = parse_time(until) or datetime.now(UTC)
+    return end - span, end
+
+
+def stored_cmd(state: Path, config: Path | None, groupings: list[str], output: ShowbackOutput, *, since: str | None,
+               period: str | None, until: str) -> None:
+    """`showback --since/--period`: the stored allocation ledger of the period, grouped by team or namespace."""
+    from gpuwaste.bootstrap import summary as bootstrap
+    from gpuwaste.models.spend import spend_of
+    from gpuwaste.services.showback.stored import STORED_GROUPINGS, stored_document, stored_showback
+
+    for b in groupings:
+        if b not in STORED_GROUPINGS:
+            fail(f"--by {escape_markup(b)}: the stored history keeps team and namespace; scan a window "
+                 "(--recording / --prometheus) for the other groupings")
+    cfg = config_or_exit(config)
+    check_state_path(state)
+    if until not in ("latest", "now"):
+        parse_time(until)  # a malformed time fails here, before the store is opened
+    try:
+        service = bootstrap.local_summary_service(cfg, state)
+        start, end = stored_period(since, period, until, service.last_activity() if until == "latest" else None)
+        spend = spend_of(service.store.allocation(since=start, until=end))
+        # a record last active before the period may still have wasted in it: read a month more
+        records = service.store.history(since=start - timedelta(days=31), until=end)
+    except GpuWasteError as exc:
+        fail(escape_markup(str(exc)), code=3)
+    views = {b: stored_showback(spend, records, since=start, until=end, by=b, team_of=service.team_of)
+             for b in groupings}
+    if output is ShowbackOutput.json:
+        sys.stdout.write(json.dumps(stored_document(spend, views, since=start, until=end), indent=2) + "\n")
+        return
+    if output is ShowbackOutput.csv:
+        sys.stdout.write(rows_csv([{"by": b, "period_start": start.isoformat(), "period_end": end.isoformat(), **r}
+                                   for b, rows in views.items() for r in rows]))
+        return
+    _stored_tables(views, spend, start, end)
+
+
+def _stored_tables(views: dict[str, list[dict[str, object]]], spend: Any, start: datetime, end: datetime) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from gpuwaste.sinks.summary_spend import funnel_text
+
+    if spend.empty:
+        err.print(f"no allocation ledger stored for {start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC "
+                  "(`gpuwaste run` records one per scan)", markup=False)
+    for b, rows in views.items():
+        t = Table(title=f"showback by {b} · {start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC · from the store",
+                  title_justify="left")
+        for col in ("group", "allocated GPU-h", "allocated", "effective GPU-h", "efficiency", "wasted"):
+            t.add_column(col, justify="left" if col == "group" else "right", overflow="fold")
+        for r in rows:
+            eff = r["efficiency"]
+            t.add_row(Text(for_terminal(str(r["group"]))), f"{r['allocated_gpu_hours']:,.2f}",
+                      f"${r['allocated_usd']:,.2f}", f"{r['effective_gpu_hours']:,.2f}",
+                      "" if eff is None else f"{eff:.0%}", f"${r['wasted_usd']:,.2f}")
+        t.add_row("total", "", f"${spend.cents / 100:,.2f}", "", "", "", style="bold")
+        out.print(t)
+    out.print(f"[dim]fleet funnel: {escape_markup(funnel_text(spend.fleet))} · {spend.scans} scans, "
+              f"{spend.observed_hours:,.1f} of {spend.hours} cluster-hours observed[/]", soft_wrap=True)
 
 
 def focus_csv(rows: list[dict[str, object]], columns: tuple[str, ...]) -> str:

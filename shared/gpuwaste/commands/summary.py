@@ -43,21 +43,33 @@ class SummaryFormat(StrEnum):
 
 
 def print_month_end(service, cfg, *, until) -> None:  # type: ignore[no-untyped-def]
-    """The month-end view (`services.month_end`) of the store at `until`."""
+    """The month-end view (`services.month_end`) of the store at `until`: waste, and spend where the store holds it."""
+    from datetime import timedelta
+
+    from gpuwaste.models.spend import spend_of
     from gpuwaste.services.month_end import month_bounds, month_end
 
     start, _ = month_bounds(until)
+    spend = spend_of(service.store.allocation(since=start, until=until))
+    last_day = spend_of(service.store.allocation(since=until - timedelta(days=1), until=until))
     rows = month_end(service.store.history(since=start, until=until), until=until, team_of=service.team_of,
                      budgets_per_day=dict(cfg.serve.team_budgets_usd_per_day),
                      default_per_day=cfg.serve.default_team_budget_usd_per_day,
                      budgets_per_month=dict(cfg.serve.team_budgets_usd_per_month),
-                     default_per_month=cfg.serve.default_team_budget_usd_per_month)
-    out.print(f"Month to date · {start:%Y-%m} up to {until:%Y-%m-%d %H:%M} UTC · wasted USD, month-end at the current rate",
+                     default_per_month=cfg.serve.default_team_budget_usd_per_month,
+                     spend=None if spend.empty else spend, spend_last_day=None if spend.empty else last_day)
+    what = "spend (allocated cost) and wasted USD" if not spend.empty else "wasted USD"
+    out.print(f"Month to date · {start:%Y-%m} up to {until:%Y-%m-%d %H:%M} UTC · {what}, month-end at the current rate",
               style="bold", highlight=False, markup=False)
     for m in rows:
         budget = "no budget" if m.budget_usd is None else f"budget ${m.budget_usd:,.2f}" + (" — OVER" if m.over_budget else "")
-        out.print(f"  {m.team}: ${m.to_date_usd:,.2f} so far · ${m.open_usd_per_day:,.2f}/day open now · month-end "
+        spent = ("" if m.spend_to_date_usd is None else
+                 f"spend ${m.spend_to_date_usd:,.2f} so far, month-end ${m.spend_month_end_usd or 0:,.2f} · ")
+        out.print(f"  {m.team}: {spent}wasted ${m.to_date_usd:,.2f} so far · ${m.open_usd_per_day:,.2f}/day open now · month-end "
                   f"${m.month_end_usd:,.2f} · {budget}", style="red" if m.over_budget else None, highlight=False, markup=False)
+    if spend.empty:
+        out.print("  (no allocation ledger in the state yet: spend appears once `gpuwaste run` has recorded scans)",
+                  style="dim", highlight=False, markup=False)
 
 
 def print_waste_hours(service, *, since, until) -> None:  # type: ignore[no-untyped-def]
@@ -104,7 +116,7 @@ def summary_cmd(
     chart: Annotated[Path | None, typer.Option("--chart", help="Also draw the stacked-bar chart to this PNG (needs the 'charts' extra); the HTML report embeds it.")] = None,
     open_it: Annotated[bool, typer.Option("--open", help="Write the HTML report (to --out-file, else a temporary file) and open it in the browser.")] = False,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Configuration file (routing decides teams).")] = None,
-    month: Annotated[bool, typer.Option("--month", help="Also show per team: wasted USD month to date, the month-end at the current rate and the month's waste budget (the monthly team budget in the config, else the per-day budget × days; table output).")] = False,
+    month: Annotated[bool, typer.Option("--month", help="Also show per team: spend (allocated cost) and wasted USD month to date, the month-end at the current rate and the month's waste budget (the monthly team budget in the config, else the per-day budget × days; table output).")] = False,
     by_hour: Annotated[bool, typer.Option("--by-hour", help="Also show when the waste happens: wasted GPU-hours per team by hour of day × day of week (UTC), with the night and weekend shares (table output; in -o html as a heat table).")] = False,
 ) -> None:
     """Summarise the waste in a state file: totals by team, namespace, kind and cluster, trend, top offenders, savings."""

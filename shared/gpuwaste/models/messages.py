@@ -13,6 +13,7 @@ from gpuwaste.models.coverage import MAX_COVERAGE_KINDS, KindCoverage
 from gpuwaste.models.findings import Finding
 from gpuwaste.models.legacy import upgrade_message_fields
 from gpuwaste.models.notices import MessageRef
+from gpuwaste.models.spend import ScanAllocation
 
 
 class _CarriesFinding(Frozen):
@@ -78,7 +79,10 @@ class ScanCompleted(Frozen):
         part / parts: this message's index among the shard's completion messages, and how many there are.
         coverage: the shard's attribution coverage per allocation kind (issue 21 §12; at most `MAX_COVERAGE_KINDS`);
             the lifecycle stores it from part 0 of each shard (`FindingStore.record_coverage`). Empty when no pod
-            held a GPU, or from a scanner older than the field."""
+            held a GPU, or from a scanner older than the field.
+        allocation: the shard's allocation ledger (issue 24: funnel, allocated cost per team and namespace;
+            `models.spend`); the lifecycle stores it from part 0 of each shard (`FindingStore.record_allocation`).
+            None from a scanner older than the field."""
 
     schema_version: Literal[1] = 1
     scan_id: str
@@ -92,6 +96,7 @@ class ScanCompleted(Frozen):
     part: int = Field(0, ge=0)
     parts: int = Field(1, ge=1)
     coverage: tuple[KindCoverage, ...] = Field((), max_length=MAX_COVERAGE_KINDS)
+    allocation: ScanAllocation | None = None
 
     @model_validator(mode="after")
     def _indices_in_range(self) -> ScanCompleted:

@@ -84,6 +84,7 @@ class ScanHealth(Frozen):
         unmet_gpu_requests: GPU resource → Pending pods asking for it that no node took; unmet_wait_s: resource → the
             longest such wait (s).
         window_cost_usd: ledger line ("holders", "unsold_slices", "unallocated") → USD of the window's physical GPUs.
+        team_spend_usd_per_day: team → its allocated cost over that window at a day's rate (USD/day; issue 24).
     """
 
     cluster: str
@@ -104,6 +105,7 @@ class ScanHealth(Frozen):
     unmet_gpu_requests: dict[str, int] = Field(default_factory=dict)
     unmet_wait_s: dict[str, float] = Field(default_factory=dict)
     window_cost_usd: dict[str, float] = Field(default_factory=dict)
+    team_spend_usd_per_day: dict[str, float] = Field(default_factory=dict)
 
 
 class MetricsSnapshot(Frozen):

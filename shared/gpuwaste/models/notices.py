@@ -14,6 +14,7 @@ from pydantic import Field
 from gpuwaste.models.base import Frozen
 from gpuwaste.models.coverage import CoverageRow
 from gpuwaste.models.findings import Finding
+from gpuwaste.models.spend import SpendOfPeriod
 
 
 class Route(Frozen):
@@ -270,6 +271,30 @@ class JustifiedTotal(Frozen):
     next_end: datetime
 
 
+class TeamMonth(Frozen):
+    """One team's calendar month (UTC) in the summary: spend and waste to date, month-end at the current rate, budget.
+
+    Attributes:
+        spend_to_date_usd / spend_month_end_usd: allocated cost (the share ledger of the stored scans) since the
+            month began, and that plus the team's USD/day over the last 24 hours × the days left in the month.
+        wasted_to_date_usd / wasted_month_end_usd: the money ledger's waste since the month began, and that plus the
+            open waste's USD/day per day left (`services.month_end`).
+        budget_usd: the team's monthly budget (`serve.team_budgets_usd_per_month`, …); None: none set.
+    """
+
+    team: str
+    spend_to_date_usd: Decimal
+    spend_month_end_usd: Decimal
+    wasted_to_date_usd: Decimal
+    wasted_month_end_usd: Decimal
+    budget_usd: Decimal | None = None
+
+    @property
+    def over_budget(self) -> bool:
+        """True when the waste's month-end at the current rate exceeds the budget (the budget is a waste budget)."""
+        return self.budget_usd is not None and self.wasted_month_end_usd > self.budget_usd
+
+
 class DailySummary(Frozen):
     """The fleet's waste over one period (normally a day) compared with the period before.
 
@@ -287,6 +312,10 @@ class DailySummary(Frozen):
         justified: active justifications at the period's end by team (`services/justifications.active_by_team`).
         coverage: attribution coverage per cluster and allocation kind over the scans of the period's hours ("all"
             first in each cluster; `models.coverage.coverage_rows`); empty when the store holds no scan coverage.
+        spend: the allocation ledger of the period's hours from the store (issue 24: the fleet funnel per cluster,
+            allocated cost per team and namespace; `models.spend.spend_of`); None when the store holds none.
+        month: per team, spend and waste month to date and at month-end at the current rate next to the monthly
+            budget (`TeamMonth`); empty when the store holds no allocation ledger.
     """
 
     since: datetime
@@ -309,6 +338,8 @@ class DailySummary(Frozen):
     trend: tuple[TrendDay, ...] = ()
     justified: tuple[JustifiedTotal, ...] = ()
     coverage: tuple[CoverageRow, ...] = ()
+    spend: SpendOfPeriod | None = None
+    month: tuple[TeamMonth, ...] = ()
 
     @property
     def trend_usd(self) -> Decimal:

@@ -344,6 +344,8 @@ class LifecycleService:
         total = Outcome()
         if message.part == 0:  # each shard's attribution coverage, once per shard (issue 21 §12: the daily summary)
             self.store.record_coverage(message, expires_at=self._expiry())
+            if message.allocation is not None:  # its allocation ledger, once per shard (issue 24: spend, the funnel)
+                self.store.record_allocation(message, expires_at=self._expiry())
         if not message.whole:
             parts = self.store.record_scan_part(message, expires_at=self._scan_expiry())
             if parts is None:

@@ -10,8 +10,11 @@ rate × the days left in the UTC month. The budget is the team's monthly waste b
 (`serve.team_budgets_usd_per_day`, else `serve.default_team_budget_usd_per_day`) × the days of the month.
 `alert_budgets_per_day` turns the monthly budgets into the USD/day the `GpuWasteTeamOverBudget` alert compares the
 open waste with (budget ÷ days of the month; the stricter of that and a per-day budget).
-Spend (allocated cost, not only waste) needs the allocation ledger in
-the store, which it does not hold yet.
+Spend (allocated cost, not only waste) comes from the allocation ledger the store keeps per cluster and hour
+(`FindingStore.allocation`, `models.spend.spend_of`): month to date, and month-end = month to date + the team's
+allocated USD/day over the 24 hours before `until` × the days left; that rate is the day's cost ÷ the hours of it the
+store observed × 24 (`SpendOfPeriod.per_day`: a store an hour old projects its hour), as the waste's rate is the open
+findings' USD/day (`team_months`: the daily summary's month view).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
+from gpuwaste.models.notices import TeamMonth
+from gpuwaste.models.spend import UNHELD, SpendOfPeriod
 from gpuwaste.services.summary import waste_in
 
 ZERO = Decimal(0)
@@ -36,6 +41,9 @@ class MonthEnd:
     open_usd_per_day: Decimal
     month_end_usd: Decimal
     budget_usd: Decimal | None
+    #: allocated cost month to date and at month-end at the last 24 hours' rate (None: no allocation ledger stored)
+    spend_to_date_usd: Decimal | None = None
+    spend_month_end_usd: Decimal | None = None
 
     @property
     def over_budget(self) -> bool:
@@ -59,11 +67,15 @@ def month_end(
     default_per_day: Decimal | None = None,
     budgets_per_month: dict[str, Decimal] | None = None,
     default_per_month: Decimal | None = None,
+    spend: SpendOfPeriod | None = None,
+    spend_last_day: SpendOfPeriod | None = None,
 ) -> list[MonthEnd]:
-    """Per team with waste this month (or a budget): the month-end view at `until`, costliest month-end first.
+    """Per team with waste or spend this month (or a budget): the month-end view at `until`, costliest first.
 
     A team's monthly budget (`budgets_per_month`, else `default_per_month`) wins over its per-day budget
-    (`budgets_per_day`, else `default_per_day`) × the days of the month; USD throughout.
+    (`budgets_per_day`, else `default_per_day`) × the days of the month; USD throughout. `spend` (the month's
+    allocation ledger from the store) and `spend_last_day` (the 24 hours before `until`) give each team's spend to
+    date and its month-end at that day's rate (`SpendOfPeriod.per_day`); without them the spend fields are None.
     """
     budgets_per_month = budgets_per_month or {}
     start, end = month_bounds(until)
@@ -85,7 +97,10 @@ def month_end(
         ):
             team = team or team_of(r)
             rate[team] = rate.get(team, ZERO) + r.usd_per_day
-    teams = set(to_date) | set(rate) | set(budgets_per_day) | set(budgets_per_month)
+    spent = {g.name: g.usd for g in spend.by_team if g.name not in UNHELD} if spend is not None else {}
+    spent_day = ({g.name: spend_last_day.per_day(g.cents) for g in spend_last_day.by_team if g.name not in UNHELD}
+                 if spend_last_day is not None else {})
+    teams = set(to_date) | set(rate) | set(budgets_per_day) | set(budgets_per_month) | set(spent)
     out = []
     for team in teams:
         per_day = budgets_per_day.get(team, default_per_day)
@@ -93,7 +108,9 @@ def month_end(
         if budget is None and per_day is not None:
             budget = per_day * days_in_month
         so_far, now = to_date.get(team, ZERO), rate.get(team, ZERO)
-        out.append(MonthEnd(team, so_far, now, so_far + now * left_days, budget))
+        spend_now = None if spend is None else spent.get(team, ZERO)
+        spend_end = None if spend_now is None else spend_now + spent_day.get(team, ZERO) * left_days
+        out.append(MonthEnd(team, so_far, now, so_far + now * left_days, budget, spend_now, spend_end))
     return sorted(out, key=lambda m: (-m.month_end_usd, m.team))
 
 
@@ -127,4 +144,12 @@ def alert_budgets_per_day(
     return per_team, stricter(default_per_day, default_monthly)
 
 
-__all__ = ["MonthEnd", "alert_budgets_per_day", "month_bounds", "month_end"]
+def team_months(rows: Iterable[MonthEnd]) -> tuple[TeamMonth, ...]:
+    """The summary's month view (`models.notices.TeamMonth`) of `month_end` rows that carry spend."""
+    return tuple(TeamMonth(team=m.team, spend_to_date_usd=m.spend_to_date_usd or ZERO,
+                           spend_month_end_usd=m.spend_month_end_usd or ZERO, wasted_to_date_usd=m.to_date_usd,
+                           wasted_month_end_usd=m.month_end_usd, budget_usd=m.budget_usd)
+                 for m in sorted(rows, key=lambda m: (-(m.spend_month_end_usd or ZERO), -m.month_end_usd, m.team)))
+
+
+__all__ = ["MonthEnd", "alert_budgets_per_day", "month_bounds", "month_end", "team_months"]

@@ -23,6 +23,8 @@ from gpuwaste.models.collector import PAUSED_COLLECTOR
 from gpuwaste.models.coverage import KindCoverage
 from gpuwaste.models.findings import Episode, Finding
 from gpuwaste.models.messages import FindingMessage, ScanCompleted
+from gpuwaste.models.settings import DeliverySettings
+from gpuwaste.models.spend import ScanAllocation
 from gpuwaste.models.telemetry import ACTIVITY_SIGNALS, TelemetryWindow
 from gpuwaste.ports import (
     ClusterStateSource,
@@ -43,6 +45,7 @@ from gpuwaste.services.showback import (
     unmet_by_resource,
     unmet_requests,
 )
+from gpuwaste.services.showback.spend import scan_allocation
 
 logger = logging.getLogger(__name__)
 
@@ -304,6 +307,8 @@ class ScanService:
         queue: when given, findings go on it as `FindingMessage`s, followed by a `ScanCompleted`.
         ledger_price_book: prices the share ledger (`ScanReport.showback`) when the findings are priced elsewhere
             (default: `price_book`; neither: the ledger has GPU-hours only).
+        delivery: the routing that names the teams of the allocation ledger the completion carries (issue 24;
+            default: namespaces as teams).
     """
 
     def __init__(
@@ -317,6 +322,7 @@ class ScanService:
         queue: FindingQueue | None = None,
         progress: Callable[[str], None] | None = None,
         ledger_price_book: PriceBook | None = None,
+        delivery: DeliverySettings | None = None,
     ) -> None:
         self.cluster_source = cluster_source
         self.telemetry_source = telemetry_source
@@ -330,6 +336,7 @@ class ScanService:
         self.price_book = price_book
         self.ledger_price_book = ledger_price_book or price_book
         self.queue = queue
+        self.delivery = delivery
         self._progress = progress or (lambda _msg: None)
 
     def scan(self, *, at: datetime, scan_id: str | None = None, shard: int = 0, shard_count: int = 1) -> ScanReport:
@@ -377,7 +384,8 @@ class ScanService:
             judged = not telemetry.single_instant and (bool(telemetry.gpus) or not gpus_exist)
             unjudged = tuple(sorted({nv.subject for nv in result.no_verdict}))
             self.send(scan_id, cluster.cluster, at, findings, judged=judged, unjudged=unjudged,
-                      coverage=coverage_of(ctx), shard=shard, shard_count=shard_count)
+                      coverage=coverage_of(ctx), shard=shard, shard_count=shard_count,
+                      allocation=scan_allocation(ledger, self.delivery))
             timings["enqueue"] = time.perf_counter() - t4
         report = ScanReport(
             scan_id=scan_id,
@@ -468,11 +476,11 @@ class ScanService:
 
     def send(self, scan_id: str, cluster: str, at: datetime, findings: Sequence[Finding], *, judged: bool = True,
              unjudged: tuple[str, ...] = (), coverage: tuple[KindCoverage, ...] = (), shard: int = 0,
-             shard_count: int = 1) -> None:
+             shard_count: int = 1, allocation: ScanAllocation | None = None) -> None:
         """Put the findings and the scan completion on the queue.
 
-        The completion carries what the scan could not judge, its attribution coverage per allocation kind and
-        the shard it covers.
+        The completion carries what the scan could not judge, its attribution coverage per allocation kind, its
+        allocation ledger (funnel and allocated cost per team and namespace) and the shard it covers.
         """
         assert self.queue is not None
         total = len(findings)
@@ -481,7 +489,8 @@ class ScanService:
         )
         self.queue.send_scan_completed(
             ScanCompleted(scan_id=scan_id, cluster=cluster, scheduled_time=at, fingerprints=tuple(f.fingerprint for f in findings),
-                          judged=judged, unjudged=unjudged, coverage=coverage, shard=shard, shard_count=shard_count)
+                          judged=judged, unjudged=unjudged, coverage=coverage, shard=shard, shard_count=shard_count,
+                          allocation=allocation)
         )
 
 

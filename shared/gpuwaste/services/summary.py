@@ -9,7 +9,10 @@ period with the one of equal length just before it. Savings: a finding resolved 
 Data-quality findings carry no money and are left out of the waste counts (open, opened, and the per-group
 `findings`); `data_quality_open` counts them apart. Attribution coverage: per cluster and allocation kind, the
 GPU-hour-weighted share of allocated GPU-hours with attributable telemetry over the scans of the hours the period
-overlaps (`models.coverage.coverage_rows` over `FindingStore.coverage`). Unpriced findings are counted, not summed. A group's
+overlaps (`models.coverage.coverage_rows` over `FindingStore.coverage`). Spend and the fleet funnel: the allocation
+ledger the store keeps per cluster and hour (`FindingStore.allocation`, `models.spend.spend_of`; issue 24), with each
+team's month (`SummaryService.month_view`: spend and waste to date and at month-end, the budget). Unpriced findings
+are counted, not summed. A group's
 `findings` counts the same set as `open_findings` (open waste findings seen in the period), so the counts of
 every section (team, namespace, kind, cluster) add up to `open_findings`.
 """
@@ -29,8 +32,9 @@ from gpuwaste.models.coverage import coverage_rows
 from gpuwaste.models.findings import NOT_WASTE_KINDS, WasteKind
 from gpuwaste.models.ledger import waste_usd
 from gpuwaste.models.lifecycle import FindingRecord, FindingState, money_spans
-from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, PostedMessage, TrendDay
-from gpuwaste.models.settings import DeliverySettings
+from gpuwaste.models.notices import DailySummary, GroupTotal, Offender, PostedMessage, TeamMonth, TrendDay
+from gpuwaste.models.settings import DeliverySettings, ServeSettings
+from gpuwaste.models.spend import spend_of
 from gpuwaste.people import namespace_label, waste_since
 from gpuwaste.ports import ChartRenderer, FindingStore, Notifier, OnceLedger
 from gpuwaste.services.justifications import active_by_team
@@ -138,6 +142,7 @@ class SummaryService:
             (both optional: `build` needs neither). notifiers: more chat sinks that also get it (Teams, a webhook).
         ledger: where each day's post per sink and destination is recorded, so a retried invocation does not post
             it again (None: every `send` posts — the local command).
+        serve: where the teams' monthly budgets are (`ServeSettings`; None: no budgets) for the month view.
     """
 
     def __init__(
@@ -150,8 +155,10 @@ class SummaryService:
         chart: ChartRenderer | None = None,
         notifiers: Sequence[Notifier] = (),
         ledger: OnceLedger | None = None,
+        serve: ServeSettings | None = None,
     ) -> None:
         self.ledger = ledger
+        self.serve = serve
         self.store = store
         self.settings = settings
         self.now = now
@@ -176,10 +183,31 @@ class SummaryService:
         current = [r for r in records if max(r.last_seen, r.resolved_at or r.last_seen) >= prev_start]
         summary = summarize(current, since=since, until=until, team_of=self.team_of, top=self.settings.summary_top,
                             lead_of=evidence_window)
+        spend = spend_of(self.store.allocation(since=since, until=until))
         return summary.model_copy(update={"trend": trend(records, until=until, team_of=self.team_of,
                                                          lead_of=evidence_window),
                                           "justified": active_by_team(records, at=until, team_of=self.team_of),
-                                          "coverage": coverage_rows(self.store.coverage(since=since, until=until))})
+                                          "coverage": coverage_rows(self.store.coverage(since=since, until=until)),
+                                          "spend": None if spend.empty else spend,
+                                          "month": () if spend.empty else self.month_view(records, until=until)})
+
+    def month_view(self, records: Sequence[FindingRecord], *, until: datetime) -> tuple[TeamMonth, ...]:
+        """Per team: spend (the stored allocation ledger) and waste month to date and at month-end, and the budget.
+
+        `records` must hold the month's (the history since the month began); `services.month_end` has the rules.
+        """
+        from gpuwaste.services.month_end import month_bounds, month_end, team_months  # it imports this module
+
+        start, _ = month_bounds(until)
+        serve = self.serve or ServeSettings()
+        rows = month_end(records, until=until, team_of=self.team_of,
+                         budgets_per_day=dict(serve.team_budgets_usd_per_day),
+                         default_per_day=serve.default_team_budget_usd_per_day,
+                         budgets_per_month=dict(serve.team_budgets_usd_per_month),
+                         default_per_month=serve.default_team_budget_usd_per_month,
+                         spend=spend_of(self.store.allocation(since=start, until=until)),
+                         spend_last_day=spend_of(self.store.allocation(since=until - timedelta(days=1), until=until)))
+        return team_months(rows)
 
     def data_quality_problems(self, *, since: datetime, until: datetime) -> int:
         """Open data-quality findings seen in [since, until) (telemetry problems, not waste)."""

@@ -47,6 +47,7 @@ FAMILIES = (
     "gpuwaste_unmet_gpu_requests",
     "gpuwaste_unmet_gpu_request_wait_seconds",
     "gpuwaste_window_cost_usd",
+    "gpuwaste_team_spend_usd_per_day",
     "gpuwaste_scans",
     "gpuwaste_scan_errors",
     "gpuwaste_workloads_per_namespace_limit",
@@ -126,6 +127,9 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
     window_cost = GaugeMetricFamily("gpuwaste_window_cost_usd", "USD of the physical GPUs over the last successful scan's window, "
                              "charged once: line=holders, unsold_slices, unallocated (they add up to the GPUs' cost)",
                              labels=["cluster", "line"])
+    team_spend = GaugeMetricFamily("gpuwaste_team_spend_usd_per_day", "Allocated cost per team over the last successful "
+                                   "scan's window at a day's rate (USD/day; the share ledger's cents)",
+                                   labels=["cluster", "team"])
     scans = CounterMetricFamily("gpuwaste_scans", "Scans since the process started, by outcome",
                                 labels=["cluster", "outcome"])
     errors = CounterMetricFamily("gpuwaste_scan_errors", "Failed scans since the process started, by the source "
@@ -160,6 +164,8 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
             unmet_wait.add_metric([h.cluster, resource], h.unmet_wait_s.get(resource, 0.0))
         for line, amount in sorted(h.window_cost_usd.items()):
             window_cost.add_metric([h.cluster, line], amount)
+        for team, usd_per_day in sorted(h.team_spend_usd_per_day.items()):
+            team_spend.add_metric([h.cluster, team], usd_per_day)
         for outcome in ("success", "failure"):
             scans.add_metric([h.cluster, outcome], h.scans.get(outcome, 0))
         for source in sorted(set(ERROR_SOURCES) | set(h.errors)):  # every source from 0, so increase() works
@@ -168,7 +174,7 @@ def families(snapshot: MetricsSnapshot) -> list[Metric]:
                               "series; the rest are summed into workload other", value=snapshot.top_workloads)
     info = InfoMetricFamily("gpuwaste_build", "gpuwaste version", value={"version": snapshot.version or "unknown"})
     return _sanitised([*out, duration, attempt, success, window, seen, by_kind, quality, no_verdict, coverage,
-                       allocated, fleet, team_gpus, unmet, unmet_wait, window_cost, scans, errors, limit, info])
+                       allocated, fleet, team_gpus, unmet, unmet_wait, window_cost, team_spend, scans, errors, limit, info])
 
 
 def _sanitised(metrics: list[Metric]) -> list[Metric]:

@@ -22,11 +22,13 @@ from gpuwaste.sinks.slack_limits import (
     _header,
     _section,
     escape,
+    truncate,
 )
 from gpuwaste.sinks.slack_text import (
     _whose_team,
     per_day,
 )
+from gpuwaste.sinks.summary_spend import slack_lines
 
 
 def _trend(current: Decimal, previous: Decimal, *, new: bool | None = None) -> str:
@@ -41,7 +43,8 @@ def _trend(current: Decimal, previous: Decimal, *, new: bool | None = None) -> s
 
 def _group_lines(groups: tuple[GroupTotal, ...], limit: int) -> str:
     lines = [
-        f"• {escape(g.name)}: *{usd(g.wasted_usd)}* ({_trend(g.wasted_usd, g.previous_usd, new=g.new)}, {g.findings} open)"
+        f"• {escape(g.name)}: *{usd(g.wasted_usd)}*"
+        f" ({_trend(g.wasted_usd, g.previous_usd, new=g.new)}, {g.findings} open)"
         for g in groups[:limit]
     ]
     if len(groups) > limit:
@@ -78,6 +81,9 @@ def render_summary(summary: DailySummary, *, chart_note: str | None = None) -> S
         _section(f"*By namespace*\n{_group_lines(summary.by_namespace, 10)}"),
         _section("*Top offenders*\n" + ("\n".join(top) or "none")),
     ]
+    if summary.spend is not None:  # the fleet funnel and the allocated cost per team (issue 24)
+        blocks.append(_section("*Spend (allocated cost) · month to date and month-end at the current rate*\n"
+                               + truncate(escape(slack_lines(summary)), 2900)))
     if summary.justified:  # owners' reasons still running: what they cover
         lines = [f"{escape(_whose_team(j.team))}: {j.findings} finding(s), {per_day(j.usd_per_day)} covered, "
                  f"first ends {j.next_end:%Y-%m-%d}" for j in summary.justified[:10]]

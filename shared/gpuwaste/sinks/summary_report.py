@@ -40,6 +40,7 @@ from gpuwaste.people import (
 )
 from gpuwaste.people import period_date as _period_date
 from gpuwaste.sinks.chart import NARROW, team_order, trend_svg
+from gpuwaste.sinks.summary_spend import SPEND_COLUMNS, spend_cells, spend_headline
 from gpuwaste.sinks.terminal import fit_widths, table_overhead
 
 
@@ -134,6 +135,7 @@ def _headline(s: DailySummary, notes: SummaryNotes | None = None) -> list[tuple[
     if alls:
         rows.append(("Attribution coverage", "; ".join(f"{c.cluster}: {_ratio(c.ratio)} of {c.allocated_gpu_hours:,.1f} "
                                                       f"allocated GPU-h ({c.scans} scan{'' if c.scans == 1 else 's'})" for c in alls)))
+    rows += spend_headline(s)  # the fleet funnel and the allocated cost (issue 24), when the store holds them
     if notes.data_quality:
         rows.append(("Data quality", f"{notes.data_quality} data-quality problem{'s' if notes.data_quality != 1 else ''} "
                                      "(telemetry that cannot be judged; not waste, not in the counts above)"))
@@ -236,6 +238,14 @@ def render_terminal(s: DailySummary, console: Console, notes: SummaryNotes | Non
             figures = _coverage_cells(c)
             t.add_row(Text(elide(plain(figures[0]), max(8, width - 70))), Text(plain(figures[1])), *figures[2:])
         console.print(t)
+    if s.spend is not None:
+        t = _table("Spend per team (allocated cost) and the month (UTC) at the current rate")
+        for col in SPEND_COLUMNS:  # headers wrap: seven columns fit 80 characters
+            t.add_column(col, justify="left" if col == "team" else "right", overflow="fold",
+                         min_width=12 if col == "team" else None)
+        for spend_row in spend_cells(s):
+            t.add_row(Text(plain(spend_row[0])), *spend_row[1:])
+        console.print(t)
     if not s.top:
         console.print(Text("Top offenders: none in this period", style="bold"))
         return
@@ -292,6 +302,9 @@ def render_markdown(s: DailySummary, notes: SummaryNotes | None = None) -> str:
     if s.coverage:
         out += ["", "## Attribution coverage", "", "| " + " | ".join(COVERAGE_COLUMNS) + " |", "|---|---|---:|---:|---:|---:|"]
         out += ["| " + " | ".join(_md_cell(x) for x in _coverage_cells(c)) + " |" for c in s.coverage]
+    if s.spend is not None:
+        out += ["", "## Spend per team", "", "| " + " | ".join(SPEND_COLUMNS) + " |", "|---" + "|---:" * 6 + "|"]
+        out += ["| " + " | ".join(_md_cell(x) for x in spend_row) + " |" for spend_row in spend_cells(s)]
     out += ["", "## Top offenders", "", "| # | workload | namespace | kind | team | wasted | USD/day | open for | state |",
             "|---:|---|---|---|---|---:|---:|---|---|"]
     out += [
@@ -428,6 +441,12 @@ def render_html(s: DailySummary, *, chart_png_name: str | None = None, notes: Su
                      + "</tr>")
         parts += ["<tr>" + "".join(f"<td{'' if i < 2 else ' class=n'}>{e(plain(x))}</td>" for i, x in enumerate(_coverage_cells(c)))
                   + "</tr>" for c in s.coverage]
+        parts.append("</table></div>")
+    if s.spend is not None:  # the allocated cost per team next to the waste and the budget (issue 24)
+        parts.append("<h2>Spend per team</h2><div class='scroll'><table><tr>"
+                     + "".join(f"<th{'' if col == 'team' else ' class=n'}>{e(col)}</th>" for col in SPEND_COLUMNS) + "</tr>")
+        parts += ["<tr>" + "".join(f"<td{'' if i == 0 else ' class=n'}>{e(plain(x))}</td>" for i, x in enumerate(row))
+                  + "</tr>" for row in spend_cells(s)]
         parts.append("</table></div>")
     if notes.by_hour:
         parts.append("<h2>When the waste happens</h2><p class='sub'>Wasted GPU-hours per team by hour of day (UTC) "

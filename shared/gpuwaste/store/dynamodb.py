@@ -22,7 +22,8 @@ A scan completion sent in parts (`models.messages.split_completion`) is gathered
 (`record_scan_part`): one item per part ("scan#<scan_id>#<shard>:<part>/<parts>", its message compressed) and one
 progress item per scan ("scan#<scan_id>": the part tokens received, written with conditional puts on its version),
 both with a short TTL; none carries an index attribute. Attribution coverage (`record_coverage`) is kept per cluster
-and UTC hour under "coverage#" keys, with the records' retention as TTL; no index attribute either.
+and UTC hour under "coverage#" keys, the allocation ledger (`record_allocation`, issue 24) the same way under "ledger#"
+keys (`store.ledger_items`), both with the records' retention as TTL; no index attribute either.
 Money is stored as DynamoDB numbers from `Decimal` (boto3 rejects float); times as UTC ISO 8601 strings
 with a fixed format so they sort as text; `expires_at` (epoch seconds) is the table's TTL attribute.
 """
@@ -44,6 +45,8 @@ from gpuwaste.errors import GpuWasteError, PermanentError, StoreError
 from gpuwaste.models.coverage import CoverageTally, KindCoverage, coverage_hour, sum_kinds
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import ScanCompleted, completion_is_whole
+from gpuwaste.models.spend import AllocationTally, add_allocation
+from gpuwaste.store.ledger_items import LEDGER_PREFIX, MAX_ITEM_BYTES, item_bytes, packed, unpacked
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -337,8 +340,8 @@ class DynamoDbFindingStore:
                 return True
         raise StoreError(f"dynamodb store: {key}: coverage item kept changing")
 
-    def _add_to_day_index(self, hour: datetime, cluster: str, expires_at: int) -> bool:
-        key = f"{COVERAGE_PREFIX}{hour:%Y-%m-%d}"
+    def _add_to_day_index(self, hour: datetime, cluster: str, expires_at: int, prefix: str = COVERAGE_PREFIX) -> bool:
+        key = f"{prefix}{hour:%Y-%m-%d}"
         for _ in range(10):
             item = self._get_raw(key)
             clusters = set(item["clusters"]["SS"]) if item and "clusters" in item else set()
@@ -354,6 +357,73 @@ class DynamoDbFindingStore:
             if self._put(new, condition[0], condition[1]):
                 return True
         raise StoreError(f"dynamodb store: {key}: coverage index kept changing")
+
+    # -- the allocation ledger per cluster and hour (issue 24) ----------------------------------------------
+    #: the largest item `record_allocation` writes (DynamoDB's limit; an instance may set less)
+    max_item_bytes = MAX_ITEM_BYTES
+
+    def record_allocation(self, completion: ScanCompleted, *, expires_at: int) -> bool:
+        """`ports.FindingStore.record_allocation`: the cluster is added to the day's index ("ledger#<day>"), then the
+        shard's allocation ledger to the hour's item ("ledger#<YYYY-MM-DDTHH>#<cluster>": the sums, compressed; the
+        scans counted; a digest per shard so a redelivery counts once), each a conditional put on its version
+        (GetItem and PutItem only). An item that would exceed `max_item_bytes` (DynamoDB's 400 KB, measured by
+        `store.ledger_items.item_bytes`) is not written: the shard is left out of the figures (logged, False).
+
+        Raises:
+            StoreError: throttling, a transient failure, or an item kept changing (retryable).
+        """
+        if completion.allocation is None:
+            return False
+        hour = coverage_hour(completion.scheduled_time)
+        if not self._add_to_day_index(hour, completion.cluster, expires_at, LEDGER_PREFIX):
+            logger.warning("allocation ledger: day index full", extra={"cluster": completion.cluster})
+            return False
+        key = f"{LEDGER_PREFIX}{hour:%Y-%m-%dT%H}#{completion.cluster}"
+        digest = hashlib.sha256(f"{completion.scan_id}#{completion.shard}".encode()).hexdigest()[:16]
+        first = completion.shard == 0
+        for _ in range(10):
+            item = self._get_raw(key)
+            version = int(item["version"]["N"]) if item else 0
+            digests = set(item["scans"]["SS"]) if item and "scans" in item else set()
+            if digest in digests:
+                return False
+            sums = add_allocation(unpacked(item["body"]["B"]) if item else None, completion.allocation,
+                                  counts_window=first)
+            count = int(item["scan_count"]["N"]) if item else 0
+            new: dict[str, Any] = {
+                "fingerprint": {"S": key}, "version": {"N": str(version + 1)}, "cluster": {"S": completion.cluster},
+                "hour": {"S": _time(hour)}, "scans": {"SS": sorted(digests | {digest})},
+                "scan_count": {"N": str(count + (1 if first else 0))}, "body": {"B": packed(sums)},
+                "expires_at": {"N": str(expires_at)},
+            }
+            if item_bytes(new) > self.max_item_bytes:
+                logger.warning("allocation ledger: hour item full",
+                               extra={"cluster": completion.cluster, "hour": hour.isoformat(), "bytes": item_bytes(new)})
+                return False
+            condition = ("version = :v", {":v": {"N": str(version)}}) if item else ("attribute_not_exists(fingerprint)", {})
+            if self._put(new, condition[0], condition[1]):
+                return True
+        raise StoreError(f"dynamodb store: {key}: allocation ledger item kept changing")
+
+    def allocation(self, *, since: datetime, until: datetime) -> list[AllocationTally]:
+        """`ports.FindingStore.allocation`: the day index items of the days in range, then the hour items of their
+        clusters for the hours overlapping [since, until), both by BatchGetItem (100 keys a call)."""
+        hours: list[datetime] = []
+        h = coverage_hour(since)
+        while h < until:
+            hours.append(h)
+            h += timedelta(hours=1)
+        clusters: dict[str, set[str]] = {}
+        for item in self._batch_all(sorted({f"{LEDGER_PREFIX}{x:%Y-%m-%d}" for x in hours})):
+            clusters[item["fingerprint"]["S"][len(LEDGER_PREFIX):]] = set(item.get("clusters", {}).get("SS", []))
+        keys = [f"{LEDGER_PREFIX}{x:%Y-%m-%dT%H}#{c}" for x in hours for c in sorted(clusters.get(f"{x:%Y-%m-%d}", ()))]
+        out = []
+        for item in self._batch_all(keys):
+            sums = unpacked(item["body"]["B"])
+            out.append(AllocationTally(cluster=item["cluster"]["S"],
+                                       hour=datetime.strptime(item["hour"]["S"], _TIME_FORMAT).replace(tzinfo=UTC),
+                                       scans=int(item["scan_count"]["N"]), window_s=sums.window_s, allocation=sums))
+        return sorted(out, key=lambda t: (t.cluster, t.hour))
 
     def coverage(self, *, since: datetime, until: datetime) -> list[CoverageTally]:
         """`ports.FindingStore.coverage`: the day index items of the days in range, then the hour items of their

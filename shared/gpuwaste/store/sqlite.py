@@ -28,6 +28,8 @@ from gpuwaste.errors import GpuWasteError, StateInUseError, StoreError
 from gpuwaste.models.coverage import CoverageTally, KindCoverage, coverage_hour, sum_kinds
 from gpuwaste.models.lifecycle import FindingRecord, FindingState
 from gpuwaste.models.messages import ScanCompleted, completion_is_whole
+from gpuwaste.models.spend import AllocationTally, ScanAllocation, add_allocation
+from gpuwaste.store.ledger_items import packed, unpacked
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -72,6 +74,17 @@ CREATE TABLE IF NOT EXISTS scan_coverage (
     PRIMARY KEY (cluster, hour, token)
 );
 CREATE INDEX IF NOT EXISTS scan_coverage_by_hour ON scan_coverage (hour);
+CREATE TABLE IF NOT EXISTS scan_allocation (
+    cluster TEXT NOT NULL,
+    hour TEXT NOT NULL,
+    token TEXT NOT NULL,
+    counts INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (cluster, hour, token)
+);
+CREATE INDEX IF NOT EXISTS scan_allocation_by_hour ON scan_allocation (hour);
+CREATE INDEX IF NOT EXISTS scan_allocation_by_expiry ON scan_allocation (expires_at);
 CREATE TABLE IF NOT EXISTS scan_progress (
     scan_id TEXT PRIMARY KEY,
     shard_count INTEGER NOT NULL,
@@ -247,6 +260,37 @@ class SqliteFindingStore:
             tallies[(cluster, hour)] = (scans + int(counts), kinds + [KindCoverage.model_validate(k) for k in json.loads(body)])
         return [CoverageTally(cluster=c, hour=datetime.fromisoformat(h), scans=n, kinds=sum_kinds(kinds))
                 for (c, h), (n, kinds) in sorted(tallies.items())]
+
+    def record_allocation(self, completion: ScanCompleted, *, expires_at: int) -> bool:
+        """`ports.FindingStore.record_allocation`: one row per scan shard (table scan_allocation, keyed by cluster,
+        UTC hour and "<scan_id>#<shard>"; a redelivery is ignored by the key; the ledger compressed, as the DynamoDB
+        item holds it), as `record_coverage`; rows past their expiry are dropped on the way (by an index)."""
+        if completion.allocation is None:
+            return False
+        hour = coverage_hour(completion.scheduled_time)
+        with self.transaction():
+            self._execute("DELETE FROM scan_allocation WHERE expires_at < ?", (int(completion.scheduled_time.timestamp()),))
+            cur = self._execute("INSERT OR IGNORE INTO scan_allocation (cluster, hour, token, counts, body, expires_at) "
+                                "VALUES (?, ?, ?, ?, ?, ?)",
+                                (completion.cluster, hour.isoformat(), f"{completion.scan_id}#{completion.shard}",
+                                 1 if completion.shard == 0 else 0, packed(completion.allocation), expires_at))
+            return cur.rowcount == 1
+
+    def allocation(self, *, since: datetime, until: datetime) -> list[AllocationTally]:
+        """`ports.FindingStore.allocation`: the rows of the hours overlapping [since, until), added per cluster and
+        hour in the order they were recorded (`models.spend.add_allocation`, as the DynamoDB item adds them)."""
+        with self._lock:
+            rows = self._execute("SELECT cluster, hour, counts, body FROM scan_allocation WHERE hour >= ? AND hour < ? "
+                                 "ORDER BY cluster, hour, rowid",
+                                 (coverage_hour(since).isoformat(), until.astimezone(UTC).isoformat())).fetchall()
+        sums: dict[tuple[str, str], tuple[int, ScanAllocation | None]] = {}
+        for cluster, hour, counts, body in rows:
+            scans, total = sums.get((cluster, hour), (0, None))
+            # a row is compressed JSON; a text row (JSON as written by this branch's first build) is read as such
+            one = ScanAllocation.model_validate_json(body) if isinstance(body, str) else unpacked(body)
+            sums[(cluster, hour)] = (scans + int(counts), add_allocation(total, one, counts_window=bool(counts)))
+        return [AllocationTally(cluster=c, hour=datetime.fromisoformat(h), scans=n, window_s=a.window_s, allocation=a)
+                for (c, h), (n, a) in sorted(sums.items()) if a is not None]
 
     def history(self, *, since: datetime, until: datetime) -> list[FindingRecord]:
         """Records whose latest activity is in [since, until], oldest activity first."""
