@@ -271,12 +271,12 @@ def _count_completions() -> None:
     if getattr(original, "_bench_counted", False):
         return
 
-    def counted(self: Any, message: ScanCompleted) -> Any:
+    def counted(self: Any, message: ScanCompleted, *args: Any, **kwargs: Any) -> Any:  # (message, batch)
         cap = _COUNTING[-1] if _COUNTING else None
         if cap is not None:
             cap.in_completion = True
         try:
-            return original(self, message)
+            return original(self, message, *args, **kwargs)
         finally:
             if cap is not None:
                 cap.in_completion = False

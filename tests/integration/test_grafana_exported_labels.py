@@ -70,8 +70,12 @@ def _scan() -> list[tuple[str, dict[str, str], float]]:
     wasted = [(labels, value) for name, labels, value in samples if name == "gpuwaste_wasted_gpus"]
     assert wasted, "the demo scan exposes no wasted GPUs"
     extra: list[tuple[str, dict[str, str], float]] = []
-    for labels, value in wasted:  # the counters: GPU-hours at the wasted GPUs' rate; savings for half of them
-        total = {k: labels[k] for k in ("cluster", "namespace", "kind", "team")}
+    rates: dict[tuple[str, ...], float] = {}  # one counter per label set, as serve keeps it (findings of one
+    for labels, value in wasted:  # cluster/namespace/kind/team add up): GPU-hours at the wasted GPUs' rate
+        key = tuple(labels[k] for k in ("cluster", "namespace", "kind", "team"))
+        rates[key] = rates.get(key, 0.0) + value
+    for key, value in rates.items():  # savings for half of them
+        total = dict(zip(("cluster", "namespace", "kind", "team"), key, strict=True))
         extra.append(("gpuwaste_wasted_gpu_hours_total", total, value))
         if len(extra) % 2:
             extra.append(("gpuwaste_realised_savings_usd_total", total, 24 * value))

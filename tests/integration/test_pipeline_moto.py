@@ -170,11 +170,14 @@ def test_pipeline_scheduled_event_reaches_the_alerts_queue(chain: Pipeline) -> N
     tickets = [AlertMessage.model_validate_json(m["Body"]) for m in chain.drain("TicketsQueue")]
     assert sorted(t.finding.subject.workload_name or "" for t in tickets) == ["eval-sweep", "llama-70b-vllm"]
     every = chain.ddb.scan(TableName=chain.stack.table_name)["Items"]
-    items = [i for i in every if not i["fingerprint"]["S"].startswith("coverage#")]
+    items = [i for i in every if not i["fingerprint"]["S"].startswith(("coverage#", "ledger#"))]
     assert len(items) == 23 and all("expires_at" in i for i in items)  # 21 waste + 2 data quality
     # AND the scan's attribution coverage is kept for the daily summary: the day's index and the hour's tally (issue 21 §12)
     coverage = sorted(i["fingerprint"]["S"] for i in every if i["fingerprint"]["S"].startswith("coverage#"))
     assert coverage == [f"coverage#{DEMO_END:%Y-%m-%d}", f"coverage#{DEMO_END:%Y-%m-%dT%H}#demo"]
+    # AND its allocation ledger likewise: the day's index and the hour's item (issue 24)
+    ledger = sorted(i["fingerprint"]["S"] for i in every if i["fingerprint"]["S"].startswith("ledger#"))
+    assert ledger == [f"ledger#{DEMO_END:%Y-%m-%d}", f"ledger#{DEMO_END:%Y-%m-%dT%H}#demo"]
     assert all("expires_at" in i for i in every)
 
 

@@ -193,7 +193,7 @@ def test_alibaba_replay_cli_states_mapping_and_groups():
     # THEN it states the mapping and prints the four groups
     assert result.exit_code == 0, result.output
     assert "NVIDIA A10G" in result.output and "g5.xlarge" in result.output
-    for group in ("idle", "underused", "busy", "no_verdict"):
+    for group in ("idle", "under-used", "busy", "no verdict"):  # people's words, as the scan names its verdicts
         assert group in result.output
 
 
