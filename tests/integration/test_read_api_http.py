@@ -106,9 +106,12 @@ def test_kind_short_names_and_money_to_the_cent(served: tuple[str, Path, Server]
     assert bad_status == 400 and "under-used" in bad["error"]
     # AND money is a decimal string to the cent, as `gpuwaste summary -o json` writes it
     _, _, summary = _get(f"{base}/api/v1/summary?period=7d")
-    cli = CliRunner().invoke(app, ["summary", "--state", str(state), "--since", "7d", "-o", "json"])
+    # (to a file: serve's own scans run in a thread of this process and may print while CliRunner holds stdout)
+    written = state.parent / "summary-7d.json"
+    cli = CliRunner().invoke(app, ["summary", "--state", str(state), "--since", "7d", "-o", "json",
+                                   "--out-file", str(written)])
     assert cli.exit_code == 0, cli.output
-    assert summary["wasted_usd"] == json.loads(cli.stdout)["wasted_usd"]
+    assert summary["wasted_usd"] == json.loads(written.read_text())["wasted_usd"]
     money = [i[k] for i in idle["items"] for k in ("cumulative_usd", "usd_per_day") if i[k] is not None]
     assert money and all(len(m.split(".")[1]) == 2 for m in money)
 
